@@ -1,0 +1,48 @@
+"""The one error family users of the package catch.
+
+Every failure the package reports is a :class:`MycelianError`; subclasses say which part failed.
+Messages name the problem and, where possible, how to fix it.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "MycelianError",
+    "ConfigError",
+    "InputError",
+    "PromptError",
+    "MemoryServerError",
+    "ToolCallError",
+]
+
+
+class MycelianError(Exception):
+    """Base class of every error raised by mycelian-agent."""
+
+
+class ConfigError(MycelianError):
+    """A setting is missing or malformed (model spec, server URL, checkpointer spec, ...)."""
+
+
+class InputError(MycelianError):
+    """A conversation input (file, message, role, id) is invalid. The message names where and what."""
+
+
+class PromptError(MycelianError):
+    """A prompt file is missing or a template variable was not supplied."""
+
+
+class MemoryServerError(MycelianError):
+    """The memory server refused a call or could not be reached.
+
+    ``tool`` is the MCP tool that failed; ``transient`` tells whether retrying may help.
+    """
+
+    def __init__(self, message: str, *, tool: str | None = None, transient: bool = False) -> None:
+        super().__init__(message)
+        self.tool = tool
+        self.transient = transient
+
+
+class ToolCallError(MycelianError):
+    """The model did not produce a usable tool call and no fallback was allowed."""
