@@ -1,0 +1,62 @@
+"""Thin synchronous wrappers over the async API.
+
+MCP sessions are bound to the event loop that opened them, so sync calls run on that loop: a background loop
+thread owned by the sync builder, or the loop of the thread that built the agent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any, Coroutine, TypeVar
+
+from .errors import MycelianError
+
+__all__ = ["LoopThread", "run_sync"]
+
+T = TypeVar("T")
+
+
+def run_sync(coro: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop | None = None) -> T:
+    """Run ``coro`` to completion from synchronous code.
+
+    With ``loop`` (running in another thread) the coroutine runs there; without it, in a fresh event loop.
+    Inside a running event loop this refuses: blocking there would deadlock it.
+    """
+    try:
+        running = asyncio.get_running_loop()
+    except RuntimeError:
+        running = None
+    if running is not None:
+        coro.close()
+        raise MycelianError(
+            "a synchronous mycelian-agent method was called inside a running event loop; "
+            "await its async twin instead (e.g. `await invoker.aprocess_conversation_message(...)`)"
+        )
+    if loop is not None and loop.is_running():
+        return asyncio.run_coroutine_threadsafe(coro, loop).result()
+    if loop is not None:
+        coro.close()
+        raise MycelianError("the event loop this agent was built on is no longer running; build it again")
+    return asyncio.run(coro)
+
+
+class LoopThread:
+    """An event loop running in a daemon thread, for sync use of loop-bound resources."""
+
+    def __init__(self, name: str = "mycelian-agent-loop") -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
+        self._thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the loop thread and wait for its result."""
+        return run_sync(coro, self.loop)
+
+    def close(self) -> None:
+        """Stop the loop and join its thread."""
+        if self.loop.is_closed():
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+        self.loop.close()

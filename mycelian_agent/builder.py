@@ -1,0 +1,190 @@
+"""build_agent: connect to a memory server, make sure the vault and memory exist, return a ready invoker.
+
+``build_agent(...)`` returns a context manager usable both ways::
+
+    async with build_agent(model="extractive") as invoker:      # async pipelines
+        await invoker.aprocess_conversation_message("user", "hi", thread_id="t1")
+
+    with build_agent(model="extractive") as invoker:            # plain scripts (a background loop thread)
+        invoker.process_conversation_message("user", "hi", thread_id="t1")
+"""
+
+from __future__ import annotations
+
+import uuid
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from langchain_core.language_models import BaseChatModel
+
+from ._sync import LoopThread
+from .agent import AgentSettings, MycelianMemoryAgent
+from .checkpointers import open_checkpointer
+from .errors import ConfigError, MemoryServerError
+from .invoker import MycelianAgentInvoker
+from .mcp import MemoryConnection, embedded_connection, http_connection
+from .models import resolve_model
+from .prompts import PromptSet
+
+__all__ = ["build_agent", "AgentContext", "ensure_vault", "ensure_memory", "connect"]
+
+
+def _is_uuid(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except (ValueError, AttributeError, TypeError):
+        return False
+    return True
+
+
+async def ensure_vault(memory: MemoryConnection, vault: str, description: str = "") -> str:
+    """The id of vault ``vault`` (a UUID, or a title created when missing)."""
+    if _is_uuid(vault):
+        return vault
+    for item in await memory.call_json("list_vaults"):
+        if item.get("title") == vault:
+            return item["vaultId"]
+    created = await memory.call_json("create_vault", {"title": vault, "description": description})
+    return created["vaultId"]
+
+
+async def ensure_memory(memory: MemoryConnection, vault_id: str, title: str, memory_type: str = "NOTES",
+                        description: str = "") -> str:
+    """The id of memory ``title`` in ``vault_id`` (a UUID, or a title created when missing)."""
+    if _is_uuid(title):
+        await memory.call_json("get_memory", {"vault_id": vault_id, "memory_id": title})
+        return title
+    for item in await memory.call_json("list_memories", {"vault_id": vault_id}):
+        if item.get("title") == title:
+            return item["memoryId"]
+    created = await memory.call_json("create_memory_in_vault", {
+        "vault_id": vault_id, "title": title, "memory_type": memory_type, "description": description})
+    return created["memoryId"]
+
+
+def connect(server: str = "embedded", *, db: str | Path | None = None, token: str | None = None,
+            embeddings: bool = False) -> MemoryConnection:
+    """A (not yet opened) connection: ``"embedded"`` spawns our SQLite server over stdio; a URL uses HTTP."""
+    if server == "embedded":
+        target = None if db is None else str(db) if str(db) == ":memory:" else str(Path(db).expanduser())
+        if target and target != ":memory:":
+            Path(target).parent.mkdir(parents=True, exist_ok=True)
+        return MemoryConnection(embedded_connection(target, extra_args=["--embeddings"] if embeddings else []))
+    if server.startswith(("http://", "https://")):
+        return MemoryConnection(http_connection(server, token=token))
+    raise ConfigError(f"unknown server {server!r}: use 'embedded' or an http(s)://host:port/mcp URL")
+
+
+@dataclass
+class AgentContext:
+    """What :func:`build_agent` returns: enter it (``async with`` or ``with``) to get a ready invoker."""
+
+    model: str | BaseChatModel | None = "extractive"
+    server: str = "embedded"
+    db: str | Path | None = None
+    token: str | None = None
+    vault: str = "mycelian"
+    memory: str = "default"
+    memory_type: str = "NOTES"
+    checkpointer: Any = "memory"
+    flush_every: int = 6
+    settings: AgentSettings | None = None
+    prompts: PromptSet | Literal["package", "server"] | str | Path = "package"
+    api_key: str | None = None
+    base_url: str | None = None
+    embeddings: bool = False
+    _stack: AsyncExitStack | None = field(default=None, init=False, repr=False)
+    _portal: LoopThread | None = field(default=None, init=False, repr=False)
+
+    async def __aenter__(self) -> MycelianAgentInvoker:
+        import asyncio
+
+        stack = AsyncExitStack()
+        await stack.__aenter__()
+        try:
+            memory = await stack.enter_async_context(connect(self.server, db=self.db, token=self.token,
+                                                             embeddings=self.embeddings))
+            vault_id = await ensure_vault(memory, self.vault)
+            memory_id = await ensure_memory(memory, vault_id, self.memory, self.memory_type)
+            saver = await stack.enter_async_context(open_checkpointer(self.checkpointer))
+            prompts = await self._prompts(memory)
+            model = resolve_model(self.model, api_key=self.api_key, base_url=self.base_url)
+            agent = MycelianMemoryAgent(model, memory.tools, vault_id=vault_id, memory_id=memory_id,
+                                        checkpointer=saver, settings=self.settings, prompts=prompts,
+                                        loop=asyncio.get_running_loop())
+        except BaseException:
+            await stack.aclose()
+            raise
+        self._stack = stack
+        invoker = MycelianAgentInvoker(agent, flush_every=self.flush_every)
+        invoker.connection = memory
+        return invoker
+
+    async def _prompts(self, memory: MemoryConnection) -> PromptSet:
+        if isinstance(self.prompts, PromptSet):
+            return self.prompts
+        if self.prompts == "package":
+            return PromptSet.load()
+        if self.prompts == "server":
+            try:
+                served = await memory.call_json("get_default_prompts", {"memory_type": "chat"})
+            except MemoryServerError as exc:
+                raise ConfigError(f"prompts='server' but the server gave none: {exc}") from exc
+            return PromptSet.load().with_server_rules(served)
+        return PromptSet.load(self.prompts)
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            await stack.aclose()
+
+    def __enter__(self) -> MycelianAgentInvoker:
+        self._portal = LoopThread()
+        try:
+            return self._portal.run(self.__aenter__())
+        except BaseException:
+            self._portal.close()
+            self._portal = None
+            raise
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._portal is not None:
+            try:
+                self._portal.run(self.__aexit__(*exc_info))
+            finally:
+                self._portal.close()
+                self._portal = None
+
+
+def build_agent(
+    model: str | BaseChatModel | None = "extractive",
+    server: str = "embedded",
+    *,
+    db: str | Path | None = None,
+    token: str | None = None,
+    vault: str = "mycelian",
+    memory: str = "default",
+    checkpointer: Any = "memory",
+    flush_every: int = 6,
+    settings: AgentSettings | None = None,
+    prompts: PromptSet | Literal["package", "server"] | str | Path = "package",
+    api_key: str | None = None,
+    base_url: str | None = None,
+    memory_type: str = "NOTES",
+    embeddings: bool = False,
+) -> AgentContext:
+    """Everything needed to give a chat pipeline memory, as one context manager yielding the invoker.
+
+    - ``model``: ``"extractive"`` (default, no network), ``"openai:<model>"``, or a LangChain chat model.
+    - ``server``: ``"embedded"`` (our SQLite server spawned over stdio; ``db`` is its file) or a Mycelian
+      server URL such as ``http://127.0.0.1:11546/mcp`` (``token`` for its bearer token).
+    - ``vault`` / ``memory``: titles (created when missing) or ids.
+    - ``checkpointer``: ``"memory"``, ``"sqlite:PATH"`` (resumable), a ``postgresql://`` URL, or a saver.
+    - ``prompts``: ``"package"``, ``"server"`` (the server's ``get_default_prompts`` rules), or a directory.
+    """
+    return AgentContext(model=model, server=server, db=db, token=token, vault=vault, memory=memory,
+                        memory_type=memory_type, checkpointer=checkpointer, flush_every=flush_every,
+                        settings=settings, prompts=prompts, api_key=api_key, base_url=base_url,
+                        embeddings=embeddings)

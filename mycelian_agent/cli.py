@@ -1,0 +1,246 @@
+"""The ``mycelian-agent`` command: replay conversations into memory, search it, show it, serve it.
+
+Configuration comes from flags, with environment-variable fallbacks (``MYCELIAN_DB``, ``MYCELIAN_SERVER``,
+``MYCELIAN_TOKEN``, ``MYCELIAN_MODEL``, ``OPENAI_API_KEY``, ``OPENAI_BASE_URL``); nothing deeper reads the
+environment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.markdown import Markdown
+from rich.panel import Panel
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from .errors import MycelianError
+
+__all__ = ["main", "cli"]
+
+DEFAULT_DB = "~/.local/share/mycelian/memory.db"
+console = Console()
+err_console = Console(stderr=True)
+
+
+def _server_options(func: Any) -> Any:
+    options = [
+        click.option("--db", envvar="MYCELIAN_DB", default=DEFAULT_DB, show_default=True,
+                     help="SQLite file of the embedded memory server [env MYCELIAN_DB]."),
+        click.option("--server", envvar="MYCELIAN_SERVER", default="embedded", show_default=True,
+                     help="'embedded', or a Mycelian server URL like http://127.0.0.1:11546/mcp [env MYCELIAN_SERVER]."),
+        click.option("--token", envvar="MYCELIAN_TOKEN", default=None, help="Bearer token of a remote server [env MYCELIAN_TOKEN]."),
+        click.option("--vault", default="mycelian", show_default=True, help="Vault title (created when missing) or id."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="mycelian-agent")
+def cli() -> None:
+    """Long-term memory for chat pipelines: a LangGraph memory agent over a Mycelian-compatible MCP server."""
+
+
+@cli.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@_server_options
+@click.option("--memory", default=None, help="Memory title or id for every conversation "
+              "(default: one memory per conversation, titled after its id).")
+@click.option("--model", envvar="MYCELIAN_MODEL", default="extractive", show_default=True,
+              help="'extractive' (no network) or 'openai:<model>' [env MYCELIAN_MODEL].")
+@click.option("--api-key", envvar="OPENAI_API_KEY", default=None, help="API key of an openai: model [env OPENAI_API_KEY].")
+@click.option("--base-url", envvar="OPENAI_BASE_URL", default=None,
+              help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1 [env OPENAI_BASE_URL].")
+@click.option("--flush-every", default=6, show_default=True, type=click.IntRange(min=1),
+              help="Write the context document every N messages of a conversation.")
+@click.option("--state", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="SQLite checkpoint file: an interrupted replay resumes from it when run again.")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def replay(files: tuple[Path, ...], db: str, server: str, token: str | None, vault: str, memory: str | None,
+           model: str, api_key: str | None, base_url: str | None, flush_every: int, state: Path | None,
+           as_json: bool) -> None:
+    """Replay conversation FILES into memory and print what was stored.
+
+    Accepted files: {"messages": [...]}, {"sessions": [...]}, LongMemEval records and LoCoMo samples. Every
+    file is checked before anything is stored. Re-running is safe: each message is stored exactly once.
+    """
+    from .conversations import load_conversations
+
+    conversations = [c for path in files for c in load_conversations(path)]
+    total = sum(c.message_count for c in conversations)
+    stats = asyncio.run(_replay(conversations, total, db=db, server=server, token=token, vault=vault, memory=memory,
+                                model=model, api_key=api_key, base_url=base_url, flush_every=flush_every,
+                                state=state))
+    if as_json:
+        click.echo(json.dumps(asdict(stats) | {"messages_per_s": round(stats.messages_per_s, 1)}, indent=2))
+        return
+    table = Table(title="Replay summary", show_header=False)
+    rows = [("conversations", stats.conversations), ("messages stored", stats.messages),
+            ("already stored (resumed)", stats.skipped), ("entries written", stats.entries),
+            ("deduplicated retries", stats.deduplicated), ("context documents written", stats.contexts),
+            ("model calls", stats.llm_calls), ("prompt / completion tokens", f"{stats.prompt_tokens} / {stats.completion_tokens}"),
+            ("corrections / fallbacks / retries", f"{stats.corrections} / {stats.fallbacks} / {stats.retries}"),
+            ("elapsed", f"{stats.elapsed_s:.2f} s ({stats.messages_per_s:.0f} messages/s)")]
+    for name, value in rows:
+        table.add_row(name, str(value))
+    console.print(table)
+    for error in stats.errors[:10]:
+        err_console.print(f"[yellow]recovered:[/] {error}")
+
+
+async def _replay(conversations: list[Any], total: int, *, db: str, server: str, token: str | None, vault: str,
+                  memory: str | None, model: str, api_key: str | None, base_url: str | None, flush_every: int,
+                  state: Path | None) -> Any:
+    from .builder import build_agent, ensure_memory
+    from .conversations import valid_title
+    from .invoker import MycelianAgentInvoker
+    from .replay import ReplayStats, replay_conversation
+
+    stats = ReplayStats()
+    checkpointer = f"sqlite:{state}" if state else "memory"
+    first_memory = memory or valid_title(conversations[0].conversation_id)
+    async with build_agent(model, server, db=db, token=token, vault=vault, memory=first_memory,
+                           checkpointer=checkpointer, flush_every=flush_every, api_key=api_key,
+                           base_url=base_url) as invoker:
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TextColumn("{task.fields[rate]} msg/s"), TimeElapsedColumn(),
+                      console=err_console, transient=False, disable=not err_console.is_terminal) as progress:
+            task = progress.add_task("replaying", total=total, rate="-")
+            try:
+                for conversation in conversations:
+                    target = invoker
+                    if memory is None and conversation is not conversations[0]:
+                        memory_id = await ensure_memory(invoker.connection, invoker.agent.vault_id,
+                                                        valid_title(conversation.conversation_id))
+                        target = MycelianAgentInvoker(invoker.agent.with_memory(invoker.agent.vault_id, memory_id),
+                                                      flush_every)
+                    before = stats.skipped
+                    progress.update(task, description=conversation.conversation_id)
+
+                    def tick(_result: Any) -> None:
+                        progress.advance(task)
+                        elapsed = progress.tasks[0].elapsed or 0
+                        progress.update(task, rate=f"{stats.messages / elapsed:.0f}" if elapsed else "-")
+
+                    await replay_conversation(target, conversation, stats=stats, on_message=tick)
+                    progress.advance(task, stats.skipped - before)
+            except (KeyboardInterrupt, asyncio.CancelledError):
+                err_console.print(f"[red]interrupted[/] after {stats.messages} messages stored this run; "
+                                  + ("run the same command again to resume." if state else
+                                     "run again to finish (stored messages are deduplicated; pass --state to skip them)."))
+                raise
+    return stats
+
+
+async def _open(db: str, server: str, token: str | None, vault: str, memory: str) -> tuple[Any, str, str]:
+    from .builder import connect
+
+    connection = await connect(server, db=db, token=token).open()
+    try:
+        vaults = {v["title"]: v["vaultId"] for v in await connection.call_json("list_vaults")}
+        vault_id = vaults.get(vault, vault)
+        memories = {m["title"]: m["memoryId"] for m in await connection.call_json("list_memories", {"vault_id": vault_id})}
+        if memory not in memories and memory not in memories.values():
+            known = ", ".join(sorted(memories)) or "none"
+            raise MycelianError(f"memory {memory!r} not found in vault {vault!r} (memories: {known})")
+        return connection, vault_id, memories.get(memory, memory)
+    except BaseException:
+        await connection.aclose()
+        raise
+
+
+@cli.command()
+@_server_options
+@click.option("--memory", required=True, help="Memory title or id.")
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 50), help="Newest entries to show.")
+def show(db: str, server: str, token: str | None, vault: str, memory: str, limit: int) -> None:
+    """Show a memory's newest entries and its current context document."""
+
+    async def run() -> None:
+        connection, vault_id, memory_id = await _open(db, server, token, vault, memory)
+        try:
+            ids = {"vault_id": vault_id, "memory_id": memory_id}
+            listed = await connection.call_json("list_entries", {**ids, "limit": limit})
+            context = await connection.call("get_context", ids)
+        finally:
+            await connection.aclose()
+        table = Table(title=f"{memory}: newest {len(listed['entries'])} entries", show_lines=False)
+        for column in ("time", "role", "summary", "message"):
+            table.add_column(column, overflow="fold")
+        for entry in reversed(listed["entries"]):
+            raw = entry["rawEntry"]
+            table.add_row((entry.get("conversationTime") or entry["creationTime"])[:16], entry["tags"].get("role", ""),
+                          entry["summary"], raw if len(raw) <= 120 else raw[:117] + "...")
+        console.print(table)
+        console.print(Panel(Markdown(context), title="context document"))
+
+    asyncio.run(run())
+
+
+@cli.command()
+@click.argument("query")
+@_server_options
+@click.option("--memory", required=True, help="Memory title or id.")
+@click.option("--top-k", default=5, show_default=True, type=click.IntRange(1, 25), help="Entries to return.")
+@click.option("--json", "as_json", is_flag=True, help="Print the raw search_memories result.")
+def search(query: str, db: str, server: str, token: str | None, vault: str, memory: str, top_k: int,
+           as_json: bool) -> None:
+    """Search a memory: ranked entries and context shards for QUERY."""
+
+    async def run() -> None:
+        connection, _vault_id, memory_id = await _open(db, server, token, vault, memory)
+        try:
+            found = await connection.call_json("search_memories", {
+                "memory_id": memory_id, "query": query, "top_ke": top_k, "include_raw_entries": True})
+        finally:
+            await connection.aclose()
+        if as_json:
+            click.echo(json.dumps(found, indent=2, ensure_ascii=False))
+            return
+        table = Table(title=f"search: {query}")
+        for column in ("score", "time", "role", "summary"):
+            table.add_column(column, overflow="fold")
+        for entry in found["entries"]:
+            table.add_row(f"{entry['score']:.3f}", (entry.get("conversationTime") or entry["creationTime"])[:16],
+                          entry.get("tags", {}).get("role", ""), entry["summary"])
+        console.print(table)
+
+    asyncio.run(run())
+
+
+@cli.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@click.pass_context
+def serve(ctx: click.Context) -> None:
+    """Run the embedded memory server (same options as mycelian-memory-server)."""
+    from .memory_server.cli import main as server_main
+
+    server_main(list(ctx.args))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: MycelianError becomes a one-line message and exit status 1."""
+    try:
+        cli.main(args=argv, standalone_mode=False)
+    except click.exceptions.Abort:
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except MycelianError as exc:
+        err_console.print(f"[red]error:[/] {exc}")
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

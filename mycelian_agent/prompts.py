@@ -1,0 +1,154 @@
+"""Prompt sets and the two prompts the agent sends: add_entry (one message) and put_context (the context merge).
+
+Templates are ``string.Template`` files in ``prompts/``; substitution is strict, so a missing variable is a
+:class:`PromptError` naming it. Rule files (entry capture, summary, context) are attached verbatim: they may come
+from the package or from the memory server's ``get_default_prompts``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from string import Template
+from typing import Any, Mapping, Sequence
+
+from langchain_core.messages import BaseMessage, ChatMessage, HumanMessage, SystemMessage
+
+from .errors import PromptError
+from .prompt_files import PROMPT_NAMES, read_prompt
+
+__all__ = ["PromptSet", "render", "build_add_entry_prompt", "build_put_context_prompt", "TASK_KEY"]
+
+#: Key in ``HumanMessage.additional_kwargs`` carrying the task as data (see docs/ARCHITECTURE.md).
+TASK_KEY = "mycelian_task"
+
+_TEMPLATE_NAMES = ("agent_prefix", "add_entry_task", "put_context_task")
+
+
+def render(template: str, name: str, values: Mapping[str, Any]) -> str:
+    """Substitute ``values`` into ``template``; a missing variable raises :class:`PromptError` naming it."""
+    try:
+        return Template(template).substitute(values)
+    except KeyError as exc:
+        raise PromptError(f"prompt template {name!r} needs variable ${exc.args[0]}, which was not supplied") from None
+    except ValueError as exc:
+        raise PromptError(f"prompt template {name!r} is malformed: {exc} (write a literal $ as $$)") from None
+
+
+@dataclass(frozen=True)
+class PromptSet:
+    """The texts the agent builds its prompts from."""
+
+    agent_prefix: str
+    add_entry_task: str
+    put_context_task: str
+    entry_capture_prompt: str
+    summary_prompt: str
+    context_prompt: str
+
+    @classmethod
+    def load(cls, directory: Path | str | None = None) -> "PromptSet":
+        """Load every prompt from ``directory`` (default: the package's ``prompts/``)."""
+        base = Path(directory) if directory is not None else None
+        texts = {name: read_prompt(name, base) for name in (*_TEMPLATE_NAMES, *PROMPT_NAMES)}
+        return cls(**texts)
+
+    def with_server_rules(self, default_prompts: Mapping[str, Any]) -> "PromptSet":
+        """Replace the rule texts with those of a ``get_default_prompts`` result."""
+        templates = default_prompts.get("templates") if isinstance(default_prompts, Mapping) else None
+        if not isinstance(templates, Mapping):
+            raise PromptError("get_default_prompts returned no 'templates' object")
+        missing = [name for name in PROMPT_NAMES if not isinstance(templates.get(name), str) or not templates[name]]
+        if missing:
+            raise PromptError(f"get_default_prompts is missing template(s): {', '.join(missing)}")
+        return PromptSet(
+            agent_prefix=self.agent_prefix,
+            add_entry_task=self.add_entry_task,
+            put_context_task=self.put_context_task,
+            **{name: templates[name] for name in PROMPT_NAMES},
+        )
+
+
+def _clip(text: str, limit: int | None) -> str:
+    if limit is None or len(text) <= limit:
+        return text
+    return text[:limit].rstrip() + f" … [{len(text) - limit} more characters]"
+
+
+def _message_dict(message: BaseMessage, limit: int | None) -> dict[str, Any]:
+    role = message.role if isinstance(message, ChatMessage) else message.type
+    return {
+        "role": role,
+        "content": _clip(str(message.content), limit),
+        "conversation_time": message.additional_kwargs.get("conversation_time"),
+    }
+
+
+def _format_messages(items: Sequence[Mapping[str, Any]]) -> str:
+    if not items:
+        return "(none)"
+    lines = []
+    for item in items:
+        when = f" @ {item['conversation_time']}" if item.get("conversation_time") else ""
+        lines.append(f"[{item['role']}{when}] {item['content']}")
+    return "\n".join(lines)
+
+
+def build_add_entry_prompt(
+    prompts: PromptSet,
+    *,
+    message: BaseMessage,
+    content: str,
+    recent: Sequence[BaseMessage],
+    context: str,
+    part: tuple[int, int] = (1, 1),
+    recent_message_chars: int | None = 600,
+) -> list[BaseMessage]:
+    """The add_entry prompt: rules as the system message, the task (context, recent messages, message) as human.
+
+    ``content`` is the text to record (the whole message, or one part of a message too long for one entry).
+    """
+    current = _message_dict(message, None) | {"content": content}
+    recent_items = [_message_dict(m, recent_message_chars) for m in recent]
+    index, total = part
+    values = {
+        "context": context or "(empty)",
+        "recent": _format_messages(recent_items),
+        "role": current["role"],
+        "conversation_time": current["conversation_time"] or "unknown",
+        "content": content,
+        "part_note": "whole message" if total == 1 else f"part {index} of {total} of a long message",
+    }
+    system = "\n\n".join(
+        [prompts.agent_prefix.strip(), prompts.entry_capture_prompt.strip(), prompts.summary_prompt.strip()]
+    )
+    task = render(prompts.add_entry_task, "add_entry_task", values)
+    payload = {"operation": "add_entry", "message": current, "recent": recent_items, "context": context}
+    return [SystemMessage(system), HumanMessage(task, additional_kwargs={TASK_KEY: payload})]
+
+
+def build_put_context_prompt(
+    prompts: PromptSet,
+    *,
+    previous_context: str,
+    messages: Sequence[BaseMessage],
+    max_chars: int,
+    message_chars: int | None = 2000,
+) -> list[BaseMessage]:
+    """The put_context prompt: merge the previous context document with the messages since the last flush."""
+    items = [_message_dict(m, message_chars) for m in messages]
+    values = {
+        "previous_context": previous_context or "(empty)",
+        "messages": _format_messages(items),
+        "max_chars": max_chars,
+    }
+    system = "\n\n".join([prompts.agent_prefix.strip(), prompts.context_prompt.strip()])
+    task = render(prompts.put_context_task, "put_context_task", values)
+    payload = {
+        "operation": "put_context",
+        "previous_context": previous_context,
+        "messages": items,
+        "max_chars": max_chars,
+    }
+    return [SystemMessage(system), HumanMessage(task, additional_kwargs={TASK_KEY: payload})]
+

@@ -1,0 +1,114 @@
+"""Replaying conversations into memory, resumably and exactly once.
+
+Each conversation is one thread: for every session, START_SESSION, each message, END_SESSION. The position of a
+thread is read from its checkpoint (messages stored, sessions started and ended), so re-running a replay after an
+interruption continues where it stopped; add_entry's idempotency key makes the message that was in flight at the
+interruption land once.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .conversations import Conversation
+from .errors import InputError
+from .invoker import MycelianAgentInvoker
+from .results import InvocationResult, ThreadStatus
+
+__all__ = ["ReplayStats", "replay_conversation", "resume_position"]
+
+
+@dataclass
+class ReplayStats:
+    """Totals of a replay, summed over conversations."""
+
+    conversations: int = 0
+    messages: int = 0  # messages stored by this run
+    skipped: int = 0  # messages already stored by an earlier run (resumed)
+    entries: int = 0
+    deduplicated: int = 0
+    contexts: int = 0
+    sessions: int = 0
+    llm_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    corrections: int = 0
+    fallbacks: int = 0
+    retries: int = 0
+    errors: list[str] = field(default_factory=list)
+    elapsed_s: float = 0.0
+
+    def add(self, result: InvocationResult) -> None:
+        """Account one invocation."""
+        self.entries += len(result.entry_ids)
+        self.deduplicated += result.deduplicated
+        self.contexts += int(result.context_written)
+        self.llm_calls += result.llm_calls
+        self.prompt_tokens += result.prompt_tokens
+        self.completion_tokens += result.completion_tokens
+        self.corrections += result.corrections
+        self.fallbacks += result.fallbacks
+        self.retries += result.retries
+        self.errors.extend(result.errors)
+
+    @property
+    def messages_per_s(self) -> float:
+        return self.messages / self.elapsed_s if self.elapsed_s else 0.0
+
+
+def resume_position(conversation: Conversation, status: ThreadStatus) -> tuple[int, bool, int]:
+    """Where a replay of ``conversation`` resumes: (session index, whether it was started, messages done in it).
+
+    Raises :class:`InputError` if the thread's checkpoint does not match this conversation (e.g. the file changed
+    or the thread id is shared with another conversation).
+    """
+    ended = status.counters.get("sessions_ended", 0)
+    started = status.counters.get("sessions_started", 0)
+    before = sum(len(s.messages) for s in conversation.sessions[:ended])
+    within = status.messages - before
+    if ended > len(conversation.sessions) or within < 0 or (
+        ended < len(conversation.sessions) and within > len(conversation.sessions[ended].messages)
+    ) or (ended == len(conversation.sessions) and within != 0):
+        raise InputError(
+            f"thread {status.thread_id!r} has a checkpoint ({status.messages} messages, {ended} sessions ended) "
+            f"that does not match conversation {conversation.conversation_id!r} of {conversation.source} "
+            f"({conversation.message_count} messages in {len(conversation.sessions)} sessions); "
+            "use another --state file or thread id"
+        )
+    return ended, started > ended, within
+
+
+async def replay_conversation(
+    invoker: MycelianAgentInvoker,
+    conversation: Conversation,
+    *,
+    thread_id: str | None = None,
+    stats: ReplayStats | None = None,
+    on_message: Callable[[InvocationResult], None] | None = None,
+) -> ReplayStats:
+    """Replay ``conversation`` into the invoker's memory (resuming from the thread's checkpoint)."""
+    stats = stats or ReplayStats()
+    thread = thread_id or conversation.conversation_id
+    started_at = time.perf_counter()
+    status = await invoker.athread_status(thread)
+    first, open_, done = resume_position(conversation, status)
+    stats.skipped += sum(len(s.messages) for s in conversation.sessions[:first]) + done
+    for index in range(first, len(conversation.sessions)):
+        session = conversation.sessions[index]
+        if not (index == first and open_):
+            stats.add(await invoker.astart_session(thread, session.conversation_time))
+        skip = done if index == first else 0
+        for message in session.messages[skip:]:
+            result = await invoker.aprocess_conversation_message(
+                message.role, message.content, thread, session.conversation_time, tags=message.tags)
+            stats.add(result)
+            stats.messages += 1
+            if on_message is not None:
+                on_message(result)
+        stats.add(await invoker.aend_session(thread, session.conversation_time))
+        stats.sessions += 1
+    stats.conversations += 1
+    stats.elapsed_s += time.perf_counter() - started_at
+    return stats
