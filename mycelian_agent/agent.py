@@ -105,10 +105,6 @@ class AgentSettings:
                    since_flush_cap=None, skip_empty_flush=False)
 
 
-def _now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _normalise_time(value: str | datetime | None) -> str | None:
     if value is None:
         return None
@@ -194,7 +190,7 @@ def _validate_reply(tool_name: str, reply: BaseMessage, context_max_chars: int) 
 def _new_run() -> dict[str, Any]:
     return {"tool_calls": [], "entry_ids": [], "deduplicated": 0, "llm_calls": 0, "prompt_tokens": 0,
             "completion_tokens": 0, "retries": 0, "corrections": 0, "fallbacks": 0, "errors": [], "notes": [],
-            "context_written": False, "message_index": None}
+            "context_written": False, "message_index": None, "tool_s": 0.0, "model_s": 0.0}
 
 
 class MycelianMemoryAgent:
@@ -323,6 +319,7 @@ class MycelianMemoryAgent:
         """Execute one tool call; retry transient failures with backoff; raise on any other error."""
         name = request.tool_call["name"]
         retries = 0
+        started = time.perf_counter()
         for attempt in range(1, self.settings.tool_attempts + 1):
             try:
                 result = await execute(request)
@@ -332,8 +329,10 @@ class MycelianMemoryAgent:
                 error = MemoryServerError(f"{name} failed: {_cause(exc)}", tool=name, transient=True)
             else:
                 if not (isinstance(result, ToolMessage) and result.status == "error"):
-                    if retries and isinstance(result, ToolMessage):
-                        result.additional_kwargs["retries"] = retries
+                    if isinstance(result, ToolMessage):
+                        result.additional_kwargs["elapsed_s"] = time.perf_counter() - started
+                        if retries:
+                            result.additional_kwargs["retries"] = retries
                     return result
                 text = _tool_text(result)
                 error = MemoryServerError(f"{name} failed: {text}", tool=name, transient=is_transient_text(text))
@@ -356,6 +355,7 @@ class MycelianMemoryAgent:
         if results:
             run["tool_calls"] = done
             run["retries"] = sum(m.additional_kwargs.get("retries", 0) for m in results)
+            run["tool_s"] = sum(m.additional_kwargs.get("elapsed_s", 0.0) for m in results)
 
         if control is ControlState.START_SESSION:
             if not done:
@@ -514,6 +514,7 @@ class MycelianMemoryAgent:
         """Ask the model for the tool's arguments: bounded corrective re-prompts, then the fallback model."""
         messages = list(prompt)
         for attempt in range(self.settings.max_corrections + 1):
+            started = time.perf_counter()
             try:
                 reply = await self._bind(self.model, tool_name).ainvoke(messages)
             except Exception as exc:  # provider errors come in many types
@@ -521,6 +522,8 @@ class MycelianMemoryAgent:
                     raise ToolCallError(f"the model failed while writing {tool_name}: {_cause(exc)}") from exc
                 run["errors"] = [*run["errors"], f"model error on {tool_name}: {_cause(exc)}"]
                 break
+            finally:
+                run["model_s"] += time.perf_counter() - started
             _count_usage(reply, run)
             args, problem = _validate_reply(tool_name, reply, self.settings.context_max_chars)
             if problem is None:
@@ -533,7 +536,9 @@ class MycelianMemoryAgent:
                          HumanMessage(f"That reply cannot be used: {problem}. Call the `{tool_name}` tool exactly once, "
                                       "with the arguments its schema asks for.")]
         run["fallbacks"] += 1
+        started = time.perf_counter()
         reply = await self._bind(self.fallback_model, tool_name).ainvoke(prompt)
+        run["model_s"] += time.perf_counter() - started
         args, problem = _validate_reply(tool_name, reply, self.settings.context_max_chars)
         if problem is not None:
             raise ToolCallError(f"neither the model nor the fallback produced a usable {tool_name} call: {problem}")

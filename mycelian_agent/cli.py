@@ -25,15 +25,15 @@ from .errors import MycelianError
 
 __all__ = ["main", "cli"]
 
-DEFAULT_DB = "~/.local/share/mycelian/memory.db"
 console = Console()
 err_console = Console(stderr=True)
 
 
 def _server_options(func: Any) -> Any:
     options = [
-        click.option("--db", envvar="MYCELIAN_DB", default=DEFAULT_DB, show_default=True,
-                     help="SQLite file of the embedded memory server [env MYCELIAN_DB]."),
+        click.option("--db", envvar="MYCELIAN_DB", default=None,
+                     help="SQLite file of the embedded memory server [env MYCELIAN_DB; "
+                     "default $XDG_DATA_HOME/mycelian/memory.db]."),
         click.option("--server", envvar="MYCELIAN_SERVER", default="embedded", show_default=True,
                      help="'embedded', or a Mycelian server URL like http://127.0.0.1:11546/mcp [env MYCELIAN_SERVER]."),
         click.option("--token", envvar="MYCELIAN_TOKEN", default=None, help="Bearer token of a remote server [env MYCELIAN_TOKEN]."),
@@ -65,7 +65,7 @@ def cli() -> None:
 @click.option("--state", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="SQLite checkpoint file: an interrupted replay resumes from it when run again.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-def replay(files: tuple[Path, ...], db: str, server: str, token: str | None, vault: str, memory: str | None,
+def replay(files: tuple[Path, ...], db: str | None, server: str, token: str | None, vault: str, memory: str | None,
            model: str, api_key: str | None, base_url: str | None, flush_every: int, state: Path | None,
            as_json: bool) -> None:
     """Replay conversation FILES into memory and print what was stored.
@@ -97,7 +97,7 @@ def replay(files: tuple[Path, ...], db: str, server: str, token: str | None, vau
         err_console.print(f"[yellow]recovered:[/] {error}")
 
 
-async def _replay(conversations: list[Any], total: int, *, db: str, server: str, token: str | None, vault: str,
+async def _replay(conversations: list[Any], total: int, *, db: str | None, server: str, token: str | None, vault: str,
                   memory: str | None, model: str, api_key: str | None, base_url: str | None, flush_every: int,
                   state: Path | None) -> Any:
     from .builder import build_agent, ensure_memory
@@ -141,7 +141,7 @@ async def _replay(conversations: list[Any], total: int, *, db: str, server: str,
     return stats
 
 
-async def _open(db: str, server: str, token: str | None, vault: str, memory: str) -> tuple[Any, str, str]:
+async def _open(db: str | None, server: str, token: str | None, vault: str, memory: str) -> tuple[Any, str, str]:
     from .builder import connect
 
     connection = await connect(server, db=db, token=token).open()
@@ -162,7 +162,7 @@ async def _open(db: str, server: str, token: str | None, vault: str, memory: str
 @_server_options
 @click.option("--memory", required=True, help="Memory title or id.")
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 50), help="Newest entries to show.")
-def show(db: str, server: str, token: str | None, vault: str, memory: str, limit: int) -> None:
+def show(db: str | None, server: str, token: str | None, vault: str, memory: str, limit: int) -> None:
     """Show a memory's newest entries and its current context document."""
 
     async def run() -> None:
@@ -192,7 +192,7 @@ def show(db: str, server: str, token: str | None, vault: str, memory: str, limit
 @click.option("--memory", required=True, help="Memory title or id.")
 @click.option("--top-k", default=5, show_default=True, type=click.IntRange(1, 25), help="Entries to return.")
 @click.option("--json", "as_json", is_flag=True, help="Print the raw search_memories result.")
-def search(query: str, db: str, server: str, token: str | None, vault: str, memory: str, top_k: int,
+def search(query: str, db: str | None, server: str, token: str | None, vault: str, memory: str, top_k: int,
            as_json: bool) -> None:
     """Search a memory: ranked entries and context shards for QUERY."""
 

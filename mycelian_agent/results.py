@@ -29,7 +29,14 @@ class InvocationResult:
     fallbacks: int = 0
     errors: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
-    duration_s: float = 0.0
+    duration_s: float = 0.0  # wall time of the invocation
+    tool_s: float = 0.0  # of which in memory-server tool calls
+    model_s: float = 0.0  # of which in the model (and fallback model)
+
+    @property
+    def framework_s(self) -> float:
+        """Time spent in the agent itself (graph, checkpoints, prompt building): total minus tools and model."""
+        return max(0.0, self.duration_s - self.tool_s - self.model_s)
 
     @classmethod
     def from_run(cls, run: Mapping[str, Any], *, control: ControlState, thread_id: str, duration_s: float):
@@ -51,6 +58,8 @@ class InvocationResult:
             errors=tuple(run.get("errors", ())),
             notes=tuple(run.get("notes", ())),
             duration_s=duration_s,
+            tool_s=run.get("tool_s", 0.0),
+            model_s=run.get("model_s", 0.0),
         )
 
 
