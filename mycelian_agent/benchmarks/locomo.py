@@ -1,0 +1,229 @@
+"""LoCoMo: ingest each sample's conversation into a memory of its own, then score evidence retrieval per question.
+
+Per sample (thread id = ``sample_id``, memory title = ``valid_title(sample_id)``): the sessions are replayed in
+order with their dates (``speaker_a`` as ``user``, ``speaker_b`` as ``assistant``, as the loader maps them; every
+entry carries the turn's ``dia_id`` tag). Then, for each QA question, ``search_memories(question, top_ke)`` and
+evidence recall@k from the distinct ``dia_id`` tags of the ranked entries: ``any`` (at least one evidence turn in
+the first k) and ``all`` (every one), per category.
+
+Category 5 (adversarial: the question presumes something the conversation does not say; the loader's
+``Question.is_abstention``) is scored like the others but reported in a table of its own and kept out of the
+overall row, since its "evidence" is the turn the question twists rather than an answer.
+
+Outputs in ``out``: ``records.jsonl`` (one line per finished question), ``samples.jsonl`` (one line per fully
+ingested sample: ingestion time, messages, model usage) and ``summary.json`` (rebuilt from both after each run).
+Re-running skips recorded questions and resumes an interrupted ingestion from the checkpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..conversations import LOCOMO_CATEGORIES, Conversation, Question, iter_messages, load_conversations, valid_title
+from ..errors import ConfigError, InputError
+from ..metrics import RecallRecord, aggregate, recall_at_k, unique_in_order
+from ..models import model_name
+from ..replay import ReplayStats, replay_conversation
+from . import (BenchmarkReport, BenchmarkRunner, MemoryHarness, append_jsonl, progress_bar, read_jsonl, run_pool,
+               select_items, usage_from_counters, write_json)
+
+__all__ = ["LoCoMoRunner", "load_locomo", "category_label"]
+
+
+def load_locomo(paths: Sequence[str | os.PathLike[str]]) -> list[Conversation]:
+    """The LoCoMo samples of ``paths`` in file order; other formats and repeated sample ids are an error."""
+    samples: list[Conversation] = []
+    for path in paths:
+        for conversation in load_conversations(path):
+            if conversation.kind != "locomo":
+                raise InputError(f"{path}: not a LoCoMo file (detected {conversation.kind!r} format)")
+            if any(s.conversation_id == conversation.conversation_id for s in samples):
+                raise InputError(f"{path}: sample {conversation.conversation_id!r} appears twice in the input")
+            samples.append(conversation)
+    return samples
+
+
+def category_label(category: str) -> str:
+    """``"2"`` → ``"2 temporal"`` (sorts in category order, reads as a name)."""
+    return f"{category} {LOCOMO_CATEGORIES[category]}" if category in LOCOMO_CATEGORIES else category
+
+
+@dataclass
+class LoCoMoRunner(BenchmarkRunner):
+    """LoCoMo evidence retrieval, one memory per sample (see the module docstring).
+
+    ``limit``: the first N samples; ``limit_questions``: the first N questions of each sample; ``shard="i/n"``
+    splits samples like :func:`~mycelian_agent.benchmarks.select_items`; ``workers``: samples run concurrently.
+    """
+
+    limit_questions: int | None = None
+    vault: str = "locomo"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.limit_questions is not None and self.limit_questions < 0:
+            raise ConfigError(f"limit_questions must be >= 0, got {self.limit_questions}")
+
+    @property
+    def records_path(self) -> Path:
+        return Path(self.out) / "records.jsonl"
+
+    @property
+    def samples_path(self) -> Path:
+        return Path(self.out) / "samples.jsonl"
+
+    def run(self, paths: Sequence[str | os.PathLike[str]]) -> BenchmarkReport:
+        """Synchronous :meth:`arun`."""
+        return asyncio.run(self.arun(paths))
+
+    async def arun(self, paths: Sequence[str | os.PathLike[str]]) -> BenchmarkReport:
+        """Ingest the selected samples and score their questions not yet recorded; write and return the report."""
+        self.failures = {}
+        selected = select_items(load_locomo(paths), lambda c: c.conversation_id, limit=self.limit,
+                                shard=self.shard)  # type: ignore[arg-type]
+        Path(self.out).mkdir(parents=True, exist_ok=True)
+        done = {r.get("question_id") for r in read_jsonl(self.records_path)}
+        ingested = {r.get("sample_id") for r in read_jsonl(self.samples_path)}
+        work_list = [(c, [q for q in c.questions[: self.limit_questions] if q.question_id not in done])
+                     for c in selected]
+        pending = [(c, qs) for c, qs in work_list if qs or c.conversation_id not in ingested]
+        started = time.perf_counter()
+        counts = {"messages": 0, "questions": 0}
+        if pending:
+            async with self.open_harness(valid_title(pending[0][0].conversation_id)) as harness:
+                with progress_bar(self.progress) as progress:
+                    messages = progress.add_task("messages", total=sum(c.message_count for c, _ in pending), note="")
+                    questions = progress.add_task("questions", total=sum(len(qs) for _, qs in pending), note="")
+
+                    async def work(item: tuple[Conversation, list[Question]]) -> None:
+                        conversation, todo = item
+                        memory_id, stats = await self._ingest(harness, conversation, ingested, progress, messages)
+                        counts["messages"] += stats.messages
+                        dia_ids = {m.message.tags.get("dia_id") for m in iter_messages(conversation)}
+                        for question in todo:
+                            record = await self._question(harness, memory_id, conversation, question, dia_ids)
+                            append_jsonl(self.records_path, record)
+                            counts["questions"] += 1
+                            progress.update(questions, advance=1, note=question.question_id)
+
+                    await run_pool(pending, self.workers, work, lambda item: item[0].conversation_id, self.failures)
+        return self.report(this_run={"samples": len(pending), "selected": len(selected), **counts,
+                                     "wall_s": round(time.perf_counter() - started, 3)})
+
+    async def _ingest(self, harness: MemoryHarness, conversation: Conversation, ingested: set[str | None],
+                      progress: Any, task: Any) -> tuple[str, ReplayStats]:
+        sample_id = conversation.conversation_id
+        memory_id, invoker = await harness.invoker_for(valid_title(sample_id))
+        stats = ReplayStats()
+        await replay_conversation(invoker, conversation, thread_id=sample_id, stats=stats,
+                                  on_message=lambda _result: progress.advance(task))
+        progress.advance(task, stats.skipped)
+        if sample_id not in ingested:
+            status = await invoker.athread_status(sample_id)
+            append_jsonl(self.samples_path, {
+                "sample_id": sample_id, "memory_id": memory_id, "sessions": len(conversation.sessions),
+                "ingestion": {"seconds": round(stats.elapsed_s, 3), "messages": stats.messages,
+                              "skipped": stats.skipped, "messages_per_s": round(stats.messages_per_s, 2),
+                              "entries": int(status.counters.get("entries", 0)),
+                              "contexts": int(status.counters.get("flushes", 0)),
+                              "recovered_errors": stats.errors[:20]},
+                "usage": usage_from_counters(dict(status.counters)), "model": model_name(self.model)})
+        return memory_id, stats
+
+    async def _question(self, harness: MemoryHarness, memory_id: str, conversation: Conversation,
+                        question: Question, dia_ids: set[str | None]) -> dict[str, Any]:
+        found, search_s = await harness.search(memory_id, question.question, self.search_k)
+        entries = found.get("entries") or []
+        retrieved = unique_in_order(t["dia_id"] for e in entries if "dia_id" in (t := e.get("tags") or {}))
+        recall: dict[str, bool] = {}
+        for k in self.ks:
+            found_k = recall_at_k(retrieved, question.evidence, k)
+            if found_k is not None:
+                recall[f"any@{k}"], recall[f"all@{k}"] = found_k
+        return {
+            "question_id": question.question_id,
+            "sample_id": conversation.conversation_id,
+            "category": question.category,
+            "category_name": LOCOMO_CATEGORIES.get(question.category, question.category),
+            "adversarial": question.is_abstention,
+            "question": question.question,
+            "answer": question.answer,
+            "evidence": list(question.evidence),
+            # Evidence ids absent from the conversation (upstream annotation slips) can never be retrieved.
+            "evidence_missing": [e for e in question.evidence if e not in dia_ids],
+            "retrieved": [{"entry_id": e.get("entryId"), "dia_id": (e.get("tags") or {}).get("dia_id"),
+                           "score": e.get("score")} for e in entries],
+            "retrieved_dia_ids": retrieved,
+            "recall": recall or None,
+            "search_s": round(search_s, 4),
+        }
+
+    def report(self, this_run: dict[str, Any] | None = None) -> BenchmarkReport:
+        """Rebuild ``summary.json`` from every record in ``out`` and return the report."""
+        records = read_jsonl(self.records_path)
+        samples = read_jsonl(self.samples_path)
+
+        def recall_records(adversarial: bool) -> list[RecallRecord]:
+            return [RecallRecord(r["question_id"], category_label(r["category"]), r["retrieved_dia_ids"],
+                                 r["evidence"]) for r in records if bool(r.get("adversarial")) == adversarial]
+
+        main_name, adversarial_name = "evidence recall, categories 1-4", "adversarial (category 5, reported apart)"
+        tables = {main_name: aggregate(recall_records(False), self.ks)}
+        if any(r.get("adversarial") for r in records):
+            tables[adversarial_name] = aggregate(recall_records(True), self.ks)
+        messages = sum(s["ingestion"]["messages"] for s in samples)
+        seconds = sum(s["ingestion"]["seconds"] for s in samples)
+        usage: dict[str, int] = {}
+        for sample in samples:
+            for key, value in sample["usage"].items():
+                usage[key] = usage.get(key, 0) + value
+        summary = {
+            "benchmark": "locomo",
+            "out": str(self.out),
+            "samples": len(samples),
+            "questions": len(records),
+            "failed": dict(self.failures),
+            "this_run": this_run or {},
+            "model": model_name(self.model),
+            "top_k": self.top_k,
+            "search_k": self.search_k,
+            "shard": f"{self.shard[0]}/{self.shard[1]}" if self.shard else None,  # type: ignore[index]
+            "recall": {"categories_1_4": tables[main_name].as_dict(),
+                       "adversarial": tables[adversarial_name].as_dict() if adversarial_name in tables else None},
+            "evidence_ids_missing_from_conversation": sum(len(r["evidence_missing"]) for r in records),
+            "ingestion": {"messages": messages, "seconds": round(seconds, 3),
+                          "messages_per_s": round(messages / seconds, 2) if seconds else None,
+                          "entries": sum(s["ingestion"]["entries"] for s in samples),
+                          "contexts": sum(s["ingestion"]["contexts"] for s in samples)},
+            "usage": usage,
+            "search_s_mean": round(sum(r["search_s"] for r in records) / len(records), 4) if records else None,
+        }
+        write_json(Path(self.out) / "summary.json", summary)
+        return BenchmarkReport(summary, tables, _notes(summary))
+
+
+def _notes(summary: dict[str, Any]) -> list[str]:
+    ing, run = summary["ingestion"], summary["this_run"]
+    rate = ing["messages_per_s"]
+    lines = [
+        f"samples ingested: {summary['samples']}, questions recorded: {summary['questions']}"
+        + (f" (this run: {run.get('questions', 0)} questions, {run.get('messages', 0)} messages stored, "
+           f"{run.get('wall_s', 0):.1f} s wall"
+           + (f", {run['messages'] / run['wall_s']:.1f} messages/s" if run.get("wall_s") else "") + ")"
+           if run else ""),
+        f"ingestion: {ing['messages']} messages in {ing['seconds']:.1f} s"
+        + (f" ({rate:.1f} messages/s per sample stream)" if rate else "")
+        + f", {ing['entries']} entries, {ing['contexts']} context documents; model {summary['model']}",
+        f"model usage (ingestion): {summary['usage']}",
+        f"evidence ids not found in the conversation: {summary['evidence_ids_missing_from_conversation']}",
+    ]
+    if summary["failed"]:
+        lines.append(f"FAILED ({len(summary['failed'])}; re-run to retry): "
+                     + "; ".join(f"{k}: {v}" for k, v in list(summary["failed"].items())[:5]))
+    return lines

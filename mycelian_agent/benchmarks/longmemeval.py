@@ -1,0 +1,336 @@
+"""LongMemEval: ingest each question's haystack into a memory of its own, retrieve, optionally answer, score recall.
+
+Per question (thread id = question id, memory title = ``valid_title(question_id)``):
+
+1. every haystack session is replayed in order with its date as conversation time (start, messages, end), through
+   :func:`~mycelian_agent.replay.replay_conversation`, which resumes from the thread's checkpoint;
+2. ``search_memories(question, top_ke, include_raw_entries, before=question_date)`` (the date bound keeps
+   entries from after the question out, when the date is known);
+3. a QA context is built from the retrieved entries (date, role, position, verbatim text; oldest first) and the
+   latest context document; a QA model answers from it, or, without one, the hypothesis is that evidence marked
+   ``[retrieval only: no QA model configured]``;
+4. recall: session level against ``answer_session_ids`` and turn level against the ``has_answer`` turns (entries
+   carry ``session_id`` / ``turn`` tags; the parts of a long message count as one turn), with
+   :mod:`mycelian_agent.metrics` — recall@k looks at the first k *distinct* sessions (turns) among the retrieved
+   entries, LongMemEval's turn→session rule. Abstention questions (``_abs``) are kept but excluded from recall,
+   as LongMemEval's retrieval evaluation does; the oracle files have no ``has_answer`` flags, so no turn recall.
+
+Outputs in ``out``: ``records.jsonl`` (one line per finished question), ``hypotheses.jsonl``
+(``{"question_id", "hypothesis"}`` lines, the format LongMemEval's ``evaluate_qa.py`` reads) and ``summary.json``,
+both rebuilt from every record after each run. Use a separate ``out`` (hence memory and checkpoint files) per data
+file: question ids repeat across LongMemEval variants.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import HumanMessage, SystemMessage
+
+from ..conversations import Conversation, load_conversations, valid_title
+from ..errors import ConfigError, InputError
+from ..memory_server.placeholder import is_placeholder_context
+from ..metrics import RecallRecord, aggregate, recall_at_k, unique_in_order
+from ..models import model_name, resolve_model
+from ..replay import ReplayStats, replay_conversation
+from . import (BenchmarkReport, BenchmarkRunner, MemoryHarness, append_jsonl, progress_bar, read_jsonl, run_pool,
+               select_items, usage_from_counters, write_json)
+
+__all__ = [
+    "SingleQuestionRunner", "RETRIEVAL_ONLY_MARK", "QA_SYSTEM_PROMPT", "build_qa_context", "answer_question",
+    "load_longmemeval", "retrieved_positions",
+]
+
+RETRIEVAL_ONLY_MARK = "[retrieval only: no QA model configured]"
+
+QA_SYSTEM_PROMPT = """You answer a question about a user's past conversations with an AI assistant.
+You are given excerpts from a memory of those conversations: a context document that summarises them, and
+individual messages with their dates, oldest first. Use only these excerpts.
+- When a fact changed over time, the latest statement made before the question date is the current one.
+- Resolve relative dates ("last week", "two days ago") against the date of the message that uses them.
+- If the excerpts do not contain the answer, say that you do not know.
+Reply with the answer only, in at most two sentences."""
+
+
+def load_longmemeval(paths: Sequence[str | os.PathLike[str]]) -> list[Conversation]:
+    """The LongMemEval questions of ``paths`` (one conversation each), in file order; other formats are an error."""
+    conversations: list[Conversation] = []
+    seen: set[str] = set()
+    for path in paths:
+        for conversation in load_conversations(path):
+            if conversation.kind != "longmemeval":
+                raise InputError(f"{path}: not a LongMemEval file (detected {conversation.kind!r} format)")
+            if conversation.conversation_id in seen:
+                raise InputError(f"{path}: question {conversation.conversation_id!r} appears twice in the input")
+            seen.add(conversation.conversation_id)
+            conversations.append(conversation)
+    return conversations
+
+
+def retrieved_positions(entries: Sequence[dict[str, Any]]) -> tuple[list[str], list[str]]:
+    """The distinct sessions and turns (``"<session_id>:<turn>"``) of ranked entries, in rank order."""
+    sessions, turns = [], []
+    for entry in entries:
+        tags = entry.get("tags") or {}
+        if "session_id" in tags:
+            sessions.append(tags["session_id"])
+            if "turn" in tags:
+                turns.append(f"{tags['session_id']}:{tags['turn']}")
+    return unique_in_order(sessions), unique_in_order(turns)
+
+
+def _chronological(entry: dict[str, Any]) -> tuple[str, int, str]:
+    tags = entry.get("tags") or {}
+    msg = tags.get("msg", "")
+    # "msg" is the message number within the thread: it orders messages that share a session date.
+    return (entry.get("conversationTime") or entry.get("creationTime") or "", int(msg) if msg.isdigit() else 0,
+            tags.get("part", ""))
+
+
+def build_qa_context(result: dict[str, Any], *, max_entries: int = 10, entry_chars: int = 4000) -> str:
+    """The evidence a QA model reads: the latest context document, then the top entries oldest first.
+
+    Each entry keeps its date, role, session/turn and verbatim text (clipped to ``entry_chars``).
+    """
+    blocks: list[str] = []
+    context = result.get("latestContext")
+    if isinstance(context, str) and not is_placeholder_context(context):
+        # No timestamp: a snapshot's time is when it was written, not a conversation date.
+        blocks.append(f"## Context document (latest)\n{context.strip()}")
+    entries = list(result.get("entries") or [])[:max_entries]
+    lines = []
+    for entry in sorted(entries, key=_chronological):
+        tags = entry.get("tags") or {}
+        when = (entry.get("conversationTime") or entry.get("creationTime") or "unknown date")[:16].replace("T", " ")
+        where = f", session {tags['session_id']} turn {tags.get('turn', '?')}" if "session_id" in tags else ""
+        where += f", dialogue {tags['dia_id']}" if "dia_id" in tags else ""
+        speaker = f" {tags['speaker']}" if "speaker" in tags else ""
+        text = str(entry.get("rawEntry") or entry.get("summary") or "").strip()
+        if len(text) > entry_chars:
+            text = text[:entry_chars] + " [...]"
+        lines.append(f"[{when}] {tags.get('role', '?')}{speaker}{where}:\n{text}")
+    blocks.append("## Retrieved messages (oldest first)\n" + ("\n\n".join(lines) if lines else "(none found)"))
+    return "\n\n".join(blocks)
+
+
+async def answer_question(model: BaseChatModel, question: str, question_date: str | None,
+                          context: str) -> tuple[str, dict[str, int]]:
+    """Ask ``model`` to answer ``question`` from ``context``; returns the answer and its token usage."""
+    date = (question_date or "unknown")[:16].replace("T", " ")
+    prompt = [SystemMessage(QA_SYSTEM_PROMPT),
+              HumanMessage(f"Question date: {date}\n\n{context}\n\nQuestion: {question}")]
+    reply = await model.ainvoke(prompt)
+    usage = getattr(reply, "usage_metadata", None) or {}
+    text = reply.content if isinstance(reply.content, str) else "".join(
+        part.get("text", "") if isinstance(part, dict) else str(part) for part in reply.content)
+    return text.strip(), {"llm_calls": 1, "prompt_tokens": int(usage.get("input_tokens", 0) or 0),
+                          "completion_tokens": int(usage.get("output_tokens", 0) or 0)}
+
+
+def _recall_flags(retrieved: Sequence[str], gold: Sequence[str], ks: Sequence[int]) -> dict[str, bool] | None:
+    flags: dict[str, bool] = {}
+    for k in ks:
+        found = recall_at_k(retrieved, gold, k)
+        if found is None:
+            return None
+        flags[f"any@{k}"], flags[f"all@{k}"] = found
+    return flags
+
+
+@dataclass
+class SingleQuestionRunner(BenchmarkRunner):
+    """LongMemEval, one memory per question (see the module docstring).
+
+    ``qa_model``: ``"openai:<model>"`` or a chat model answers from the retrieved evidence; None (default) gives
+    retrieval-only hypotheses. ``top_k``: entries retrieved and shown to the QA model (recall needs at least the
+    largest of ``ks``, so ``max(top_k, *ks)`` are retrieved). ``workers``: questions run concurrently (asyncio
+    tasks over one server connection and checkpointer). ``limit``: the first N questions of the input;
+    ``shard="i/n"``: of those, the ones whose position among the sorted question ids is i modulo n.
+    Re-running with the same ``out`` skips questions that have a record and resumes an interrupted ingestion.
+    """
+
+    qa_model: str | BaseChatModel | None = None
+    entry_chars: int = 4000
+    vault: str = "longmemeval"
+
+    def run(self, paths: Sequence[str | os.PathLike[str]]) -> BenchmarkReport:
+        """Synchronous :meth:`arun`."""
+        return asyncio.run(self.arun(paths))
+
+    async def arun(self, paths: Sequence[str | os.PathLike[str]]) -> BenchmarkReport:
+        """Run the selected questions of ``paths`` not yet recorded; write and return the report."""
+        self.failures = {}
+        selected = select_items(load_longmemeval(paths), lambda c: c.conversation_id, limit=self.limit,
+                                shard=self.shard)  # type: ignore[arg-type]
+        qa = self._qa_model()
+        Path(self.out).mkdir(parents=True, exist_ok=True)
+        done = {r.get("question_id") for r in read_jsonl(self.records_path)}
+        pending = [c for c in selected if c.conversation_id not in done]
+        started = time.perf_counter()
+        stored = 0
+        if pending:
+            async with self.open_harness(valid_title(pending[0].conversation_id)) as harness:
+                with progress_bar(self.progress) as progress:
+                    questions = progress.add_task("questions", total=len(pending), note="")
+                    messages = progress.add_task("messages", total=sum(c.message_count for c in pending), note="")
+
+                    async def work(conversation: Conversation) -> None:
+                        nonlocal stored
+                        record = await self._question(harness, conversation, qa, progress, messages)
+                        append_jsonl(self.records_path, record)
+                        stored += record["ingestion"]["messages"]
+                        progress.update(questions, advance=1, note=conversation.conversation_id)
+
+                    await run_pool(pending, self.workers, work, lambda c: c.conversation_id, self.failures)
+        return self.report(this_run={"questions": len(pending) - len(self.failures), "messages": stored,
+                                     "wall_s": round(time.perf_counter() - started, 3), "selected": len(selected)})
+
+    @property
+    def records_path(self) -> Path:
+        return Path(self.out) / "records.jsonl"
+
+    def _qa_model(self) -> BaseChatModel | None:
+        if self.qa_model is None or (isinstance(self.qa_model, str) and self.qa_model.strip().lower() in ("", "none")):
+            return None
+        if isinstance(self.qa_model, str) and self.qa_model.strip().lower() == "extractive":
+            raise ConfigError("the extractive model cannot answer questions: give an openai:<model> QA model, "
+                              "or none for retrieval-only hypotheses")
+        return resolve_model(self.qa_model, api_key=self.api_key, base_url=self.base_url)
+
+    async def _question(self, harness: MemoryHarness, conversation: Conversation, qa: BaseChatModel | None,
+                        progress: Any, task: Any) -> dict[str, Any]:
+        question = conversation.questions[0]
+        qid = question.question_id
+        memory_id, invoker = await harness.invoker_for(valid_title(qid))
+        stats = ReplayStats()
+        await replay_conversation(invoker, conversation, thread_id=qid, stats=stats,
+                                  on_message=lambda _result: progress.advance(task))
+        progress.advance(task, stats.skipped)
+        status = await invoker.athread_status(qid)
+        found, search_s = await harness.search(memory_id, question.question, self.search_k,
+                                               before=question.question_date)
+        entries = found.get("entries") or []
+        context = build_qa_context(found, max_entries=self.top_k, entry_chars=self.entry_chars)
+        qa_usage = {"llm_calls": 0, "prompt_tokens": 0, "completion_tokens": 0}
+        qa_started = time.perf_counter()
+        if qa is None:
+            hypothesis = f"{RETRIEVAL_ONLY_MARK}\n{context}"
+        else:
+            hypothesis, qa_usage = await answer_question(qa, question.question, question.question_date, context)
+        sessions, turns = retrieved_positions(entries)
+        gold_turns = list(question.evidence_turns)
+        return {
+            "question_id": qid,
+            "question_type": question.category,
+            "question": question.question,
+            "answer": question.answer,
+            "question_date": question.question_date,
+            "abstention": question.is_abstention,
+            "hypothesis": hypothesis,
+            "memory_id": memory_id,
+            "retrieved": [{"entry_id": e.get("entryId"), "session_id": (e.get("tags") or {}).get("session_id"),
+                           "turn": (e.get("tags") or {}).get("turn"), "score": e.get("score")} for e in entries],
+            "retrieved_sessions": sessions,
+            "retrieved_turns": turns,
+            "answer_session_ids": list(question.evidence),
+            "evidence_turns": gold_turns,
+            "recall": {
+                "session": None if question.is_abstention else _recall_flags(sessions, question.evidence, self.ks),
+                "turn": None if question.is_abstention else _recall_flags(turns, gold_turns, self.ks),
+            },
+            "ingestion": {
+                "seconds": round(stats.elapsed_s, 3),
+                "messages": stats.messages,
+                "skipped": stats.skipped,
+                "messages_per_s": round(stats.messages_per_s, 2),
+                "sessions": len(conversation.sessions),
+                "entries": int(status.counters.get("entries", 0)),
+                "contexts": int(status.counters.get("flushes", 0)),
+                "recovered_errors": stats.errors[:20],
+            },
+            "usage": {"ingestion": usage_from_counters(dict(status.counters)), "qa": qa_usage},
+            "search_s": round(search_s, 4),
+            "qa_s": round(time.perf_counter() - qa_started, 3),
+            "model": model_name(self.model),
+            "qa_model": model_name(self.qa_model) if qa is not None else None,
+            "top_k": self.top_k,
+        }
+
+    def report(self, this_run: dict[str, Any] | None = None) -> BenchmarkReport:
+        """Rebuild ``summary.json`` and ``hypotheses.jsonl`` from every record in ``out`` and return the report."""
+        records = read_jsonl(self.records_path)
+        write_json(Path(self.out) / "hypotheses.jsonl", None,
+                   lines=({"question_id": r["question_id"], "hypothesis": r["hypothesis"]} for r in records))
+        tables = {
+            "session recall (answer_session_ids)": aggregate(
+                (_recall_record(r, "retrieved_sessions", "answer_session_ids") for r in records), self.ks),
+            "turn recall (has_answer turns)": aggregate(
+                (_recall_record(r, "retrieved_turns", "evidence_turns") for r in records), self.ks),
+        }
+        ingestion = _sum(r["ingestion"] for r in records)
+        seconds = ingestion.get("seconds", 0.0)
+        summary = {
+            "benchmark": "longmemeval",
+            "out": str(self.out),
+            "questions": len(records),
+            "failed": dict(self.failures),
+            "this_run": this_run or {},
+            "model": model_name(self.model),
+            "qa_model": model_name(self.qa_model) if self.qa_model is not None else None,
+            "top_k": self.top_k,
+            "search_k": self.search_k,
+            "shard": f"{self.shard[0]}/{self.shard[1]}" if self.shard else None,  # type: ignore[index]
+            "recall": {"session": tables["session recall (answer_session_ids)"].as_dict(),
+                       "turn": tables["turn recall (has_answer turns)"].as_dict()},
+            "ingestion": {"messages": ingestion.get("messages", 0), "seconds": round(seconds, 3),
+                          "messages_per_s": round(ingestion.get("messages", 0) / seconds, 2) if seconds else None,
+                          "entries": ingestion.get("entries", 0), "contexts": ingestion.get("contexts", 0)},
+            "usage": {"ingestion": _sum(r["usage"]["ingestion"] for r in records),
+                      "qa": _sum(r["usage"]["qa"] for r in records)},
+            "search_s_mean": round(sum(r["search_s"] for r in records) / len(records), 4) if records else None,
+        }
+        write_json(Path(self.out) / "summary.json", summary)
+        return BenchmarkReport(summary, tables, _notes(summary))
+
+
+def _recall_record(record: dict[str, Any], retrieved: str, gold: str) -> RecallRecord:
+    # Abstention questions have no answer to find: no gold, so metrics counts them as excluded.
+    return RecallRecord(record["question_id"], record["question_type"], record[retrieved],
+                        () if record.get("abstention") else record[gold])
+
+
+def _sum(items: Any) -> dict[str, Any]:
+    total: dict[str, Any] = {}
+    for item in items:
+        for key, value in item.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                total[key] = total.get(key, 0) + value
+    return total
+
+
+def _notes(summary: dict[str, Any]) -> list[str]:
+    ing, run = summary["ingestion"], summary["this_run"]
+    rate = ing["messages_per_s"]
+    lines = [
+        f"questions recorded: {summary['questions']}"
+        + (f" (this run: {run.get('questions', 0)} of {run.get('selected', 0)} selected, "
+           f"{run.get('messages', 0)} messages in {run.get('wall_s', 0):.1f} s wall"
+           + (f", {run['messages'] / run['wall_s']:.1f} messages/s" if run.get("wall_s") else "") + ")"
+           if run else ""),
+        f"ingestion: {ing['messages']} messages in {ing['seconds']:.1f} s"
+        + (f" ({rate:.1f} messages/s per question stream)" if rate else "")
+        + f", {ing['entries']} entries, {ing['contexts']} context documents; model {summary['model']}",
+        f"model usage (ingestion): {summary['usage']['ingestion']}",
+        f"QA: {summary['qa_model'] or 'none (retrieval-only hypotheses)'}; usage {summary['usage']['qa']}",
+    ]
+    if summary["failed"]:
+        lines.append(f"FAILED ({len(summary['failed'])}; re-run to retry): "
+                     + "; ".join(f"{k}: {v}" for k, v in list(summary["failed"].items())[:5]))
+    return lines
