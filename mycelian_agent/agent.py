@@ -97,12 +97,13 @@ class AgentSettings:
     tool_attempts: int = 3  # attempts for a transient tool failure
     retry_backoff_s: float = 0.2  # first backoff; doubles per attempt
     skip_empty_flush: bool = True  # END_SESSION writes no context when nothing arrived since the last flush
+    flush_from_history: bool = False  # put_context reads the history window instead of the messages since a flush
 
     @classmethod
     def naive(cls) -> "AgentSettings":
         """The protocol as first written: whole history in state and prompts. Used by the benchmarks only."""
         return cls(history_window=None, recent_message_chars=None, flush_message_chars=None,
-                   since_flush_cap=None, skip_empty_flush=False)
+                   since_flush_cap=None, skip_empty_flush=False, flush_from_history=True)
 
 
 def _normalise_time(value: str | datetime | None) -> str | None:
@@ -498,7 +499,8 @@ class MycelianMemoryAgent:
 
     async def _context_call(self, state: AgentState, ids: dict[str, str], run: dict[str, Any]) -> AIMessage:
         prompt = build_put_context_prompt(
-            self.prompts, previous_context=state.get("context", ""), messages=state.get("since_flush") or [],
+            self.prompts, previous_context=state.get("context", ""),
+            messages=(state.get("window") if self.settings.flush_from_history else state.get("since_flush")) or [],
             max_chars=self.settings.context_max_chars, message_chars=self.settings.flush_message_chars,
         )
         written = await self._model_args("put_context", prompt, run)
@@ -545,7 +547,7 @@ class MycelianMemoryAgent:
         return args
 
 
-def _route(state: AgentState) -> str:
+async def _route(state: AgentState) -> str:  # async: LangGraph runs sync callables in a thread pool
     history = state.get("tool_history") or []
     if history and isinstance(history[-1], AIMessage) and history[-1].tool_calls:
         return "tools"
