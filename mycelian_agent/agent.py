@@ -26,6 +26,7 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.prebuilt import ToolNode
 
 from ._sync import run_sync
+from .checkpointers import prune_thread
 from .control import ControlState
 from .conversations import split_oversize
 from .errors import InputError, MemoryServerError, MycelianError, ToolCallError
@@ -98,12 +99,13 @@ class AgentSettings:
     retry_backoff_s: float = 0.2  # first backoff; doubles per attempt
     skip_empty_flush: bool = True  # END_SESSION writes no context when nothing arrived since the last flush
     flush_from_history: bool = False  # put_context reads the history window instead of the messages since a flush
+    prune_every: int | None = 16  # keep only a thread's newest checkpoint, pruning every N invocations; None = keep all
 
     @classmethod
     def naive(cls) -> "AgentSettings":
         """The protocol as first written: whole history in state and prompts. Used by the benchmarks only."""
         return cls(history_window=None, recent_message_chars=None, flush_message_chars=None,
-                   since_flush_cap=None, skip_empty_flush=False, flush_from_history=True)
+                   since_flush_cap=None, skip_empty_flush=False, flush_from_history=True, prune_every=None)
 
 
 def _normalise_time(value: str | datetime | None) -> str | None:
@@ -235,6 +237,7 @@ class MycelianMemoryAgent:
         self._server_idempotency = "idempotency_key" in fields
         self._loop = loop
         self._bound: dict[tuple[int, str], Any] = {}
+        self._invocations: dict[str, int] = {}
         self.graph = self._build_graph()
 
     # -- public API -------------------------------------------------------------------------------------------
@@ -287,6 +290,7 @@ class MycelianMemoryAgent:
         }
         # durability="exit": one checkpoint per invocation, written only when it succeeds.
         state = await self.graph.ainvoke(state_in, config, durability="exit")
+        await self._maybe_prune(thread_id)
         return InvocationResult.from_run(state["run"], control=control, thread_id=thread_id,
                                          duration_s=time.perf_counter() - started)
 
@@ -303,6 +307,14 @@ class MycelianMemoryAgent:
         return ThreadStatus(thread_id=thread_id, messages=counters["messages"],
                             session_open=bool(values.get("session_open")), context=values.get("context", ""),
                             counters=counters)
+
+    async def _maybe_prune(self, thread_id: str) -> None:
+        every = self.settings.prune_every
+        if every is None:
+            return
+        count = self._invocations[thread_id] = self._invocations.get(thread_id, 0) + 1
+        if count % every == 0:
+            await prune_thread(self.checkpointer, thread_id)
 
     # -- graph ------------------------------------------------------------------------------------------------
 

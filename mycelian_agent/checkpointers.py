@@ -56,19 +56,42 @@ async def open_checkpointer(spec: str | BaseCheckpointSaver | None = "memory") -
 
 
 async def prune_thread(saver: Any, thread_id: str) -> bool:
-    """Delete every checkpoint of ``thread_id`` but the newest (our graphs use no delta channels, so the newest
-    is complete on its own). Returns whether the saver kind is supported (in-memory and SQLite)."""
+    """Delete every checkpoint of ``thread_id`` except the newest of each namespace.
+
+    The memory agent's state is complete in its newest checkpoint (it uses no delta channels), so older ones only
+    make the store grow with every message. Supported: ``InMemorySaver`` and ``AsyncSqliteSaver``; returns False
+    (and does nothing) for other savers.
+    """
     if isinstance(saver, InMemorySaver):
-        for namespace in saver.storage.get(thread_id, {}).values():
-            for checkpoint_id in sorted(namespace)[:-1]:
-                del namespace[checkpoint_id]
+        _prune_in_memory(saver, thread_id)
         return True
-    conn = getattr(saver, "conn", None)
-    if conn is None or type(saver).__name__ != "AsyncSqliteSaver":
+    if type(saver).__name__ != "AsyncSqliteSaver":
         return False
+    newest = ("(SELECT MAX(checkpoint_id) FROM checkpoints AS newer WHERE newer.thread_id = {t}.thread_id "
+              "AND newer.checkpoint_ns = {t}.checkpoint_ns)")
     async with saver.lock:
-        latest = "(SELECT MAX(checkpoint_id) FROM checkpoints WHERE thread_id = ?)"
-        await conn.execute(f"DELETE FROM writes WHERE thread_id = ? AND checkpoint_id < {latest}", (thread_id, thread_id))
-        await conn.execute(f"DELETE FROM checkpoints WHERE thread_id = ? AND checkpoint_id < {latest}", (thread_id, thread_id))
-        await conn.commit()
+        await saver.conn.execute(
+            f"DELETE FROM writes WHERE thread_id = ? AND checkpoint_id < {newest.format(t='writes')}", (thread_id,))
+        await saver.conn.execute(
+            f"DELETE FROM checkpoints WHERE thread_id = ? AND checkpoint_id < {newest.format(t='checkpoints')}",
+            (thread_id,))
+        await saver.conn.commit()
     return True
+
+
+def _prune_in_memory(saver: InMemorySaver, thread_id: str) -> None:
+    namespaces = saver.storage.get(thread_id, {})
+    keep_versions: set[tuple[str, str, str, Any]] = set()
+    for namespace, checkpoints in namespaces.items():
+        if not checkpoints:
+            continue
+        newest = max(checkpoints)
+        for checkpoint_id in [c for c in checkpoints if c != newest]:
+            del checkpoints[checkpoint_id]
+            for key in [k for k in saver.writes if k[:3] == (thread_id, namespace, checkpoint_id)]:
+                del saver.writes[key]
+        checkpoint = saver.serde.loads_typed(checkpoints[newest][0])
+        keep_versions.update((thread_id, namespace, channel, version)
+                             for channel, version in checkpoint["channel_versions"].items())
+    for key in [k for k in saver.blobs if k[0] == thread_id and k not in keep_versions]:
+        del saver.blobs[key]

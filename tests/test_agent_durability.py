@@ -67,6 +67,7 @@ async def test_prompt_and_checkpoint_size_stay_flat_over_2000_messages(tmp_path)
     model.prompt_chars = []
     state = tmp_path / "state.db"
     sizes: dict[int, int] = {}
+    files: dict[int, int] = {}
     prompts: dict[int, list[int]] = {}
     async with build_agent(model, db=tmp_path / "memory.db", checkpointer=f"sqlite:{state}") as invoker:
         await invoker.astart_session("long")
@@ -79,6 +80,24 @@ async def test_prompt_and_checkpoint_size_stay_flat_over_2000_messages(tmp_path)
                 prompts.setdefault(n // 100, []).append(model.prompt_chars[before])
             if n in (100, 2000):
                 sizes[n] = latest_checkpoint_bytes(state, "long")
+                files[n] = state.stat().st_size  # the WAL beside it is bounded by SQLite's auto-checkpoint
     early, late = max(prompts[1]), max(prompts[19])
     assert late <= early * 1.1, (early, late)
     assert sizes[2000] <= sizes[100] * 1.1, sizes
+    # old checkpoints are pruned: the file does not grow with the conversation (unpruned: ~30 MB at 2,000)
+    assert files[2000] <= max(files[100] * 1.5, 1024 * 1024), files
+
+
+async def test_pruned_in_memory_checkpoints_keep_the_thread_intact(tmp_path):
+    from langgraph.checkpoint.memory import InMemorySaver
+
+    saver = InMemorySaver()
+    async with build_agent("extractive", db=tmp_path / "memory.db", checkpointer=saver, flush_every=5) as invoker:
+        for n in range(1, 41):
+            await invoker.aprocess_conversation_message("user", f"message {n}", "t1")
+        assert len(saver.storage["t1"][""]) <= invoker.agent.settings.prune_every
+        status = await invoker.athread_status("t1")
+        assert status.messages == 40 and status.counters["flushes"] == 8
+        assert "message 40" in status.context or status.context
+        result = await invoker.aprocess_conversation_message("user", "message 41", "t1")
+        assert result.message_index == 41
