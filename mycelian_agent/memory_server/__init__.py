@@ -1,0 +1,58 @@
+"""The embedded Mycelian-compatible MCP memory server on SQLite.
+
+Importing this package is cheap (no FastMCP, no SQLite work): the server pieces load on first use.
+
+- :func:`create_server` builds the FastMCP server for a database path; :func:`create_http_app` wraps it as a
+  Starlette app (streamable HTTP at ``/mcp``, optional bearer token); ``mycelian-memory-server`` is the CLI.
+- :data:`PLACEHOLDER_CONTEXT` / :func:`is_placeholder_context`: the context a new memory answers, and how clients
+  recognise it (ours and upstream's wording).
+
+In-process use (tests)::
+
+    from mycelian_agent.memory_server import create_server
+    from mycelian_agent.memory_server.testing import in_memory_session, call_json
+
+    async with in_memory_session(create_server(":memory:")) as session:   # an initialised mcp.ClientSession
+        vault = await call_json(session, "create_vault", title="demo")
+
+Over HTTP: ``uvicorn.run(create_http_app(create_server(path, token=...)), port=11546)``, or
+``testing.serve_http(server)`` inside a running event loop. Over stdio: ``testing.server_command(path)``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .placeholder import PLACEHOLDER_CONTEXT, is_placeholder_context
+
+if TYPE_CHECKING:
+    from .app import MemoryServer, create_server
+    from .http_app import create_http_app
+    from .store import Store
+
+__all__ = [
+    "PLACEHOLDER_CONTEXT",
+    "MemoryServer",
+    "Store",
+    "create_http_app",
+    "create_server",
+    "is_placeholder_context",
+]
+
+_LAZY = {
+    "create_server": ("app", "create_server"),
+    "MemoryServer": ("app", "MemoryServer"),
+    "create_http_app": ("http_app", "create_http_app"),
+    "Store": ("store", "Store"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        from importlib import import_module
+
+        module, attr = _LAZY[name]
+        value = getattr(import_module(f"{__name__}.{module}"), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

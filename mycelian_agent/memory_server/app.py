@@ -1,0 +1,369 @@
+"""The MCP server: Mycelian's tool surface (plus deletes and idempotent add_entry) on the SQLite store.
+
+Tool names, parameters, defaults and result shapes follow ``shared/reference/mycelian-mcp-tools.md`` and
+docs/ARCHITECTURE.md ("Memory server contract"). Every result is one text content; every failure is an MCP
+error result whose text names the problem.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated, Any
+
+from mcp.server.fastmcp import Context, FastMCP
+from mcp.server.fastmcp.exceptions import ToolError
+from mcp.server.fastmcp.tools import Tool
+from mcp.server.stdio import stdio_server
+from mcp.types import ToolAnnotations
+from pydantic import BaseModel, Field, ValidationError
+
+from ..errors import ConfigError, InputError
+from ..prompt_files import PROMPT_NAMES, read_prompt
+from .runtime import StoreHandle, StoreRunner
+from .stdio import open_stdio_pipes
+from .store import SYNC_MODES, DenseIndex, Store
+
+__all__ = ["DEFAULT_PORT", "PROMPTS_VERSION", "AppContext", "MemoryServer", "create_server"]
+
+#: Upstream's port; the streamable HTTP endpoint is ``/mcp``.
+DEFAULT_PORT = 11546
+#: ``version`` of the ``get_default_prompts`` answer.
+PROMPTS_VERSION = "1"
+_SUPPORTED_MEMORY_TYPES = ("chat",)
+_CONTEXT_SUMMARY_RULES = (
+    "Keep one context document per memory and replace it whole with put_context: durable facts, preferences, "
+    "decisions and plans, a dated timeline and open questions, in Markdown with absolute dates. Keep facts from "
+    "the previous document unless new messages change them, and stay within the size limit."
+)
+_INSTRUCTIONS = (
+    "Long-term memory: vaults hold memories; a memory holds an append-only log of entries and a context document. "
+    "Writes are stored before the tool answers. A new memory's context is a placeholder that says it is a default: "
+    "treat it as empty."
+)
+
+
+@dataclass(frozen=True)
+class AppContext:
+    """What each MCP session's lifespan yields to the tools."""
+
+    store: StoreRunner
+    prompts_dir: Path | None
+
+
+class MemoryServer(FastMCP[AppContext]):
+    """FastMCP with strict argument checking and a store shared by all sessions.
+
+    FastMCP validates arguments in pydantic's lax mode (``"5"`` becomes ``5``, a JSON string becomes an object),
+    and ignores unknown arguments. This server first checks the raw arguments strictly and rejects unknown ones,
+    so a wrong type is an error that names the argument, never a silent conversion.
+    """
+
+    def __init__(
+        self, handle: StoreHandle, *, tools: list[Tool], token: str | None, prompts_dir: Path | None, **settings: Any
+    ):
+        super().__init__(lifespan=_lifespan, tools=tools, **settings)
+        self.handle = handle
+        self.token = token
+        self.prompts_dir = prompts_dir
+        self._strict_models: dict[str, type[BaseModel]] = {t.name: t.fn_metadata.arg_model for t in tools}
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
+        """Check ``arguments`` strictly, then run the tool (errors become MCP error results)."""
+        model = self._strict_models.get(name)
+        if model is not None:
+            _check_arguments(name, model, arguments)
+        return await super().call_tool(name, arguments)
+
+    async def run_stdio_async(self) -> None:
+        """Serve one session over stdin/stdout; pipes are driven by the event loop (see ``stdio.py``)."""
+        pipes = await open_stdio_pipes()
+        if pipes is None:
+            await super().run_stdio_async()
+            return
+        lines, writer = pipes
+        # Same as FastMCP.run_stdio_async, with our stdin/stdout (stdio_server accepts them for this purpose).
+        async with stdio_server(stdin=lines, stdout=writer) as (read_stream, write_stream):  # type: ignore[arg-type]
+            await self._mcp_server.run(read_stream, write_stream, self._mcp_server.create_initialization_options())
+
+    @asynccontextmanager
+    async def hold(self) -> AsyncIterator[StoreRunner]:
+        """Keep the database open across sessions (e.g. a ``:memory:`` database between test sessions)."""
+        async with self.handle.hold() as runner:
+            yield runner
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _check_arguments(tool: str, model: type[BaseModel], arguments: dict[str, Any]) -> None:
+    problems = [f"unknown argument {key!r}" for key in arguments if key not in model.model_fields]
+    try:
+        model.model_validate(arguments, strict=True)
+    except ValidationError as exc:
+        for err in exc.errors(include_url=False):
+            where = ".".join(str(part) for part in err["loc"]) or "arguments"
+            if err["type"] == "missing":
+                problems.append(f"missing required argument {where!r}")
+            else:
+                got = err.get("input")
+                problems.append(f"argument {where!r}: {err['msg']} (got {type(got).__name__} {_show(got)})")
+    if problems:
+        expected = ", ".join(model.model_fields)
+        raise ToolError(f"invalid arguments for {tool}: {'; '.join(problems)} (parameters: {expected})")
+
+
+@asynccontextmanager
+async def _lifespan(server: FastMCP[AppContext]) -> AsyncIterator[AppContext]:
+    assert isinstance(server, MemoryServer)
+    async with server.handle.hold() as runner:
+        yield AppContext(store=runner, prompts_dir=server.prompts_dir)
+
+
+def _app(ctx: Context) -> AppContext:
+    return ctx.request_context.lifespan_context
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+# -- parameter types (descriptions and ranges show in the tools' JSON schemas) ---------------------------------
+
+VaultId = Annotated[str, Field(description="The UUID of the vault")]
+MemoryId = Annotated[str, Field(description="The UUID of the memory")]
+EntryId = Annotated[str, Field(description="The UUID of the entry")]
+Title = Annotated[str, Field(description="1-50 characters: letters, digits and hyphen")]
+Description = Annotated[str, Field(description="Optional description (at most 1000 characters)")]
+Timestamp = Annotated[str | None, Field(description="RFC 3339 timestamp with a time zone, e.g. 2024-05-01T12:00:00Z")]
+OptionalVaultId = Annotated[str | None, Field(description="Optional: the memory's vault UUID, checked if given")]
+
+
+# -- tools ---------------------------------------------------------------------------------------------------
+
+
+async def create_vault(ctx: Context, title: Title, description: Description = "") -> str:
+    """Create a vault (a container of memories). Returns {"vaultId", "title"}; a duplicate title is an error."""
+    return _json(await _app(ctx).store.call(Store.create_vault, title, description))
+
+
+async def list_vaults(ctx: Context) -> str:
+    """List all vaults as a JSON array of {"vaultId", "title"}."""
+    return _json(await _app(ctx).store.call(Store.list_vaults))
+
+
+async def create_memory_in_vault(
+    ctx: Context,
+    vault_id: VaultId,
+    title: Title,
+    memory_type: Annotated[str, Field(description="Memory type, e.g. NOTES or chat")],
+    description: Description = "",
+) -> str:
+    """Create a memory in a vault. Returns the memory {memoryId, vaultId, title, description, memoryType,
+    creationTime}; a duplicate title in the vault is an error."""
+    return _json(await _app(ctx).store.call(Store.create_memory, vault_id, title, memory_type, description))
+
+
+async def list_memories(ctx: Context, vault_id: VaultId) -> str:
+    """List the memories of a vault as a JSON array of {"memoryId", "title"}."""
+    return _json(await _app(ctx).store.call(Store.list_memories, vault_id))
+
+
+async def get_memory(ctx: Context, vault_id: VaultId, memory_id: MemoryId) -> str:
+    """Get one memory of a vault."""
+    return _json(await _app(ctx).store.call(Store.get_memory, vault_id, memory_id))
+
+
+async def add_entry(
+    ctx: Context,
+    vault_id: VaultId,
+    memory_id: MemoryId,
+    raw_entry: Annotated[str, Field(description="The full text of the entry (1-9000 characters)")],
+    summary: Annotated[str, Field(description="A short retrieval-oriented summary (1-2000 characters)")],
+    tags: Annotated[
+        dict[str, str] | None, Field(description="Optional object of string to string (at most 32 keys)")
+    ] = None,
+    conversation_time: Timestamp = None,
+    idempotency_key: Annotated[
+        str | None,
+        Field(description="Optional key (<= 200 chars): a retry with the same key and raw_entry is not duplicated"),
+    ] = None,
+) -> str:
+    """Append an entry to a memory. It is stored before this returns: the answer is the stored entry plus
+    "status": "stored" and "deduplicated" (true when idempotency_key matched an earlier identical write)."""
+    result = await _app(ctx).store.call(
+        Store.add_entry, vault_id, memory_id, raw_entry, summary, tags, conversation_time, idempotency_key
+    )
+    return _json(result)
+
+
+async def list_entries(
+    ctx: Context,
+    vault_id: VaultId,
+    memory_id: MemoryId,
+    limit: Annotated[int, Field(ge=1, le=50, description="Page size, 1-50")] = 25,
+    before: Annotated[str | None, Field(description="RFC 3339: entries created before this (newest first)")] = None,
+    after: Annotated[str | None, Field(description="RFC 3339: entries created after this (oldest first)")] = None,
+) -> str:
+    """List entries of a memory, newest first (with `after`, oldest first). `before` and `after` are exclusive
+    of each other. Returns {"entries", "count", "applied_limit", "next_before", "next_after"}; a cursor is set
+    when more entries exist in that direction."""
+    return _json(await _app(ctx).store.call(Store.list_entries, vault_id, memory_id, limit, before, after))
+
+
+async def get_entry(ctx: Context, vault_id: VaultId, memory_id: MemoryId, entry_id: EntryId) -> str:
+    """Get one entry of a memory."""
+    return _json(await _app(ctx).store.call(Store.get_entry, vault_id, memory_id, entry_id))
+
+
+async def put_context(
+    ctx: Context,
+    vault_id: VaultId,
+    memory_id: MemoryId,
+    content: Annotated[str, Field(description="The whole context document (at most 65536 characters)")],
+) -> str:
+    """Store a new context snapshot (the whole document) for a memory; it becomes the current context and older
+    snapshots stay searchable. Returns {"memoryId", "timestamp", "status": "stored", "chars"}."""
+    return _json(await _app(ctx).store.call(Store.put_context, vault_id, memory_id, content))
+
+
+async def get_context(ctx: Context, vault_id: VaultId, memory_id: MemoryId) -> str:
+    """Get the current (newest) context document of a memory as plain text. A new memory answers a placeholder
+    that says it is a default: treat it as empty."""
+    return await _app(ctx).store.call(Store.get_context, vault_id, memory_id)
+
+
+async def await_consistency(ctx: Context, memory_id: MemoryId, vault_id: OptionalVaultId = None) -> str:
+    """Wait until every earlier write to the memory is visible; answers "consistent"."""
+    await _app(ctx).store.call(Store.check_memory, memory_id, vault_id)
+    return "consistent"
+
+
+async def search_memories(
+    ctx: Context,
+    memory_id: MemoryId,
+    query: Annotated[str, Field(description="Search text (at most 2000 characters)")],
+    top_ke: Annotated[int, Field(ge=0, le=25, description="Entries to return, 0-25 (0: contexts only)")] = 5,
+    top_kc: Annotated[int, Field(ge=1, le=10, description="Context snapshots to return, 1-10")] = 2,
+    include_raw_entries: Annotated[bool, Field(description="Include each entry's rawEntry")] = False,
+    after: Annotated[str | None, Field(description="RFC 3339: only entries (conversation time) after this")] = None,
+    before: Annotated[str | None, Field(description="RFC 3339: only entries (conversation time) before this")] = None,
+    vault_id: OptionalVaultId = None,
+) -> str:
+    """Search a memory's entries and context snapshots. Returns {"entries": [{entryId, summary, rawEntry?, score,
+    creationTime, conversationTime?, tags}], "count", "latestContext", "latestContextTimestamp", "contexts":
+    [{context, timestamp, score}]}, sorted by score (higher is better)."""
+    result = await _app(ctx).store.call(
+        Store.search,
+        memory_id,
+        query,
+        top_ke,
+        top_kc,
+        include_raw_entries,
+        after=after,
+        before=before,
+        vault_id=vault_id,
+    )
+    return _json(result)
+
+
+async def get_default_prompts(
+    ctx: Context, memory_type: Annotated[str, Field(description="Memory type; supported: chat")]
+) -> str:
+    """Get the default prompt templates for a memory type: {"version", "context_summary_rules", "templates":
+    {"context_prompt", "entry_capture_prompt", "summary_prompt"}}."""
+    if not isinstance(memory_type, str) or memory_type.strip().lower() not in _SUPPORTED_MEMORY_TYPES:
+        supported = ", ".join(_SUPPORTED_MEMORY_TYPES)
+        raise InputError(f"unsupported memory_type {memory_type!r}: supported memory types are {supported}")
+    directory = _app(ctx).prompts_dir
+    templates = {name: read_prompt(name, directory) for name in sorted(PROMPT_NAMES)}
+    return _json({"version": PROMPTS_VERSION, "context_summary_rules": _CONTEXT_SUMMARY_RULES, "templates": templates})
+
+
+async def delete_entry(ctx: Context, vault_id: VaultId, memory_id: MemoryId, entry_id: EntryId) -> str:
+    """Delete one entry of a memory. Returns {"entryId", "status": "deleted"}."""
+    return _json(await _app(ctx).store.call(Store.delete_entry, vault_id, memory_id, entry_id))
+
+
+async def delete_memory(ctx: Context, vault_id: VaultId, memory_id: MemoryId) -> str:
+    """Delete a memory with all its entries and context snapshots. Returns {"memoryId", "status": "deleted",
+    "entries": n}."""
+    return _json(await _app(ctx).store.call(Store.delete_memory, vault_id, memory_id))
+
+
+# In the reference page's order; the flags are MCP tool annotations (read-only / destructive hints).
+_TOOLS: tuple[tuple[Callable[..., Any], bool, bool], ...] = (
+    (create_vault, False, False),
+    (list_vaults, True, False),
+    (create_memory_in_vault, False, False),
+    (list_memories, True, False),
+    (get_memory, True, False),
+    (add_entry, False, False),
+    (list_entries, True, False),
+    (get_entry, True, False),
+    (put_context, False, False),
+    (get_context, True, False),
+    (await_consistency, True, False),
+    (search_memories, True, False),
+    (get_default_prompts, True, False),
+    (delete_entry, False, True),
+    (delete_memory, False, True),
+)
+
+
+@lru_cache(maxsize=1)
+def _tool_definitions() -> tuple[Tool, ...]:
+    # Building the argument models and schemas costs ~50 ms; they hold no server state, so build them once.
+    tools = []
+    for fn, read_only, destructive in _TOOLS:
+        annotations = ToolAnnotations(readOnlyHint=read_only, destructiveHint=destructive, openWorldHint=False)
+        # structured_output=False: every result is exactly one text content, as upstream answers.
+        tools.append(Tool.from_function(fn, annotations=annotations, structured_output=False))
+    return tuple(tools)
+
+
+def create_server(
+    db_path: str | Path,
+    *,
+    token: str | None = None,
+    prompts_dir: str | Path | None = None,
+    synchronous: str = "NORMAL",
+    embeddings: bool = False,
+    host: str = "127.0.0.1",
+    port: int = DEFAULT_PORT,
+    log_level: str = "WARNING",
+) -> MemoryServer:
+    """Build the memory server for the SQLite database at ``db_path`` (``":memory:"`` allowed).
+
+    Nothing is opened here: each MCP session (stdio, in-memory, HTTP) opens the shared database in the server's
+    lifespan, and the last one closes it. ``token`` is used by :func:`create_http_app` (HTTP only).
+    ``synchronous`` is ``"NORMAL"`` (survives a process kill) or ``"FULL"`` (also survives power loss).
+    ``embeddings=True`` fuses dense vectors with BM25 when the ``embeddings`` extra is installed.
+    """
+    if synchronous.upper() not in SYNC_MODES:
+        raise ConfigError(f"synchronous must be one of {', '.join(SYNC_MODES)} (got {synchronous!r})")
+    dense_factory: Callable[[], DenseIndex | None] | None = None
+    if embeddings:
+        from .embeddings import load_dense_index
+
+        dense_factory = load_dense_index
+    handle = StoreHandle(db_path, synchronous=synchronous.upper(), dense_factory=dense_factory)
+    server = MemoryServer(
+        handle,
+        tools=list(_tool_definitions()),
+        token=token,
+        prompts_dir=Path(prompts_dir) if prompts_dir is not None else None,
+        name="mycelian-memory",
+        instructions=_INSTRUCTIONS,
+        host=host,
+        port=port,
+        streamable_http_path="/mcp",
+        log_level=log_level.upper(),
+    )
+    return server

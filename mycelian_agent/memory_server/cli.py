@@ -1,0 +1,106 @@
+"""``mycelian-memory-server``: serve the memory over stdio (default) or streamable HTTP.
+
+Configuration is read here only: flags first, then ``MYCELIAN_DB`` / ``MYCELIAN_TOKEN``, then defaults
+(database ``$XDG_DATA_HOME/mycelian/memory.db`` or ``~/.local/share/mycelian/memory.db``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from ..errors import MycelianError
+
+__all__ = ["build_parser", "default_db_path", "main"]
+
+
+def default_db_path(env: Mapping[str, str]) -> Path:
+    """``$XDG_DATA_HOME/mycelian/memory.db``, or ``~/.local/share/mycelian/memory.db`` without XDG_DATA_HOME."""
+    base = env.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "mycelian" / "memory.db"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command-line parser (exposed for documentation and tests)."""
+    parser = argparse.ArgumentParser(
+        prog="mycelian-memory-server",
+        description="Mycelian-compatible MCP memory server on SQLite (stdio or streamable HTTP at /mcp).",
+    )
+    parser.add_argument("--transport", choices=("stdio", "http"), default="stdio", help="default: stdio")
+    parser.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default: 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=11546, help="HTTP port (default: 11546)")
+    parser.add_argument(
+        "--db",
+        default=None,
+        help="SQLite database file, or :memory: (env MYCELIAN_DB; default: $XDG_DATA_HOME/mycelian/memory.db)",
+    )
+    parser.add_argument(
+        "--token",
+        default=None,
+        help="HTTP only: require 'Authorization: Bearer TOKEN' (env MYCELIAN_TOKEN)",
+    )
+    parser.add_argument(
+        "--sync",
+        choices=("normal", "full"),
+        default="normal",
+        help="SQLite synchronous mode: normal survives a process kill; full also survives power loss (slower)",
+    )
+    parser.add_argument(
+        "--embeddings",
+        action="store_true",
+        help="fuse dense vectors with BM25 (needs `pip install mycelian-agent[embeddings]`; else lexical only)",
+    )
+    parser.add_argument(
+        "--log-level", default="warning", choices=("debug", "info", "warning", "error"), help="default: warning"
+    )
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the server until stdin closes (stdio) or it is interrupted (HTTP). Returns the exit status."""
+    args = build_parser().parse_args(argv)
+    env = os.environ
+    db = args.db or env.get("MYCELIAN_DB") or str(default_db_path(env))
+    token = args.token if args.token is not None else env.get("MYCELIAN_TOKEN")
+    if args.token and args.transport == "stdio":
+        print("mycelian-memory-server: --token applies to --transport http only; ignored", file=sys.stderr)
+
+    from .app import create_server
+    from .store import Store
+
+    try:
+        if db != ":memory:":
+            # Fail fast with a clear message (bad path, newer schema) instead of inside the first session.
+            Store.open(db, synchronous=args.sync.upper()).close()
+        server = create_server(
+            db,
+            token=token or None,
+            synchronous=args.sync,
+            embeddings=args.embeddings,
+            host=args.host,
+            port=args.port,
+            log_level=args.log_level,
+        )
+    except MycelianError as exc:
+        print(f"mycelian-memory-server: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        if args.transport == "stdio":
+            server.run("stdio")
+        else:
+            import uvicorn
+
+            from .http_app import create_http_app
+
+            auth = "bearer token required" if token else "no authentication"
+            print(
+                f"mycelian-memory-server: serving http://{args.host}:{args.port}/mcp (db {db}; {auth})",
+                file=sys.stderr,
+            )
+            uvicorn.run(create_http_app(server), host=args.host, port=args.port, log_level=args.log_level)
+    except KeyboardInterrupt:
+        return 130
+    return 0

@@ -1,0 +1,123 @@
+"""The memory database schema, as numbered migrations tracked in ``PRAGMA user_version``.
+
+Each migration is a list of statements applied in one ``BEGIN IMMEDIATE`` transaction together with the new
+``user_version``, so applying is atomic and idempotent (a second process opening the same file waits, re-reads the
+version and skips what is done). Never edit a released migration; append a new one.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from ..errors import MemoryServerError
+
+__all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate"]
+
+_TOKENIZER = "porter unicode61 remove_diacritics 2"
+
+# The FTS tables are contentless (the text lives once, in entries/contexts); triggers keep them in step, and the
+# 'delete' command needs the exact indexed values, which the triggers pass from the old row.
+_V1 = [
+    """CREATE TABLE vaults (
+        vault_id TEXT PRIMARY KEY,
+        title TEXT NOT NULL UNIQUE,
+        description TEXT NOT NULL DEFAULT '',
+        creation_time TEXT NOT NULL
+    )""",
+    """CREATE TABLE memories (
+        memory_id TEXT PRIMARY KEY,
+        vault_id TEXT NOT NULL REFERENCES vaults(vault_id) ON DELETE CASCADE,
+        title TEXT NOT NULL,
+        memory_type TEXT NOT NULL,
+        description TEXT NOT NULL DEFAULT '',
+        creation_time TEXT NOT NULL,
+        UNIQUE (vault_id, title)
+    )""",
+    """CREATE TABLE entries (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        entry_id TEXT NOT NULL UNIQUE,
+        memory_id TEXT NOT NULL REFERENCES memories(memory_id) ON DELETE CASCADE,
+        vault_id TEXT NOT NULL,
+        creation_time TEXT NOT NULL,
+        conversation_time TEXT,
+        raw_entry TEXT NOT NULL,
+        summary TEXT NOT NULL,
+        tags TEXT NOT NULL DEFAULT '{}',
+        idempotency_key TEXT,
+        UNIQUE (memory_id, idempotency_key)
+    )""",
+    "CREATE INDEX entries_by_time ON entries (memory_id, creation_time, seq)",
+    """CREATE TABLE contexts (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        memory_id TEXT NOT NULL REFERENCES memories(memory_id) ON DELETE CASCADE,
+        content TEXT NOT NULL,
+        creation_time TEXT NOT NULL
+    )""",
+    "CREATE INDEX contexts_by_memory ON contexts (memory_id, seq)",
+    f"CREATE VIRTUAL TABLE entries_fts USING fts5(mkey, raw_entry, summary, content='', tokenize='{_TOKENIZER}')",
+    f"CREATE VIRTUAL TABLE contexts_fts USING fts5(mkey, content, content='', tokenize='{_TOKENIZER}')",
+    """CREATE TRIGGER entries_ai AFTER INSERT ON entries BEGIN
+        INSERT INTO entries_fts (rowid, mkey, raw_entry, summary)
+        VALUES (new.seq, 'm' || replace(new.memory_id, '-', ''), new.raw_entry, new.summary);
+    END""",
+    """CREATE TRIGGER entries_ad AFTER DELETE ON entries BEGIN
+        INSERT INTO entries_fts (entries_fts, rowid, mkey, raw_entry, summary)
+        VALUES ('delete', old.seq, 'm' || replace(old.memory_id, '-', ''), old.raw_entry, old.summary);
+    END""",
+    """CREATE TRIGGER entries_au AFTER UPDATE OF memory_id, raw_entry, summary ON entries BEGIN
+        INSERT INTO entries_fts (entries_fts, rowid, mkey, raw_entry, summary)
+        VALUES ('delete', old.seq, 'm' || replace(old.memory_id, '-', ''), old.raw_entry, old.summary);
+        INSERT INTO entries_fts (rowid, mkey, raw_entry, summary)
+        VALUES (new.seq, 'm' || replace(new.memory_id, '-', ''), new.raw_entry, new.summary);
+    END""",
+    """CREATE TRIGGER contexts_ai AFTER INSERT ON contexts BEGIN
+        INSERT INTO contexts_fts (rowid, mkey, content)
+        VALUES (new.seq, 'm' || replace(new.memory_id, '-', ''), new.content);
+    END""",
+    """CREATE TRIGGER contexts_ad AFTER DELETE ON contexts BEGIN
+        INSERT INTO contexts_fts (contexts_fts, rowid, mkey, content)
+        VALUES ('delete', old.seq, 'm' || replace(old.memory_id, '-', ''), old.content);
+    END""",
+]
+
+# Dense vectors (the optional embeddings extra); created always so a database moves freely between setups.
+_V2 = [
+    """CREATE TABLE entry_vectors (
+        seq INTEGER PRIMARY KEY REFERENCES entries(seq) ON DELETE CASCADE,
+        memory_id TEXT NOT NULL,
+        model TEXT NOT NULL,
+        vector BLOB NOT NULL
+    )""",
+    "CREATE INDEX entry_vectors_by_memory ON entry_vectors (memory_id, model)",
+]
+
+#: Migration ``n`` (1-based) is ``MIGRATIONS[n - 1]``.
+MIGRATIONS: tuple[list[str], ...] = (_V1, _V2)
+#: The schema version a fully migrated database has.
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def migrate(conn: sqlite3.Connection) -> int:
+    """Bring ``conn`` (autocommit mode) up to :data:`SCHEMA_VERSION`; return the version found before."""
+    found = conn.execute("PRAGMA user_version").fetchone()[0]
+    if found > SCHEMA_VERSION:
+        raise MemoryServerError(
+            f"the memory database has schema version {found}, newer than this server's {SCHEMA_VERSION}: "
+            "upgrade mycelian-agent"
+        )
+    if found == SCHEMA_VERSION:
+        return found
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        current = conn.execute("PRAGMA user_version").fetchone()[0]
+        for version in range(current + 1, SCHEMA_VERSION + 1):
+            for statement in MIGRATIONS[version - 1]:
+                conn.execute(statement)
+            # PRAGMA takes no parameters; version is an int from our own table, never user input.
+            conn.execute(f"PRAGMA user_version = {int(version)}")
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return found

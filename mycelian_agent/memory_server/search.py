@@ -1,0 +1,223 @@
+"""Lexical search over entries and context snapshots (SQLite FTS5, BM25), and rank fusion with dense results.
+
+Any user text is a valid query: the FTS5 expression is built here from word tokens only, each one quoted, so FTS5
+operators and SQL fragments in the query are just words (or nothing). Both FTS tables carry a ``mkey`` column —
+one token naming the memory — so a search touches only that memory's postings; the join on ``memory_id``
+re-checks exactly.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import unicodedata
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+__all__ = [
+    "ENTRY_WEIGHTS",
+    "MAX_QUERY_TERMS",
+    "indexed_rows",
+    "match_expression",
+    "memory_key",
+    "prune_common_terms",
+    "query_terms",
+    "rrf_fuse",
+    "search_contexts",
+    "search_entries",
+]
+
+#: At most this many distinct terms of a query are searched (long queries stay fast).
+MAX_QUERY_TERMS = 48
+#: BM25 column weights of ``entries_fts(mkey, raw_entry, summary)``: the summary is written for retrieval.
+ENTRY_WEIGHTS = (0.0, 1.0, 1.5)
+
+# Letters and digits only: FTS5 metacharacters, quotes and punctuation can never reach the MATCH expression.
+_WORD_RE = re.compile(r"[^\W_]+")
+
+# Dropped only when the query has other terms: OR-ing them matches nearly every entry, which costs time and
+# adds almost nothing to BM25 (their IDF is tiny).
+_STOPWORDS = frozenset(
+    """a about above after again against all am an and any are as at be because been before being below between
+    both but by can could did do does doing down during each few for from further had has have having he her
+    here hers herself him himself his how i if in into is it its itself just me more most my myself no nor not
+    of off on once only or other our ours ourselves out over own same she should so some such than that the
+    their theirs them themselves then there these they this those through to too under until up very was we
+    were what when where which while who whom why will with would you your yours yourself yourselves s t d ll
+    m re ve""".split()  # noqa: SIM905 (a list literal would be 60 lines)
+)
+
+
+def memory_key(memory_id: str) -> str:
+    """The single FTS token naming a memory; must match the ``'m' || replace(memory_id, '-', '')`` triggers."""
+    return "m" + memory_id.replace("-", "")
+
+
+def query_terms(query: str) -> list[str]:
+    """The distinct word tokens of ``query`` (case-folded, stop words dropped when others remain), in order."""
+    words = _WORD_RE.findall(unicodedata.normalize("NFKC", query).casefold())
+    seen: dict[str, None] = dict.fromkeys(words)
+    content = [w for w in seen if w not in _STOPWORDS]
+    return (content or list(seen))[:MAX_QUERY_TERMS]
+
+
+def _varint(data: bytes) -> int:
+    # SQLite/FTS5 varint: big-endian groups of 7 bits, high bit = more; a 9th byte carries 8 bits.
+    value = 0
+    for index, byte in enumerate(data[:9]):
+        if index == 8:
+            return (value << 8) | byte
+        value = (value << 7) | (byte & 0x7F)
+        if not byte & 0x80:
+            return value
+    raise ValueError("truncated varint")
+
+
+def indexed_rows(conn: sqlite3.Connection, table: str) -> int:
+    """The row count FTS5's bm25 uses for IDF (the table's averages record), or 0 if it cannot be read."""
+    # FTS5 keeps it as the first varint of the record with id 1 in <table>_data (part of its stable file format).
+    row = conn.execute(f"SELECT block FROM {table}_data WHERE id = 1").fetchone()
+    try:
+        return _varint(bytes(row[0])) if row is not None and row[0] else 0
+    except ValueError:
+        return 0
+
+
+def _count(conn: sqlite3.Connection, table: str, expression: str) -> int:
+    return conn.execute(f"SELECT count(*) FROM {table} WHERE {table} MATCH ?", (expression,)).fetchone()[0]
+
+
+def prune_common_terms(conn: sqlite3.Connection, table: str, terms: Sequence[str], total: int) -> list[str]:
+    """Drop the terms found in at least half of the ``total`` indexed rows (unless every term is that common).
+
+    FTS5's bm25 clamps the IDF of such terms to 1e-6, so they cannot change the order of rows that match another
+    term; they only make every such row a candidate to score. Callers fall back to all terms when the pruned
+    query finds too few rows, so results are the same, only faster.
+    """
+    if total == 0 or len(terms) < 2:
+        return list(terms)
+    kept = [term for term in terms if 2 * _count(conn, table, f'"{term}"') < total]
+    return kept or list(terms)
+
+
+def match_expression(memory_id: str | None, terms: Sequence[str], columns: str) -> str:
+    """The FTS5 MATCH text: any of ``terms`` in ``columns`` (e.g. ``"raw_entry summary"``), AND the memory's key
+    unless ``memory_id`` is None."""
+    quoted = " OR ".join(f'"{term}"' for term in terms)
+    alternatives = f"{{{columns}}} : ({quoted})"
+    return alternatives if memory_id is None else f'mkey : "{memory_key(memory_id)}" AND {alternatives}'
+
+
+@dataclass(frozen=True)
+class _Index:
+    fts: str
+    table: str
+    columns: str
+    weights: tuple[float, ...]
+
+
+_ENTRIES = _Index("entries_fts", "entries", "raw_entry summary", ENTRY_WEIGHTS)
+_CONTEXTS = _Index("contexts_fts", "contexts", "content", (0.0, 1.0))
+# Below this many indexed rows every query is cheap: skip the planning counts.
+_PLAN_MIN_ROWS = 1000
+
+
+def _rank(
+    conn: sqlite3.Connection,
+    index: _Index,
+    memory_id: str,
+    expr: str,
+    limit: int,
+    by_key: bool,
+    where: str,
+    params: Sequence[str],
+) -> list[tuple[sqlite3.Row, float]]:
+    weights = ", ".join(str(w) for w in index.weights)
+    if not where:
+        # Rank inside FTS5 alone, then read only the winners: joining every match to its row costs more than the
+        # ranking. Without the key filter other memories' rows may take places, so fetch extra and fall back to
+        # the exact join below if too few of this memory's rows remain.
+        depth = limit if by_key else limit * 4
+        ranked = conn.execute(
+            f"SELECT rowid, bm25({index.fts}, {weights}) AS rank FROM {index.fts} WHERE {index.fts} MATCH ? "
+            "ORDER BY rank, rowid DESC LIMIT ?",
+            (expr, depth),
+        ).fetchall()
+        rows: dict[int, sqlite3.Row] = {}
+        if ranked:
+            marks = ",".join("?" * len(ranked))
+            sql = f"SELECT * FROM {index.table} WHERE memory_id = ? AND seq IN ({marks})"
+            rows = {row["seq"]: row for row in conn.execute(sql, [memory_id, *(r[0] for r in ranked)])}
+        hits = [(rows[seq], -float(rank)) for seq, rank in ranked if seq in rows][:limit]
+        if len(hits) == limit or len(ranked) < depth:
+            return hits
+    sql = (
+        f"SELECT t.*, bm25({index.fts}, {weights}) AS rank FROM {index.fts} "
+        f"JOIN {index.table} t ON t.seq = {index.fts}.rowid "
+        f"WHERE {index.fts} MATCH ? AND t.memory_id = ?{where} ORDER BY rank, t.seq DESC LIMIT ?"
+    )
+    return [(row, -float(row["rank"])) for row in conn.execute(sql, [expr, memory_id, *params, limit])]
+
+
+def _search(
+    conn: sqlite3.Connection,
+    index: _Index,
+    memory_id: str,
+    terms: Sequence[str],
+    limit: int,
+    where: str = "",
+    params: Sequence[str] = (),
+) -> list[tuple[sqlite3.Row, float]]:
+    if not terms or limit <= 0:
+        return []
+    total = indexed_rows(conn, index.fts)
+    by_key, pruned = True, list(terms)
+    if total >= _PLAN_MIN_ROWS:
+        # The memory-key filter pays off when the memory is a minority of the index; when it holds most rows,
+        # ANDing its key only adds work (the memory_id check on rows stays exact either way).
+        by_key = 2 * _count(conn, index.fts, f'mkey : "{memory_key(memory_id)}"') < total
+        pruned = prune_common_terms(conn, index.fts, terms, total)
+    key = memory_id if by_key else None
+    hits = _rank(conn, index, memory_id, match_expression(key, pruned, index.columns), limit, by_key, where, params)
+    if len(hits) < limit and pruned != list(terms):
+        hits = _rank(conn, index, memory_id, match_expression(key, terms, index.columns), limit, by_key, where, params)
+    return hits
+
+
+def search_entries(
+    conn: sqlite3.Connection,
+    memory_id: str,
+    terms: Sequence[str],
+    limit: int,
+    *,
+    after: str | None = None,
+    before: str | None = None,
+) -> list[tuple[sqlite3.Row, float]]:
+    """Entries of one memory ranked by BM25, best first, as ``(row, score)`` with score > 0 (higher = better).
+
+    ``after`` / ``before`` (normalised timestamps, exclusive) bound the conversation time, or the creation time
+    of entries without one.
+    """
+    where, params = "", []
+    moment = "COALESCE(t.conversation_time, t.creation_time)"
+    if after is not None:
+        where, params = f"{where} AND {moment} > ?", [*params, after]
+    if before is not None:
+        where, params = f"{where} AND {moment} < ?", [*params, before]
+    return _search(conn, _ENTRIES, memory_id, terms, limit, where, params)
+
+
+def search_contexts(
+    conn: sqlite3.Connection, memory_id: str, terms: Sequence[str], limit: int
+) -> list[tuple[sqlite3.Row, float]]:
+    """Context snapshots of one memory ranked by BM25 against ``terms``, best first, as ``(row, score)``."""
+    return _search(conn, _CONTEXTS, memory_id, terms, limit)
+
+
+def rrf_fuse(rankings: Iterable[Sequence[int]], *, k: int = 60) -> list[tuple[int, float]]:
+    """Reciprocal rank fusion of several rankings of ids (best first) → ``(id, score)`` best first."""
+    scores: dict[int, float] = {}
+    for ranking in rankings:
+        for position, item in enumerate(ranking):
+            scores[item] = scores.get(item, 0.0) + 1.0 / (k + position + 1)
+    return sorted(scores.items(), key=lambda pair: (-pair[1], -pair[0]))

