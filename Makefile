@@ -22,7 +22,7 @@ quickstart: install
 	rm -f $(QUICKSTART_DB) $(QUICKSTART_DB)-wal $(QUICKSTART_DB)-shm
 	$(BIN)/mycelian-agent replay examples/quickstart_conversation.json --db $(QUICKSTART_DB) --memory quickstart
 	$(BIN)/mycelian-agent show --db $(QUICKSTART_DB) --memory quickstart
-	$(BIN)/mycelian-agent search "Where is the user moving?" --db $(QUICKSTART_DB) --memory quickstart
+	$(BIN)/mycelian-agent search "When is the Lisbon trip?" --db $(QUICKSTART_DB) --memory quickstart
 
 ## Install test dependencies and run the test suite.
 test: install-test

@@ -118,3 +118,19 @@ def test_chat_pipeline_example_stores_both_sides(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "I remember" in out.stdout and "Rex" in out.stdout
     assert "4 messages stored" in out.stdout
+
+
+def test_replay_runner_is_a_module_and_a_script(tmp_path):
+    import asyncio
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("replay_conversation", REPO / "runners" / "replay_conversation.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    stats = asyncio.run(module.replay_files([EXAMPLE], db=tmp_path / "m.db", memory="quickstart"))
+    assert (stats.messages, stats.entries) == (16, 16)
+    out = subprocess.run([sys.executable, str(REPO / "runners" / "replay_conversation.py"), str(EXAMPLE),
+                          "--db", str(tmp_path / "m.db"), "--memory", "quickstart", "--json"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["deduplicated"] == 16  # the second replay stored nothing twice
