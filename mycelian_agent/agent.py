@@ -9,7 +9,6 @@ with a forced choice. Code owns every identifier and the verbatim text (see docs
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import time
 import uuid
@@ -18,7 +17,14 @@ from datetime import datetime, timezone
 from typing import Any, Mapping, Sequence
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage, ChatMessage, HumanMessage, RemoveMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    ChatMessage,
+    HumanMessage,
+    RemoveMessage,
+    ToolMessage,
+)
 from langchain_core.runnables import RunnableConfig
 from langchain_core.tools import BaseTool
 from langgraph.graph import END, START, StateGraph
@@ -36,52 +42,17 @@ from .memory_server.placeholder import is_placeholder_context
 from .prompts import PromptSet, build_add_entry_prompt, build_put_context_prompt
 from .results import InvocationResult, ThreadStatus
 from .state import AgentState, empty_counters
+from .tool_calls import (
+    CODE_TAGS,
+    MAX_TAGS,
+    MODEL_TOOL_SCHEMAS,
+    idempotency_key,
+    validate_reply,
+)
 
-__all__ = ["MycelianMemoryAgent", "AgentSettings", "MODEL_TOOL_SCHEMAS"]
+__all__ = ["MycelianMemoryAgent", "AgentSettings"]
 
 ROLES = ("user", "assistant")
-#: Tags the agent sets itself; a model's tags with these names are dropped.
-CODE_TAGS = ("role", "thread", "msg", "part")
-_MAX_TAGS = 32
-_SUMMARY_MAX = 2000
-
-#: What the model is shown of each tool: only the fields it writes.
-MODEL_TOOL_SCHEMAS: dict[str, dict[str, Any]] = {
-    "add_entry": {
-        "type": "function",
-        "function": {
-            "name": "add_entry",
-            "description": "Record the current message as a memory entry. Write only the summary and tags; the "
-            "message text, identifiers and time are filled in by the system.",
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "summary": {"type": "string", "description": "Retrieval-oriented summary, at most 400 chars."},
-                    "tags": {
-                        "type": "object",
-                        "additionalProperties": {"type": "string"},
-                        "description": "Short string tags, e.g. {\"topic\": \"travel, japan\", \"kind\": \"plan\"}.",
-                    },
-                },
-                "required": ["summary", "tags"],
-            },
-        },
-    },
-    "put_context": {
-        "type": "function",
-        "function": {
-            "name": "put_context",
-            "description": "Save the whole new context document of this memory.",
-            "parameters": {
-                "type": "object",
-                "properties": {"content": {"type": "string", "description": "The whole Markdown document."}},
-                "required": ["content"],
-            },
-        },
-    },
-}
-
-
 @dataclass(frozen=True)
 class AgentSettings:
     """Bounds and recovery settings. ``AgentSettings.naive()`` is the protocol's unbounded form (benchmarks only)."""
@@ -158,36 +129,6 @@ def _direct_call(*calls: tuple[str, dict[str, Any]]) -> AIMessage:
         {"name": name, "args": args, "id": f"call_{uuid.uuid4().hex[:16]}", "type": "tool_call"}
         for name, args in calls
     ])
-
-
-def _validate_reply(tool_name: str, reply: BaseMessage, context_max_chars: int) -> tuple[dict[str, Any] | None, str | None]:
-    """The model-owned arguments of a reply, or the problem to tell the model."""
-    calls = [c for c in getattr(reply, "tool_calls", []) or [] if c.get("name") == tool_name]
-    if not calls:
-        invalid = getattr(reply, "invalid_tool_calls", []) or []
-        if invalid:
-            return None, f"the {tool_name} call had invalid arguments ({invalid[0].get('error') or 'not JSON'})"
-        others = [c.get("name") for c in getattr(reply, "tool_calls", []) or []]
-        return None, (f"it called {', '.join(others)} instead of {tool_name}" if others
-                      else f"it contained no {tool_name} tool call")
-    args = calls[0].get("args") or {}
-    if tool_name == "add_entry":
-        summary = args.get("summary")
-        if not isinstance(summary, str) or not summary.strip():
-            return None, "the summary was missing or empty"
-        tags = args.get("tags") or {}
-        if isinstance(tags, list):
-            tags = {"topic": ", ".join(str(t) for t in tags)}
-        if not isinstance(tags, Mapping):
-            return None, "tags must be an object of string values"
-        clean = {str(k)[:64]: str(v)[:512] for k, v in tags.items() if str(k) not in CODE_TAGS and v is not None}
-        return {"summary": summary.strip()[:_SUMMARY_MAX], "tags": clean}, None
-    content = args.get("content")
-    if not isinstance(content, str) or not content.strip():
-        return None, "the content was missing or empty"
-    if len(content) > context_max_chars:
-        return None, f"the document has {len(content)} characters; the limit is {context_max_chars}"
-    return {"content": content}, None
 
 
 def _new_run() -> dict[str, Any]:
@@ -419,8 +360,8 @@ class MycelianMemoryAgent:
             for key in ("llm_calls", "prompt_tokens", "completion_tokens", "retries", "corrections", "fallbacks"):
                 counters[key] += run[key]
             update["counters"] = counters
-        # The tool flow is reported in ``run``; clearing it keeps checkpoints small.
-        return {**update, "run": run, "tool_history": [RemoveMessage(id=REMOVE_ALL_MESSAGES)]}
+        # The tool flow is reported in ``run`` and the message is stored: clearing both keeps checkpoints small.
+        return {**update, "run": run, "to_process": [], "tool_history": [RemoveMessage(id=REMOVE_ALL_MESSAGES)]}
 
     def _finish_start(self, state: AgentState, results: list[ToolMessage], run: dict[str, Any]) -> dict[str, Any]:
         by_name = {m.name: _tool_text(m) for m in results}
@@ -470,14 +411,14 @@ class MycelianMemoryAgent:
         if len(parts) > 1:
             code_tags["part"] = f"{index + 1}/{len(parts)}"
         input_tags = {k: v for k, v in (state.get("message_tags") or {}).items() if k not in CODE_TAGS}
-        room = _MAX_TAGS - len(code_tags) - len(input_tags)
+        room = MAX_TAGS - len(code_tags) - len(input_tags)
         model_tags = dict(list((k, v) for k, v in written["tags"].items() if k not in input_tags)[:max(0, room)])
         args: dict[str, Any] = {**ids, "raw_entry": parts[index], "summary": written["summary"],
                                 "tags": {**model_tags, **input_tags, **code_tags}}
         if when:
             args["conversation_time"] = when
         if self._server_idempotency:
-            args["idempotency_key"] = _idempotency_key(thread_id, number, message.content, index, len(parts))
+            args["idempotency_key"] = idempotency_key(thread_id, number, message.content, index, len(parts))
         return _direct_call(("add_entry", args))
 
     def _after_store(self, state: AgentState, results: list[ToolMessage], parts: list[str],
@@ -539,7 +480,7 @@ class MycelianMemoryAgent:
             finally:
                 run["model_s"] += time.perf_counter() - started
             _count_usage(reply, run)
-            args, problem = _validate_reply(tool_name, reply, self.settings.context_max_chars)
+            args, problem = validate_reply(tool_name, reply, self.settings.context_max_chars)
             if problem is None:
                 return args
             run["errors"] = [*run["errors"], f"{tool_name}: reply unusable: {problem}"]
@@ -553,7 +494,7 @@ class MycelianMemoryAgent:
         started = time.perf_counter()
         reply = await self._bind(self.fallback_model, tool_name).ainvoke(prompt)
         run["model_s"] += time.perf_counter() - started
-        args, problem = _validate_reply(tool_name, reply, self.settings.context_max_chars)
+        args, problem = validate_reply(tool_name, reply, self.settings.context_max_chars)
         if problem is not None:
             raise ToolCallError(f"neither the model nor the fallback produced a usable {tool_name} call: {problem}")
         return args
@@ -571,10 +512,3 @@ def _count_usage(reply: BaseMessage, run: dict[str, Any]) -> None:
     usage = getattr(reply, "usage_metadata", None) or {}
     run["prompt_tokens"] += int(usage.get("input_tokens", 0) or 0)
     run["completion_tokens"] += int(usage.get("output_tokens", 0) or 0)
-
-
-def _idempotency_key(thread_id: str, number: int, content: str, part: int, parts: int) -> str:
-    # The content hash makes a retried message dedupe while a different message at the same position does not.
-    digest = hashlib.sha256(content.encode("utf-8")).hexdigest()[:16]
-    thread = thread_id if len(thread_id) <= 120 else hashlib.sha256(thread_id.encode()).hexdigest()[:32]
-    return f"{thread}:{number}:{digest}:{part + 1}/{parts}"
