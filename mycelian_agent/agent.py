@@ -41,7 +41,7 @@ from .mcp import _cause, is_transient_text
 from .memory_server.placeholder import is_placeholder_context
 from .prompts import PromptSet, build_add_entry_prompt, build_put_context_prompt
 from .results import InvocationResult, ThreadStatus
-from .state import AgentState, empty_counters
+from .state import AgentState, Turn, empty_counters
 from .tool_calls import (
     CODE_TAGS,
     MAX_TAGS,
@@ -61,7 +61,8 @@ class AgentSettings:
     recent_message_chars: int | None = 600  # each recent message is clipped to this in prompts and state
     flush_message_chars: int | None = 2000  # each message since the last flush, in the put_context prompt
     since_flush_cap: int | None = 64  # messages kept for the next put_context; None = the whole history
-    context_max_chars: int = 8000  # size cap of the context document
+    context_max_chars: int = 5000  # size cap of the context document (upstream Mycelian's rules use 5,000 too)
+    entry_context_chars: int | None = 2000  # the add_entry prompt carries the context document's first N chars
     recent_entries: int = 10  # entries read back at session start
     entry_max_chars: int = 9000  # longer messages are stored as several entries (parts)
     max_corrections: int = 2  # re-prompts after a reply without a valid tool call, before the fallback
@@ -75,7 +76,7 @@ class AgentSettings:
     @classmethod
     def naive(cls) -> "AgentSettings":
         """The protocol as first written: whole history in state and prompts. Used by the benchmarks only."""
-        return cls(history_window=None, recent_message_chars=None, flush_message_chars=None,
+        return cls(history_window=None, recent_message_chars=None, flush_message_chars=None, entry_context_chars=None,
                    since_flush_cap=None, skip_empty_flush=False, flush_from_history=True, prune_every=None)
 
 
@@ -367,7 +368,7 @@ class MycelianMemoryAgent:
         by_name = {m.name: _tool_text(m) for m in results}
         context = by_name.get("get_context", "")
         context = "" if is_placeholder_context(context) else context
-        window: list[ChatMessage] = []
+        window: list[Turn] = list(state.get("window") or [])
         try:
             entries = json.loads(by_name.get("list_entries") or "{}").get("entries", [])
         except (json.JSONDecodeError, AttributeError):
@@ -376,7 +377,9 @@ class MycelianMemoryAgent:
         if entries:
             lines = [f"- [{e.get('conversationTime') or e.get('creationTime', '')}] "
                      f"{(e.get('tags') or {}).get('role', '?')}: {e.get('summary', '')}" for e in reversed(entries)]
-            window = [ChatMessage(role="system", content="Recent entries from earlier sessions:\n" + "\n".join(lines))]
+            window.append(Turn(role="system", content="Recent entries from earlier sessions:\n" + "\n".join(lines)))
+            if self.settings.history_window is not None:
+                window = window[-self.settings.history_window:]
         counters = dict(state.get("counters") or empty_counters())
         counters["sessions_started"] += 1
         return self._finish({"context": context, "window": window, "since_flush": state.get("since_flush") or [],
@@ -397,13 +400,14 @@ class MycelianMemoryAgent:
         counters = state.get("counters") or empty_counters()
         number = counters["messages"] + 1
         run["message_index"] = number
-        window = list(state.get("window") or [])
+        window = state.get("window") or []
         stamped = ChatMessage(role=message.role, content=message.content,
                               additional_kwargs={"conversation_time": when} if when else {})
         prompt = build_add_entry_prompt(
             self.prompts, message=stamped, content=parts[index], recent=window,
             context=state.get("context", ""), part=(index + 1, len(parts)),
             recent_message_chars=self.settings.recent_message_chars,
+            context_chars=self.settings.entry_context_chars,
         )
         written = await self._model_args("add_entry", prompt, run)
         thread_id = config["configurable"]["thread_id"]
@@ -437,9 +441,9 @@ class MycelianMemoryAgent:
         extra = {"conversation_time": when} if when else {}
         s = self.settings
         window = [*(state.get("window") or []),
-                  ChatMessage(role=message.role, content=_clip(message.content, s.recent_message_chars), additional_kwargs=extra)]
+                  Turn(role=message.role, content=_clip(message.content, s.recent_message_chars), **extra)]
         since = [*(state.get("since_flush") or []),
-                 ChatMessage(role=message.role, content=_clip(message.content, s.flush_message_chars), additional_kwargs=extra)]
+                 Turn(role=message.role, content=_clip(message.content, s.flush_message_chars), **extra)]
         if s.history_window is not None:
             window = window[-s.history_window:]
         if s.since_flush_cap is not None and len(since) > s.since_flush_cap:

@@ -75,13 +75,13 @@ def _clip(text: str, limit: int | None) -> str:
     return text[:limit].rstrip() + f" … [{len(text) - limit} more characters]"
 
 
-def _message_dict(message: BaseMessage, limit: int | None) -> dict[str, Any]:
-    role = message.role if isinstance(message, ChatMessage) else message.type
-    return {
-        "role": role,
-        "content": _clip(str(message.content), limit),
-        "conversation_time": message.additional_kwargs.get("conversation_time"),
-    }
+def _message_dict(message: BaseMessage | Mapping[str, Any], limit: int | None) -> dict[str, Any]:
+    if isinstance(message, Mapping):  # a Turn of the agent's state
+        role, content, when = message["role"], str(message["content"]), message.get("conversation_time")
+    else:
+        role = message.role if isinstance(message, ChatMessage) else message.type
+        content, when = str(message.content), message.additional_kwargs.get("conversation_time")
+    return {"role": role, "content": _clip(content, limit), "conversation_time": when}
 
 
 def _format_messages(items: Sequence[Mapping[str, Any]]) -> str:
@@ -99,15 +99,18 @@ def build_add_entry_prompt(
     *,
     message: BaseMessage,
     content: str,
-    recent: Sequence[BaseMessage],
+    recent: Sequence[BaseMessage | Mapping[str, Any]],
     context: str,
     part: tuple[int, int] = (1, 1),
     recent_message_chars: int | None = 600,
+    context_chars: int | None = None,
 ) -> list[BaseMessage]:
     """The add_entry prompt: rules as the system message, the task (context, recent messages, message) as human.
 
-    ``content`` is the text to record (the whole message, or one part of a message too long for one entry).
+    ``content`` is the text to record (the whole message, or one part of a message too long for one entry);
+    ``context_chars`` clips the context document (its first sections, the durable facts, matter most here).
     """
+    context = _clip(context, context_chars)
     current = _message_dict(message, None) | {"content": content}
     recent_items = [_message_dict(m, recent_message_chars) for m in recent]
     index, total = part
@@ -131,7 +134,7 @@ def build_put_context_prompt(
     prompts: PromptSet,
     *,
     previous_context: str,
-    messages: Sequence[BaseMessage],
+    messages: Sequence[BaseMessage | Mapping[str, Any]],
     max_chars: int,
     message_chars: int | None = 2000,
 ) -> list[BaseMessage]:

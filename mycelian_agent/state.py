@@ -12,7 +12,15 @@ from typing import Annotated, Any, TypedDict
 from langchain_core.messages import AnyMessage, ChatMessage
 from langgraph.graph.message import add_messages
 
-__all__ = ["AgentState", "Counters", "empty_counters"]
+__all__ = ["AgentState", "Counters", "Turn", "empty_counters"]
+
+
+class Turn(TypedDict, total=False):
+    """A message as the state keeps it (plain data: cheap to checkpoint): role, content (clipped), time."""
+
+    role: str
+    content: str
+    conversation_time: str
 
 
 class Counters(TypedDict):
@@ -45,7 +53,8 @@ class AgentState(TypedDict, total=False):
     Replaced on every invocation: ``control``, ``to_process``, ``conversation_time``, ``message_tags``.
     ``tool_history`` is the tool flow of the current invocation (reset at its start).
     Carried across invocations (bounded): ``window``, ``since_flush``, ``context``, ``session_open``,
-    ``counters``. ``run`` is the report of the last invocation.
+    ``counters``. ``run`` is the report of the last invocation. The window and the messages since the last flush
+    are plain :class:`Turn` dicts rather than message objects: (de)serialising them is ~20x cheaper.
     """
 
     control: str  # a ControlState value, stored as its string so checkpoints hold no custom types
@@ -53,8 +62,8 @@ class AgentState(TypedDict, total=False):
     conversation_time: str | None
     message_tags: dict[str, str]
     tool_history: Annotated[list[AnyMessage], add_messages]
-    window: list[ChatMessage]
-    since_flush: list[ChatMessage]
+    window: list[Turn]
+    since_flush: list[Turn]
     context: str
     session_open: bool
     counters: Counters

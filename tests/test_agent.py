@@ -260,3 +260,22 @@ def test_result_is_json_friendly():
 
     result = InvocationResult(control=ControlState.END_SESSION, thread_id="t")
     assert json.loads(json.dumps(asdict(result), default=str))["thread_id"] == "t"
+
+
+async def test_a_new_session_starts_from_the_stored_context_and_recent_entries(db):
+    model = ScriptedChatModel(responses=[
+        entry_reply("Ana moved to Porto."), context_reply("## Facts\n- Ana lives in Porto. " + "x" * 3000),
+        entry_reply("Ana asked about trains.")])
+    settings = AgentSettings(entry_context_chars=100)
+    async with build_agent(model, db=db, settings=settings) as invoker:
+        await invoker.astart_session("t1")
+        await invoker.aprocess_conversation_message("user", "My sister Ana moved to Porto.", "t1")
+        await invoker.aend_session("t1")
+    async with build_agent(model, db=db, settings=settings) as invoker:  # a new process: nothing in memory but the server
+        await invoker.astart_session("t2")
+        await invoker.aprocess_conversation_message("user", "Which train goes there?", "t2")
+        payload = model.calls[-1][-1].additional_kwargs["mycelian_task"]
+        assert payload["context"].startswith("## Facts\n- Ana lives in Porto.")
+        assert len(payload["context"]) < 200  # clipped to entry_context_chars for the add_entry prompt
+        [note] = payload["recent"]
+        assert note["role"] == "system" and "Ana moved to Porto." in note["content"]

@@ -24,7 +24,7 @@ from .text import (
 
 __all__ = ["merge_context", "CONTEXT_SECTIONS", "DEFAULT_CONTEXT_MAX_CHARS"]
 
-DEFAULT_CONTEXT_MAX_CHARS = 8000
+DEFAULT_CONTEXT_MAX_CHARS = 5000
 CONTEXT_TITLE = "# Conversation context"
 CONTEXT_SECTIONS = ("Facts", "Preferences", "Decisions and plans", "Timeline", "Open questions")
 EARLIER_NOTES = "Earlier notes"
