@@ -33,5 +33,10 @@ embeddings: install
 	$(PIP) install --quiet torch==2.13.0
 	$(PIP) install --quiet -e '.[embeddings]'
 
+## The benchmark suite at small sizes (full size: drop --quick; see BENCHMARKS.md).
+bench: $(BIN)/python
+	$(PIP) install --quiet --disable-pip-version-check -e '.[bench]'
+	$(BIN)/python runners/bench.py --quick --out bench-out
+
 clean:
 	rm -rf $(VENV) .mycelian .pytest_cache

@@ -214,10 +214,12 @@ def search_contexts(
     return _search(conn, _CONTEXTS, memory_id, terms, limit)
 
 
-def rrf_fuse(rankings: Iterable[Sequence[int]], *, k: int = 60) -> list[tuple[int, float]]:
-    """Reciprocal rank fusion of several rankings of ids (best first) → ``(id, score)`` best first."""
+def rrf_fuse(rankings: Iterable[Sequence[int]], *, k: int = 60,
+             weights: Sequence[float] | None = None) -> list[tuple[int, float]]:
+    """Weighted reciprocal rank fusion of several rankings of ids (best first) → ``(id, score)`` best first."""
     scores: dict[int, float] = {}
-    for ranking in rankings:
+    for index, ranking in enumerate(rankings):
+        weight = 1.0 if weights is None else weights[index]
         for position, item in enumerate(ranking):
-            scores[item] = scores.get(item, 0.0) + 1.0 / (k + position + 1)
+            scores[item] = scores.get(item, 0.0) + weight / (k + position + 1)
     return sorted(scores.items(), key=lambda pair: (-pair[1], -pair[0]))

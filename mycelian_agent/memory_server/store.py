@@ -36,6 +36,11 @@ from .validation import (
 
 __all__ = ["SYNC_MODES", "DenseIndex", "Store"]
 
+#: Weight of the dense ranking in the fusion (BM25 weighs 1). all-MiniLM-L6-v2 alone finds about half the evidence
+#: BM25 finds on LoCoMo, so an equal vote drags good lexical matches down; a lighter one lets it break ties and
+#: surface paraphrases. Set from the recall benchmark (BENCHMARKS.md).
+DENSE_WEIGHT = 0.5
+
 #: Accepted ``synchronous`` settings. NORMAL (WAL) survives a process kill; FULL also survives power loss.
 SYNC_MODES = ("NORMAL", "FULL")
 
@@ -456,7 +461,7 @@ class Store:
         depth = max(50, limit * 4)
         bm25 = lexical.search_entries(self._conn, memory_id, terms, depth, after=after, before=before)
         dense = self._dense.rank(self._conn, memory_id, query, depth, after, before)
-        fused = lexical.rrf_fuse([[row["seq"] for row, _ in bm25], dense])[:limit]
+        fused = lexical.rrf_fuse([[row["seq"] for row, _ in bm25], dense], weights=(1.0, DENSE_WEIGHT))[:limit]
         rows = {row["seq"]: row for row, _ in bm25}
         missing = [seq for seq, _ in fused if seq not in rows]
         if missing:
