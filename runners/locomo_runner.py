@@ -9,13 +9,11 @@ table. Run the same command again to resume. The logic lives in :mod:`mycelian_a
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
-from mycelian_agent.benchmarks import add_runner_arguments, runner_options
+from mycelian_agent.benchmarks import add_runner_arguments, run_script, runner_options
 from mycelian_agent.benchmarks.locomo import LoCoMoRunner
-from mycelian_agent.errors import MycelianError
 
 __all__ = ["LoCoMoRunner", "build_parser", "main"]
 
@@ -35,17 +33,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not args.data and not args.report_only:
         parser.error("give at least one data file (or --report-only)")
-    try:
-        runner = LoCoMoRunner(**runner_options(args, dict(os.environ)), limit_questions=args.limit_questions)
-        report = runner.report() if args.report_only else runner.run(args.data)
-    except MycelianError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("interrupted: run the same command again to resume", file=sys.stderr)
-        return 130
-    print(json.dumps(report.summary, indent=2) if args.json else report.format())
-    return 1 if report.failures else 0
+    return run_script(lambda: LoCoMoRunner(**runner_options(args, dict(os.environ)),
+                                           limit_questions=args.limit_questions), args)
 
 
 if __name__ == "__main__":

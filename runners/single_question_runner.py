@@ -10,13 +10,11 @@ same command again to resume. The logic lives in :mod:`mycelian_agent.benchmarks
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 
-from mycelian_agent.benchmarks import add_runner_arguments, runner_options
+from mycelian_agent.benchmarks import add_runner_arguments, run_script, runner_options
 from mycelian_agent.benchmarks.longmemeval import SingleQuestionRunner
-from mycelian_agent.errors import MycelianError
 
 __all__ = ["SingleQuestionRunner", "build_parser", "main"]
 
@@ -39,18 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.data and not args.report_only:
         parser.error("give at least one data file (or --report-only)")
     env = dict(os.environ)
-    try:
-        runner = SingleQuestionRunner(**runner_options(args, env),
-                                      qa_model=args.qa_model or env.get("MYCELIAN_QA_MODEL"))
-        report = runner.report() if args.report_only else runner.run(args.data)
-    except MycelianError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("interrupted: run the same command again to resume", file=sys.stderr)
-        return 130
-    print(json.dumps(report.summary, indent=2) if args.json else report.format())
-    return 1 if report.failures else 0
+    return run_script(lambda: SingleQuestionRunner(**runner_options(args, env),
+                                                   qa_model=args.qa_model or env.get("MYCELIAN_QA_MODEL")), args)
 
 
 if __name__ == "__main__":

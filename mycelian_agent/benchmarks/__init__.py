@@ -33,7 +33,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = [
     "BenchmarkReport", "BenchmarkRunner", "MemoryHarness", "SingleQuestionRunner", "LoCoMoRunner", "parse_shard", "select_items",
-    "read_jsonl", "append_jsonl", "write_json", "run_pool", "add_runner_arguments", "runner_options",
+    "read_jsonl", "append_jsonl", "write_json", "run_pool", "add_runner_arguments", "runner_options", "run_script",
 ]
 
 _LAZY = {"SingleQuestionRunner": "longmemeval", "LoCoMoRunner": "locomo"}
@@ -349,3 +349,22 @@ def runner_options(args: Any, env: dict[str, str]) -> dict[str, Any]:
     if args.vault:
         options["vault"] = args.vault
     return options
+
+
+def run_script(make_runner: Callable[[], Any], args: Any) -> int:
+    """The runner scripts' main body: build the runner, run it (or only rebuild its report), print, exit status."""
+    import sys
+
+    from ..errors import MycelianError
+
+    try:
+        runner = make_runner()
+        report = runner.report() if args.report_only else runner.run(args.data)
+    except MycelianError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("interrupted: run the same command again to resume", file=sys.stderr)
+        return 130
+    print(json.dumps(report.summary, indent=2) if args.json else report.format())
+    return 1 if report.failures else 0
