@@ -20,27 +20,10 @@ from mycelian_agent.extractive import (
     summarize_message,
     third_person,
 )
+from mycelian_agent.tool_calls import MODEL_TOOL_SCHEMAS
 
-ADD_ENTRY_SCHEMA = {
-    "type": "function",
-    "function": {
-        "name": "add_entry",
-        "description": "Record the current message.",
-        "parameters": {
-            "type": "object",
-            "properties": {"summary": {"type": "string"}, "tags": {"type": "object"}},
-            "required": ["summary", "tags"],
-        },
-    },
-}
-PUT_CONTEXT_SCHEMA = {
-    "type": "function",
-    "function": {
-        "name": "put_context",
-        "description": "Save the context document.",
-        "parameters": {"type": "object", "properties": {"content": {"type": "string"}}, "required": ["content"]},
-    },
-}
+ADD_ENTRY_SCHEMA = MODEL_TOOL_SCHEMAS["add_entry"]  # the schema the agent binds
+PUT_CONTEXT_SCHEMA = MODEL_TOOL_SCHEMAS["put_context"]
 
 
 def message(role: str, content: str, when: str | None = "2024-03-05T10:00:00Z") -> dict:

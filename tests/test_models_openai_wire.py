@@ -19,19 +19,9 @@ from mycelian_agent.testing import (
     text_message,
     tool_call_message,
 )
+from mycelian_agent.tool_calls import MODEL_TOOL_SCHEMAS
 
-ADD_ENTRY_SCHEMA = {
-    "type": "function",
-    "function": {
-        "name": "add_entry",
-        "description": "Record the current message.",
-        "parameters": {
-            "type": "object",
-            "properties": {"summary": {"type": "string"}, "tags": {"type": "object"}},
-            "required": ["summary", "tags"],
-        },
-    },
-}
+ADD_ENTRY_SCHEMA = MODEL_TOOL_SCHEMAS["add_entry"]  # the schema the agent binds
 PROMPT = [
     SystemMessage("You write memory entries."),
     HumanMessage("Record: I moved to Denver.", additional_kwargs={TASK_KEY: {"operation": "add_entry"}}),
