@@ -21,18 +21,18 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "ControlState": "control",
-    "AgentState": "state",
-    "MycelianMemoryAgent": "agent",
-    "AgentSettings": "agent",
-    "MycelianAgentInvoker": "invoker",
-    "InvocationResult": "results",
-    "ThreadStatus": "results",
+    "ControlState": "agent.control",
+    "AgentState": "agent.state",
+    "MycelianMemoryAgent": "agent.graph",
+    "AgentSettings": "agent.graph",
+    "MycelianAgentInvoker": "agent.invoker",
+    "InvocationResult": "agent.report",
+    "ThreadStatus": "agent.report",
     "build_agent": "builder",
     "MemoryConnection": "mcp",
-    "PromptSet": "prompts",
-    "resolve_model": "models",
-    "ExtractiveChatModel": "extractive",
+    "PromptSet": "agent.prompts",
+    "resolve_model": "models.resolve",
+    "ExtractiveChatModel": "models.extractive",
     "MycelianError": "errors",
     "ConfigError": "errors",
     "InputError": "errors",
@@ -58,14 +58,14 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
-    from .agent import AgentSettings, MycelianMemoryAgent
+    from .agent.graph import AgentSettings, MycelianMemoryAgent
     from .builder import build_agent
-    from .control import ControlState
+    from .agent.control import ControlState
     from .errors import ConfigError, InputError, MemoryServerError, MycelianError, PromptError, ToolCallError
-    from .extractive import ExtractiveChatModel
-    from .invoker import MycelianAgentInvoker
+    from .models.extractive import ExtractiveChatModel
+    from .agent.invoker import MycelianAgentInvoker
     from .mcp import MemoryConnection
-    from .models import resolve_model
-    from .prompts import PromptSet
-    from .results import InvocationResult, ThreadStatus
-    from .state import AgentState
+    from .models.resolve import resolve_model
+    from .agent.prompts import PromptSet
+    from .agent.report import InvocationResult, ThreadStatus
+    from .agent.state import AgentState

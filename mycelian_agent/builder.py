@@ -20,13 +20,13 @@ from typing import Any, Literal
 from langchain_core.language_models import BaseChatModel
 
 from ._sync import LoopThread
-from .agent import AgentSettings, MycelianMemoryAgent
-from .checkpointers import open_checkpointer
+from .agent.graph import AgentSettings, MycelianMemoryAgent
+from .agent.checkpointers import open_checkpointer
 from .errors import ConfigError, MemoryServerError
-from .invoker import MycelianAgentInvoker
+from .agent.invoker import MycelianAgentInvoker
 from .mcp import MemoryConnection, embedded_connection, http_connection
-from .models import resolve_model
-from .prompts import PromptSet
+from .models.resolve import resolve_model
+from .agent.prompts import PromptSet
 
 __all__ = ["build_agent", "AgentContext", "ensure_vault", "ensure_memory", "connect"]
 

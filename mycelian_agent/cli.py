@@ -73,7 +73,7 @@ def replay(files: tuple[Path, ...], db: str | None, server: str, token: str | No
     Accepted files: {"messages": [...]}, {"sessions": [...]}, LongMemEval records and LoCoMo samples. Every
     file is checked before anything is stored. Re-running is safe: each message is stored exactly once.
     """
-    from .conversations import load_conversations
+    from .conversations.formats import load_conversations
 
     conversations = [c for path in files for c in load_conversations(path)]
     total = sum(c.message_count for c in conversations)
@@ -101,9 +101,9 @@ async def _replay(conversations: list[Any], total: int, *, db: str | None, serve
                   memory: str | None, model: str, api_key: str | None, base_url: str | None, flush_every: int,
                   state: Path | None) -> Any:
     from .builder import build_agent, ensure_memory
-    from .conversations import valid_title
-    from .invoker import MycelianAgentInvoker
-    from .replay import ReplayStats, replay_conversation
+    from .conversations.formats import valid_title
+    from .agent.invoker import MycelianAgentInvoker
+    from .conversations.replay import ReplayStats, replay_conversation
 
     stats = ReplayStats()
     checkpointer = f"sqlite:{state}" if state else "memory"

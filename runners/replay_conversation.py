@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 from mycelian_agent.builder import build_agent
-from mycelian_agent.conversations import load_conversations
-from mycelian_agent.replay import ReplayStats, replay_conversation
+from mycelian_agent.conversations.formats import load_conversations
+from mycelian_agent.conversations.replay import ReplayStats, replay_conversation
 
 __all__ = ["replay_files", "main"]
 

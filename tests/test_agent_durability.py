@@ -9,7 +9,7 @@ import sys
 import textwrap
 
 from mycelian_agent import ControlState, build_agent
-from mycelian_agent.extractive import ExtractiveChatModel
+from mycelian_agent.models.extractive import ExtractiveChatModel
 
 WRITER = textwrap.dedent("""
     import asyncio, json, sys

@@ -12,7 +12,7 @@ from langchain_core.tools import StructuredTool, ToolException
 from langgraph.checkpoint.memory import InMemorySaver
 
 from mycelian_agent import AgentSettings, MemoryServerError, MycelianAgentInvoker, MycelianMemoryAgent
-from mycelian_agent.extractive import ExtractiveChatModel
+from mycelian_agent.models.extractive import ExtractiveChatModel
 
 
 def tool(name: str, behaviour) -> StructuredTool:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mycelian_agent.conversations import (
+from mycelian_agent.conversations.formats import (
     MAX_RAW_ENTRY_CHARS,
     Conversation,
     iter_messages,

@@ -11,7 +11,7 @@ from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel
 
 from mycelian_agent.errors import ToolCallError
-from mycelian_agent.extractive import (
+from mycelian_agent.models.extractive import (
     TASK_KEY,
     ExtractiveChatModel,
     conversation_date,
@@ -20,7 +20,7 @@ from mycelian_agent.extractive import (
     summarize_message,
     third_person,
 )
-from mycelian_agent.tool_calls import MODEL_TOOL_SCHEMAS
+from mycelian_agent.agent.model_tools import MODEL_TOOL_SCHEMAS
 
 ADD_ENTRY_SCHEMA = MODEL_TOOL_SCHEMAS["add_entry"]  # the schema the agent binds
 PUT_CONTEXT_SCHEMA = MODEL_TOOL_SCHEMAS["put_context"]

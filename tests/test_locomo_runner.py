@@ -11,7 +11,7 @@ import pytest
 from mycelian_agent.benchmarks import read_jsonl
 from mycelian_agent.benchmarks.locomo import LoCoMoRunner
 from mycelian_agent.builder import connect
-from mycelian_agent.conversations import valid_title
+from mycelian_agent.conversations.formats import valid_title
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -15,9 +15,9 @@ from mycelian_agent.benchmarks import parse_shard, read_jsonl, select_items
 from mycelian_agent.benchmarks.longmemeval import (RETRIEVAL_ONLY_MARK, SingleQuestionRunner, build_qa_context,
                                                    load_longmemeval)
 from mycelian_agent.builder import connect
-from mycelian_agent.conversations import valid_title
+from mycelian_agent.conversations.formats import valid_title
 from mycelian_agent.errors import ConfigError
-from mycelian_agent.replay import replay_conversation
+from mycelian_agent.conversations.replay import replay_conversation
 from mycelian_agent.testing import ScriptedChatModel, text_message
 
 REPO = Path(__file__).resolve().parent.parent

@@ -10,8 +10,8 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from openai_stub import OpenAIStub, error_reply, text_reply, tool_call_reply
 
 from mycelian_agent.errors import ConfigError
-from mycelian_agent.extractive import TASK_KEY, ExtractiveChatModel
-from mycelian_agent.models import model_name, resolve_model
+from mycelian_agent.models.extractive import TASK_KEY, ExtractiveChatModel
+from mycelian_agent.models.resolve import model_name, resolve_model
 from mycelian_agent.testing import (
     ScriptedChatModel,
     ScriptExhaustedError,
@@ -19,7 +19,7 @@ from mycelian_agent.testing import (
     text_message,
     tool_call_message,
 )
-from mycelian_agent.tool_calls import MODEL_TOOL_SCHEMAS
+from mycelian_agent.agent.model_tools import MODEL_TOOL_SCHEMAS
 
 ADD_ENTRY_SCHEMA = MODEL_TOOL_SCHEMAS["add_entry"]  # the schema the agent binds
 PROMPT = [

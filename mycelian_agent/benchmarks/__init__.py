@@ -26,7 +26,7 @@ from ..errors import ConfigError
 if TYPE_CHECKING:  # pragma: no cover
     from langchain_core.language_models import BaseChatModel
 
-    from ..invoker import MycelianAgentInvoker
+    from ..agent.invoker import MycelianAgentInvoker
     from ..mcp import MemoryConnection
     from .locomo import LoCoMoRunner
     from .longmemeval import SingleQuestionRunner
@@ -155,7 +155,7 @@ class MemoryHarness:
     async def invoker_for(self, title: str) -> tuple[str, "MycelianAgentInvoker"]:
         """The id of memory ``title`` (created when missing) and an invoker writing to it."""
         from ..builder import ensure_memory
-        from ..invoker import MycelianAgentInvoker
+        from ..agent.invoker import MycelianAgentInvoker
 
         memory_id = await ensure_memory(self.connection, self.vault_id, title)
         agent = self.base.agent.with_memory(self.vault_id, memory_id)

@@ -27,8 +27,8 @@ from typing import Any
 from langchain_core.messages import BaseMessage
 from pydantic import Field
 
-from ..extractive import ExtractiveChatModel
-from ..prompts import TASK_KEY
+from ..models.extractive import ExtractiveChatModel
+from ..agent.prompts import TASK_KEY
 from .bench_common import (
     BenchResult,
     Target,
@@ -99,10 +99,10 @@ def prompt_parts(record: dict[str, Any], count: Callable[[str], int]) -> dict[st
 
 
 async def _ingest(mode: str, conversation: Any, work: Path, flush_every: int) -> RecordingExtractiveModel:
-    from ..agent import AgentSettings
+    from ..agent.graph import AgentSettings
     from ..builder import build_agent
-    from ..conversations import valid_title
-    from ..replay import replay_conversation
+    from ..conversations.formats import valid_title
+    from ..conversations.replay import replay_conversation
 
     folder = work / mode
     shutil.rmtree(folder, ignore_errors=True)

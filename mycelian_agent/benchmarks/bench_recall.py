@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..metrics import RecallRecord, RecallTable, aggregate, unique_in_order
+from .metrics import RecallRecord, RecallTable, aggregate, unique_in_order
 from .bench_common import (
     BenchResult,
     Target,

@@ -24,7 +24,7 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
-from ..prompts import TASK_KEY
+from ..agent.prompts import TASK_KEY
 from ..testing import tool_call_message
 from .bench_common import BenchResult, Target, generate_messages, md_table, save_plot
 
@@ -146,7 +146,7 @@ async def _profiled_ingestion(work: Path, messages: list[tuple[str, str]], flush
     from pyinstrument import Profiler
 
     from ..builder import build_agent
-    from ..extractive import ExtractiveChatModel
+    from ..models.extractive import ExtractiveChatModel
     from .bench_profile import breakdown
 
     folder = work / "profiled"
@@ -174,7 +174,7 @@ def run_throughput(out: Path, *, levels: Sequence[int] = (1, 4, 16, 64), message
                    profile: bool = False) -> BenchResult:
     """Scaling with a fixed-latency scripted model, then zero-latency extractive ingestion (``profile``: also a
     pyinstrument breakdown of where one conversation's ingestion time goes, when pyinstrument is installed)."""
-    from ..extractive import ExtractiveChatModel
+    from ..models.extractive import ExtractiveChatModel
 
     started = time.perf_counter()
     levels = sorted(set(levels) | {1})

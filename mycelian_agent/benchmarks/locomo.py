@@ -25,11 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..conversations import LOCOMO_CATEGORIES, Conversation, Question, iter_messages, load_conversations, valid_title
+from ..conversations.formats import LOCOMO_CATEGORIES, Conversation, Question, iter_messages, load_conversations, valid_title
 from ..errors import ConfigError, InputError
-from ..metrics import RecallRecord, aggregate, recall_at_k, unique_in_order
-from ..models import model_name
-from ..replay import ReplayStats, replay_conversation
+from .metrics import RecallRecord, aggregate, recall_at_k, unique_in_order
+from ..models.resolve import model_name
+from ..conversations.replay import ReplayStats, replay_conversation
 from . import (BenchmarkReport, BenchmarkRunner, MemoryHarness, append_jsonl, progress_bar, read_jsonl, run_pool,
                select_items, usage_from_counters, write_json)
 

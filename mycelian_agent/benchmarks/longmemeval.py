@@ -3,7 +3,7 @@
 Per question (thread id = question id, memory title = ``valid_title(question_id)``):
 
 1. every haystack session is replayed in order with its date as conversation time (start, messages, end), through
-   :func:`~mycelian_agent.replay.replay_conversation`, which resumes from the thread's checkpoint;
+   :func:`~mycelian_agent.conversations.replay.replay_conversation`, which resumes from the thread's checkpoint;
 2. ``search_memories(question, top_ke, include_raw_entries, before=question_date)`` (the date bound keeps
    entries from after the question out, when the date is known);
 3. a QA context is built from the retrieved entries (date, role, position, verbatim text; oldest first) and the
@@ -11,7 +11,7 @@ Per question (thread id = question id, memory title = ``valid_title(question_id)
    ``[retrieval only: no QA model configured]``;
 4. recall: session level against ``answer_session_ids`` and turn level against the ``has_answer`` turns (entries
    carry ``session_id`` / ``turn`` tags; the parts of a long message count as one turn), with
-   :mod:`mycelian_agent.metrics` — recall@k looks at the first k *distinct* sessions (turns) among the retrieved
+   :mod:`mycelian_agent.benchmarks.metrics` — recall@k looks at the first k *distinct* sessions (turns) among the retrieved
    entries, LongMemEval's turn→session rule. Abstention questions (``_abs``) are kept but excluded from recall,
    as LongMemEval's retrieval evaluation does; the oracle files have no ``has_answer`` flags, so no turn recall.
 
@@ -34,12 +34,12 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage, SystemMessage
 
-from ..conversations import Conversation, load_conversations, valid_title
+from ..conversations.formats import Conversation, load_conversations, valid_title
 from ..errors import ConfigError, InputError
 from ..memory_server.placeholder import is_placeholder_context
-from ..metrics import RecallRecord, aggregate, recall_at_k, unique_in_order
-from ..models import model_name, resolve_model
-from ..replay import ReplayStats, replay_conversation
+from .metrics import RecallRecord, aggregate, recall_at_k, unique_in_order
+from ..models.resolve import model_name, resolve_model
+from ..conversations.replay import ReplayStats, replay_conversation
 from . import (BenchmarkReport, BenchmarkRunner, MemoryHarness, append_jsonl, progress_bar, read_jsonl, run_pool,
                select_items, usage_from_counters, write_json)
 

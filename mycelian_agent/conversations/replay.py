@@ -12,10 +12,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from .conversations import Conversation
-from .errors import InputError
-from .invoker import MycelianAgentInvoker
-from .results import InvocationResult, ThreadStatus
+from .formats import Conversation
+from ..errors import InputError
+from ..agent.invoker import MycelianAgentInvoker
+from ..agent.report import InvocationResult, ThreadStatus
 
 __all__ = ["ReplayStats", "replay_conversation", "resume_position"]
 

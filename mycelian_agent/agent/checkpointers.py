@@ -9,7 +9,7 @@ from typing import Any, AsyncIterator
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 
-from .errors import ConfigError
+from ..errors import ConfigError
 
 __all__ = ["open_checkpointer", "prune_thread"]
 

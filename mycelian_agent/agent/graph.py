@@ -31,18 +31,18 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.prebuilt import ToolNode
 
-from ._sync import run_sync
+from .._sync import run_sync
 from .checkpointers import prune_thread
 from .control import ControlState
-from .conversations import split_oversize
-from .errors import InputError, MemoryServerError, MycelianError, ToolCallError
-from .extractive import ExtractiveChatModel
-from .mcp import _cause, is_transient_text
-from .memory_server.placeholder import is_placeholder_context
+from ..conversations.formats import split_oversize
+from ..errors import InputError, MemoryServerError, MycelianError, ToolCallError
+from ..models.extractive import ExtractiveChatModel
+from ..mcp import _cause, is_transient_text
+from ..memory_server.placeholder import is_placeholder_context
 from .prompts import PromptSet, build_add_entry_prompt, build_put_context_prompt
-from .results import InvocationResult, ThreadStatus
+from .report import InvocationResult, ThreadStatus
 from .state import AgentState, Turn, empty_counters
-from .tool_calls import (
+from .model_tools import (
     CODE_TAGS,
     MAX_TAGS,
     MODEL_TOOL_SCHEMAS,

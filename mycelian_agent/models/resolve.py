@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from langchain_core.language_models.chat_models import BaseChatModel
 
-from .errors import ConfigError
+from ..errors import ConfigError
 from .extractive import ExtractiveChatModel
 
 __all__ = ["resolve_model", "model_name", "ACCEPTED_FORMS"]
@@ -35,7 +35,7 @@ def resolve_model(
 ) -> BaseChatModel:
     """Return the chat model ``spec`` names.
 
-    - ``None`` or ``"extractive"``: :class:`~mycelian_agent.extractive.ExtractiveChatModel` (other settings unused).
+    - ``None`` or ``"extractive"``: :class:`~mycelian_agent.models.extractive.ExtractiveChatModel` (other settings unused).
     - ``"openai:<model>"``: ``langchain_openai.ChatOpenAI``; ``api_key`` defaults to ``OPENAI_API_KEY`` and
       ``base_url`` to ``OPENAI_BASE_URL`` (read by langchain-openai). ``max_tokens_field="max_tokens"`` sends the
       limit as ``max_tokens`` for OpenAI-compatible servers that ignore ``max_completion_tokens``.

@@ -14,8 +14,8 @@ from typing import Any, Mapping, Sequence
 
 from langchain_core.messages import BaseMessage, ChatMessage, HumanMessage, SystemMessage
 
-from .errors import PromptError
-from .prompt_files import PROMPT_NAMES, read_prompt
+from ..errors import PromptError
+from ..prompt_files import PROMPT_NAMES, read_prompt
 
 __all__ = ["PromptSet", "render", "build_add_entry_prompt", "build_put_context_prompt", "TASK_KEY"]
 

@@ -13,11 +13,11 @@ from typing import Any, Mapping
 
 from langchain_core.messages import ChatMessage
 
-from ._sync import run_sync
-from .agent import MycelianMemoryAgent
+from .._sync import run_sync
+from .graph import MycelianMemoryAgent
 from .control import ControlState
-from .errors import ConfigError
-from .results import InvocationResult, ThreadStatus
+from ..errors import ConfigError
+from .report import InvocationResult, ThreadStatus
 
 __all__ = ["MycelianAgentInvoker"]
 
