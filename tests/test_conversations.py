@@ -9,13 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from mycelian_agent.limits import RAW_ENTRY_MAX_CHARS
 from mycelian_agent.conversations.formats import (
-    MAX_RAW_ENTRY_CHARS,
     Conversation,
     iter_messages,
     load_conversations,
     parse_conversation_data,
-    split_oversize,
     to_rfc3339,
     valid_title,
 )
@@ -355,8 +354,8 @@ def test_unreadable_files(tmp_path: Path) -> None:
 
 
 def test_oversize_message_is_not_an_error(tmp_path: Path) -> None:
-    conv = load_one(tmp_path, {"messages": [{"role": "user", "content": "x" * (MAX_RAW_ENTRY_CHARS * 2)}]})
-    assert len(conv.sessions[0].messages[0].content) == 2 * MAX_RAW_ENTRY_CHARS
+    conv = load_one(tmp_path, {"messages": [{"role": "user", "content": "x" * (RAW_ENTRY_MAX_CHARS * 2)}]})
+    assert len(conv.sessions[0].messages[0].content) == 2 * RAW_ENTRY_MAX_CHARS
 
 
 # ------------------------------------------------------------------------------------------------- real data
@@ -441,63 +440,6 @@ def test_to_rfc3339(text: str, expected: str) -> None:
 def test_to_rfc3339_rejects(text: str) -> None:
     with pytest.raises(InputError, match="unparseable date"):
         to_rfc3339(text)
-
-
-# -------------------------------------------------------------------------------------------- split_oversize
-
-
-def _check_split(text: str, limit: int) -> list[str]:
-    parts = split_oversize(text, limit)
-    assert "".join(parts) == text
-    assert all(0 < len(p) <= limit for p in parts)
-    return parts
-
-
-def test_split_short_and_empty() -> None:
-    assert split_oversize("short") == ["short"]
-    assert split_oversize("x" * MAX_RAW_ENTRY_CHARS) == ["x" * MAX_RAW_ENTRY_CHARS]
-    assert split_oversize("") == []
-    with pytest.raises(ValueError):
-        split_oversize("abc", 0)
-
-
-def test_split_prefers_paragraphs_then_sentences_then_spaces() -> None:
-    para = "A" * 60 + ".\n\n" + "B" * 30 + ". " + "C" * 30
-    assert _check_split(para, 100) == ["A" * 60 + ".\n\n", "B" * 30 + ". " + "C" * 30]
-    sentences = "First sentence here. Second one follows! Third? " * 3
-    parts = _check_split(sentences, 60)
-    assert all(p.endswith(("! ", ". ", "? ")) for p in parts[:-1])
-    words = "lorem ipsum dolor sit amet " * 20
-    assert all(p.endswith(" ") for p in _check_split(words, 50)[:-1])
-
-
-def test_split_hard_cut_without_boundaries() -> None:
-    assert _check_split("x" * 25, 10) == ["x" * 10, "x" * 10, "x" * 5]
-
-
-def test_split_ignores_boundaries_that_would_make_tiny_parts() -> None:
-    # The only paragraph break is near the start; cutting there would waste a part.
-    text = "Hi.\n\n" + "word " * 40
-    parts = _check_split(text, 100)
-    assert len(parts[0]) >= 50
-
-
-@pytest.mark.parametrize("seed", range(30))
-def test_split_properties_on_random_text(seed: int) -> None:
-    rng = random.Random(seed)
-    alphabet = ["a", "b", "é", "字", " ", " ", "\n", "\n\n", ". ", "!", "\t", "🙂"]
-    text = "".join(rng.choice(alphabet) * rng.randint(1, 12) for _ in range(rng.randint(0, 400)))
-    limit = rng.choice([1, 2, 3, 7, 50, 200, 9000])
-    _check_split(text, limit)
-
-
-def test_split_realistic_long_message() -> None:
-    paragraph = "The committee met on Tuesday. It approved the 2024 budget of 1.2 million euros. " * 30
-    text = "\n\n".join([paragraph] * 12)
-    parts = _check_split(text, MAX_RAW_ENTRY_CHARS)
-    # Three paragraphs fit in a part, four do not: every cut falls between paragraphs.
-    assert len(parts) == 4
-    assert all(p.endswith("\n\n") for p in parts[:-1])
 
 
 # ------------------------------------------------------------------------------------------------ valid_title

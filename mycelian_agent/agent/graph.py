@@ -34,7 +34,7 @@ from langgraph.prebuilt import ToolNode
 from .._sync import run_sync
 from .checkpointers import prune_thread
 from .control import ControlState
-from ..conversations.formats import split_oversize
+from ..limits import split_oversize
 from ..errors import InputError, MemoryServerError, MycelianError, ToolCallError
 from ..models.extractive import ExtractiveChatModel
 from ..mcp import _cause, is_transient_text

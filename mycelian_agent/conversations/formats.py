@@ -38,12 +38,11 @@ from typing import Any, Literal, NamedTuple
 from mycelian_agent.errors import InputError
 
 __all__ = [
-    "FORMATS", "LOCOMO_CATEGORIES", "MAX_RAW_ENTRY_CHARS", "ROLE_ALIASES", "Conversation", "Message",
+    "FORMATS", "LOCOMO_CATEGORIES", "ROLE_ALIASES", "Conversation", "Message",
     "PositionedMessage", "Question", "Session", "iter_messages", "load_conversations", "parse_conversation_data",
-    "split_oversize", "to_rfc3339", "valid_title",
+    "to_rfc3339", "valid_title",
 ]
 
-MAX_RAW_ENTRY_CHARS = 9000  # the memory server's limit on add_entry's raw_entry
 ROLE_ALIASES = {"user": "user", "assistant": "assistant", "human": "user", "ai": "assistant"}
 _ROLES_ACCEPTED = "accepted: user, assistant; also human → user, ai → assistant"
 FORMATS = ("messages", "sessions", "longmemeval", "locomo")
@@ -173,43 +172,7 @@ def to_rfc3339(text: str) -> str:
     return dt.isoformat().replace("+00:00", "Z")
 
 
-# ------------------------------------------------------------------------------------------- splitting, titles
-
-# Preferred cut points, strongest first; a cut falls after the matched separator.
-_BOUNDARIES = (
-    re.compile(r"\n[ \t]*\n\s*"),  # paragraph
-    re.compile(r"\n\s*"),  # line
-    re.compile(r"[.!?\u2026][\"'\u201d\u2019)\]]*\s+"),  # sentence
-    re.compile(r"\s+"),  # any whitespace
-)
-
-
-def split_oversize(content: str, limit: int = MAX_RAW_ENTRY_CHARS) -> list[str]:
-    """Split ``content`` into parts of at most ``limit`` characters; ``"".join(parts) == content`` exactly.
-
-    Cuts after a paragraph break where possible, else after a line break, a sentence end, any whitespace, and
-    only as a last resort in the middle of a word. A boundary is used only if it keeps the part at least half
-    the limit long, so parts are not needlessly small. Every part is non-empty; ``""`` gives ``[]``.
-    """
-    if limit < 1:
-        raise ValueError(f"limit must be at least 1, got {limit}")
-    parts: list[str] = []
-    rest = content
-    min_cut = max(1, limit // 2)
-    while len(rest) > limit:
-        window = rest[:limit]
-        cut = limit
-        for pattern in _BOUNDARIES:
-            ends = [m.end() for m in pattern.finditer(window) if m.end() >= min_cut]
-            if ends:
-                cut = ends[-1]
-                break
-        parts.append(rest[:cut])
-        rest = rest[cut:]
-    if rest:
-        parts.append(rest)
-    return parts
-
+# ------------------------------------------------------------------------------------------------------ titles
 
 _TITLE_OK = re.compile(r"[A-Za-z0-9-]{1,50}")
 

@@ -23,6 +23,7 @@ from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
 
 from ..errors import ConfigError, InputError
+from ..limits import RAW_ENTRY_MAX_CHARS, SUMMARY_MAX_CHARS, TAGS_MAX_KEYS
 from ..prompt_files import PROMPT_NAMES, read_prompt
 from .runtime import StoreHandle, StoreRunner
 from .stdio import open_stdio_pipes
@@ -184,10 +185,10 @@ async def add_entry(
     ctx: Context,
     vault_id: VaultId,
     memory_id: MemoryId,
-    raw_entry: Annotated[str, Field(description="The full text of the entry (1-9000 characters)")],
-    summary: Annotated[str, Field(description="A short retrieval-oriented summary (1-2000 characters)")],
+    raw_entry: Annotated[str, Field(description=f"The full text of the entry (1-{RAW_ENTRY_MAX_CHARS} characters)")],
+    summary: Annotated[str, Field(description=f"A short retrieval-oriented summary (1-{SUMMARY_MAX_CHARS} characters)")],
     tags: Annotated[
-        dict[str, str] | None, Field(description="Optional object of string to string (at most 32 keys)")
+        dict[str, str] | None, Field(description=f"Optional object of string to string (at most {TAGS_MAX_KEYS} keys)")
     ] = None,
     conversation_time: Timestamp = None,
     idempotency_key: Annotated[

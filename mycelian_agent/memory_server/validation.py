@@ -11,6 +11,7 @@ import re
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
+from .. import limits
 from ..errors import InputError
 
 __all__ = [
@@ -28,17 +29,17 @@ __all__ = [
 
 #: Size limits enforced on tool arguments (characters unless stated).
 LIMITS: dict[str, int] = {
-    "raw_entry": 9000,
-    "summary": 2000,
-    "content": 65536,
-    "description": 1000,
-    "query": 2000,
-    "title": 50,
-    "memory_type": 50,
-    "tags_keys": 32,
-    "tag_key": 64,
-    "tag_value": 512,
-    "idempotency_key": 200,
+    "raw_entry": limits.RAW_ENTRY_MAX_CHARS,
+    "summary": limits.SUMMARY_MAX_CHARS,
+    "content": limits.CONTEXT_MAX_CHARS,
+    "description": limits.DESCRIPTION_MAX_CHARS,
+    "query": limits.QUERY_MAX_CHARS,
+    "title": limits.TITLE_MAX_CHARS,
+    "memory_type": limits.TITLE_MAX_CHARS,
+    "tags_keys": limits.TAGS_MAX_KEYS,
+    "tag_key": limits.TAG_KEY_MAX_CHARS,
+    "tag_value": limits.TAG_VALUE_MAX_CHARS,
+    "idempotency_key": limits.IDEMPOTENCY_KEY_MAX_CHARS,
 }
 
 _UUID_RE = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")

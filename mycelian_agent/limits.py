@@ -1,0 +1,74 @@
+"""Size limits of the memory tools, in one place: the server enforces them, the agent stays within them.
+
+Upstream Mycelian's tool reference fixes most of these (``raw_entry`` 9,000 characters, titles 50); the rest are
+ours. Also here: the two operations both sides need to agree on, cutting tags to size and splitting a message
+that is too long for one entry into ordered parts that join back to the original text.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = [
+    "RAW_ENTRY_MAX_CHARS", "SUMMARY_MAX_CHARS", "SUMMARY_TARGET_CHARS", "CONTEXT_MAX_CHARS", "DESCRIPTION_MAX_CHARS",
+    "QUERY_MAX_CHARS", "TITLE_MAX_CHARS", "TAGS_MAX_KEYS", "TAG_KEY_MAX_CHARS", "TAG_VALUE_MAX_CHARS",
+    "IDEMPOTENCY_KEY_MAX_CHARS", "clip_tags", "split_oversize",
+]
+
+RAW_ENTRY_MAX_CHARS = 9000  # add_entry raw_entry (upstream's limit); longer messages are stored as parts
+SUMMARY_MAX_CHARS = 2000  # add_entry summary, hard limit on the server
+SUMMARY_TARGET_CHARS = 400  # the length summaries are written to (what the model is asked for; extractive output)
+CONTEXT_MAX_CHARS = 65536  # put_context content, hard limit on the server (the agent writes far less: see settings)
+DESCRIPTION_MAX_CHARS = 1000  # vault and memory descriptions
+QUERY_MAX_CHARS = 2000  # search_memories query
+TITLE_MAX_CHARS = 50  # vault and memory titles (upstream's rule), memory types
+TAGS_MAX_KEYS = 32
+TAG_KEY_MAX_CHARS = 64
+TAG_VALUE_MAX_CHARS = 512
+IDEMPOTENCY_KEY_MAX_CHARS = 200
+
+
+def clip_tags(tags: Mapping[Any, Any]) -> dict[str, str]:
+    """Tags as the server accepts them: string keys and values cut to size, ``None`` values dropped.
+
+    The number of keys is not cut here: which tags to keep is the caller's choice (code-owned tags win).
+    """
+    return {str(k)[:TAG_KEY_MAX_CHARS]: str(v)[:TAG_VALUE_MAX_CHARS] for k, v in tags.items() if v is not None}
+
+
+# Preferred cut points, strongest first; a cut falls after the matched separator.
+_BOUNDARIES = (
+    re.compile(r"\n[ \t]*\n\s*"),  # paragraph
+    re.compile(r"\n\s*"),  # line
+    re.compile(r"[.!?\u2026][\"'\u201d\u2019)\]]*\s+"),  # sentence
+    re.compile(r"\s+"),  # any whitespace
+)
+
+
+def split_oversize(content: str, limit: int = RAW_ENTRY_MAX_CHARS) -> list[str]:
+    """Split ``content`` into parts of at most ``limit`` characters; ``"".join(parts) == content`` exactly.
+
+    Cuts after a paragraph break where possible, else after a line break, a sentence end, any whitespace, and
+    only as a last resort in the middle of a word. A boundary is used only if it keeps the part at least half
+    the limit long, so parts are not needlessly small. Every part is non-empty; ``""`` gives ``[]``.
+    """
+    if limit < 1:
+        raise ValueError(f"limit must be at least 1, got {limit}")
+    parts: list[str] = []
+    rest = content
+    min_cut = max(1, limit // 2)
+    while len(rest) > limit:
+        window = rest[:limit]
+        cut = limit
+        for pattern in _BOUNDARIES:
+            ends = [m.end() for m in pattern.finditer(window) if m.end() >= min_cut]
+            if ends:
+                cut = ends[-1]
+                break
+        parts.append(rest[:cut])
+        rest = rest[cut:]
+    if rest:
+        parts.append(rest)
+    return parts
