@@ -24,7 +24,7 @@ _EXPORTS = {
     "ControlState": "agent.control",
     "AgentState": "agent.state",
     "MycelianMemoryAgent": "agent.graph",
-    "AgentSettings": "agent.graph",
+    "AgentSettings": "agent.settings",
     "MycelianAgentInvoker": "agent.invoker",
     "InvocationResult": "agent.report",
     "ThreadStatus": "agent.report",
@@ -58,7 +58,8 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
-    from .agent.graph import AgentSettings, MycelianMemoryAgent
+    from .agent.graph import MycelianMemoryAgent
+    from .agent.settings import AgentSettings
     from .builder import build_agent
     from .agent.control import ControlState
     from .errors import ConfigError, InputError, MemoryServerError, MycelianError, PromptError, ToolCallError

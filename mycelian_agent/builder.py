@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import os
 import uuid
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
@@ -20,11 +21,12 @@ from typing import Any, Literal
 from langchain_core.language_models import BaseChatModel
 
 from ._sync import LoopThread
-from .agent.graph import AgentSettings, MycelianMemoryAgent
+from .agent.graph import MycelianMemoryAgent
+from .agent.settings import AgentSettings
 from .agent.checkpointers import open_checkpointer
 from .errors import ConfigError, MemoryServerError
 from .agent.invoker import MycelianAgentInvoker
-from .mcp import MemoryConnection, embedded_connection, http_connection
+from .mcp import MemoryConnection, embedded_connection, http_connection, in_process_connection
 from .models.resolve import resolve_model
 from .agent.prompts import PromptSet
 
@@ -66,15 +68,26 @@ async def ensure_memory(memory: MemoryConnection, vault_id: str, title: str, mem
 
 def connect(server: str = "embedded", *, db: str | Path | None = None, token: str | None = None,
             embeddings: bool = False) -> MemoryConnection:
-    """A (not yet opened) connection: ``"embedded"`` spawns our SQLite server over stdio; a URL uses HTTP."""
-    if server == "embedded":
-        target = None if db is None else str(db) if str(db) == ":memory:" else str(Path(db).expanduser())
+    """A (not yet opened) connection to a memory server.
+
+    ``"embedded"`` spawns our SQLite server over stdio; ``"in-process"`` runs it inside this process (no
+    subprocess); an ``http(s)://`` URL reaches a remote server. ``db`` is the SQLite file of the first two
+    (default ``$XDG_DATA_HOME/mycelian/memory.db``).
+    """
+    target = None if db is None else str(db) if str(db) == ":memory:" else str(Path(db).expanduser())
+    if server in ("embedded", "in-process"):
+        if server == "in-process" and target is None:
+            from .memory_server.cli import default_db_path
+
+            target = str(default_db_path(os.environ))
         if target and target != ":memory:":
             Path(target).parent.mkdir(parents=True, exist_ok=True)
+        if server == "in-process":
+            return MemoryConnection(in_process_connection(target, embeddings=embeddings))  # type: ignore[arg-type]
         return MemoryConnection(embedded_connection(target, extra_args=["--embeddings"] if embeddings else []))
     if server.startswith(("http://", "https://")):
         return MemoryConnection(http_connection(server, token=token))
-    raise ConfigError(f"unknown server {server!r}: use 'embedded' or an http(s)://host:port/mcp URL")
+    raise ConfigError(f"unknown server {server!r}: use 'embedded', 'in-process' or an http(s)://host:port/mcp URL")
 
 
 @dataclass
@@ -178,8 +191,9 @@ def build_agent(
     """Everything needed to give a chat pipeline memory, as one context manager yielding the invoker.
 
     - ``model``: ``"extractive"`` (default, no network), ``"openai:<model>"``, or a LangChain chat model.
-    - ``server``: ``"embedded"`` (our SQLite server spawned over stdio; ``db`` is its file) or a Mycelian
-      server URL such as ``http://127.0.0.1:11546/mcp`` (``token`` for its bearer token).
+    - ``server``: ``"embedded"`` (our SQLite server spawned over stdio; ``db`` is its file), ``"in-process"``
+      (the same server inside this process, no subprocess) or a Mycelian server URL such as
+      ``http://127.0.0.1:11546/mcp`` (``token`` for its bearer token).
     - ``vault`` / ``memory``: titles (created when missing) or ids.
     - ``checkpointer``: ``"memory"``, ``"sqlite:PATH"`` (resumable), a ``postgresql://`` URL, or a saver.
     - ``prompts``: ``"package"``, ``"server"`` (the server's ``get_default_prompts`` rules), or a directory.

@@ -13,7 +13,11 @@ __all__ = [
     "PromptError",
     "MemoryServerError",
     "ToolCallError",
+    "describe_cause",
+    "is_transient_text",
 ]
+
+_TRANSIENT_MARKERS = ("database is locked", "database is busy", "timed out", "timeout", "temporarily unavailable")
 
 
 class MycelianError(Exception):
@@ -46,3 +50,16 @@ class MemoryServerError(MycelianError):
 
 class ToolCallError(MycelianError):
     """The model did not produce a usable tool call and no fallback was allowed."""
+
+
+def describe_cause(exc: BaseException) -> str:
+    """The innermost useful message of an exception, as ``Type: message`` (unwrapping anyio exception groups)."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def is_transient_text(text: str) -> bool:
+    """Whether a memory server's error message describes a failure that a retry may cure."""
+    lowered = text.lower()
+    return any(marker in lowered for marker in _TRANSIENT_MARKERS)

@@ -11,25 +11,20 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from typing import Any, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Callable, Mapping, Sequence
 
 from langchain_core.tools import BaseTool
 from langchain_mcp_adapters.sessions import Connection, create_session
 from langchain_mcp_adapters.tools import load_mcp_tools
 from mcp import ClientSession
 
-from .errors import ConfigError, MemoryServerError
+from .errors import ConfigError, MemoryServerError, describe_cause, is_transient_text
 
-__all__ = ["MemoryConnection", "embedded_connection", "http_connection", "is_transient_text"]
+__all__ = ["MemoryConnection", "SessionFactory", "embedded_connection", "http_connection", "in_process_connection"]
 
-_TRANSIENT_MARKERS = ("database is locked", "database is busy", "timed out", "timeout", "temporarily unavailable")
-
-
-def is_transient_text(text: str) -> bool:
-    """Whether a server error message describes a failure that a retry may cure."""
-    lowered = text.lower()
-    return any(marker in lowered for marker in _TRANSIENT_MARKERS)
-
+#: Opens an initialised client session (an in-process server); the alternative to a langchain-mcp-adapters Connection.
+SessionFactory = Callable[[], AbstractAsyncContextManager[ClientSession]]
 
 def embedded_connection(db: str | None = None, *, extra_args: Sequence[str] = (),
                         env: Mapping[str, str] | None = None) -> Connection:
@@ -51,6 +46,20 @@ def http_connection(url: str, *, token: str | None = None, timeout: float = 30.0
     return connection  # type: ignore[return-value]
 
 
+def in_process_connection(db: str, *, embeddings: bool = False) -> SessionFactory:
+    """Our memory server inside this process on SQLite file ``db``, over in-memory streams: the same tools and
+    checks as the embedded stdio server, without a subprocess (notebooks, tests, single-process apps)."""
+
+    def open_session() -> AbstractAsyncContextManager[ClientSession]:
+        from mcp.shared.memory import create_connected_server_and_client_session
+
+        from .memory_server import create_server
+
+        return create_connected_server_and_client_session(create_server(db, embeddings=embeddings))
+
+    return open_session
+
+
 def _result_text(result: Any) -> str:
     parts = [getattr(block, "text", "") for block in getattr(result, "content", []) or []]
     return "\n".join(p for p in parts if p)
@@ -59,25 +68,17 @@ def _result_text(result: Any) -> str:
 class MemoryConnection:
     """A persistent MCP session to a memory server.
 
-    Use as ``async with MemoryConnection(conn) as memory: ...``, or wrap an already-open ``ClientSession`` with
-    :meth:`from_session` (tests, in-memory servers).
+    Use as ``async with MemoryConnection(conn) as memory: ...`` with a connection from :func:`embedded_connection`,
+    :func:`http_connection` or :func:`in_process_connection`.
     """
 
-    def __init__(self, connection: Connection | None = None, *, open_timeout: float = 60.0) -> None:
+    def __init__(self, connection: Connection | SessionFactory | None = None, *, open_timeout: float = 60.0) -> None:
         self._connection = connection
         self._open_timeout = open_timeout
         self._session: ClientSession | None = None
         self._tools: dict[str, BaseTool] = {}
         self._task: asyncio.Task[None] | None = None
         self._stop: asyncio.Event | None = None
-
-    @classmethod
-    async def from_session(cls, session: ClientSession) -> "MemoryConnection":
-        """Wrap an initialised session that the caller owns (and closes)."""
-        self = cls(None)
-        self._session = session
-        self._tools = {tool.name: tool for tool in await load_mcp_tools(session)}
-        return self
 
     @property
     def session(self) -> ClientSession:
@@ -125,8 +126,10 @@ class MemoryConnection:
     async def _keep_session(self, ready: asyncio.Future[None]) -> None:
         assert self._connection is not None and self._stop is not None
         try:
-            async with create_session(self._connection) as session:
-                await session.initialize()
+            factory = self._connection if callable(self._connection) else None
+            async with (factory() if factory else create_session(self._connection)) as session:  # type: ignore[arg-type]
+                if factory is None:  # a factory's session comes initialised
+                    await session.initialize()
                 self._tools = {tool.name: tool for tool in await load_mcp_tools(session)}
                 self._session = session
                 ready.set_result(None)
@@ -134,7 +137,7 @@ class MemoryConnection:
         except BaseException as exc:  # noqa: BLE001 - reported to open() or logged below
             if not ready.done():
                 ready.set_exception(
-                    MemoryServerError(f"could not connect to the memory server ({self._describe()}): {_cause(exc)}")
+                    MemoryServerError(f"could not connect to the memory server ({self._describe()}): {describe_cause(exc)}")
                 )
             elif not isinstance(exc, (asyncio.CancelledError, GeneratorExit)):
                 raise
@@ -142,6 +145,8 @@ class MemoryConnection:
             self._session = None
 
     def _describe(self) -> str:
+        if callable(self._connection):
+            return "in-process server"
         conn = self._connection or {}
         if conn.get("transport") == "stdio":
             return "embedded server: " + " ".join([conn.get("command", ""), *conn.get("args", [])])
@@ -174,7 +179,7 @@ class MemoryConnection:
         except MemoryServerError:
             raise
         except Exception as exc:  # transport failures surface as many exception types
-            raise MemoryServerError(f"{name} failed: {_cause(exc)}", tool=name, transient=True) from exc
+            raise MemoryServerError(f"{name} failed: {describe_cause(exc)}", tool=name, transient=True) from exc
         text = _result_text(result)
         if result.isError:
             raise MemoryServerError(f"{name} failed: {text or 'error with no message'}", tool=name,
@@ -189,9 +194,3 @@ class MemoryConnection:
         except json.JSONDecodeError:
             raise MemoryServerError(f"{name} returned non-JSON text: {text[:200]!r}", tool=name) from None
 
-
-def _cause(exc: BaseException) -> str:
-    """The innermost useful message of an exception (unwrapping anyio exception groups)."""
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__

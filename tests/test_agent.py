@@ -1,8 +1,14 @@
-"""The memory agent against the real embedded server over stdio, with a scripted tool-calling model."""
+"""The memory agent against the real memory server, with a scripted tool-calling model.
+
+The server runs in-process (``server="in-process"``: the same FastMCP app, tools and SQLite file, over in-memory
+streams) except where the point is the whole path a user takes, which spawns the embedded server over stdio.
+Transports themselves are tested in test_memory_server_transports.py.
+"""
 
 from __future__ import annotations
 
 import json
+from functools import partial
 from typing import Any
 
 import pytest
@@ -17,6 +23,10 @@ from mycelian_agent import (
     build_agent,
 )
 from mycelian_agent.testing import ScriptedChatModel, tool_call_message
+
+
+#: build_agent with the server inside the test process.
+in_process = partial(build_agent, server="in-process")
 
 
 def entry_reply(summary: str = "The user said hello.", **tags: str) -> AIMessage:
@@ -43,7 +53,7 @@ def db(tmp_path):
 
 async def test_start_session_reads_context_and_recent_entries_without_llm(db):
     model = ScriptedChatModel(responses=[])
-    async with build_agent(model, db=db) as invoker:
+    async with in_process(model, db=db) as invoker:
         result = await invoker.astart_session("t1")
         assert result.control is ControlState.START_SESSION
         assert result.tool_calls == ("get_context", "list_entries")
@@ -55,7 +65,7 @@ async def test_start_session_reads_context_and_recent_entries_without_llm(db):
 
 async def test_process_message_stores_verbatim_text_with_code_owned_fields(db):
     model = ScriptedChatModel(responses=[entry_reply("The user moved to Denver on 2024-03-01.", topic="moving")])
-    async with build_agent(model, db=db) as invoker:
+    async with in_process(model, db=db) as invoker:
         await invoker.astart_session("t1")
         text = "  I moved to Denver last week!  "
         result = await invoker.aprocess_conversation_message("user", text, "t1", "2024-03-08T10:00:00Z",
@@ -80,7 +90,7 @@ async def test_flush_sequence_and_end_session(db):
     replies.insert(3, context_reply("## Facts\n- Three messages so far."))
     replies += [entry_reply("Message 4."), context_reply("## Facts\n- Four messages.")]
     model = ScriptedChatModel(responses=replies)
-    async with build_agent(model, db=db, flush_every=3) as invoker:
+    async with in_process(model, db=db, flush_every=3) as invoker:
         await invoker.astart_session("t1")
         controls = []
         for i in range(1, 5):
@@ -101,8 +111,8 @@ async def test_flush_sequence_and_end_session(db):
         again = await invoker.aend_session("t1")
         assert again.tool_calls == ("await_consistency",) and not again.context_written
         status = await invoker.athread_status("t1")
-        assert status.counters["flushes"] == 2 and status.counters["sessions_ended"] == 2
-        assert status.counters["llm_calls"] == 6 and status.counters["prompt_tokens"] == 4 * 100 + 2 * 200
+        assert status.progress.flushes == 2 and status.progress.sessions_ended == 2
+        assert status.usage.llm_calls == 6 and status.usage.prompt_tokens == 4 * 100 + 2 * 200
 
 
 async def test_identifiers_written_by_the_model_never_reach_the_server(db):
@@ -110,7 +120,7 @@ async def test_identifiers_written_by_the_model_never_reach_the_server(db):
              "vault_id": "00000000-0000-0000-0000-000000000000", "memory_id": "not-a-memory",
              "raw_entry": "forged text", "conversation_time": "1999-01-01T00:00:00Z"}
     model = ScriptedChatModel(responses=[tool_call_message("add_entry", bogus)])
-    async with build_agent(model, db=db, memory="first") as invoker:
+    async with in_process(model, db=db, memory="first") as invoker:
         result = await invoker.aprocess_conversation_message("assistant", "the real text", "t1")
         [entry] = await entries(invoker)
         assert entry["rawEntry"] == "the real text"
@@ -121,7 +131,7 @@ async def test_identifiers_written_by_the_model_never_reach_the_server(db):
 
 async def test_reply_without_tool_call_is_reprompted_then_falls_back(db):
     model = ScriptedChatModel(responses=[AIMessage(content="Sure, I will remember that!")] * 3)
-    async with build_agent(model, db=db) as invoker:
+    async with in_process(model, db=db) as invoker:
         result = await invoker.aprocess_conversation_message("user", "My sister Ana lives in Porto.", "t1")
         assert result.corrections == 2 and result.fallbacks == 1 and result.llm_calls == 3
         assert any("no add_entry tool call" in e for e in result.errors)
@@ -135,7 +145,7 @@ async def test_reply_without_tool_call_is_reprompted_then_falls_back(db):
 async def test_corrective_reprompt_recovers(db):
     model = ScriptedChatModel(responses=[
         tool_call_message("add_entry", {"summary": "", "tags": {}}), entry_reply("Recovered summary.")])
-    async with build_agent(model, db=db) as invoker:
+    async with in_process(model, db=db) as invoker:
         result = await invoker.aprocess_conversation_message("user", "hello", "t1")
         assert (result.corrections, result.fallbacks) == (1, 0)
         assert (await entries(invoker))[0]["summary"] == "Recovered summary."
@@ -146,7 +156,7 @@ async def test_model_exception_falls_back_and_is_reported(db):
         async def _agenerate(self, *args: Any, **kwargs: Any):
             raise ConnectionError("LLM endpoint unreachable")
 
-    async with build_agent(Broken(responses=[]), db=db) as invoker:
+    async with in_process(Broken(responses=[]), db=db) as invoker:
         result = await invoker.aprocess_conversation_message("user", "I prefer window seats.", "t1")
         assert result.fallbacks == 1 and any("LLM endpoint unreachable" in e for e in result.errors)
         assert len(await entries(invoker)) == 1
@@ -154,7 +164,7 @@ async def test_model_exception_falls_back_and_is_reported(db):
 
 async def test_tool_error_surfaces_and_leaves_the_thread_unchanged(db):
     model = ScriptedChatModel(responses=[entry_reply()], cycle=True)
-    async with build_agent(model, db=db) as invoker:
+    async with in_process(model, db=db) as invoker:
         await invoker.aprocess_conversation_message("user", "first", "t1")
         agent = invoker.agent
         await invoker.connection.call_json("delete_memory", {"vault_id": agent.vault_id, "memory_id": agent.memory_id})
@@ -166,7 +176,7 @@ async def test_tool_error_surfaces_and_leaves_the_thread_unchanged(db):
 
 async def test_bad_inputs_are_refused_before_anything_is_written(db):
     model = ScriptedChatModel(responses=[entry_reply()], cycle=True)
-    async with build_agent(model, db=db) as invoker:
+    async with in_process(model, db=db) as invoker:
         with pytest.raises(InputError, match="unknown role 'robot'"):
             await invoker.aprocess_conversation_message("robot", "hi", "t1")
         with pytest.raises(InputError, match="empty"):
@@ -184,7 +194,7 @@ async def test_bad_inputs_are_refused_before_anything_is_written(db):
 async def test_oversize_message_is_stored_as_ordered_parts(db):
     text = ("A long paragraph about the user's research on coral reefs. " * 400).strip()
     assert len(text) > 18000
-    async with build_agent("extractive", db=db) as invoker:
+    async with in_process("extractive", db=db) as invoker:
         result = await invoker.aprocess_conversation_message("assistant", text, "t1")
         assert result.tool_calls == ("add_entry",) * 3 and len(result.entry_ids) == 3
         stored = sorted(await entries(invoker), key=lambda e: e["tags"]["part"])
@@ -195,9 +205,9 @@ async def test_oversize_message_is_stored_as_ordered_parts(db):
 
 async def test_retried_message_is_stored_once(db, tmp_path):
     # Two processes' worth of checkpoints (the second lost the first's progress) write the same message.
-    async with build_agent("extractive", db=db, checkpointer=f"sqlite:{tmp_path / 'a.db'}") as invoker:
+    async with in_process("extractive", db=db, checkpointer=f"sqlite:{tmp_path / 'a.db'}") as invoker:
         first = await invoker.aprocess_conversation_message("user", "I adopted a cat named Miso.", "t1")
-    async with build_agent("extractive", db=db, checkpointer=f"sqlite:{tmp_path / 'b.db'}") as invoker:
+    async with in_process("extractive", db=db, checkpointer=f"sqlite:{tmp_path / 'b.db'}") as invoker:
         again = await invoker.aprocess_conversation_message("user", "I adopted a cat named Miso.", "t1")
         other = await invoker.aprocess_conversation_message("user", "A different second message.", "t1")
         assert again.deduplicated == 1 and again.entry_ids == first.entry_ids
@@ -206,7 +216,7 @@ async def test_retried_message_is_stored_once(db, tmp_path):
 
 
 async def test_flush_cadence_is_per_thread_with_interleaved_threads(db):
-    async with build_agent("extractive", db=db, flush_every=3) as invoker:
+    async with in_process("extractive", db=db, flush_every=3) as invoker:
         flushed: dict[str, list[int]] = {"a": [], "b": []}
         order = ["a", "b", "b", "a", "a", "b", "b", "a", "b", "a", "a", "b"]
         seen = {"a": 0, "b": 0}
@@ -237,7 +247,7 @@ async def test_sync_api_outside_and_inside_an_event_loop(db, tmp_path):
 async def test_prompts_are_bounded_by_the_window(db):
     model = ScriptedChatModel(responses=[entry_reply()], cycle=True)
     settings = AgentSettings(history_window=4, recent_message_chars=50)
-    async with build_agent(model, db=db, settings=settings, flush_every=1000) as invoker:
+    async with in_process(model, db=db, settings=settings, flush_every=1000) as invoker:
         for i in range(10):
             await invoker.aprocess_conversation_message("user", f"msg-{i} " + "x" * 200, "t1")
         last_task = model.calls[-1][-1]
@@ -253,13 +263,18 @@ async def test_server_prompts_option_uses_get_default_prompts(db):
         assert invoker.agent.prompts.summary_prompt == served["templates"]["summary_prompt"]
 
 
-def test_result_is_json_friendly():
-    from dataclasses import asdict
-
+def test_result_as_dict_is_plain_json_with_usage_flattened():
     from mycelian_agent import InvocationResult
+    from mycelian_agent.agent.report import Usage
 
-    result = InvocationResult(control=ControlState.END_SESSION, thread_id="t")
-    assert json.loads(json.dumps(asdict(result), default=str))["thread_id"] == "t"
+    result = InvocationResult(control=ControlState.END_SESSION, thread_id="t", tool_calls=("await_consistency",),
+                              usage=Usage(llm_calls=2, prompt_tokens=30), duration_s=0.5, tool_s=0.1, model_s=0.2)
+    data = json.loads(json.dumps(result.as_dict()))  # no default=: every value must be JSON as it is
+    assert data["control"] == "end_session" and data["thread_id"] == "t"
+    assert data["tool_calls"] == ["await_consistency"]
+    assert (data["llm_calls"], data["prompt_tokens"], data["fallbacks"]) == (2, 30, 0)
+    assert data["framework_s"] == pytest.approx(0.2)
+    assert result.llm_calls == 2 and result.usage.prompt_tokens == 30
 
 
 async def test_a_new_session_starts_from_the_stored_context_and_recent_entries(db):
@@ -267,11 +282,11 @@ async def test_a_new_session_starts_from_the_stored_context_and_recent_entries(d
         entry_reply("Ana moved to Porto."), context_reply("## Facts\n- Ana lives in Porto. " + "x" * 3000),
         entry_reply("Ana asked about trains.")])
     settings = AgentSettings(entry_context_chars=100)
-    async with build_agent(model, db=db, settings=settings) as invoker:
+    async with in_process(model, db=db, settings=settings) as invoker:
         await invoker.astart_session("t1")
         await invoker.aprocess_conversation_message("user", "My sister Ana moved to Porto.", "t1")
         await invoker.aend_session("t1")
-    async with build_agent(model, db=db, settings=settings) as invoker:  # a new process: nothing in memory but the server
+    async with in_process(model, db=db, settings=settings) as invoker:  # a new process: nothing in memory but the server
         await invoker.astart_session("t2")
         await invoker.aprocess_conversation_message("user", "Which train goes there?", "t2")
         payload = model.calls[-1][-1].additional_kwargs["mycelian_task"]

@@ -17,7 +17,7 @@ async def test_openai_model_writes_entries_and_context_over_the_wire(tmp_path):
         tool_call_reply("put_context", {"content": "## Facts\n- Flight AL 417 booked."}, usage=(400, 12)),
     ]
     with OpenAIStub(responses=replies) as stub:
-        async with build_agent("openai:gpt-4o-mini", db=tmp_path / "m.db", api_key="test-key",
+        async with build_agent("openai:gpt-4o-mini", "in-process", db=tmp_path / "m.db", api_key="test-key",
                                base_url=stub.base_url, flush_every=1) as invoker:
             result = await invoker.aprocess_conversation_message(
                 "user", "We booked flight AL 417.", "t1", "2024-04-10T08:05:00Z")
@@ -43,7 +43,7 @@ async def test_openai_model_writes_entries_and_context_over_the_wire(tmp_path):
 async def test_text_reply_is_corrected_over_the_wire_then_falls_back(tmp_path):
     with OpenAIStub(responses=[text_reply("I can't call tools."), text_reply("Still no."), error_reply(500, "boom")]) as stub:
         model = resolve_model("openai:gpt-4o-mini", api_key="k", base_url=stub.base_url, max_retries=0)
-        async with build_agent(model, db=tmp_path / "m.db") as invoker:
+        async with build_agent(model, "in-process", db=tmp_path / "m.db") as invoker:
             result = await invoker.aprocess_conversation_message("user", "Marco is vegetarian.", "t1")
             assert result.corrections == 2 and result.fallbacks == 1
             assert any("boom" in e for e in result.errors), result.errors

@@ -1,9 +1,13 @@
 """MycelianMemoryAgent: a checkpointed ``StateGraph`` with ``observe`` and ``tools`` nodes, driven by a ControlState.
 
-``observe`` decides the next tool call from the control and the tools already run in this invocation; ``tools``
-is a ``ToolNode`` over the memory server's MCP tools. Direct calls (get_context, list_entries, await_consistency)
-are AIMessages built in code; add_entry and put_context arguments come from the model, bound to that one tool
-with a forced choice. Code owns every identifier and the verbatim text (see docs/ARCHITECTURE.md).
+An invocation runs the steps its control lists in :data:`~mycelian_agent.agent.control.PLANS`. ``observe`` takes in
+the results of the step that just ran (``_absorb_*``) and emits the next step's tool calls (``_begin_*``) as an
+AIMessage; ``tools`` is a ``ToolNode`` over the memory server's MCP tools that executes them. Direct calls
+(get_context, list_entries, await_consistency) are built in code; add_entry and put_context arguments come from the
+model, bound to that one tool with a forced choice. Code owns every identifier and the verbatim text.
+
+The invocation's report (:class:`InvocationResult`) travels in LangGraph's runtime context, never in the
+checkpoint; the checkpoint holds only the thread's bounded state (:mod:`~mycelian_agent.agent.state`).
 """
 
 from __future__ import annotations
@@ -11,131 +15,50 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any, Mapping, Sequence
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import (
-    AIMessage,
-    BaseMessage,
-    ChatMessage,
-    HumanMessage,
-    RemoveMessage,
-    ToolMessage,
-)
-from langchain_core.runnables import RunnableConfig
+from langchain_core.messages import AIMessage, BaseMessage, ChatMessage, RemoveMessage, ToolMessage
 from langchain_core.tools import BaseTool
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.prebuilt import ToolNode
+from langgraph.runtime import Runtime
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from .._sync import run_sync
-from .checkpointers import prune_thread
-from .control import ControlState
-from ..limits import split_oversize
-from ..errors import InputError, MemoryServerError, MycelianError, ToolCallError
-from ..models.extractive import ExtractiveChatModel
-from ..mcp import _cause, is_transient_text
+from ..errors import InputError, MemoryServerError, MycelianError, describe_cause, is_transient_text
+from ..limits import clip_tags, split_oversize
 from ..memory_server.placeholder import is_placeholder_context
+from ..models.extractive import ExtractiveChatModel
+from .checkpointers import prune_thread
+from .control import PLANS, ControlState, Step
+from .model_tools import ToolArgumentWriter, direct_call, entry_tags, idempotency_key
 from .prompts import PromptSet, build_add_entry_prompt, build_put_context_prompt
-from .report import InvocationResult, ThreadStatus
-from .state import AgentState, Turn, empty_counters
-from .model_tools import (
-    CODE_TAGS,
-    MAX_TAGS,
-    MODEL_TOOL_SCHEMAS,
-    idempotency_key,
-    validate_reply,
-)
+from .report import InvocationResult, ThreadProgress, ThreadStatus, Usage
+from .settings import AgentSettings
+from .state import AgentState, Turn
 
-__all__ = ["MycelianMemoryAgent", "AgentSettings"]
+__all__ = ["MycelianMemoryAgent", "Invocation"]
 
 ROLES = ("user", "assistant")
-@dataclass(frozen=True)
-class AgentSettings:
-    """Bounds and recovery settings. ``AgentSettings.naive()`` is the protocol's unbounded form (benchmarks only)."""
-
-    history_window: int | None = 12  # messages the add_entry prompt sees; None = the whole history
-    recent_message_chars: int | None = 600  # each recent message is clipped to this in prompts and state
-    flush_message_chars: int | None = 2000  # each message since the last flush, in the put_context prompt
-    since_flush_cap: int | None = 64  # messages kept for the next put_context; None = the whole history
-    context_max_chars: int = 5000  # size cap of the context document (upstream Mycelian's rules use 5,000 too)
-    entry_context_chars: int | None = 2000  # the add_entry prompt carries the context document's first N chars
-    recent_entries: int = 10  # entries read back at session start
-    entry_max_chars: int = 9000  # longer messages are stored as several entries (parts)
-    max_corrections: int = 2  # re-prompts after a reply without a valid tool call, before the fallback
-    fallback_on_model_error: bool = True  # a model exception falls back to the extractive model (counted)
-    tool_attempts: int = 3  # attempts for a transient tool failure
-    retry_backoff_s: float = 0.2  # first backoff; doubles per attempt
-    skip_empty_flush: bool = True  # END_SESSION writes no context when nothing arrived since the last flush
-    flush_from_history: bool = False  # put_context reads the history window instead of the messages since a flush
-    prune_every: int | None = 16  # keep only a thread's newest checkpoint, pruning every N invocations; None = keep all
-
-    @classmethod
-    def naive(cls) -> "AgentSettings":
-        """The protocol as first written: whole history in state and prompts. Used by the benchmarks only."""
-        return cls(history_window=None, recent_message_chars=None, flush_message_chars=None, entry_context_chars=None,
-                   since_flush_cap=None, skip_empty_flush=False, flush_from_history=True, prune_every=None)
+_REQUIRED_TOOLS = ("get_context", "list_entries", "add_entry", "await_consistency", "put_context")
 
 
-def _normalise_time(value: str | datetime | None) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, datetime):
-        moment = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
-    else:
-        try:
-            moment = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-        except ValueError:
-            raise InputError(f"conversation_time {value!r} is not an RFC 3339 timestamp "
-                             "(e.g. 2024-03-05T14:30:00Z)") from None
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=timezone.utc)
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+@dataclass
+class Invocation:
+    """The runtime context of one invocation: where it writes and the report it fills in (not checkpointed)."""
 
+    thread_id: str
+    vault_id: str
+    memory_id: str
+    report: InvocationResult
 
-def _coerce_message(to_process: Any) -> ChatMessage:
-    if isinstance(to_process, ChatMessage):
-        role, content = to_process.role, to_process.content
-    elif isinstance(to_process, Mapping):
-        role, content = to_process.get("role"), to_process.get("content")
-    elif isinstance(to_process, BaseMessage):
-        role, content = {"human": "user", "ai": "assistant"}.get(to_process.type, to_process.type), to_process.content
-    else:
-        raise InputError(f"to_process must be a ChatMessage or a {{'role', 'content'}} mapping, got {type(to_process).__name__}")
-    if role not in ROLES:
-        raise InputError(f"unknown role {role!r}: a message's role must be one of {', '.join(ROLES)}")
-    if not isinstance(content, str):
-        raise InputError(f"message content must be a string, got {type(content).__name__}")
-    if not content.strip():
-        raise InputError("message content is empty: there is nothing to store")
-    return ChatMessage(role=role, content=content)
-
-
-def _tool_text(message: ToolMessage) -> str:
-    content = message.content
-    if isinstance(content, str):
-        return content
-    return "\n".join(block.get("text", "") if isinstance(block, dict) else str(block) for block in content)
-
-
-def _clip(text: str, limit: int | None) -> str:
-    return text if limit is None or len(text) <= limit else text[:limit]
-
-
-def _direct_call(*calls: tuple[str, dict[str, Any]]) -> AIMessage:
-    return AIMessage(content="", tool_calls=[
-        {"name": name, "args": args, "id": f"call_{uuid.uuid4().hex[:16]}", "type": "tool_call"}
-        for name, args in calls
-    ])
-
-
-def _new_run() -> dict[str, Any]:
-    return {"tool_calls": [], "entry_ids": [], "deduplicated": 0, "llm_calls": 0, "prompt_tokens": 0,
-            "completion_tokens": 0, "retries": 0, "corrections": 0, "fallbacks": 0, "errors": [], "notes": [],
-            "context_written": False, "message_index": None, "tool_s": 0.0, "model_s": 0.0}
+    @property
+    def ids(self) -> dict[str, str]:
+        return {"vault_id": self.vault_id, "memory_id": self.memory_id}
 
 
 class MycelianMemoryAgent:
@@ -169,22 +92,23 @@ class MycelianMemoryAgent:
         self.fallback_model = fallback_model or ExtractiveChatModel()
         self.checkpointer = checkpointer
         self._tools = {tool.name: tool for tool in tools}
-        required = ("get_context", "list_entries", "add_entry", "await_consistency", "put_context")
-        missing = [name for name in required if name not in self._tools]
+        missing = [name for name in _REQUIRED_TOOLS if name not in self._tools]
         if missing:
             raise MemoryServerError(f"the memory server lacks tool(s) {', '.join(missing)}; is it a Mycelian server?")
-        add_entry_fields = (getattr(self._tools["add_entry"], "args_schema", None) or {})
-        fields = add_entry_fields.get("properties", {}) if isinstance(add_entry_fields, Mapping) else {}
+        schema = getattr(self._tools["add_entry"], "args_schema", None) or {}
         # Upstream Mycelian has no idempotency keys; send one only where the server declares it.
-        self._server_idempotency = "idempotency_key" in fields
+        self._server_idempotency = "idempotency_key" in (schema.get("properties", {}) if isinstance(schema, Mapping) else {})
+        s = self.settings
+        self._writer = ToolArgumentWriter(model, self.fallback_model, max_corrections=s.max_corrections,
+                                          fallback_on_model_error=s.fallback_on_model_error,
+                                          context_max_chars=s.context_max_chars)
         self._loop = loop
-        self._bound: dict[tuple[int, str], Any] = {}
         self._invocations: dict[str, int] = {}
         self.graph = self._build_graph()
 
     # -- public API -------------------------------------------------------------------------------------------
 
-    def with_memory(self, vault_id: str, memory_id: str) -> "MycelianMemoryAgent":
+    def with_memory(self, vault_id: str, memory_id: str) -> MycelianMemoryAgent:
         """The same agent (graph, model, tools, checkpointer) writing to another memory."""
         clone = object.__new__(MycelianMemoryAgent)
         clone.__dict__.update(self.__dict__)
@@ -207,34 +131,32 @@ class MycelianMemoryAgent:
         invocation leaves the thread's checkpoint as it was, so it can be retried (add_entry is idempotent).
         """
         started = time.perf_counter()
-        control = ControlState(control)
+        control = _control(control)
         if not isinstance(thread_id, str) or not thread_id.strip():
             raise InputError("thread_id must be a non-empty string")
-        message: list[ChatMessage] = []
+        message: Turn | None = None
         if control.stores_message:
             if to_process is None:
                 raise InputError(f"{control.name} needs a message to process (to_process)")
-            message = [_coerce_message(to_process)]
+            message = _turn(to_process, _normalise_time(conversation_time))
         elif to_process is not None:
             raise InputError(f"{control.name} takes no message; send it with PROCESS_MESSAGE")
-        clean_tags = {str(k)[:64]: str(v)[:512] for k, v in (tags or {}).items()}
+        report = InvocationResult(control=control, thread_id=thread_id)
         state_in: dict[str, Any] = {
-            "control": control.value,  # a plain string: checkpoints then hold no custom types
-            "to_process": message,
-            "conversation_time": _normalise_time(conversation_time),
-            "message_tags": clean_tags,
+            "control": control.value,
+            "message": message,
+            "message_tags": clip_tags(tags or {}),
+            "step": 0,
             "tool_history": [RemoveMessage(id=REMOVE_ALL_MESSAGES)],
-            "run": _new_run(),
         }
-        config: RunnableConfig = {
-            "configurable": {"thread_id": thread_id, "vault_id": self.vault_id, "memory_id": self.memory_id},
-            "recursion_limit": 64 + 4 * (len(message[0].content) // max(1, self.settings.entry_max_chars) if message else 0),
-        }
+        parts = len(message["content"]) // max(1, self.settings.entry_max_chars) if message else 0
+        config = {"configurable": {"thread_id": thread_id}, "recursion_limit": 64 + 4 * parts}
         # durability="exit": one checkpoint per invocation, written only when it succeeds.
-        state = await self.graph.ainvoke(state_in, config, durability="exit")
+        await self.graph.ainvoke(state_in, config, context=Invocation(thread_id, self.vault_id, self.memory_id, report),
+                                 durability="exit")
         await self._maybe_prune(thread_id)
-        return InvocationResult.from_run(state["run"], control=control, thread_id=thread_id,
-                                         duration_s=time.perf_counter() - started)
+        report.duration_s = time.perf_counter() - started
+        return report
 
     def invoke(self, control: ControlState | str, thread_id: str, to_process: Any = None,
                conversation_time: str | datetime | None = None, *, tags: Mapping[str, str] | None = None) -> InvocationResult:
@@ -245,10 +167,9 @@ class MycelianMemoryAgent:
         """The checkpointed position and totals of ``thread_id`` (zeros for a new thread)."""
         snapshot = await self.graph.aget_state({"configurable": {"thread_id": thread_id}})
         values = snapshot.values or {}
-        counters = {**empty_counters(), **values.get("counters", {})}
-        return ThreadStatus(thread_id=thread_id, messages=counters["messages"],
-                            session_open=bool(values.get("session_open")), context=values.get("context", ""),
-                            counters=counters)
+        progress, usage = _totals(values)
+        return ThreadStatus(thread_id=thread_id, progress=progress, usage=usage,
+                            session_open=bool(values.get("session_open")), context=values.get("context", ""))
 
     async def _maybe_prune(self, thread_id: str) -> None:
         every = self.settings.prune_every
@@ -260,8 +181,8 @@ class MycelianMemoryAgent:
 
     # -- graph ------------------------------------------------------------------------------------------------
 
-    def _build_graph(self):
-        builder = StateGraph(AgentState)
+    def _build_graph(self) -> Any:
+        builder = StateGraph(AgentState, context_schema=Invocation)
         builder.add_node("observe", self._observe)
         builder.add_node("tools", ToolNode(list(self._tools.values()), messages_key="tool_history",
                                            awrap_tool_call=self._run_tool))
@@ -270,101 +191,91 @@ class MycelianMemoryAgent:
         builder.add_edge("tools", "observe")
         return builder.compile(checkpointer=self.checkpointer)
 
-    async def _run_tool(self, request: Any, execute: Any) -> Any:
-        """Execute one tool call; retry transient failures with backoff; raise on any other error."""
-        name = request.tool_call["name"]
-        retries = 0
-        started = time.perf_counter()
-        for attempt in range(1, self.settings.tool_attempts + 1):
-            try:
-                result = await execute(request)
-            except MycelianError:
-                raise
-            except Exception as exc:  # transport failures come in many types
-                error = MemoryServerError(f"{name} failed: {_cause(exc)}", tool=name, transient=True)
-            else:
-                if not (isinstance(result, ToolMessage) and result.status == "error"):
-                    if isinstance(result, ToolMessage):
-                        result.additional_kwargs["elapsed_s"] = time.perf_counter() - started
-                        if retries:
-                            result.additional_kwargs["retries"] = retries
-                    return result
-                text = _tool_text(result)
-                error = MemoryServerError(f"{name} failed: {text}", tool=name, transient=is_transient_text(text))
-            if not error.transient or attempt == self.settings.tool_attempts:
-                if retries:
-                    error.args = (f"{error.args[0]} (after {retries} retries)",)
-                raise error
-            retries += 1
-            await asyncio.sleep(self.settings.retry_backoff_s * 2 ** (attempt - 1))
-        raise AssertionError("unreachable")
-
-    async def _observe(self, state: AgentState, config: RunnableConfig) -> dict[str, Any]:
-        ids = {"vault_id": config["configurable"]["vault_id"], "memory_id": config["configurable"]["memory_id"]}
-        control = ControlState(state["control"])
+    async def _observe(self, state: AgentState, runtime: Runtime[Invocation]) -> dict[str, Any]:
+        """Take in the results of the step that ran, then emit the next step's calls, or finish the invocation."""
+        run = runtime.context
+        plan = PLANS[ControlState(state["control"])]
+        index = state.get("step", 0)
+        update: dict[str, Any] = {}
         history = state.get("tool_history") or []
-        results = [m for m in history if isinstance(m, ToolMessage)]
-        done = [m.name for m in results]
-        last = done[-1] if done else None
-        run = dict(state.get("run") or _new_run())
+        results = _last_results(history)
         if results:
-            run["tool_calls"] = done
-            run["retries"] = sum(m.additional_kwargs.get("retries", 0) for m in results)
-            run["tool_s"] = sum(m.additional_kwargs.get("elapsed_s", 0.0) for m in results)
+            run.report.tool_calls += tuple(m.name or "" for m in results)
+            update, again = await self._absorb(plan[index], state, history, results, run)
+            index += 0 if again else 1
+        while index < len(plan):
+            step_update, call = await self._begin(plan[index], {**state, **update}, history, run)
+            update.update(step_update)
+            if call is not None:
+                return {**update, "step": index, "tool_history": [call]}
+            index += 1
+        usage = _totals({**state, **update})[1] + run.report.usage
+        # The tool flow is in the report and the message is stored: clearing both keeps checkpoints small.
+        return {**update, "usage": usage.as_dict(), "message": None, "step": 0,
+                "tool_history": [RemoveMessage(id=REMOVE_ALL_MESSAGES)]}
 
-        if control is ControlState.START_SESSION:
-            if not done:
-                return {"run": run, "tool_history": [_direct_call(
-                    ("get_context", ids), ("list_entries", {**ids, "limit": self.settings.recent_entries}))]}
-            return self._finish_start(state, results, run)
+    async def _begin(self, step: Step, state: Mapping[str, Any], history: list[BaseMessage],
+                     run: Invocation) -> tuple[dict[str, Any], AIMessage | None]:
+        """The state update and tool calls that start ``step`` (no calls: the step is done or skipped)."""
+        if step is Step.READ_MEMORY:
+            return {}, direct_call(("get_context", run.ids),
+                                   ("list_entries", {**run.ids, "limit": self.settings.recent_entries}))
+        if step is Step.ADD_ENTRY:
+            return {}, await self._entry_call(state, _count(history, "add_entry"), run)
+        if step is Step.AWAIT_CONSISTENCY:
+            return {}, direct_call(("await_consistency", {"memory_id": run.memory_id}))
+        if step is Step.PUT_CONTEXT:
+            if not state.get("since_flush") and self.settings.skip_empty_flush:
+                run.report.notes += ("no messages since the last flush: context unchanged",)
+                return {}, None
+            return {}, await self._context_call(state, run)
+        if step is Step.CLOSE_SESSION:
+            return {"session_open": False, "progress": _bump(state, sessions_ended=1)}, None
+        raise MycelianError(f"memory agent: step {step.value} has no start")
 
-        if control.stores_message:
-            parts = self._parts(state)
-            stored = done.count("add_entry")
-            if last in (None, "add_entry") and stored < len(parts):
-                call = await self._entry_call(state, ids, parts, stored, run, config)
-                return {"run": run, "tool_history": [call]}
-            if last == "add_entry":
-                update = self._after_store(state, results, parts, run)
-                if control is ControlState.PROCESS_MESSAGE:
-                    return self._finish(update, run)
-                return {**update, "run": run, "tool_history": [_direct_call(("await_consistency", {"memory_id": ids["memory_id"]}))]}
-
-        if control is ControlState.END_SESSION and not done:
-            return {"run": run, "tool_history": [_direct_call(("await_consistency", {"memory_id": ids["memory_id"]}))]}
-
-        if last == "await_consistency":
-            since = state.get("since_flush") or []
-            if control is ControlState.END_SESSION and not since and self.settings.skip_empty_flush:
-                run["notes"] = [*run["notes"], "no messages since the last flush: context unchanged"]
-                return self._finish(self._session_end(state), run)
-            call = await self._context_call(state, ids, run)
-            return {"run": run, "tool_history": [call]}
-
-        if last == "put_context":
+    async def _absorb(self, step: Step, state: AgentState, history: list[BaseMessage], results: list[ToolMessage],
+                      run: Invocation) -> tuple[dict[str, Any], bool]:
+        """The state update from ``step``'s tool results, and whether the step runs again (another part)."""
+        if step is Step.READ_MEMORY:
+            return self._after_read(state, results), False
+        if step is Step.ADD_ENTRY:
+            return self._after_entry(state, _count(history, "add_entry"), results, run)
+        if step is Step.AWAIT_CONSISTENCY:
+            return {}, False
+        if step is Step.PUT_CONTEXT:
             written = next(m for m in reversed(history) if isinstance(m, AIMessage) and m.tool_calls)
-            update = {"context": written.tool_calls[0]["args"]["content"], "since_flush": []}
-            counters = dict(state.get("counters") or empty_counters())
-            counters["flushes"] += 1
-            update["counters"] = counters
-            run["context_written"] = True
-            if control is ControlState.END_SESSION:
-                update.update(self._session_end({**state, **update}))
-            return self._finish(update, run)
-        raise MycelianError(f"memory agent reached an unexpected step: control={control.name}, tools run={done}")
+            run.report.context_written = True
+            return {"context": written.tool_calls[0]["args"]["content"], "since_flush": [],
+                    "progress": _bump(state, flushes=1)}, False
+        raise MycelianError(f"memory agent: step {step.value} makes no tool calls")
+
+    async def _run_tool(self, request: Any, execute: Any) -> Any:
+        """Execute one tool call; retry transient failures with backoff (same arguments, so the same idempotency
+        key); raise :class:`MemoryServerError` on any other error."""
+        report: InvocationResult = request.runtime.context.report
+        name = request.tool_call["name"]
+        started = time.perf_counter()
+        retrying = AsyncRetrying(stop=stop_after_attempt(self.settings.tool_attempts),
+                                 wait=wait_exponential(multiplier=self.settings.retry_backoff_s),
+                                 retry=retry_if_exception(_is_transient), reraise=True)
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    if attempt.retry_state.attempt_number > 1:
+                        report.usage += Usage(retries=1)
+                    result = await _execute_checked(name, request, execute)
+            return result
+        except MemoryServerError as error:
+            retries = retrying.statistics.get("attempt_number", 1) - 1
+            if retries:
+                error.args = (f"{error.args[0]} (after {retries} retries)",)
+            raise
+        finally:
+            report.tool_s += time.perf_counter() - started
 
     # -- steps ------------------------------------------------------------------------------------------------
 
-    def _finish(self, update: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
-        counters = dict(update.get("counters") or {})
-        if counters:
-            for key in ("llm_calls", "prompt_tokens", "completion_tokens", "retries", "corrections", "fallbacks"):
-                counters[key] += run[key]
-            update["counters"] = counters
-        # The tool flow is reported in ``run`` and the message is stored: clearing both keeps checkpoints small.
-        return {**update, "run": run, "to_process": [], "tool_history": [RemoveMessage(id=REMOVE_ALL_MESSAGES)]}
-
-    def _finish_start(self, state: AgentState, results: list[ToolMessage], run: dict[str, Any]) -> dict[str, Any]:
+    def _after_read(self, state: AgentState, results: list[ToolMessage]) -> dict[str, Any]:
         by_name = {m.name: _tool_text(m) for m in results}
         context = by_name.get("get_context", "")
         context = "" if is_placeholder_context(context) else context
@@ -380,128 +291,69 @@ class MycelianMemoryAgent:
             window.append(Turn(role="system", content="Recent entries from earlier sessions:\n" + "\n".join(lines)))
             if self.settings.history_window is not None:
                 window = window[-self.settings.history_window:]
-        counters = dict(state.get("counters") or empty_counters())
-        counters["sessions_started"] += 1
-        return self._finish({"context": context, "window": window, "since_flush": state.get("since_flush") or [],
-                             "session_open": True, "counters": counters}, run)
+        return {"context": context, "window": window, "since_flush": state.get("since_flush") or [],
+                "session_open": True, "progress": _bump(state, sessions_started=1)}
 
-    def _session_end(self, state: Mapping[str, Any]) -> dict[str, Any]:
-        counters = dict(state.get("counters") or empty_counters())
-        counters["sessions_ended"] += 1
-        return {"session_open": False, "counters": counters}
-
-    def _parts(self, state: AgentState) -> list[str]:
-        return split_oversize(state["to_process"][0].content, self.settings.entry_max_chars)
-
-    async def _entry_call(self, state: AgentState, ids: dict[str, str], parts: list[str], index: int,
-                          run: dict[str, Any], config: RunnableConfig) -> AIMessage:
-        message = state["to_process"][0]
-        when = state.get("conversation_time")
-        counters = state.get("counters") or empty_counters()
-        number = counters["messages"] + 1
-        run["message_index"] = number
-        window = state.get("window") or []
-        stamped = ChatMessage(role=message.role, content=message.content,
-                              additional_kwargs={"conversation_time": when} if when else {})
+    async def _entry_call(self, state: Mapping[str, Any], part: int, run: Invocation) -> AIMessage:
+        message: Turn = state["message"]
+        parts = split_oversize(message["content"], self.settings.entry_max_chars)
+        number = _totals(state)[0].messages + 1
+        run.report.message_index = number
         prompt = build_add_entry_prompt(
-            self.prompts, message=stamped, content=parts[index], recent=window,
-            context=state.get("context", ""), part=(index + 1, len(parts)),
-            recent_message_chars=self.settings.recent_message_chars,
-            context_chars=self.settings.entry_context_chars,
+            self.prompts, message=message, content=parts[part], recent=state.get("window") or [],
+            context=state.get("context", ""), part=(part + 1, len(parts)),
+            recent_message_chars=self.settings.recent_message_chars, context_chars=self.settings.entry_context_chars,
         )
-        written = await self._model_args("add_entry", prompt, run)
-        thread_id = config["configurable"]["thread_id"]
-        code_tags = {"role": message.role, "thread": thread_id[:512], "msg": str(number)}
+        written = await self._writer.write("add_entry", prompt, run.report)
+        code_tags = {"role": message["role"], "thread": run.thread_id[:512], "msg": str(number)}
         if len(parts) > 1:
-            code_tags["part"] = f"{index + 1}/{len(parts)}"
-        input_tags = {k: v for k, v in (state.get("message_tags") or {}).items() if k not in CODE_TAGS}
-        room = MAX_TAGS - len(code_tags) - len(input_tags)
-        model_tags = dict(list((k, v) for k, v in written["tags"].items() if k not in input_tags)[:max(0, room)])
-        args: dict[str, Any] = {**ids, "raw_entry": parts[index], "summary": written["summary"],
-                                "tags": {**model_tags, **input_tags, **code_tags}}
-        if when:
-            args["conversation_time"] = when
+            code_tags["part"] = f"{part + 1}/{len(parts)}"
+        args: dict[str, Any] = {**run.ids, "raw_entry": parts[part], "summary": written["summary"],
+                                "tags": entry_tags(written["tags"], state.get("message_tags") or {}, code_tags)}
+        if message.get("conversation_time"):
+            args["conversation_time"] = message["conversation_time"]
         if self._server_idempotency:
-            args["idempotency_key"] = idempotency_key(thread_id, number, message.content, index, len(parts))
-        return _direct_call(("add_entry", args))
+            args["idempotency_key"] = idempotency_key(run.thread_id, number, message["content"], part, len(parts))
+        return direct_call(("add_entry", args))
 
-    def _after_store(self, state: AgentState, results: list[ToolMessage], parts: list[str],
-                     run: dict[str, Any]) -> dict[str, Any]:
-        for result in [m for m in results if m.name == "add_entry"]:
+    def _after_entry(self, state: AgentState, stored_parts: int, results: list[ToolMessage],
+                     run: Invocation) -> tuple[dict[str, Any], bool]:
+        for result in results:
             try:
                 stored = json.loads(_tool_text(result))
             except json.JSONDecodeError:
                 continue  # upstream answers "enqueued": no entry id to report
             if isinstance(stored, Mapping):
                 if stored.get("entryId"):
-                    run["entry_ids"] = [*run["entry_ids"], stored["entryId"]]
-                run["deduplicated"] += bool(stored.get("deduplicated"))
-        message = state["to_process"][0]
-        when = state.get("conversation_time")
-        extra = {"conversation_time": when} if when else {}
+                    run.report.entry_ids += (stored["entryId"],)
+                run.report.deduplicated += bool(stored.get("deduplicated"))
+        message: Turn = state["message"]
+        parts = len(split_oversize(message["content"], self.settings.entry_max_chars))
+        if stored_parts < parts:
+            return {}, True
         s = self.settings
-        window = [*(state.get("window") or []),
-                  Turn(role=message.role, content=_clip(message.content, s.recent_message_chars), **extra)]
-        since = [*(state.get("since_flush") or []),
-                 Turn(role=message.role, content=_clip(message.content, s.flush_message_chars), **extra)]
+        window = [*(state.get("window") or []), {**message, "content": _clip(message["content"], s.recent_message_chars)}]
+        since = [*(state.get("since_flush") or []), {**message, "content": _clip(message["content"], s.flush_message_chars)}]
         if s.history_window is not None:
             window = window[-s.history_window:]
         if s.since_flush_cap is not None and len(since) > s.since_flush_cap:
-            run["notes"] = [*run["notes"], f"more than {s.since_flush_cap} messages since the last flush: oldest dropped from the context prompt"]
+            run.report.notes += (f"more than {s.since_flush_cap} messages since the last flush: "
+                                 "oldest dropped from the context prompt",)
             since = since[-s.since_flush_cap:]
-        counters = dict(state.get("counters") or empty_counters())
-        counters["messages"] += 1
-        counters["entries"] += len(parts)
-        return {"window": window, "since_flush": since, "counters": counters}
+        return {"window": window, "since_flush": since, "progress": _bump(state, messages=1, entries=parts)}, False
 
-    async def _context_call(self, state: AgentState, ids: dict[str, str], run: dict[str, Any]) -> AIMessage:
+    async def _context_call(self, state: Mapping[str, Any], run: Invocation) -> AIMessage:
+        s = self.settings
         prompt = build_put_context_prompt(
             self.prompts, previous_context=state.get("context", ""),
-            messages=(state.get("window") if self.settings.flush_from_history else state.get("since_flush")) or [],
-            max_chars=self.settings.context_max_chars, message_chars=self.settings.flush_message_chars,
+            messages=(state.get("window") if s.flush_from_history else state.get("since_flush")) or [],
+            max_chars=s.context_max_chars, message_chars=s.flush_message_chars,
         )
-        written = await self._model_args("put_context", prompt, run)
-        return _direct_call(("put_context", {**ids, "content": written["content"]}))
+        written = await self._writer.write("put_context", prompt, run.report)
+        return direct_call(("put_context", {**run.ids, "content": written["content"]}))
 
-    def _bind(self, model: BaseChatModel, tool_name: str) -> Any:
-        key = (id(model), tool_name)
-        if key not in self._bound:
-            self._bound[key] = model.bind_tools([MODEL_TOOL_SCHEMAS[tool_name]], tool_choice=tool_name)
-        return self._bound[key]
 
-    async def _model_args(self, tool_name: str, prompt: list[BaseMessage], run: dict[str, Any]) -> dict[str, Any]:
-        """Ask the model for the tool's arguments: bounded corrective re-prompts, then the fallback model."""
-        messages = list(prompt)
-        for attempt in range(self.settings.max_corrections + 1):
-            started = time.perf_counter()
-            try:
-                reply = await self._bind(self.model, tool_name).ainvoke(messages)
-            except Exception as exc:  # provider errors come in many types
-                if not self.settings.fallback_on_model_error:
-                    raise ToolCallError(f"the model failed while writing {tool_name}: {_cause(exc)}") from exc
-                run["errors"] = [*run["errors"], f"model error on {tool_name}: {_cause(exc)}"]
-                break
-            finally:
-                run["model_s"] += time.perf_counter() - started
-            _count_usage(reply, run)
-            args, problem = validate_reply(tool_name, reply, self.settings.context_max_chars)
-            if problem is None:
-                return args
-            run["errors"] = [*run["errors"], f"{tool_name}: reply unusable: {problem}"]
-            if attempt == self.settings.max_corrections:
-                break
-            run["corrections"] += 1
-            messages += [AIMessage(content=str(reply.content or "(no tool call)")),
-                         HumanMessage(f"That reply cannot be used: {problem}. Call the `{tool_name}` tool exactly once, "
-                                      "with the arguments its schema asks for.")]
-        run["fallbacks"] += 1
-        started = time.perf_counter()
-        reply = await self._bind(self.fallback_model, tool_name).ainvoke(prompt)
-        run["model_s"] += time.perf_counter() - started
-        args, problem = validate_reply(tool_name, reply, self.settings.context_max_chars)
-        if problem is not None:
-            raise ToolCallError(f"neither the model nor the fallback produced a usable {tool_name} call: {problem}")
-        return args
+# -- helpers ------------------------------------------------------------------------------------------------
 
 
 async def _route(state: AgentState) -> str:  # async: LangGraph runs sync callables in a thread pool
@@ -511,8 +363,101 @@ async def _route(state: AgentState) -> str:  # async: LangGraph runs sync callab
     return END
 
 
-def _count_usage(reply: BaseMessage, run: dict[str, Any]) -> None:
-    run["llm_calls"] += 1
-    usage = getattr(reply, "usage_metadata", None) or {}
-    run["prompt_tokens"] += int(usage.get("input_tokens", 0) or 0)
-    run["completion_tokens"] += int(usage.get("output_tokens", 0) or 0)
+async def _execute_checked(name: str, request: Any, execute: Any) -> Any:
+    try:
+        result = await execute(request)
+    except MycelianError:
+        raise
+    except Exception as exc:  # transport failures come in many types
+        raise MemoryServerError(f"{name} failed: {describe_cause(exc)}", tool=name, transient=True) from exc
+    if isinstance(result, ToolMessage) and result.status == "error":
+        text = _tool_text(result)
+        raise MemoryServerError(f"{name} failed: {text}", tool=name, transient=is_transient_text(text))
+    return result
+
+
+def _is_transient(exc: BaseException) -> bool:
+    return isinstance(exc, MemoryServerError) and exc.transient
+
+
+def _control(value: ControlState | str) -> ControlState:
+    try:
+        return ControlState(value)
+    except ValueError:
+        accepted = ", ".join(c.value for c in ControlState)
+        raise InputError(f"unknown control {value!r} (accepted: {accepted})") from None
+
+
+def _turn(to_process: Any, conversation_time: str | None) -> Turn:
+    """The message to store, checked once here, at the agent's public edge."""
+    if isinstance(to_process, ChatMessage):
+        role, content = to_process.role, to_process.content
+    elif isinstance(to_process, Mapping):
+        role, content = to_process.get("role"), to_process.get("content")
+    elif isinstance(to_process, BaseMessage):
+        role, content = {"human": "user", "ai": "assistant"}.get(to_process.type, to_process.type), to_process.content
+    else:
+        raise InputError(f"to_process must be a ChatMessage or a {{'role', 'content'}} mapping, got {type(to_process).__name__}")
+    if role not in ROLES:
+        raise InputError(f"unknown role {role!r}: a message's role must be one of {', '.join(ROLES)}")
+    if not isinstance(content, str):
+        raise InputError(f"message content must be a string, got {type(content).__name__}")
+    if not content.strip():
+        raise InputError("message content is empty: there is nothing to store")
+    turn = Turn(role=role, content=content)
+    if conversation_time:
+        turn["conversation_time"] = conversation_time
+    return turn
+
+
+def _normalise_time(value: str | datetime | None) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        moment = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
+    else:
+        try:
+            moment = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+        except ValueError:
+            raise InputError(f"conversation_time {value!r} is not an RFC 3339 timestamp "
+                             "(e.g. 2024-03-05T14:30:00Z)") from None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=timezone.utc)
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _totals(values: Mapping[str, Any]) -> tuple[ThreadProgress, Usage]:
+    """A thread's progress and usage from its state (checkpoints of 0.1 kept both in one ``counters`` dict)."""
+    legacy = values.get("counters")
+    return (ThreadProgress.from_mapping(values.get("progress") or legacy),
+            Usage.from_mapping(values.get("usage") or legacy))
+
+
+def _bump(state: Mapping[str, Any], **deltas: int) -> dict[str, int]:
+    progress = _totals(state)[0]
+    return replace(progress, **{k: getattr(progress, k) + v for k, v in deltas.items()}).as_dict()
+
+
+def _last_results(history: list[BaseMessage]) -> list[ToolMessage]:
+    """The tool results of the last tools pass (those after the last AIMessage)."""
+    results: list[ToolMessage] = []
+    for message in reversed(history):
+        if not isinstance(message, ToolMessage):
+            break
+        results.append(message)
+    return results[::-1]
+
+
+def _count(history: list[BaseMessage], tool: str) -> int:
+    return sum(1 for m in history if isinstance(m, ToolMessage) and m.name == tool)
+
+
+def _tool_text(message: ToolMessage) -> str:
+    content = message.content
+    if isinstance(content, str):
+        return content
+    return "\n".join(block.get("text", "") if isinstance(block, dict) else str(block) for block in content)
+
+
+def _clip(text: str, limit: int | None) -> str:
+    return text if limit is None or len(text) <= limit else text[:limit]

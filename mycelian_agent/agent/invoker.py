@@ -11,8 +11,6 @@ import asyncio
 from datetime import datetime
 from typing import Any, Mapping
 
-from langchain_core.messages import ChatMessage
-
 from .._sync import run_sync
 from .graph import MycelianMemoryAgent
 from .control import ControlState
@@ -66,7 +64,7 @@ class MycelianAgentInvoker:
             number = await self._count(thread_id) + 1
             control = (ControlState.PROCESS_MESSAGE_AND_FLUSH if number % self.flush_every == 0
                        else ControlState.PROCESS_MESSAGE)
-            result = await self.agent.ainvoke(control, thread_id, ChatMessage(role=role, content=content),
+            result = await self.agent.ainvoke(control, thread_id, {"role": role, "content": content},
                                               conversation_time, tags=tags)
             self._counts[thread_id] = result.message_index or number
             return result

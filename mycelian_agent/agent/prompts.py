@@ -12,15 +12,14 @@ from pathlib import Path
 from string import Template
 from typing import Any, Mapping, Sequence
 
-from langchain_core.messages import BaseMessage, ChatMessage, HumanMessage, SystemMessage
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
 from ..errors import PromptError
+from ..models.task import TASK_KEY
 from ..prompt_files import PROMPT_NAMES, read_prompt
+from .state import Turn
 
-__all__ = ["PromptSet", "render", "build_add_entry_prompt", "build_put_context_prompt", "TASK_KEY"]
-
-#: Key in ``HumanMessage.additional_kwargs`` carrying the task as data (see docs/ARCHITECTURE.md).
-TASK_KEY = "mycelian_task"
+__all__ = ["PromptSet", "render", "build_add_entry_prompt", "build_put_context_prompt"]
 
 _TEMPLATE_NAMES = ("agent_prefix", "add_entry_task", "put_context_task")
 
@@ -75,13 +74,9 @@ def _clip(text: str, limit: int | None) -> str:
     return text[:limit].rstrip() + f" … [{len(text) - limit} more characters]"
 
 
-def _message_dict(message: BaseMessage | Mapping[str, Any], limit: int | None) -> dict[str, Any]:
-    if isinstance(message, Mapping):  # a Turn of the agent's state
-        role, content, when = message["role"], str(message["content"]), message.get("conversation_time")
-    else:
-        role = message.role if isinstance(message, ChatMessage) else message.type
-        content, when = str(message.content), message.additional_kwargs.get("conversation_time")
-    return {"role": role, "content": _clip(content, limit), "conversation_time": when}
+def _message_dict(message: Turn, limit: int | None) -> dict[str, Any]:
+    return {"role": message["role"], "content": _clip(str(message["content"]), limit),
+            "conversation_time": message.get("conversation_time")}
 
 
 def _format_messages(items: Sequence[Mapping[str, Any]]) -> str:
@@ -97,9 +92,9 @@ def _format_messages(items: Sequence[Mapping[str, Any]]) -> str:
 def build_add_entry_prompt(
     prompts: PromptSet,
     *,
-    message: BaseMessage,
+    message: Turn,
     content: str,
-    recent: Sequence[BaseMessage | Mapping[str, Any]],
+    recent: Sequence[Turn],
     context: str,
     part: tuple[int, int] = (1, 1),
     recent_message_chars: int | None = 600,
@@ -134,7 +129,7 @@ def build_put_context_prompt(
     prompts: PromptSet,
     *,
     previous_context: str,
-    messages: Sequence[BaseMessage | Mapping[str, Any]],
+    messages: Sequence[Turn],
     max_chars: int,
     message_chars: int | None = 2000,
 ) -> list[BaseMessage]:

@@ -1,66 +1,118 @@
-"""Typed results of agent invocations."""
+"""What an invocation did and what a thread has done: one definition of each.
+
+- :class:`Usage`: model calls, tokens and recoveries. The one place these counters are named: the invocation
+  report, a thread's checkpointed totals, replay totals and the benchmarks all add :class:`Usage` values.
+- :class:`InvocationResult`: the typed report of one invocation, filled in while it runs and returned by it.
+- :class:`ThreadProgress` / :class:`ThreadStatus`: a thread's checkpointed position and totals.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Mapping
+
+from langchain_core.messages import BaseMessage
 
 from .control import ControlState
 
-__all__ = ["InvocationResult", "ThreadStatus"]
+__all__ = ["Usage", "InvocationResult", "ThreadProgress", "ThreadStatus"]
 
 
 @dataclass(frozen=True)
+class Usage:
+    """Model usage and recoveries; values add up with ``+``."""
+
+    llm_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    retries: int = 0  # transient memory-server failures retried
+    corrections: int = 0  # re-prompts after a reply without a usable tool call
+    fallbacks: int = 0  # steps whose arguments the fallback (extractive) model wrote
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
+
+    @classmethod
+    def of_reply(cls, reply: BaseMessage) -> Usage:
+        """One model call, with the token counts the provider reported (0 where it reported none)."""
+        usage = getattr(reply, "usage_metadata", None) or {}
+        return cls(llm_calls=1, prompt_tokens=int(usage.get("input_tokens", 0) or 0),
+                   completion_tokens=int(usage.get("output_tokens", 0) or 0))
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any] | None) -> Usage:
+        """The usage counters in ``values`` (other keys ignored, missing ones 0)."""
+        values = values or {}
+        return cls(**{f.name: int(values.get(f.name, 0) or 0) for f in fields(cls)})
+
+    def as_dict(self) -> dict[str, int]:
+        """Plain data, as checkpoints and JSON reports hold it."""
+        return asdict(self)
+
+
+@dataclass
 class InvocationResult:
-    """What one invocation did: tools called, entries written, model usage, recoveries."""
+    """What one invocation did: tools called, entries written, model usage, recoveries, timings.
+
+    The agent fills it in while the invocation runs and returns it when it ends. The usage counters are also
+    readable directly (``result.llm_calls`` is ``result.usage.llm_calls``).
+    """
 
     control: ControlState
     thread_id: str
     tool_calls: tuple[str, ...] = ()
     entry_ids: tuple[str, ...] = ()
-    message_index: int | None = None
-    deduplicated: int = 0
+    message_index: int | None = None  # the number of the message stored (1-based, per thread)
+    deduplicated: int = 0  # add_entry calls the server answered from an earlier identical write
     context_written: bool = False
-    llm_calls: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    retries: int = 0
-    corrections: int = 0
-    fallbacks: int = 0
-    errors: tuple[str, ...] = ()
+    usage: Usage = field(default_factory=Usage)
+    errors: tuple[str, ...] = ()  # recovered problems (unusable replies, model errors)
     notes: tuple[str, ...] = ()
     duration_s: float = 0.0  # wall time of the invocation
     tool_s: float = 0.0  # of which in memory-server tool calls
     model_s: float = 0.0  # of which in the model (and fallback model)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in _USAGE_FIELDS:
+            return getattr(self.usage, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     @property
     def framework_s(self) -> float:
         """Time spent in the agent itself (graph, checkpoints, prompt building): total minus tools and model."""
         return max(0.0, self.duration_s - self.tool_s - self.model_s)
 
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form: the control as its value, usage flattened beside the other fields."""
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "usage"}
+        data["control"] = self.control.value
+        for key in ("tool_calls", "entry_ids", "errors", "notes"):
+            data[key] = list(data[key])
+        return {**data, **self.usage.as_dict(), "framework_s": self.framework_s}
+
+
+_USAGE_FIELDS = frozenset(f.name for f in fields(Usage))
+
+
+@dataclass(frozen=True)
+class ThreadProgress:
+    """Where a thread stands; kept in its checkpoint so a resumed thread keeps its cadence."""
+
+    messages: int = 0  # messages stored (the number of the thread's last message)
+    entries: int = 0  # entries written (a long message takes several)
+    flushes: int = 0  # context documents written
+    sessions_started: int = 0
+    sessions_ended: int = 0
+
     @classmethod
-    def from_run(cls, run: Mapping[str, Any], *, control: ControlState, thread_id: str, duration_s: float):
-        """Build from the ``run`` report the graph leaves in its state."""
-        return cls(
-            control=control,
-            thread_id=thread_id,
-            tool_calls=tuple(run.get("tool_calls", ())),
-            entry_ids=tuple(run.get("entry_ids", ())),
-            message_index=run.get("message_index"),
-            deduplicated=run.get("deduplicated", 0),
-            context_written=run.get("context_written", False),
-            llm_calls=run.get("llm_calls", 0),
-            prompt_tokens=run.get("prompt_tokens", 0),
-            completion_tokens=run.get("completion_tokens", 0),
-            retries=run.get("retries", 0),
-            corrections=run.get("corrections", 0),
-            fallbacks=run.get("fallbacks", 0),
-            errors=tuple(run.get("errors", ())),
-            notes=tuple(run.get("notes", ())),
-            duration_s=duration_s,
-            tool_s=run.get("tool_s", 0.0),
-            model_s=run.get("model_s", 0.0),
-        )
+    def from_mapping(cls, values: Mapping[str, Any] | None) -> ThreadProgress:
+        """The progress counters in ``values`` (other keys ignored, missing ones 0)."""
+        values = values or {}
+        return cls(**{f.name: int(values.get(f.name, 0) or 0) for f in fields(cls)})
+
+    def as_dict(self) -> dict[str, int]:
+        """Plain data, as checkpoints hold it."""
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -68,7 +120,12 @@ class ThreadStatus:
     """The checkpointed position and totals of one thread."""
 
     thread_id: str
-    messages: int = 0
+    progress: ThreadProgress = field(default_factory=ThreadProgress)
+    usage: Usage = field(default_factory=Usage)
     session_open: bool = False
     context: str = ""
-    counters: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def messages(self) -> int:
+        """Messages stored in this thread so far."""
+        return self.progress.messages

@@ -1,70 +1,48 @@
 """The checkpointed graph state of the memory agent.
 
 The state is bounded: it holds a window of recent messages, the messages since the last flush (capped), the
-current context document and per-thread counters. The conversation itself lives in the memory server; keeping it
-in the checkpoint would make every checkpoint store the whole history (see DESIGN.md, decision 5).
+current context document and the thread's progress and usage totals. The conversation itself lives in the memory
+server; keeping it in the checkpoint would make every checkpoint store the whole history (DESIGN.md, decision 5).
+Everything here is plain data (dicts, strings, numbers), so checkpoints hold no custom types.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, TypedDict
+from typing import Annotated, TypedDict
 
-from langchain_core.messages import AnyMessage, ChatMessage
+from langchain_core.messages import AnyMessage
 from langgraph.graph.message import add_messages
 
-__all__ = ["AgentState", "Counters", "Turn", "empty_counters"]
+__all__ = ["AgentState", "Turn"]
 
 
 class Turn(TypedDict, total=False):
-    """A message as the state keeps it (plain data: cheap to checkpoint): role, content (clipped), time."""
+    """A message as the agent handles it: role, content, time (RFC 3339 UTC, when known)."""
 
     role: str
     content: str
     conversation_time: str
 
 
-class Counters(TypedDict):
-    """Per-thread totals, kept in the checkpoint so a resumed thread keeps its cadence and accounting."""
-
-    messages: int  # messages stored (the index of the last message of the thread)
-    entries: int  # entries written (a long message may take several)
-    flushes: int  # context documents written
-    sessions_started: int
-    sessions_ended: int
-    llm_calls: int
-    prompt_tokens: int
-    completion_tokens: int
-    retries: int
-    corrections: int
-    fallbacks: int
-
-
-def empty_counters() -> Counters:
-    """Counters of a thread that has done nothing yet."""
-    return Counters(
-        messages=0, entries=0, flushes=0, sessions_started=0, sessions_ended=0, llm_calls=0,
-        prompt_tokens=0, completion_tokens=0, retries=0, corrections=0, fallbacks=0,
-    )
-
-
 class AgentState(TypedDict, total=False):
     """State of one conversation thread.
 
-    Replaced on every invocation: ``control``, ``to_process``, ``conversation_time``, ``message_tags``.
-    ``tool_history`` is the tool flow of the current invocation (reset at its start).
-    Carried across invocations (bounded): ``window``, ``since_flush``, ``context``, ``session_open``,
-    ``counters``. ``run`` is the report of the last invocation. The window and the messages since the last flush
-    are plain :class:`Turn` dicts rather than message objects: (de)serialising them is ~20x cheaper.
+    Set by each invocation: ``control``, ``message`` (the one to store, if any), ``message_tags``, ``step`` (the
+    index in the control's plan of the step running) and ``tool_history`` (the tool flow of this invocation,
+    emptied when it ends). Carried across invocations: ``window`` (last K messages, clipped), ``since_flush``
+    (messages since the last context document, capped), ``context``, ``session_open``, and the totals
+    ``progress`` (:class:`~mycelian_agent.agent.report.ThreadProgress` as a dict) and ``usage``
+    (:class:`~mycelian_agent.agent.report.Usage` as a dict).
     """
 
-    control: str  # a ControlState value, stored as its string so checkpoints hold no custom types
-    to_process: list[ChatMessage]
-    conversation_time: str | None
+    control: str  # a ControlState value
+    message: Turn | None
     message_tags: dict[str, str]
+    step: int
     tool_history: Annotated[list[AnyMessage], add_messages]
     window: list[Turn]
     since_flush: list[Turn]
     context: str
     session_open: bool
-    counters: Counters
-    run: dict[str, Any]
+    progress: dict[str, int]
+    usage: dict[str, int]

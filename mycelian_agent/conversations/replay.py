@@ -9,13 +9,13 @@ interruption land once.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
-from typing import Callable
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable
 
 from .formats import Conversation
 from ..errors import InputError
 from ..agent.invoker import MycelianAgentInvoker
-from ..agent.report import InvocationResult, ThreadStatus
+from ..agent.report import InvocationResult, ThreadStatus, Usage
 
 __all__ = ["ReplayStats", "replay_conversation", "resume_position"]
 
@@ -31,12 +31,7 @@ class ReplayStats:
     deduplicated: int = 0
     contexts: int = 0
     sessions: int = 0
-    llm_calls: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    corrections: int = 0
-    fallbacks: int = 0
-    retries: int = 0
+    usage: Usage = field(default_factory=Usage)
     errors: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
 
@@ -45,13 +40,13 @@ class ReplayStats:
         self.entries += len(result.entry_ids)
         self.deduplicated += result.deduplicated
         self.contexts += int(result.context_written)
-        self.llm_calls += result.llm_calls
-        self.prompt_tokens += result.prompt_tokens
-        self.completion_tokens += result.completion_tokens
-        self.corrections += result.corrections
-        self.fallbacks += result.fallbacks
-        self.retries += result.retries
+        self.usage += result.usage
         self.errors.extend(result.errors)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready totals, usage flattened beside the others."""
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "usage"}
+        return {**data, **self.usage.as_dict(), "messages_per_s": round(self.messages_per_s, 1)}
 
     @property
     def messages_per_s(self) -> float:
@@ -64,8 +59,8 @@ def resume_position(conversation: Conversation, status: ThreadStatus) -> tuple[i
     Raises :class:`InputError` if the thread's checkpoint does not match this conversation (e.g. the file changed
     or the thread id is shared with another conversation).
     """
-    ended = status.counters.get("sessions_ended", 0)
-    started = status.counters.get("sessions_started", 0)
+    ended = status.progress.sessions_ended
+    started = status.progress.sessions_started
     before = sum(len(s.messages) for s in conversation.sessions[:ended])
     within = status.messages - before
     if ended > len(conversation.sessions) or within < 0 or (

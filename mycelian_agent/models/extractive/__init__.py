@@ -19,7 +19,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
 from ...errors import ToolCallError
-from ...agent.prompts import TASK_KEY
+from ..task import TASK_KEY
 from .context import CONTEXT_SECTIONS, DEFAULT_CONTEXT_MAX_CHARS, merge_context
 from .text import conversation_date, entry_tags, summarize_message, third_person
 

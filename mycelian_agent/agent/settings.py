@@ -1,0 +1,36 @@
+"""AgentSettings: the agent's bounds and recovery settings."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..limits import RAW_ENTRY_MAX_CHARS
+
+__all__ = ["AgentSettings"]
+
+
+@dataclass(frozen=True)
+class AgentSettings:
+    """Bounds and recovery settings. ``AgentSettings.naive()`` is the protocol's unbounded form (benchmarks only)."""
+
+    history_window: int | None = 12  # messages the add_entry prompt sees; None = the whole history
+    recent_message_chars: int | None = 600  # each recent message is clipped to this in prompts and state
+    flush_message_chars: int | None = 2000  # each message since the last flush, in the put_context prompt
+    since_flush_cap: int | None = 64  # messages kept for the next put_context; None = the whole history
+    context_max_chars: int = 5000  # size cap of the context document (upstream Mycelian's rules use 5,000 too)
+    entry_context_chars: int | None = 2000  # the add_entry prompt carries the context document's first N chars
+    recent_entries: int = 10  # entries read back at session start
+    entry_max_chars: int = RAW_ENTRY_MAX_CHARS  # longer messages are stored as several entries (parts)
+    max_corrections: int = 2  # re-prompts after a reply without a valid tool call, before the fallback
+    fallback_on_model_error: bool = True  # a model exception falls back to the extractive model (counted)
+    tool_attempts: int = 3  # attempts for a transient tool failure
+    retry_backoff_s: float = 0.2  # first backoff; doubles per attempt
+    skip_empty_flush: bool = True  # END_SESSION writes no context when nothing arrived since the last flush
+    flush_from_history: bool = False  # put_context reads the history window instead of the messages since a flush
+    prune_every: int | None = 16  # keep only a thread's newest checkpoint, pruning every N invocations; None = keep all
+
+    @classmethod
+    def naive(cls) -> AgentSettings:
+        """The protocol as first written: whole history in state and prompts. Used by the benchmarks only."""
+        return cls(history_window=None, recent_message_chars=None, flush_message_chars=None, entry_context_chars=None,
+                   since_flush_cap=None, skip_empty_flush=False, flush_from_history=True, prune_every=None)
