@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -81,14 +80,15 @@ def replay(files: tuple[Path, ...], db: str | None, server: str, token: str | No
                                 model=model, api_key=api_key, base_url=base_url, flush_every=flush_every,
                                 state=state))
     if as_json:
-        click.echo(json.dumps(asdict(stats) | {"messages_per_s": round(stats.messages_per_s, 1)}, indent=2))
+        click.echo(json.dumps(stats.as_dict(), indent=2))
         return
     table = Table(title="Replay summary", show_header=False)
+    usage = stats.usage
     rows = [("conversations", stats.conversations), ("messages stored", stats.messages),
             ("already stored (resumed)", stats.skipped), ("entries written", stats.entries),
             ("deduplicated retries", stats.deduplicated), ("context documents written", stats.contexts),
-            ("model calls", stats.llm_calls), ("prompt / completion tokens", f"{stats.prompt_tokens} / {stats.completion_tokens}"),
-            ("corrections / fallbacks / retries", f"{stats.corrections} / {stats.fallbacks} / {stats.retries}"),
+            ("model calls", usage.llm_calls), ("prompt / completion tokens", f"{usage.prompt_tokens} / {usage.completion_tokens}"),
+            ("corrections / fallbacks / retries", f"{usage.corrections} / {usage.fallbacks} / {usage.retries}"),
             ("elapsed", f"{stats.elapsed_s:.2f} s ({stats.messages_per_s:.0f} messages/s)")]
     for name, value in rows:
         table.add_row(name, str(value))
