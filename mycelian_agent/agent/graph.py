@@ -16,7 +16,7 @@ import asyncio
 import json
 import time
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any, Mapping, Sequence
 
 from langchain_core.language_models import BaseChatModel
@@ -29,6 +29,7 @@ from langgraph.runtime import Runtime
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from .._sync import run_sync
+from ..dates import normalise_time
 from ..errors import InputError, MemoryServerError, MycelianError, describe_cause, is_transient_text
 from ..limits import clip_tags, split_oversize
 from ..memory_server.placeholder import is_placeholder_context
@@ -138,7 +139,7 @@ class MycelianMemoryAgent:
         if control.stores_message:
             if to_process is None:
                 raise InputError(f"{control.name} needs a message to process (to_process)")
-            message = _turn(to_process, _normalise_time(conversation_time))
+            message = _turn(to_process, normalise_time(conversation_time))
         elif to_process is not None:
             raise InputError(f"{control.name} takes no message; send it with PROCESS_MESSAGE")
         report = InvocationResult(control=control, thread_id=thread_id)
@@ -408,22 +409,6 @@ def _turn(to_process: Any, conversation_time: str | None) -> Turn:
     if conversation_time:
         turn["conversation_time"] = conversation_time
     return turn
-
-
-def _normalise_time(value: str | datetime | None) -> str | None:
-    if value is None:
-        return None
-    if isinstance(value, datetime):
-        moment = value if value.tzinfo else value.replace(tzinfo=timezone.utc)
-    else:
-        try:
-            moment = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
-        except ValueError:
-            raise InputError(f"conversation_time {value!r} is not an RFC 3339 timestamp "
-                             "(e.g. 2024-03-05T14:30:00Z)") from None
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=timezone.utc)
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _totals(values: Mapping[str, Any]) -> tuple[ThreadProgress, Usage]:

@@ -21,6 +21,9 @@ message in every session; benchmark sessions may be empty (they are kept, with t
 
 Ids: generic conversations take ``conversation_id`` or the file stem; LongMemEval conversations and questions take
 ``question_id``; LoCoMo conversations take ``sample_id`` and questions ``"<sample_id>:<index in qa>"``.
+
+Parsing is two steps: pydantic models (``_...In``) check the JSON's shape and types, then one builder per format
+checks what spans fields (unique ids, known speakers) and makes the frozen dataclasses the rest of the package uses.
 """
 
 from __future__ import annotations
@@ -29,12 +32,15 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Annotated, Any, Literal, NamedTuple, TypeVar
 
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, TypeAdapter, ValidationError
+from pydantic import field_validator, model_validator
+
+from mycelian_agent.dates import to_rfc3339
 from mycelian_agent.errors import InputError
 
 __all__ = [
@@ -52,6 +58,7 @@ _RESERVED_TAGS = frozenset({"session_id", "turn", "role", "thread", "msg"})
 
 Role = Literal["user", "assistant"]
 Kind = Literal["messages", "sessions", "longmemeval", "locomo"]
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -128,50 +135,6 @@ def iter_messages(conversation: Conversation) -> Iterator[PositionedMessage]:
             yield PositionedMessage(si, mi, session, message)
 
 
-# ---------------------------------------------------------------------------------------------------------- dates
-
-_LME_DATE = re.compile(r"(\d{4})/(\d{1,2})/(\d{1,2})\s*(?:\([A-Za-z]{3}\))?\s*(\d{1,2}):(\d{2})(?::(\d{2}))?")
-_LOCOMO_DATE = re.compile(r"(\d{1,2}):(\d{2})\s*([ap])\.?m\.?\s+on\s+(\d{1,2})\s+([A-Za-z]+)\.?,?\s+(\d{4})", re.I)
-_MONTHS = "january february march april may june july august september october november december".split()
-
-
-def to_rfc3339(text: str) -> str:
-    """Normalise a date to RFC 3339 UTC (``"2023-05-20T02:21:00Z"``).
-
-    Accepts LongMemEval ``"2023/05/20 (Sat) 02:21"`` (the weekday is not checked), LoCoMo
-    ``"1:56 pm on 8 May, 2023"`` and ISO 8601 / RFC 3339 (offsets are converted to UTC; a value without an
-    offset is taken as UTC; a bare date means midnight). Benchmark dates carry no zone and are taken as UTC.
-    Raises :class:`InputError` when the text is none of these.
-    """
-    if not isinstance(text, str):
-        raise InputError(f"date must be a string, got {type(text).__name__}")
-    s = text.strip()
-    try:
-        if m := _LME_DATE.fullmatch(s):
-            y, mo, d, h, mi, sec = (int(g or 0) for g in m.groups())
-            dt = datetime(y, mo, d, h, mi, sec, tzinfo=UTC)
-        elif m := _LOCOMO_DATE.fullmatch(s):
-            hour, minute, ampm, day, month, year = m.groups()
-            # Full English month names or abbreviations of at least three letters ("Sept").
-            month = month.lower()
-            month_no = next((i + 1 for i, n in enumerate(_MONTHS) if len(month) >= 3 and n.startswith(month)), 0)
-            if not 1 <= int(hour) <= 12 or not month_no:
-                raise ValueError(s)
-            h = int(hour) % 12 + (12 if ampm.lower() == "p" else 0)
-            dt = datetime(int(year), month_no, int(day), h, int(minute), tzinfo=UTC)
-        elif re.match(r"\d{4}-?\d{2}", s):
-            dt = datetime.fromisoformat(s)
-            dt = dt.replace(tzinfo=UTC) if dt.tzinfo is None else dt.astimezone(UTC)
-        else:
-            raise ValueError(s)
-    except (ValueError, OverflowError):
-        raise InputError(
-            f"unparseable date {text!r} (expected RFC 3339 like '2023-05-20T02:21:00Z', LongMemEval like "
-            "'2023/05/20 (Sat) 02:21' or LoCoMo like '1:56 pm on 8 May, 2023')"
-        ) from None
-    return dt.isoformat().replace("+00:00", "Z")
-
-
 # ------------------------------------------------------------------------------------------------------ titles
 
 _TITLE_OK = re.compile(r"[A-Za-z0-9-]{1,50}")
@@ -191,23 +154,15 @@ def valid_title(text: str) -> str:
     return f"{base}-{digest}" if base else digest
 
 
-# ------------------------------------------------------------------------------------------------------ parsing
+# ------------------------------------------------------------------------------------------- input models
 
 
-class _Ctx:
-    """The input being parsed, for error messages."""
+class _Problem(ValueError):
+    """A validator's finding about ``path`` below the value it checks (pydantic only knows the value's own place)."""
 
-    def __init__(self, source: str) -> None:
-        self.source = source
-
-    def fail(self, path: str, problem: str) -> InputError:
-        return InputError(f"{self.source}: {path or 'top level'}: {problem}")
-
-
-def _at(path: str, key: str | int) -> str:
-    if isinstance(key, int):
-        return f"{path}[{key}]"
-    return f"{path}.{key}" if path else key
+    def __init__(self, problem: str, *path: str | int) -> None:
+        super().__init__(problem)
+        self.path = path
 
 
 def _kind(value: Any) -> str:
@@ -217,251 +172,305 @@ def _kind(value: Any) -> str:
     return next((n for t, n in names.items() if isinstance(value, t)), "a number")
 
 
-def _get(ctx: _Ctx, obj: dict, key: str, path: str, typ: type, *, required: bool = True, text: bool = False) -> Any:
-    """``obj[key]`` checked to be a ``typ`` (``text``: a non-blank string); None if optional and absent/null."""
-    if obj.get(key) is None and not (required and key in obj):
-        if required:
-            raise ctx.fail(_at(path, key), "missing (required key)")
-        return None
-    value = obj[key]
-    if not isinstance(value, typ) or (typ is int and isinstance(value, bool)):
-        want = {str: "a string", list: "an array", dict: "an object", int: "an integer"}[typ]
-        raise ctx.fail(_at(path, key), f"must be {want}, got {_kind(value)}")
-    if text and isinstance(value, str) and not value.strip():
-        raise ctx.fail(_at(path, key), "must not be empty")
-    return value
+def _rule(ok: Callable[[Any], Any], problem: str) -> AfterValidator:
+    def check(value: _T) -> _T:
+        if not ok(value):
+            raise ValueError(problem)
+        return value
+
+    return AfterValidator(check)
 
 
-def _str_list(ctx: _Ctx, obj: dict, key: str, path: str) -> list[str]:
-    items = _get(ctx, obj, key, path, list)
-    for i, item in enumerate(items):
-        if not isinstance(item, str):
-            raise ctx.fail(_at(_at(path, key), i), f"must be a string, got {_kind(item)}")
-    return items
+def _role(value: Any) -> Any:
+    if not isinstance(value, str) or value not in ROLE_ALIASES:
+        raise ValueError(f"unknown role {value!r} ({_ROLES_ACCEPTED})")
+    return ROLE_ALIASES[value]
 
 
-def _date(ctx: _Ctx, value: Any, path: str) -> str | None:
+def _date(text: str) -> str:
     try:
-        return None if value is None else to_rfc3339(value)
+        return to_rfc3339(text)
     except InputError as exc:
-        raise ctx.fail(path, str(exc)) from None
+        raise ValueError(str(exc)) from None
 
 
-def _answer(ctx: _Ctx, value: Any, path: str) -> str:
+def _answer(value: Any) -> Any:
     # Some benchmark answers are numbers; they are compared as text.
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise ctx.fail(path, f"answer must be a string or a number, got {_kind(value)}")
+        raise ValueError(f"must be a string or a number, got {_kind(value)}")
     return str(value)
 
 
-def _no_unknown_keys(ctx: _Ctx, obj: dict, path: str, accepted: tuple[str, ...]) -> None:
-    for key in obj:
-        if key not in accepted:
-            raise ctx.fail(_at(path, key), f"unknown key (accepted: {', '.join(accepted)})")
+_Text = Annotated[str, _rule(str.strip, "must not be empty")]
+_Content = Annotated[str, _rule(str.strip, "content is empty or whitespace only")]
+_Role = Annotated[Role, BeforeValidator(_role)]
+_Date = Annotated[str, AfterValidator(_date)]
+_Answer = Annotated[str, BeforeValidator(_answer)]
 
 
-def _content(ctx: _Ctx, value: Any, path: str) -> str:
-    if not isinstance(value, str):
-        raise ctx.fail(path, f"content must be a string, got {_kind(value)}")
-    if not value.strip():
-        raise ctx.fail(path, "content is empty or whitespace only")
-    return value
+class _Strict(BaseModel):
+    """Generic formats: unknown keys are errors (usually typos)."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, data: Any) -> Any:
+        # Reported here rather than by extra="forbid" so that the message can list the accepted keys.
+        for key in data if isinstance(data, dict) else ():
+            if key not in cls.model_fields:
+                raise _Problem(f"unknown key (accepted: {', '.join(cls.model_fields)})", key)
+        return data
 
 
-def _message(ctx: _Ctx, obj: Any, path: str, tags: dict[str, str]) -> Message:
-    """A ``{role, content}`` object (generic formats and LongMemEval)."""
-    if not isinstance(obj, dict):
-        raise ctx.fail(path, f"a message must be an object, got {_kind(obj)}")
-    for key in ("role", "content"):
-        if key not in obj:
-            raise ctx.fail(_at(path, key), "missing (required key)")
-    role = obj["role"]
-    if not isinstance(role, str) or role not in ROLE_ALIASES:
-        raise ctx.fail(_at(path, "role"), f"unknown role {role!r} ({_ROLES_ACCEPTED})")
-    content = _content(ctx, obj["content"], _at(path, "content"))
-    return Message(ROLE_ALIASES[role], content, tags)  # type: ignore[arg-type]
+class _Lenient(BaseModel):
+    """Benchmark formats: keys they do not use are ignored."""
+
+    model_config = ConfigDict(strict=True, extra="ignore")
 
 
-def _generic_session(ctx: _Ctx, obj: dict, path: str, session_id: str, time_key: str) -> Session:
-    items = _get(ctx, obj, "messages", path, list)
-    if not items:
-        raise ctx.fail(_at(path, "messages"), "must hold at least one message")
-    messages = []
-    for i, item in enumerate(items):
-        mpath = _at(_at(path, "messages"), i)
-        if isinstance(item, dict):
-            _no_unknown_keys(ctx, item, mpath, ("role", "content", "tags"))
-        tags = (_get(ctx, item, "tags", mpath, dict, required=False) if isinstance(item, dict) else None) or {}
-        for key, value in tags.items():
-            tpath = _at(_at(mpath, "tags"), key)
+class _MessageIn(_Strict):
+    role: _Role
+    content: _Content
+    tags: dict[str, str] | None = None
+
+    @field_validator("tags")
+    @classmethod
+    def _user_tags(cls, tags: dict[str, str] | None) -> dict[str, str] | None:
+        for key in tags or {}:
             if not key.strip():
-                raise ctx.fail(tpath, "tag names must not be empty")
+                raise _Problem("tag names must not be empty", key)
             if key in _RESERVED_TAGS:
                 reserved = ", ".join(sorted(_RESERVED_TAGS))
-                raise ctx.fail(tpath, f"reserved tag name (set by the loader or the agent: {reserved})")
-            if not isinstance(value, str):
-                raise ctx.fail(tpath, f"tag values must be strings, got {_kind(value)}")
-        messages.append(_message(ctx, item, mpath, {**tags, "session_id": session_id, "turn": str(i)}))
-    return Session(session_id, _date(ctx, obj.get(time_key), _at(path, time_key)), tuple(messages))
+                raise _Problem(f"reserved tag name (set by the loader or the agent: {reserved})", key)
+        return tags
 
 
-def _parse_generic(ctx: _Ctx, obj: dict, path: str, default_id: str) -> Conversation:
+_Messages = Annotated[list[_MessageIn], _rule(len, "must hold at least one message")]
+
+
+class _MessagesIn(_Strict):
+    conversation_id: _Text | None = None
+    conversation_time: _Date | None = None
+    messages: _Messages
+
+
+class _SessionIn(_Strict):
+    session_id: _Text
+    conversation_time: _Date | None = None
+    messages: _Messages
+
+
+class _SessionsIn(_Strict):
+    conversation_id: _Text | None = None
+    sessions: Annotated[list[_SessionIn], _rule(len, "must hold at least one session")]
+
+
+class _LongMemEvalTurn(_Lenient):
+    role: _Role
+    content: _Content
+    has_answer: bool = False
+
+
+class _LongMemEvalIn(_Lenient):
+    question_id: _Text
+    question_type: _Text
+    question: _Text
+    answer: _Answer
+    question_date: _Date | None = None
+    haystack_session_ids: list[_Text]
+    haystack_dates: list[_Date]
+    haystack_sessions: list[list[_LongMemEvalTurn]]
+    answer_session_ids: list[str]
+
+
+class _LocomoTurn(_Lenient):
+    speaker: _Text
+    dia_id: _Text
+    text: str
+    blip_caption: str | None = None
+
+
+class _LocomoQuestion(_Lenient):
+    question: _Text
+    answer: _Answer | None = None
+    # Category 5 (adversarial) carries adversarial_answer instead of answer.
+    adversarial_answer: _Answer | None = None
+    category: int
+    evidence: list[str]
+
+
+class _LocomoSpeakers(_Lenient):
+    # The sessions are the other keys (session_<N>, session_<N>_date_time), validated one by one when building.
+    model_config = ConfigDict(extra="allow")
+
+    speaker_a: _Text
+    speaker_b: _Text
+
+
+class _LocomoIn(_Lenient):
+    sample_id: _Text
+    conversation: _LocomoSpeakers
+    qa: list[_LocomoQuestion] | None = None
+
+
+_LOCOMO_TURNS = TypeAdapter(list[_LocomoTurn])
+_LOCOMO_DATE = TypeAdapter(_Date | None, config=ConfigDict(strict=True))
+
+# ------------------------------------------------------------------------------------------------- building
+
+_EXPECTED = {
+    "string_type": "a string", "list_type": "an array", "dict_type": "an object", "model_type": "an object",
+    "int_type": "an integer", "bool_type": "true or false",
+}
+
+
+def _at(path: str, key: str | int) -> str:
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    return f"{path}.{key}" if path else key
+
+
+class _Input:
+    """The input being read: ``source`` names it in errors and in :attr:`Conversation.source`."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def fail(self, path: str, problem: str) -> InputError:
+        return InputError(f"{self.source}: {path or 'top level'}: {problem}")
+
+    def check(self, validate: Callable[[Any], _T], data: Any, path: str) -> _T:
+        """``validate(data)``; its first error raised as ``InputError("<source>: <path><loc>: <problem>")``."""
+        try:
+            return validate(data)
+        except ValidationError as exc:
+            error = exc.errors(include_url=False)[0]
+        loc, cause = error["loc"], (error.get("ctx") or {}).get("error")
+        if isinstance(cause, ValueError):  # raised by a validator of this module, its message written for users
+            problem = str(cause)
+            loc += getattr(cause, "path", ())
+        elif error["type"] in _EXPECTED:
+            problem = f"must be {_EXPECTED[error['type']]}, got {_kind(error['input'])}"
+        else:
+            problem = "missing (required key)" if error["type"] == "missing" else error["msg"]
+        for key in loc:
+            path = _at(path, key)
+        raise self.fail(path, problem)
+
+
+def _duplicate(ids: Sequence[str]) -> int | None:
+    """Index of the first id that repeats an earlier one."""
+    return next((i for i, sid in enumerate(ids) if sid in ids[:i]), None)
+
+
+def _generic(inp: _Input, obj: Any, path: str, default_id: str) -> Conversation:
+    conv: _MessagesIn | _SessionsIn
     if "sessions" not in obj:
-        _no_unknown_keys(ctx, obj, path, ("conversation_id", "conversation_time", "messages"))
-        cid = _get(ctx, obj, "conversation_id", path, str, required=False, text=True) or default_id
-        session = _generic_session(ctx, obj, path, "session_1", "conversation_time")
-        return Conversation(cid, (session,), ctx.source, "messages")
-    _no_unknown_keys(ctx, obj, path, ("conversation_id", "sessions"))
-    cid = _get(ctx, obj, "conversation_id", path, str, required=False, text=True) or default_id
-    items = _get(ctx, obj, "sessions", path, list)
-    if not items:
-        raise ctx.fail(_at(path, "sessions"), "must hold at least one session")
-    sessions: list[Session] = []
-    for i, item in enumerate(items):
-        spath = _at(_at(path, "sessions"), i)
-        if not isinstance(item, dict):
-            raise ctx.fail(spath, f"a session must be an object, got {_kind(item)}")
-        _no_unknown_keys(ctx, item, spath, ("session_id", "conversation_time", "messages"))
-        sid = _get(ctx, item, "session_id", spath, str, text=True)
-        if any(s.session_id == sid for s in sessions):
-            raise ctx.fail(_at(spath, "session_id"), f"duplicate session id {sid!r}")
-        sessions.append(_generic_session(ctx, item, spath, sid, "conversation_time"))
-    return Conversation(cid, tuple(sessions), ctx.source, "sessions")
+        conv = inp.check(_MessagesIn.model_validate, obj, path)
+        runs = [("session_1", conv.conversation_time, conv.messages)]
+    elif "messages" in obj:
+        raise inp.fail(path, "has both 'messages' and 'sessions'; use one")
+    else:
+        conv = inp.check(_SessionsIn.model_validate, obj, path)
+        runs = [(s.session_id, s.conversation_time, s.messages) for s in conv.sessions]
+        if (i := _duplicate([sid for sid, _, _ in runs])) is not None:
+            raise inp.fail(f"{_at(path, 'sessions')}[{i}].session_id", f"duplicate session id {runs[i][0]!r}")
+    sessions = tuple(
+        Session(sid, time, tuple(
+            Message(m.role, m.content, {**(m.tags or {}), "session_id": sid, "turn": str(i)})
+            for i, m in enumerate(messages)
+        ))
+        for sid, time, messages in runs
+    )
+    kind: Kind = "sessions" if isinstance(conv, _SessionsIn) else "messages"
+    return Conversation(conv.conversation_id or default_id, sessions, inp.source, kind)
 
 
-def _parse_longmemeval(ctx: _Ctx, obj: dict, path: str) -> Conversation:
-    qid = _get(ctx, obj, "question_id", path, str, text=True)
-    ids = _str_list(ctx, obj, "haystack_session_ids", path)
-    dates = _get(ctx, obj, "haystack_dates", path, list)
-    haystack = _get(ctx, obj, "haystack_sessions", path, list)
+def _longmemeval(inp: _Input, obj: Any, path: str, default_id: str) -> Conversation:
+    record = inp.check(_LongMemEvalIn.model_validate, obj, path)
+    ids, dates, haystack = record.haystack_session_ids, record.haystack_dates, record.haystack_sessions
     if not len(ids) == len(dates) == len(haystack):
-        raise ctx.fail(
-            path,
-            f"haystack lists differ in length: haystack_sessions {len(haystack)}, "
-            f"haystack_session_ids {len(ids)}, haystack_dates {len(dates)}",
-        )
+        raise inp.fail(path, f"haystack lists differ in length: haystack_sessions {len(haystack)}, "
+                             f"haystack_session_ids {len(ids)}, haystack_dates {len(dates)}")
+    if (i := _duplicate(ids)) is not None:
+        raise inp.fail(f"{_at(path, 'haystack_session_ids')}[{i}]", f"duplicate session id {ids[i]!r}")
     sessions: list[Session] = []
     evidence_turns: list[str] = []
-    for si, (sid, date, turns) in enumerate(zip(ids, dates, haystack, strict=True)):
-        spath, id_path, date_path = (
-            _at(_at(path, k), si) for k in ("haystack_sessions", "haystack_session_ids", "haystack_dates")
-        )
-        if not sid.strip() or any(s.session_id == sid for s in sessions):
-            raise ctx.fail(id_path, f"duplicate session id {sid!r}" if sid.strip() else "must not be empty")
-        if not isinstance(turns, list):
-            raise ctx.fail(spath, f"a session must be an array of messages, got {_kind(turns)}")
-        if date is None:
-            raise ctx.fail(date_path, "date is null")
-        messages: list[Message] = []
+    for sid, date, turns in zip(ids, dates, haystack):
+        messages = []
         for ti, turn in enumerate(turns):
-            message = _message(ctx, turn, _at(spath, ti), {"session_id": sid, "turn": str(ti)})
-            has_answer = turn.get("has_answer", False)
-            if not isinstance(has_answer, bool):
-                raise ctx.fail(_at(_at(spath, ti), "has_answer"), f"must be true or false, got {_kind(has_answer)}")
-            if has_answer:
-                message.tags["has_answer"] = "true"
+            tags = {"session_id": sid, "turn": str(ti)}
+            if turn.has_answer:
+                tags["has_answer"] = "true"
                 evidence_turns.append(f"{sid}:{ti}")
-            messages.append(message)
-        sessions.append(Session(sid, _date(ctx, date, date_path), tuple(messages)))
-    if "answer" not in obj:
-        raise ctx.fail(_at(path, "answer"), "missing (required key)")
-    question = Question(
-        question_id=qid,
-        question=_get(ctx, obj, "question", path, str, text=True),
-        answer=_answer(ctx, obj["answer"], _at(path, "answer")),
-        category=_get(ctx, obj, "question_type", path, str, text=True),
-        question_date=_date(ctx, obj.get("question_date"), _at(path, "question_date")),
-        evidence=tuple(_str_list(ctx, obj, "answer_session_ids", path)),
-        evidence_turns=tuple(evidence_turns),
-    )
-    return Conversation(qid, tuple(sessions), ctx.source, "longmemeval", (question,))
+            messages.append(Message(turn.role, turn.content, tags))
+        sessions.append(Session(sid, date, tuple(messages)))
+    question = Question(record.question_id, record.question, record.answer, record.question_type,
+                        record.question_date, tuple(record.answer_session_ids), tuple(evidence_turns))
+    return Conversation(record.question_id, tuple(sessions), inp.source, "longmemeval", (question,))
 
 
-def _dia_ids(raw: list[str]) -> tuple[str, ...]:
-    # Upstream evidence sometimes packs several ids in one string ("D8:6; D9:17"): split, keep order, dedupe.
-    pieces = (p for item in raw for p in re.split(r"[;,\s]+", item) if p)
-    return tuple(dict.fromkeys(pieces))
-
-
-def _locomo_session(ctx: _Ctx, conv: dict, cpath: str, key: str, speakers: dict[str, str]) -> Session:
-    spath = _at(cpath, key)
-    turns = _get(ctx, conv, key, cpath, list)
-    if f"{key}_date_time" not in conv:
-        raise ctx.fail(_at(cpath, f"{key}_date_time"), "missing (required key: the session's date)")
-    when = _date(ctx, conv[f"{key}_date_time"], _at(cpath, f"{key}_date_time"))
-    messages: list[Message] = []
-    for ti, turn in enumerate(turns):
-        tpath = _at(spath, ti)
-        if not isinstance(turn, dict):
-            raise ctx.fail(tpath, f"a turn must be an object, got {_kind(turn)}")
-        speaker = _get(ctx, turn, "speaker", tpath, str, text=True)
-        if speaker not in speakers:
+def _locomo_session(inp: _Input, conv: _LocomoSpeakers, path: str, key: str) -> Session:
+    """Session ``key`` of a LoCoMo conversation (at ``path``): its turns and its ``<key>_date_time``."""
+    extra = conv.model_extra or {}
+    if f"{key}_date_time" not in extra:
+        raise inp.fail(f"{path}.{key}_date_time", "missing (required key: the session's date)")
+    when = inp.check(_LOCOMO_DATE.validate_python, extra[f"{key}_date_time"], f"{path}.{key}_date_time")
+    speakers = {conv.speaker_a: "user", conv.speaker_b: "assistant"}
+    messages = []
+    for ti, turn in enumerate(inp.check(_LOCOMO_TURNS.validate_python, extra[key], f"{path}.{key}")):
+        if turn.speaker not in speakers:
             expected = " or ".join(map(repr, speakers))
-            raise ctx.fail(_at(tpath, "speaker"), f"unknown speaker {speaker!r} (expected {expected})")
-        dia_id = _get(ctx, turn, "dia_id", tpath, str, text=True)
-        text = _get(ctx, turn, "text", tpath, str)
-        caption = (_get(ctx, turn, "blip_caption", tpath, str, required=False) or "").strip()
+            raise inp.fail(f"{path}.{key}[{ti}].speaker", f"unknown speaker {turn.speaker!r} (expected {expected})")
+        text, caption = turn.text, (turn.blip_caption or "").strip()
         if caption:
             text = f"{text} [shares a photo: {caption}]" if text.strip() else f"[shares a photo: {caption}]"
-        tags = {"session_id": key, "turn": str(ti), "dia_id": dia_id, "speaker": speaker}
-        content = _content(ctx, text, _at(tpath, "text"))
-        messages.append(Message(speakers[speaker], content, tags))  # type: ignore[arg-type]
+        if not text.strip():
+            raise inp.fail(f"{path}.{key}[{ti}].text", "content is empty or whitespace only")
+        tags = {"session_id": key, "turn": str(ti), "dia_id": turn.dia_id, "speaker": turn.speaker}
+        messages.append(Message(speakers[turn.speaker], text, tags))  # type: ignore[arg-type]
     return Session(key, when, tuple(messages))
 
 
-def _parse_locomo(ctx: _Ctx, obj: dict, path: str) -> Conversation:
-    sample_id = _get(ctx, obj, "sample_id", path, str, text=True)
-    cpath = _at(path, "conversation")
-    conv = _get(ctx, obj, "conversation", path, dict)
-    speaker_a = _get(ctx, conv, "speaker_a", cpath, str, text=True)
-    speaker_b = _get(ctx, conv, "speaker_b", cpath, str, text=True)
-    if speaker_a == speaker_b:
-        raise ctx.fail(_at(cpath, "speaker_b"), f"same name as speaker_a ({speaker_b!r}): roles would be ambiguous")
-    speakers = {speaker_a: "user", speaker_b: "assistant"}
+def _locomo(inp: _Input, obj: Any, path: str, default_id: str) -> Conversation:
+    sample = inp.check(_LocomoIn.model_validate, obj, path)
+    conv, cpath = sample.conversation, _at(path, "conversation")
+    if conv.speaker_a == conv.speaker_b:
+        raise inp.fail(f"{cpath}.speaker_b", f"same name as speaker_a ({conv.speaker_b!r}): roles would be ambiguous")
     # session_<N>_date_time keys without a session_<N> occur upstream (conv-26); they hold no conversation text.
-    numbers = sorted(int(m.group(1)) for k in conv if (m := re.fullmatch(r"session_(\d+)", k)))
+    numbers = sorted(int(m[1]) for key in conv.model_extra or {} if (m := re.fullmatch(r"session_(\d+)", key)))
     if not numbers:
-        raise ctx.fail(cpath, "no session_<N> keys")
-    sessions = tuple(_locomo_session(ctx, conv, cpath, f"session_{n}", speakers) for n in numbers)
-    questions: list[Question] = []
-    for qi, qa in enumerate(_get(ctx, obj, "qa", path, list, required=False) or []):
-        qpath = _at(_at(path, "qa"), qi)
-        if not isinstance(qa, dict):
-            raise ctx.fail(qpath, f"a question must be an object, got {_kind(qa)}")
-        # Category 5 (adversarial) carries adversarial_answer instead of answer.
-        key = "answer" if qa.get("answer") is not None else "adversarial_answer"
-        if key not in qa:
-            raise ctx.fail(_at(qpath, "answer"), "missing (required key; 'adversarial_answer' also accepted)")
-        questions.append(
-            Question(
-                question_id=f"{sample_id}:{qi}",
-                question=_get(ctx, qa, "question", qpath, str, text=True),
-                answer=_answer(ctx, qa[key], _at(qpath, key)),
-                category=str(_get(ctx, qa, "category", qpath, int)),
-                question_date=None,
-                evidence=_dia_ids(_str_list(ctx, qa, "evidence", qpath)),
-            )
-        )
-    return Conversation(sample_id, sessions, ctx.source, "locomo", tuple(questions))
+        raise inp.fail(cpath, "no session_<N> keys")
+    sessions = tuple(_locomo_session(inp, conv, cpath, f"session_{n}") for n in numbers)
+    questions = []
+    for qi, qa in enumerate(sample.qa or ()):
+        answer = qa.answer if qa.answer is not None else qa.adversarial_answer
+        if answer is None:
+            raise inp.fail(f"{_at(path, 'qa')}[{qi}].answer",
+                           "missing (required key; 'adversarial_answer' also accepted)")
+        # Upstream evidence sometimes packs several ids in one string ("D8:6; D9:17"): split, keep order, dedupe.
+        evidence = tuple(dict.fromkeys(p for item in qa.evidence for p in re.split(r"[;,\s]+", item) if p))
+        questions.append(Question(f"{sample.sample_id}:{qi}", qa.question, answer, str(qa.category), None, evidence))
+    return Conversation(sample.sample_id, sessions, inp.source, "locomo", tuple(questions))
 
 
-def _parse_one(ctx: _Ctx, obj: Any, path: str, default_id: str) -> Conversation:
+# The key that identifies each format, in the order they are tried.
+_BUILDERS = {"haystack_sessions": _longmemeval, "conversation": _locomo, "messages": _generic, "sessions": _generic}
+
+
+def _parse_one(inp: _Input, obj: Any, path: str, default_id: str) -> Conversation:
     if not isinstance(obj, dict):
-        raise ctx.fail(path, f"expected a conversation object, got {_kind(obj)}")
-    if "haystack_sessions" in obj:
-        return _parse_longmemeval(ctx, obj, path)
-    if "conversation" in obj:
-        return _parse_locomo(ctx, obj, path)
-    if "messages" in obj and "sessions" in obj:
-        raise ctx.fail(path, "has both 'messages' and 'sessions'; use one")
-    if "messages" in obj or "sessions" in obj:
-        return _parse_generic(ctx, obj, path, default_id)
-    raise ctx.fail(
-        path,
-        f"unknown format (keys: {', '.join(map(repr, list(obj)[:8])) or 'none'}); accepted: 'messages' "
-        "{messages: [...]}, 'sessions' {sessions: [...]}, 'longmemeval' (records with haystack_sessions), "
-        "'locomo' (samples with conversation)",
-    )
+        raise inp.fail(path, f"expected a conversation object, got {_kind(obj)}")
+    build = next((builder for key, builder in _BUILDERS.items() if key in obj), None)
+    if build is None:
+        raise inp.fail(
+            path,
+            f"unknown format (keys: {', '.join(map(repr, list(obj)[:8])) or 'none'}); accepted: 'messages' "
+            "{messages: [...]}, 'sessions' {sessions: [...]}, 'longmemeval' (records with haystack_sessions), "
+            "'locomo' (samples with conversation)",
+        )
+    return build(inp, obj, path, default_id)
 
 
 def parse_conversation_data(data: Any, source: str = "<memory>") -> list[Conversation]:
@@ -471,17 +480,17 @@ def parse_conversation_data(data: Any, source: str = "<memory>") -> list[Convers
     own are named after the source file's stem (``<stem>-<n>``, 1-based, inside an array; ``conversation`` for
     ``"<memory>"``). Conversation ids must be unique within one input.
     """
-    ctx = _Ctx(source)
+    inp = _Input(source)
     stem = Path(source).stem if source != "<memory>" else "conversation"
     if isinstance(data, list):
         if not data:
-            raise ctx.fail("", "empty array: no conversations")
-        conversations = [_parse_one(ctx, item, f"[{i}]", f"{stem}-{i + 1}") for i, item in enumerate(data)]
+            raise inp.fail("", "empty array: no conversations")
+        conversations = [_parse_one(inp, item, f"[{i}]", f"{stem}-{i + 1}") for i, item in enumerate(data)]
     else:
-        conversations = [_parse_one(ctx, data, "", stem)]
+        conversations = [_parse_one(inp, data, "", stem)]
     for i, conv in enumerate(conversations):
         if any(c.conversation_id == conv.conversation_id for c in conversations[:i]):
-            raise ctx.fail(f"[{i}]", f"duplicate conversation id {conv.conversation_id!r}")
+            raise inp.fail(f"[{i}]", f"duplicate conversation id {conv.conversation_id!r}")
     return conversations
 
 

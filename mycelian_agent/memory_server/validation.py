@@ -8,10 +8,10 @@ broke; the MCP layer turns it into an error result. Timestamps are normalised to
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 from .. import limits
+from ..dates import format_timestamp, parse_rfc3339
 from ..errors import InputError
 
 __all__ = [
@@ -45,10 +45,6 @@ LIMITS: dict[str, int] = {
 _UUID_RE = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 _TITLE_RE = re.compile(r"[A-Za-z0-9-]{1,50}")
 _MEMORY_TYPE_RE = re.compile(r"[A-Za-z0-9_-]{1,50}")
-_RFC3339_RE = re.compile(
-    r"(\d{4})-(\d{2})-(\d{2})[Tt ](\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?([Zz]|[+-]\d{2}:\d{2})",
-    re.ASCII,
-)
 
 
 def _show(value: Any, width: int = 60) -> str:
@@ -128,37 +124,3 @@ def check_idempotency_key(value: str | None) -> str | None:
     if not isinstance(value, str) or not value.strip() or len(value) > LIMITS["idempotency_key"]:
         raise InputError(f"idempotency_key must be 1-{LIMITS['idempotency_key']} characters (got {_show(value)})")
     return value
-
-
-def parse_rfc3339(name: str, value: str | None) -> str | None:
-    """Parse an RFC 3339 timestamp (a time zone is required) and return it normalised to UTC, or ``None``."""
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise InputError(f"{name} must be an RFC 3339 string (got {type(value).__name__})")
-    match = _RFC3339_RE.fullmatch(value.strip())
-    if not match:
-        raise InputError(
-            f"{name} must be an RFC 3339 timestamp with a time zone, e.g. 2024-05-01T12:00:00Z (got {_show(value)})"
-        )
-    year, month, day, hour, minute, second, fraction, zone = match.groups()
-    try:
-        if zone in ("Z", "z"):
-            tz = UTC
-        else:
-            sign = 1 if zone[0] == "+" else -1
-            offset = timedelta(hours=int(zone[1:3]), minutes=int(zone[4:6]))
-            if offset >= timedelta(hours=24):
-                raise ValueError("offset out of range")
-            tz = timezone(sign * offset)
-        # Fractions beyond microseconds (Go emits nanoseconds) are truncated, not rounded.
-        micro = int((fraction or "0")[:6].ljust(6, "0"))
-        moment = datetime(int(year), int(month), int(day), int(hour), int(minute), int(second), micro, tzinfo=tz)
-        return format_timestamp(moment.astimezone(UTC))
-    except (ValueError, OverflowError) as exc:
-        raise InputError(f"{name} is not a valid date/time: {_show(value)} ({exc})") from None
-
-
-def format_timestamp(moment: datetime) -> str:
-    """The stored and returned form of a UTC instant: ``2024-05-01T12:00:00.000000Z``."""
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

@@ -10,9 +10,11 @@ from datetime import date
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-__all__ = ["summarize_message", "entry_tags", "third_person", "conversation_date", "SUMMARY_MAX_CHARS"]
+from ...dates import month_number
+from ...limits import SUMMARY_TARGET_CHARS
 
-SUMMARY_MAX_CHARS = 400
+__all__ = ["summarize_message", "entry_tags", "third_person", "conversation_date"]
+
 
 # --- sentence splitting -------------------------------------------------------------------------------------------
 _BOLD = re.compile(r"\*\*(.+?)\*\*|__(.+?)__")
@@ -308,8 +310,6 @@ def _select(sentences: Sequence[str], is_user: bool, budget: int) -> list[str]:
 
 
 _ISO_DATE = re.compile(r"(\d{4})[-/.](\d{1,2})[-/.](\d{1,2})")
-_MONTHS = {m[:3].lower(): i for i, m in enumerate(
-    "January February March April May June July August September October November December".split(), 1)}
 _DAY_MONTH_YEAR = re.compile(r"\b(\d{1,2})(?:st|nd|rd|th)?\s+([A-Z][a-z]+),?\s+(\d{4})")
 _MONTH_DAY_YEAR = re.compile(r"\b([A-Z][a-z]+)\s+(\d{1,2})(?:st|nd|rd|th)?,?\s+(\d{4})")
 
@@ -324,7 +324,7 @@ def conversation_date(conversation_time: Any) -> str:
         return f"{m[1]}-{int(m[2]):02d}-{int(m[3]):02d}"
     for pattern, (d, mo, y) in ((_DAY_MONTH_YEAR, (1, 2, 3)), (_MONTH_DAY_YEAR, (2, 1, 3))):
         m = pattern.search(conversation_time)
-        if m and (month := _MONTHS.get(m[mo][:3].lower())):
+        if m and (month := month_number(m[mo])):
             return f"{m[y]}-{month:02d}-{int(m[d]):02d}"
     return ""
 
@@ -341,7 +341,7 @@ def summarize_message(
     role: str = "user",
     conversation_time: Any = None,
     recent: Sequence[Mapping[str, Any]] = (),
-    max_chars: int = SUMMARY_MAX_CHARS,
+    max_chars: int = SUMMARY_TARGET_CHARS,
 ) -> str:
     """A retrieval-oriented summary of one message: speaker, absolute date and its most informative sentences.
 
