@@ -36,7 +36,7 @@ embeddings: install
 ## The benchmark suite at small sizes (full size: drop --quick; see BENCHMARKS.md).
 bench: $(BIN)/python
 	$(PIP) install --quiet --disable-pip-version-check -e '.[bench]'
-	$(BIN)/python runners/bench.py --quick --out bench-out
+	$(BIN)/mycelian-agent bench suite --quick --data $(DATA) --out bench-out
 
 clean:
 	rm -rf $(VENV) .mycelian .pytest_cache

@@ -226,6 +226,16 @@ def serve(ctx: click.Context) -> None:
     server_main(list(ctx.args))
 
 
+def _add_bench_commands() -> None:
+    # benchmarks.cli imports only click; each bench command imports its benchmark when it runs.
+    from .benchmarks.cli import bench
+
+    cli.add_command(bench)
+
+
+_add_bench_commands()
+
+
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: MycelianError becomes a one-line message and exit status 1."""
     try:

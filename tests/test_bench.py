@@ -1,4 +1,5 @@
-"""Smoke tests of the benchmark suite (runners/bench.py): every benchmark at tiny sizes, JSON shape, sane numbers.
+"""The benchmark suite (``mycelian-agent bench``): every benchmark at tiny sizes, JSON shape, sane numbers, and the
+command line itself (data options and their errors, help, a quick start).
 
 No timing targets here: the numbers depend on the machine and on what else runs on it. The data files are tiny
 synthetic LoCoMo / LongMemEval files written into tmp_path, so the tests need no shared data.
@@ -6,17 +7,22 @@ synthetic LoCoMo / LongMemEval files written into tmp_path, so the tests need no
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
+import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner, Result
 
-from mycelian_agent.benchmarks.bench_common import have_module, percentile
+from mycelian_agent.benchmarks.bench_common import have_module, summarize
 from mycelian_agent.benchmarks.bench_prompts import prompt_tokens, token_counter
-from mycelian_agent.benchmarks.bench_recall import _Okapi, bm25_ranker, tokenize
+from mycelian_agent.benchmarks.bench_recall import bm25_ranker, tokenize
+from mycelian_agent.benchmarks.bench_suite import benchmark_params
+from mycelian_agent.benchmarks.cli import bench
+from mycelian_agent.errors import ConfigError
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -73,12 +79,10 @@ LONGMEMEVAL = [{
 }]
 
 
-@pytest.fixture
-def bench():
-    spec = importlib.util.spec_from_file_location("bench_runner", REPO / "runners" / "bench.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
+def run(*args: object, env: dict[str, str | None] | None = None) -> Result:
+    """``mycelian-agent bench ARGS`` in process; MYCELIAN_DATA unset unless ``env`` sets it."""
+    return CliRunner().invoke(bench, [str(a) for a in args], env={"MYCELIAN_DATA": None, **(env or {})},
+                              catch_exceptions=False)
 
 
 @pytest.fixture
@@ -94,21 +98,22 @@ def _fraction(value) -> bool:
 
 
 @pytest.mark.slow
-def test_quick_suite_runs_every_benchmark_and_writes_sane_json(bench, data, tmp_path: Path):
+def test_quick_suite_runs_every_benchmark_and_writes_sane_json(data, tmp_path: Path):
     out = tmp_path / "out"
-    status = bench.main([
-        "--quick", "--out", str(out),
+    result = run(
+        "suite", "--quick", "--out", out,
         "--messages", "24", "--window", "12", "--naive-budget", "60",
-        "--lme", str(data["lme"]), "--sessions", "2",
-        "--locomo", str(data["locomo"]), "--longmemeval", str(data["lme"]), "--hybrid", "off",
+        "--lme", data["lme"], "--sessions", "2",
+        "--locomo", data["locomo"], "--longmemeval", data["lme"], "--hybrid", "off",
         "--levels", "1,2", "--conv-messages", "3", "--latency-ms", "20", "--extractive-messages", "12",
-    ])
-    assert status == 0
+        "--entries", "300", "--adds", "20", "--searches", "10", "--warmup", "2",
+    )
+    assert result.exit_code == 0, result.output
     summary = json.loads((out / "summary.json").read_text())
     assert summary["failed"] == {}
-    assert set(summary["benchmarks"]) == {"overhead", "prompts", "recall", "throughput"}
+    assert list(summary["benchmarks"]) == ["overhead", "prompts", "recall", "throughput", "server"]
     assert summary["machine"]["cpus"] >= 1 and summary["quick"] is True
-    assert (out / "report.md").read_text().count("## ") >= 4
+    assert (out / "report.md").read_text().count("## ") >= 5
     assert not (out / "work").exists()  # the databases are removed unless --keep-work
 
     overhead = json.loads((out / "overhead.json").read_text())
@@ -125,14 +130,16 @@ def test_quick_suite_runs_every_benchmark_and_writes_sane_json(bench, data, tmp_
 
     prompts = json.loads((out / "prompts.json").read_text())
     assert prompts["params"]["messages"] == 5 and prompts["params"]["sessions"] == 2
-    for run in prompts["runs"].values():
-        assert run["calls_by_operation"]["add_entry"] == 5
-        assert run["total_tokens"] == sum(run["per_call_tokens"]) > 0
-        assert sum(sum(parts.values()) for parts in run["tokens_by_part"].values()) == run["total_tokens"]
+    assert prompts["params"]["data"] == str(data["lme"])
+    for run_ in prompts["runs"].values():
+        assert run_["calls_by_operation"]["add_entry"] == 5
+        assert run_["total_tokens"] == sum(run_["per_call_tokens"]) > 0
+        assert sum(sum(parts.values()) for parts in run_["tokens_by_part"].values()) == run_["total_tokens"]
     assert prompts["naive_over_ours"] >= 1.0
     assert prompts["targets"][0]["name"] == "prompt tokens"
 
     recall = json.loads((out / "recall.json").read_text())
+    assert recall["params"]["locomo"] == [str(data["locomo"])] and recall["params"]["longmemeval"] == [str(data["lme"])]
     locomo = recall["tables"]["locomo"]
     main = "evidence recall, categories 1-4"
     assert set(locomo["memory"][main]["categories"]) == set(locomo["bm25"][main]["categories"])
@@ -143,6 +150,7 @@ def test_quick_suite_runs_every_benchmark_and_writes_sane_json(bench, data, tmp_
     assert lme["bm25"]["session recall (answer_session_ids)"]["overall"]["recall_any@10"] == 1.0
     assert isinstance(recall["below_bm25"], list) and recall["params"]["hybrid"] is False
     assert any("hybrid dense+BM25 search not run" in note for note in recall["notes"])
+    assert any("BM25 baseline = rank_bm25.BM25Okapi" in note for note in recall["notes"])
 
     throughput = json.loads((out / "throughput.json").read_text())
     scaling = throughput["scaling"]
@@ -154,6 +162,16 @@ def test_quick_suite_runs_every_benchmark_and_writes_sane_json(bench, data, tmp_
     assert [row["conversations"] for row in throughput["extractive"]] == [1, 4]
     assert [t["name"] for t in throughput["targets"]] == ["extractive ingestion"]  # no level 16 in this run
 
+    server = json.loads((out / "server.json").read_text())
+    assert server["params"] == {"entries": 300, "adds": 20, "searches": 10, "warmup": 2, "embeddings": False}
+    assert server["corpus"]["entries"] == 300 and server["corpus"]["db_bytes"] > 0
+    adds, searches = server["add_entry"], server["search_memories"]
+    assert (adds["n"], searches["n"]) == (20, 10)
+    for row in (adds, searches):
+        assert 0 < row["p50_ms"] <= row["p95_ms"] <= row["max_ms"] and row["mean_ms"] <= row["max_ms"]
+    assert searches["queries_with_hits"] == 10  # every generated question shares words with the corpus
+    assert [t["name"] for t in server["targets"]] == ["add_entry p50", "search_memories p50"]
+
     if have_module("matplotlib"):
         assert all((out / f"{name}.png").stat().st_size > 1000 for name in summary["benchmarks"])
     else:
@@ -161,38 +179,133 @@ def test_quick_suite_runs_every_benchmark_and_writes_sane_json(bench, data, tmp_
                    for name in summary["benchmarks"])
 
 
-def test_without_the_bench_extras_plots_are_skipped_and_fallbacks_say_so(bench, data, tmp_path: Path, monkeypatch):
+def test_without_the_bench_extras_recall_is_refused_and_the_rest_falls_back(data, tmp_path: Path, monkeypatch):
     for name in ("matplotlib", "rank_bm25", "tiktoken"):
         monkeypatch.setitem(sys.modules, name, None)  # import fails, find_spec raises: as if not installed
     out = tmp_path / "out"
-    assert bench.main(["prompts", "recall", "--out", str(out), "--lme", str(data["lme"]), "--locomo",
-                       str(data["locomo"]), "--longmemeval", str(data["lme"]), "--hybrid", "off"]) == 0
+    # "bench prompts recall" is the suite with both; recall's missing package stops it before anything runs.
+    refused = run("prompts", "recall", "--out", out, "--lme", data["lme"], "--locomo", data["locomo"],
+                  "--longmemeval", data["lme"])
+    assert refused.exit_code == 1
+    assert refused.output == ("Error: recall needs rank-bm25 for its BM25 baseline: "
+                              "pip install 'mycelian-agent[bench]'\n")
+    assert not out.exists()
+
+    assert run("prompts", "--out", out, "--lme", data["lme"], "--sessions", "1").exit_code == 0
     prompts = json.loads((out / "prompts.json").read_text())
     assert prompts["params"]["exact_tokens"] is False and prompts["params"]["tokenizer"].startswith("ESTIMATE")
     assert prompts["runs"]["ours"]["total_tokens"] > 0
-    recall = json.loads((out / "recall.json").read_text())
-    assert any("built-in Okapi" in note for note in recall["notes"])
-    for result in (prompts, recall):
-        assert result["plots"] == [] and any("plot skipped: matplotlib is not installed" in n for n in result["notes"])
+    assert prompts["plots"] == [] and any("plot skipped: matplotlib is not installed" in n for n in prompts["notes"])
     assert not list(out.glob("*.png"))
 
 
-def test_unknown_benchmark_is_a_usage_error(bench, tmp_path: Path):
-    with pytest.raises(SystemExit) as exc:
-        bench.main(["nope", "--out", str(tmp_path)])
-    assert exc.value.code == 2
+def _data_dir(root: Path, *files: str) -> Path:
+    for name in files:
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text("[]", encoding="utf-8")
+    return root
 
 
-def test_builtin_okapi_matches_rank_bm25():
+def test_missing_data_is_one_line_naming_the_option(data, tmp_path: Path):
+    out = tmp_path / "out"
+    result = run("recall", "--out", out)
+    assert result.exit_code == 1
+    assert result.output == ("Error: recall needs LoCoMo data: pass --locomo FILE or --data DIR "
+                             "(the folder holding locomo/ and longmemeval/)\n")
+    # MYCELIAN_DATA is --data: a folder without the file names the file it looked for.
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    result = run("prompts", "--out", out, env={"MYCELIAN_DATA": str(empty)})
+    assert result.exit_code == 1 and len(result.output.splitlines()) == 1
+    assert f"{empty / 'longmemeval' / 'longmemeval_s_1q.json'} not found; pass --lme FILE or --data DIR" in result.output
+    # Explicit files override --data; the ones not given still come from it.
+    only_locomo = _data_dir(tmp_path / "d1", "locomo/locomo_dev3.json")
+    result = run("recall", "--out", out, "--data", only_locomo)
+    assert result.exit_code == 1 and "recall needs LongMemEval data" in result.output
+    assert "pass --longmemeval FILE or --data DIR" in result.output
+    # A missing explicit file is a usage error from the option itself.
+    result = run("prompts", "--out", out, "--lme", tmp_path / "nope.json")
+    assert result.exit_code == 2 and "--lme" in result.output and "does not exist" in result.output
+    assert not out.exists()  # nothing ran
+
+
+def test_data_folder_layout_and_quick_files(tmp_path: Path):
+    root = _data_dir(tmp_path / "data", "locomo/locomo_dev3.json", "longmemeval/longmemeval_oracle_6q.json")
+    quick = benchmark_params("recall", quick=True, data=root)
+    assert quick["locomo"] == [root / "locomo" / "locomo_dev3.json"]
+    assert quick["longmemeval"] == [root / "longmemeval" / "longmemeval_oracle_6q.json"]
+    assert (quick["limit"], quick["limit_questions"], quick["hybrid"]) == (1, 30, "off")
+    with pytest.raises(ConfigError, match="longmemeval_s_1q.json not found"):
+        benchmark_params("recall", data=root)  # the full run reads both LongMemEval files
+    given = benchmark_params("recall", quick=True, params={"longmemeval": [root / "locomo" / "locomo_dev3.json"]},
+                             data=root)
+    assert given["longmemeval"] == [root / "locomo" / "locomo_dev3.json"]
+    assert benchmark_params("overhead", quick=True, params={"window": 5, "messages": None}) == {
+        "messages": 100, "window": 5, "naive_budget_s": 30.0}
+    assert benchmark_params("server", quick=True)["entries"] == 2000
+
+
+def test_command_tree_and_help(tmp_path: Path):
+    top = run("--help")
+    assert top.exit_code == 0
+    commands = top.output.split("Commands:")[1]
+    for name in ("overhead", "prompts", "recall", "throughput", "server", "suite", "longmemeval", "locomo"):
+        assert f"\n  {name} " in commands
+    server = run("server", "--help").output
+    assert "--entries" in server and "--embeddings" in server and "--messages" not in server and "--data" not in server
+    recall = run("recall", "--help").output
+    assert "--data" in recall and "MYCELIAN_DATA" in recall and "--sessions" not in recall
+    suite = run("suite", "--help").output
+    assert "[server] Entries" in suite and "[overhead] Messages" in suite
+    runner = run("longmemeval", "--help").output
+    for env in ("MYCELIAN_SERVER", "MYCELIAN_TOKEN", "MYCELIAN_MODEL", "OPENAI_API_KEY", "OPENAI_BASE_URL",
+                "MYCELIAN_QA_MODEL"):
+        assert env in runner
+
+
+def test_unknown_benchmark_is_a_usage_error(tmp_path: Path):
+    assert run("suite", "nope", "--out", tmp_path).exit_code == 2
+    assert run("nope", "--out", tmp_path).exit_code == 2
+    script = subprocess.run([sys.executable, str(REPO / "runners" / "bench.py"), "nope", "--out", str(tmp_path)],
+                            capture_output=True, text=True, timeout=60)
+    assert script.returncode == 2 and "'nope' is not one of" in script.stderr
+
+
+def test_commands_start_without_importing_the_heavy_libraries():
+    code = ("import sys, mycelian_agent.cli, mycelian_agent.benchmarks.bench_throughput; "
+            "print(sorted(m for m in ('langgraph', 'matplotlib', 'numpy', 'rank_bm25', 'mcp', "
+            "'mycelian_agent.testing') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    # bench_throughput itself needs langchain_core (its scripted model), never the test helpers.
+    assert done.stdout.strip() == "[]"
+
+
+def _okapi(corpus: list[list[str]], query: list[str], k1: float = 1.5, b: float = 0.75,
+           epsilon: float = 0.25) -> list[float]:
+    """BM25 Okapi written out (rank-bm25's formula): idf floored at epsilon x the mean idf."""
+    n, avgdl = len(corpus), sum(map(len, corpus)) / len(corpus)
+    df = Counter(word for doc in corpus for word in set(doc))
+    idf = {w: math.log(n - f + 0.5) - math.log(f + 0.5) for w, f in df.items()}
+    floor = epsilon * sum(idf.values()) / len(idf)
+    idf = {w: v if v >= 0 else floor for w, v in idf.items()}
+    scores = []
+    for doc in corpus:
+        tf = Counter(doc)
+        norm = k1 * (1 - b + b * len(doc) / avgdl)
+        scores.append(sum(idf[q] * tf[q] * (k1 + 1) / (tf[q] + norm) for q in query if q in tf))
+    return scores
+
+
+def test_bm25_baseline_is_okapi_with_the_usual_parameters():
     texts = ["I adopted a golden retriever puppy", "golden hour photos in Lisbon", "pottery classes on Tuesdays",
              "a puppy needs walks", "the the the"]
     query = tokenize("Which puppy did I adopt, a golden retriever?")
-    ours = _Okapi([tokenize(t) for t in texts]).get_scores(query)
-    assert ours.index(max(ours)) == 0
-    if have_module("rank_bm25"):
-        index, name = bm25_ranker(texts)
-        assert name == "rank_bm25.BM25Okapi"
-        assert list(index.get_scores(query)) == pytest.approx(ours)
+    index, name = bm25_ranker(texts)
+    scores = list(index.get_scores(query))
+    assert name == "rank_bm25.BM25Okapi"
+    assert scores == pytest.approx(_okapi([tokenize(t) for t in texts], query))
+    assert scores.index(max(scores)) == 0 and scores[2] == scores[4] == 0.0
 
 
 def test_token_counting_and_percentiles():
@@ -202,5 +315,8 @@ def test_token_counting_and_percentiles():
               "tools": [{"type": "function", "function": {"name": "add_entry"}}]}
     messages, tools = prompt_tokens(record, count)
     assert messages == count("rules") + count("the task") + 2 * 4 + 3 and tools > 0
-    assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.5 and percentile([5.0], 95) == 5.0
-    assert math.isnan(percentile([], 50))
+    # Linear interpolation between closest ranks: p50 of 1..4 is 2.5, p95 is 3 + 0.85.
+    assert summarize([4.0, 1.0, 3.0, 2.0]) == {"n": 4, "p50": 2.5, "p95": pytest.approx(3.85), "mean": 2.5,
+                                               "max": 4.0}
+    assert summarize([5.0]) == {"n": 1, "p50": 5.0, "p95": 5.0, "mean": 5.0, "max": 5.0}
+    assert summarize([]) == {"n": 0}

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -105,11 +106,10 @@ async def test_resume_ingests_once_and_scores_only_new_questions(data: Path, tmp
     assert await entry_counts(out / "memory.db", vault="locomo") == {valid_title("tiny-1"): 5}
 
 
-def test_script_runs(data: Path, tmp_path: Path, capsys):
-    spec = importlib.util.spec_from_file_location("locomo_runner", REPO / "runners" / "locomo_runner.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    assert script.LoCoMoRunner is LoCoMoRunner
-    assert script.main([str(data), "--out", str(tmp_path / "o"), "--limit-questions", "1", "--no-progress"]) == 0
-    out = capsys.readouterr().out
-    assert "| 4 single-hop | 1 | 0 |" in out and "questions recorded: 1" in out
+def test_script_runs(data: Path, tmp_path: Path):
+    done = subprocess.run([sys.executable, str(REPO / "runners" / "locomo_runner.py"), str(data), "--out",
+                           str(tmp_path / "o"), "--limit-questions", "1", "--no-progress"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "| 4 single-hop | 1 | 0 |" in done.stdout and "questions recorded: 1" in done.stdout
+    assert len(read_jsonl(tmp_path / "o" / "records.jsonl")) == 1

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -10,8 +9,10 @@ import time
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from mycelian_agent.benchmarks import parse_shard, read_jsonl, select_items
+from mycelian_agent.benchmarks.cli import longmemeval_command
 from mycelian_agent.benchmarks.longmemeval import (RETRIEVAL_ONLY_MARK, SingleQuestionRunner, build_qa_context,
                                                    load_longmemeval)
 from mycelian_agent.builder import connect
@@ -221,24 +222,26 @@ def test_torn_last_record_line_is_dropped(tmp_path: Path):
     assert path.read_text() == '{"question_id": "a"}\n'
 
 
-def load_script(name: str):
-    spec = importlib.util.spec_from_file_location(name, REPO / "runners" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def test_command_reads_its_environment_and_rejects_extractive_qa(data: Path, tmp_path: Path):
+    cli = CliRunner()
+    bad = cli.invoke(longmemeval_command, [str(data), "--out", str(tmp_path / "bad"), "--no-progress"],
+                     env={"MYCELIAN_QA_MODEL": "extractive"})
+    assert bad.exit_code == 1 and "cannot answer" in bad.stderr and bad.stderr.count("\n") == 1
+    done = cli.invoke(longmemeval_command, [str(data), "--out", str(tmp_path / "o"), "--limit", "2", "--no-progress"],
+                      env={"MYCELIAN_QA_MODEL": None, "MYCELIAN_MODEL": "extractive"})
+    assert done.exit_code == 0, done.output
+    assert "| overall | 2 | 0 |" in done.stdout and "questions recorded: 2" in done.stdout
+    report = cli.invoke(longmemeval_command, ["--out", str(tmp_path / "o"), "--report-only", "--json"])
+    assert report.exit_code == 0 and json.loads(report.stdout)["questions"] == 2
 
 
-def test_script_runs_and_rejects_extractive_qa(data: Path, tmp_path: Path, capsys, monkeypatch):
-    script = load_script("single_question_runner")
-    assert script.SingleQuestionRunner is SingleQuestionRunner
-    monkeypatch.setenv("MYCELIAN_QA_MODEL", "extractive")
-    assert script.main([str(data), "--out", str(tmp_path / "bad"), "--no-progress"]) == 1
-    assert "cannot answer" in capsys.readouterr().err
-    monkeypatch.delenv("MYCELIAN_QA_MODEL")
-    assert script.main([str(data), "--out", str(tmp_path / "o"), "--limit", "2", "--no-progress"]) == 0
-    assert "| overall | 2 | 0 |" in capsys.readouterr().out
-    assert script.main(["--out", str(tmp_path / "o"), "--report-only", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["questions"] == 2
+def test_command_usage_errors(data: Path, tmp_path: Path):
+    cli = CliRunner()
+    no_files = cli.invoke(longmemeval_command, ["--out", str(tmp_path / "o")])
+    assert no_files.exit_code == 2 and "give at least one data file (or --report-only)" in no_files.stderr
+    bad_shard = cli.invoke(longmemeval_command, [str(data), "--out", str(tmp_path / "o"), "--shard", "2/2"])
+    assert bad_shard.exit_code == 2 and "shard i/n needs 0 <= i < n" in bad_shard.stderr
+    assert not (tmp_path / "o").exists()
 
 
 def test_real_oracle_sample_as_a_script(shared_data: Path, tmp_path: Path):

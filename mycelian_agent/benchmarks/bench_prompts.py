@@ -28,11 +28,10 @@ from langchain_core.messages import BaseMessage
 from pydantic import Field
 
 from ..models.extractive import ExtractiveChatModel
-from ..agent.prompts import TASK_KEY
+from ..models.task import TASK_KEY
 from .bench_common import (
     BenchResult,
     Target,
-    default_data_dir,
     md_table,
     save_plot,
     summarize,
@@ -99,7 +98,7 @@ def prompt_parts(record: dict[str, Any], count: Callable[[str], int]) -> dict[st
 
 
 async def _ingest(mode: str, conversation: Any, work: Path, flush_every: int) -> RecordingExtractiveModel:
-    from ..agent.graph import AgentSettings
+    from ..agent.settings import AgentSettings
     from ..builder import build_agent
     from ..conversations.formats import valid_title
     from ..conversations.replay import replay_conversation
@@ -131,13 +130,12 @@ def _why(runs: dict[str, Any]) -> str:
             f"{extra:,} tokens of history ({100 * extra / total:.0f}% of ours)")
 
 
-def run_prompts(out: Path, *, data: str | Path | None = None, sessions: int | None = None,
-                flush_every: int = 6) -> BenchResult:
-    """Ingest the first LongMemEval question of ``data`` (its first ``sessions`` sessions) in both modes."""
+def run_prompts(out: Path, *, data: str | Path, sessions: int | None = None, flush_every: int = 6) -> BenchResult:
+    """Ingest the first LongMemEval question of the file ``data`` (its first ``sessions`` sessions) in both modes."""
     from .longmemeval import load_longmemeval
 
     started = time.perf_counter()
-    path = Path(data) if data else default_data_dir() / "longmemeval" / "longmemeval_s_1q.json"
+    path = Path(data)
     conversation = load_longmemeval([path])[0]
     if sessions is not None:
         conversation = replace(conversation, sessions=conversation.sessions[:sessions])
@@ -219,9 +217,6 @@ def run_prompts(out: Path, *, data: str | Path | None = None, sessions: int | No
             axes[1].plot(range(1, len(tokens) + 1), cumulative, color=color, label=f"{mode} ({total:,})")
         axes[0].set(title="Prompt tokens per LLM call", xlabel="call", ylabel="tokens", yscale="log")
         axes[1].set(title=f"Cumulative prompt tokens (naive/ours {ratio:.1f}x)", xlabel="call", ylabel="tokens")
-        for ax in axes:
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=8)
 
     save_plot(result, out, draw)
     result.seconds = time.perf_counter() - started

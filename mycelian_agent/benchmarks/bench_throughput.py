@@ -13,6 +13,7 @@ Then the same with the extractive model and no latency: ingestion messages/s (1 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import shutil
 import time
 from collections.abc import Sequence
@@ -24,8 +25,7 @@ from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.utils.function_calling import convert_to_openai_tool
 
-from ..agent.prompts import TASK_KEY
-from ..testing import tool_call_message
+from ..models.task import TASK_KEY
 from .bench_common import BenchResult, Target, generate_messages, md_table, save_plot
 
 __all__ = ["THROUGHPUT_DEFAULTS", "THROUGHPUT_QUICK", "DelayedToolModel", "run_throughput"]
@@ -34,6 +34,16 @@ THROUGHPUT_DEFAULTS = {"levels": (1, 4, 16, 64), "messages": 24, "latency_s": 0.
                        "extractive_streams": 4}
 THROUGHPUT_QUICK = {"levels": (1, 4, 16), "messages": 6, "latency_s": 0.1, "extractive_messages": 60,
                     "extractive_streams": 4}
+
+
+_call_ids = itertools.count(1)
+
+
+def _tool_call(name: str, args: dict[str, Any]) -> AIMessage:
+    """An AIMessage holding one call of ``name`` (zero token usage: the model is scripted)."""
+    call = {"name": name, "args": args, "id": f"call_bench_{next(_call_ids)}", "type": "tool_call"}
+    return AIMessage(content="", tool_calls=[call],
+                     usage_metadata={"input_tokens": 0, "output_tokens": 0, "total_tokens": 0})
 
 
 class DelayedToolModel(BaseChatModel):
@@ -54,9 +64,9 @@ class DelayedToolModel(BaseChatModel):
         name = kwargs.get("tool_choice") or task.get("operation")
         if name == "put_context":
             seen = len(task.get("messages") or [])
-            return tool_call_message("put_context", {"content": f"# Context\n- {seen} new messages merged."}, (0, 0))
+            return _tool_call("put_context", {"content": f"# Context\n- {seen} new messages merged."})
         text = str((task.get("message") or {}).get("content", "message"))
-        return tool_call_message("add_entry", {"summary": text[:200], "tags": {"topic": "benchmark"}}, (0, 0))
+        return _tool_call("add_entry", {"summary": text[:200], "tags": {"topic": "benchmark"}})
 
     def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
                   **kwargs: Any) -> ChatResult:
@@ -271,8 +281,6 @@ def run_throughput(out: Path, *, levels: Sequence[int] = (1, 4, 16, 64), message
                     ylim=(0, 110))
         for ax in axes:
             ax.set_xticks(x, [str(v) for v in x])
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=8)
 
     save_plot(result, out, draw)
     result.seconds = time.perf_counter() - started

@@ -17,7 +17,6 @@ Re-running skips recorded questions and resumes an interrupted ingestion from th
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
 from collections.abc import Sequence
@@ -29,9 +28,9 @@ from ..conversations.formats import LOCOMO_CATEGORIES, Conversation, Question, i
 from ..errors import ConfigError, InputError
 from .metrics import RecallRecord, aggregate, recall_at_k, unique_in_order
 from ..models.resolve import model_name
-from ..conversations.replay import ReplayStats, replay_conversation
-from . import (BenchmarkReport, BenchmarkRunner, MemoryHarness, append_jsonl, progress_bar, read_jsonl, run_pool,
-               select_items, usage_from_counters, write_json)
+from ..conversations.replay import ReplayStats
+from . import (BenchmarkReport, BenchmarkRunner, MemoryHarness, append_jsonl, progress_bar, read_jsonl, report_notes,
+               run_pool, write_json)
 
 __all__ = ["LoCoMoRunner", "load_locomo", "category_label"]
 
@@ -71,22 +70,12 @@ class LoCoMoRunner(BenchmarkRunner):
             raise ConfigError(f"limit_questions must be >= 0, got {self.limit_questions}")
 
     @property
-    def records_path(self) -> Path:
-        return Path(self.out) / "records.jsonl"
-
-    @property
     def samples_path(self) -> Path:
         return Path(self.out) / "samples.jsonl"
 
-    def run(self, paths: Sequence[str | os.PathLike[str]]) -> BenchmarkReport:
-        """Synchronous :meth:`arun`."""
-        return asyncio.run(self.arun(paths))
-
     async def arun(self, paths: Sequence[str | os.PathLike[str]]) -> BenchmarkReport:
         """Ingest the selected samples and score their questions not yet recorded; write and return the report."""
-        self.failures = {}
-        selected = select_items(load_locomo(paths), lambda c: c.conversation_id, limit=self.limit,
-                                shard=self.shard)  # type: ignore[arg-type]
+        selected = self._select(load_locomo(paths))
         Path(self.out).mkdir(parents=True, exist_ok=True)
         done = {r.get("question_id") for r in read_jsonl(self.records_path)}
         ingested = {r.get("sample_id") for r in read_jsonl(self.samples_path)}
@@ -119,21 +108,17 @@ class LoCoMoRunner(BenchmarkRunner):
     async def _ingest(self, harness: MemoryHarness, conversation: Conversation, ingested: set[str | None],
                       progress: Any, task: Any) -> tuple[str, ReplayStats]:
         sample_id = conversation.conversation_id
-        memory_id, invoker = await harness.invoker_for(valid_title(sample_id))
-        stats = ReplayStats()
-        await replay_conversation(invoker, conversation, thread_id=sample_id, stats=stats,
-                                  on_message=lambda _result: progress.advance(task))
-        progress.advance(task, stats.skipped)
+        memory_id, invoker, stats = await harness.replay(conversation, sample_id, progress, task)
         if sample_id not in ingested:
             status = await invoker.athread_status(sample_id)
             append_jsonl(self.samples_path, {
                 "sample_id": sample_id, "memory_id": memory_id, "sessions": len(conversation.sessions),
                 "ingestion": {"seconds": round(stats.elapsed_s, 3), "messages": stats.messages,
                               "skipped": stats.skipped, "messages_per_s": round(stats.messages_per_s, 2),
-                              "entries": int(status.counters.get("entries", 0)),
-                              "contexts": int(status.counters.get("flushes", 0)),
+                              "entries": status.progress.entries,
+                              "contexts": status.progress.flushes,
                               "recovered_errors": stats.errors[:20]},
-                "usage": usage_from_counters(dict(status.counters)), "model": model_name(self.model)})
+                "usage": status.usage.as_dict(), "model": model_name(self.model)})
         return memory_id, stats
 
     async def _question(self, harness: MemoryHarness, memory_id: str, conversation: Conversation,
@@ -209,21 +194,9 @@ class LoCoMoRunner(BenchmarkRunner):
 
 
 def _notes(summary: dict[str, Any]) -> list[str]:
-    ing, run = summary["ingestion"], summary["this_run"]
-    rate = ing["messages_per_s"]
-    lines = [
-        f"samples ingested: {summary['samples']}, questions recorded: {summary['questions']}"
-        + (f" (this run: {run.get('questions', 0)} questions, {run.get('messages', 0)} messages stored, "
-           f"{run.get('wall_s', 0):.1f} s wall"
-           + (f", {run['messages'] / run['wall_s']:.1f} messages/s" if run.get("wall_s") else "") + ")"
-           if run else ""),
-        f"ingestion: {ing['messages']} messages in {ing['seconds']:.1f} s"
-        + (f" ({rate:.1f} messages/s per sample stream)" if rate else "")
-        + f", {ing['entries']} entries, {ing['contexts']} context documents; model {summary['model']}",
-        f"model usage (ingestion): {summary['usage']}",
-        f"evidence ids not found in the conversation: {summary['evidence_ids_missing_from_conversation']}",
-    ]
-    if summary["failed"]:
-        lines.append(f"FAILED ({len(summary['failed'])}; re-run to retry): "
-                     + "; ".join(f"{k}: {v}" for k, v in list(summary["failed"].items())[:5]))
-    return lines
+    run = summary["this_run"]
+    return report_notes(
+        summary, recorded=f"samples ingested: {summary['samples']}, questions recorded: {summary['questions']}",
+        this_run=f"{run.get('questions', 0)} questions, {run.get('messages', 0)} messages stored, ",
+        stream="sample", usage=summary["usage"],
+        extra=[f"evidence ids not found in the conversation: {summary['evidence_ids_missing_from_conversation']}"])

@@ -23,7 +23,6 @@ file: question ids repeat across LongMemEval variants.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
 from collections.abc import Sequence
@@ -39,9 +38,8 @@ from ..errors import ConfigError, InputError
 from ..memory_server.placeholder import is_placeholder_context
 from .metrics import RecallRecord, aggregate, recall_at_k, unique_in_order
 from ..models.resolve import model_name, resolve_model
-from ..conversations.replay import ReplayStats, replay_conversation
-from . import (BenchmarkReport, BenchmarkRunner, MemoryHarness, append_jsonl, progress_bar, read_jsonl, run_pool,
-               select_items, usage_from_counters, write_json)
+from . import (BenchmarkReport, BenchmarkRunner, MemoryHarness, append_jsonl, progress_bar, read_jsonl, report_notes,
+               run_pool, write_json)
 
 __all__ = [
     "SingleQuestionRunner", "RETRIEVAL_ONLY_MARK", "QA_SYSTEM_PROMPT", "build_qa_context", "answer_question",
@@ -160,15 +158,9 @@ class SingleQuestionRunner(BenchmarkRunner):
     entry_chars: int = 4000
     vault: str = "longmemeval"
 
-    def run(self, paths: Sequence[str | os.PathLike[str]]) -> BenchmarkReport:
-        """Synchronous :meth:`arun`."""
-        return asyncio.run(self.arun(paths))
-
     async def arun(self, paths: Sequence[str | os.PathLike[str]]) -> BenchmarkReport:
         """Run the selected questions of ``paths`` not yet recorded; write and return the report."""
-        self.failures = {}
-        selected = select_items(load_longmemeval(paths), lambda c: c.conversation_id, limit=self.limit,
-                                shard=self.shard)  # type: ignore[arg-type]
+        selected = self._select(load_longmemeval(paths))
         qa = self._qa_model()
         Path(self.out).mkdir(parents=True, exist_ok=True)
         done = {r.get("question_id") for r in read_jsonl(self.records_path)}
@@ -192,10 +184,6 @@ class SingleQuestionRunner(BenchmarkRunner):
         return self.report(this_run={"questions": len(pending) - len(self.failures), "messages": stored,
                                      "wall_s": round(time.perf_counter() - started, 3), "selected": len(selected)})
 
-    @property
-    def records_path(self) -> Path:
-        return Path(self.out) / "records.jsonl"
-
     def _qa_model(self) -> BaseChatModel | None:
         if self.qa_model is None or (isinstance(self.qa_model, str) and self.qa_model.strip().lower() in ("", "none")):
             return None
@@ -208,11 +196,7 @@ class SingleQuestionRunner(BenchmarkRunner):
                         progress: Any, task: Any) -> dict[str, Any]:
         question = conversation.questions[0]
         qid = question.question_id
-        memory_id, invoker = await harness.invoker_for(valid_title(qid))
-        stats = ReplayStats()
-        await replay_conversation(invoker, conversation, thread_id=qid, stats=stats,
-                                  on_message=lambda _result: progress.advance(task))
-        progress.advance(task, stats.skipped)
+        memory_id, invoker, stats = await harness.replay(conversation, qid, progress, task)
         status = await invoker.athread_status(qid)
         found, search_s = await harness.search(memory_id, question.question, self.search_k,
                                                before=question.question_date)
@@ -251,11 +235,11 @@ class SingleQuestionRunner(BenchmarkRunner):
                 "skipped": stats.skipped,
                 "messages_per_s": round(stats.messages_per_s, 2),
                 "sessions": len(conversation.sessions),
-                "entries": int(status.counters.get("entries", 0)),
-                "contexts": int(status.counters.get("flushes", 0)),
+                "entries": status.progress.entries,
+                "contexts": status.progress.flushes,
                 "recovered_errors": stats.errors[:20],
             },
-            "usage": {"ingestion": usage_from_counters(dict(status.counters)), "qa": qa_usage},
+            "usage": {"ingestion": status.usage.as_dict(), "qa": qa_usage},
             "search_s": round(search_s, 4),
             "qa_s": round(time.perf_counter() - qa_started, 3),
             "model": model_name(self.model),
@@ -316,21 +300,10 @@ def _sum(items: Any) -> dict[str, Any]:
 
 
 def _notes(summary: dict[str, Any]) -> list[str]:
-    ing, run = summary["ingestion"], summary["this_run"]
-    rate = ing["messages_per_s"]
-    lines = [
-        f"questions recorded: {summary['questions']}"
-        + (f" (this run: {run.get('questions', 0)} of {run.get('selected', 0)} selected, "
-           f"{run.get('messages', 0)} messages in {run.get('wall_s', 0):.1f} s wall"
-           + (f", {run['messages'] / run['wall_s']:.1f} messages/s" if run.get("wall_s") else "") + ")"
-           if run else ""),
-        f"ingestion: {ing['messages']} messages in {ing['seconds']:.1f} s"
-        + (f" ({rate:.1f} messages/s per question stream)" if rate else "")
-        + f", {ing['entries']} entries, {ing['contexts']} context documents; model {summary['model']}",
-        f"model usage (ingestion): {summary['usage']['ingestion']}",
-        f"QA: {summary['qa_model'] or 'none (retrieval-only hypotheses)'}; usage {summary['usage']['qa']}",
-    ]
-    if summary["failed"]:
-        lines.append(f"FAILED ({len(summary['failed'])}; re-run to retry): "
-                     + "; ".join(f"{k}: {v}" for k, v in list(summary["failed"].items())[:5]))
-    return lines
+    run = summary["this_run"]
+    return report_notes(
+        summary, recorded=f"questions recorded: {summary['questions']}",
+        this_run=(f"{run.get('questions', 0)} of {run.get('selected', 0)} selected, "
+                  f"{run.get('messages', 0)} messages in "),
+        stream="question", usage=summary["usage"]["ingestion"],
+        extra=[f"QA: {summary['qa_model'] or 'none (retrieval-only hypotheses)'}; usage {summary['usage']['qa']}"])

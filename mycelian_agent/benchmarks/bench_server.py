@@ -1,0 +1,219 @@
+"""Server: latency of the embedded memory server over one persistent stdio MCP session.
+
+``add_entry`` is measured as N calls into an empty memory; ``search_memories`` as queries against a memory of
+10,000 entries of varied chat-like text, filled through the store directly (with ``embeddings``: the server runs
+with ``--embeddings`` and the entries are embedded in one batch first). The first ``warmup`` calls of each are not
+measured. Targets on a 2-core machine: add_entry p50 <= 5 ms, search_memories p50 <= 20 ms at 10,000 entries.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import platform
+import random
+import shutil
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from .bench_common import _CITIES, _NAMES, BenchResult, Target, md_table, save_plot, summarize
+
+__all__ = ["TARGETS_MS", "make_corpus", "make_queries", "run_server"]
+
+#: p50 targets in ms per tool.
+TARGETS_MS = {"add_entry": 5, "search_memories": 20}
+TOP_KE, TOP_KC = 5, 2
+
+RELATIONS = ["sister", "brother", "mother", "father", "friend", "colleague", "neighbor", "cousin", "partner", "boss"]
+HOBBIES = ["hiking", "pottery", "chess", "salsa dancing", "birdwatching", "rock climbing", "baking sourdough",
+           "painting watercolors", "playing guitar", "running marathons", "gardening", "photography"]
+FOODS = ["ramen", "tacos", "paella", "sushi", "lasagna", "pho", "falafel", "curry", "dumplings", "risotto"]
+THINGS = ["laptop", "bike", "camera", "tent", "espresso machine", "standing desk", "backpack", "headphones",
+          "running shoes", "air purifier", "kayak", "telescope"]
+PURPOSES = ["a weekend trip", "working from home", "training for a race", "a birthday gift", "a small apartment",
+            "beginners", "long flights", "rainy weather", "a tight budget", "a family of four"]
+JOBS = ["nurse", "data analyst", "architect", "teacher", "chef", "software engineer", "pilot", "lawyer"]
+MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October"]
+
+USER_TEMPLATES = [
+    "I went {hobby} with my {relation} {name} in {city} last weekend and it was great.",
+    "Can you recommend a good {thing} for {purpose}? My budget is about {amount} dollars.",
+    "My {relation} {name} just started a new job as a {job} in {city}.",
+    "We are planning to move to {city} in {month}; I am worried about finding an apartment.",
+    "I have been trying to cook {food} at home but it never tastes like the restaurant version.",
+    "Remind me that {name}'s birthday is on {month} {day}, and she loves {hobby}.",
+    "I bought a {thing} yesterday for {amount} dollars, was that a good price?",
+    "Lately I feel tired after work; maybe I should take up {hobby} again.",
+    "My {relation} recommended a {food} place in {city}, have you heard of it?",
+    "I finished my {count}th {hobby} session this year, which is a personal record.",
+]
+ASSISTANT_TEMPLATES = [
+    "For {purpose}, a lightweight {thing} is a good choice; look at models around {amount} dollars.",
+    "{city} has a lively {hobby} community, so {name} will probably find a club quickly.",
+    "To make {food} taste like a restaurant's, use more salt, high heat and fresh ingredients.",
+    "Congratulations to {name} on the new {job} role! Moving to {city} in {month} sounds exciting.",
+    "A budget of {amount} dollars is reasonable for a {thing}; compare warranties before buying.",
+    "Taking up {hobby} again could help with the tiredness; start with two short sessions a week.",
+]
+QUERY_TEMPLATES = [
+    "What did the user say about {name}?",
+    "Which {thing} did the assistant recommend for {purpose}?",
+    "When is {name}'s birthday?",
+    "Where is the user moving to, {city}?",
+    "How does the user feel about {hobby}?",
+    "What job did the user's {relation} start?",
+    "restaurant {food} {city}",
+    "How much did the user pay for the {thing}?",
+]
+
+
+def _fill(template: str, rng: random.Random) -> str:
+    # Every field is drawn, used or not, so the random stream (hence the corpus) does not depend on the template.
+    return template.format(
+        name=rng.choice(_NAMES), relation=rng.choice(RELATIONS), city=rng.choice(_CITIES),
+        hobby=rng.choice(HOBBIES), food=rng.choice(FOODS), thing=rng.choice(THINGS), purpose=rng.choice(PURPOSES),
+        job=rng.choice(JOBS), month=rng.choice(MONTHS), day=rng.randint(1, 28), amount=rng.randrange(50, 3000, 10),
+        count=rng.randint(4, 90))
+
+
+def make_corpus(n: int, seed: int = 7) -> list[dict[str, Any]]:
+    """``n`` chat-like entries (alternating user / assistant) with summaries, tags and conversation times."""
+    rng = random.Random(seed)
+    entries = []
+    for i in range(n):
+        role = "user" if i % 2 == 0 else "assistant"
+        raw = " ".join(_fill(rng.choice(USER_TEMPLATES if role == "user" else ASSISTANT_TEMPLATES), rng)
+                       for _ in range(rng.randint(1, 3)))
+        day = 1 + i // 40
+        entries.append({"raw_entry": raw, "summary": f"The {role} said: {raw[:160]}",
+                        "tags": {"role": role, "turn": str(i)},
+                        "conversation_time": f"2024-{1 + (day // 28) % 12:02d}-{1 + day % 28:02d}T{i % 24:02d}:00:00Z"})
+    return entries
+
+
+def make_queries(n: int, seed: int = 11) -> list[str]:
+    """``n`` varied natural-language questions about the corpus."""
+    rng = random.Random(seed)
+    return [_fill(rng.choice(QUERY_TEMPLATES), rng) for _ in range(n)]
+
+
+def _ms(samples_s: list[float]) -> dict[str, float]:
+    stats = summarize([s * 1000 for s in samples_s])
+    return {"n": stats["n"], **{f"{key}_ms": round(stats[key], 3) for key in ("p50", "p95", "mean", "max")}}
+
+
+def _prefill(db: Path, entries: list[dict[str, Any]], embeddings: bool) -> tuple[str, str, float]:
+    from ..memory_server.store import Store
+
+    started = time.perf_counter()
+    with contextlib.closing(Store.open(db)) as store:
+        vault = store.create_vault("bench")["vaultId"]
+        memory = store.create_memory(vault, "big", "chat")["memoryId"]
+        for entry in entries:
+            store.add_entry(vault, memory, **entry)
+        for k in range(0, len(entries), 500):
+            store.put_context(vault, memory, "## Facts\n" + "\n".join(f"- {e['summary']}" for e in entries[k : k + 40]))
+        if embeddings:
+            from ..memory_server.embeddings import load_dense_index
+
+            index = load_dense_index()
+            if index is None:
+                raise ConfigError("server --embeddings: the embeddings extra is not installed "
+                                  "(pip install 'mycelian-agent[embeddings]')")
+            index.backfill(store.connection, memory)  # batched, instead of one vector per add_entry
+    return vault, memory, time.perf_counter() - started
+
+
+async def _measure(db: Path, vault: str, big: str, corpus: list[dict[str, Any]], *, adds: int, searches: int,
+                   warmup: int, embeddings: bool) -> tuple[list[float], list[float], int]:
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    from ..memory_server.testing import call_json, server_command
+
+    command, args = server_command(db, *(["--embeddings"] if embeddings else []))
+    params = StdioServerParameters(command=command, args=args, env=dict(os.environ))
+    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        memory = await call_json(session, "create_memory_in_vault", vault_id=vault, title="adds", memory_type="chat")
+        rng = random.Random(3)
+        add_samples = []
+        for i in range(warmup + adds):
+            entry = corpus[rng.randrange(len(corpus))]
+            started = time.perf_counter()
+            await call_json(session, "add_entry", vault_id=vault, memory_id=memory["memoryId"],
+                            idempotency_key=f"bench:{i}", **entry)
+            if i >= warmup:
+                add_samples.append(time.perf_counter() - started)
+        search_samples, hits = [], 0
+        for i, query in enumerate(make_queries(warmup + searches)):
+            started = time.perf_counter()
+            found = await call_json(session, "search_memories", memory_id=big, query=query, top_ke=TOP_KE,
+                                    top_kc=TOP_KC)
+            if i >= warmup:
+                search_samples.append(time.perf_counter() - started)
+                hits += found["count"] > 0
+    return add_samples, search_samples, hits
+
+
+def run_server(out: Path, *, entries: int = 10_000, adds: int = 1000, searches: int = 300, warmup: int = 20,
+               embeddings: bool = False) -> BenchResult:
+    """Fill a memory of ``entries`` entries, start the server over stdio, time ``adds`` add_entry and
+    ``searches`` search_memories calls (after ``warmup`` unmeasured ones each)."""
+    if min(entries, adds, searches) < 1 or warmup < 0:
+        raise ConfigError("server: entries, adds and searches must be >= 1 and warmup >= 0")
+    started = time.perf_counter()
+    work = out / "work" / "server"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    db = work / "bench.db"
+    corpus = make_corpus(entries)
+    vault, big, fill_s = _prefill(db, corpus, embeddings)
+    add_samples, search_samples, hits = asyncio.run(_measure(db, vault, big, corpus, adds=adds, searches=searches,
+                                                             warmup=warmup, embeddings=embeddings))
+    search = "bm25 + dense (rrf)" if embeddings else "bm25"
+    result = BenchResult("server", {
+        "params": {"entries": entries, "adds": adds, "searches": searches, "warmup": warmup,
+                   "embeddings": embeddings},
+        "environment": {"python": platform.python_version(), "sqlite": sqlite3.sqlite_version,
+                        "cpus": os.cpu_count(), "platform": platform.platform(),
+                        "transport": "stdio (persistent session)", "search": search},
+        "corpus": {"entries": entries, "prefill_seconds": round(fill_s, 2), "db_bytes": db.stat().st_size},
+        "add_entry": _ms(add_samples),
+        "search_memories": {**_ms(search_samples), "queries_with_hits": hits, "top_ke": TOP_KE, "top_kc": TOP_KC},
+        "targets_ms": {f"{tool}_p50": target for tool, target in TARGETS_MS.items()},
+    })
+    rows = []
+    for tool, target in TARGETS_MS.items():
+        row = result.data[tool]
+        rows.append([tool, row["n"], f"{row['p50_ms']:.2f}", f"{row['p95_ms']:.2f}", f"{row['mean_ms']:.2f}",
+                     f"{row['max_ms']:.2f}", f"<= {target}"])
+        result.targets.append(Target(
+            f"{tool} p50", f"<= {target} ms" + (" at 10,000 entries" if tool == "search_memories" else ""),
+            f"{row['p50_ms']:.2f} ms" + (f" at {entries:,} entries" if tool == "search_memories" else ""),
+            met=row["p50_ms"] <= target))
+    result.tables.append((f"Memory-server latency over one stdio session (search over {entries:,} entries)",
+                          md_table(["tool", "n", "p50 ms", "p95 ms", "mean ms", "max ms", "target p50 ms"], rows)))
+    result.notes.append(f"corpus: {entries} entries, prefill {fill_s:.2f} s; search: {search}, top_ke {TOP_KE}, "
+                        f"top_kc {TOP_KC}, {hits} of {searches} queries with hits; sqlite {sqlite3.sqlite_version}, "
+                        f"{os.cpu_count()} CPUs")
+
+    def draw(axes: list[Any]) -> None:
+        from matplotlib.ticker import LogLocator, StrMethodFormatter
+
+        for ax, (tool, samples) in zip(axes, (("add_entry", add_samples), ("search_memories", search_samples))):
+            ms = sorted(s * 1000 for s in samples)
+            ax.plot(ms, [(i + 1) / len(ms) for i in range(len(ms))], label=f"{tool} ({len(ms)} calls)")
+            ax.axvline(TARGETS_MS[tool], color="red", linestyle=":", label=f"target p50 {TARGETS_MS[tool]} ms")
+            ax.set(title=f"{tool} latency (CDF)", xlabel="ms (log)", ylabel="fraction of calls", xscale="log")
+            ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+            ax.xaxis.set_major_formatter(StrMethodFormatter("{x:g}"))
+            ax.xaxis.set_minor_formatter(StrMethodFormatter(""))
+
+    save_plot(result, out, draw)
+    result.seconds = time.perf_counter() - started
+    return result
