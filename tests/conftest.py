@@ -8,12 +8,19 @@ from pathlib import Path
 
 import pytest
 
+# mcp binds ``sys.stderr`` as the default ``errlog`` of ``stdio_client`` when the module is first imported, and every
+# stdio server spawned afterwards gets that object's file descriptor as its stderr. Import it now, under pytest's
+# session-wide capture, so that a stdio server first spawned inside a ``capsys`` test (no file descriptor there)
+# does not leave a dead ``errlog`` behind for every later test.
+import mcp.client.stdio  # noqa: F401  (imported for that side effect)
+
 REPO = Path(__file__).resolve().parent.parent
 SHARED_DATA = Path(os.environ.get("MYCELIAN_SHARED_DATA", REPO.parent / "shared" / "data"))
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--run-live-llm", action="store_true", help="run tests that call a real LLM (needs OPENAI_API_KEY)")
+    parser.addoption("--run-live-llm", action="store_true",
+                     help="run tests that call a real LLM (needs OPENAI_API_KEY)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

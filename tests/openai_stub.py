@@ -162,7 +162,7 @@ class OpenAIStub:
 
 class _Handler(BaseHTTPRequestHandler):
     owner: OpenAIStub
-    protocol_version = "HTTP/1.1"  # keep-alive, as the openai client (httpx) expects
+    protocol_version = "HTTP/1.1"  # as the openai client (httpx) speaks
 
     def log_message(self, format: str, *args: Any) -> None:  # quiet test output
         pass
@@ -171,6 +171,11 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(payload)))
+        # No keep-alive: langchain-openai caches its async httpx client per base URL for the life of the process,
+        # and a pooled connection to a stub that has stopped is never closed (a ResourceWarning at exit, or in a
+        # random later test when it is collected).
+        self.send_header("Connection", "close")
+        self.close_connection = True
         self.end_headers()
         self.wfile.write(payload)
 

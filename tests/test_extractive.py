@@ -20,10 +20,10 @@ from mycelian_agent.models.extractive import (
     summarize_message,
     third_person,
 )
-from mycelian_agent.agent.model_tools import MODEL_TOOL_SCHEMAS
+from mycelian_agent.agent.model_tools import tool_schema
 
-ADD_ENTRY_SCHEMA = MODEL_TOOL_SCHEMAS["add_entry"]  # the schema the agent binds
-PUT_CONTEXT_SCHEMA = MODEL_TOOL_SCHEMAS["put_context"]
+ADD_ENTRY_SCHEMA = tool_schema("add_entry")  # the schema the agent binds
+PUT_CONTEXT_SCHEMA = tool_schema("put_context")
 
 
 def message(role: str, content: str, when: str | None = "2024-03-05T10:00:00Z") -> dict:
@@ -211,9 +211,16 @@ def test_context_keeps_foreign_previous_text_as_earlier_notes():
 
 
 def test_context_is_never_empty():
-    assert "No conversation content recorded yet." in merge_context("", [])
-    doc = merge_context("", [message("user", "Thanks, that sounds great!"), message("assistant", "Glad to help.")])
-    assert "## Timeline" in doc or "The conversation covered" in doc
+    assert merge_context("", []) == "# Conversation context\n\nNo conversation content recorded yet.\n"
+    chatter = [message("user", "Thanks, that sounds great!"), message("assistant", "Glad to help.")]
+    # small talk has no facts, preferences or plans: it is kept on the timeline
+    assert merge_context("", chatter) == (
+        "# Conversation context\n\n## Timeline\n"
+        "- 2024-03-05: User: Thanks, that sounds great!\n- 2024-03-05: Assistant: Glad to help.\n"
+    )
+    # too small a budget for even one timeline item: the topics take its place
+    tiny = merge_context("", chatter, max_chars=60)
+    assert tiny.startswith("# Conversation context\n\nThe conversation covered: ") and len(tiny) <= 60
 
 
 def test_open_questions_are_kept_until_answered():

@@ -148,12 +148,19 @@ async def _wait_for_port(port: int, proc: subprocess.Popen, timeout: float = 20.
 async def test_sigkill_between_writes_loses_no_acknowledged_write(tmp_path: Path) -> None:
     db, port = tmp_path / "memory.db", _free_port()
     command, args = server_command(db, "--transport", "http", "--port", str(port))
-    proc = subprocess.Popen([command, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     acknowledged: list[str] = []
-    try:
-        await _wait_for_port(port, proc)
-        with contextlib.suppress(Exception, BaseExceptionGroup):
-            async with http_session(f"http://127.0.0.1:{port}/mcp") as session:
+
+    with subprocess.Popen([command, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) as proc:
+
+        def sigkill() -> None:  # no shutdown, no checkpoint: the WAL must carry the writes
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+
+        try:
+            await _wait_for_port(port, proc)
+            async with contextlib.AsyncExitStack() as stack:
+                session = await stack.enter_async_context(http_session(f"http://127.0.0.1:{port}/mcp"))
+                stack.callback(sigkill)  # on the way out, before the client closes its session (against a dead server)
                 vault = (await call_json(session, "create_vault", title="crash"))["vaultId"]
                 memory = (
                     await call_json(session, "create_memory_in_vault", vault_id=vault, title="m", memory_type="NOTES")
@@ -171,12 +178,9 @@ async def test_sigkill_between_writes_loses_no_acknowledged_write(tmp_path: Path
                 context = await call_json(
                     session, "put_context", vault_id=vault, memory_id=memory, content="acknowledged context"
                 )
-                os.kill(proc.pid, signal.SIGKILL)  # no shutdown, no checkpoint: the WAL must carry the writes
-                proc.wait(timeout=10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait(timeout=10)
+        finally:
+            if proc.poll() is None:  # a failure before the kill: do not leave the server running
+                proc.kill()
     assert proc.returncode == -signal.SIGKILL and len(acknowledged) == 25
     bg = await BackgroundSession.start(create_server(db))  # the restart
     try:

@@ -19,9 +19,9 @@ from mycelian_agent.testing import (
     text_message,
     tool_call_message,
 )
-from mycelian_agent.agent.model_tools import MODEL_TOOL_SCHEMAS
+from mycelian_agent.agent.model_tools import tool_schema
 
-ADD_ENTRY_SCHEMA = MODEL_TOOL_SCHEMAS["add_entry"]  # the schema the agent binds
+ADD_ENTRY_SCHEMA = tool_schema("add_entry")  # the schema the agent binds
 PROMPT = [
     SystemMessage("You write memory entries."),
     HumanMessage("Record: I moved to Denver.", additional_kwargs={TASK_KEY: {"operation": "add_entry"}}),
