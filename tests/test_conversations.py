@@ -198,6 +198,14 @@ def test_locomo_sample(tmp_path: Path) -> None:
     assert (q3.answer, q3.category, q3.is_abstention) == ("Not mentioned", "5", True)
 
 
+def test_locomo_malformed_evidence_ids_are_normalised_and_unknown_ones_kept(tmp_path: Path) -> None:
+    sample = locomo_sample()
+    sample["qa"] = [{"question": "q", "answer": "a", "category": 4, "evidence": ["D2:02", "D:10:1; d1:1", "D7"]}]
+    (question,) = load_one(tmp_path, sample).questions
+    # "D7" names no turn: kept as given, so the runners report it as missing instead of silently dropping it.
+    assert question.evidence == ("D2:2", "D10:1", "D1:1", "D7")
+
+
 def test_locomo_photo_only_turn(tmp_path: Path) -> None:
     sample = locomo_sample()
     sample["conversation"]["session_2"][0] = {"speaker": "Ben", "dia_id": "D2:1", "text": "", "blip_caption": "a cat"}

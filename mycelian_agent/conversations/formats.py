@@ -44,7 +44,7 @@ from mycelian_agent.dates import to_rfc3339
 from mycelian_agent.errors import InputError
 
 __all__ = [
-    "FORMATS", "LOCOMO_CATEGORIES", "ROLE_ALIASES", "Conversation", "Message",
+    "FORMATS", "LOCOMO_CATEGORIES", "ROLE_ALIASES", "normalise_dia_id", "Conversation", "Message",
     "PositionedMessage", "Question", "Session", "iter_messages", "load_conversations", "parse_conversation_data",
     "to_rfc3339", "valid_title",
 ]
@@ -428,7 +428,7 @@ def _locomo_session(inp: _Input, conv: _LocomoSpeakers, path: str, key: str) -> 
             text = f"{text} [shares a photo: {caption}]" if text.strip() else f"[shares a photo: {caption}]"
         if not text.strip():
             raise inp.fail(f"{path}.{key}[{ti}].text", "content is empty or whitespace only")
-        tags = {"session_id": key, "turn": str(ti), "dia_id": turn.dia_id, "speaker": turn.speaker}
+        tags = {"session_id": key, "turn": str(ti), "dia_id": normalise_dia_id(turn.dia_id), "speaker": turn.speaker}
         messages.append(Message(speakers[turn.speaker], text, tags))  # type: ignore[arg-type]
     return Session(key, when, tuple(messages))
 
@@ -450,9 +450,24 @@ def _locomo(inp: _Input, obj: Any, path: str, default_id: str) -> Conversation:
             raise inp.fail(f"{_at(path, 'qa')}[{qi}].answer",
                            "missing (required key; 'adversarial_answer' also accepted)")
         # Upstream evidence sometimes packs several ids in one string ("D8:6; D9:17"): split, keep order, dedupe.
-        evidence = tuple(dict.fromkeys(p for item in qa.evidence for p in re.split(r"[;,\s]+", item) if p))
+        evidence = tuple(dict.fromkeys(normalise_dia_id(p) for item in qa.evidence
+                                       for p in re.split(r"[;,\s]+", item) if p))
         questions.append(Question(f"{sample.sample_id}:{qi}", qa.question, answer, str(qa.category), None, evidence))
     return Conversation(sample.sample_id, sessions, inp.source, "locomo", tuple(questions))
+
+
+_DIA_ID = re.compile(r"D\s*:?\s*0*(\d+)\s*:\s*0*(\d+)", re.I)
+
+
+def normalise_dia_id(text: str) -> str:
+    """A LoCoMo dialogue id in its canonical form ``D<session>:<turn>``.
+
+    Upstream annotations contain variants (``D30:05``, ``D:11:26``, ``d5:3``); they are mapped to the form the
+    turns carry. Text that is no dialogue id is returned unchanged, so the runners report it as missing from the
+    conversation rather than dropping it.
+    """
+    match = _DIA_ID.fullmatch(text.strip())
+    return f"D{int(match[1])}:{int(match[2])}" if match else text
 
 
 # The key that identifies each format, in the order they are tried.
