@@ -176,15 +176,11 @@ def test_chat_pipeline_example_stores_both_sides(tmp_path):
     assert "4 messages stored" in out.stdout
 
 
-def test_replay_runner_is_a_module_and_a_script(tmp_path):
-    import asyncio
-    import importlib.util
+def test_replay_runner_script_is_the_replay_command(tmp_path, capsys):
+    from mycelian_agent.cli import main
 
-    spec = importlib.util.spec_from_file_location("replay_conversation", REPO / "runners" / "replay_conversation.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    stats = asyncio.run(module.replay_files([EXAMPLE], server="in-process", db=tmp_path / "m.db", memory="quickstart"))
-    assert (stats.messages, stats.entries, stats.deduplicated) == (16, 16, 0)
+    main(["replay", str(EXAMPLE), "--db", str(tmp_path / "m.db"), "--memory", "quickstart", "--json"])
+    assert json.loads(capsys.readouterr().out)["messages"] == 16
     out = subprocess.run([sys.executable, str(REPO / "runners" / "replay_conversation.py"), str(EXAMPLE),
                           "--db", str(tmp_path / "m.db"), "--memory", "quickstart", "--json"],
                          capture_output=True, text=True, timeout=120)
