@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Mapping
+from typing import Any, Mapping, Self
 
 from langchain_core.messages import BaseMessage
 
@@ -18,8 +18,22 @@ from .control import ControlState
 __all__ = ["Usage", "InvocationResult", "ThreadProgress", "ThreadStatus"]
 
 
+class _Counts:
+    """Integer counters kept as plain dicts in checkpoints and reports."""
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any] | None) -> Self:
+        """The counters in ``values`` (other keys ignored, missing ones 0)."""
+        values = values or {}
+        return cls(**{f.name: int(values.get(f.name, 0) or 0) for f in fields(cls)})  # type: ignore[arg-type]
+
+    def as_dict(self) -> dict[str, int]:
+        """Plain data, as checkpoints and JSON reports hold it."""
+        return asdict(self)  # type: ignore[call-overload]
+
+
 @dataclass(frozen=True)
-class Usage:
+class Usage(_Counts):
     """Model usage and recoveries; values add up with ``+``."""
 
     llm_calls: int = 0
@@ -38,16 +52,6 @@ class Usage:
         usage = getattr(reply, "usage_metadata", None) or {}
         return cls(llm_calls=1, prompt_tokens=int(usage.get("input_tokens", 0) or 0),
                    completion_tokens=int(usage.get("output_tokens", 0) or 0))
-
-    @classmethod
-    def from_mapping(cls, values: Mapping[str, Any] | None) -> Usage:
-        """The usage counters in ``values`` (other keys ignored, missing ones 0)."""
-        values = values or {}
-        return cls(**{f.name: int(values.get(f.name, 0) or 0) for f in fields(cls)})
-
-    def as_dict(self) -> dict[str, int]:
-        """Plain data, as checkpoints and JSON reports hold it."""
-        return asdict(self)
 
 
 @dataclass
@@ -95,7 +99,7 @@ _USAGE_FIELDS = frozenset(f.name for f in fields(Usage))
 
 
 @dataclass(frozen=True)
-class ThreadProgress:
+class ThreadProgress(_Counts):
     """Where a thread stands; kept in its checkpoint so a resumed thread keeps its cadence."""
 
     messages: int = 0  # messages stored (the number of the thread's last message)
@@ -103,16 +107,6 @@ class ThreadProgress:
     flushes: int = 0  # context documents written
     sessions_started: int = 0
     sessions_ended: int = 0
-
-    @classmethod
-    def from_mapping(cls, values: Mapping[str, Any] | None) -> ThreadProgress:
-        """The progress counters in ``values`` (other keys ignored, missing ones 0)."""
-        values = values or {}
-        return cls(**{f.name: int(values.get(f.name, 0) or 0) for f in fields(cls)})
-
-    def as_dict(self) -> dict[str, int]:
-        """Plain data, as checkpoints hold it."""
-        return asdict(self)
 
 
 @dataclass(frozen=True)
