@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, AsyncIterator, TypeVar
 
 from ..errors import ConfigError
+from ..limits import QUERY_MAX_CHARS
 
 if TYPE_CHECKING:  # pragma: no cover
     from langchain_core.language_models import BaseChatModel
@@ -192,7 +193,7 @@ class MemoryHarness:
         ``before`` (RFC 3339) excludes entries from that time on, where the server supports it.
         """
         declared = self._search_params()
-        args: dict[str, Any] = {"memory_id": memory_id, "query": query[:2000], "top_ke": min(25, top_ke),
+        args: dict[str, Any] = {"memory_id": memory_id, "query": query[:QUERY_MAX_CHARS], "top_ke": min(25, top_ke),
                                 "top_kc": top_kc, "include_raw_entries": True}
         # vault_id and before are our server's extras: send them only where the server declares them (upstream
         # Mycelian has neither), so the same run works against both.
