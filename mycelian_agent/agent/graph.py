@@ -31,7 +31,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 from .._sync import run_sync
 from ..dates import normalise_time
 from ..errors import InputError, MemoryServerError, MycelianError, describe_cause, is_transient_text
-from ..limits import clip_tags, split_oversize
+from ..limits import TAG_VALUE_MAX_CHARS, clip_tags, split_oversize
 from ..memory_server.placeholder import is_placeholder_context
 from ..models.extractive import ExtractiveChatModel
 from .checkpointers import prune_thread
@@ -306,7 +306,7 @@ class MycelianMemoryAgent:
             recent_message_chars=self.settings.recent_message_chars, context_chars=self.settings.entry_context_chars,
         )
         written = await self._writer.write("add_entry", prompt, run.report)
-        code_tags = {"role": message["role"], "thread": run.thread_id[:512], "msg": str(number)}
+        code_tags = {"role": message["role"], "thread": run.thread_id[:TAG_VALUE_MAX_CHARS], "msg": str(number)}
         if len(parts) > 1:
             code_tags["part"] = f"{part + 1}/{len(parts)}"
         args: dict[str, Any] = {**run.ids, "raw_entry": parts[part], "summary": written["summary"],
