@@ -56,7 +56,7 @@ async def chat(args: argparse.Namespace) -> None:
                 break
             now = datetime.now(timezone.utc)
             memory = await recall(invoker, line.strip())
-            await invoker.aprocess_conversation_message("user", line.strip(), args.thread, now)
+            await invoker.aprocess_conversation_message("user", line.strip(), args.thread, now, name=args.name)
             reply = await answer(chat_model, memory, line.strip())
             print(f"assistant> {reply}", flush=True)
             await invoker.aprocess_conversation_message("assistant", reply, args.thread, now)
@@ -71,6 +71,7 @@ def main() -> None:
     parser.add_argument("--state", default=".mycelian/chat-state.db", help="SQLite checkpoint of the thread")
     parser.add_argument("--memory", default="chat-example", help="memory title")
     parser.add_argument("--thread", default="chat-example", help="conversation thread id")
+    parser.add_argument("--name", default=None, help="your name: summaries say 'Dana said ...' (default: 'the user')")
     parser.add_argument("--chat-model", default=None, help="e.g. openai:gpt-4o-mini (default: offline stand-in)")
     asyncio.run(chat(parser.parse_args()))
 

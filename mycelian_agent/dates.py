@@ -3,6 +3,7 @@
 - :func:`to_rfc3339`: the lenient conversation-file parser (RFC 3339 / ISO 8601, LongMemEval, LoCoMo dates).
 - :func:`normalise_time`: the agent's ``conversation_time`` argument, to ``YYYY-MM-DDTHH:MM:SSZ``.
 - :func:`parse_rfc3339`: the memory server's strict parser (a zone is required), to ``YYYY-MM-DDTHH:MM:SS.ffffffZ``.
+- :func:`resolve_relative_dates`: "yesterday" -> "yesterday (2023-05-07)", seen from a message's time.
 
 A value without a zone is taken as UTC everywhere except in :func:`parse_rfc3339`, which refuses it. Every failure
 is an :class:`~mycelian_agent.errors.InputError` naming the value and an example of the accepted form. A leaf
@@ -12,12 +13,15 @@ module: the memory server imports it, so it depends on nothing but the standard 
 from __future__ import annotations
 
 import re
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 from mycelian_agent.errors import InputError
 
-__all__ = ["MONTHS", "format_timestamp", "month_number", "normalise_time", "parse_rfc3339", "to_rfc3339"]
+__all__ = [
+    "MONTHS", "format_timestamp", "month_number", "normalise_time", "parse_rfc3339", "resolve_relative_dates",
+    "to_rfc3339",
+]
 
 MONTHS = (
     "january", "february", "march", "april", "may", "june",
@@ -137,3 +141,157 @@ def parse_rfc3339(name: str, value: str | None) -> str | None:
 def format_timestamp(moment: datetime) -> str:
     """The memory server's stored and returned form of an instant: ``2024-05-01T12:00:00.000000Z`` (UTC)."""
     return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+# ---------------------------------------------------------------------------------------- relative dates
+
+_WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+_NUMBER_WORDS = {
+    "a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
+    "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "a couple of": 2, "couple of": 2, "a couple": 2,
+}
+# (first month, last month) of each season, northern hemisphere; winter runs from December into the next year.
+_SEASONS = {"spring": (3, 5), "summer": (6, 8), "fall": (9, 11), "autumn": (9, 11), "winter": (12, 2)}
+_COUNT = r"(\d{1,3}|a couple of|couple of|a couple|an|a|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)"
+_UNIT = r"(day|week|month|year)s?"
+_RELATIVE_DATE = re.compile(
+    r"\b(?:"
+    r"(?P<twoday>the day before yesterday|the day after tomorrow)"
+    r"|(?P<oneday>yesterday|tomorrow)(?:\s+(?:morning|afternoon|evening|night))?"
+    r"|(?P<lastnight>last night)"
+    rf"|{_COUNT}\s+{_UNIT}\s+(?P<ago>ago|from now)"
+    rf"|(?P<in>in)\s+{_COUNT}\s+{_UNIT}"
+    r"|(?P<which>last|next|this past|this coming|this)\s+(?P<what>week|month|year|weekend|"
+    + "|".join(_WEEKDAYS) + "|" + "|".join(_SEASONS) + r")"
+    r")\b(?!\s*\()",  # an expression already followed by "(" is taken to be resolved
+    re.I,
+)
+_FREQUENCY = re.compile(r"\b(?:once|twice|thrice|times|per)\s*$", re.I)
+
+
+def _anchor_date(when: Any) -> date | None:
+    if isinstance(when, datetime):
+        return _utc(when).date()
+    if isinstance(when, date):
+        return when
+    if isinstance(when, str) and when.strip():
+        try:
+            return datetime.fromisoformat(to_rfc3339(when).replace("Z", "+00:00")).date()
+        except InputError:
+            return None
+    return None
+
+
+def _add_months(day: date, months: int) -> date:
+    index = day.year * 12 + day.month - 1 + months
+    return date(index // 12, index % 12 + 1, 1)
+
+
+def _month_label(day: date) -> str:
+    return f"{MONTHS[day.month - 1].capitalize()} {day.year}"
+
+
+def _week_label(day: date) -> str:
+    return f"week of {(day - timedelta(days=day.weekday())).isoformat()}"
+
+
+def _season_label(season: str, which: str, today: date) -> str:
+    first, last = _SEASONS[season]
+    month, year = today.month, today.year
+    if season == "winter":  # a winter is named by its December's year: "winter 2022-2023"
+        current = year if month == 12 else year - 1 if month <= last else None
+        if which == "last":
+            start = (current - 1) if current is not None else year - 1
+        elif which == "next":
+            start = (current + 1) if current is not None else year
+        else:
+            start = current if current is not None else year
+        return f"winter {start}-{start + 1}"
+    if which == "last":
+        start = year if month > last else year - 1
+    elif which == "next":
+        start = year if month < first else year + 1
+    else:
+        start = year
+    return f"{season} {start}"
+
+
+def _resolve(match: re.Match[str], today: date) -> str | None:
+    """The absolute date (or period) ``match`` names, seen from ``today``; None when it names none."""
+    groups = match.groupdict()
+    if groups["twoday"]:
+        return (today + timedelta(days=2 if "after" in groups["twoday"].lower() else -2)).isoformat()
+    if groups["oneday"]:
+        return (today + timedelta(days=1 if groups["oneday"].lower() == "tomorrow" else -1)).isoformat()
+    if groups["lastnight"]:
+        return (today - timedelta(days=1)).isoformat()
+    if groups["ago"] or groups["in"]:
+        words = [g for g in match.groups() if g is not None]
+        count_text, unit = (words[1], words[2]) if groups["in"] else (words[0], words[1])
+        count_text = " ".join(count_text.lower().split())
+        count = int(count_text) if count_text.isdigit() else _NUMBER_WORDS[count_text]
+        sign = -1 if (groups["ago"] or "").lower() == "ago" else 1
+        unit = unit.lower()
+        if unit == "day":
+            return (today + timedelta(days=sign * count)).isoformat()
+        if unit == "week":
+            return _week_label(today + timedelta(weeks=sign * count))
+        if unit == "month":
+            return _month_label(_add_months(today, sign * count))
+        return str(today.year + sign * count)
+    which = " ".join(groups["which"].lower().split())
+    which = {"this past": "last", "this coming": "this"}.get(which, which)
+    what = groups["what"].lower()
+    step = {"last": -1, "next": 1, "this": 0}[which]
+    if what == "week":
+        return _week_label(today + timedelta(weeks=step))
+    if what == "month":
+        return _month_label(_add_months(today, step))
+    if what == "year":
+        return str(today.year + step)
+    if what in _SEASONS:
+        return _season_label(what, which, today)
+    if what == "weekend":
+        weekday = today.weekday()
+        saturday = today - timedelta(days=weekday - 5) if weekday >= 5 else today + timedelta(days=5 - weekday)
+        if which == "last":
+            saturday -= timedelta(days=7)
+        elif which == "next" and weekday >= 5:
+            saturday += timedelta(days=7)
+        return f"weekend of {saturday.isoformat()}"
+    target = _WEEKDAYS.index(what)
+    if which == "last":
+        delta = -((today.weekday() - target) % 7 or 7)
+    elif which == "next":
+        delta = (target - today.weekday()) % 7 or 7
+    else:
+        delta = (target - today.weekday()) % 7
+    return (today + timedelta(days=delta)).isoformat()
+
+
+def resolve_relative_dates(text: str, when: str | date | datetime | None) -> str:
+    """``text`` with the absolute date put beside each relative date it contains, seen from ``when``.
+
+    ``when`` is the message's time (RFC 3339, a LoCoMo or LongMemEval date, a ``date`` or ``datetime``); when it
+    is None or unparseable the text is returned unchanged. The original words stay, the date follows in
+    parentheses: "yesterday (2023-05-07)", "two days ago (2023-05-06)", "last Friday (2023-05-05)", "last week
+    (week of 2023-05-01)" (weeks start on Monday), "next month (June 2023)", "in 3 weeks (week of 2023-05-29)",
+    "this weekend (weekend of 2023-05-13)", "last summer (summer 2022)", "next year (2024)". "last <weekday>" is the
+    most recent one before the day, "next <weekday>" the first one after it, "this <weekday>" the one of the coming
+    seven days (today included). Vague expressions ("a few days ago", "recently", "the other day") and frequencies
+    ("twice in a week") are left alone; an expression already followed by a parenthesis is not annotated again.
+    """
+    today = _anchor_date(when)
+    if today is None or not text:
+        return text
+
+    def annotate(match: re.Match[str]) -> str:
+        if match.group("in") and _FREQUENCY.search(match.string, 0, match.start()):
+            return match[0]
+        try:
+            resolved = _resolve(match, today)
+        except (ValueError, OverflowError, KeyError):  # a date outside years 1-9999
+            resolved = None
+        return f"{match[0]} ({resolved})" if resolved else match[0]
+
+    return _RELATIVE_DATE.sub(annotate, text)

@@ -14,7 +14,7 @@ from typing import Any
 __all__ = [
     "RAW_ENTRY_MAX_CHARS", "SUMMARY_MAX_CHARS", "SUMMARY_TARGET_CHARS", "CONTEXT_MAX_CHARS", "DESCRIPTION_MAX_CHARS",
     "QUERY_MAX_CHARS", "TITLE_MAX_CHARS", "TAGS_MAX_KEYS", "TAG_KEY_MAX_CHARS", "TAG_VALUE_MAX_CHARS",
-    "IDEMPOTENCY_KEY_MAX_CHARS", "clip_tags", "split_oversize",
+    "IDEMPOTENCY_KEY_MAX_CHARS", "NAME_MAX_CHARS", "clip_tags", "name_problem", "split_oversize",
 ]
 
 RAW_ENTRY_MAX_CHARS = 9000  # add_entry raw_entry (upstream's limit); longer messages are stored as parts
@@ -28,6 +28,25 @@ TAGS_MAX_KEYS = 32
 TAG_KEY_MAX_CHARS = 64
 TAG_VALUE_MAX_CHARS = 512
 IDEMPOTENCY_KEY_MAX_CHARS = 200
+NAME_MAX_CHARS = 100  # speaker names: the name goes into every prompt and summary of the speaker's messages
+
+
+def name_problem(name: object) -> str | None:
+    """What is wrong with a speaker name, or None when it is acceptable.
+
+    A name is a non-empty string of at most :data:`NAME_MAX_CHARS` characters on one line (no control characters);
+    surrounding whitespace is ignored. The input file loader and the agent's public call share this check.
+    """
+    if not isinstance(name, str):
+        return f"a speaker name must be a string, got {type(name).__name__}"
+    text = name.strip()
+    if not text:
+        return "a speaker name must not be empty"
+    if len(text) > NAME_MAX_CHARS:
+        return f"a speaker name must be at most {NAME_MAX_CHARS} characters, got {len(text)}"
+    if any(ord(c) < 32 or ord(c) == 127 for c in text):
+        return "a speaker name must be one line without control characters"
+    return None
 
 
 def clip_tags(tags: Mapping[Any, Any]) -> dict[str, str]:

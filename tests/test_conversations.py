@@ -264,7 +264,7 @@ MALFORMED = {
     "missing role": ({"messages": [{"content": "x"}]}, "messages[0].role", "missing (required key)"),
     "message not object": ({"messages": ["hi"]}, "messages[0]", "must be an object, got a string"),
     "unknown message key": ({"messages": [{**GOOD_MSG, "timestamp": "x"}]}, "messages[0].timestamp",
-                            "unknown key (accepted: role, content, tags)"),
+                            "unknown key (accepted: role, content, name, tags)"),
     "unknown top key": ({"messages": [GOOD_MSG], "title": "x"}, "title", "unknown key"),
     "reserved tag": ({"messages": [{**GOOD_MSG, "tags": {"turn": "1"}}]}, "messages[0].tags.turn",
                      "reserved tag name"),

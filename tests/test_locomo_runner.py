@@ -74,9 +74,10 @@ async def test_evidence_recall_per_category_and_adversarial_apart(data: Path, tm
     assert list(records) == ["tiny-1:0", "tiny-1:1", "tiny-1:2", "tiny-1:3"]
 
     breed = records["tiny-1:0"]
-    # D1:2's summary quotes D1:1 (the message it replies to), but only D1:1 has the words in its text too.
-    assert breed["retrieved_dia_ids"][0] == "D1:1"
-    assert breed["recall"]["any@1"] and breed["recall"]["all@1"]
+    # D1:2's summary quotes D1:1 (the message it replies to) and search lends a reply a share of the score of the
+    # message before it (memory_server/search.py, neighbour context): in this five-entry memory both lead.
+    assert set(breed["retrieved_dia_ids"][:2]) == {"D1:1", "D1:2"}
+    assert breed["recall"]["any@5"] and breed["recall"]["all@5"]
     both = records["tiny-1:1"]
     assert both["evidence"] == ["D1:3", "D2:2"]  # the packed "D1:3; D2:2" is split by the loader
     assert both["recall"]["any@1"] is True and both["recall"]["all@1"] is False  # one id cannot hold two

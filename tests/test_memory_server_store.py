@@ -11,10 +11,10 @@ import pytest
 from mycelian_agent.errors import ConfigError, InputError, MemoryServerError
 from mycelian_agent.memory_server.migrations import MIGRATIONS, SCHEMA_VERSION
 from mycelian_agent.memory_server.search import (
+    ENTRY_WEIGHTS,
     MAX_QUERY_TERMS,
     match_expression,
     query_terms,
-    rrf_fuse,
     search_entries,
 )
 from mycelian_agent.memory_server.store import Store
@@ -87,11 +87,6 @@ def test_query_terms_are_capped_and_quoted() -> None:
     assert expression == 'mkey : "m0000aa" AND {content} : ("a" OR "b")'
 
 
-def test_rrf_fuse_prefers_items_ranked_well_by_both() -> None:
-    fused = [item for item, _ in rrf_fuse([[1, 2, 3], [3, 2, 4]])]
-    assert fused == [3, 2, 1, 4]
-
-
 @pytest.mark.parametrize(
     ("text", "normalised"),
     [
@@ -117,12 +112,12 @@ def test_rfc3339_refusals(text: str) -> None:
 def _reference(conn: sqlite3.Connection, memory_id: str, terms: list[str], limit: int) -> list[float]:
     """Plain BM25 over every term with the memory-key filter and an exact join: what the optimisations keep."""
     sql = (
-        "SELECT bm25(entries_fts, 0.0, 1.0, 1.5) FROM entries_fts JOIN entries e ON e.seq = entries_fts.rowid "
+        f"SELECT bm25(entries_fts, {', '.join(map(str, ENTRY_WEIGHTS))}) FROM entries_fts "
+        "JOIN entries e ON e.seq = entries_fts.rowid "
         "WHERE entries_fts MATCH ? AND e.memory_id = ? ORDER BY 1, e.seq DESC LIMIT ?"
     )
-    return [
-        -r[0] for r in conn.execute(sql, (match_expression(memory_id, terms, "raw_entry summary"), memory_id, limit))
-    ]
+    expression = match_expression(memory_id, terms, "raw_entry summary labels dated")
+    return [-r[0] for r in conn.execute(sql, (expression, memory_id, limit))]
 
 
 def test_optimised_search_ranks_like_plain_bm25() -> None:
@@ -143,7 +138,7 @@ def test_optimised_search_ranks_like_plain_bm25() -> None:
         for memory in (big, small):
             for terms in queries:
                 for limit in (1, 5, 25):
-                    got = [score for _, score in search_entries(conn, memory, terms, limit)]
+                    got = [score for _, score in search_entries(conn, memory, terms, limit, context=False)]
                     assert got == pytest.approx(_reference(conn, memory, terms, limit), abs=1e-4), (terms, limit)
-            bounded = search_entries(conn, memory, ["w3"], 5, after="2000-01-01T00:00:00.000000Z")
+            bounded = search_entries(conn, memory, ["w3"], 5, after="2000-01-01T00:00:00.000000Z", context=False)
             assert [s for _, s in bounded] == pytest.approx(_reference(conn, memory, ["w3"], 5), abs=1e-4)

@@ -3,6 +3,11 @@
 It counts the messages of each thread, sends message n as PROCESS_MESSAGE_AND_FLUSH when n is a multiple of
 ``flush_every``, and starts and ends sessions. The counts live in the agent's checkpointed state, so a thread
 resumed in a new process keeps its cadence; the invoker caches them per thread and serialises calls per thread.
+
+Times: the ``conversation_time`` given to ``start_session`` is the session's time. A message sent without a
+``conversation_time`` is stored with the later of the session's time and the time of the last message stored in the
+session (so a late message is never dated before an earlier one); when neither is known (no time given to the
+session nor to any of its messages) the entry has no conversation time and the server stamps its creation time.
 """
 
 from __future__ import annotations
@@ -46,7 +51,8 @@ class MycelianAgentInvoker:
         return self._counts[thread_id]
 
     async def astart_session(self, thread_id: str, conversation_time: str | datetime | None = None) -> InvocationResult:
-        """Read the memory's context and recent entries into the thread's state."""
+        """Read the memory's context and recent entries into the thread's state; ``conversation_time`` is the
+        session's time (messages sent without one take it)."""
         async with self._lock(thread_id):
             return await self.agent.ainvoke(ControlState.START_SESSION, thread_id, conversation_time=conversation_time)
 
@@ -58,14 +64,21 @@ class MycelianAgentInvoker:
         conversation_time: str | datetime | None = None,
         *,
         tags: Mapping[str, str] | None = None,
+        name: str | None = None,
     ) -> InvocationResult:
-        """Store one message (``role`` is ``user`` or ``assistant``); every ``flush_every``-th also flushes."""
+        """Store one message (``role`` is ``user`` or ``assistant``); every ``flush_every``-th also flushes.
+
+        ``name`` is who spoke ("Caroline"; at most 100 characters, one line): the summary and the prompts name
+        them instead of "the user". Without ``conversation_time`` the message takes the session's time (see the
+        module docstring). An invalid role, content, time or name raises :class:`InputError` before anything is
+        written.
+        """
         async with self._lock(thread_id):
             number = await self._count(thread_id) + 1
             control = (ControlState.PROCESS_MESSAGE_AND_FLUSH if number % self.flush_every == 0
                        else ControlState.PROCESS_MESSAGE)
             result = await self.agent.ainvoke(control, thread_id, {"role": role, "content": content},
-                                              conversation_time, tags=tags)
+                                              conversation_time, tags=tags, name=name)
             self._counts[thread_id] = result.message_index or number
             return result
 
@@ -84,10 +97,11 @@ class MycelianAgentInvoker:
 
     def process_conversation_message(self, role: str, content: str, thread_id: str,
                                      conversation_time: str | datetime | None = None, *,
-                                     tags: Mapping[str, str] | None = None) -> InvocationResult:
+                                     tags: Mapping[str, str] | None = None,
+                                     name: str | None = None) -> InvocationResult:
         """Synchronous :meth:`aprocess_conversation_message`."""
-        return run_sync(self.aprocess_conversation_message(role, content, thread_id, conversation_time, tags=tags),
-                        self.agent._loop)
+        return run_sync(self.aprocess_conversation_message(role, content, thread_id, conversation_time, tags=tags,
+                                                           name=name), self.agent._loop)
 
     def end_session(self, thread_id: str, conversation_time: str | datetime | None = None) -> InvocationResult:
         """Synchronous :meth:`aend_session`."""

@@ -75,8 +75,11 @@ def _clip(text: str, limit: int | None) -> str:
 
 
 def _message_dict(message: Turn, limit: int | None) -> dict[str, Any]:
-    return {"role": message["role"], "content": _clip(str(message["content"]), limit),
+    item = {"role": message["role"], "content": _clip(str(message["content"]), limit),
             "conversation_time": message.get("conversation_time")}
+    if message.get("name"):
+        item["name"] = message["name"]
+    return item
 
 
 def _format_messages(items: Sequence[Mapping[str, Any]]) -> str:
@@ -84,8 +87,9 @@ def _format_messages(items: Sequence[Mapping[str, Any]]) -> str:
         return "(none)"
     lines = []
     for item in items:
+        who = f"{item['role']} {item['name']}" if item.get("name") else item["role"]
         when = f" @ {item['conversation_time']}" if item.get("conversation_time") else ""
-        lines.append(f"[{item['role']}{when}] {item['content']}")
+        lines.append(f"[{who}{when}] {item['content']}")
     return "\n".join(lines)
 
 
@@ -113,6 +117,8 @@ def build_add_entry_prompt(
         "context": context or "(empty)",
         "recent": _format_messages(recent_items),
         "role": current["role"],
+        "name": (current.get("name") or "unknown").replace('"', "'"),
+        "speaker": f"{current['role']} {current['name']}" if current.get("name") else current["role"],
         "conversation_time": current["conversation_time"] or "unknown",
         "content": content,
         "part_note": "whole message" if total == 1 else f"part {index} of {total} of a long message",

@@ -17,11 +17,16 @@ __all__ = ["AgentState", "Turn"]
 
 
 class Turn(TypedDict, total=False):
-    """A message as the agent handles it: role, content, time (RFC 3339 UTC, when known)."""
+    """A message as the agent handles it: role, content, time (RFC 3339 UTC, when known), speaker name (optional).
+
+    ``role`` is ``user`` or ``assistant`` (``system`` for the window's note of earlier entries); ``name`` is who
+    spoke in that role ("Caroline"), when the input says.
+    """
 
     role: str
     content: str
     conversation_time: str
+    name: str
 
 
 class AgentState(TypedDict, total=False):
@@ -30,7 +35,9 @@ class AgentState(TypedDict, total=False):
     Set by each invocation: ``control``, ``message`` (the one to store, if any), ``message_tags``, ``step`` (the
     index in the control's plan of the step running) and ``tool_history`` (the tool flow of this invocation,
     emptied when it ends). Carried across invocations: ``window`` (last K messages, clipped), ``since_flush``
-    (messages since the last context document, capped), ``context``, ``session_open``, and the totals
+    (messages since the last context document, capped), ``context``, ``session_open``, ``session_time`` (the
+    ``conversation_time`` given to START_SESSION, None when none was), ``last_time`` (the time of the last message
+    stored since START_SESSION), and the totals
     ``progress`` (:class:`~mycelian_agent.agent.report.ThreadProgress` as a dict) and ``usage``
     (:class:`~mycelian_agent.agent.report.Usage` as a dict).
     """
@@ -44,5 +51,7 @@ class AgentState(TypedDict, total=False):
     since_flush: list[Turn]
     context: str
     session_open: bool
+    session_time: str | None
+    last_time: str | None
     progress: dict[str, int]
     usage: dict[str, int]

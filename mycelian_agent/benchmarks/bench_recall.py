@@ -89,6 +89,15 @@ def _copy_ingested(source: Path, target: Path, extra: Sequence[str] = ()) -> Non
             shutil.copy2(source / name, target / name)
 
 
+def _embed_copy(target: Path) -> None:
+    """Embed the copied (lexically ingested) entries up front, as an explicit backfill: the hybrid server embeds
+    new entries when they are written and never the whole memory at search time."""
+    from ..memory_server.embeddings import backfill_database
+
+    if (target / "memory.db").exists():
+        backfill_database(str(target / "memory.db"))
+
+
 # ------------------------------------------------------------------------------------------------ data sets
 
 
@@ -116,6 +125,7 @@ def _locomo(paths: list[Path], work: Path, limit: int | None, limit_questions: i
     if hybrid:
         hybrid_dir = work / "locomo" / "hybrid"
         _copy_ingested(lexical_dir, hybrid_dir, ["samples.jsonl"])
+        _embed_copy(hybrid_dir)
         tables["hybrid"] = dict(_with_embeddings(LoCoMoRunner)(out=hybrid_dir, **base).run(paths).tables)
     return {"tables": tables, "summary": lexical.summary, "bm25": implementation}
 
@@ -148,6 +158,7 @@ def _longmemeval(path: Path, work: Path, workers: int, hybrid: bool) -> dict[str
     if hybrid:
         hybrid_dir = work / "longmemeval" / path.stem / "hybrid"
         _copy_ingested(lexical_dir, hybrid_dir)
+        _embed_copy(hybrid_dir)
         tables["hybrid"] = dict(_with_embeddings(SingleQuestionRunner)(out=hybrid_dir, workers=workers,
                                                                        progress=False).run([path]).tables)
     return {"tables": tables, "summary": lexical.summary, "bm25": implementation}

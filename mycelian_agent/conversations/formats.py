@@ -2,11 +2,12 @@
 
 Accepted inputs (auto-detected by their keys; a JSON array may hold several):
 
-- ``messages``: ``{"conversation_id"?, "conversation_time"?, "messages": [{"role", "content", "tags"?}]}``
-  (one session).
+- ``messages``: ``{"conversation_id"?, "conversation_time"?, "messages": [{"role", "content", "name"?, "tags"?}]}``
+  (one session; ``name`` is who spoke, e.g. ``"Caroline"``: non-empty, at most 100 characters, one line).
 - ``sessions``: ``{"conversation_id"?, "sessions": [{"session_id", "conversation_time"?, "messages": [...]}]}``.
 - ``longmemeval``: LongMemEval question records — one :class:`Conversation` per question.
-- ``locomo``: LoCoMo samples — ``speaker_a`` becomes ``user``, ``speaker_b`` becomes ``assistant``.
+- ``locomo``: LoCoMo samples — ``speaker_a`` becomes ``user``, ``speaker_b`` becomes ``assistant``; each message keeps
+  its speaker's name as :attr:`Message.name`.
 
 Roles are ``user`` and ``assistant``; ``human`` and ``ai`` (LangChain's message types) are accepted and mapped to
 them. Nothing is skipped silently: every problem raises :class:`InputError` naming the file, the position as a JSON
@@ -40,6 +41,7 @@ from typing import Annotated, Any, Literal, NamedTuple, TypeVar
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, TypeAdapter, ValidationError
 from pydantic import field_validator, model_validator
 
+from mycelian_agent.limits import name_problem
 from mycelian_agent.dates import to_rfc3339
 from mycelian_agent.errors import InputError
 
@@ -63,11 +65,16 @@ _T = TypeVar("_T")
 
 @dataclass(frozen=True)
 class Message:
-    """One chat message. ``tags`` are string→string and must not be mutated (excluded from hashing)."""
+    """One chat message. ``tags`` are string→string and must not be mutated (excluded from hashing).
+
+    ``name`` is who spoke in that role ("Caroline"), when the input says (LoCoMo speakers, ``name`` in the generic
+    formats); None otherwise.
+    """
 
     role: Role
     content: str
     tags: dict[str, str] = field(default_factory=dict, hash=False)
+    name: str | None = None
 
 
 @dataclass(frozen=True)
@@ -194,6 +201,12 @@ def _date(text: str) -> str:
         raise ValueError(str(exc)) from None
 
 
+def _name(value: Any) -> Any:
+    if isinstance(value, str) and (problem := name_problem(value)):
+        raise ValueError(problem)
+    return value.strip() if isinstance(value, str) else value
+
+
 def _answer(value: Any) -> Any:
     # Some benchmark answers are numbers; they are compared as text.
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
@@ -203,6 +216,7 @@ def _answer(value: Any) -> Any:
 
 _Text = Annotated[str, _rule(str.strip, "must not be empty")]
 _Content = Annotated[str, _rule(str.strip, "content is empty or whitespace only")]
+_Name = Annotated[str, AfterValidator(_name)]
 _Role = Annotated[Role, BeforeValidator(_role)]
 _Date = Annotated[str, AfterValidator(_date)]
 _Answer = Annotated[str, BeforeValidator(_answer)]
@@ -232,6 +246,7 @@ class _Lenient(BaseModel):
 class _MessageIn(_Strict):
     role: _Role
     content: _Content
+    name: _Name | None = None
     tags: dict[str, str] | None = None
 
     @field_validator("tags")
@@ -378,7 +393,7 @@ def _generic(inp: _Input, obj: Any, path: str, default_id: str) -> Conversation:
             raise inp.fail(f"{_at(path, 'sessions')}[{i}].session_id", f"duplicate session id {runs[i][0]!r}")
     sessions = tuple(
         Session(sid, time, tuple(
-            Message(m.role, m.content, {**(m.tags or {}), "session_id": sid, "turn": str(i)})
+            Message(m.role, m.content, {**(m.tags or {}), "session_id": sid, "turn": str(i)}, m.name)
             for i, m in enumerate(messages)
         ))
         for sid, time, messages in runs
@@ -429,8 +444,14 @@ def _locomo_session(inp: _Input, conv: _LocomoSpeakers, path: str, key: str) -> 
         if not text.strip():
             raise inp.fail(f"{path}.{key}[{ti}].text", "content is empty or whitespace only")
         tags = {"session_id": key, "turn": str(ti), "dia_id": normalise_dia_id(turn.dia_id), "speaker": turn.speaker}
-        messages.append(Message(speakers[turn.speaker], text, tags))  # type: ignore[arg-type]
+        role = speakers[turn.speaker]
+        messages.append(Message(role, text, tags, _locomo_name(turn.speaker)))  # type: ignore[arg-type]
     return Session(key, when, tuple(messages))
+
+
+def _locomo_name(speaker: str) -> str | None:
+    """The speaker's name as a message name; None when it is not one (a benchmark file is not refused for it)."""
+    return None if name_problem(speaker) else speaker.strip()
 
 
 def _locomo(inp: _Input, obj: Any, path: str, default_id: str) -> Conversation:

@@ -97,7 +97,8 @@ async def replay_conversation(
         skip = done if index == first else 0
         for message in session.messages[skip:]:
             result = await invoker.aprocess_conversation_message(
-                message.role, message.content, thread, session.conversation_time, tags=message.tags)
+                message.role, message.content, thread, session.conversation_time, tags=message.tags,
+                name=message.name)
             stats.add(result)
             stats.messages += 1
             if on_message is not None:

@@ -91,8 +91,62 @@ _V2 = [
     "CREATE INDEX entry_vectors_by_memory ON entry_vectors (memory_id, model)",
 ]
 
+# Migration 3 rebuilds entries_fts with two columns derived from the row, so names and dates are words a query can
+# match: ``labels`` (the entry's tag values without digits: speaker names, topics — identifiers and
+# counters such as ids, turn numbers and session keys carry digits and would only add noise) and ``dated`` (the
+# conversation time, else the creation time, as words: "8 May 2023"). Both are pure functions of the row, so the
+# delete triggers recompute the exact indexed values (the table stays contentless). Existing rows are re-indexed in
+# the same transaction. The statements are built from the helpers below: like every released migration they must
+# never change (a new index layout is a new migration that rebuilds the table again).
+_LABELS = (
+    "(SELECT coalesce(group_concat(value, ' '), '') FROM json_each({row}.tags) "
+    "WHERE type = 'text' AND value NOT GLOB '*[0-9]*')"
+)
+_MONTHS = " ".join(
+    f"WHEN '{n:02d}' THEN '{name}'"
+    for n, name in enumerate(
+        "January February March April May June July August September October November December".split(), start=1
+    )
+)
+_DATED = (
+    "(SELECT CAST(substr(t, 9, 2) AS INTEGER) || ' ' || CASE substr(t, 6, 2) " + _MONTHS + " ELSE '' END"
+    " || ' ' || substr(t, 1, 4) FROM (SELECT coalesce({row}.conversation_time, {row}.creation_time) AS t))"
+)
+
+
+def _entry_values(row: str) -> str:
+    return (
+        f"{row}.seq, 'm' || replace({row}.memory_id, '-', ''), {row}.raw_entry, {row}.summary, "
+        f"{_LABELS.format(row=row)}, {_DATED.format(row=row)}"
+    )
+
+
+_ENTRY_COLUMNS = "rowid, mkey, raw_entry, summary, labels, dated"
+_V3 = [
+    "DROP TRIGGER entries_ai",
+    "DROP TRIGGER entries_ad",
+    "DROP TRIGGER entries_au",
+    "DROP TABLE entries_fts",
+    f"CREATE VIRTUAL TABLE entries_fts USING fts5(mkey, raw_entry, summary, labels, dated, content='', "
+    f"tokenize='{_TOKENIZER}')",
+    f"""CREATE TRIGGER entries_ai AFTER INSERT ON entries BEGIN
+        INSERT INTO entries_fts ({_ENTRY_COLUMNS}) VALUES ({_entry_values("new")});
+    END""",
+    f"""CREATE TRIGGER entries_ad AFTER DELETE ON entries BEGIN
+        INSERT INTO entries_fts (entries_fts, {_ENTRY_COLUMNS}) VALUES ('delete', {_entry_values("old")});
+    END""",
+    f"""CREATE TRIGGER entries_au AFTER UPDATE OF memory_id, raw_entry, summary, tags, conversation_time, creation_time
+    ON entries BEGIN
+        INSERT INTO entries_fts (entries_fts, {_ENTRY_COLUMNS}) VALUES ('delete', {_entry_values("old")});
+        INSERT INTO entries_fts ({_ENTRY_COLUMNS}) VALUES ({_entry_values("new")});
+    END""",
+    # An entry's neighbours in its memory (search adds their scores: see search.py, _with_context).
+    "CREATE INDEX entries_by_seq ON entries (memory_id, seq)",
+    f"INSERT INTO entries_fts ({_ENTRY_COLUMNS}) SELECT {_entry_values('entries')} FROM entries",
+]
+
 #: Migration ``n`` (1-based) is ``MIGRATIONS[n - 1]``.
-MIGRATIONS: tuple[list[str], ...] = (_V1, _V2)
+MIGRATIONS: tuple[list[str], ...] = (_V1, _V2, _V3)
 #: The schema version a fully migrated database has.
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -1,4 +1,10 @@
-"""Lexical search over entries and context snapshots (SQLite FTS5, BM25), and rank fusion with dense results.
+"""Lexical search over entries and context snapshots (SQLite FTS5, BM25); fusion with dense results is in fusion.py.
+
+Entries are indexed (migration 3) with the porter stemmer over ``unicode61 remove_diacritics 2``, in columns
+``raw_entry``, ``summary``, ``labels`` (tag values without digits: speaker names, topics) and ``dated`` (the entry's
+date in words, "8 May 2023"), weighted by :data:`ENTRY_WEIGHTS`. Each entry's BM25 score then takes shares of its
+neighbours' in the memory (:func:`_with_context`): in a conversation the answer follows the question that carries
+the query's words.
 
 Any user text is a valid query: the FTS5 expression is built here from word tokens only, each one quoted, so FTS5
 operators and SQL fragments in the query are just words (or nothing). Both FTS tables carry a ``mkey`` column —
@@ -11,7 +17,7 @@ from __future__ import annotations
 import re
 import sqlite3
 import unicodedata
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 __all__ = [
@@ -22,15 +28,26 @@ __all__ = [
     "memory_key",
     "prune_common_terms",
     "query_terms",
-    "rrf_fuse",
     "search_contexts",
     "search_entries",
 ]
 
 #: At most this many distinct terms of a query are searched (long queries stay fast).
 MAX_QUERY_TERMS = 48
-#: BM25 column weights of ``entries_fts(mkey, raw_entry, summary)``: the summary is written for retrieval.
-ENTRY_WEIGHTS = (0.0, 1.0, 1.5)
+#: BM25 column weights of ``entries_fts(mkey, raw_entry, summary, labels, dated)`` (migration 3): the summary is
+#: written for retrieval; ``labels`` (tag values such as the speaker's name) weighs like the text, so a question
+#: naming a person finds that person's own turns, which rarely contain their name; ``dated`` (the entry's date in
+#: words) weighs half, a tie-breaker for questions that name a day or month.
+ENTRY_WEIGHTS = (0.0, 1.0, 1.5, 1.0, 0.5)
+#: Share of an entry's BM25 score given to the entry that follows it in its memory, and to the one before it
+#: (``search_entries(context=False)`` turns this off). Answers follow questions, so the follower
+#: gets the larger share. Set from the LoCoMo recall benchmark (flat from 0.5 to 0.6; 0.4 and 0.7 lower).
+CONTEXT_WEIGHT = 0.5
+CONTEXT_BEFORE = 0.25
+#: Neighbours further apart in time (conversation time, else creation time) than this are another conversation.
+CONTEXT_GAP_DAYS = 1 / 24
+#: Lexical hits whose neighbours are considered (the re-ranked pool; at least the requested limit).
+CONTEXT_DEPTH = 50
 
 # Letters and digits only: FTS5 metacharacters, quotes and punctuation can never reach the MATCH expression.
 _WORD_RE = re.compile(r"[^\W_]+")
@@ -116,7 +133,7 @@ class _Index:
     weights: tuple[float, ...]
 
 
-_ENTRIES = _Index("entries_fts", "entries", "raw_entry summary", ENTRY_WEIGHTS)
+_ENTRIES = _Index("entries_fts", "entries", "raw_entry summary labels dated", ENTRY_WEIGHTS)
 _CONTEXTS = _Index("contexts_fts", "contexts", "content", (0.0, 1.0))
 # Below this many indexed rows every query is cheap: skip the planning counts.
 _PLAN_MIN_ROWS = 1000
@@ -131,32 +148,45 @@ def _rank(
     by_key: bool,
     where: str,
     params: Sequence[str],
-) -> list[tuple[sqlite3.Row, float]]:
+) -> list[tuple[int, float]]:
     weights = ", ".join(str(w) for w in index.weights)
     if not where:
-        # Rank inside FTS5 alone, then read only the winners: joining every match to its row costs more than the
-        # ranking. Without the key filter other memories' rows may take places, so fetch extra and fall back to
-        # the exact join below if too few of this memory's rows remain.
+        # Rank inside FTS5 alone, then check only the winners' memory (from the (memory_id, seq) index; rows are
+        # read later, for the final list only): joining every match to its row costs more than the ranking.
+        # Without the key filter other memories' rows may take places, so fetch extra and fall back to the exact
+        # join below if too few of this memory's rows remain.
         depth = limit if by_key else limit * 4
         ranked = conn.execute(
             f"SELECT rowid, bm25({index.fts}, {weights}) AS rank FROM {index.fts} WHERE {index.fts} MATCH ? "
             "ORDER BY rank, rowid DESC LIMIT ?",
             (expr, depth),
         ).fetchall()
-        rows: dict[int, sqlite3.Row] = {}
+        mine: set[int] = set()
         if ranked:
             marks = ",".join("?" * len(ranked))
-            sql = f"SELECT * FROM {index.table} WHERE memory_id = ? AND seq IN ({marks})"
-            rows = {row["seq"]: row for row in conn.execute(sql, [memory_id, *(r[0] for r in ranked)])}
-        hits = [(rows[seq], -float(rank)) for seq, rank in ranked if seq in rows][:limit]
+            sql = f"SELECT seq FROM {index.table} WHERE memory_id = ? AND seq IN ({marks})"
+            mine = {seq for (seq,) in conn.execute(sql, [memory_id, *(r[0] for r in ranked)])}
+        hits = [(seq, -float(rank)) for seq, rank in ranked if seq in mine][:limit]
         if len(hits) == limit or len(ranked) < depth:
             return hits
     sql = (
-        f"SELECT t.*, bm25({index.fts}, {weights}) AS rank FROM {index.fts} "
+        f"SELECT t.seq, bm25({index.fts}, {weights}) AS rank FROM {index.fts} "
         f"JOIN {index.table} t ON t.seq = {index.fts}.rowid "
         f"WHERE {index.fts} MATCH ? AND t.memory_id = ?{where} ORDER BY rank, t.seq DESC LIMIT ?"
     )
-    return [(row, -float(row["rank"])) for row in conn.execute(sql, [expr, memory_id, *params, limit])]
+    return [(seq, -float(rank)) for seq, rank in conn.execute(sql, [expr, memory_id, *params, limit])]
+
+
+def _rows(
+    conn: sqlite3.Connection, table: str, memory_id: str, ranked: Sequence[tuple[int, float]]
+) -> list[tuple[sqlite3.Row, float]]:
+    """The rows of ranked ``(seq, score)`` pairs, in order."""
+    if not ranked:
+        return []
+    marks = ",".join("?" * len(ranked))
+    sql = f"SELECT * FROM {table} WHERE memory_id = ? AND seq IN ({marks})"
+    rows = {row["seq"]: row for row in conn.execute(sql, [memory_id, *(seq for seq, _ in ranked)])}
+    return [(rows[seq], score) for seq, score in ranked if seq in rows]
 
 
 def _search(
@@ -167,7 +197,7 @@ def _search(
     limit: int,
     where: str = "",
     params: Sequence[str] = (),
-) -> list[tuple[sqlite3.Row, float]]:
+) -> list[tuple[int, float]]:
     if not terms or limit <= 0:
         return []
     total = indexed_rows(conn, index.fts)
@@ -192,8 +222,12 @@ def search_entries(
     *,
     after: str | None = None,
     before: str | None = None,
+    context: bool = True,
 ) -> list[tuple[sqlite3.Row, float]]:
     """Entries of one memory ranked by BM25, best first, as ``(row, score)`` with score > 0 (higher = better).
+
+    With ``context`` (the default) each entry's score also takes shares of its neighbours' (see
+    :func:`_with_context`); without, it is plain BM25.
 
     ``after`` / ``before`` (normalised timestamps, exclusive) bound the conversation time, or the creation time
     of entries without one.
@@ -204,22 +238,59 @@ def search_entries(
         where, params = f"{where} AND {moment} > ?", [*params, after]
     if before is not None:
         where, params = f"{where} AND {moment} < ?", [*params, before]
-    return _search(conn, _ENTRIES, memory_id, terms, limit, where, params)
+    if not context:
+        return _rows(conn, "entries", memory_id, _search(conn, _ENTRIES, memory_id, terms, limit, where, params))
+    hits = _search(conn, _ENTRIES, memory_id, terms, max(limit, CONTEXT_DEPTH), where, params)
+    return _rows(conn, "entries", memory_id, _with_context(conn, memory_id, hits, limit, where, params))
+
+
+def _with_context(
+    conn: sqlite3.Connection,
+    memory_id: str,
+    hits: list[tuple[int, float]],
+    limit: int,
+    where: str,
+    params: Sequence[str],
+) -> list[tuple[int, float]]:
+    """Re-rank ``hits`` (``(seq, score)``) with the scores of each entry's neighbours in the memory (the entries
+    just before and after it): score(e) = bm25(e) + CONTEXT_WEIGHT * bm25(previous) + CONTEXT_BEFORE * bm25(next).
+
+    In a conversation a turn's meaning is spread over its neighbours: the answer ("Three times a week.") follows
+    the question that carries the query's words ("How often do you work out with your family?"). The neighbours
+    of the lexical hits join the candidates, so such an answer can be found though it shares no query word.
+    Neighbours are taken within the memory, the time bounds and an hour of the entry (the same conversation) only.
+    """
+    if not hits:
+        return hits
+    scores = dict(hits)
+    marks = ",".join("?" * len(scores))
+    moment = "julianday(COALESCE({0}.conversation_time, {0}.creation_time))"
+    near = f"abs({moment.format('x')} - {moment.format('e')}) <= {CONTEXT_GAP_DAYS!r}"
+    links = conn.execute(
+        f"SELECT e.seq, (SELECT x.seq FROM entries x WHERE x.seq = (SELECT max(p.seq) FROM entries p "
+        f"WHERE p.memory_id = e.memory_id AND p.seq < e.seq) AND {near}), "
+        f"(SELECT x.seq FROM entries x WHERE x.seq = (SELECT min(n.seq) FROM entries n "
+        f"WHERE n.memory_id = e.memory_id AND n.seq > e.seq) AND {near}) "
+        f"FROM entries e WHERE e.seq IN ({marks})",
+        list(scores),
+    ).fetchall()
+    allowed = set(scores) | {n for _, *pair in links for n in pair if n is not None}
+    outside = allowed - set(scores)
+    if where and outside:  # neighbours outside the time bounds do not count
+        marks = ",".join("?" * len(outside))
+        sql = f"SELECT t.seq FROM entries t WHERE t.seq IN ({marks}){where}"
+        allowed = set(scores) | {seq for (seq,) in conn.execute(sql, [*outside, *params])}
+    combined: dict[int, float] = dict(scores)
+    for seq, previous, following in links:
+        for neighbour, share in ((previous, CONTEXT_BEFORE), (following, CONTEXT_WEIGHT)):
+            if neighbour in allowed:
+                combined[neighbour] = combined.get(neighbour, 0.0) + share * scores[seq]
+    return sorted(combined.items(), key=lambda pair: (-pair[1], -pair[0]))[:limit]
 
 
 def search_contexts(
     conn: sqlite3.Connection, memory_id: str, terms: Sequence[str], limit: int
 ) -> list[tuple[sqlite3.Row, float]]:
     """Context snapshots of one memory ranked by BM25 against ``terms``, best first, as ``(row, score)``."""
-    return _search(conn, _CONTEXTS, memory_id, terms, limit)
+    return _rows(conn, "contexts", memory_id, _search(conn, _CONTEXTS, memory_id, terms, limit))
 
-
-def rrf_fuse(rankings: Iterable[Sequence[int]], *, k: int = 60,
-             weights: Sequence[float] | None = None) -> list[tuple[int, float]]:
-    """Weighted reciprocal rank fusion of several rankings of ids (best first) → ``(id, score)`` best first."""
-    scores: dict[int, float] = {}
-    for index, ranking in enumerate(rankings):
-        weight = 1.0 if weights is None else weights[index]
-        for position, item in enumerate(ranking):
-            scores[item] = scores.get(item, 0.0) + weight / (k + position + 1)
-    return sorted(scores.items(), key=lambda pair: (-pair[1], -pair[0]))

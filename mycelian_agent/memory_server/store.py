@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..errors import ConfigError, InputError, MemoryServerError
+from . import fusion
 from . import search as lexical
 from .migrations import migrate
 from .placeholder import PLACEHOLDER_CONTEXT
@@ -35,11 +36,6 @@ from .validation import (
 )
 
 __all__ = ["SYNC_MODES", "DenseIndex", "Store"]
-
-#: Weight of the dense ranking in the fusion (BM25 weighs 1). all-MiniLM-L6-v2 alone finds about half the evidence
-#: BM25 finds on LoCoMo, so an equal vote drags good lexical matches down; a lighter one lets it break ties and
-#: surface paraphrases. Set from the recall benchmark (BENCHMARKS.md).
-DENSE_WEIGHT = 0.5
 
 #: Accepted ``synchronous`` settings. NORMAL (WAL) survives a process kill; FULL also survives power loss.
 SYNC_MODES = ("NORMAL", "FULL")
@@ -61,6 +57,16 @@ class DenseIndex(Protocol):
         before: str | None = None,
     ) -> list[int]:
         """Entry ``seq`` values of ``memory_id`` nearest to ``query`` (within the time bounds), best first."""
+
+    def similarities(
+        self,
+        conn: sqlite3.Connection,
+        memory_id: str,
+        query: str,
+        after: str | None = None,
+        before: str | None = None,
+    ) -> tuple[list[int], Any]:
+        """``(seqs, cosines)`` of the memory's embedded entries (-inf outside the time bounds); see fusion.py."""
 
 
 def _entry_json(row: sqlite3.Row) -> dict[str, Any]:
@@ -460,8 +466,8 @@ class Store:
         # Fusion needs deeper lists than the final cut so that an item ranked well by one side can surface.
         depth = max(50, limit * 4)
         bm25 = lexical.search_entries(self._conn, memory_id, terms, depth, after=after, before=before)
-        dense = self._dense.rank(self._conn, memory_id, query, depth, after, before)
-        fused = lexical.rrf_fuse([[row["seq"] for row, _ in bm25], dense], weights=(1.0, DENSE_WEIGHT))[:limit]
+        seqs, cosines = self._dense.similarities(self._conn, memory_id, query, after, before)
+        fused = fusion.fuse([(row["seq"], score) for row, score in bm25], seqs, cosines, limit)
         rows = {row["seq"]: row for row, _ in bm25}
         missing = [seq for seq, _ in fused if seq not in rows]
         if missing:

@@ -56,8 +56,11 @@ def add_entry_args(task: Mapping[str, Any]) -> dict[str, Any]:
     recent = task.get("recent") or []
     _require(isinstance(recent, Sequence), "mycelian_task['recent'] must be a list of messages")
     recent = [m for m in recent if isinstance(m, Mapping)]
+    name = message.get("name")
+    _require(name is None or isinstance(name, str), "mycelian_task['message']['name'] must be a string when given")
     summary = summarize_message(
-        message["content"], role=message["role"], conversation_time=message.get("conversation_time"), recent=recent
+        message["content"], role=message["role"], conversation_time=message.get("conversation_time"), recent=recent,
+        name=name,
     )
     return {"summary": summary, "tags": entry_tags(message["content"], role=message["role"])}
 

