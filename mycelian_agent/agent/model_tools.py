@@ -10,11 +10,13 @@ back to the extractive model, so a message is never dropped because a model misb
 from __future__ import annotations
 
 import hashlib
+import json
+import re
 import time
 import uuid
 from collections.abc import Mapping
 from functools import cache
-from typing import Any
+from typing import Any, Literal, get_args
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
@@ -28,8 +30,22 @@ from .report import InvocationResult, Usage
 
 __all__ = [
     "AddEntryArgs", "PutContextArgs", "MODEL_TOOLS", "tool_schema", "CODE_TAGS", "ToolArgumentWriter", "validate_reply",
-    "entry_tags", "direct_call", "idempotency_key",
+    "entry_tags", "direct_call", "idempotency_key", "ToolChoiceMode", "TOOL_CHOICE_MODES", "tool_choice",
+    "call_from_text", "read_reply", "TEXT_CALL_NOTE",
 ]
+
+#: How the agent forces the model to call the tool: ``"named"`` sends OpenAI's object form naming the tool
+#: (``{"type": "function", "function": {"name": ...}}``); ``"required"`` sends the string ``"required"`` (any tool;
+#: exactly one is bound), which llama.cpp's server and other OpenAI-compatible servers that ignore the object form
+#: honour; ``"auto"`` lets the model choose (the reply may then carry the call as JSON text, which is parsed).
+ToolChoiceMode = Literal["named", "required", "auto"]
+TOOL_CHOICE_MODES: tuple[str, ...] = get_args(ToolChoiceMode)
+
+#: The note recorded (``"<tool>: " + TEXT_CALL_NOTE``) for each reply whose call was read from its text.
+TEXT_CALL_NOTE = "call read from the reply text (no tool call)"
+
+#: The stop sequence sent in the "required" and "auto" modes (see ToolArgumentWriter._bind).
+TEXT_CALL_STOP = "\n\n\n"
 
 #: Tags the agent sets itself; a model's tags with these names are dropped.
 CODE_TAGS = ("role", "thread", "msg", "part")
@@ -47,7 +63,8 @@ class AddEntryArgs(BaseModel):
 
     summary: str = Field(description=f"Retrieval-oriented summary, at most {SUMMARY_TARGET_CHARS} chars.")
     tags: dict[str, str] = Field(
-        description='Short string tags, e.g. {"topic": "travel, japan", "kind": "plan"}.')
+        description='Short string tags of this message, e.g. {"topic": "<its topic words>", '
+                    '"kind": "<fact|plan|preference|event|question>"}.')
 
     @field_validator("summary", mode="before")
     @classmethod
@@ -96,25 +113,114 @@ def tool_schema(tool_name: str) -> dict[str, Any]:
     return convert_to_openai_tool(MODEL_TOOLS[tool_name])
 
 
-def validate_reply(tool_name: str, reply: BaseMessage, context_max_chars: int) -> tuple[dict[str, Any] | None, str | None]:
-    """The model-owned arguments of a reply, or the problem to tell the model."""
+def tool_choice(tool_name: str, mode: ToolChoiceMode | str) -> str:
+    """The ``tool_choice`` to bind for ``mode`` (langchain maps a tool name to OpenAI's named object form)."""
+    if mode == "named":
+        return tool_name
+    if mode in ("required", "auto"):
+        return mode
+    raise ValueError(f"tool_choice_mode must be one of {', '.join(TOOL_CHOICE_MODES)}; got {mode!r}")
+
+
+_FENCE = re.compile(r"```[A-Za-z0-9_-]*[ \t]*\n?(.*?)```", re.DOTALL)
+_TAGS = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.DOTALL)
+_WRAPPER_ARGS = ("arguments", "parameters", "args")
+
+
+def _json_object(text: str) -> dict[str, Any] | None:
+    """The first JSON object in ``text``: the whole text, a fenced block, ``<tool_call>`` tags, or the span from the
+    first ``{`` to the last ``}``."""
+    candidates = [text.strip()]
+    candidates += [m.group(1).strip() for m in _FENCE.finditer(text)]
+    candidates += [m.group(1).strip() for m in _TAGS.finditer(text)]
+    first, last = text.find("{"), text.rfind("}")
+    if 0 <= first < last:
+        candidates.append(text[first:last + 1])
+    decoder = json.JSONDecoder()
+    for candidate in candidates:
+        if not candidate.startswith("{"):
+            continue
+        try:
+            value, _end = decoder.raw_decode(candidate)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(value, dict):
+            return value
+    return None
+
+
+def call_from_text(tool_name: str, text: str) -> tuple[dict[str, Any] | None, str | None]:
+    """The arguments of a ``tool_name`` call written as JSON text, or the problem (``(None, None)``: no JSON at all).
+
+    Accepted: ``{"name": ..., "arguments"|"parameters": {...}}`` (bare, in a ```json fence or ``<tool_call>`` tags,
+    arguments possibly a JSON string), ``{"function": {...}}``, or just the arguments object.
+    """
+    value = _json_object(text)
+    if value is None:
+        return None, None
+    if isinstance(value.get("function"), Mapping):
+        value = dict(value["function"])
+    if "name" in value and any(key in value for key in _WRAPPER_ARGS):
+        if value["name"] != tool_name:
+            return None, f"it called {value['name']} instead of {tool_name}"
+        args = next(value[key] for key in _WRAPPER_ARGS if key in value)
+        if isinstance(args, str):
+            try:
+                args = json.loads(args)
+            except json.JSONDecodeError:
+                return None, f"the {tool_name} arguments were not JSON"
+        if not isinstance(args, Mapping):
+            return None, f"the {tool_name} arguments were not an object"
+        return dict(args), None
+    if set(value) & set(MODEL_TOOLS[tool_name].model_fields):
+        return value, None
+    return None, None
+
+
+def read_reply(tool_name: str, reply: BaseMessage, context_max_chars: int,
+               ) -> tuple[dict[str, Any] | None, str | None, bool]:
+    """``(arguments, problem, from_text)``: the model-owned arguments of a reply (a tool call, or failing that a
+    call written as JSON text, ``from_text=True``), or the problem to tell the model."""
     calls = [c for c in getattr(reply, "tool_calls", []) or [] if c.get("name") == tool_name]
-    if not calls:
-        invalid = getattr(reply, "invalid_tool_calls", []) or []
-        if invalid:
-            return None, f"the {tool_name} call had invalid arguments ({invalid[0].get('error') or 'not JSON'})"
+    from_text = False
+    if calls:
+        raw = calls[0].get("args") or {}
+    else:
+        content = reply.content if isinstance(reply.content, str) else "".join(
+            part.get("text", "") if isinstance(part, Mapping) else str(part) for part in reply.content or [])
         others = [c.get("name") for c in getattr(reply, "tool_calls", []) or []]
-        return None, (f"it called {', '.join(others)} instead of {tool_name}" if others
-                      else f"it contained no {tool_name} tool call")
+        parsed, text_problem = call_from_text(tool_name, content) if content.strip() and not others else (None, None)
+        if parsed is None:
+            invalid = getattr(reply, "invalid_tool_calls", []) or []
+            if invalid:
+                return None, f"the {tool_name} call had invalid arguments ({invalid[0].get('error') or 'not JSON'})", False
+            if others:
+                return None, f"it called {', '.join(map(str, others))} instead of {tool_name}", False
+            return None, text_problem or f"it contained no {tool_name} tool call", False
+        raw, from_text = parsed, True
     try:
-        args = MODEL_TOOLS[tool_name].model_validate(calls[0].get("args") or {},
-                                                     context={"max_chars": context_max_chars})
+        args = MODEL_TOOLS[tool_name].model_validate(raw, context={"max_chars": context_max_chars})
     except ValidationError as exc:
         error = exc.errors()[0]
         if error["type"] == "missing":
-            return None, f"the {error['loc'][0]} was missing"
-        return None, error["msg"]
-    return args.model_dump(), None
+            return None, f"the {error['loc'][0]} was missing", from_text
+        return None, error["msg"], from_text
+    return args.model_dump(), None, from_text
+
+
+def validate_reply(tool_name: str, reply: BaseMessage, context_max_chars: int) -> tuple[dict[str, Any] | None, str | None]:
+    """The model-owned arguments of a reply (a tool call or a call written as JSON text), or the problem to tell
+    the model."""
+    args, problem, _from_text = read_reply(tool_name, reply, context_max_chars)
+    return args, problem
+
+
+_UNREADABLE = re.compile(r"pars|format|tool[ _]?call", re.IGNORECASE)
+
+
+def unreadable_output(exc: BaseException) -> bool:
+    """Whether ``exc`` is a server's HTTP 500 saying it could not parse the model's output into a tool call."""
+    return getattr(exc, "status_code", None) == 500 and bool(_UNREADABLE.search(str(exc)))
 
 
 def entry_tags(model_tags: Mapping[str, str], input_tags: Mapping[str, str], code_tags: Mapping[str, str]) -> dict[str, str]:
@@ -149,8 +255,11 @@ class ToolArgumentWriter:
     """
 
     def __init__(self, model: BaseChatModel, fallback_model: BaseChatModel, *, max_corrections: int,
-                 fallback_on_model_error: bool, context_max_chars: int) -> None:
+                 fallback_on_model_error: bool, context_max_chars: int,
+                 tool_choice_mode: ToolChoiceMode = "named") -> None:
+        tool_choice("add_entry", tool_choice_mode)  # checks the mode
         self.model = model
+        self.tool_choice_mode = tool_choice_mode
         self.fallback_model = fallback_model
         self.max_corrections = max_corrections
         self.fallback_on_model_error = fallback_on_model_error
@@ -160,7 +269,16 @@ class ToolArgumentWriter:
     def _bind(self, model: BaseChatModel, tool_name: str) -> Any:
         key = (id(model), tool_name)
         if key not in self._bound:
-            self._bound[key] = model.bind_tools([tool_schema(tool_name)], tool_choice=tool_name)
+            # The fallback (extractive) model always gets the named form: it reads the tool name from it.
+            mode = self.tool_choice_mode if model is self.model else "named"
+            extra: dict[str, Any] = {}
+            if mode != "named":
+                # Small local models often write the call as text and then run on with blank lines instead of
+                # ending the turn (llama.cpp with Qwen2.5-1.5B: hundreds of newlines up to max_tokens). Valid
+                # JSON, even inside a document string, never holds three raw newlines in a row.
+                extra["stop"] = [TEXT_CALL_STOP]
+            self._bound[key] = model.bind_tools([tool_schema(tool_name)], tool_choice=tool_choice(tool_name, mode),
+                                                **extra)
         return self._bound[key]
 
     async def _ask(self, model: BaseChatModel, tool_name: str, messages: list[BaseMessage],
@@ -178,12 +296,25 @@ class ToolArgumentWriter:
             try:
                 reply = await self._ask(self.model, tool_name, messages, report)
             except Exception as exc:  # provider errors come in many types
+                if unreadable_output(exc) and attempt < self.max_corrections:
+                    # The server could not turn the model's output into a tool call (llama.cpp: HTTP 500 "output
+                    # does not match the expected ... format", e.g. JSON in a code fence): re-prompt, as for a
+                    # reply without a call; the output itself never reached us.
+                    report.errors += (f"{tool_name}: reply unusable: the server could not read it as a call "
+                                      f"({describe_cause(exc)})",)
+                    report.usage += Usage(llm_calls=1, corrections=1)
+                    messages += [HumanMessage(f"The server could not read your reply as a `{tool_name}` call. Reply "
+                                              f'with only the JSON object {{"name": "{tool_name}", "arguments": '
+                                              "{...}}, with no code fence and no other text.")]
+                    continue
                 if not self.fallback_on_model_error:
                     raise ToolCallError(f"the model failed while writing {tool_name}: {describe_cause(exc)}") from exc
                 report.errors += (f"model error on {tool_name}: {describe_cause(exc)}",)
                 break
             report.usage += Usage.of_reply(reply)
-            args, problem = validate_reply(tool_name, reply, self.context_max_chars)
+            args, problem, from_text = read_reply(tool_name, reply, self.context_max_chars)
+            if from_text:
+                report.notes += (f"{tool_name}: {TEXT_CALL_NOTE}" + ("" if problem is None else f" (unusable: {problem})"),)
             if problem is None:
                 return args  # type: ignore[return-value]
             report.errors += (f"{tool_name}: reply unusable: {problem}",)
@@ -192,7 +323,8 @@ class ToolArgumentWriter:
             report.usage += Usage(corrections=1)
             messages += [AIMessage(content=str(reply.content or "(no tool call)")),
                          HumanMessage(f"That reply cannot be used: {problem}. Call the `{tool_name}` tool exactly once, "
-                                      "with the arguments its schema asks for.")]
+                                      "with the arguments its schema asks for: reply with only the JSON object "
+                                      f'{{"name": "{tool_name}", "arguments": {{...}}}}.')]
         report.usage += Usage(fallbacks=1)
         reply = await self._ask(self.fallback_model, tool_name, prompt, report)
         args, problem = validate_reply(tool_name, reply, self.context_max_chars)

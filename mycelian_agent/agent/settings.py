@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
+from ..errors import ConfigError
 from ..limits import RAW_ENTRY_MAX_CHARS
 
 __all__ = ["AgentSettings"]
@@ -28,6 +30,14 @@ class AgentSettings:
     skip_empty_flush: bool = True  # END_SESSION writes no context when nothing arrived since the last flush
     flush_from_history: bool = False  # put_context reads the history window instead of the messages since a flush
     prune_every: int | None = 16  # keep only a thread's newest checkpoint, pruning every N invocations; None = keep all
+    # How the tool is forced: "named" (OpenAI's object form naming the tool), "required" (the string form, for
+    # llama.cpp's server and other OpenAI-compatible servers that ignore the object form) or "auto". Replies that
+    # write the call as JSON text are read in every mode (agent/model_tools.py).
+    tool_choice_mode: Literal["named", "required", "auto"] = "named"
+
+    def __post_init__(self) -> None:
+        if self.tool_choice_mode not in ("named", "required", "auto"):
+            raise ConfigError(f"tool_choice_mode must be 'named', 'required' or 'auto'; got {self.tool_choice_mode!r}")
 
     @classmethod
     def naive(cls) -> AgentSettings:
