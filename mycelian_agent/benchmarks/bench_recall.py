@@ -5,7 +5,9 @@ recall from ``search_memories`` with each question (their own recall computation
 
 - **BM25 baseline**: ``rank_bm25.BM25Okapi`` over the raw turns of the same conversation (lower-cased ``\\w+``
   tokens, nothing else), queried with the question; its top ``search_k`` turns are scored exactly like the
-  memory's top ``search_k`` entries (the same distinct-id rule, the same date bound for LongMemEval).
+  memory's top ``search_k`` entries (the same distinct-id rule, the same date bound for LongMemEval). On
+  LongMemEval both rankings are extended until they hold k distinct sessions (LongMemEval's rule): the memory's
+  by paging ``search_memories`` (``offset``), BM25's by ranking every turn.
 - **hybrid** (when the ``embeddings`` extra is importable): the same memories searched by a server started with
   ``--embeddings`` (dense MiniLM vectors fused with BM25). It reuses the lexical run's memory database (a copy),
   so entries are identical and only the search differs.
@@ -33,7 +35,7 @@ from .bench_common import (
     save_plot,
 )
 from .locomo import LoCoMoRunner, category_label, load_locomo
-from .longmemeval import SingleQuestionRunner, load_longmemeval
+from .longmemeval import SingleQuestionRunner, load_longmemeval, search_bound
 
 __all__ = ["bm25_ranker", "run_recall", "tokenize"]
 
@@ -136,17 +138,17 @@ def _longmemeval(path: Path, work: Path, workers: int, hybrid: bool) -> dict[str
     lexical = SingleQuestionRunner(out=lexical_dir, workers=workers, progress=False).run([path])
     session_name, turn_name = "session recall (answer_session_ids)", "turn recall (has_answer turns)"
     tables = {"memory": dict(lexical.tables)}
-    search_k = lexical.summary["search_k"]
     sessions: list[RecallRecord] = []
     turns: list[RecallRecord] = []
     implementation = ""
     for conversation in load_longmemeval([path]):
         question = conversation.questions[0]
-        before = question.question_date
+        before = search_bound(question.question_date)
         pairs = [(m.content, s.session_id, m.tags.get("turn", "")) for s in conversation.sessions
                  if not (before and s.conversation_time and s.conversation_time >= before) for m in s.messages]
         index, implementation = bm25_ranker([text for text, _, _ in pairs])
-        top = _top(index, [f"{sid}\x00{turn}" for _, sid, turn in pairs], question.question, search_k)
+        # Every turn ranked: LongMemEval's rule extends the ranking until it holds k distinct sessions.
+        top = _top(index, [f"{sid}\x00{turn}" for _, sid, turn in pairs], question.question, len(pairs))
         found_sessions = unique_in_order(item.split("\x00")[0] for item in top)
         found_turns = unique_in_order(item.replace("\x00", ":") for item in top)
         abstain = question.is_abstention

@@ -18,7 +18,7 @@ import re
 import sqlite3
 import unicodedata
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 __all__ = [
     "ENTRY_WEIGHTS",
@@ -223,11 +223,13 @@ def search_entries(
     after: str | None = None,
     before: str | None = None,
     context: bool = True,
+    weights: Sequence[float] | None = None,
 ) -> list[tuple[sqlite3.Row, float]]:
     """Entries of one memory ranked by BM25, best first, as ``(row, score)`` with score > 0 (higher = better).
 
     With ``context`` (the default) each entry's score also takes shares of its neighbours' (see
-    :func:`_with_context`); without, it is plain BM25.
+    :func:`_with_context`); without, it is plain BM25. ``weights`` replaces :data:`ENTRY_WEIGHTS` (the ablation
+    benchmark turns columns off with it).
 
     ``after`` / ``before`` (normalised timestamps, exclusive) bound the conversation time, or the creation time
     of entries without one.
@@ -238,9 +240,12 @@ def search_entries(
         where, params = f"{where} AND {moment} > ?", [*params, after]
     if before is not None:
         where, params = f"{where} AND {moment} < ?", [*params, before]
+    index = _ENTRIES if weights is None else replace(_ENTRIES, weights=tuple(weights))
+    if len(index.weights) != len(_ENTRIES.weights):
+        raise ValueError(f"weights: one per column of {_ENTRIES.fts} ({len(_ENTRIES.weights)}), got {weights!r}")
     if not context:
-        return _rows(conn, "entries", memory_id, _search(conn, _ENTRIES, memory_id, terms, limit, where, params))
-    hits = _search(conn, _ENTRIES, memory_id, terms, max(limit, CONTEXT_DEPTH), where, params)
+        return _rows(conn, "entries", memory_id, _search(conn, index, memory_id, terms, limit, where, params))
+    hits = _search(conn, index, memory_id, terms, max(limit, CONTEXT_DEPTH), where, params)
     return _rows(conn, "entries", memory_id, _with_context(conn, memory_id, hits, limit, where, params))
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from ..errors import ConfigError, InputError, MemoryServerError
+from ..limits import SEARCH_DEPTH_MAX
 from . import fusion
 from . import search as lexical
 from .migrations import migrate
@@ -416,13 +417,21 @@ class Store:
         after: str | None = None,
         before: str | None = None,
         vault_id: str | None = None,
+        offset: int = 0,
     ) -> dict[str, Any]:
-        """Entries and context snapshots of one memory ranked against ``query`` (see ``search.py``)."""
+        """Entries and context snapshots of one memory ranked against ``query`` (see ``search.py``).
+
+        ``offset`` skips the first entries of the ranking (paging: ``offset + top_ke`` at most
+        :data:`~mycelian_agent.limits.SEARCH_DEPTH_MAX`); the context snapshots are the same on every page.
+        Pages within the first ``search.CONTEXT_DEPTH`` (50) entries join into exactly one ranking; deeper ones
+        are cut from a deeper re-ranked pool, where neighbour scores can move an entry by a few places.
+        """
         memory_id = check_uuid("memory_id", memory_id)
         if vault_id is not None:
             vault_id = check_uuid("vault_id", vault_id)
         query = check_text("query", query, LIMITS["query"])
-        for name, value, low, high in (("top_ke", top_ke, 0, 25), ("top_kc", top_kc, 1, 10)):
+        for name, value, low, high in (("top_ke", top_ke, 0, 25), ("top_kc", top_kc, 1, 10),
+                                       ("offset", offset, 0, SEARCH_DEPTH_MAX - 25)):
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
                 raise InputError(f"{name} must be an integer from {low} to {high} (got {value!r})")
         if not isinstance(include_raw_entries, bool):
@@ -431,7 +440,7 @@ class Store:
         before = parse_rfc3339("before", before)
         self._require_memory(self._conn, vault_id, memory_id)
         terms = lexical.query_terms(query)
-        hits = self._rank_entries(memory_id, query, terms, top_ke, after, before)
+        hits = self._rank_entries(memory_id, query, terms, offset + top_ke if top_ke else 0, after, before)[offset:]
         entries = []
         for row, score in hits:
             item: dict[str, Any] = {"entryId": row["entry_id"], "summary": row["summary"]}
