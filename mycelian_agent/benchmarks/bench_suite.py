@@ -10,6 +10,7 @@ looked up (:data:`DATA_INPUTS`).
 
 from __future__ import annotations
 
+import importlib
 import json
 import shutil
 import time
@@ -64,26 +65,22 @@ DATA_INPUTS = (
 _DATA_HINT = "--data DIR (the folder holding locomo/ and longmemeval/)"
 
 
+#: The module and function of each benchmark, imported when it runs (a benchmark's imports are heavy).
+_RUNNERS = {
+    "overhead": ("bench_overhead", "run_overhead"),
+    "prompts": ("bench_prompts", "run_prompts"),
+    "recall": ("bench_recall", "run_recall"),
+    "throughput": ("bench_throughput", "run_throughput"),
+    "server": ("bench_server", "run_server"),
+    "ablation": ("bench_ablation", "run_ablation"),
+}
+
+
 def _runner(name: str) -> Callable[..., BenchResult]:
-    if name == "overhead":
-        from .bench_overhead import run_overhead
-        return run_overhead
-    if name == "prompts":
-        from .bench_prompts import run_prompts
-        return run_prompts
-    if name == "recall":
-        from .bench_recall import run_recall
-        return run_recall
-    if name == "throughput":
-        from .bench_throughput import run_throughput
-        return run_throughput
-    if name == "server":
-        from .bench_server import run_server
-        return run_server
-    if name == "ablation":
-        from .bench_ablation import run_ablation
-        return run_ablation
-    raise ValueError(f"unknown benchmark {name!r}: choose from {', '.join(BENCHMARK_NAMES)}")
+    if name not in _RUNNERS:
+        raise ValueError(f"unknown benchmark {name!r}: choose from {', '.join(BENCHMARK_NAMES)}")
+    module, function = _RUNNERS[name]
+    return getattr(importlib.import_module(f"{__package__}.{module}"), function)
 
 
 def _data_files(need: DataInput, given: Any, data: str | Path | None, quick: bool) -> Path | list[Path]:
