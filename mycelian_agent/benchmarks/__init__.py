@@ -213,6 +213,7 @@ class BenchmarkRunner:
     ``db`` defaults to ``<out>/memory.db`` and ``state`` (the SQLite checkpoint file) to ``<out>/state.db``.
     ``model`` writes the entries (``"extractive"``, ``"openai:<model>"`` or a chat model); ``api_key`` and
     ``base_url`` are passed on to ``openai:`` models (the scripts read ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL``).
+    ``batch_size`` > 1 ingests in batched mode (one model call per ``batch_size`` messages).
     """
 
     out: str | Path
@@ -224,6 +225,7 @@ class BenchmarkRunner:
     api_key: str | None = None
     base_url: str | None = None
     flush_every: int = 6
+    batch_size: int = 1  # > 1: batched mode (AgentSettings.batch_size)
     top_k: int = 10
     ks: tuple[int, ...] = (1, 5, 10)
     workers: int = 1
@@ -238,6 +240,8 @@ class BenchmarkRunner:
         self.shard = parse_shard(self.shard)
         if self.workers < 1:
             raise ConfigError(f"workers must be >= 1, got {self.workers}")
+        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise ConfigError(f"batch_size must be a positive integer, got {self.batch_size!r}")
         if not 1 <= self.top_k <= 25:
             raise ConfigError(f"top_k must be 1..25 (the server's limit), got {self.top_k}")
         self.ks = tuple(sorted(set(self.ks)))
@@ -284,7 +288,7 @@ class BenchmarkRunner:
         async with build_agent(self.model, self.server, db=db, token=self.token, vault=self.vault,
                                memory=first_title, checkpointer=f"sqlite:{self.state_path}",
                                flush_every=self.flush_every, api_key=self.api_key,
-                               base_url=self.base_url) as invoker:
+                               base_url=self.base_url, batch_size=self.batch_size) as invoker:
             yield MemoryHarness(invoker, self.flush_every)
 
 

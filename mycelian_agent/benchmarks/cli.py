@@ -51,6 +51,9 @@ _OPTIONS: list[tuple[str, tuple[str, ...], dict[str, Any]]] = [
     ("overhead", ("--window",), dict(type=_COUNT, help="Messages per reporting window (100; quick 25).")),
     ("overhead", ("--naive-budget",), dict(type=click.FloatRange(min=0), help="Seconds after which the naive run "
                                            "stops at the end of its window (300; quick 30).")),
+    ("batch", ("--batch",), dict(type=_COUNT, help="Batched mode: one model call writes N messages (1 = one call "
+                                 "per message; prompts, recall, throughput).")),
+    ("prompts", ("--flush-every",), dict(type=_COUNT, help="Write the context document every N messages (6).")),
     ("prompts", ("--lme",), dict(type=_FILE, help="LongMemEval file (default: DATA/longmemeval/longmemeval_s_1q.json).")),
     ("prompts", ("--sessions",), dict(type=_COUNT, help="Only the first N haystack sessions (all; quick 3).")),
     ("recall", ("--locomo",), dict(type=_FILE, multiple=True, help="LoCoMo file; repeat for several "
@@ -105,9 +108,11 @@ def _suite_options(names: Sequence[str], func: Callable[..., Any]) -> Callable[.
                      "~0.6 GB at full size)."),
     ]
     for owner, decls, attrs in _OPTIONS:
-        wanted = owner in names or (owner == "data" and _READS_DATA & set(names))
+        wanted = owner in names or (owner == "data" and _READS_DATA & set(names)) or (
+            owner == "batch" and {"prompts", "recall", "throughput"} & set(names))
         if wanted:
-            help_text = f"[{owner}] {attrs['help']}" if several and owner != "data" else attrs["help"]
+            help_text = (f"[{owner}] {attrs['help']}" if several and owner not in ("data", "batch")
+                         else attrs["help"])
             options.append(click.option(*decls, **{**attrs, "help": help_text}))
     for option in reversed(options):
         func = option(func)
@@ -120,13 +125,15 @@ def _bench_params(options: dict[str, Any]) -> dict[str, dict[str, Any]]:
     latency_ms = get("latency_ms")
     return {
         "overhead": {"messages": get("messages"), "window": get("window"), "naive_budget_s": get("naive_budget")},
-        "prompts": {"data": get("lme"), "sessions": get("sessions")},
+        "prompts": {"data": get("lme"), "sessions": get("sessions"), "flush_every": get("flush_every"),
+                    "batch_size": get("batch")},
         "recall": {"locomo": get("locomo") or None, "longmemeval": get("longmemeval") or None,
                    "limit": get("limit"), "limit_questions": get("limit_questions"), "hybrid": get("hybrid"),
-                   "workers": get("workers")},
+                   "workers": get("workers"), "batch_size": get("batch")},
         "throughput": {"levels": get("levels"), "messages": get("conv_messages"),
                        "latency_s": latency_ms / 1000 if latency_ms is not None else None,
-                       "extractive_messages": get("extractive_messages"), "profile": get("profile") or None},
+                       "extractive_messages": get("extractive_messages"), "profile": get("profile") or None,
+                       "batch_size": get("batch")},
         "server": {"entries": get("entries"), "adds": get("adds"), "searches": get("searches"),
                    "warmup": get("warmup"), "embeddings": get("embeddings") or None},
     }
@@ -208,6 +215,8 @@ def _runner_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--vault", default=None, help="Vault title (default: the benchmark's name)."),
         click.option("--flush-every", type=_COUNT, default=6, show_default=True,
                      help="Write the context document every N messages."),
+        click.option("--batch", "batch_size", type=_COUNT, default=1, show_default=True,
+                     help="Batched mode: one model call writes the entries of N messages (1 = one call per message)."),
         click.option("--top-k", type=click.IntRange(1, 25), default=10, show_default=True,
                      help="Entries retrieved per question (the server's limit is 25)."),
         click.option("--workers", type=_COUNT, default=1, show_default=True,
@@ -226,7 +235,7 @@ def _runner_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _runner_kwargs(options: dict[str, Any]) -> dict[str, Any]:
-    keys = ("out", "db", "state", "server", "token", "model", "api_key", "base_url", "flush_every", "top_k",
+    keys = ("out", "db", "state", "server", "token", "model", "api_key", "base_url", "flush_every", "batch_size", "top_k",
             "workers", "shard", "limit")
     kwargs = {key: options[key] for key in keys}
     kwargs["progress"] = not options["no_progress"]
