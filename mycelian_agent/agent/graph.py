@@ -61,6 +61,8 @@ class Invocation:
     report: InvocationResult
     batch_entries: int = 0  # add_entry calls made by ADD_ENTRIES in this invocation (ADD_ENTRY counts its own)
     batch_context: str | None = None  # the context document written by the ADD_ENTRIES call, for PUT_CONTEXT
+    tools_in_flight: int = 0  # tool calls of one pass run concurrently: their time is counted once (the union)
+    tools_since: float = 0.0
 
     @property
     def ids(self) -> dict[str, str]:
@@ -286,9 +288,12 @@ class MycelianMemoryAgent:
     async def _run_tool(self, request: Any, execute: Any) -> Any:
         """Execute one tool call; retry transient failures with backoff (same arguments, so the same idempotency
         key); raise :class:`MemoryServerError` on any other error."""
-        report: InvocationResult = request.runtime.context.report
+        run: Invocation = request.runtime.context
+        report = run.report
         name = request.tool_call["name"]
-        started = time.perf_counter()
+        if run.tools_in_flight == 0:
+            run.tools_since = time.perf_counter()
+        run.tools_in_flight += 1
         retrying = AsyncRetrying(stop=stop_after_attempt(self.settings.tool_attempts),
                                  wait=wait_exponential(multiplier=self.settings.retry_backoff_s),
                                  retry=retry_if_exception(_is_transient), reraise=True)
@@ -305,7 +310,9 @@ class MycelianMemoryAgent:
                 error.args = (f"{error.args[0]} (after {retries} retries)",)
             raise
         finally:
-            report.tool_s += time.perf_counter() - started
+            run.tools_in_flight -= 1
+            if run.tools_in_flight == 0:
+                report.tool_s += time.perf_counter() - run.tools_since
 
     # -- steps ------------------------------------------------------------------------------------------------
 

@@ -54,6 +54,10 @@ _OPTIONS: list[tuple[str, tuple[str, ...], dict[str, Any]]] = [
     ("batch", ("--batch",), dict(type=_COUNT, help="Batched mode: one model call writes N messages (1 = one call "
                                  "per message; prompts, recall, throughput).")),
     ("prompts", ("--flush-every",), dict(type=_COUNT, help="Write the context document every N messages (6).")),
+    ("prompts", ("--separate-context",), dict(is_flag=True, help="Batched mode: write the context document with "
+                                              "a put_context call of its own even when a flush coincides with a "
+                                              "batch write.")),
+    ("prompts", ("--skip-naive",), dict(is_flag=True, help="Measure ours only (the naive run is the slow one).")),
     ("prompts", ("--lme",), dict(type=_FILE, help="LongMemEval file (default: DATA/longmemeval/longmemeval_s_1q.json).")),
     ("prompts", ("--sessions",), dict(type=_COUNT, help="Only the first N haystack sessions (all; quick 3).")),
     ("recall", ("--locomo",), dict(type=_FILE, multiple=True, help="LoCoMo file; repeat for several "
@@ -126,7 +130,8 @@ def _bench_params(options: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {
         "overhead": {"messages": get("messages"), "window": get("window"), "naive_budget_s": get("naive_budget")},
         "prompts": {"data": get("lme"), "sessions": get("sessions"), "flush_every": get("flush_every"),
-                    "batch_size": get("batch")},
+                    "batch_size": get("batch"), "batch_context": False if get("separate_context") else None,
+                    "naive": False if get("skip_naive") else None},
         "recall": {"locomo": get("locomo") or None, "longmemeval": get("longmemeval") or None,
                    "limit": get("limit"), "limit_questions": get("limit_questions"), "hybrid": get("hybrid"),
                    "workers": get("workers"), "batch_size": get("batch")},
