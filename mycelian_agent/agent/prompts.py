@@ -202,10 +202,17 @@ def build_add_entries_prompt(
     task = render(prompts.add_entries_task, "add_entries_task", values)
     if note:
         task = f"{note}\n\n{task}"
+    seen: dict[int, dict[str, Any]] = {}  # items share most of their recent messages: convert each once
+
+    def recent_dict(message: Turn) -> dict[str, Any]:
+        if id(message) not in seen:
+            seen[id(message)] = _message_dict(message, recent_message_chars)
+        return seen[id(message)]
+
     payload: dict[str, Any] = {
         "operation": tool,
         "items": [{"item": item.item, "message": _message_dict(item.message, None) | {"content": item.content},
-                   "recent": [_message_dict(m, recent_message_chars) for m in item.recent]} for item in items],
+                   "recent": [recent_dict(m) for m in item.recent]} for item in items],
         "context": shown_context,
     }
     if with_context:

@@ -53,7 +53,8 @@ _OPTIONS: list[tuple[str, tuple[str, ...], dict[str, Any]]] = [
                                            "stops at the end of its window (300; quick 30).")),
     ("batch", ("--batch",), dict(type=_COUNT, help="Batched mode: one model call writes N messages (1 = one call "
                                  "per message; prompts, recall, throughput).")),
-    ("prompts", ("--flush-every",), dict(type=_COUNT, help="Write the context document every N messages (6).")),
+    ("flush", ("--flush-every",), dict(type=_COUNT, help="Write the context document every N messages (6; "
+                                       "prompts, throughput).")),
     ("prompts", ("--separate-context",), dict(is_flag=True, help="Batched mode: write the context document with "
                                               "a put_context call of its own even when a flush coincides with a "
                                               "batch write.")),
@@ -113,9 +114,10 @@ def _suite_options(names: Sequence[str], func: Callable[..., Any]) -> Callable[.
     ]
     for owner, decls, attrs in _OPTIONS:
         wanted = owner in names or (owner == "data" and _READS_DATA & set(names)) or (
-            owner == "batch" and {"prompts", "recall", "throughput"} & set(names))
+            owner == "batch" and {"prompts", "recall", "throughput"} & set(names)) or (
+            owner == "flush" and {"prompts", "throughput"} & set(names))
         if wanted:
-            help_text = (f"[{owner}] {attrs['help']}" if several and owner not in ("data", "batch")
+            help_text = (f"[{owner}] {attrs['help']}" if several and owner not in ("data", "batch", "flush")
                          else attrs["help"])
             options.append(click.option(*decls, **{**attrs, "help": help_text}))
     for option in reversed(options):
@@ -138,7 +140,7 @@ def _bench_params(options: dict[str, Any]) -> dict[str, dict[str, Any]]:
         "throughput": {"levels": get("levels"), "messages": get("conv_messages"),
                        "latency_s": latency_ms / 1000 if latency_ms is not None else None,
                        "extractive_messages": get("extractive_messages"), "profile": get("profile") or None,
-                       "batch_size": get("batch")},
+                       "batch_size": get("batch"), "flush_every": get("flush_every")},
         "server": {"entries": get("entries"), "adds": get("adds"), "searches": get("searches"),
                    "warmup": get("warmup"), "embeddings": get("embeddings") or None},
     }
