@@ -231,6 +231,36 @@ async def test_extractive_summaries_are_the_same_batched_and_unbatched(tmp_path)
     assert summaries[1] == summaries[2]
 
 
+async def test_a_thread_leaving_batched_mode_writes_its_pending_messages_first(db):
+    from mycelian_agent.agent.invoker import MycelianAgentInvoker
+
+    async with in_process("extractive", db=db, batch_size=8) as batched:
+        await batched.aprocess_conversation_message("user", "I have a cat named Miso.", "t1")
+        await batched.aprocess_conversation_message("user", "Miso is three years old.", "t1")
+        single = MycelianAgentInvoker(batched.agent, batch_size=1)
+        result = await single.aprocess_conversation_message("user", "She likes tuna.", "t1")
+        assert result.control is ControlState.PROCESS_MESSAGE
+        assert (result.accepted, result.written, result.pending, result.message_index) == ((3,), (1, 2, 3), 0, 3)
+        assert result.llm_calls == 2  # one batch call for the pending two, one call for this message
+        stored = await listed(batched)
+        assert [(e["tags"]["msg"], e["rawEntry"]) for e in stored] == [
+            ("1", "I have a cat named Miso."), ("2", "Miso is three years old."), ("3", "She likes tuna.")]
+
+
+async def test_a_batch_written_as_json_text_is_read_item_by_item(db):
+    text = ('{"name": "add_entries", "arguments": {"entries": [{"item": "1", "summary": "Lee plays chess.", '
+            '"tags": ["chess"]}, {"item": 2, "summary": "Lee plays on Sundays.", "tags": {}}]}}')
+    model = ScriptedChatModel(responses=[text_message(text)])
+    async with in_process(model, db=db, batch_size=2, tool_choice_mode="auto") as invoker:
+        await invoker.aprocess_conversation_message("user", "I play chess.", "t1", name="Lee")
+        result = await invoker.aprocess_conversation_message("user", "Every Sunday.", "t1", name="Lee")
+        assert result.llm_calls == 1 and result.corrections == 0 and result.fallbacks == 0
+        assert any("call read from the reply text" in note for note in result.notes)
+        stored = await listed(invoker)
+        assert [e["summary"] for e in stored] == ["Lee plays chess.", "Lee plays on Sundays."]
+        assert stored[0]["tags"]["topic"] == "chess"
+
+
 def test_batch_settings_are_checked():
     with pytest.raises(ConfigError, match="batch_size must be a positive integer, got 0"):
         AgentSettings(batch_size=0)
