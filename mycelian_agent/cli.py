@@ -94,8 +94,8 @@ def replay(files: tuple[Path, ...], db: str | None, server: str, token: str | No
         return
     table = Table(title="Replay summary", show_header=False)
     usage = stats.usage
-    rows = [("conversations", stats.conversations), ("messages stored", stats.messages),
-            ("messages written (batched: incl. earlier accepted)", stats.written),
+    rows = [("conversations", stats.conversations), ("messages stored (batched: accepted)", stats.messages),
+            ("messages written (batched: incl. accepted earlier)", stats.written),
             ("already stored (resumed)", stats.skipped), ("entries written", stats.entries),
             ("deduplicated retries", stats.deduplicated), ("context documents written", stats.contexts),
             ("model calls", usage.llm_calls), ("prompt / completion tokens", f"{usage.prompt_tokens} / {usage.completion_tokens}"),
