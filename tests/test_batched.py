@@ -97,8 +97,10 @@ async def test_messages_are_accepted_without_a_model_call_then_written_by_one(db
         assert all(part in text for part in ('item="1"', 'item="2"', 'item="3"', 'name="Ana"', "I adopted a dog, Rex!",
                                              "Booked them for Rex."))
         stored = await listed(invoker)
-        assert [e["rawEntry"] for e in stored] == ["I adopted a dog, Rex!", "Try puppy classes.", "Booked them for Rex."]
-        assert [e["summary"] for e in stored] == ["Ana adopted a dog named Rex.", "The assistant suggested puppy classes.",
+        assert [e["rawEntry"] for e in stored] == ["I adopted a dog, Rex!", "Try puppy classes.",
+                                                   "Booked them for Rex."]
+        assert [e["summary"] for e in stored] == ["Ana adopted a dog named Rex.",
+                                                  "The assistant suggested puppy classes.",
                                                   "Ana booked puppy classes for Rex."]
         assert [e["tags"]["msg"] for e in stored] == ["1", "2", "3"]
         assert stored[2]["tags"]["turn"] == "3" and stored[0]["tags"]["topic"] == "t1"

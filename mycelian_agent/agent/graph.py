@@ -395,8 +395,8 @@ class MycelianMemoryAgent:
         number = _totals(state)[0].messages + len(pending) + 1
         run.report.message_index = number
         run.report.accepted += (number,)
-        entry = PendingTurn(**message, number=number, tags=dict(state.get("message_tags") or {}),  # type: ignore[typeddict-item]
-                            accepted_at=time.time())
+        entry = PendingTurn(**message, number=number,  # type: ignore[typeddict-item]
+                            tags=dict(state.get("message_tags") or {}), accepted_at=time.time())
         update = {"message": message, "pending": [*pending, entry]}
         if message.get("conversation_time"):
             update["last_time"] = message["conversation_time"]
@@ -427,7 +427,8 @@ class MycelianMemoryAgent:
         since = [*(state.get("since_flush") or []), *(_plain(m, s.flush_message_chars) for m in pending)]
         if s.since_flush_cap is not None:
             since = since[-s.since_flush_cap:]
-        shown = window if s.batch_history_window is None else window[-s.batch_history_window:] if s.batch_history_window else []
+        limit = s.batch_history_window
+        shown = window if limit is None else window[-limit:] if limit else []
         by_number = {item.item: item for item in items}
 
         def build(numbers: Sequence[int], context_too: bool, note: str) -> list[BaseMessage]:

@@ -181,7 +181,9 @@ def run_prompts(out: Path, *, data: str | Path, sessions: int | None = None, flu
             "per_call_operation": ops,
         }
     ours, theirs = runs["ours"], runs.get("naive")
-    ratio = (theirs["total_tokens"] / ours["total_tokens"] if ours["total_tokens"] else float("inf")) if theirs else None
+    ratio = None
+    if theirs:
+        ratio = theirs["total_tokens"] / ours["total_tokens"] if ours["total_tokens"] else float("inf")
     result = BenchResult("prompts", {
         "params": {"data": str(path), "question_id": conversation.conversation_id,
                    "sessions": len(conversation.sessions), "messages": conversation.message_count,
@@ -264,7 +266,8 @@ def run_prompts(out: Path, *, data: str | Path, sessions: int | None = None, flu
                 cumulative.append(total)
             axes[1].plot(range(1, len(tokens) + 1), cumulative, color=color, label=f"{mode} ({total:,})")
         axes[0].set(title="Prompt tokens per LLM call", xlabel="call", ylabel="tokens", yscale="log")
-        axes[1].set(title="Cumulative prompt tokens" + (f" (naive/ours {ratio:.1f}x)" if ratio is not None else ""), xlabel="call", ylabel="tokens")
+        title = "Cumulative prompt tokens" + (f" (naive/ours {ratio:.1f}x)" if ratio is not None else "")
+        axes[1].set(title=title, xlabel="call", ylabel="tokens")
 
     save_plot(result, out, draw)
     result.seconds = time.perf_counter() - started

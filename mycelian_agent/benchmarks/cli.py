@@ -242,8 +242,8 @@ def _runner_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _runner_kwargs(options: dict[str, Any]) -> dict[str, Any]:
-    keys = ("out", "db", "state", "server", "token", "model", "api_key", "base_url", "flush_every", "batch_size", "top_k",
-            "workers", "shard", "limit")
+    keys = ("out", "db", "state", "server", "token", "model", "api_key", "base_url", "flush_every", "batch_size",
+            "top_k", "workers", "shard", "limit")
     kwargs = {key: options[key] for key in keys}
     kwargs["progress"] = not options["no_progress"]
     if options["vault"]:
