@@ -329,3 +329,25 @@ def test_token_counting_and_percentiles():
                                                "max": 4.0}
     assert summarize([5.0]) == {"n": 1, "p50": 5.0, "p95": 5.0, "mean": 5.0, "max": 5.0}
     assert summarize([]) == {"n": 0}
+
+
+@pytest.mark.slow
+def test_batched_prompts_and_throughput_report_calls_per_message_and_the_batch_targets(data, tmp_path: Path):
+    out = tmp_path / "out"
+    result = run("prompts", "throughput", "--out", out, "--lme", data["lme"], "--batch", "4", "--flush-every", "4",
+                 "--skip-naive", "--levels", "1", "--conv-messages", "3", "--latency-ms", "5",
+                 "--extractive-messages", "12")
+    assert result.exit_code == 0, result.output
+    prompts = json.loads((out / "prompts.json").read_text())
+    assert list(prompts["runs"]) == ["ours"] and prompts["params"]["batch_size"] == 4
+    ours = prompts["runs"]["ours"]
+    assert "add_entry" not in ours["calls_by_operation"]  # every entry was written by a batch call
+    assert ours["calls_per_message"] == ours["calls"] / prompts["params"]["messages"] < 1
+    assert sum(sum(parts.values()) for parts in ours["tokens_by_part"].values()) == ours["total_tokens"]
+    assert [t["name"] for t in prompts["targets"]] == ["batched model calls", "batched prompt tokens"]
+    throughput = json.loads((out / "throughput.json").read_text())
+    batched = throughput["batched"]
+    assert batched["batch_size"] == 4 and batched["row"]["messages"] == batched["baseline"]["messages"] == 12
+    assert batched["row"]["model_calls"] < batched["baseline"]["model_calls"]
+    assert {t["name"] for t in throughput["targets"]} >= {"batched ingestion (batch 4)",
+                                                          "batched framework time (batch 4)"}

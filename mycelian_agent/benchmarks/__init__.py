@@ -233,6 +233,7 @@ class BenchmarkRunner:
     ``model`` writes the entries (``"extractive"``, ``"openai:<model>"`` or a chat model); ``api_key`` and
     ``base_url`` are passed on to ``openai:`` models (the scripts read ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL``),
     as are ``tool_choice_mode`` and ``max_tokens`` (``build_agent``'s; ``"required"`` for llama.cpp's server).
+    ``batch_size`` > 1 ingests in batched mode (one model call per ``batch_size`` messages).
     """
 
     out: str | Path
@@ -246,6 +247,7 @@ class BenchmarkRunner:
     tool_choice_mode: str | None = None
     max_tokens: int | None = None
     flush_every: int = 6
+    batch_size: int = 1  # > 1: batched mode (AgentSettings.batch_size)
     top_k: int = 10
     ks: tuple[int, ...] = (1, 5, 10)
     workers: int = 1
@@ -260,6 +262,8 @@ class BenchmarkRunner:
         self.shard = parse_shard(self.shard)
         if self.workers < 1:
             raise ConfigError(f"workers must be >= 1, got {self.workers}")
+        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise ConfigError(f"batch_size must be a positive integer, got {self.batch_size!r}")
         if not 1 <= self.top_k <= 25:
             raise ConfigError(f"top_k must be 1..25 (the server's limit), got {self.top_k}")
         self.ks = tuple(sorted(set(self.ks)))
@@ -306,7 +310,8 @@ class BenchmarkRunner:
         async with build_agent(self.model, self.server, db=db, token=self.token, vault=self.vault,
                                memory=first_title, checkpointer=f"sqlite:{self.state_path}",
                                flush_every=self.flush_every, api_key=self.api_key, base_url=self.base_url,
-                               tool_choice_mode=self.tool_choice_mode, max_tokens=self.max_tokens) as invoker:
+                               tool_choice_mode=self.tool_choice_mode, max_tokens=self.max_tokens,
+                               batch_size=self.batch_size) as invoker:
             yield MemoryHarness(invoker, self.flush_every)
 
 

@@ -51,6 +51,14 @@ _OPTIONS: list[tuple[str, tuple[str, ...], dict[str, Any]]] = [
     ("overhead", ("--window",), dict(type=_COUNT, help="Messages per reporting window (100; quick 25).")),
     ("overhead", ("--naive-budget",), dict(type=click.FloatRange(min=0), help="Seconds after which the naive run "
                                            "stops at the end of its window (300; quick 30).")),
+    ("prompts recall throughput", ("--batch",), dict(type=_COUNT, help="Batched mode: one model call writes N messages (1 = one call "
+                                 "per message; prompts, recall, throughput).")),
+    ("prompts throughput", ("--flush-every",), dict(type=_COUNT, help="Write the context document every N messages (6; "
+                                       "prompts, throughput).")),
+    ("prompts", ("--separate-context",), dict(is_flag=True, help="Batched mode: write the context document with "
+                                              "a put_context call of its own even when a flush coincides with a "
+                                              "batch write.")),
+    ("prompts", ("--skip-naive",), dict(is_flag=True, help="Measure ours only (the naive run is the slow one).")),
     ("prompts", ("--lme",), dict(type=_FILE, help="LongMemEval file (default: DATA/longmemeval/longmemeval_s_1q.json).")),
     ("prompts", ("--sessions",), dict(type=_COUNT, help="Only the first N haystack sessions (all; quick 3).")),
     ("recall ablation", ("--locomo",), dict(type=_FILE, multiple=True, help="LoCoMo file; repeat for several "
@@ -108,7 +116,8 @@ def _suite_options(names: Sequence[str], func: Callable[..., Any]) -> Callable[.
     for owner, decls, attrs in _OPTIONS:
         wanted = set(owner.split()) & set(names) or (owner == "data" and _READS_DATA & set(names))
         if wanted:
-            help_text = f"[{owner}] {attrs['help']}" if several and owner != "data" else attrs["help"]
+            help_text = (f"[{owner}] {attrs['help']}" if several and owner != "data" and " " not in owner
+                         else attrs["help"])
             options.append(click.option(*decls, **{**attrs, "help": help_text}))
     for option in reversed(options):
         func = option(func)
@@ -121,15 +130,18 @@ def _bench_params(options: dict[str, Any]) -> dict[str, dict[str, Any]]:
     latency_ms = get("latency_ms")
     return {
         "overhead": {"messages": get("messages"), "window": get("window"), "naive_budget_s": get("naive_budget")},
-        "prompts": {"data": get("lme"), "sessions": get("sessions")},
+        "prompts": {"data": get("lme"), "sessions": get("sessions"), "flush_every": get("flush_every"),
+                    "batch_size": get("batch"), "batch_context": False if get("separate_context") else None,
+                    "naive": False if get("skip_naive") else None},
         "recall": {"locomo": get("locomo") or None, "longmemeval": get("longmemeval") or None,
                    "limit": get("limit"), "limit_questions": get("limit_questions"), "hybrid": get("hybrid"),
-                   "workers": get("workers")},
+                   "workers": get("workers"), "batch_size": get("batch")},
         "ablation": {"locomo": get("locomo") or None, "limit": get("limit"),
                      "limit_questions": get("limit_questions"), "hybrid": get("hybrid"), "workers": get("workers")},
         "throughput": {"levels": get("levels"), "messages": get("conv_messages"),
                        "latency_s": latency_ms / 1000 if latency_ms is not None else None,
-                       "extractive_messages": get("extractive_messages"), "profile": get("profile") or None},
+                       "extractive_messages": get("extractive_messages"), "profile": get("profile") or None,
+                       "batch_size": get("batch"), "flush_every": get("flush_every")},
         "server": {"entries": get("entries"), "adds": get("adds"), "searches": get("searches"),
                    "warmup": get("warmup"), "embeddings": get("embeddings") or None},
     }
@@ -216,6 +228,8 @@ def _runner_options(func: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--vault", default=None, help="Vault title (default: the benchmark's name)."),
         click.option("--flush-every", type=_COUNT, default=6, show_default=True,
                      help="Write the context document every N messages."),
+        click.option("--batch", "batch_size", type=_COUNT, default=1, show_default=True,
+                     help="Batched mode: one model call writes the entries of N messages (1 = one call per message)."),
         click.option("--top-k", type=click.IntRange(1, 25), default=10, show_default=True,
                      help="Entries retrieved per question (the server's limit is 25)."),
         click.option("--workers", type=_COUNT, default=1, show_default=True,
@@ -235,7 +249,7 @@ def _runner_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 def _runner_kwargs(options: dict[str, Any]) -> dict[str, Any]:
     keys = ("out", "db", "state", "server", "token", "model", "api_key", "base_url", "tool_choice_mode",
-            "max_tokens", "flush_every", "top_k", "workers", "shard", "limit")
+            "max_tokens", "flush_every", "batch_size", "top_k", "workers", "shard", "limit")
     kwargs = {key: options[key] for key in keys}
     kwargs["progress"] = not options["no_progress"]
     if options["vault"]:
