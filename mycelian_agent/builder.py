@@ -67,13 +67,15 @@ async def ensure_memory(memory: MemoryConnection, vault_id: str, title: str, mem
 
 
 def connect(server: str = "embedded", *, db: str | Path | None = None, token: str | None = None,
-            embeddings: bool = False) -> MemoryConnection:
+            embeddings: bool = False, timeout: float | None = 60.0, reconnect_wait: float = 30.0) -> MemoryConnection:
     """A (not yet opened) connection to a memory server.
 
     ``"embedded"`` spawns our SQLite server over stdio; ``"in-process"`` runs it inside this process (no
     subprocess); an ``http(s)://`` URL reaches a remote server. ``db`` is the SQLite file of the first two
-    (default ``$XDG_DATA_HOME/mycelian/memory.db``).
+    (default ``$XDG_DATA_HOME/mycelian/memory.db``). ``timeout``: seconds each tool call may take (None: no
+    limit); ``reconnect_wait``: how long an HTTP connection waits for a server that went away to come back.
     """
+    limits = {"call_timeout": timeout, "reconnect_wait": reconnect_wait}
     target = None if db is None else str(db) if str(db) == ":memory:" else str(Path(db).expanduser())
     if server in ("embedded", "in-process"):
         if server == "in-process" and target is None:
@@ -83,10 +85,12 @@ def connect(server: str = "embedded", *, db: str | Path | None = None, token: st
         if target and target != ":memory:":
             Path(target).parent.mkdir(parents=True, exist_ok=True)
         if server == "in-process":
-            return MemoryConnection(in_process_connection(target, embeddings=embeddings))  # type: ignore[arg-type]
-        return MemoryConnection(embedded_connection(target, extra_args=["--embeddings"] if embeddings else []))
+            return MemoryConnection(in_process_connection(target, embeddings=embeddings),  # type: ignore[arg-type]
+                                    **limits)
+        return MemoryConnection(embedded_connection(target, extra_args=["--embeddings"] if embeddings else []),
+                                **limits)
     if server.startswith(("http://", "https://")):
-        return MemoryConnection(http_connection(server, token=token))
+        return MemoryConnection(http_connection(server, token=token), **limits)
     raise ConfigError(f"unknown server {server!r}: use 'embedded', 'in-process' or an http(s)://host:port/mcp URL")
 
 
@@ -110,6 +114,8 @@ class AgentContext:
     embeddings: bool = False
     tool_choice_mode: Literal["named", "required", "auto"] | None = None
     max_tokens: int | None = None
+    timeout: float | None = 60.0
+    reconnect_wait: float = 30.0
     _stack: AsyncExitStack | None = field(default=None, init=False, repr=False)
     _portal: LoopThread | None = field(default=None, init=False, repr=False)
 
@@ -120,7 +126,8 @@ class AgentContext:
         await stack.__aenter__()
         try:
             memory = await stack.enter_async_context(connect(self.server, db=self.db, token=self.token,
-                                                             embeddings=self.embeddings))
+                                                             embeddings=self.embeddings, timeout=self.timeout,
+                                                             reconnect_wait=self.reconnect_wait))
             vault_id = await ensure_vault(memory, self.vault)
             memory_id = await ensure_memory(memory, vault_id, self.memory, self.memory_type)
             saver = await stack.enter_async_context(open_checkpointer(self.checkpointer))
@@ -194,6 +201,8 @@ def build_agent(
     embeddings: bool = False,
     tool_choice_mode: Literal["named", "required", "auto"] | None = None,
     max_tokens: int | None = None,
+    timeout: float | None = 60.0,
+    reconnect_wait: float = 30.0,
 ) -> AgentContext:
     """Everything needed to give a chat pipeline memory, as one context manager yielding the invoker.
 
@@ -207,8 +216,11 @@ def build_agent(
     - ``tool_choice_mode``: how the tool is forced (``AgentSettings.tool_choice_mode``; overrides ``settings``):
       ``"named"`` (default), ``"required"`` for llama.cpp's server and similar endpoints, or ``"auto"``.
     - ``max_tokens``: completion limit of an ``openai:`` model.
+    - ``timeout``: seconds each memory tool call may take before it is retried (None: no limit);
+      ``reconnect_wait``: seconds an HTTP connection waits for a server that went away to come back.
     """
     return AgentContext(model=model, server=server, db=db, token=token, vault=vault, memory=memory,
                         memory_type=memory_type, checkpointer=checkpointer, flush_every=flush_every,
                         settings=settings, prompts=prompts, api_key=api_key, base_url=base_url,
-                        embeddings=embeddings, tool_choice_mode=tool_choice_mode, max_tokens=max_tokens)
+                        embeddings=embeddings, tool_choice_mode=tool_choice_mode, max_tokens=max_tokens,
+                        timeout=timeout, reconnect_wait=reconnect_wait)

@@ -37,6 +37,10 @@ def _server_options(func: Any) -> Any:
                      help="'embedded', or a Mycelian server URL like http://127.0.0.1:11546/mcp [env MYCELIAN_SERVER]."),
         click.option("--token", envvar="MYCELIAN_TOKEN", default=None, help="Bearer token of a remote server [env MYCELIAN_TOKEN]."),
         click.option("--vault", default="mycelian", show_default=True, help="Vault title (created when missing) or id."),
+        click.option("--timeout", default=60.0, show_default=True, type=click.FloatRange(min=0.1),
+                     help="Seconds each memory server call may take before it is retried."),
+        click.option("--reconnect-wait", default=30.0, show_default=True, type=click.FloatRange(min=0),
+                     help="Seconds to wait for an HTTP memory server that went away to come back."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -70,8 +74,8 @@ def cli() -> None:
 @click.option("--state", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="SQLite checkpoint file: an interrupted replay resumes from it when run again.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-def replay(files: tuple[Path, ...], db: str | None, server: str, token: str | None, vault: str, memory: str | None,
-           model: str, api_key: str | None, base_url: str | None, tool_choice: str, max_tokens: int | None,
+def replay(files: tuple[Path, ...], db: str | None, server: str, token: str | None, vault: str, timeout: float,
+           reconnect_wait: float, memory: str | None, model: str, api_key: str | None, base_url: str | None, tool_choice: str, max_tokens: int | None,
            flush_every: int, state: Path | None, as_json: bool) -> None:
     """Replay conversation FILES into memory and print what was stored.
 
@@ -84,7 +88,8 @@ def replay(files: tuple[Path, ...], db: str | None, server: str, token: str | No
     total = sum(c.message_count for c in conversations)
     stats = asyncio.run(_replay(conversations, total, db=db, server=server, token=token, vault=vault, memory=memory,
                                 model=model, api_key=api_key, base_url=base_url, flush_every=flush_every,
-                                state=state, tool_choice=tool_choice, max_tokens=max_tokens))
+                                state=state, tool_choice=tool_choice, max_tokens=max_tokens, timeout=timeout,
+                                reconnect_wait=reconnect_wait))
     if as_json:
         click.echo(json.dumps(stats.as_dict(), indent=2))
         return
@@ -105,7 +110,8 @@ def replay(files: tuple[Path, ...], db: str | None, server: str, token: str | No
 
 async def _replay(conversations: list[Any], total: int, *, db: str | None, server: str, token: str | None, vault: str,
                   memory: str | None, model: str, api_key: str | None, base_url: str | None, flush_every: int,
-                  state: Path | None, tool_choice: str = "named", max_tokens: int | None = None) -> Any:
+                  state: Path | None, tool_choice: str = "named", max_tokens: int | None = None,
+                  timeout: float | None = 60.0, reconnect_wait: float = 30.0) -> Any:
     from .builder import build_agent, ensure_memory
     from .conversations.formats import valid_title
     from .agent.invoker import MycelianAgentInvoker
@@ -117,7 +123,7 @@ async def _replay(conversations: list[Any], total: int, *, db: str | None, serve
     async with build_agent(model, server, db=db, token=token, vault=vault, memory=first_memory,
                            checkpointer=checkpointer, flush_every=flush_every, api_key=api_key,
                            base_url=base_url, tool_choice_mode=tool_choice,  # type: ignore[arg-type]
-                           max_tokens=max_tokens) as invoker:
+                           max_tokens=max_tokens, timeout=timeout, reconnect_wait=reconnect_wait) as invoker:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TextColumn("{task.fields[rate]} msg/s"), TimeElapsedColumn(),
                       console=err_console, transient=False, disable=not err_console.is_terminal) as progress:
@@ -148,10 +154,11 @@ async def _replay(conversations: list[Any], total: int, *, db: str | None, serve
     return stats
 
 
-async def _open(db: str | None, server: str, token: str | None, vault: str, memory: str) -> tuple[Any, str, str]:
+async def _open(db: str | None, server: str, token: str | None, vault: str, memory: str, timeout: float = 60.0,
+                reconnect_wait: float = 30.0) -> tuple[Any, str, str]:
     from .builder import connect
 
-    connection = await connect(server, db=db, token=token).open()
+    connection = await connect(server, db=db, token=token, timeout=timeout, reconnect_wait=reconnect_wait).open()
     try:
         vaults = {v["title"]: v["vaultId"] for v in await connection.call_json("list_vaults")}
         vault_id = vaults.get(vault, vault)
@@ -169,11 +176,12 @@ async def _open(db: str | None, server: str, token: str | None, vault: str, memo
 @_server_options
 @click.option("--memory", required=True, help="Memory title or id.")
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 50), help="Newest entries to show.")
-def show(db: str | None, server: str, token: str | None, vault: str, memory: str, limit: int) -> None:
+def show(db: str | None, server: str, token: str | None, vault: str, timeout: float, reconnect_wait: float, memory: str,
+         limit: int) -> None:
     """Show a memory's newest entries and its current context document."""
 
     async def run() -> None:
-        connection, vault_id, memory_id = await _open(db, server, token, vault, memory)
+        connection, vault_id, memory_id = await _open(db, server, token, vault, memory, timeout, reconnect_wait)
         try:
             ids = {"vault_id": vault_id, "memory_id": memory_id}
             listed = await connection.call_json("list_entries", {**ids, "limit": limit})
@@ -199,12 +207,12 @@ def show(db: str | None, server: str, token: str | None, vault: str, memory: str
 @click.option("--memory", required=True, help="Memory title or id.")
 @click.option("--top-k", default=5, show_default=True, type=click.IntRange(1, 25), help="Entries to return.")
 @click.option("--json", "as_json", is_flag=True, help="Print the raw search_memories result.")
-def search(query: str, db: str | None, server: str, token: str | None, vault: str, memory: str, top_k: int,
-           as_json: bool) -> None:
+def search(query: str, db: str | None, server: str, token: str | None, vault: str, timeout: float,
+           reconnect_wait: float, memory: str, top_k: int, as_json: bool) -> None:
     """Search a memory: ranked entries and context shards for QUERY."""
 
     async def run() -> None:
-        connection, _vault_id, memory_id = await _open(db, server, token, vault, memory)
+        connection, _vault_id, memory_id = await _open(db, server, token, vault, memory, timeout, reconnect_wait)
         try:
             found = await connection.call_json("search_memories", {
                 "memory_id": memory_id, "query": query, "top_ke": top_k, "include_raw_entries": True})

@@ -98,6 +98,21 @@ def test_replaying_twice_stores_every_message_once(tmp_path, cli):
     assert (second["messages"], second["deduplicated"]) == (16, 16)  # without --state: replayed, answered as stored
     raws = stored_raw_entries(db)
     assert len(raws) == 16 and len(set(raws)) == 16
+    # The re-run found every message stored, so the context documents already covered them: no new snapshots.
+    assert first["contexts"] > 0 and second["contexts"] == 0
+    assert context_snapshots(db) == first["contexts"]
+
+
+def context_snapshots(db: Path) -> int:
+    conn = sqlite3.connect(db)
+    try:
+        return conn.execute("SELECT count(*) FROM contexts").fetchone()[0]
+    finally:
+        conn.close()
+
+
+SURROGATE = ("invalid Unicode: lone surrogate \\u{code} at character {at} (half of a UTF-16 pair, cannot be stored "
+             "as UTF-8; fix the text or its \\u escapes)")
 
 
 @pytest.mark.parametrize(("content", "problem"), [
@@ -109,7 +124,23 @@ def test_replaying_twice_stores_every_message_once(tmp_path, cli):
     ('{"chat": []}', "top level: unknown format (keys: 'chat'); accepted: 'messages' {messages: [...]}, "
      "'sessions' {sessions: [...]}, 'longmemeval' (records with haystack_sessions), 'locomo' (samples with "
      "conversation)"),
-], ids=["malformed-json", "unknown-role", "blank-content", "unknown-format"])
+    ('{"messages": [{"role": "user", "content": "hi", "tags": {"k": "\\ud83d"}}]}',
+     "messages[0].tags.k: " + SURROGATE.format(code="d83d", at=0)),
+    ('{"messages": [{"role": "user", "content": "hi", "tags": {"\\ud83d": "v"}}]}',
+     "messages[0].tags: key '\\\\ud83d': " + SURROGATE.format(code="d83d", at=0)),
+    ('{"messages": [{"role": "user", "content": "ok \\udc00"}]}',
+     "messages[0].content: " + SURROGATE.format(code="dc00", at=3)),
+    ('{"conversation_id": "c\\ud83d", "messages": [{"role": "user", "content": "hi"}]}',
+     "conversation_id: " + SURROGATE.format(code="d83d", at=1)),
+    ("[" * 100000 + "]" * 100000, "line 1 column 65: JSON nested more than 64 levels deep (no accepted format nests "
+     "that deep)"),
+    ('{"messages": [{"role": "user", "content": "hi", "n": ' + "7" * 5000 + "}]}",
+     "line 1 column 54: number too long to read (more than 4300 digits); write it as a string if it is an id"),
+    ('{"messages": [{"role": "user", "content": "hi", "tags": {' + ", ".join(f'"k{i}": "v"' for i in range(27))
+     + "}}]}", "messages[0].tags: 27 tags; at most 26 (the server keeps 32 per entry, 6 of them set by the loader "
+     "and the agent)"),
+], ids=["malformed-json", "unknown-role", "blank-content", "unknown-format", "surrogate-tag-value",
+        "surrogate-tag-key", "surrogate-content", "surrogate-id", "deep-nesting", "huge-int", "too-many-tags"])
 def test_bad_files_are_refused_with_file_position_and_problem(tmp_path, cli, content, problem):
     good, bad, db = tmp_path / "good.json", tmp_path / "bad.json", tmp_path / "memory.db"
     good.write_text(json.dumps({"messages": [{"role": "user", "content": "hello"}]}))

@@ -31,7 +31,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 from .._sync import run_sync
 from ..dates import normalise_time
 from ..errors import InputError, MemoryServerError, MycelianError, describe_cause, is_transient_text
-from ..limits import TAG_VALUE_MAX_CHARS, clip_tags, name_problem, split_oversize
+from ..limits import TAG_VALUE_MAX_CHARS, clip_tags, name_problem, split_oversize, unicode_problem
 from ..memory_server.placeholder import is_placeholder_context
 from ..models.extractive import ExtractiveChatModel
 from .checkpointers import prune_thread
@@ -152,6 +152,11 @@ class MycelianMemoryAgent:
             message = _turn(to_process, normalise_time(conversation_time), name)
         elif to_process is not None or name is not None:
             raise InputError(f"{control.name} takes no message; send it with PROCESS_MESSAGE")
+        for key, value in (tags or {}).items():
+            if problem := next(filter(None, (unicode_problem(str(key)), unicode_problem(str(value)))), None):
+                raise InputError(f"tag {str(key).encode('utf-8', 'backslashreplace').decode()!r}: {problem}")
+        if problem := unicode_problem(thread_id):
+            raise InputError(f"thread_id: {problem}")
         report = InvocationResult(control=control, thread_id=thread_id)
         state_in: dict[str, Any] = {
             "control": control.value,
@@ -244,6 +249,11 @@ class MycelianMemoryAgent:
             if not state.get("since_flush") and self.settings.skip_empty_flush:
                 run.report.notes += ("no messages since the last flush: context unchanged",)
                 return {}, None
+            if state.get("fresh_since_flush") == 0 and self.settings.skip_empty_flush:
+                # A re-run (e.g. replay without --state): the server already held every message since the last
+                # context, so that context already covers them; another snapshot would only pile up.
+                run.report.notes += ("every message since the last flush was already stored: context unchanged",)
+                return {}, None
             return {}, await self._context_call(state, run)
         if step is Step.CLOSE_SESSION:
             return {"session_open": False, "progress": _bump(state, sessions_ended=1)}, None
@@ -261,7 +271,7 @@ class MycelianMemoryAgent:
         if step is Step.PUT_CONTEXT:
             written = next(m for m in reversed(history) if isinstance(m, AIMessage) and m.tool_calls)
             run.report.context_written = True
-            return {"context": written.tool_calls[0]["args"]["content"], "since_flush": [],
+            return {"context": written.tool_calls[0]["args"]["content"], "since_flush": [], "fresh_since_flush": 0,
                     "progress": _bump(state, flushes=1)}, False
         raise MycelianError(f"memory agent: step {step.value} makes no tool calls")
 
@@ -356,7 +366,9 @@ class MycelianMemoryAgent:
             run.report.notes += (f"more than {s.since_flush_cap} messages since the last flush: "
                                  "oldest dropped from the context prompt",)
             since = since[-s.since_flush_cap:]
-        update = {"window": window, "since_flush": since, "progress": _bump(state, messages=1, entries=parts)}
+        fresh = (state.get("fresh_since_flush") or 0) + int(run.report.deduplicated < parts)
+        update = {"window": window, "since_flush": since, "fresh_since_flush": fresh,
+                  "progress": _bump(state, messages=1, entries=parts)}
         if message.get("conversation_time"):
             update["last_time"] = message["conversation_time"]
         return update, False
@@ -429,6 +441,8 @@ def _turn(to_process: Any, conversation_time: str | None, name: Any = None) -> T
         raise InputError(f"message content must be a string, got {type(content).__name__}")
     if not content.strip():
         raise InputError("message content is empty: there is nothing to store")
+    if problem := unicode_problem(content):
+        raise InputError(f"message content: {problem}")
     turn = Turn(role=role, content=content)
     if conversation_time:
         turn["conversation_time"] = conversation_time

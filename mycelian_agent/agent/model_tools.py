@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from pydantic_core import PydanticCustomError
 
 from ..errors import ToolCallError, describe_cause
-from ..limits import SUMMARY_MAX_CHARS, SUMMARY_TARGET_CHARS, TAGS_MAX_KEYS, clip_tags
+from ..limits import SUMMARY_MAX_CHARS, SUMMARY_TARGET_CHARS, TAGS_MAX_KEYS, clip_tags, unicode_problem
 from .report import InvocationResult, Usage
 
 __all__ = [
@@ -71,6 +71,8 @@ class AddEntryArgs(BaseModel):
     def _summary(cls, value: Any) -> str:
         if not isinstance(value, str) or not value.strip():
             raise _unusable("the summary was missing or empty")
+        if problem := unicode_problem(value):
+            raise _unusable(f"the summary has {problem}")
         return value.strip()[:SUMMARY_MAX_CHARS]
 
     @field_validator("tags", mode="before")
@@ -82,7 +84,10 @@ class AddEntryArgs(BaseModel):
             value = {"topic": ", ".join(str(t) for t in value)}
         if not isinstance(value, Mapping):
             raise _unusable("tags must be an object of string values")
-        return {k: v for k, v in clip_tags(value).items() if k not in CODE_TAGS}
+        tags = {k: v for k, v in clip_tags(value).items() if k not in CODE_TAGS and k.strip()}
+        if problem := next(filter(None, map(unicode_problem, [*tags, *tags.values()])), None):
+            raise _unusable(f"a tag has {problem}")
+        return tags
 
 
 class PutContextArgs(BaseModel):
@@ -97,6 +102,8 @@ class PutContextArgs(BaseModel):
     def _content(cls, value: Any, info: ValidationInfo) -> str:
         if not isinstance(value, str) or not value.strip():
             raise _unusable("the content was missing or empty")
+        if problem := unicode_problem(value):
+            raise _unusable(f"the document has {problem}")
         limit = (info.context or {}).get("max_chars")
         if limit is not None and len(value) > limit:
             raise _unusable(f"the document has {len(value)} characters; the limit is {limit}")

@@ -35,7 +35,8 @@ class AgentState(TypedDict, total=False):
     Set by each invocation: ``control``, ``message`` (the one to store, if any), ``message_tags``, ``step`` (the
     index in the control's plan of the step running) and ``tool_history`` (the tool flow of this invocation,
     emptied when it ends). Carried across invocations: ``window`` (last K messages, clipped), ``since_flush``
-    (messages since the last context document, capped), ``context``, ``session_open``, ``session_time`` (the
+    (messages since the last context document, capped), ``fresh_since_flush`` (how many of them the server stored
+    anew rather than deduplicated: 0 skips the next context write), ``context``, ``session_open``, ``session_time`` (the
     ``conversation_time`` given to START_SESSION, None when none was), ``last_time`` (the time of the last message
     stored since START_SESSION), and the totals
     ``progress`` (:class:`~mycelian_agent.agent.report.ThreadProgress` as a dict) and ``usage``
@@ -49,6 +50,7 @@ class AgentState(TypedDict, total=False):
     tool_history: Annotated[list[AnyMessage], add_messages]
     window: list[Turn]
     since_flush: list[Turn]
+    fresh_since_flush: int  # messages since the last context that the server stored anew (not deduplicated)
     context: str
     session_open: bool
     session_time: str | None
