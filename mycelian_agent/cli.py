@@ -212,10 +212,10 @@ def search(query: str, db: str | None, server: str, token: str | None, vault: st
     """Search a memory: ranked entries and context shards for QUERY."""
 
     async def run() -> None:
-        connection, _vault_id, memory_id = await _open(db, server, token, vault, memory, timeout, reconnect_wait)
+        connection, vault_id, memory_id = await _open(db, server, token, vault, memory, timeout, reconnect_wait)
         try:
             found = await connection.call_json("search_memories", {
-                "memory_id": memory_id, "query": query, "top_ke": top_k, "include_raw_entries": True})
+                "vault_id": vault_id, "memory_id": memory_id, "query": query, "top_ke": top_k, "include_raw_entries": True})
         finally:
             await connection.aclose()
         if as_json:
@@ -232,13 +232,15 @@ def search(query: str, db: str | None, server: str, token: str | None, vault: st
     asyncio.run(run())
 
 
-@cli.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@cli.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True}, add_help_option=False)
 @click.pass_context
 def serve(ctx: click.Context) -> None:
-    """Run the embedded memory server (same options as mycelian-memory-server)."""
+    """Run the embedded memory server (same options as mycelian-memory-server; serve --help lists them)."""
     from .memory_server.cli import main as server_main
 
-    server_main(list(ctx.args))
+    code = server_main(list(ctx.args), prog="mycelian-agent serve")
+    if code:
+        sys.exit(code)
 
 
 def _add_bench_commands() -> None:

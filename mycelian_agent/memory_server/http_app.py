@@ -114,10 +114,12 @@ class BearerTokenMiddleware:
 def create_http_app(server: MemoryServer, *, token: str | None = None) -> Starlette:
     """The Starlette ASGI app serving ``server`` over streamable HTTP at ``/mcp``.
 
-    ``token`` (default: the server's own) turns on bearer authentication. The app's lifespan keeps the database
+    ``token`` (default: the server's own) turns on bearer authentication. Over HTTP ``search_memories`` must name
+    its vault (``vault_id``): the access model is in docs/ARCHITECTURE.md ("Access model"). The app's lifespan keeps the database
     open from startup to shutdown, so all HTTP sessions share it (a ``:memory:`` database included). Build one
     app per server: FastMCP's session manager runs once.
     """
+    server.require_vault = True  # several clients share an HTTP server: a search must name its vault
     app = server.streamable_http_app()
     inner_lifespan = app.router.lifespan_context
 
