@@ -116,6 +116,7 @@ class AgentContext:
     max_tokens: int | None = None
     timeout: float | None = 60.0
     reconnect_wait: float = 30.0
+    model_timeout: float | None = 120.0
     _stack: AsyncExitStack | None = field(default=None, init=False, repr=False)
     _portal: LoopThread | None = field(default=None, init=False, repr=False)
 
@@ -132,7 +133,9 @@ class AgentContext:
             memory_id = await ensure_memory(memory, vault_id, self.memory, self.memory_type)
             saver = await stack.enter_async_context(open_checkpointer(self.checkpointer))
             prompts = await self._prompts(memory)
-            model = resolve_model(self.model, api_key=self.api_key, base_url=self.base_url, max_tokens=self.max_tokens)
+            # The agent retries transient model failures itself (bounded, counted: AgentSettings.model_attempts).
+            model = resolve_model(self.model, api_key=self.api_key, base_url=self.base_url, max_tokens=self.max_tokens,
+                                  timeout=self.model_timeout, max_retries=0)
             settings = self.settings
             if self.tool_choice_mode is not None:
                 settings = replace(settings or AgentSettings(), tool_choice_mode=self.tool_choice_mode)
@@ -203,6 +206,7 @@ def build_agent(
     max_tokens: int | None = None,
     timeout: float | None = 60.0,
     reconnect_wait: float = 30.0,
+    model_timeout: float | None = 120.0,
 ) -> AgentContext:
     """Everything needed to give a chat pipeline memory, as one context manager yielding the invoker.
 
@@ -218,9 +222,12 @@ def build_agent(
     - ``max_tokens``: completion limit of an ``openai:`` model.
     - ``timeout``: seconds each memory tool call may take before it is retried (None: no limit);
       ``reconnect_wait``: seconds an HTTP connection waits for a server that went away to come back.
+    - ``model_timeout``: seconds an ``openai:`` model call may take. A call failing transiently (HTTP 429 / 5xx,
+      timeout) is retried by the agent (``AgentSettings.model_attempts``, counted as ``model_retries``), then the
+      fallback model writes the step.
     """
     return AgentContext(model=model, server=server, db=db, token=token, vault=vault, memory=memory,
                         memory_type=memory_type, checkpointer=checkpointer, flush_every=flush_every,
                         settings=settings, prompts=prompts, api_key=api_key, base_url=base_url,
                         embeddings=embeddings, tool_choice_mode=tool_choice_mode, max_tokens=max_tokens,
-                        timeout=timeout, reconnect_wait=reconnect_wait)
+                        timeout=timeout, reconnect_wait=reconnect_wait, model_timeout=model_timeout)

@@ -69,6 +69,9 @@ def cli() -> None:
               "endpoints that ignore the named form), 'auto' [env MYCELIAN_TOOL_CHOICE].")
 @click.option("--max-tokens", envvar="MYCELIAN_MAX_TOKENS", default=None, type=click.IntRange(min=1),
               help="Completion token limit of an openai: model [env MYCELIAN_MAX_TOKENS].")
+@click.option("--model-timeout", default=120.0, show_default=True, type=click.FloatRange(min=0.1),
+              help="Seconds an openai: model call may take; a timeout, HTTP 429 or 5xx is retried, then the "
+              "extractive model writes the step.")
 @click.option("--flush-every", default=6, show_default=True, type=click.IntRange(min=1),
               help="Write the context document every N messages of a conversation.")
 @click.option("--state", type=click.Path(dir_okay=False, path_type=Path), default=None,
@@ -76,7 +79,7 @@ def cli() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def replay(files: tuple[Path, ...], db: str | None, server: str, token: str | None, vault: str, timeout: float,
            reconnect_wait: float, memory: str | None, model: str, api_key: str | None, base_url: str | None, tool_choice: str, max_tokens: int | None,
-           flush_every: int, state: Path | None, as_json: bool) -> None:
+           model_timeout: float, flush_every: int, state: Path | None, as_json: bool) -> None:
     """Replay conversation FILES into memory and print what was stored.
 
     Accepted files: {"messages": [...]}, {"sessions": [...]}, LongMemEval records and LoCoMo samples. Every
@@ -89,7 +92,7 @@ def replay(files: tuple[Path, ...], db: str | None, server: str, token: str | No
     stats = asyncio.run(_replay(conversations, total, db=db, server=server, token=token, vault=vault, memory=memory,
                                 model=model, api_key=api_key, base_url=base_url, flush_every=flush_every,
                                 state=state, tool_choice=tool_choice, max_tokens=max_tokens, timeout=timeout,
-                                reconnect_wait=reconnect_wait))
+                                reconnect_wait=reconnect_wait, model_timeout=model_timeout))
     if as_json:
         click.echo(json.dumps(stats.as_dict(), indent=2))
         return
@@ -99,7 +102,8 @@ def replay(files: tuple[Path, ...], db: str | None, server: str, token: str | No
             ("already stored (resumed)", stats.skipped), ("entries written", stats.entries),
             ("deduplicated retries", stats.deduplicated), ("context documents written", stats.contexts),
             ("model calls", usage.llm_calls), ("prompt / completion tokens", f"{usage.prompt_tokens} / {usage.completion_tokens}"),
-            ("corrections / fallbacks / retries", f"{usage.corrections} / {usage.fallbacks} / {usage.retries}"),
+            ("corrections / fallbacks", f"{usage.corrections} / {usage.fallbacks}"),
+            ("retries: memory server / model", f"{usage.retries} / {usage.model_retries}"),
             ("elapsed", f"{stats.elapsed_s:.2f} s ({stats.messages_per_s:.0f} messages/s)")]
     for name, value in rows:
         table.add_row(name, str(value))
@@ -111,7 +115,7 @@ def replay(files: tuple[Path, ...], db: str | None, server: str, token: str | No
 async def _replay(conversations: list[Any], total: int, *, db: str | None, server: str, token: str | None, vault: str,
                   memory: str | None, model: str, api_key: str | None, base_url: str | None, flush_every: int,
                   state: Path | None, tool_choice: str = "named", max_tokens: int | None = None,
-                  timeout: float | None = 60.0, reconnect_wait: float = 30.0) -> Any:
+                  timeout: float | None = 60.0, reconnect_wait: float = 30.0, model_timeout: float | None = 120.0) -> Any:
     from .builder import build_agent, ensure_memory
     from .conversations.formats import valid_title
     from .agent.invoker import MycelianAgentInvoker
@@ -123,7 +127,8 @@ async def _replay(conversations: list[Any], total: int, *, db: str | None, serve
     async with build_agent(model, server, db=db, token=token, vault=vault, memory=first_memory,
                            checkpointer=checkpointer, flush_every=flush_every, api_key=api_key,
                            base_url=base_url, tool_choice_mode=tool_choice,  # type: ignore[arg-type]
-                           max_tokens=max_tokens, timeout=timeout, reconnect_wait=reconnect_wait) as invoker:
+                           max_tokens=max_tokens, timeout=timeout, reconnect_wait=reconnect_wait,
+                           model_timeout=model_timeout) as invoker:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TextColumn("{task.fields[rate]} msg/s"), TimeElapsedColumn(),
                       console=err_console, transient=False, disable=not err_console.is_terminal) as progress:

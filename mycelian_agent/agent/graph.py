@@ -103,7 +103,8 @@ class MycelianMemoryAgent:
         self._writer = ToolArgumentWriter(model, self.fallback_model, max_corrections=s.max_corrections,
                                           fallback_on_model_error=s.fallback_on_model_error,
                                           context_max_chars=s.context_max_chars,
-                                          tool_choice_mode=s.tool_choice_mode)
+                                          tool_choice_mode=s.tool_choice_mode, model_attempts=s.model_attempts,
+                                          model_backoff_s=s.model_backoff_s)
         self._loop = loop
         self._invocations: dict[str, int] = {}
         self.graph = self._build_graph()

@@ -42,6 +42,7 @@ class Usage(_Counts):
     retries: int = 0  # transient memory-server failures retried
     corrections: int = 0  # re-prompts after a reply without a usable tool call
     fallbacks: int = 0  # steps whose arguments the fallback (extractive) model wrote
+    model_retries: int = 0  # model calls repeated after a transient failure (HTTP 429 / 5xx, timeout, connection)
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
