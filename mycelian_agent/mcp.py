@@ -90,6 +90,25 @@ class _SessionProxy:
         return await self._connection.call_tool_result(name, arguments)
 
 
+def _http_status(exc: BaseException) -> int | None:
+    """The HTTP status of the first httpx status error inside ``exc`` (exception groups and causes searched)."""
+    seen: list[BaseException | None] = [exc]
+    visited: set[int] = set()
+    while seen:
+        current = seen.pop()
+        if current is None or id(current) in visited:
+            continue
+        visited.add(id(current))
+        response = getattr(current, "response", None)
+        status = getattr(response, "status_code", None)
+        if isinstance(status, int):
+            return status
+        if isinstance(current, BaseExceptionGroup):
+            seen.extend(current.exceptions)
+        seen.extend((current.__cause__, current.__context__))
+    return None
+
+
 def _is_closed(exc: BaseException) -> bool:
     """Whether a transport exception says the session is gone (as opposed to one slow or failed request)."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
@@ -206,10 +225,7 @@ class MemoryConnection:
                 await stop.wait()
         except BaseException as exc:  # noqa: BLE001 - reported to open() or to the next call
             if not ready.done():
-                ready.set_exception(
-                    MemoryServerError(f"could not connect to the memory server ({self._describe()}): "
-                                      f"{describe_cause(exc)}", transient=True)
-                )
+                ready.set_exception(self._connect_error(exc))
             elif not isinstance(exc, (asyncio.CancelledError, GeneratorExit)):
                 self._failure = exc
             if isinstance(exc, asyncio.CancelledError):
@@ -217,6 +233,24 @@ class MemoryConnection:
         finally:
             if self._stop is stop:
                 self._session = None
+
+    def _connect_error(self, exc: BaseException) -> MemoryServerError:
+        """Why a session could not be opened, in the user's terms (a refused token is not a network problem)."""
+        status = _http_status(exc)
+        where = self._describe()
+        if status == 401:
+            return MemoryServerError(f"invalid token: the memory server ({where}) refused the bearer token. Check "
+                                     "--token (or MYCELIAN_TOKEN) against the token the server was started with")
+        if status == 403:
+            return MemoryServerError(f"the memory server ({where}) refused access (HTTP 403)")
+        if status == 404:
+            return MemoryServerError(f"no MCP endpoint at {where} (HTTP 404): the URL should end in /mcp, e.g. "
+                                     "http://127.0.0.1:11546/mcp")
+        if status == 421:
+            return MemoryServerError(f"the memory server ({where}) refused the Host header (HTTP 421): start it with "
+                                     "--allowed-host NAME for the name used in this URL")
+        return MemoryServerError(f"could not connect to the memory server ({where}): {describe_cause(exc)}",
+                                 transient=True)
 
     def _describe(self) -> str:
         if callable(self._connection):
@@ -286,6 +320,8 @@ class MemoryConnection:
                     self.reconnects += 1
                     return self._session, self._generation  # type: ignore[return-value]
                 except MemoryServerError as exc:
+                    if not exc.transient:  # e.g. the token is refused: waiting will not help
+                        raise
                     last = exc
                 if loop.time() + delay > deadline:
                     break

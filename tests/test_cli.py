@@ -217,3 +217,42 @@ def test_replay_runner_script_is_the_replay_command(tmp_path, capsys):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["deduplicated"] == 16  # the second replay stored nothing twice
+
+
+def test_list_add_export_delete_and_errors_that_name_the_cause(tmp_path, cli):
+    db = tmp_path / "memory.db"
+    typo = tmp_path / "typo" / "typo.db"
+    shown = cli("show", "--db", str(typo), "--memory", "quickstart")
+    assert shown.returncode == 1 and f"no memory database at {typo}" in shown.stderr
+    assert not typo.parent.exists()  # nothing created for a mistyped --db
+    replayed = cli("replay", str(EXAMPLE), "--db", str(db), "--memory", "quickstart", "--json")
+    assert json.loads(replayed.stdout)["memories"] == ["quickstart"]  # the summary names the memories written
+    added = cli("add", "I adopted a cat named Miso.", "--db", str(db), "--memory", "quickstart", "--time",
+                "2024-05-01T10:00:00Z", "--name", "Ann")
+    assert added.returncode == 0, added.stderr
+    entry = json.loads(added.stdout)
+    assert entry["rawEntry"] == "I adopted a cat named Miso." and entry["conversationTime"].startswith("2024-05-01")
+    listed = cli("list", "--db", str(db))
+    assert listed.returncode == 0 and "quickstart" in listed.stdout and "mycelian" in listed.stdout
+    wrong_vault = cli("show", "--db", str(db), "--vault", "mycelain", "--memory", "quickstart")
+    assert wrong_vault.returncode == 1 and "vault 'mycelain' not found (vaults: mycelian)" in wrong_vault.stderr
+    out = tmp_path / "export.json"
+    assert cli("export", "--db", str(db), "--memory", "quickstart", "--out", str(out)).returncode == 0
+    exported = json.loads(out.read_text())
+    assert len(exported["entries"]) == 17 and exported["memory"]["title"] == "quickstart" and exported["context"]
+    assert sorted(e["rawEntry"] for e in exported["entries"]) == sorted(stored_raw_entries(db))
+    gone = cli("delete", "--db", str(db), "--memory", "quickstart", "--entry", entry["entryId"], "--yes")
+    assert json.loads(gone.stdout) == {"entryId": entry["entryId"], "status": "deleted"}
+    assert len(stored_raw_entries(db)) == 16
+    assert json.loads(cli("delete", "--db", str(db), "--memory", "quickstart", "--yes").stdout)["entries"] == 16
+    assert stored_raw_entries(db) == []
+
+
+def test_the_readme_async_snippet_runs_as_written(tmp_path):
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    snippet = next(block for block in readme.split("```python\n")[1:] if "async with build_agent" in block)
+    script = tmp_path / "snippet.py"
+    script.write_text(snippet.split("```")[0], encoding="utf-8")
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert len(stored_raw_entries(tmp_path / "memory.db")) == 2

@@ -93,3 +93,16 @@ async def test_a_search_over_http_is_confined_to_the_vault_it_names() -> None:
             with pytest.raises(Exception, match="not found in vault"):
                 await memory.call_json(tool, {"vault_id": alice_vault, "memory_id": bob_memory, **args})
         assert json.dumps(await memory.call_json("list_entries", {"vault_id": bob_vault, "memory_id": bob_memory}))
+
+
+async def test_a_wrong_token_is_reported_as_an_invalid_token() -> None:
+    from mycelian_agent import MemoryServerError
+
+    async with serve_http(create_server(":memory:"), token="right") as url:
+        for token in ("wrong", None):
+            with pytest.raises(MemoryServerError, match="^invalid token: .*Check --token") as info:
+                async with connect(url, token=token, timeout=10):
+                    pass
+            assert "mozilla" not in str(info.value) and not info.value.transient
+        async with connect(url, token="right", timeout=10) as memory:
+            assert await memory.call_json("list_vaults") == []
