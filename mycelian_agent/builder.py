@@ -18,17 +18,18 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from langchain_core.language_models import BaseChatModel
+from typing import TYPE_CHECKING
 
 from ._sync import LoopThread
-from .agent.graph import MycelianMemoryAgent
-from .agent.settings import AgentSettings
-from .agent.checkpointers import open_checkpointer
 from .errors import ConfigError, MemoryServerError
-from .agent.invoker import MycelianAgentInvoker
 from .mcp import MemoryConnection, embedded_connection, http_connection, in_process_connection
-from .models.resolve import resolve_model
-from .agent.prompts import PromptSet
+
+if TYPE_CHECKING:  # the agent (LangChain, LangGraph) is imported when an agent is built, not by connect()
+    from langchain_core.language_models import BaseChatModel
+
+    from .agent.invoker import MycelianAgentInvoker
+    from .agent.prompts import PromptSet
+    from .agent.settings import AgentSettings
 
 __all__ = ["build_agent", "AgentContext", "ensure_vault", "ensure_memory", "connect"]
 
@@ -123,6 +124,12 @@ class AgentContext:
     async def __aenter__(self) -> MycelianAgentInvoker:
         import asyncio
 
+        from .agent.checkpointers import open_checkpointer
+        from .agent.graph import MycelianMemoryAgent
+        from .agent.invoker import MycelianAgentInvoker
+        from .agent.settings import AgentSettings
+        from .models.resolve import resolve_model
+
         stack = AsyncExitStack()
         await stack.__aenter__()
         try:
@@ -151,6 +158,7 @@ class AgentContext:
         return invoker
 
     async def _prompts(self, memory: MemoryConnection) -> PromptSet:
+        from .agent.prompts import PromptSet
         if isinstance(self.prompts, PromptSet):
             return self.prompts
         if self.prompts == "package":

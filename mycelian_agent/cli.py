@@ -171,8 +171,6 @@ async def _connect(db: str | None, server: str, token: str | None, timeout: floa
                    reconnect_wait: float = 30.0) -> Any:
     """An open connection for the read and edit commands; an embedded database must already exist (a mistyped
     --db is reported, not created)."""
-    from .builder import connect
-
     if server in ("embedded", "in-process"):
         from .memory_server.cli import default_db_path
 
@@ -180,6 +178,10 @@ async def _connect(db: str | None, server: str, token: str | None, timeout: floa
         if str(path) != ":memory:" and not path.is_file():
             raise MycelianError(f"no memory database at {path}: check --db (or MYCELIAN_DB); `mycelian-agent replay` "
                                 "or `add` creates one")
+    from .builder import connect
+
+    if server == "embedded":  # the same server and file inside this process: no second Python to start
+        server = "in-process"
     return await connect(server, db=db, token=token, timeout=timeout, reconnect_wait=reconnect_wait).open()
 
 

@@ -17,11 +17,14 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any, Callable, Mapping, Sequence
 
 import anyio
-from langchain_core.tools import BaseTool
+from typing import TYPE_CHECKING
+
 from langchain_mcp_adapters.sessions import Connection, create_session
-from langchain_mcp_adapters.tools import convert_mcp_tool_to_langchain_tool
 from mcp import ClientSession
 from mcp.types import CONNECTION_CLOSED
+
+if TYPE_CHECKING:  # LangChain (~1.5 s to import) only when the tools are asked for: not by list/show/export
+    from langchain_core.tools import BaseTool
 
 from .errors import ConfigError, MemoryServerError, MycelianError, describe_cause, is_transient_text
 
@@ -146,7 +149,8 @@ class MemoryConnection:
                 and connection.get("transport") in ("streamable_http", "http", "sse")
         self._reconnect = reconnect
         self._session: ClientSession | None = None
-        self._tools: dict[str, BaseTool] = {}
+        self._mcp_tools: dict[str, Any] = {}  # the server's tool definitions
+        self._tools: dict[str, BaseTool] = {}  # as LangChain tools, made on first use
         self._task: asyncio.Task[None] | None = None
         self._stop: asyncio.Event | None = None
         self._failure: BaseException | None = None  # why the session's task ended on its own
@@ -163,17 +167,26 @@ class MemoryConnection:
             raise MemoryServerError("the memory server connection is not open (use 'async with' first)")
         return self._session
 
+    def _langchain_tools(self) -> dict[str, BaseTool]:
+        if len(self._tools) != len(self._mcp_tools):
+            from langchain_mcp_adapters.tools import convert_mcp_tool_to_langchain_tool
+
+            proxy = _SessionProxy(self)
+            self._tools = {name: convert_mcp_tool_to_langchain_tool(proxy, tool)  # type: ignore[arg-type]
+                           for name, tool in self._mcp_tools.items()}
+        return self._tools
+
     @property
     def tools(self) -> list[BaseTool]:
         """The server's tools as LangChain tools bound to this connection (they survive reconnections)."""
-        return list(self._tools.values())
+        return list(self._langchain_tools().values())
 
     def tool(self, name: str) -> BaseTool:
         """The tool called ``name``; a clear error if the server does not offer it."""
         try:
-            return self._tools[name]
+            return self._langchain_tools()[name]
         except KeyError:
-            offered = ", ".join(sorted(self._tools)) or "none"
+            offered = ", ".join(sorted(self._mcp_tools)) or "none"
             raise MemoryServerError(
                 f"the memory server has no tool {name!r} (it offers: {offered}); is it a Mycelian memory server?",
                 tool=name,
@@ -217,9 +230,8 @@ class MemoryConnection:
                 if factory is None:  # a factory's session comes initialised
                     await session.initialize()
                 if load_tools:
-                    proxy = _SessionProxy(self)
-                    self._tools = {tool.name: convert_mcp_tool_to_langchain_tool(proxy, tool)  # type: ignore[arg-type]
-                                   for tool in await _list_tools(session)}
+                    self._mcp_tools = {tool.name: tool for tool in await _list_tools(session)}
+                    self._tools = {}
                 self._session = session
                 ready.set_result(None)
                 await stop.wait()

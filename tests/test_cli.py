@@ -86,7 +86,8 @@ def test_replay_show_and_search_the_example(tmp_path, cli):
     assert "Casa do Limoeiro" in json.loads(found.stdout)["entries"][0]["rawEntry"]
     missing = cli("show", "--db", str(db), "--memory", "nope")
     assert missing.returncode == 1
-    assert missing.stderr == "error: memory 'nope' not found in vault 'mycelian' (memories: quickstart)\n"
+    assert missing.stderr == ("error: memory 'nope' not found in vault 'mycelian' (memories: quickstart); "
+                              "check --memory\n")
 
 
 def test_replaying_twice_stores_every_message_once(tmp_path, cli):
