@@ -79,7 +79,7 @@ def _conversation(tmp_path: Path, messages: int) -> tuple[Path, list[str]]:
 
 def _replay(data: Path, port: int, *extra: str) -> subprocess.Popen:
     args = ["replay", str(data), "--server", f"http://127.0.0.1:{port}/mcp", "--flush-every", "10", "--json",
-            "--timeout", "5", *extra]
+            "--timeout", "3", *extra]
     return subprocess.Popen([sys.executable, "-m", "mycelian_agent.cli", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, start_new_session=True)
 
@@ -96,11 +96,11 @@ def _wait_for_entries(db: Path, count: int, process: subprocess.Popen, timeout: 
 @pytest.mark.slow
 def test_http_server_killed_during_replay_and_restarted_loses_nothing_and_stores_nothing_twice(tmp_path: Path):
     db, port, log = tmp_path / "memory.db", _free_port(), tmp_path / "server.log"
-    data, texts = _conversation(tmp_path, 240)
+    data, texts = _conversation(tmp_path, 120)
     server = _start_server(db, port, log)
     replay = _replay(data, port, "--reconnect-wait", "60")
     try:
-        _wait_for_entries(db, 60, replay)
+        _wait_for_entries(db, 30, replay)
         server.send_signal(signal.SIGKILL)  # mid-replay: calls in flight get no answer
         server.wait(timeout=30)
         time.sleep(0.5)
@@ -121,11 +121,11 @@ def test_http_server_killed_during_replay_and_restarted_loses_nothing_and_stores
 @pytest.mark.slow
 def test_http_server_killed_for_good_fails_the_replay_with_a_clear_error_in_bounded_time(tmp_path: Path):
     db, port, log = tmp_path / "memory.db", _free_port(), tmp_path / "server.log"
-    data, texts = _conversation(tmp_path, 240)
+    data, texts = _conversation(tmp_path, 120)
     server = _start_server(db, port, log)
     replay = _replay(data, port, "--reconnect-wait", "3")
     try:
-        _wait_for_entries(db, 30, replay)
+        _wait_for_entries(db, 20, replay)
         server.send_signal(signal.SIGKILL)
         server.wait(timeout=30)
         killed = time.monotonic()
@@ -139,7 +139,7 @@ def test_http_server_killed_for_good_fails_the_replay_with_a_clear_error_in_boun
     message = err.decode()
     assert replay.returncode == 1, message[-3000:]
     assert "unreachable" in message and "run again" in message and "Traceback" not in message
-    assert took < 60  # timeouts and the reconnect wait bound it (5 s per call, 3 s of waiting, 3 attempts)
+    assert took < 60  # timeouts and the reconnect wait bound it (3 s per call, 3 s of waiting, 3 attempts)
     stored = _raw_entries(db)
     assert len(stored) == len(set(stored)) and set(stored) <= set(texts)
 

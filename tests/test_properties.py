@@ -1,5 +1,6 @@
 """Property-based fuzzing (hypothesis) of the two trust boundaries: the conversation loader and the memory server's
-tool arguments. Case counts come from the settings profiles in conftest.py ("ci": 2,500 per test).
+tool arguments. Case counts come from the settings profiles in conftest.py ("ci": 10,000 cases in all, drawn in
+batches of 4-8 per hypothesis example).
 
 - The loader answers any input with conversations or an InputError naming the source; never another exception.
 - Whatever the loader accepts can be stored: every argument the agent would send passes the server's checks.
@@ -61,9 +62,14 @@ DOC = MESSAGES_DOC | SESSIONS_DOC | LONGMEMEVAL_DOC | st.lists(MESSAGES_DOC | SE
 CODE_TAGS = {"role": "user", "thread": "t", "msg": "1", "part": "1/2"}
 
 
-def share(fraction: float) -> settings:
-    """This test's share of the profile's cases (the "ci" profile: 2,500 a test on average, 10,000 in all)."""
-    return settings(max_examples=max(10, int(settings.default.max_examples * fraction)))
+def share(fraction: float, batch: int) -> settings:
+    """This test's share of the profile's cases (the "ci" profile: 2,500 a test on average, 10,000 in all), drawn
+    ``batch`` cases per hypothesis example: generating one example has a fixed cost several times a case's."""
+    return settings(max_examples=max(10, int(settings.default.max_examples * fraction / batch)))
+
+
+def batches(strategy: st.SearchStrategy, size: int) -> st.SearchStrategy:
+    return st.lists(strategy, min_size=size, max_size=size)
 
 
 def assert_storable(conversations: list) -> None:
@@ -85,16 +91,17 @@ def assert_storable(conversations: list) -> None:
                 message.name.encode("utf-8")
 
 
-@share(1.2)
-@given(DOC)
-def test_the_loader_accepts_storable_conversations_or_names_the_problem(data: Any) -> None:
-    try:
-        conversations = parse_conversation_data(data, "fuzz.json")
-    except InputError as exc:
-        assert str(exc).startswith("fuzz.json: ")
-        str(exc).encode("utf-8")  # printable: no surrogate is echoed back
-        return
-    assert_storable(conversations)
+@share(1.0, batch=4)
+@given(batches(DOC, 4))
+def test_the_loader_accepts_storable_conversations_or_names_the_problem(inputs: list[Any]) -> None:
+    for data in inputs:
+        try:
+            conversations = parse_conversation_data(data, "fuzz.json")
+        except InputError as exc:
+            assert str(exc).startswith("fuzz.json: ")
+            str(exc).encode("utf-8")  # printable: no surrogate is echoed back
+            continue
+        assert_storable(conversations)
 
 
 JSON_TEXT = st.one_of(
@@ -107,15 +114,16 @@ JSON_TEXT = st.one_of(
 )
 
 
-@share(1.2)
-@given(JSON_TEXT)
-def test_json_text_of_any_shape_is_read_or_refused_with_the_source(text: str) -> None:
-    try:
-        conversations = parse_conversation_data(parse_json_text(text, "fuzz.json"), "fuzz.json")
-    except InputError as exc:
-        assert str(exc).startswith("fuzz.json: ")
-        return
-    assert_storable(conversations)
+@share(1.2, batch=4)
+@given(batches(JSON_TEXT, 4))
+def test_json_text_of_any_shape_is_read_or_refused_with_the_source(texts: list[str]) -> None:
+    for text in texts:
+        try:
+            conversations = parse_conversation_data(parse_json_text(text, "fuzz.json"), "fuzz.json")
+        except InputError as exc:
+            assert str(exc).startswith("fuzz.json: ")
+            continue
+        assert_storable(conversations)
 
 
 @pytest.fixture(scope="module")
@@ -161,11 +169,16 @@ def tool_calls(draw: st.DrawFn, ids: dict[str, str]) -> tuple[str, dict[str, Any
     return name, arguments
 
 
-@share(0.4)  # each case is a real MCP call plus two row counts
+@share(0.4, batch=4)  # each case is a real MCP call plus two row counts
 @given(st.data())
 def test_any_tool_arguments_get_an_answer_and_an_error_changes_no_row(served, data: st.DataObject) -> None:
     portal, bg, ids = served
-    name, arguments = data.draw(tool_calls(ids))
+    for _ in range(4):
+        check_tool_call(portal, bg, ids, *data.draw(tool_calls(ids)))
+
+
+def check_tool_call(portal: LoopThread, bg: BackgroundSession, ids: dict[str, str], name: str,
+                    arguments: dict[str, Any]) -> None:
     if name in ("delete_entry", "delete_memory") and arguments.get("memory_id") == ids["memory_id"]:
         arguments["memory_id"] = "00000000-0000-4000-8000-000000000000"  # keep the seed memory for later cases
 
@@ -184,12 +197,13 @@ def test_any_tool_arguments_get_an_answer_and_an_error_changes_no_row(served, da
         json.loads(text)
 
 
-@share(1.2)
-@given(st.fixed_dictionaries({}, optional={"summary": TEXT | JSON, "tags": TAGS, "other": JSON}))
-def test_any_model_reply_is_refused_or_gives_arguments_the_server_accepts(reply: dict[str, Any]) -> None:
-    try:
-        args = AddEntryArgs.model_validate(reply)
-    except ValidationError:
-        return
-    check_text("summary", args.summary, SUMMARY_MAX_CHARS)
-    check_tags(entry_tags(args.tags, {"session_id": "s1", "turn": "0"}, CODE_TAGS))
+@share(1.4, batch=8)
+@given(batches(st.fixed_dictionaries({}, optional={"summary": TEXT | JSON, "tags": TAGS, "other": JSON}), 8))
+def test_any_model_reply_is_refused_or_gives_arguments_the_server_accepts(replies: list[dict[str, Any]]) -> None:
+    for reply in replies:
+        try:
+            args = AddEntryArgs.model_validate(reply)
+        except ValidationError:
+            continue
+        check_text("summary", args.summary, SUMMARY_MAX_CHARS)
+        check_tags(entry_tags(args.tags, {"session_id": "s1", "turn": "0"}, CODE_TAGS))

@@ -106,3 +106,10 @@ async def test_a_wrong_token_is_reported_as_an_invalid_token() -> None:
             assert "mozilla" not in str(info.value) and not info.value.transient
         async with connect(url, token="right", timeout=10) as memory:
             assert await memory.call_json("list_vaults") == []
+
+
+def test_the_server_reports_its_own_version() -> None:
+    from importlib.metadata import version
+
+    options = create_server(":memory:")._mcp_server.create_initialization_options()
+    assert (options.server_name, options.server_version) == ("mycelian-memory", version("mycelian-agent"))
