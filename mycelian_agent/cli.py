@@ -159,8 +159,9 @@ async def _replay(conversations: list[Any], total: int, *, db: str | None, serve
                     await replay_conversation(target, conversation, stats=stats, on_message=tick)
                     progress.advance(task, stats.skipped - before)
             except (KeyboardInterrupt, asyncio.CancelledError):
-                err_console.print(f"[red]interrupted[/] after {stats.messages} messages stored this run (and possibly "
-                                  "the one in flight, which is never stored twice); "
+                # The message in flight counts when the server acknowledged its entry before the interruption.
+                stored = stats.messages + invoker.agent.unfinished_writes()
+                err_console.print(f"[red]interrupted[/] after {stored} messages stored this run; "
                                   + ("run the same command again to resume." if state else
                                      "run again to finish (stored messages are deduplicated; pass --state to skip them)."))
                 raise

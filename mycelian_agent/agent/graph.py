@@ -107,6 +107,7 @@ class MycelianMemoryAgent:
                                           model_backoff_s=s.model_backoff_s)
         self._loop = loop
         self._invocations: dict[str, int] = {}
+        self._running: dict[str, InvocationResult] = {}  # the report of each thread's invocation in progress
         self.graph = self._build_graph()
 
     # -- public API -------------------------------------------------------------------------------------------
@@ -159,6 +160,7 @@ class MycelianMemoryAgent:
         if problem := unicode_problem(thread_id):
             raise InputError(f"thread_id: {problem}")
         report = InvocationResult(control=control, thread_id=thread_id)
+        self._running[thread_id] = report
         state_in: dict[str, Any] = {
             "control": control.value,
             "message": message,
@@ -173,9 +175,15 @@ class MycelianMemoryAgent:
         # durability="exit": one checkpoint per invocation, written only when it succeeds.
         await self.graph.ainvoke(state_in, config, context=Invocation(thread_id, self.vault_id, self.memory_id, report),
                                  durability="exit")
+        self._running.pop(thread_id, None)
         await self._maybe_prune(thread_id)
         report.duration_s = time.perf_counter() - started
         return report
+
+    def unfinished_writes(self) -> int:
+        """Messages whose entry the server acknowledged in invocations that did not finish (interrupted or failed
+        after add_entry). A retry stores them again only as a deduplicated answer; summaries count them as stored."""
+        return sum(1 for report in self._running.values() if report.acknowledged_entries)
 
     def invoke(self, control: ControlState | str, thread_id: str, to_process: Any = None,
                conversation_time: str | datetime | None = None, *, tags: Mapping[str, str] | None = None,
@@ -291,6 +299,8 @@ class MycelianMemoryAgent:
                     if attempt.retry_state.attempt_number > 1:
                         report.usage += Usage(retries=1)
                     result = await _execute_checked(name, request, execute)
+            if name == "add_entry":
+                report.acknowledged_entries += 1
             return result
         except MemoryServerError as error:
             retries = retrying.statistics.get("attempt_number", 1) - 1

@@ -69,6 +69,7 @@ class InvocationResult:
     entry_ids: tuple[str, ...] = ()
     message_index: int | None = None  # the number of the message stored (1-based, per thread)
     deduplicated: int = 0  # add_entry calls the server answered from an earlier identical write
+    acknowledged_entries: int = 0  # add_entry calls the server answered (as they happen, before the step ends)
     context_written: bool = False
     usage: Usage = field(default_factory=Usage)
     errors: tuple[str, ...] = ()  # recovered problems (unusable replies, model errors)
