@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, settings
 import mcp.client.stdio  # noqa: F401  (imported for that side effect)
 
 # Property-based tests (tests/test_properties.py): "ci" (the default) runs 2,500 cases per property test, ~10k in all
-# within about a minute; HYPOTHESIS_PROFILE=thorough runs ten times more. No example database: runs leave no files.
+# within about a minute; HYPOTHESIS_PROFILE=thorough runs ten times more. No example database (hypothesis still
+# keeps a small .hypothesis/ cache, which git ignores through its own .gitignore).
 settings.register_profile("ci", max_examples=2500, deadline=None, database=None, print_blob=True,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 settings.register_profile("thorough", parent=settings.get_profile("ci"), max_examples=25000)
