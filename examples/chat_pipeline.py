@@ -25,7 +25,8 @@ from mycelian_agent import build_agent, resolve_model
 async def recall(invoker, question: str, top_k: int = 5) -> str:
     """Memory relevant to ``question``: the context document and the best matching entries."""
     found = await invoker.connection.call_json("search_memories", {
-        "memory_id": invoker.agent.memory_id, "query": question, "top_ke": top_k, "include_raw_entries": True})
+        "vault_id": invoker.agent.vault_id, "memory_id": invoker.agent.memory_id, "query": question, "top_ke": top_k,
+        "include_raw_entries": True})
     lines = [f"- [{e.get('conversationTime') or e['creationTime']}] {e['summary']}" for e in found["entries"]]
     context = found.get("latestContext") or ""
     return f"Context document:\n{context}\n\nRelevant entries:\n" + ("\n".join(lines) or "(none)")

@@ -18,17 +18,18 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from langchain_core.language_models import BaseChatModel
+from typing import TYPE_CHECKING
 
 from ._sync import LoopThread
-from .agent.graph import MycelianMemoryAgent
-from .agent.settings import AgentSettings
-from .agent.checkpointers import open_checkpointer
 from .errors import ConfigError, MemoryServerError
-from .agent.invoker import MycelianAgentInvoker
 from .mcp import MemoryConnection, embedded_connection, http_connection, in_process_connection
-from .models.resolve import resolve_model
-from .agent.prompts import PromptSet
+
+if TYPE_CHECKING:  # the agent (LangChain, LangGraph) is imported when an agent is built, not by connect()
+    from langchain_core.language_models import BaseChatModel
+
+    from .agent.invoker import MycelianAgentInvoker
+    from .agent.prompts import PromptSet
+    from .agent.settings import AgentSettings
 
 __all__ = ["build_agent", "AgentContext", "ensure_vault", "ensure_memory", "connect"]
 
@@ -67,13 +68,15 @@ async def ensure_memory(memory: MemoryConnection, vault_id: str, title: str, mem
 
 
 def connect(server: str = "embedded", *, db: str | Path | None = None, token: str | None = None,
-            embeddings: bool = False) -> MemoryConnection:
+            embeddings: bool = False, timeout: float | None = 60.0, reconnect_wait: float = 30.0) -> MemoryConnection:
     """A (not yet opened) connection to a memory server.
 
     ``"embedded"`` spawns our SQLite server over stdio; ``"in-process"`` runs it inside this process (no
     subprocess); an ``http(s)://`` URL reaches a remote server. ``db`` is the SQLite file of the first two
-    (default ``$XDG_DATA_HOME/mycelian/memory.db``).
+    (default ``$XDG_DATA_HOME/mycelian/memory.db``). ``timeout``: seconds each tool call may take (None: no
+    limit); ``reconnect_wait``: how long an HTTP connection waits for a server that went away to come back.
     """
+    limits = {"call_timeout": timeout, "reconnect_wait": reconnect_wait}
     target = None if db is None else str(db) if str(db) == ":memory:" else str(Path(db).expanduser())
     if server in ("embedded", "in-process"):
         if server == "in-process" and target is None:
@@ -83,10 +86,12 @@ def connect(server: str = "embedded", *, db: str | Path | None = None, token: st
         if target and target != ":memory:":
             Path(target).parent.mkdir(parents=True, exist_ok=True)
         if server == "in-process":
-            return MemoryConnection(in_process_connection(target, embeddings=embeddings))  # type: ignore[arg-type]
-        return MemoryConnection(embedded_connection(target, extra_args=["--embeddings"] if embeddings else []))
+            return MemoryConnection(in_process_connection(target, embeddings=embeddings),  # type: ignore[arg-type]
+                                    **limits)
+        return MemoryConnection(embedded_connection(target, extra_args=["--embeddings"] if embeddings else []),
+                                **limits)
     if server.startswith(("http://", "https://")):
-        return MemoryConnection(http_connection(server, token=token))
+        return MemoryConnection(http_connection(server, token=token), **limits)
     raise ConfigError(f"unknown server {server!r}: use 'embedded', 'in-process' or an http(s)://host:port/mcp URL")
 
 
@@ -112,6 +117,9 @@ class AgentContext:
     max_tokens: int | None = None
     batch_size: int | None = None
     max_delay_s: float | None = None
+    timeout: float | None = 60.0
+    reconnect_wait: float = 30.0
+    model_timeout: float | None = 120.0
     _stack: AsyncExitStack | None = field(default=None, init=False, repr=False)
     _invoker: MycelianAgentInvoker | None = field(default=None, init=False, repr=False)
     _portal: LoopThread | None = field(default=None, init=False, repr=False)
@@ -119,16 +127,25 @@ class AgentContext:
     async def __aenter__(self) -> MycelianAgentInvoker:
         import asyncio
 
+        from .agent.checkpointers import open_checkpointer
+        from .agent.graph import MycelianMemoryAgent
+        from .agent.invoker import MycelianAgentInvoker
+        from .agent.settings import AgentSettings
+        from .models.resolve import resolve_model
+
         stack = AsyncExitStack()
         await stack.__aenter__()
         try:
             memory = await stack.enter_async_context(connect(self.server, db=self.db, token=self.token,
-                                                             embeddings=self.embeddings))
+                                                             embeddings=self.embeddings, timeout=self.timeout,
+                                                             reconnect_wait=self.reconnect_wait))
             vault_id = await ensure_vault(memory, self.vault)
             memory_id = await ensure_memory(memory, vault_id, self.memory, self.memory_type)
             saver = await stack.enter_async_context(open_checkpointer(self.checkpointer))
             prompts = await self._prompts(memory)
-            model = resolve_model(self.model, api_key=self.api_key, base_url=self.base_url, max_tokens=self.max_tokens)
+            # The agent retries transient model failures itself (bounded, counted: AgentSettings.model_attempts).
+            model = resolve_model(self.model, api_key=self.api_key, base_url=self.base_url, max_tokens=self.max_tokens,
+                                  timeout=self.model_timeout, max_retries=0)
             settings = self.settings
             if self.tool_choice_mode is not None:
                 settings = replace(settings or AgentSettings(), tool_choice_mode=self.tool_choice_mode)
@@ -149,6 +166,7 @@ class AgentContext:
         return invoker
 
     async def _prompts(self, memory: MemoryConnection) -> PromptSet:
+        from .agent.prompts import PromptSet
         if isinstance(self.prompts, PromptSet):
             return self.prompts
         if self.prompts == "package":
@@ -213,6 +231,9 @@ def build_agent(
     max_tokens: int | None = None,
     batch_size: int | None = None,
     max_delay_s: float | None = None,
+    timeout: float | None = 60.0,
+    reconnect_wait: float = 30.0,
+    model_timeout: float | None = 120.0,
 ) -> AgentContext:
     """Everything needed to give a chat pipeline memory, as one context manager yielding the invoker.
 
@@ -230,9 +251,15 @@ def build_agent(
       accepted at once and written ``batch_size`` at a time with one model call (and at each flush, session end,
       ``invoker.aflush(thread_id)``, after ``max_delay_s`` seconds, and when the context manager exits). A message
       is searchable only once written.
+    - ``timeout``: seconds each memory tool call may take before it is retried (None: no limit);
+      ``reconnect_wait``: seconds an HTTP connection waits for a server that went away to come back.
+    - ``model_timeout``: seconds an ``openai:`` model call may take. A call failing transiently (HTTP 429 / 5xx,
+      timeout) is retried by the agent (``AgentSettings.model_attempts``, counted as ``model_retries``), then the
+      fallback model writes the step.
     """
     return AgentContext(model=model, server=server, db=db, token=token, vault=vault, memory=memory,
                         memory_type=memory_type, checkpointer=checkpointer, flush_every=flush_every,
                         settings=settings, prompts=prompts, api_key=api_key, base_url=base_url,
                         embeddings=embeddings, tool_choice_mode=tool_choice_mode, max_tokens=max_tokens,
-                        batch_size=batch_size, max_delay_s=max_delay_s)
+                        batch_size=batch_size, max_delay_s=max_delay_s, timeout=timeout,
+                        reconnect_wait=reconnect_wait, model_timeout=model_timeout)

@@ -1,4 +1,5 @@
-"""The ``mycelian-agent`` command: replay conversations into memory, search it, show it, serve it.
+"""The ``mycelian-agent`` command: replay conversations into memory, add, list, show, search, export and delete,
+serve it.
 
 Configuration comes from flags, with environment-variable fallbacks (``MYCELIAN_DB``, ``MYCELIAN_SERVER``,
 ``MYCELIAN_TOKEN``, ``MYCELIAN_MODEL``, ``OPENAI_API_KEY``, ``OPENAI_BASE_URL``); nothing deeper reads the
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -37,6 +39,10 @@ def _server_options(func: Any) -> Any:
                      help="'embedded', or a Mycelian server URL like http://127.0.0.1:11546/mcp [env MYCELIAN_SERVER]."),
         click.option("--token", envvar="MYCELIAN_TOKEN", default=None, help="Bearer token of a remote server [env MYCELIAN_TOKEN]."),
         click.option("--vault", default="mycelian", show_default=True, help="Vault title (created when missing) or id."),
+        click.option("--timeout", default=60.0, show_default=True, type=click.FloatRange(min=0.1),
+                     help="Seconds each memory server call may take before it is retried."),
+        click.option("--reconnect-wait", default=30.0, show_default=True, type=click.FloatRange(min=0),
+                     help="Seconds to wait for an HTTP memory server that went away to come back."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -65,6 +71,9 @@ def cli() -> None:
               "endpoints that ignore the named form), 'auto' [env MYCELIAN_TOOL_CHOICE].")
 @click.option("--max-tokens", envvar="MYCELIAN_MAX_TOKENS", default=None, type=click.IntRange(min=1),
               help="Completion token limit of an openai: model [env MYCELIAN_MAX_TOKENS].")
+@click.option("--model-timeout", default=120.0, show_default=True, type=click.FloatRange(min=0.1),
+              help="Seconds an openai: model call may take; a timeout, HTTP 429 or 5xx is retried, then the "
+              "extractive model writes the step.")
 @click.option("--flush-every", default=6, show_default=True, type=click.IntRange(min=1),
               help="Write the context document every N messages of a conversation.")
 @click.option("--batch", "batch_size", default=1, show_default=True, type=click.IntRange(min=1),
@@ -73,9 +82,10 @@ def cli() -> None:
 @click.option("--state", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="SQLite checkpoint file: an interrupted replay resumes from it when run again.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-def replay(files: tuple[Path, ...], db: str | None, server: str, token: str | None, vault: str, memory: str | None,
-           model: str, api_key: str | None, base_url: str | None, tool_choice: str, max_tokens: int | None,
-           flush_every: int, batch_size: int, state: Path | None, as_json: bool) -> None:
+def replay(files: tuple[Path, ...], db: str | None, server: str, token: str | None, vault: str, timeout: float,
+           reconnect_wait: float, memory: str | None, model: str, api_key: str | None, base_url: str | None,
+           tool_choice: str, max_tokens: int | None, model_timeout: float, flush_every: int, batch_size: int,
+           state: Path | None, as_json: bool) -> None:
     """Replay conversation FILES into memory and print what was stored.
 
     Accepted files: {"messages": [...]}, {"sessions": [...]}, LongMemEval records and LoCoMo samples. Every
@@ -88,18 +98,22 @@ def replay(files: tuple[Path, ...], db: str | None, server: str, token: str | No
     stats = asyncio.run(_replay(conversations, total, db=db, server=server, token=token, vault=vault, memory=memory,
                                 model=model, api_key=api_key, base_url=base_url, flush_every=flush_every,
                                 state=state, tool_choice=tool_choice, max_tokens=max_tokens,
-                                batch_size=batch_size))
+                                batch_size=batch_size, timeout=timeout, reconnect_wait=reconnect_wait,
+                                model_timeout=model_timeout))
     if as_json:
         click.echo(json.dumps(stats.as_dict(), indent=2))
         return
     table = Table(title="Replay summary", show_header=False)
     usage = stats.usage
-    rows = [("conversations", stats.conversations), ("messages stored (batched: accepted)", stats.messages),
+    shown = ", ".join(stats.memories[:5]) + (f" and {len(stats.memories) - 5} more" if len(stats.memories) > 5 else "")
+    rows = [("conversations", stats.conversations), (f"memories (vault {vault})", shown),
+            ("messages stored (batched: accepted)", stats.messages),
             ("messages written (batched: incl. accepted earlier)", stats.written),
             ("already stored (resumed)", stats.skipped), ("entries written", stats.entries),
             ("deduplicated retries", stats.deduplicated), ("context documents written", stats.contexts),
             ("model calls", usage.llm_calls), ("prompt / completion tokens", f"{usage.prompt_tokens} / {usage.completion_tokens}"),
-            ("corrections / fallbacks / retries", f"{usage.corrections} / {usage.fallbacks} / {usage.retries}"),
+            ("corrections / fallbacks", f"{usage.corrections} / {usage.fallbacks}"),
+            ("retries: memory server / model", f"{usage.retries} / {usage.model_retries}"),
             ("elapsed", f"{stats.elapsed_s:.2f} s ({stats.messages_per_s:.0f} messages/s)")]
     for name, value in rows:
         table.add_row(name, str(value))
@@ -111,7 +125,8 @@ def replay(files: tuple[Path, ...], db: str | None, server: str, token: str | No
 async def _replay(conversations: list[Any], total: int, *, db: str | None, server: str, token: str | None, vault: str,
                   memory: str | None, model: str, api_key: str | None, base_url: str | None, flush_every: int,
                   state: Path | None, tool_choice: str = "named", max_tokens: int | None = None,
-                  batch_size: int = 1) -> Any:
+                  batch_size: int = 1, timeout: float | None = 60.0, reconnect_wait: float = 30.0,
+                  model_timeout: float | None = 120.0) -> Any:
     from .builder import build_agent, ensure_memory
     from .conversations.formats import valid_title
     from .agent.invoker import MycelianAgentInvoker
@@ -123,7 +138,8 @@ async def _replay(conversations: list[Any], total: int, *, db: str | None, serve
     async with build_agent(model, server, db=db, token=token, vault=vault, memory=first_memory,
                            checkpointer=checkpointer, flush_every=flush_every, api_key=api_key,
                            base_url=base_url, tool_choice_mode=tool_choice,  # type: ignore[arg-type]
-                           max_tokens=max_tokens, batch_size=batch_size) as invoker:
+                           max_tokens=max_tokens, batch_size=batch_size, timeout=timeout,
+                           reconnect_wait=reconnect_wait, model_timeout=model_timeout) as invoker:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TextColumn("{task.fields[rate]} msg/s"), TimeElapsedColumn(),
                       console=err_console, transient=False, disable=not err_console.is_terminal) as progress:
@@ -136,6 +152,9 @@ async def _replay(conversations: list[Any], total: int, *, db: str | None, serve
                                                         valid_title(conversation.conversation_id))
                         target = MycelianAgentInvoker(invoker.agent.with_memory(invoker.agent.vault_id, memory_id),
                                                       flush_every)
+                    title = memory or valid_title(conversation.conversation_id)
+                    if title not in stats.memories:
+                        stats.memories.append(title)
                     before = stats.skipped
                     progress.update(task, description=conversation.conversation_id)
 
@@ -147,24 +166,52 @@ async def _replay(conversations: list[Any], total: int, *, db: str | None, serve
                     await replay_conversation(target, conversation, stats=stats, on_message=tick)
                     progress.advance(task, stats.skipped - before)
             except (KeyboardInterrupt, asyncio.CancelledError):
-                err_console.print(f"[red]interrupted[/] after {stats.messages} messages stored this run; "
+                # The message in flight counts when the server acknowledged its entry before the interruption.
+                stored = stats.messages + invoker.agent.unfinished_writes()
+                err_console.print(f"[red]interrupted[/] after {stored} messages stored this run; "
                                   + ("run the same command again to resume." if state else
                                      "run again to finish (stored messages are deduplicated; pass --state to skip them)."))
                 raise
     return stats
 
 
-async def _open(db: str | None, server: str, token: str | None, vault: str, memory: str) -> tuple[Any, str, str]:
+async def _connect(db: str | None, server: str, token: str | None, timeout: float = 60.0,
+                   reconnect_wait: float = 30.0) -> Any:
+    """An open connection for the read and edit commands; an embedded database must already exist (a mistyped
+    --db is reported, not created)."""
+    if server in ("embedded", "in-process"):
+        from .memory_server.cli import default_db_path
+
+        path = Path(db).expanduser() if db else default_db_path(os.environ)
+        if str(path) != ":memory:" and not path.is_file():
+            raise MycelianError(f"no memory database at {path}: check --db (or MYCELIAN_DB); `mycelian-agent replay` "
+                                "or `add` creates one")
     from .builder import connect
 
-    connection = await connect(server, db=db, token=token).open()
+    if server == "embedded":  # the same server and file inside this process: no second Python to start
+        server = "in-process"
+    return await connect(server, db=db, token=token, timeout=timeout, reconnect_wait=reconnect_wait).open()
+
+
+async def _vault_id(connection: Any, vault: str) -> str:
+    """The id of vault ``vault`` (a title or an id); an error listing the vaults when there is none."""
+    vaults = await connection.call_json("list_vaults")
+    for item in vaults:
+        if vault in (item["title"], item["vaultId"]):
+            return item["vaultId"]
+    known = ", ".join(sorted(v["title"] for v in vaults)) or "none"
+    raise MycelianError(f"vault {vault!r} not found (vaults: {known}); check --vault")
+
+
+async def _open(db: str | None, server: str, token: str | None, vault: str, memory: str, timeout: float = 60.0,
+                reconnect_wait: float = 30.0) -> tuple[Any, str, str]:
+    connection = await _connect(db, server, token, timeout, reconnect_wait)
     try:
-        vaults = {v["title"]: v["vaultId"] for v in await connection.call_json("list_vaults")}
-        vault_id = vaults.get(vault, vault)
+        vault_id = await _vault_id(connection, vault)
         memories = {m["title"]: m["memoryId"] for m in await connection.call_json("list_memories", {"vault_id": vault_id})}
         if memory not in memories and memory not in memories.values():
             known = ", ".join(sorted(memories)) or "none"
-            raise MycelianError(f"memory {memory!r} not found in vault {vault!r} (memories: {known})")
+            raise MycelianError(f"memory {memory!r} not found in vault {vault!r} (memories: {known}); check --memory")
         return connection, vault_id, memories.get(memory, memory)
     except BaseException:
         await connection.aclose()
@@ -175,11 +222,12 @@ async def _open(db: str | None, server: str, token: str | None, vault: str, memo
 @_server_options
 @click.option("--memory", required=True, help="Memory title or id.")
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 50), help="Newest entries to show.")
-def show(db: str | None, server: str, token: str | None, vault: str, memory: str, limit: int) -> None:
+def show(db: str | None, server: str, token: str | None, vault: str, timeout: float, reconnect_wait: float, memory: str,
+         limit: int) -> None:
     """Show a memory's newest entries and its current context document."""
 
     async def run() -> None:
-        connection, vault_id, memory_id = await _open(db, server, token, vault, memory)
+        connection, vault_id, memory_id = await _open(db, server, token, vault, memory, timeout, reconnect_wait)
         try:
             ids = {"vault_id": vault_id, "memory_id": memory_id}
             listed = await connection.call_json("list_entries", {**ids, "limit": limit})
@@ -205,15 +253,15 @@ def show(db: str | None, server: str, token: str | None, vault: str, memory: str
 @click.option("--memory", required=True, help="Memory title or id.")
 @click.option("--top-k", default=5, show_default=True, type=click.IntRange(1, 25), help="Entries to return.")
 @click.option("--json", "as_json", is_flag=True, help="Print the raw search_memories result.")
-def search(query: str, db: str | None, server: str, token: str | None, vault: str, memory: str, top_k: int,
-           as_json: bool) -> None:
+def search(query: str, db: str | None, server: str, token: str | None, vault: str, timeout: float,
+           reconnect_wait: float, memory: str, top_k: int, as_json: bool) -> None:
     """Search a memory: ranked entries and context shards for QUERY."""
 
     async def run() -> None:
-        connection, _vault_id, memory_id = await _open(db, server, token, vault, memory)
+        connection, vault_id, memory_id = await _open(db, server, token, vault, memory, timeout, reconnect_wait)
         try:
             found = await connection.call_json("search_memories", {
-                "memory_id": memory_id, "query": query, "top_ke": top_k, "include_raw_entries": True})
+                "vault_id": vault_id, "memory_id": memory_id, "query": query, "top_ke": top_k, "include_raw_entries": True})
         finally:
             await connection.aclose()
         if as_json:
@@ -230,13 +278,129 @@ def search(query: str, db: str | None, server: str, token: str | None, vault: st
     asyncio.run(run())
 
 
-@cli.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+@cli.command(name="list")
+@_server_options
+def list_(db: str | None, server: str, token: str | None, vault: str, timeout: float, reconnect_wait: float) -> None:
+    """List the vaults and their memories (titles and ids); --vault shows one vault."""
+
+    async def run() -> list[tuple[str, str, list[dict[str, Any]]]]:
+        connection = await _connect(db, server, token, timeout, reconnect_wait)
+        try:
+            vaults = await connection.call_json("list_vaults")
+            if vault != "mycelian":  # a vault named: only that one (the default lists them all)
+                chosen = await _vault_id(connection, vault)
+                vaults = [v for v in vaults if v["vaultId"] == chosen]
+            return [(v["title"], v["vaultId"], await connection.call_json("list_memories", {"vault_id": v["vaultId"]}))
+                    for v in vaults]
+        finally:
+            await connection.aclose()
+
+    table = Table(title="vaults and memories")
+    for column in ("vault", "memory", "memory id"):
+        table.add_column(column, overflow="fold")
+    for title, vault_id, memories in asyncio.run(run()):
+        table.add_row(f"{title} ({vault_id})", "", "")
+        for item in memories:
+            table.add_row("", item["title"], item["memoryId"])
+    console.print(table)
+
+
+@cli.command()
+@click.argument("text")
+@_server_options
+@click.option("--memory", required=True, help="Memory title (created when missing) or id.")
+@click.option("--role", default="user", show_default=True, type=click.Choice(["user", "assistant"]))
+@click.option("--name", default=None, help="Who spoke (e.g. Caroline).")
+@click.option("--time", "when", default=None, help="When it was said (RFC 3339, e.g. 2024-05-01T10:00:00Z).")
+@click.option("--model", envvar="MYCELIAN_MODEL", default="extractive", show_default=True,
+              help="'extractive' (no network) or 'openai:<model>' [env MYCELIAN_MODEL].")
+def add(text: str, db: str | None, server: str, token: str | None, vault: str, timeout: float,
+        reconnect_wait: float, memory: str, role: str, name: str | None, when: str | None, model: str) -> None:
+    """Store one message TEXT in a memory (summary and tags written by the model) and print the entry."""
+    from .builder import build_agent
+
+    async def run() -> Any:
+        async with build_agent(model, server, db=db, token=token, vault=vault, memory=memory, timeout=timeout,
+                               reconnect_wait=reconnect_wait) as invoker:
+            result = await invoker.aprocess_conversation_message(role, text, f"cli-{memory}", when, name=name)
+            ids = {"vault_id": invoker.agent.vault_id, "memory_id": invoker.agent.memory_id}
+            return [await invoker.connection.call_json("get_entry", {**ids, "entry_id": e}) for e in result.entry_ids]
+
+    for entry in asyncio.run(run()):
+        click.echo(json.dumps(entry, indent=2, ensure_ascii=False))
+
+
+@cli.command()
+@_server_options
+@click.option("--memory", required=True, help="Memory title or id.")
+@click.option("--entry", "entry_id", default=None, help="Delete only this entry (its id); without it, the whole memory.")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def delete(db: str | None, server: str, token: str | None, vault: str, timeout: float, reconnect_wait: float,
+           memory: str, entry_id: str | None, yes: bool) -> None:
+    """Delete one entry of a memory (--entry), or the whole memory with its entries and context."""
+    what = f"entry {entry_id} of memory {memory!r}" if entry_id else f"memory {memory!r} with all its entries"
+    if not yes:
+        click.confirm(f"Delete {what}?", abort=True)
+
+    async def run() -> Any:
+        connection, vault_id, memory_id = await _open(db, server, token, vault, memory, timeout, reconnect_wait)
+        try:
+            ids = {"vault_id": vault_id, "memory_id": memory_id}
+            if entry_id:
+                return await connection.call_json("delete_entry", {**ids, "entry_id": entry_id})
+            return await connection.call_json("delete_memory", ids)
+        finally:
+            await connection.aclose()
+
+    click.echo(json.dumps(asyncio.run(run())))
+
+
+@cli.command()
+@_server_options
+@click.option("--memory", required=True, help="Memory title or id.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the JSON here (default: standard output).")
+def export(db: str | None, server: str, token: str | None, vault: str, timeout: float, reconnect_wait: float,
+           memory: str, out: Path | None) -> None:
+    """Export a memory as JSON: the memory, its context document and every entry, oldest first."""
+
+    async def run() -> dict[str, Any]:
+        connection, vault_id, memory_id = await _open(db, server, token, vault, memory, timeout, reconnect_wait)
+        try:
+            ids = {"vault_id": vault_id, "memory_id": memory_id}
+            entries: list[dict[str, Any]] = []
+            page = await connection.call_json("list_entries", {**ids, "limit": 50, "after": "0001-01-01T00:00:00Z"})
+            while True:
+                entries += page["entries"]
+                if not page.get("next_after"):
+                    break
+                page = await connection.call_json("list_entries", {**ids, "limit": 50, "after": page["next_after"]})
+            from .memory_server.placeholder import is_placeholder_context
+
+            context = await connection.call("get_context", ids)
+            return {"vault": {"vaultId": vault_id, "title": vault},
+                    "memory": await connection.call_json("get_memory", ids),
+                    "context": "" if is_placeholder_context(context) else context, "entries": entries}
+        finally:
+            await connection.aclose()
+
+    text = json.dumps(asyncio.run(run()), indent=2, ensure_ascii=False)
+    if out is None:
+        click.echo(text)
+    else:
+        out.write_text(text + "\n", encoding="utf-8")
+        err_console.print(f"exported to {out}")
+
+
+@cli.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True}, add_help_option=False)
 @click.pass_context
 def serve(ctx: click.Context) -> None:
-    """Run the embedded memory server (same options as mycelian-memory-server)."""
+    """Run the embedded memory server (same options as mycelian-memory-server; serve --help lists them)."""
     from .memory_server.cli import main as server_main
 
-    server_main(list(ctx.args))
+    code = server_main(list(ctx.args), prog="mycelian-agent serve")
+    if code:
+        sys.exit(code)
 
 
 def _add_bench_commands() -> None:

@@ -13,8 +13,9 @@ from typing import Any
 
 __all__ = [
     "RAW_ENTRY_MAX_CHARS", "SUMMARY_MAX_CHARS", "SUMMARY_TARGET_CHARS", "CONTEXT_MAX_CHARS", "DESCRIPTION_MAX_CHARS",
-    "QUERY_MAX_CHARS", "SEARCH_DEPTH_MAX", "TITLE_MAX_CHARS", "TAGS_MAX_KEYS", "TAG_KEY_MAX_CHARS", "TAG_VALUE_MAX_CHARS",
-    "IDEMPOTENCY_KEY_MAX_CHARS", "NAME_MAX_CHARS", "clip_tags", "name_problem", "split_oversize",
+    "QUERY_MAX_CHARS", "SEARCH_DEPTH_MAX", "TITLE_MAX_CHARS", "TAGS_MAX_KEYS", "TAG_KEY_MAX_CHARS",
+    "TAG_VALUE_MAX_CHARS", "IDEMPOTENCY_KEY_MAX_CHARS", "NAME_MAX_CHARS", "clip_tags", "name_problem", "split_oversize",
+    "unicode_problem",
 ]
 
 RAW_ENTRY_MAX_CHARS = 9000  # add_entry raw_entry (upstream's limit); longer messages are stored as parts
@@ -32,6 +33,23 @@ IDEMPOTENCY_KEY_MAX_CHARS = 200
 NAME_MAX_CHARS = 100  # speaker names: the name goes into every prompt and summary of the speaker's messages
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def unicode_problem(text: str) -> str | None:
+    """What makes ``text`` unstorable as UTF-8 (a lone surrogate such as ``"\\ud83d"``), or None when it is fine.
+
+    JSON allows ``\\ud83d`` escapes that decode to half a character; such a string cannot be encoded as UTF-8,
+    sent over MCP or stored. The input loader, the agent's public call, the model's tool arguments and the memory
+    server all refuse it with this message.
+    """
+    match = _SURROGATE.search(text)
+    if match is None:
+        return None
+    return (f"invalid Unicode: lone surrogate \\u{ord(match.group()):04x} at character {match.start()} "
+            "(half of a UTF-16 pair, cannot be stored as UTF-8; fix the text or its \\u escapes)")
+
+
 def name_problem(name: object) -> str | None:
     """What is wrong with a speaker name, or None when it is acceptable.
 
@@ -47,7 +65,7 @@ def name_problem(name: object) -> str | None:
         return f"a speaker name must be at most {NAME_MAX_CHARS} characters, got {len(text)}"
     if any(ord(c) < 32 or ord(c) == 127 for c in text):
         return "a speaker name must be one line without control characters"
-    return None
+    return unicode_problem(text)
 
 
 def clip_tags(tags: Mapping[Any, Any]) -> dict[str, str]:

@@ -3,7 +3,9 @@
 ``langchain-mcp-adapters``' ``client.get_tools()`` opens a new session per tool call: over stdio that spawns a
 server process every time (~574 ms a call measured, against ~3.5 ms on a persistent session). A
 :class:`MemoryConnection` opens one session, keeps it in a task of its own (anyio requires a session to be closed
-by the task that opened it) and loads the tools on it once.
+by the task that opened it) and loads the tools on it once. The tools call through the connection, which puts a
+deadline on every call and, over HTTP, replaces a broken session with a new one (python-sdk issue 1577: a request
+whose server died is otherwise never answered).
 """
 
 from __future__ import annotations
@@ -14,12 +16,17 @@ import sys
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Callable, Mapping, Sequence
 
-from langchain_core.tools import BaseTool
-from langchain_mcp_adapters.sessions import Connection, create_session
-from langchain_mcp_adapters.tools import load_mcp_tools
-from mcp import ClientSession
+import anyio
+from typing import TYPE_CHECKING
 
-from .errors import ConfigError, MemoryServerError, describe_cause, is_transient_text
+from langchain_mcp_adapters.sessions import Connection, create_session
+from mcp import ClientSession
+from mcp.types import CONNECTION_CLOSED
+
+if TYPE_CHECKING:  # LangChain (~1.5 s to import) only when the tools are asked for: not by list/show/export
+    from langchain_core.tools import BaseTool
+
+from .errors import ConfigError, MemoryServerError, MycelianError, describe_cause, is_transient_text
 
 __all__ = ["MemoryConnection", "SessionFactory", "embedded_connection", "http_connection", "in_process_connection"]
 
@@ -60,9 +67,61 @@ def in_process_connection(db: str, *, embeddings: bool = False) -> SessionFactor
     return open_session
 
 
+async def _list_tools(session: ClientSession) -> list[Any]:
+    tools, cursor = [], None
+    while True:
+        page = await session.list_tools(cursor=cursor) if cursor else await session.list_tools()
+        tools.extend(page.tools)
+        cursor = page.nextCursor
+        if not cursor:
+            return tools
+
+
 def _result_text(result: Any) -> str:
     parts = [getattr(block, "text", "") for block in getattr(result, "content", []) or []]
     return "\n".join(p for p in parts if p)
+
+
+class _SessionProxy:
+    """What the LangChain tools call (``session.call_tool``): the connection's current session, with its timeout,
+    reconnection and error rules, so the tools outlive a reconnect."""
+
+    def __init__(self, connection: MemoryConnection) -> None:
+        self._connection = connection
+
+    async def call_tool(self, name: str, arguments: dict[str, Any] | None = None, *_: Any, **__: Any) -> Any:
+        return await self._connection.call_tool_result(name, arguments)
+
+
+def _http_status(exc: BaseException) -> int | None:
+    """The HTTP status of the first httpx status error inside ``exc`` (exception groups and causes searched)."""
+    seen: list[BaseException | None] = [exc]
+    visited: set[int] = set()
+    while seen:
+        current = seen.pop()
+        if current is None or id(current) in visited:
+            continue
+        visited.add(id(current))
+        response = getattr(current, "response", None)
+        status = getattr(response, "status_code", None)
+        if isinstance(status, int):
+            return status
+        if isinstance(current, BaseExceptionGroup):
+            seen.extend(current.exceptions)
+        seen.extend((current.__cause__, current.__context__))
+    return None
+
+
+def _is_closed(exc: BaseException) -> bool:
+    """Whether a transport exception says the session is gone (as opposed to one slow or failed request)."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    if isinstance(exc, (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, EOFError,
+                        BrokenPipeError, ConnectionError)):
+        return True
+    error = getattr(exc, "error", None)  # mcp.shared.exceptions.McpError carries an ErrorData
+    return getattr(error, "code", None) == CONNECTION_CLOSED or "connection closed" in str(exc).lower() \
+        or "session terminated" in str(exc).lower()
 
 
 class MemoryConnection:
@@ -70,15 +129,37 @@ class MemoryConnection:
 
     Use as ``async with MemoryConnection(conn) as memory: ...`` with a connection from :func:`embedded_connection`,
     :func:`http_connection` or :func:`in_process_connection`.
+
+    Every tool call has a deadline (``call_timeout`` seconds; None: none). Over HTTP a call that times out or loses
+    the connection marks the session broken; the next call opens a new session, waiting up to ``reconnect_wait``
+    seconds for the server to come back, and the agent retries the failed call with the same arguments (so the same
+    idempotency key: nothing is stored twice). A stdio or in-process session that closed (the server exited) is not
+    retried: the error says so at once.
     """
 
-    def __init__(self, connection: Connection | SessionFactory | None = None, *, open_timeout: float = 60.0) -> None:
+    def __init__(self, connection: Connection | SessionFactory | None = None, *, open_timeout: float = 60.0,
+                 call_timeout: float | None = 60.0, reconnect_wait: float = 30.0,
+                 reconnect: bool | None = None) -> None:
         self._connection = connection
         self._open_timeout = open_timeout
+        self._call_timeout = call_timeout
+        self._reconnect_wait = reconnect_wait
+        if reconnect is None:
+            reconnect = not callable(connection) and isinstance(connection, Mapping) \
+                and connection.get("transport") in ("streamable_http", "http", "sse")
+        self._reconnect = reconnect
         self._session: ClientSession | None = None
-        self._tools: dict[str, BaseTool] = {}
+        self._mcp_tools: dict[str, Any] = {}  # the server's tool definitions
+        self._tools: dict[str, BaseTool] = {}  # as LangChain tools, made on first use
         self._task: asyncio.Task[None] | None = None
         self._stop: asyncio.Event | None = None
+        self._failure: BaseException | None = None  # why the session's task ended on its own
+        self._broken = False
+        self._generation = 0
+        self._lock: asyncio.Lock | None = None
+        self._opened = False
+        #: Sessions opened after the first (reconnections), for reports and tests.
+        self.reconnects = 0
 
     @property
     def session(self) -> ClientSession:
@@ -86,17 +167,26 @@ class MemoryConnection:
             raise MemoryServerError("the memory server connection is not open (use 'async with' first)")
         return self._session
 
+    def _langchain_tools(self) -> dict[str, BaseTool]:
+        if len(self._tools) != len(self._mcp_tools):
+            from langchain_mcp_adapters.tools import convert_mcp_tool_to_langchain_tool
+
+            proxy = _SessionProxy(self)
+            self._tools = {name: convert_mcp_tool_to_langchain_tool(proxy, tool)  # type: ignore[arg-type]
+                           for name, tool in self._mcp_tools.items()}
+        return self._tools
+
     @property
     def tools(self) -> list[BaseTool]:
-        """The server's tools as LangChain tools bound to this session."""
-        return list(self._tools.values())
+        """The server's tools as LangChain tools bound to this connection (they survive reconnections)."""
+        return list(self._langchain_tools().values())
 
     def tool(self, name: str) -> BaseTool:
         """The tool called ``name``; a clear error if the server does not offer it."""
         try:
-            return self._tools[name]
+            return self._langchain_tools()[name]
         except KeyError:
-            offered = ", ".join(sorted(self._tools)) or "none"
+            offered = ", ".join(sorted(self._mcp_tools)) or "none"
             raise MemoryServerError(
                 f"the memory server has no tool {name!r} (it offers: {offered}); is it a Mycelian memory server?",
                 tool=name,
@@ -108,41 +198,71 @@ class MemoryConnection:
             return self
         if self._connection is None:
             raise ConfigError("MemoryConnection needs a connection (see embedded_connection / http_connection)")
-        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._stop = asyncio.Event()
-        self._task = asyncio.create_task(self._keep_session(ready), name="mycelian-mcp-session")
-        try:
-            await asyncio.wait_for(asyncio.shield(ready), self._open_timeout)
-        except asyncio.TimeoutError:
-            await self.aclose()
-            raise MemoryServerError(
-                f"the memory server did not answer within {self._open_timeout:.0f}s ({self._describe()})"
-            ) from None
-        except MemoryServerError:
-            await self.aclose()
-            raise
+        self._lock = asyncio.Lock()
+        await self._start(self._open_timeout, load_tools=True)
+        self._opened = True
         return self
 
-    async def _keep_session(self, ready: asyncio.Future[None]) -> None:
+    async def _start(self, timeout: float, *, load_tools: bool) -> None:
+        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._stop = asyncio.Event()
+        self._failure = None
+        self._task = asyncio.create_task(self._keep_session(ready, load_tools), name="mycelian-mcp-session")
+        try:
+            await asyncio.wait_for(asyncio.shield(ready), timeout)
+        except asyncio.TimeoutError:
+            await self._stop_task(wait=1.0)
+            raise MemoryServerError(
+                f"the memory server did not answer within {timeout:.0f}s ({self._describe()})", transient=True
+            ) from None
+        except MemoryServerError:
+            await self._stop_task(wait=1.0)
+            raise
+        self._broken = False
+        self._generation += 1
+
+    async def _keep_session(self, ready: asyncio.Future[None], load_tools: bool) -> None:
         assert self._connection is not None and self._stop is not None
+        stop = self._stop
         try:
             factory = self._connection if callable(self._connection) else None
             async with (factory() if factory else create_session(self._connection)) as session:  # type: ignore[arg-type]
                 if factory is None:  # a factory's session comes initialised
                     await session.initialize()
-                self._tools = {tool.name: tool for tool in await load_mcp_tools(session)}
+                if load_tools:
+                    self._mcp_tools = {tool.name: tool for tool in await _list_tools(session)}
+                    self._tools = {}
                 self._session = session
                 ready.set_result(None)
-                await self._stop.wait()
-        except BaseException as exc:  # noqa: BLE001 - reported to open() or logged below
+                await stop.wait()
+        except BaseException as exc:  # noqa: BLE001 - reported to open() or to the next call
             if not ready.done():
-                ready.set_exception(
-                    MemoryServerError(f"could not connect to the memory server ({self._describe()}): {describe_cause(exc)}")
-                )
+                ready.set_exception(self._connect_error(exc))
             elif not isinstance(exc, (asyncio.CancelledError, GeneratorExit)):
+                self._failure = exc
+            if isinstance(exc, asyncio.CancelledError):
                 raise
         finally:
-            self._session = None
+            if self._stop is stop:
+                self._session = None
+
+    def _connect_error(self, exc: BaseException) -> MemoryServerError:
+        """Why a session could not be opened, in the user's terms (a refused token is not a network problem)."""
+        status = _http_status(exc)
+        where = self._describe()
+        if status == 401:
+            return MemoryServerError(f"invalid token: the memory server ({where}) refused the bearer token. Check "
+                                     "--token (or MYCELIAN_TOKEN) against the token the server was started with")
+        if status == 403:
+            return MemoryServerError(f"the memory server ({where}) refused access (HTTP 403)")
+        if status == 404:
+            return MemoryServerError(f"no MCP endpoint at {where} (HTTP 404): the URL should end in /mcp, e.g. "
+                                     "http://127.0.0.1:11546/mcp")
+        if status == 421:
+            return MemoryServerError(f"the memory server ({where}) refused the Host header (HTTP 421): start it with "
+                                     "--allowed-host NAME for the name used in this URL")
+        return MemoryServerError(f"could not connect to the memory server ({where}): {describe_cause(exc)}",
+                                 transient=True)
 
     def _describe(self) -> str:
         if callable(self._connection):
@@ -152,19 +272,28 @@ class MemoryConnection:
             return "embedded server: " + " ".join([conn.get("command", ""), *conn.get("args", [])])
         return f"{conn.get('transport')} {conn.get('url')}"
 
-    async def aclose(self) -> None:
-        """Close the session (and stop a spawned server). Safe to call twice."""
+    async def _stop_task(self, wait: float) -> None:
         if self._task is None:
             return
         assert self._stop is not None
         self._stop.set()
         task, self._task = self._task, None
         try:
-            await asyncio.wait_for(task, 10)
+            await asyncio.wait_for(asyncio.shield(task), wait)
         except asyncio.TimeoutError:
             task.cancel()
+            try:
+                await task
+            except BaseException:  # noqa: BLE001 - a broken session's teardown has nothing left to report
+                pass
         except Exception:  # noqa: BLE001 - closing must not mask the caller's own error
             pass
+        self._session = None
+
+    async def aclose(self) -> None:
+        """Close the session (and stop a spawned server). Safe to call twice."""
+        self._opened = False
+        await self._stop_task(wait=10.0)
 
     async def __aenter__(self) -> "MemoryConnection":
         return await self.open()
@@ -172,14 +301,91 @@ class MemoryConnection:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
-    async def call(self, name: str, arguments: Mapping[str, Any] | None = None) -> str:
-        """Call tool ``name`` directly and return its text; an error result raises :class:`MemoryServerError`."""
+    def _alive(self) -> bool:
+        return (self._session is not None and not self._broken and self._task is not None
+                and not self._task.done())
+
+    async def _usable_session(self, name: str) -> tuple[ClientSession, int]:
+        """The current session; over HTTP a broken one is replaced first (waiting for the server to return)."""
+        if self._alive():
+            return self._session, self._generation  # type: ignore[return-value]
+        if not self._opened:
+            raise MemoryServerError("the memory server connection is not open (use 'async with' first)", tool=name)
+        cause = f": {describe_cause(self._failure)}" if self._failure else ""
+        if not self._reconnect:
+            raise MemoryServerError(
+                f"{name} failed: the connection to the memory server is closed ({self._describe()}){cause}. "
+                "The server exited or was stopped; check its log, then run again (stored messages are not "
+                "stored twice)", tool=name)
+        assert self._lock is not None
+        async with self._lock:
+            if self._alive():  # another call reconnected meanwhile
+                return self._session, self._generation  # type: ignore[return-value]
+            await self._stop_task(wait=1.0)
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + self._reconnect_wait
+            delay, last = 0.1, None
+            while True:
+                left = deadline - loop.time()
+                try:
+                    await self._start(max(1.0, min(self._open_timeout, left)), load_tools=False)
+                    self.reconnects += 1
+                    return self._session, self._generation  # type: ignore[return-value]
+                except MemoryServerError as exc:
+                    if not exc.transient:  # e.g. the token is refused: waiting will not help
+                        raise
+                    last = exc
+                if loop.time() + delay > deadline:
+                    break
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        raise MemoryServerError(
+            f"{name} failed: the memory server has been unreachable for {self._reconnect_wait:g}s ({self._describe()}; "
+            f"last error: {last}). Start it (or check --server and the network), then run again: stored messages "
+            "are not stored twice", tool=name)
+
+    def _mark_broken(self, generation: int) -> None:
+        if generation == self._generation:
+            self._broken = True
+
+    async def call_tool_result(self, name: str, arguments: Mapping[str, Any] | None = None) -> Any:
+        """Call tool ``name`` and return the MCP ``CallToolResult`` (error results included); a transport failure
+        or timeout raises :class:`MemoryServerError` (``transient`` when a retry may cure it)."""
+        arguments = dict(arguments or {})
         try:
-            result = await self.session.call_tool(name, dict(arguments or {}))
-        except MemoryServerError:
+            json.dumps(arguments, ensure_ascii=False).encode("utf-8")
+        except (TypeError, ValueError) as exc:  # a lone surrogate would make the transport fail, or hang
+            raise MemoryServerError(f"{name}: arguments cannot be sent as JSON text: {describe_cause(exc)}",
+                                    tool=name) from None
+        session, generation = await self._usable_session(name)
+        try:
+            if self._call_timeout is None:
+                return await session.call_tool(name, arguments)
+            return await asyncio.wait_for(session.call_tool(name, arguments), self._call_timeout)
+        except asyncio.TimeoutError:
+            if self._reconnect:
+                self._mark_broken(generation)
+            raise MemoryServerError(
+                f"{name} failed: no answer from the memory server within {self._call_timeout:g}s "
+                f"({self._describe()})", tool=name, transient=True) from None
+        except MycelianError:
             raise
         except Exception as exc:  # transport failures surface as many exception types
+            closed = _is_closed(exc) or not self._alive()
+            if self._reconnect:
+                self._mark_broken(generation)
+                raise MemoryServerError(f"{name} failed: {describe_cause(exc)} (connection to {self._describe()} "
+                                        "lost; reconnecting)", tool=name, transient=True) from exc
+            if closed:
+                raise MemoryServerError(
+                    f"{name} failed: the connection to the memory server closed ({self._describe()}): "
+                    f"{describe_cause(exc)}. The server exited or was stopped; check its log, then run again "
+                    "(stored messages are not stored twice)", tool=name) from exc
             raise MemoryServerError(f"{name} failed: {describe_cause(exc)}", tool=name, transient=True) from exc
+
+    async def call(self, name: str, arguments: Mapping[str, Any] | None = None) -> str:
+        """Call tool ``name`` directly and return its text; an error result raises :class:`MemoryServerError`."""
+        result = await self.call_tool_result(name, arguments)
         text = _result_text(result)
         if result.isError:
             raise MemoryServerError(f"{name} failed: {text or 'error with no message'}", tool=name,

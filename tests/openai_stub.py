@@ -17,12 +17,13 @@ from __future__ import annotations
 import itertools
 import json
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-__all__ = ["OpenAIStub", "StubReply", "tool_call_reply", "text_reply", "error_reply"]
+__all__ = ["OpenAIStub", "StubReply", "tool_call_reply", "text_reply", "error_reply", "slow_reply"]
 
 _ids = itertools.count(1)
 Usage = tuple[int, int]
@@ -38,6 +39,7 @@ class StubReply:
     error: str = ""
     error_type: str = "invalid_request_error"
     finish_reason: str = "stop"
+    delay: float = 0.0  # seconds to wait before answering (longer than the client's timeout: a timeout)
 
 
 def tool_call_reply(name: str, args: Mapping[str, Any] | str, usage: Usage | None = (10, 5)) -> StubReply:
@@ -51,6 +53,12 @@ def tool_call_reply(name: str, args: Mapping[str, Any] | str, usage: Usage | Non
 def text_reply(content: str, usage: Usage | None = (10, 5)) -> StubReply:
     """An assistant message with text and no tool call."""
     return StubReply(message={"role": "assistant", "content": content}, usage=usage)
+
+
+def slow_reply(seconds: float, then: StubReply) -> StubReply:
+    """``then``, answered after ``seconds`` (a client with a shorter timeout sees a timeout)."""
+    return StubReply(message=then.message, usage=then.usage, status=then.status, error=then.error,
+                     error_type=then.error_type, finish_reason=then.finish_reason, delay=seconds)
 
 
 def error_reply(status: int, message: str = "stub error", error_type: str = "invalid_request_error") -> StubReply:
@@ -194,6 +202,14 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_error(400, f"OpenAIStub: request body is not JSON: {exc}")
             return
         reply = self.owner._next_reply(body, {key.lower(): value for key, value in self.headers.items()})
+        if isinstance(reply, StubReply) and reply.delay:
+            time.sleep(reply.delay)
+        try:
+            self._answer(body, reply)
+        except (BrokenPipeError, ConnectionResetError):  # the client gave up waiting (its timeout)
+            self.close_connection = True
+
+    def _answer(self, body: dict[str, Any], reply: StubReply | dict[str, Any]) -> None:
         if isinstance(reply, StubReply) and reply.status != 200:
             self._send_error(reply.status, reply.error, reply.error_type)
             return

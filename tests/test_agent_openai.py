@@ -41,7 +41,7 @@ async def test_openai_model_writes_entries_and_context_over_the_wire(tmp_path):
 
 
 async def test_text_reply_is_corrected_over_the_wire_then_falls_back(tmp_path):
-    with OpenAIStub(responses=[text_reply("I can't call tools."), text_reply("Still no."), error_reply(500, "boom")]) as stub:
+    with OpenAIStub(responses=[text_reply("I can't call tools."), text_reply("Still no."), error_reply(400, "boom")]) as stub:
         model = resolve_model("openai:gpt-4o-mini", api_key="k", base_url=stub.base_url, max_retries=0)
         async with build_agent(model, "in-process", db=tmp_path / "m.db") as invoker:
             result = await invoker.aprocess_conversation_message("user", "Marco is vegetarian.", "t1")

@@ -78,3 +78,30 @@ async def test_transient_error_that_persists_raises_after_the_attempts():
     with pytest.raises(MemoryServerError, match="after 2 retries"):
         await invoker.aprocess_conversation_message("user", "hello", "t1")
     assert len(behaviour.calls) == 3
+
+
+async def test_an_interrupted_invocation_counts_the_entry_the_server_acknowledged():
+    import asyncio
+
+    from langgraph.checkpoint.memory import InMemorySaver as Saver
+
+    blocked = asyncio.Event()
+
+    async def hang(**_kwargs):
+        blocked.set()
+        await asyncio.Event().wait()  # the flush never answers: the user presses Ctrl-C here
+
+    tools = [tool("get_context", lambda _: ""), tool("list_entries", lambda _: json.dumps({"entries": []})),
+             tool("add_entry", failing(0, ConnectionError())), tool("await_consistency", lambda _: "consistent"),
+             StructuredTool.from_function(coroutine=hang, name="put_context", description="put_context",
+                                          args_schema={"type": "object", "properties": {}})]
+    agent = MycelianMemoryAgent(ExtractiveChatModel(), tools, vault_id="v", memory_id="m", checkpointer=Saver())
+    invoker = MycelianAgentInvoker(agent, flush_every=1)
+    running = asyncio.create_task(invoker.aprocess_conversation_message("user", "hello", "t1"))
+    await asyncio.wait_for(blocked.wait(), 30)
+    running.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await running
+    assert agent.unfinished_writes() == 1  # stored on the server, though the invocation did not finish
+    done = await invoker.aprocess_conversation_message("user", "bye", "t2")
+    assert done.acknowledged_entries == 1 and agent.unfinished_writes() == 1

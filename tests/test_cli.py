@@ -86,7 +86,8 @@ def test_replay_show_and_search_the_example(tmp_path, cli):
     assert "Casa do Limoeiro" in json.loads(found.stdout)["entries"][0]["rawEntry"]
     missing = cli("show", "--db", str(db), "--memory", "nope")
     assert missing.returncode == 1
-    assert missing.stderr == "error: memory 'nope' not found in vault 'mycelian' (memories: quickstart)\n"
+    assert missing.stderr == ("error: memory 'nope' not found in vault 'mycelian' (memories: quickstart); "
+                              "check --memory\n")
 
 
 def test_replaying_twice_stores_every_message_once(tmp_path, cli):
@@ -98,6 +99,21 @@ def test_replaying_twice_stores_every_message_once(tmp_path, cli):
     assert (second["messages"], second["deduplicated"]) == (16, 16)  # without --state: replayed, answered as stored
     raws = stored_raw_entries(db)
     assert len(raws) == 16 and len(set(raws)) == 16
+    # The re-run found every message stored, so the context documents already covered them: no new snapshots.
+    assert first["contexts"] > 0 and second["contexts"] == 0
+    assert context_snapshots(db) == first["contexts"]
+
+
+def context_snapshots(db: Path) -> int:
+    conn = sqlite3.connect(db)
+    try:
+        return conn.execute("SELECT count(*) FROM contexts").fetchone()[0]
+    finally:
+        conn.close()
+
+
+SURROGATE = ("invalid Unicode: lone surrogate \\u{code} at character {at} (half of a UTF-16 pair, cannot be stored "
+             "as UTF-8; fix the text or its \\u escapes)")
 
 
 @pytest.mark.parametrize(("content", "problem"), [
@@ -109,7 +125,23 @@ def test_replaying_twice_stores_every_message_once(tmp_path, cli):
     ('{"chat": []}', "top level: unknown format (keys: 'chat'); accepted: 'messages' {messages: [...]}, "
      "'sessions' {sessions: [...]}, 'longmemeval' (records with haystack_sessions), 'locomo' (samples with "
      "conversation)"),
-], ids=["malformed-json", "unknown-role", "blank-content", "unknown-format"])
+    ('{"messages": [{"role": "user", "content": "hi", "tags": {"k": "\\ud83d"}}]}',
+     "messages[0].tags.k: " + SURROGATE.format(code="d83d", at=0)),
+    ('{"messages": [{"role": "user", "content": "hi", "tags": {"\\ud83d": "v"}}]}',
+     "messages[0].tags: key '\\\\ud83d': " + SURROGATE.format(code="d83d", at=0)),
+    ('{"messages": [{"role": "user", "content": "ok \\udc00"}]}',
+     "messages[0].content: " + SURROGATE.format(code="dc00", at=3)),
+    ('{"conversation_id": "c\\ud83d", "messages": [{"role": "user", "content": "hi"}]}',
+     "conversation_id: " + SURROGATE.format(code="d83d", at=1)),
+    ("[" * 100000 + "]" * 100000, "line 1 column 65: JSON nested more than 64 levels deep (no accepted format nests "
+     "that deep)"),
+    ('{"messages": [{"role": "user", "content": "hi", "n": ' + "7" * 5000 + "}]}",
+     "line 1 column 54: number too long to read (more than 4300 digits); write it as a string if it is an id"),
+    ('{"messages": [{"role": "user", "content": "hi", "tags": {' + ", ".join(f'"k{i}": "v"' for i in range(27))
+     + "}}]}", "messages[0].tags: 27 tags; at most 26 (the server keeps 32 per entry, 6 of them set by the loader "
+     "and the agent)"),
+], ids=["malformed-json", "unknown-role", "blank-content", "unknown-format", "surrogate-tag-value",
+        "surrogate-tag-key", "surrogate-content", "surrogate-id", "deep-nesting", "huge-int", "too-many-tags"])
 def test_bad_files_are_refused_with_file_position_and_problem(tmp_path, cli, content, problem):
     good, bad, db = tmp_path / "good.json", tmp_path / "bad.json", tmp_path / "memory.db"
     good.write_text(json.dumps({"messages": [{"role": "user", "content": "hello"}]}))
@@ -186,3 +218,42 @@ def test_replay_runner_script_is_the_replay_command(tmp_path, capsys):
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["deduplicated"] == 16  # the second replay stored nothing twice
+
+
+def test_list_add_export_delete_and_errors_that_name_the_cause(tmp_path, cli):
+    db = tmp_path / "memory.db"
+    typo = tmp_path / "typo" / "typo.db"
+    shown = cli("show", "--db", str(typo), "--memory", "quickstart")
+    assert shown.returncode == 1 and f"no memory database at {typo}" in shown.stderr
+    assert not typo.parent.exists()  # nothing created for a mistyped --db
+    replayed = cli("replay", str(EXAMPLE), "--db", str(db), "--memory", "quickstart", "--json")
+    assert json.loads(replayed.stdout)["memories"] == ["quickstart"]  # the summary names the memories written
+    added = cli("add", "I adopted a cat named Miso.", "--db", str(db), "--memory", "quickstart", "--time",
+                "2024-05-01T10:00:00Z", "--name", "Ann")
+    assert added.returncode == 0, added.stderr
+    entry = json.loads(added.stdout)
+    assert entry["rawEntry"] == "I adopted a cat named Miso." and entry["conversationTime"].startswith("2024-05-01")
+    listed = cli("list", "--db", str(db))
+    assert listed.returncode == 0 and "quickstart" in listed.stdout and "mycelian" in listed.stdout
+    wrong_vault = cli("show", "--db", str(db), "--vault", "mycelain", "--memory", "quickstart")
+    assert wrong_vault.returncode == 1 and "vault 'mycelain' not found (vaults: mycelian)" in wrong_vault.stderr
+    out = tmp_path / "export.json"
+    assert cli("export", "--db", str(db), "--memory", "quickstart", "--out", str(out)).returncode == 0
+    exported = json.loads(out.read_text())
+    assert len(exported["entries"]) == 17 and exported["memory"]["title"] == "quickstart" and exported["context"]
+    assert sorted(e["rawEntry"] for e in exported["entries"]) == sorted(stored_raw_entries(db))
+    gone = cli("delete", "--db", str(db), "--memory", "quickstart", "--entry", entry["entryId"], "--yes")
+    assert json.loads(gone.stdout) == {"entryId": entry["entryId"], "status": "deleted"}
+    assert len(stored_raw_entries(db)) == 16
+    assert json.loads(cli("delete", "--db", str(db), "--memory", "quickstart", "--yes").stdout)["entries"] == 16
+    assert stored_raw_entries(db) == []
+
+
+def test_the_readme_async_snippet_runs_as_written(tmp_path):
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    snippet = next(block for block in readme.split("```python\n")[1:] if "async with build_agent" in block)
+    script = tmp_path / "snippet.py"
+    script.write_text(snippet.split("```")[0], encoding="utf-8")
+    done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert len(stored_raw_entries(tmp_path / "memory.db")) == 2

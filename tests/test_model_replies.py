@@ -179,11 +179,15 @@ async def test_server_parse_failure_is_reprompted_not_fallen_back(tmp_path):
     assert "no code fence" in stub.requests[1]["messages"][-1]["content"]
 
 
-async def test_other_server_errors_still_fall_back_at_once(tmp_path):
+async def test_other_server_errors_are_retried_a_bounded_number_of_times_then_fall_back(tmp_path):
     from openai_stub import error_reply
 
-    with OpenAIStub(responses=[error_reply(500, "out of memory", "server_error")]) as stub:
+    from mycelian_agent import AgentSettings
+
+    with OpenAIStub(responses=[error_reply(500, "out of memory", "server_error")] * 3) as stub:
         model = resolve_model("openai:qwen", api_key="k", base_url=stub.base_url, max_retries=0)
-        async with build_agent(model, "in-process", db=tmp_path / "m.db", tool_choice_mode="required") as invoker:
+        async with build_agent(model, "in-process", db=tmp_path / "m.db", tool_choice_mode="required",
+                               settings=AgentSettings(model_backoff_s=0.01)) as invoker:
             result = await invoker.aprocess_conversation_message("user", "I moved to Porto.", "t1")
-    assert (result.corrections, result.fallbacks, len(stub.requests)) == (0, 1, 1)
+    assert (result.corrections, result.fallbacks, len(stub.requests)) == (0, 1, 3)
+    assert result.usage.model_retries == 2

@@ -34,7 +34,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 from .._sync import run_sync
 from ..dates import normalise_time
 from ..errors import InputError, MemoryServerError, MycelianError, describe_cause, is_transient_text
-from ..limits import TAG_VALUE_MAX_CHARS, clip_tags, name_problem, split_oversize
+from ..limits import TAG_VALUE_MAX_CHARS, clip_tags, name_problem, split_oversize, unicode_problem
 from ..memory_server.placeholder import is_placeholder_context
 from ..models.extractive import ExtractiveChatModel
 from .checkpointers import prune_thread
@@ -110,9 +110,11 @@ class MycelianMemoryAgent:
         self._writer = ToolArgumentWriter(model, self.fallback_model, max_corrections=s.max_corrections,
                                           fallback_on_model_error=s.fallback_on_model_error,
                                           context_max_chars=s.context_max_chars,
-                                          tool_choice_mode=s.tool_choice_mode)
+                                          tool_choice_mode=s.tool_choice_mode, model_attempts=s.model_attempts,
+                                          model_backoff_s=s.model_backoff_s)
         self._loop = loop
         self._invocations: dict[str, int] = {}
+        self._running: dict[str, InvocationResult] = {}  # the report of each thread's invocation in progress
         self.graph = self._build_graph()
 
     # -- public API -------------------------------------------------------------------------------------------
@@ -159,7 +161,13 @@ class MycelianMemoryAgent:
             message = _turn(to_process, normalise_time(conversation_time), name)
         elif to_process is not None or name is not None:
             raise InputError(f"{control.name} takes no message; send it with PROCESS_MESSAGE")
+        for key, value in (tags or {}).items():
+            if problem := next(filter(None, (unicode_problem(str(key)), unicode_problem(str(value)))), None):
+                raise InputError(f"tag {str(key).encode('utf-8', 'backslashreplace').decode()!r}: {problem}")
+        if problem := unicode_problem(thread_id):
+            raise InputError(f"thread_id: {problem}")
         report = InvocationResult(control=control, thread_id=thread_id)
+        self._running[thread_id] = report
         state_in: dict[str, Any] = {
             "control": control.value,
             "message": message,
@@ -174,9 +182,15 @@ class MycelianMemoryAgent:
         # durability="exit": one checkpoint per invocation, written only when it succeeds.
         await self.graph.ainvoke(state_in, config, context=Invocation(thread_id, self.vault_id, self.memory_id, report),
                                  durability="exit")
+        self._running.pop(thread_id, None)
         await self._maybe_prune(thread_id)
         report.duration_s = time.perf_counter() - started
         return report
+
+    def unfinished_writes(self) -> int:
+        """Messages whose entry the server acknowledged in invocations that did not finish (interrupted or failed
+        after add_entry). A retry stores them again only as a deduplicated answer; summaries count them as stored."""
+        return sum(1 for report in self._running.values() if report.acknowledged_entries)
 
     def invoke(self, control: ControlState | str, thread_id: str, to_process: Any = None,
                conversation_time: str | datetime | None = None, *, tags: Mapping[str, str] | None = None,
@@ -260,6 +274,11 @@ class MycelianMemoryAgent:
             if not state.get("since_flush") and self.settings.skip_empty_flush:
                 run.report.notes += ("no messages since the last flush: context unchanged",)
                 return {}, None
+            if state.get("fresh_since_flush") == 0 and self.settings.skip_empty_flush:
+                # A re-run (e.g. replay without --state): the server already held every message since the last
+                # context, so that context already covers them; another snapshot would only pile up.
+                run.report.notes += ("every message since the last flush was already stored: context unchanged",)
+                return {}, None
             if run.batch_context is not None:  # written by the ADD_ENTRIES call of this invocation
                 return {}, direct_call(("put_context", {**run.ids, "content": run.batch_context}))
             return {}, await self._context_call(state, run)
@@ -281,7 +300,7 @@ class MycelianMemoryAgent:
         if step is Step.PUT_CONTEXT:
             written = next(m for m in reversed(history) if isinstance(m, AIMessage) and m.tool_calls)
             run.report.context_written = True
-            return {"context": written.tool_calls[0]["args"]["content"], "since_flush": [],
+            return {"context": written.tool_calls[0]["args"]["content"], "since_flush": [], "fresh_since_flush": 0,
                     "progress": _bump(state, flushes=1)}, False
         raise MycelianError(f"memory agent: step {step.value} makes no tool calls")
 
@@ -303,6 +322,8 @@ class MycelianMemoryAgent:
                     if attempt.retry_state.attempt_number > 1:
                         report.usage += Usage(retries=1)
                     result = await _execute_checked(name, request, execute)
+            if name == "add_entry":
+                report.acknowledged_entries += 1
             return result
         except MemoryServerError as error:
             retries = retrying.statistics.get("attempt_number", 1) - 1
@@ -367,13 +388,17 @@ class MycelianMemoryAgent:
         if stored_parts < parts:
             return {}, True
         run.report.written += (run.report.message_index,)  # type: ignore[operator]
-        update = {**self._remembered(state, [message], run), "progress": _bump(state, messages=1, entries=parts)}
+        fresh = int(run.report.deduplicated < parts)
+        update = {**self._remembered(state, [message], run, fresh),
+                  "progress": _bump(state, messages=1, entries=parts)}
         if message.get("conversation_time"):
             update["last_time"] = message["conversation_time"]
         return update, False
 
-    def _remembered(self, state: Mapping[str, Any], messages: Sequence[Turn], run: Invocation) -> dict[str, Any]:
-        """The history window and the messages since the last flush, with ``messages`` (just stored) added."""
+    def _remembered(self, state: Mapping[str, Any], messages: Sequence[Turn], run: Invocation,
+                    fresh: int) -> dict[str, Any]:
+        """The history window and the messages since the last flush, with ``messages`` (just stored; ``fresh``
+        of them stored anew, not deduplicated) added."""
         s = self.settings
         window = [*(state.get("window") or []), *(_plain(m, s.recent_message_chars) for m in messages)]
         since = [*(state.get("since_flush") or []), *(_plain(m, s.flush_message_chars) for m in messages)]
@@ -383,7 +408,10 @@ class MycelianMemoryAgent:
             run.report.notes += (f"more than {s.since_flush_cap} messages since the last flush: "
                                  "oldest dropped from the context prompt",)
             since = since[-s.since_flush_cap:]
-        return {"window": window, "since_flush": since}
+        # Messages since the last context that the server stored anew: 0 means a re-run whose context already
+        # covers them (see PUT_CONTEXT).
+        fresh_since = (state.get("fresh_since_flush") or 0) + fresh
+        return {"window": window, "since_flush": since, "fresh_since_flush": fresh_since}
 
     # -- batched mode -----------------------------------------------------------------------------------------
 
@@ -459,10 +487,12 @@ class MycelianMemoryAgent:
         return direct_call(*calls)
 
     def _after_entries(self, state: AgentState, results: list[ToolMessage], run: Invocation) -> dict[str, Any]:
+        deduplicated = run.report.deduplicated
         _record_stored(results, run)
+        fresh = len(results) - (run.report.deduplicated - deduplicated)  # parts stored anew
         pending: list[PendingTurn] = list(state.get("pending") or [])
         run.report.written += tuple(m["number"] for m in pending)
-        return {**self._remembered(state, pending, run), "pending": [],
+        return {**self._remembered(state, pending, run, fresh), "pending": [],
                 "progress": _bump(state, messages=len(pending), entries=len(results))}
 
     async def _context_call(self, state: Mapping[str, Any], run: Invocation) -> AIMessage:
@@ -533,6 +563,8 @@ def _turn(to_process: Any, conversation_time: str | None, name: Any = None) -> T
         raise InputError(f"message content must be a string, got {type(content).__name__}")
     if not content.strip():
         raise InputError("message content is empty: there is nothing to store")
+    if problem := unicode_problem(content):
+        raise InputError(f"message content: {problem}")
     turn = Turn(role=role, content=content)
     if conversation_time:
         turn["conversation_time"] = conversation_time

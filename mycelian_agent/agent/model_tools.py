@@ -9,6 +9,8 @@ back to the extractive model, so a message is never dropped because a model misb
 
 from __future__ import annotations
 
+import asyncio
+
 import hashlib
 import json
 import re
@@ -26,14 +28,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from pydantic_core import PydanticCustomError
 
 from ..errors import ToolCallError, describe_cause
-from ..limits import SUMMARY_MAX_CHARS, SUMMARY_TARGET_CHARS, TAGS_MAX_KEYS, clip_tags
+from ..limits import SUMMARY_MAX_CHARS, SUMMARY_TARGET_CHARS, TAGS_MAX_KEYS, clip_tags, unicode_problem
 from .report import InvocationResult, Usage
 
 __all__ = [
     "AddEntryArgs", "PutContextArgs", "MODEL_TOOLS", "tool_schema", "CODE_TAGS", "ToolArgumentWriter", "validate_reply",
     "entry_tags", "direct_call", "idempotency_key", "ToolChoiceMode", "TOOL_CHOICE_MODES", "tool_choice",
-    "call_from_text", "read_reply", "TEXT_CALL_NOTE", "EntryItem", "AddEntriesArgs", "AddEntriesAndContextArgs",
-    "BatchReading", "read_batch_reply",
+    "call_from_text", "read_reply", "TEXT_CALL_NOTE", "transient_model_error", "EntryItem", "AddEntriesArgs",
+    "AddEntriesAndContextArgs", "BatchReading", "read_batch_reply",
 ]
 
 #: How the agent forces the model to call the tool: ``"named"`` sends OpenAI's object form naming the tool
@@ -60,6 +62,8 @@ def _unusable(message: str) -> PydanticCustomError:
 def _check_summary(value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
         raise _unusable("the summary was missing or empty")
+    if problem := unicode_problem(value):
+        raise _unusable(f"the summary has {problem}")
     return value.strip()[:SUMMARY_MAX_CHARS]
 
 
@@ -70,7 +74,10 @@ def _check_tags(value: Any) -> dict[str, str]:
         value = {"topic": ", ".join(str(t) for t in value)}
     if not isinstance(value, Mapping):
         raise _unusable("tags must be an object of string values")
-    return {k: v for k, v in clip_tags(value).items() if k not in CODE_TAGS}
+    tags = {k: v for k, v in clip_tags(value).items() if k not in CODE_TAGS and k.strip()}
+    if problem := next(filter(None, map(unicode_problem, [*tags, *tags.values()])), None):
+        raise _unusable(f"a tag has {problem}")
+    return tags
 
 
 _SUMMARY_DESCRIPTION = f"Retrieval-oriented summary, at most {SUMMARY_TARGET_CHARS} chars."
@@ -158,6 +165,8 @@ class PutContextArgs(BaseModel):
     def _content(cls, value: Any, info: ValidationInfo) -> str:
         if not isinstance(value, str) or not value.strip():
             raise _unusable("the content was missing or empty")
+        if problem := unicode_problem(value):
+            raise _unusable(f"the document has {problem}")
         limit = (info.context or {}).get("max_chars")
         if limit is not None and len(value) > limit:
             raise _unusable(f"the document has {len(value)} characters; the limit is {limit}")
@@ -360,6 +369,18 @@ def entry_tags(model_tags: Mapping[str, str], input_tags: Mapping[str, str], cod
     return {**model, **inputs, **code_tags}
 
 
+def transient_model_error(exc: BaseException) -> bool:
+    """Whether a model call's failure is one a retry may cure: HTTP 408/409/429 or 5xx, a timeout, a lost
+    connection (openai's RateLimitError, InternalServerError, APITimeoutError, APIConnectionError and the like)."""
+    status = getattr(exc, "status_code", None) or getattr(getattr(exc, "response", None), "status_code", None)
+    if isinstance(status, int):
+        return status in (408, 409, 429) or status >= 500
+    if isinstance(exc, (TimeoutError, ConnectionError, asyncio.TimeoutError)):
+        return True
+    name = type(exc).__name__
+    return any(word in name for word in ("Timeout", "Connection", "RateLimit", "ServiceUnavailable"))
+
+
 def direct_call(*calls: tuple[str, dict[str, Any]]) -> AIMessage:
     """An AIMessage carrying tool calls built in code (executed by the graph's tools node like a model's)."""
     return AIMessage(content="", tool_calls=[
@@ -384,9 +405,12 @@ class ToolArgumentWriter:
 
     def __init__(self, model: BaseChatModel, fallback_model: BaseChatModel, *, max_corrections: int,
                  fallback_on_model_error: bool, context_max_chars: int,
-                 tool_choice_mode: ToolChoiceMode = "named") -> None:
+                 tool_choice_mode: ToolChoiceMode = "named", model_attempts: int = 3,
+                 model_backoff_s: float = 0.5) -> None:
         tool_choice("add_entry", tool_choice_mode)  # checks the mode
         self.model = model
+        self.model_attempts = max(1, model_attempts)
+        self.model_backoff_s = model_backoff_s
         self.tool_choice_mode = tool_choice_mode
         self.fallback_model = fallback_model
         self.max_corrections = max_corrections
@@ -417,12 +441,26 @@ class ToolArgumentWriter:
         finally:
             report.model_s += time.perf_counter() - started
 
+    async def _ask_retrying(self, tool_name: str, messages: list[BaseMessage], report: InvocationResult) -> BaseMessage:
+        """The model's reply; a transient failure (429, 5xx, timeout, connection) is retried with backoff, at most
+        ``model_attempts`` attempts in all, each counted in ``usage.model_retries``."""
+        for attempt in range(1, self.model_attempts + 1):
+            try:
+                return await self._ask(self.model, tool_name, messages, report)
+            except Exception as exc:  # provider errors come in many types
+                if attempt == self.model_attempts or unreadable_output(exc) or not transient_model_error(exc):
+                    raise
+                report.usage += Usage(model_retries=1)
+                report.notes += (f"{tool_name}: model call retried after {describe_cause(exc)}",)
+                await asyncio.sleep(self.model_backoff_s * 2 ** (attempt - 1))
+        raise AssertionError("unreachable")
+
     async def write(self, tool_name: str, prompt: list[BaseMessage], report: InvocationResult) -> dict[str, Any]:
         """The validated arguments the model (or, failing it, the fallback model) wrote for ``tool_name``."""
         messages = list(prompt)
         for attempt in range(self.max_corrections + 1):
             try:
-                reply = await self._ask(self.model, tool_name, messages, report)
+                reply = await self._ask_retrying(tool_name, messages, report)
             except Exception as exc:  # provider errors come in many types
                 if unreadable_output(exc) and attempt < self.max_corrections:
                     # The server could not turn the model's output into a tool call (llama.cpp: HTTP 500 "output

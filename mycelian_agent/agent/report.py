@@ -42,6 +42,7 @@ class Usage(_Counts):
     retries: int = 0  # transient memory-server failures retried
     corrections: int = 0  # re-prompts after a reply without a usable tool call
     fallbacks: int = 0  # steps whose arguments the fallback (extractive) model wrote
+    model_retries: int = 0  # model calls repeated after a transient failure (HTTP 429 / 5xx, timeout, connection)
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
@@ -71,6 +72,7 @@ class InvocationResult:
     written: tuple[int, ...] = ()  # numbers of the messages this invocation wrote (stored, now searchable)
     pending: int = 0  # messages accepted and not yet written when the invocation ended (batched mode)
     deduplicated: int = 0  # add_entry calls the server answered from an earlier identical write
+    acknowledged_entries: int = 0  # add_entry calls the server answered (as they happen, before the step ends)
     context_written: bool = False
     usage: Usage = field(default_factory=Usage)
     errors: tuple[str, ...] = ()  # recovered problems (unusable replies, model errors)

@@ -27,6 +27,8 @@ class AgentSettings:
     fallback_on_model_error: bool = True  # a model exception falls back to the extractive model (counted)
     tool_attempts: int = 3  # attempts for a transient tool failure
     retry_backoff_s: float = 0.2  # first backoff; doubles per attempt
+    model_attempts: int = 3  # attempts of a model call failing transiently (429, 5xx, timeout), then the fallback
+    model_backoff_s: float = 0.5  # first backoff between model attempts; doubles per attempt
     skip_empty_flush: bool = True  # END_SESSION writes no context when nothing arrived since the last flush
     flush_from_history: bool = False  # put_context reads the history window instead of the messages since a flush
     prune_every: int | None = 16  # keep only a thread's newest checkpoint, pruning every N invocations; None = keep all

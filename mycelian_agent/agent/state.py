@@ -44,7 +44,8 @@ class AgentState(TypedDict, total=False):
     Set by each invocation: ``control``, ``message`` (the one to store, if any), ``message_tags``, ``step`` (the
     index in the control's plan of the step running) and ``tool_history`` (the tool flow of this invocation,
     emptied when it ends). Carried across invocations: ``window`` (last K messages, clipped), ``since_flush``
-    (messages since the last context document, capped), ``context``, ``session_open``, ``session_time`` (the
+    (messages since the last context document, capped), ``fresh_since_flush`` (how many of them the server stored
+    anew rather than deduplicated: 0 skips the next context write), ``context``, ``session_open``, ``session_time`` (the
     ``conversation_time`` given to START_SESSION, None when none was), ``last_time`` (the time of the last message
     stored or accepted since START_SESSION), ``pending`` (batched mode: messages accepted and not yet written,
     oldest first; at most a batch), and the totals
@@ -60,6 +61,7 @@ class AgentState(TypedDict, total=False):
     window: list[Turn]
     since_flush: list[Turn]
     pending: list[PendingTurn]
+    fresh_since_flush: int  # messages since the last context that the server stored anew (not deduplicated)
     context: str
     session_open: bool
     session_time: str | None

@@ -33,6 +33,7 @@ import hashlib
 import json
 import os
 import re
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,13 +42,14 @@ from typing import Annotated, Any, Literal, NamedTuple, TypeVar
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, TypeAdapter, ValidationError
 from pydantic import field_validator, model_validator
 
-from mycelian_agent.limits import name_problem
+from mycelian_agent.limits import TAG_KEY_MAX_CHARS, TAG_VALUE_MAX_CHARS, TAGS_MAX_KEYS, name_problem, unicode_problem
 from mycelian_agent.dates import to_rfc3339
 from mycelian_agent.errors import InputError
 
 __all__ = [
     "FORMATS", "LOCOMO_CATEGORIES", "ROLE_ALIASES", "normalise_dia_id", "Conversation", "Message",
-    "PositionedMessage", "Question", "Session", "iter_messages", "load_conversations", "parse_conversation_data",
+    "MAX_DEPTH", "PositionedMessage", "Question", "Session", "iter_messages", "load_conversations",
+    "parse_conversation_data", "parse_json_text",
     "to_rfc3339", "valid_title",
 ]
 
@@ -56,7 +58,9 @@ _ROLES_ACCEPTED = "accepted: user, assistant; also human → user, ai → assist
 FORMATS = ("messages", "sessions", "longmemeval", "locomo")
 LOCOMO_CATEGORIES = {"1": "multi-hop", "2": "temporal", "3": "open-domain", "4": "single-hop", "5": "adversarial"}
 # Tags the loader or the agent set; user-supplied tags may not override them.
-_RESERVED_TAGS = frozenset({"session_id", "turn", "role", "thread", "msg"})
+_RESERVED_TAGS = frozenset({"session_id", "turn", "role", "thread", "msg", "part"})
+# Room left for a message's own tags: the loader sets session_id and turn, the agent role, thread, msg and part.
+_USER_TAGS_MAX = TAGS_MAX_KEYS - 6
 
 Role = Literal["user", "assistant"]
 Kind = Literal["messages", "sessions", "longmemeval", "locomo"]
@@ -252,9 +256,16 @@ class _MessageIn(_Strict):
     @field_validator("tags")
     @classmethod
     def _user_tags(cls, tags: dict[str, str] | None) -> dict[str, str] | None:
-        for key in tags or {}:
+        if len(tags or {}) > _USER_TAGS_MAX:
+            raise ValueError(f"{len(tags or {})} tags; at most {_USER_TAGS_MAX} (the server keeps {TAGS_MAX_KEYS} per "
+                             f"entry, {TAGS_MAX_KEYS - _USER_TAGS_MAX} of them set by the loader and the agent)")
+        for key, value in (tags or {}).items():
             if not key.strip():
                 raise _Problem("tag names must not be empty", key)
+            if len(key) > TAG_KEY_MAX_CHARS:
+                raise _Problem(f"tag name of {len(key)} characters; at most {TAG_KEY_MAX_CHARS}", key)
+            if len(value) > TAG_VALUE_MAX_CHARS:
+                raise _Problem(f"tag value of {len(value)} characters; at most {TAG_VALUE_MAX_CHARS}", key)
             if key in _RESERVED_TAGS:
                 reserved = ", ".join(sorted(_RESERVED_TAGS))
                 raise _Problem(f"reserved tag name (set by the loader or the agent: {reserved})", key)
@@ -509,6 +520,31 @@ def _parse_one(inp: _Input, obj: Any, path: str, default_id: str) -> Conversatio
     return build(inp, obj, path, default_id)
 
 
+#: JSON nested deeper than this is refused before it is parsed into conversations (real inputs need about 6 levels).
+MAX_DEPTH = 64
+
+
+def _check_tree(inp: _Input, data: Any) -> None:
+    """Refuse what no format can store, wherever it is: nesting deeper than :data:`MAX_DEPTH` and strings (keys
+    included) that are not valid Unicode. Iterative, so that no input can exhaust the stack."""
+    stack: list[tuple[Any, str, int]] = [(data, "", 0)]
+    while stack:
+        value, path, depth = stack.pop()
+        if isinstance(value, str):
+            if problem := unicode_problem(value):
+                raise inp.fail(path, problem)
+            continue
+        if not isinstance(value, (dict, list)):
+            continue
+        if depth >= MAX_DEPTH:
+            raise inp.fail(path, f"nested more than {MAX_DEPTH} levels deep (no accepted format nests that deep)")
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for key, item in reversed(list(items)):
+            if isinstance(key, str) and (problem := unicode_problem(key)):
+                raise inp.fail(path, f"key {key.encode('utf-8', 'backslashreplace').decode()!r}: {problem}")
+            stack.append((item, _at(path, key), depth + 1))
+
+
 def parse_conversation_data(data: Any, source: str = "<memory>") -> list[Conversation]:
     """Normalise already-parsed JSON (one conversation object or an array of them) into conversations.
 
@@ -517,6 +553,7 @@ def parse_conversation_data(data: Any, source: str = "<memory>") -> list[Convers
     ``"<memory>"``). Conversation ids must be unique within one input.
     """
     inp = _Input(source)
+    _check_tree(inp, data)
     stem = Path(source).stem if source != "<memory>" else "conversation"
     if isinstance(data, list):
         if not data:
@@ -538,11 +575,50 @@ def load_conversations(path: str | os.PathLike[str]) -> list[Conversation]:
     """
     source = os.fspath(path)
     try:
-        data = json.loads(Path(source).read_text(encoding="utf-8"))
+        text = Path(source).read_text(encoding="utf-8")
     except OSError as exc:
         raise InputError(f"{source}: cannot read file: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
         raise InputError(f"{source}: not UTF-8 text (byte {exc.start})") from None
+    return parse_conversation_data(parse_json_text(text, source), source)
+
+
+def _line_col(text: str, offset: int) -> str:
+    line = text.count("\n", 0, offset) + 1
+    return f"line {line} column {offset - (text.rfind(chr(10), 0, offset) + 1) + 1}"
+
+
+def _too_deep_at(text: str, limit: int) -> int:
+    """Offset of the first bracket nested deeper than ``limit`` (outside strings), or 0."""
+    depth, in_string, escaped = 0, False, False
+    for i, char in enumerate(text):
+        if in_string:
+            escaped, in_string = (False, True) if escaped else (char == "\\", char != '"')
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            if depth > limit:
+                return i
+        elif char in "]}":
+            depth -= 1
+    return 0
+
+
+def parse_json_text(text: str, source: str = "<memory>") -> Any:
+    """``json.loads(text)`` whose every failure is an :class:`InputError` naming ``source`` and the position:
+    malformed JSON, nesting deeper than :data:`MAX_DEPTH` and numbers too long to read included."""
+    if (deep := _too_deep_at(text, MAX_DEPTH)):
+        raise InputError(f"{source}: {_line_col(text, deep)}: JSON nested more than {MAX_DEPTH} levels deep "
+                         "(no accepted format nests that deep)")
+    try:
+        return json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"{source}: line {exc.lineno} column {exc.colno}: malformed JSON: {exc.msg}") from None
-    return parse_conversation_data(data, source)
+    except RecursionError:  # not reached after the depth check; kept so that no input escapes as a traceback
+        raise InputError(f"{source}: JSON nested too deep to read") from None
+    except ValueError:  # a number longer than Python reads (sys.get_int_max_str_digits)
+        match = re.search(r"\d{1000,}", text)
+        where = f"{_line_col(text, match.start())}: " if match else ""
+        raise InputError(f"{source}: {where}number too long to read (more than {sys.get_int_max_str_digits()} "
+                         "digits); write it as a string if it is an id") from None

@@ -36,6 +36,7 @@ class ReplayStats:
     usage: Usage = field(default_factory=Usage)
     errors: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
+    memories: list[str] = field(default_factory=list)  # titles (or ids) of the memories written, in order
 
     def add(self, result: InvocationResult) -> None:
         """Account one invocation."""

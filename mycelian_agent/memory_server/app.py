@@ -7,8 +7,10 @@ error result whose text names the problem.
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import AsyncIterator, Callable
+import socket
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import lru_cache
@@ -19,6 +21,7 @@ from mcp.server.fastmcp import Context, FastMCP
 from mcp.server.fastmcp.exceptions import ToolError
 from mcp.server.fastmcp.tools import Tool
 from mcp.server.stdio import stdio_server
+from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
 
@@ -29,13 +32,15 @@ from .runtime import StoreHandle, StoreRunner
 from .stdio import open_stdio_pipes
 from .store import SYNC_MODES, DenseIndex, Store
 
-__all__ = ["DEFAULT_PORT", "PROMPTS_VERSION", "AppContext", "MemoryServer", "create_server"]
+__all__ = ["DEFAULT_PORT", "PROMPTS_VERSION", "AppContext", "MemoryServer", "create_server", "transport_security"]
 
 #: Upstream's port; the streamable HTTP endpoint is ``/mcp``.
 DEFAULT_PORT = 11546
 #: ``version`` of the ``get_default_prompts`` answer.
 PROMPTS_VERSION = "1"
 _SUPPORTED_MEMORY_TYPES = ("chat",)
+# Tools whose vault_id is optional upstream; required over HTTP (MemoryServer.require_vault).
+_VAULT_SCOPED = ("search_memories",)
 _CONTEXT_SUMMARY_RULES = (
     "Keep one context document per memory and replace it whole with put_context: durable facts, preferences, "
     "decisions and plans, a dated timeline and open questions, in Markdown with absolute dates. Keep facts from "
@@ -72,12 +77,17 @@ class MemoryServer(FastMCP[AppContext]):
         self.token = token
         self.prompts_dir = prompts_dir
         self._strict_models: dict[str, type[BaseModel]] = {t.name: t.fn_metadata.arg_model for t in tools}
+        #: Whether search_memories must name its vault (set for HTTP, where several clients share the server).
+        self.require_vault = False
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
         """Check ``arguments`` strictly, then run the tool (errors become MCP error results)."""
         model = self._strict_models.get(name)
         if model is not None:
             _check_arguments(name, model, arguments)
+        if self.require_vault and name in _VAULT_SCOPED and arguments.get("vault_id") is None:
+            raise ToolError(f"{name} needs vault_id on this server: a search is confined to the vault it names "
+                            "(pass the UUID of the memory's vault)")
         return await super().call_tool(name, arguments)
 
     async def run_stdio_async(self) -> None:
@@ -332,6 +342,48 @@ def _tool_definitions() -> tuple[Tool, ...]:
     return tuple(tools)
 
 
+_LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
+
+
+@lru_cache(maxsize=1)
+def _package_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("mycelian-agent")
+    except PackageNotFoundError:  # running from a source tree that is not installed
+        return "0+unknown"
+
+
+def _host_names(host: str) -> list[str]:
+    """Names a client may put in the Host header to reach a server bound to ``host``."""
+    if host in ("127.0.0.1", "localhost", "::1"):
+        return []
+    if host not in ("0.0.0.0", "::", ""):
+        return [f"[{host}]" if ":" in host else host]
+    names = {socket.gethostname(), socket.getfqdn()}
+    with contextlib.suppress(OSError):  # the machine's own addresses, as far as its name resolves
+        names |= {info[4][0] for info in socket.getaddrinfo(socket.gethostname(), None)}
+    return sorted(f"[{n}]" if ":" in n else n for n in names if n)
+
+
+def transport_security(host: str, allowed_hosts: Sequence[str] = ()) -> TransportSecuritySettings:
+    """Host and Origin checks (DNS rebinding protection) for a server bound to ``host``, on every bind.
+
+    Accepted Host headers: the loopback names, the bind address (for 0.0.0.0 / ::, this machine's name and
+    addresses) and ``allowed_hosts`` (e.g. a public DNS name or a proxy's address), each with or without a port.
+    A browser's Origin header must name one of the same hosts; requests without Origin (every non-browser client)
+    pass.
+    """
+    names = [*_LOOPBACK, *_host_names(host), *allowed_hosts]
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=[h for n in names for h in (n, f"{n}:*")],
+        allowed_origins=[o for n in names for scheme in ("http", "https") for o in (f"{scheme}://{n}",
+                                                                                       f"{scheme}://{n}:*")],
+    )
+
+
 def create_server(
     db_path: str | Path,
     *,
@@ -342,6 +394,7 @@ def create_server(
     host: str = "127.0.0.1",
     port: int = DEFAULT_PORT,
     log_level: str = "WARNING",
+    allowed_hosts: Sequence[str] = (),
 ) -> MemoryServer:
     """Build the memory server for the SQLite database at ``db_path`` (``":memory:"`` allowed).
 
@@ -349,6 +402,7 @@ def create_server(
     lifespan, and the last one closes it. ``token`` is used by :func:`create_http_app` (HTTP only).
     ``synchronous`` is ``"NORMAL"`` (survives a process kill) or ``"FULL"`` (also survives power loss).
     ``embeddings=True`` fuses dense vectors with BM25 when the ``embeddings`` extra is installed.
+    ``host`` and ``allowed_hosts`` set the HTTP Host/Origin checks (see :func:`transport_security`).
     """
     if synchronous.upper() not in SYNC_MODES:
         raise ConfigError(f"synchronous must be one of {', '.join(SYNC_MODES)} (got {synchronous!r})")
@@ -369,5 +423,7 @@ def create_server(
         port=port,
         streamable_http_path="/mcp",
         log_level=log_level.upper(),
+        transport_security=transport_security(host, allowed_hosts),
     )
+    server._mcp_server.version = _package_version()  # what initialize reports (the SDK would report its own)
     return server

@@ -23,10 +23,10 @@ def default_db_path(env: Mapping[str, str]) -> Path:
     return Path(base) / "mycelian" / "memory.db"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(prog: str = "mycelian-memory-server") -> argparse.ArgumentParser:
     """The command-line parser (exposed for documentation and tests)."""
     parser = argparse.ArgumentParser(
-        prog="mycelian-memory-server",
+        prog=prog,
         description="Mycelian-compatible MCP memory server on SQLite (stdio or streamable HTTP at /mcp).",
     )
     parser.add_argument("--transport", choices=("stdio", "http"), default="stdio", help="default: stdio")
@@ -41,6 +41,20 @@ def build_parser() -> argparse.ArgumentParser:
         "--token",
         default=None,
         help="HTTP only: require 'Authorization: Bearer TOKEN' (env MYCELIAN_TOKEN)",
+    )
+    parser.add_argument(
+        "--insecure",
+        action="store_true",
+        help="HTTP only: allow serving on a non-loopback address without --token (anyone who reaches the port can "
+        "read and change every memory; only on a trusted network)",
+    )
+    parser.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="HTTP only: also accept this Host header (a DNS name or address clients use; repeatable). Loopback "
+        "names and the bind address (for 0.0.0.0: this machine's name and addresses) are always accepted",
     )
     parser.add_argument(
         "--sync",
@@ -59,14 +73,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, prog: str = "mycelian-memory-server") -> int:
     """Run the server until stdin closes (stdio) or it is interrupted (HTTP). Returns the exit status."""
-    args = build_parser().parse_args(argv)
+    args = build_parser(prog).parse_args(argv)
     env = os.environ
     db = args.db or env.get("MYCELIAN_DB") or str(default_db_path(env))
     token = args.token if args.token is not None else env.get("MYCELIAN_TOKEN")
     if args.token and args.transport == "stdio":
         print("mycelian-memory-server: --token applies to --transport http only; ignored", file=sys.stderr)
+
+    loopback = args.host in ("127.0.0.1", "localhost", "::1")
+    if args.transport == "http" and not loopback and not token and not args.insecure:
+        print(
+            f"mycelian-memory-server: error: refusing to serve on {args.host} without a token: anyone who can reach "
+            f"port {args.port} could read and change every memory. Pass --token SECRET (or set MYCELIAN_TOKEN); "
+            "on a trusted network, --insecure serves without one.",
+            file=sys.stderr,
+        )
+        return 2
 
     from .app import create_server
     from .store import Store
@@ -83,6 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             host=args.host,
             port=args.port,
             log_level=args.log_level,
+            allowed_hosts=args.allowed_host,
         )
     except MycelianError as exc:
         print(f"mycelian-memory-server: error: {exc}", file=sys.stderr)
@@ -96,6 +121,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .http_app import create_http_app
 
             auth = "bearer token required" if token else "no authentication"
+            if not token and not loopback:
+                print(f"mycelian-memory-server: warning: --insecure: serving {args.host} with no authentication",
+                      file=sys.stderr)
             print(
                 f"mycelian-memory-server: serving http://{args.host}:{args.port}/mcp (db {db}; {auth})",
                 file=sys.stderr,

@@ -3,17 +3,83 @@
 from __future__ import annotations
 
 import hmac
+import json
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+import anyio
 from starlette.applications import Starlette
+from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .app import MemoryServer
 
-__all__ = ["BearerTokenMiddleware", "create_http_app"]
+__all__ = ["BearerTokenMiddleware", "JsonBodyMiddleware", "create_http_app"]
+
+# Bodies up to this size are checked for JSON here; larger ones go on to the SDK, which refuses them (413).
+_CHECKED_BODY_BYTES = 8 * 1024 * 1024
+_DISCONNECTS = (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, ClientDisconnect)
+
+
+class _QuietDisconnects(logging.Filter):
+    """Drops the SDK's ERROR tracebacks for a client that hung up (a closed stream is how every session ends)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+            exc = exc.exceptions[0]
+        return not isinstance(exc, _DISCONNECTS)
+
+
+def _quiet_disconnect_logs() -> None:
+    logger = logging.getLogger("mcp.server.streamable_http")
+    if not any(isinstance(f, _QuietDisconnects) for f in logger.filters):
+        logger.addFilter(_QuietDisconnects())
+
+
+class JsonBodyMiddleware:
+    """POST bodies that are not JSON text get JSON-RPC's parse error (HTTP 400, code -32700) instead of the SDK's
+    HTTP 500 and traceback; a client that hangs up before its body arrived is dropped without a log."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("method") != "POST":
+            await self.app(scope, receive, send)
+            return
+        messages: list[Message] = []
+        size, complete = 0, False
+        while size <= _CHECKED_BODY_BYTES:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return  # nobody is left to answer
+            messages.append(message)
+            size += len(message.get("body", b""))
+            if not message.get("more_body", False):
+                complete = True
+                break
+        if complete:
+            body = b"".join(m.get("body", b"") for m in messages)
+            try:
+                json.loads(body)
+            except (ValueError, RecursionError) as exc:  # JSONDecodeError, invalid UTF-8, too deep
+                problem = "invalid UTF-8" if isinstance(exc, UnicodeDecodeError) else \
+                    "nested too deep" if isinstance(exc, RecursionError) else str(exc)
+                response = JSONResponse({"jsonrpc": "2.0", "id": None, "error": {
+                    "code": -32700, "message": f"Parse error: the request body is not JSON text ({problem})"}},
+                    status_code=400)
+                await response(scope, receive, send)
+                return
+
+        async def replay() -> Message:
+            return messages.pop(0) if messages else await receive()
+
+        await self.app(scope, replay, send)
+
 
 
 class BearerTokenMiddleware:
@@ -48,10 +114,12 @@ class BearerTokenMiddleware:
 def create_http_app(server: MemoryServer, *, token: str | None = None) -> Starlette:
     """The Starlette ASGI app serving ``server`` over streamable HTTP at ``/mcp``.
 
-    ``token`` (default: the server's own) turns on bearer authentication. The app's lifespan keeps the database
+    ``token`` (default: the server's own) turns on bearer authentication. Over HTTP ``search_memories`` must name
+    its vault (``vault_id``): the access model is in docs/ARCHITECTURE.md ("Access model"). The app's lifespan keeps the database
     open from startup to shutdown, so all HTTP sessions share it (a ``:memory:`` database included). Build one
     app per server: FastMCP's session manager runs once.
     """
+    server.require_vault = True  # several clients share an HTTP server: a search must name its vault
     app = server.streamable_http_app()
     inner_lifespan = app.router.lifespan_context
 
@@ -61,6 +129,8 @@ def create_http_app(server: MemoryServer, *, token: str | None = None) -> Starle
             yield
 
     app.router.lifespan_context = lifespan
+    _quiet_disconnect_logs()
+    app.add_middleware(JsonBodyMiddleware)
     secret = token if token is not None else server.token
     if secret:
         app.add_middleware(BearerTokenMiddleware, token=secret)

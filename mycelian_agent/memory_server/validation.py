@@ -47,6 +47,12 @@ _TITLE_RE = re.compile(r"[A-Za-z0-9-]{1,50}")
 _MEMORY_TYPE_RE = re.compile(r"[A-Za-z0-9_-]{1,50}")
 
 
+def _valid_unicode(name: str, value: str) -> str:
+    if problem := limits.unicode_problem(value):
+        raise InputError(f"{name}: {problem}")
+    return value
+
+
 def _show(value: Any, width: int = 60) -> str:
     text = repr(value)
     return text if len(text) <= width else text[: width - 3] + "..."
@@ -83,7 +89,7 @@ def check_text(name: str, value: str, max_chars: int) -> str:
         raise InputError(f"{name} must not be empty")
     if len(value) > max_chars:
         raise InputError(f"{name} is too long: {len(value)} characters (max {max_chars})")
-    return value
+    return _valid_unicode(name, value)
 
 
 def check_optional_text(name: str, value: str | None, max_chars: int) -> str:
@@ -94,7 +100,7 @@ def check_optional_text(name: str, value: str | None, max_chars: int) -> str:
         raise InputError(f"{name} must be a string (got {type(value).__name__})")
     if len(value) > max_chars:
         raise InputError(f"{name} is too long: {len(value)} characters (max {max_chars})")
-    return value
+    return _valid_unicode(name, value)
 
 
 def check_tags(value: dict[str, str] | None) -> dict[str, str]:
@@ -114,6 +120,8 @@ def check_tags(value: dict[str, str] | None) -> dict[str, str]:
             raise InputError(f"tags[{key!r}] must be a string (got {type(val).__name__})")
         if len(val) > LIMITS["tag_value"]:
             raise InputError(f"tags[{key!r}] is too long: {len(val)} characters (max {LIMITS['tag_value']})")
+        _valid_unicode("tags key", key)
+        _valid_unicode("tags value", val)
     return dict(value)
 
 
@@ -123,4 +131,4 @@ def check_idempotency_key(value: str | None) -> str | None:
         return None
     if not isinstance(value, str) or not value.strip() or len(value) > LIMITS["idempotency_key"]:
         raise InputError(f"idempotency_key must be 1-{LIMITS['idempotency_key']} characters (got {_show(value)})")
-    return value
+    return _valid_unicode("idempotency_key", value)

