@@ -31,8 +31,8 @@ err_console = Console(stderr=True)
 def _server_options(func: Any) -> Any:
     options = [
         click.option("--db", envvar="MYCELIAN_DB", default=None,
-                     help="SQLite file of the embedded memory server [env MYCELIAN_DB; "
-                     "default $XDG_DATA_HOME/mycelian/memory.db]."),
+                     help="Database of the embedded memory server: a SQLite file or a postgresql://user@host/db URL "
+                     "(pip install 'mycelian-agent[postgres]') [env MYCELIAN_DB; default $XDG_DATA_HOME/mycelian/memory.db]."),
         click.option("--server", envvar="MYCELIAN_SERVER", default="embedded", show_default=True,
                      help="'embedded', or a Mycelian server URL like http://127.0.0.1:11546/mcp [env MYCELIAN_SERVER]."),
         click.option("--token", envvar="MYCELIAN_TOKEN", default=None, help="Bearer token of a remote server [env MYCELIAN_TOKEN]."),

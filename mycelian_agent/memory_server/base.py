@@ -121,7 +121,7 @@ class MemoryStore(ABC):
     # -- backend primitives (each one transaction; arguments already validated) ----------------------------
 
     @abstractmethod
-    def close(self) -> None:
+    def _close(self) -> None:
         """Release the connection(s)."""
 
     @abstractmethod
@@ -203,12 +203,26 @@ class MemoryStore(ABC):
         """Context snapshots ranked against ``terms``: ``(row with content, creation_time; score)``."""
 
     @abstractmethod
-    def counts(self) -> dict[str, int]:
-        """Row counts of every table and index (tests, diagnostics)."""
+    def _counts(self) -> dict[str, int]:
+        """Row counts of every table and index."""
 
     @abstractmethod
+    def _snapshot(self) -> dict[str, list[tuple[Any, ...]]]:
+        """Every row of the vaults, memories, entries and contexts tables, in a stable order."""
+
+    # -- lifecycle and introspection -----------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Release the connection(s)."""
+        self._close()
+
+    def counts(self) -> dict[str, int]:
+        """Row counts of every table and index (tests, diagnostics)."""
+        return self._counts()
+
     def snapshot(self) -> dict[str, Any]:
-        """Every row of every table, in a stable order (tests: a refused call changes nothing)."""
+        """Every row of every table in a stable order, and the counts (tests: a refused call changes nothing)."""
+        return {"rows": self._snapshot(), "counts": self._counts()}
 
     def _dense_similarities(
         self, memory_id: str, query: str, after: str | None, before: str | None

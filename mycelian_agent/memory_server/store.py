@@ -93,8 +93,8 @@ class Store(MemoryStore):
             raise
         return cls(conn, dense=dense)
 
-    def close(self) -> None:
-        """Close the connection (the WAL is checkpointed by SQLite on the last close)."""
+    def _close(self) -> None:
+        # The WAL is checkpointed by SQLite on the last close.
         self._conn.close()
 
     # -- plumbing ------------------------------------------------------------------------------------------
@@ -300,8 +300,7 @@ class Store(MemoryStore):
 
     # -- introspection (tests, benchmarks) -----------------------------------------------------------------
 
-    def counts(self) -> dict[str, int]:
-        """Row counts of every table, FTS indexes included (for tests and diagnostics)."""
+    def _counts(self) -> dict[str, int]:
         tables = ("vaults", "memories", "entries", "contexts", "entry_vectors")
         counts = {t: self._conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in tables}
         # Contentless FTS tables cannot be counted directly; their doc-size table has one row per document.
@@ -309,13 +308,11 @@ class Store(MemoryStore):
             counts[fts] = self._conn.execute(f"SELECT count(*) FROM {fts}_docsize").fetchone()[0]
         return counts
 
-    def snapshot(self) -> dict[str, Any]:
-        """Every row of every table (rowid order) and the counts."""
-        rows = {
+    def _snapshot(self) -> dict[str, list[tuple[Any, ...]]]:
+        return {
             t: [tuple(r) for r in self._conn.execute(f"SELECT * FROM {t} ORDER BY rowid")]
             for t in ("vaults", "memories", "entries", "contexts")
         }
-        return {"rows": rows, "counts": self.counts()}
 
     @property
     def connection(self) -> sqlite3.Connection:
