@@ -82,6 +82,8 @@ def pg_url(_pg_shared: str) -> str:
 
     with psycopg.connect(_pg_shared, autocommit=True) as conn:
         conn.execute(f"TRUNCATE {_PG_TABLES} RESTART IDENTITY CASCADE")
+        if conn.execute("SELECT to_regclass('checkpoints')").fetchone()[0] is not None:  # LangGraph's tables
+            conn.execute("TRUNCATE checkpoints, checkpoint_blobs, checkpoint_writes")
     return _pg_shared
 
 

@@ -35,7 +35,7 @@ from .pg_migrations import migrate
 from .ranking import CONTEXT_GAP_DAYS, ENTRY_WEIGHTS, entry_dated, entry_labels
 from .validation import format_timestamp
 
-__all__ = ["INSTALL_HINT", "PostgresStore", "redact_url", "require_psycopg"]
+__all__ = ["INSTALL_HINT", "PostgresStore", "one_line", "redact_url", "require_psycopg"]
 
 #: What to install when psycopg is missing.
 INSTALL_HINT = "pip install 'mycelian-agent[postgres]'"
@@ -71,6 +71,11 @@ def redact_url(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
+def one_line(exc: BaseException) -> str:
+    """An exception's message on one line (libpq's messages carry newlines and tabs)."""
+    return " ".join(str(exc).split())
+
+
 def _tsquery(lexeme: str) -> str:
     return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
 
@@ -104,11 +109,11 @@ class PostgresStore(MemoryStore):
                 migrate(conn)
         except psycopg.OperationalError as exc:
             raise MemoryServerError(
-                f"cannot connect to the memory database {shown}: {str(exc).strip()} "
+                f"cannot connect to the memory database {shown}: {one_line(exc)} "
                 "(check that PostgreSQL is running and the URL's host, port, user and database)"
             ) from exc
         except psycopg.Error as exc:
-            raise MemoryServerError(f"cannot prepare the memory database {shown}: {str(exc).strip()}") from exc
+            raise MemoryServerError(f"cannot prepare the memory database {shown}: {one_line(exc)}") from exc
         pool = ConnectionPool(
             url,
             min_size=1,
