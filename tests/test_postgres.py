@@ -248,7 +248,7 @@ def test_replay_workers_split_the_conversations(pg_url: str, tmp_path: Path) -> 
 
 @pytest.mark.slow
 def test_locomo_recall_on_postgres_matches_sqlite(pg_url: str, shared_data: Path, tmp_path: Path) -> None:
-    """One LoCoMo conversation (CI); the whole dev set is `mycelian-agent bench recall --db postgresql://...`."""
+    """One LoCoMo conversation here (~40 s); the whole dev set is in BENCHMARKS.md ("Scaling out")."""
     from mycelian_agent.benchmarks.locomo import LoCoMoRunner
 
     data = [shared_data / "locomo" / "locomo_dev3.json"]
