@@ -339,24 +339,36 @@ class PostgresStore(MemoryStore):
         if not lexemes or limit <= 0:
             return []
         queries = [_tsquery(lexeme) for lexeme in lexemes]
+        total = int(conn.execute(f"SELECT count(*) AS n FROM {table} WHERE memory_id = %s", (memory_id,))
+                    .fetchone()["n"])
+        # Document frequencies, counted up to half the memory: beyond that the IDF is clamped anyway, and
+        # counting every match of a very common term is the costly part of a search.
+        cap = total // 2 + 1
         counts = ", ".join(
-            f"(SELECT count(*) FROM {table} WHERE memory_id = %s AND tsv @@ %s::tsquery) AS d{i}"
+            f"(SELECT count(*) FROM (SELECT 1 FROM {table} WHERE memory_id = %s AND tsv @@ %s::tsquery LIMIT %s) x)"
+            f" AS d{i}"
             for i in range(len(queries))
         )
         found = conn.execute(
-            f"SELECT (SELECT count(*) FROM {table} WHERE memory_id = %s) AS total, {counts}",
-            [memory_id, *(value for q in queries for value in (memory_id, q))],
+            f"SELECT {counts}", [value for q in queries for value in (memory_id, q, cap)]
         ).fetchone()
-        total = int(found["total"])
-        weights = [_idf(total, int(found[f"d{i}"])) for i in range(len(queries))]
+        frequencies = [int(found[f"d{i}"]) for i in range(len(queries))]
+        weights = [_idf(total, n) for n in frequencies]
         score = " + ".join(f"%s * ts_rank('{_RANK_WEIGHTS}', t.tsv, %s::tsquery, 1)" for _ in queries)
-        any_query = " | ".join(queries)
-        rows = conn.execute(
-            f"SELECT t.seq, ({score}) AS score FROM {table} t WHERE t.memory_id = %s AND t.tsv @@ %s::tsquery"
-            f"{where} ORDER BY score DESC, t.seq DESC LIMIT %s",
-            [*(value for w, q in zip(weights, queries, strict=True) for value in (w, q)), memory_id, any_query,
-             *params, limit],
-        ).fetchall()
+        scoring = [value for w, q in zip(weights, queries, strict=True) for value in (w, q)]
+        # Like search.prune_common_terms on SQLite: terms in half the memory or more (IDF ~0) still score, but do
+        # not make rows candidates, unless the rarer terms find too few rows.
+        rare = [q for q, n in zip(queries, frequencies, strict=True) if 2 * n < total]
+        candidates = [rare] if rare and len(rare) < len(queries) else []
+        candidates.append(queries)
+        for matching in candidates:
+            rows = conn.execute(
+                f"SELECT t.seq, ({score}) AS score FROM {table} t WHERE t.memory_id = %s AND t.tsv @@ %s::tsquery"
+                f"{where} ORDER BY score DESC, t.seq DESC LIMIT %s",
+                [*scoring, memory_id, " | ".join(matching), *params, limit],
+            ).fetchall()
+            if len(rows) >= limit:
+                break
         return [(int(row["seq"]), float(row["score"])) for row in rows if row["score"] > 0]
 
     @staticmethod
