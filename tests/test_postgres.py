@@ -169,6 +169,18 @@ async def test_postgres_checkpointer_prune_keeps_the_thread_intact(pg_url: str) 
             pass
 
 
+async def test_checkpointer_setup_from_many_connections_at_once(pg_fresh_url: str) -> None:
+    """LangGraph's setup (CREATE INDEX CONCURRENTLY among others) from 6 workers starting together: no race, no
+    deadlock between the setup lock's waiters and the index builds."""
+    from mycelian_agent.agent.checkpointers import open_checkpointer
+
+    async def one() -> str:
+        async with open_checkpointer(pg_fresh_url) as saver:
+            return type(saver).__name__
+
+    assert await asyncio.gather(*(one() for _ in range(6))) == ["AsyncPostgresSaver"] * 6
+
+
 # -- many workers --------------------------------------------------------------------------------------------
 
 

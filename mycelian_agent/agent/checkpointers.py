@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, AsyncIterator
@@ -56,8 +57,12 @@ async def open_checkpointer(spec: str | BaseCheckpointSaver | None = "memory") -
         try:
             async with AsyncPostgresSaver.from_conn_string(spec) as saver:
                 # LangGraph's setup() is not safe to run from several processes at once (CREATE TABLE IF NOT
-                # EXISTS and its version rows race): N workers starting together queue on an advisory lock.
-                await saver.conn.execute("SELECT pg_advisory_lock(%s)", (_SETUP_LOCK,))
+                # EXISTS and its version rows race): N workers starting together take turns on an advisory lock.
+                # Polled with pg_try_advisory_lock, never waited for inside a statement: setup() runs CREATE INDEX
+                # CONCURRENTLY, which waits for every open transaction, a blocked lock wait included (a deadlock).
+                while not (await (await saver.conn.execute("SELECT pg_try_advisory_lock(%s) AS got",
+                                                           (_SETUP_LOCK,))).fetchone())["got"]:
+                    await asyncio.sleep(0.05)
                 try:
                     await saver.setup()
                 finally:
