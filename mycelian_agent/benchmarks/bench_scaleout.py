@@ -111,10 +111,10 @@ def run_scaleout(out: Path, *, entries: int = 10_000, adds: int = 500, searches:
                                                          searches=searches, warmup=warmup, embeddings=False))
             results["latency"][backend] = {"prefill_s": round(fill_s, 1), "add_entry": _ms(add_s),
                                            "search_memories": {**_ms(search_s), "queries_with_hits": hits}}
-        files = _conversations(out, conversations, messages)
+        files = _conversations(out, conversations, messages) if workers else []
         for count in workers:
             results["ingestion"].append(_replay(files, database(f"ingest_{count}_{suffix}"), count))
-        base = results["ingestion"][0]["messages_per_s"]
+        base = results["ingestion"][0]["messages_per_s"] if workers else 0.0
         for row in results["ingestion"]:
             row["speedup"] = round(row["messages_per_s"] / base, 2)
             row["efficiency"] = round(row["speedup"] / row["workers"], 2)
@@ -132,6 +132,8 @@ def _markdown(results: dict[str, Any]) -> str:
     for backend, row in results["latency"].items():
         lines.append(f"| {backend} | {row['add_entry']['p50_ms']:.2f} | {row['add_entry']['p95_ms']:.2f} | "
                      f"{row['search_memories']['p50_ms']:.2f} | {row['search_memories']['p95_ms']:.2f} |")
+    if not results["ingestion"]:
+        return "\n".join(lines)
     lines += ["", "Replay into one Postgres (memory + checkpoints), extractive model", "",
               "| workers | messages | wall s | messages/s | vs 1 worker | efficiency |", "|---|---|---|---|---|---|"]
     for row in results["ingestion"]:
@@ -150,12 +152,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--searches", type=int, default=200)
     parser.add_argument("--conversations", type=int, default=8)
     parser.add_argument("--messages", type=int, default=120, help="messages per conversation")
-    parser.add_argument("--workers", default="1,2,4", help="worker counts, comma-separated (first = baseline)")
+    parser.add_argument("--workers", default="1,2,4",
+                        help="worker counts, comma-separated (first = baseline); 0: latency only")
     parser.add_argument("--pg-url", default=None, help="a PostgreSQL server to use (default: a throwaway cluster)")
     args = parser.parse_args(argv)
     results = run_scaleout(args.out, entries=args.entries, adds=args.adds, searches=args.searches,
                            conversations=args.conversations, messages=args.messages,
-                           workers=tuple(int(w) for w in args.workers.split(",")), pg_url=args.pg_url)
+                           workers=tuple(int(w) for w in args.workers.split(",") if int(w) > 0),
+                           pg_url=args.pg_url)
     print(_markdown(results))
     return 0
 
