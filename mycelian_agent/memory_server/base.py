@@ -17,7 +17,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..errors import InputError, MemoryServerError
+from ..errors import ConfigError, InputError, MemoryServerError
 from . import fusion
 from .placeholder import PLACEHOLDER_CONTEXT
 from .ranking import CONTEXT_DEPTH, query_terms, with_context
@@ -60,8 +60,6 @@ def open_store(
         if dense_factory is not None:
             dense = dense_factory()
             if dense is not None:
-                from ..errors import ConfigError
-
                 raise ConfigError(
                     "dense embeddings are not available on the PostgreSQL store yet: drop --embeddings "
                     "(search is lexical: tsvector ranking with neighbouring-turn context)"

@@ -88,7 +88,8 @@ class StoreHandle:
     """Reference-counted :class:`StoreRunner` for one database: opened by the first holder, closed by the last.
 
     Each MCP session enters the server lifespan, and streamable HTTP runs one session per client; they all
-    share this handle, so they share one connection, one write order and (for ``:memory:``) one database.
+    share this handle, so they share one store (SQLite: one connection and one write order; PostgreSQL: one
+    connection pool) and, for ``:memory:``, one database.
     """
 
     def __init__(
