@@ -154,7 +154,10 @@ class AgentContext:
     embeddings: bool = False
     tool_choice_mode: Literal["named", "required", "auto"] | None = None
     max_tokens: int | None = None
+    batch_size: int | None = None
+    max_delay_s: float | None = None
     _stack: AsyncExitStack | None = field(default=None, init=False, repr=False)
+    _invoker: MycelianAgentInvoker | None = field(default=None, init=False, repr=False)
     _portal: LoopThread | None = field(default=None, init=False, repr=False)
 
     async def __aenter__(self) -> MycelianAgentInvoker:
@@ -173,6 +176,10 @@ class AgentContext:
             settings = self.settings
             if self.tool_choice_mode is not None:
                 settings = replace(settings or AgentSettings(), tool_choice_mode=self.tool_choice_mode)
+            if self.batch_size is not None:
+                settings = replace(settings or AgentSettings(), batch_size=self.batch_size)
+            if self.max_delay_s is not None:
+                settings = replace(settings or AgentSettings(), max_delay_s=self.max_delay_s)
             agent = MycelianMemoryAgent(model, memory.tools, vault_id=vault_id, memory_id=memory_id,
                                         checkpointer=saver, settings=settings, prompts=prompts,
                                         loop=asyncio.get_running_loop())
@@ -182,6 +189,7 @@ class AgentContext:
         self._stack = stack
         invoker = MycelianAgentInvoker(agent, flush_every=self.flush_every)
         invoker.connection = memory
+        self._invoker = invoker
         return invoker
 
     async def _prompts(self, memory: MemoryConnection) -> PromptSet:
@@ -199,8 +207,17 @@ class AgentContext:
 
     async def __aexit__(self, *exc_info: object) -> None:
         stack, self._stack = self._stack, None
-        if stack is not None:
-            await stack.aclose()
+        invoker, self._invoker = self._invoker, None
+        try:
+            if invoker is not None:
+                invoker.cancel_timers()
+                if exc_info[0] is None:
+                    # Batched mode: messages accepted and not yet written are written before the connection closes
+                    # (after an error they stay in the checkpoint and are written when the thread resumes).
+                    await invoker.aflush_all()
+        finally:
+            if stack is not None:
+                await stack.aclose()
 
     def __enter__(self) -> MycelianAgentInvoker:
         self._portal = LoopThread()
@@ -238,6 +255,8 @@ def build_agent(
     embeddings: bool = False,
     tool_choice_mode: Literal["named", "required", "auto"] | None = None,
     max_tokens: int | None = None,
+    batch_size: int | None = None,
+    max_delay_s: float | None = None,
 ) -> AgentContext:
     """Everything needed to give a chat pipeline memory, as one context manager yielding the invoker.
 
@@ -252,8 +271,13 @@ def build_agent(
     - ``tool_choice_mode``: how the tool is forced (``AgentSettings.tool_choice_mode``; overrides ``settings``):
       ``"named"`` (default), ``"required"`` for llama.cpp's server and similar endpoints, or ``"auto"``.
     - ``max_tokens``: completion limit of an ``openai:`` model.
+    - ``batch_size``: batched mode when > 1 (``AgentSettings.batch_size``; overrides ``settings``): messages are
+      accepted at once and written ``batch_size`` at a time with one model call (and at each flush, session end,
+      ``invoker.aflush(thread_id)``, after ``max_delay_s`` seconds, and when the context manager exits). A message
+      is searchable only once written.
     """
     return AgentContext(model=model, server=server, db=db, token=token, vault=vault, memory=memory,
                         memory_type=memory_type, checkpointer=checkpointer, flush_every=flush_every,
                         settings=settings, prompts=prompts, api_key=api_key, base_url=base_url,
-                        embeddings=embeddings, tool_choice_mode=tool_choice_mode, max_tokens=max_tokens)
+                        embeddings=embeddings, tool_choice_mode=tool_choice_mode, max_tokens=max_tokens,
+                        batch_size=batch_size, max_delay_s=max_delay_s)

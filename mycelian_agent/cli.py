@@ -67,6 +67,9 @@ def cli() -> None:
               help="Completion token limit of an openai: model [env MYCELIAN_MAX_TOKENS].")
 @click.option("--flush-every", default=6, show_default=True, type=click.IntRange(min=1),
               help="Write the context document every N messages of a conversation.")
+@click.option("--batch", "batch_size", default=1, show_default=True, type=click.IntRange(min=1),
+              help="Batched mode: messages are accepted at once and one model call writes N of them (and the rest "
+              "at each flush and session end); 1 = one model call per message.")
 @click.option("--state", default=None,
               help="Checkpoints: a SQLite file or a postgresql:// URL (shared by workers on many hosts); an "
               "interrupted replay resumes from it when run again.")
@@ -78,7 +81,8 @@ def cli() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def replay(files: tuple[Path, ...], db: str | None, server: str, token: str | None, vault: str, memory: str | None,
            model: str, api_key: str | None, base_url: str | None, tool_choice: str, max_tokens: int | None,
-           flush_every: int, state: str | None, shard: str | None, workers: int, as_json: bool) -> None:
+           flush_every: int, batch_size: int, state: str | None, shard: str | None, workers: int,
+           as_json: bool) -> None:
     """Replay conversation FILES into memory and print what was stored.
 
     Accepted files: {"messages": [...]}, {"sessions": [...]}, LongMemEval records and LoCoMo samples. Every
@@ -92,7 +96,7 @@ def replay(files: tuple[Path, ...], db: str | None, server: str, token: str | No
         raise click.UsageError("--shard and --workers do not combine: use one (--workers N runs shards 0/N..N-1/N)")
     options = dict(db=db, server=server, token=token, vault=vault, memory=memory, model=model, api_key=api_key,
                    base_url=base_url, flush_every=flush_every, state=state, tool_choice=tool_choice,
-                   max_tokens=max_tokens)
+                   max_tokens=max_tokens, batch_size=batch_size)
     conversations = [c for path in files for c in load_conversations(path)]
     if workers > 1:
         stats = _replay_in_workers([str(p) for p in files], workers, options)
@@ -105,7 +109,8 @@ def replay(files: tuple[Path, ...], db: str | None, server: str, token: str | No
         return
     table = Table(title="Replay summary", show_header=False)
     usage = stats.usage
-    rows = [("conversations", stats.conversations), ("messages stored", stats.messages),
+    rows = [("conversations", stats.conversations), ("messages stored (batched: accepted)", stats.messages),
+            ("messages written (batched: incl. accepted earlier)", stats.written),
             ("already stored (resumed)", stats.skipped), ("entries written", stats.entries),
             ("deduplicated retries", stats.deduplicated), ("context documents written", stats.contexts),
             ("model calls", usage.llm_calls), ("prompt / completion tokens", f"{usage.prompt_tokens} / {usage.completion_tokens}"),
@@ -136,7 +141,7 @@ def checkpointer_spec(state: str | Path | None) -> str:
 async def _replay(conversations: list[Any], total: int, *, db: str | None, server: str, token: str | None, vault: str,
                   memory: str | None, model: str, api_key: str | None, base_url: str | None, flush_every: int,
                   state: str | Path | None, tool_choice: str = "named", max_tokens: int | None = None,
-                  quiet: bool = False) -> Any:
+                  batch_size: int = 1, quiet: bool = False) -> Any:
     from .builder import build_agent, ensure_memory
     from .conversations.formats import valid_title
     from .agent.invoker import MycelianAgentInvoker
@@ -150,7 +155,7 @@ async def _replay(conversations: list[Any], total: int, *, db: str | None, serve
     async with build_agent(model, server, db=db, token=token, vault=vault, memory=first_memory,
                            checkpointer=checkpointer, flush_every=flush_every, api_key=api_key,
                            base_url=base_url, tool_choice_mode=tool_choice,  # type: ignore[arg-type]
-                           max_tokens=max_tokens) as invoker:
+                           max_tokens=max_tokens, batch_size=batch_size) as invoker:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TextColumn("{task.fields[rate]} msg/s"), TimeElapsedColumn(),
                       console=err_console, transient=False,
@@ -230,7 +235,7 @@ def _replay_in_workers(files: list[str], workers: int, options: dict[str, Any]) 
         raise MycelianError("; ".join(failed) + f" ({resume}: stored messages are not stored twice)")
     total = ReplayStats()
     for stats, _ in reports.values():
-        for name in ("conversations", "messages", "skipped", "entries", "deduplicated", "contexts", "sessions"):
+        for name in ("conversations", "messages", "written", "skipped", "entries", "deduplicated", "contexts", "sessions"):
             setattr(total, name, getattr(total, name) + getattr(stats, name))
         total.usage += stats.usage
         total.errors.extend(stats.errors)

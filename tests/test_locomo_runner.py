@@ -114,3 +114,32 @@ def test_script_runs(data: Path, tmp_path: Path):
     assert done.returncode == 0, done.stderr
     assert "| 4 single-hop | 1 | 0 |" in done.stdout and "questions recorded: 1" in done.stdout
     assert len(read_jsonl(tmp_path / "o" / "records.jsonl")) == 1
+
+
+async def test_a_slice_of_sessions_with_qa_scored_by_token_f1(data: Path, tmp_path: Path):
+    from mycelian_agent.testing import ScriptedChatModel, text_message
+
+    qa = ScriptedChatModel(responses=[text_message("Her greyhound is called Comet.", usage=(90, 6))])
+    out = tmp_path / "out"
+    report = await LoCoMoRunner(out=out, sessions=1, qa_model=qa).arun([data])
+    # Session 1 only: its 3 turns, and the one question whose evidence all lies there (D1:1); the question that
+    # also needs D2:2 and those about session 2 are left out.
+    assert (await entry_counts(out / "memory.db", "locomo")) == {valid_title("tiny-1"): 3}
+    [record] = read_jsonl(out / "records.jsonl")
+    assert record["evidence"] == ["D1:1"] and record["recall"]["any@5"] is True
+    assert record["qa"]["hypothesis"] == "Her greyhound is called Comet."
+    assert record["qa"]["f1"] == pytest.approx(1 / 3, abs=1e-3)  # precision 1/5 words, recall 1: F1 = 1/3
+    assert "Question: What is the name of the greyhound Alice adopted?" in qa.calls[0][-1].content
+    summary = report.summary
+    assert summary["sessions"] == 1 and summary["qa"]["questions"] == 1
+    assert summary["qa"]["usage"] == {"llm_calls": 1, "prompt_tokens": 90, "completion_tokens": 6}
+    assert "token F1" in summary["qa"]["judge"] and "mean F1 0.333" in report.format()
+
+
+def test_token_f1_follows_locomo():
+    from mycelian_agent.benchmarks.metrics import token_f1
+
+    assert token_f1("The beach, May 2023.", "May 2023; the beach") == 1.0  # order, articles, punctuation
+    assert token_f1("sailing", "Sailing") == 1.0
+    assert token_f1("I do not know", "sailing") == 0.0
+    assert token_f1("", "") == 1.0 and token_f1("", "sailing") == 0.0

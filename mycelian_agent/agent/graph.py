@@ -4,7 +4,10 @@ An invocation runs the steps its control lists in :data:`~mycelian_agent.agent.c
 the results of the step that just ran (``_absorb_*``) and emits the next step's tool calls (``_begin_*``) as an
 AIMessage; ``tools`` is a ``ToolNode`` over the memory server's MCP tools that executes them. Direct calls
 (get_context, list_entries, await_consistency) are built in code; add_entry and put_context arguments come from the
-model, bound to that one tool with a forced choice. Code owns every identifier and the verbatim text.
+model, bound to that one tool with a forced choice. Code owns every identifier and the verbatim text. In batched
+mode a message is first accepted into the checkpointed ``pending`` list (no tool call); ``ADD_ENTRIES`` then asks
+the model once for the summaries and tags of every pending message and runs one add_entry per message in one
+tools pass.
 
 The invocation's report (:class:`InvocationResult`) travels in LangGraph's runtime context, never in the
 checkpoint; the checkpoint holds only the thread's bounded state (:mod:`~mycelian_agent.agent.state`).
@@ -37,10 +40,10 @@ from ..models.extractive import ExtractiveChatModel
 from .checkpointers import prune_thread
 from .control import PLANS, ControlState, Step
 from .model_tools import ToolArgumentWriter, direct_call, entry_tags, idempotency_key
-from .prompts import PromptSet, build_add_entry_prompt, build_put_context_prompt
+from .prompts import BatchItem, PromptSet, build_add_entries_prompt, build_add_entry_prompt, build_put_context_prompt
 from .report import InvocationResult, ThreadProgress, ThreadStatus, Usage
 from .settings import AgentSettings
-from .state import AgentState, Turn
+from .state import AgentState, PendingTurn, Turn
 
 __all__ = ["MycelianMemoryAgent", "Invocation"]
 
@@ -56,6 +59,10 @@ class Invocation:
     vault_id: str
     memory_id: str
     report: InvocationResult
+    batch_entries: int = 0  # add_entry calls made by ADD_ENTRIES in this invocation (ADD_ENTRY counts its own)
+    batch_context: str | None = None  # the context document written by the ADD_ENTRIES call, for PUT_CONTEXT
+    tools_in_flight: int = 0  # tool calls of one pass run concurrently: their time is counted once (the union)
+    tools_since: float = 0.0
 
     @property
     def ids(self) -> dict[str, str]:
@@ -184,7 +191,8 @@ class MycelianMemoryAgent:
         values = snapshot.values or {}
         progress, usage = _totals(values)
         return ThreadStatus(thread_id=thread_id, progress=progress, usage=usage,
-                            session_open=bool(values.get("session_open")), context=values.get("context", ""))
+                            session_open=bool(values.get("session_open")), context=values.get("context", ""),
+                            pending=len(values.get("pending") or []))
 
     async def _maybe_prune(self, thread_id: str) -> None:
         every = self.settings.prune_every
@@ -225,6 +233,7 @@ class MycelianMemoryAgent:
                 return {**update, "step": index, "tool_history": [call]}
             index += 1
         usage = _totals({**state, **update})[1] + run.report.usage
+        run.report.pending = len({**state, **update}.get("pending") or [])
         # The tool flow is in the report and the message is stored: clearing both keeps checkpoints small.
         return {**update, "usage": usage.as_dict(), "message": None, "step": 0,
                 "tool_history": [RemoveMessage(id=REMOVE_ALL_MESSAGES)]}
@@ -235,15 +244,24 @@ class MycelianMemoryAgent:
         if step is Step.READ_MEMORY:
             return {}, direct_call(("get_context", run.ids),
                                    ("list_entries", {**run.ids, "limit": self.settings.recent_entries}))
+        if step is Step.ACCEPT:
+            return self._accept(state, run), None
+        if step is Step.ADD_ENTRIES:
+            if not state.get("pending"):
+                return {}, None
+            return {}, await self._entries_call(state, run)
         if step is Step.ADD_ENTRY:
-            update = _inherit_time(state, run) if _count(history, "add_entry") == 0 else {}
-            return update, await self._entry_call({**state, **update}, _count(history, "add_entry"), run)
+            part = _count(history, "add_entry") - run.batch_entries
+            update = _inherit_time(state, run) if part == 0 else {}
+            return update, await self._entry_call({**state, **update}, part, run)
         if step is Step.AWAIT_CONSISTENCY:
             return {}, direct_call(("await_consistency", {"memory_id": run.memory_id}))
         if step is Step.PUT_CONTEXT:
             if not state.get("since_flush") and self.settings.skip_empty_flush:
                 run.report.notes += ("no messages since the last flush: context unchanged",)
                 return {}, None
+            if run.batch_context is not None:  # written by the ADD_ENTRIES call of this invocation
+                return {}, direct_call(("put_context", {**run.ids, "content": run.batch_context}))
             return {}, await self._context_call(state, run)
         if step is Step.CLOSE_SESSION:
             return {"session_open": False, "progress": _bump(state, sessions_ended=1)}, None
@@ -254,8 +272,10 @@ class MycelianMemoryAgent:
         """The state update from ``step``'s tool results, and whether the step runs again (another part)."""
         if step is Step.READ_MEMORY:
             return self._after_read(state, results), False
+        if step is Step.ADD_ENTRIES:
+            return self._after_entries(state, results, run), False
         if step is Step.ADD_ENTRY:
-            return self._after_entry(state, _count(history, "add_entry"), results, run)
+            return self._after_entry(state, _count(history, "add_entry") - run.batch_entries, results, run)
         if step is Step.AWAIT_CONSISTENCY:
             return {}, False
         if step is Step.PUT_CONTEXT:
@@ -268,9 +288,12 @@ class MycelianMemoryAgent:
     async def _run_tool(self, request: Any, execute: Any) -> Any:
         """Execute one tool call; retry transient failures with backoff (same arguments, so the same idempotency
         key); raise :class:`MemoryServerError` on any other error."""
-        report: InvocationResult = request.runtime.context.report
+        run: Invocation = request.runtime.context
+        report = run.report
         name = request.tool_call["name"]
-        started = time.perf_counter()
+        if run.tools_in_flight == 0:
+            run.tools_since = time.perf_counter()
+        run.tools_in_flight += 1
         retrying = AsyncRetrying(stop=stop_after_attempt(self.settings.tool_attempts),
                                  wait=wait_exponential(multiplier=self.settings.retry_backoff_s),
                                  retry=retry_if_exception(_is_transient), reraise=True)
@@ -287,7 +310,9 @@ class MycelianMemoryAgent:
                 error.args = (f"{error.args[0]} (after {retries} retries)",)
             raise
         finally:
-            report.tool_s += time.perf_counter() - started
+            run.tools_in_flight -= 1
+            if run.tools_in_flight == 0:
+                report.tool_s += time.perf_counter() - run.tools_since
 
     # -- steps ------------------------------------------------------------------------------------------------
 
@@ -313,8 +338,10 @@ class MycelianMemoryAgent:
     async def _entry_call(self, state: Mapping[str, Any], part: int, run: Invocation) -> AIMessage:
         message: Turn = state["message"]
         parts = split_oversize(message["content"], self.settings.entry_max_chars)
-        number = _totals(state)[0].messages + 1
+        number = _totals(state)[0].messages + len(state.get("pending") or []) + 1
         run.report.message_index = number
+        if part == 0:
+            run.report.accepted += (number,)
         prompt = build_add_entry_prompt(
             self.prompts, message=message, content=parts[part], recent=state.get("window") or [],
             context=state.get("context", ""), part=(part + 1, len(parts)),
@@ -334,32 +361,109 @@ class MycelianMemoryAgent:
 
     def _after_entry(self, state: AgentState, stored_parts: int, results: list[ToolMessage],
                      run: Invocation) -> tuple[dict[str, Any], bool]:
-        for result in results:
-            try:
-                stored = json.loads(_tool_text(result))
-            except json.JSONDecodeError:
-                continue  # upstream answers "enqueued": no entry id to report
-            if isinstance(stored, Mapping):
-                if stored.get("entryId"):
-                    run.report.entry_ids += (stored["entryId"],)
-                run.report.deduplicated += bool(stored.get("deduplicated"))
+        _record_stored(results, run)
         message: Turn = state["message"]
         parts = len(split_oversize(message["content"], self.settings.entry_max_chars))
         if stored_parts < parts:
             return {}, True
+        run.report.written += (run.report.message_index,)  # type: ignore[operator]
+        update = {**self._remembered(state, [message], run), "progress": _bump(state, messages=1, entries=parts)}
+        if message.get("conversation_time"):
+            update["last_time"] = message["conversation_time"]
+        return update, False
+
+    def _remembered(self, state: Mapping[str, Any], messages: Sequence[Turn], run: Invocation) -> dict[str, Any]:
+        """The history window and the messages since the last flush, with ``messages`` (just stored) added."""
         s = self.settings
-        window = [*(state.get("window") or []), {**message, "content": _clip(message["content"], s.recent_message_chars)}]
-        since = [*(state.get("since_flush") or []), {**message, "content": _clip(message["content"], s.flush_message_chars)}]
+        window = [*(state.get("window") or []), *(_plain(m, s.recent_message_chars) for m in messages)]
+        since = [*(state.get("since_flush") or []), *(_plain(m, s.flush_message_chars) for m in messages)]
         if s.history_window is not None:
             window = window[-s.history_window:]
         if s.since_flush_cap is not None and len(since) > s.since_flush_cap:
             run.report.notes += (f"more than {s.since_flush_cap} messages since the last flush: "
                                  "oldest dropped from the context prompt",)
             since = since[-s.since_flush_cap:]
-        update = {"window": window, "since_flush": since, "progress": _bump(state, messages=1, entries=parts)}
+        return {"window": window, "since_flush": since}
+
+    # -- batched mode -----------------------------------------------------------------------------------------
+
+    def _accept(self, state: Mapping[str, Any], run: Invocation) -> dict[str, Any]:
+        """Keep the message in the thread's pending list (checkpointed when the invocation ends); no tool call."""
+        update = _inherit_time(state, run)
+        message: Turn = update.get("message") or state["message"]
+        pending = list(state.get("pending") or [])
+        number = _totals(state)[0].messages + len(pending) + 1
+        run.report.message_index = number
+        run.report.accepted += (number,)
+        entry = PendingTurn(**message, number=number,  # type: ignore[typeddict-item]
+                            tags=dict(state.get("message_tags") or {}), accepted_at=time.time())
+        update = {"message": message, "pending": [*pending, entry]}
         if message.get("conversation_time"):
             update["last_time"] = message["conversation_time"]
-        return update, False
+        return update
+
+    async def _entries_call(self, state: Mapping[str, Any], run: Invocation) -> AIMessage:
+        """One model call for the summaries and tags of every pending message, then one add_entry per message
+        (per part of a long one) in a single tools pass."""
+        s = self.settings
+        pending: list[PendingTurn] = list(state["pending"])
+        window: list[Turn] = list(state.get("window") or [])
+        items: list[BatchItem] = []
+        keys: dict[int, tuple[PendingTurn, int, int]] = {}
+        earlier: list[Turn] = list(window)
+        for message in pending:
+            parts = split_oversize(message["content"], s.entry_max_chars)
+            recent = earlier if s.history_window is None else earlier[-s.history_window:]
+            for part, text in enumerate(parts):
+                items.append(BatchItem(item=len(items) + 1, message=_plain(message, None), content=text,
+                                       part=(part + 1, len(parts)), recent=recent))
+                keys[len(items)] = (message, part, len(parts))
+            earlier = [*earlier, _plain(message, s.recent_message_chars)]
+        control = ControlState(state["control"])
+        plan = PLANS[control]
+        rest = plan[plan.index(Step.ADD_ENTRIES) + 1:]
+        with_context = (s.batch_context and Step.PUT_CONTEXT in rest and Step.ADD_ENTRY not in rest
+                        and not s.flush_from_history)
+        since = [*(state.get("since_flush") or []), *(_plain(m, s.flush_message_chars) for m in pending)]
+        if s.since_flush_cap is not None:
+            since = since[-s.since_flush_cap:]
+        limit = s.batch_history_window
+        shown = window if limit is None else window[-limit:] if limit else []
+        by_number = {item.item: item for item in items}
+
+        def build(numbers: Sequence[int], context_too: bool, note: str) -> list[BaseMessage]:
+            return build_add_entries_prompt(
+                self.prompts, items=[by_number[n] for n in numbers], recent=shown, context=state.get("context", ""),
+                recent_message_chars=s.recent_message_chars, context_chars=s.entry_context_chars,
+                with_context=context_too, since_flush=since, earlier=max(0, len(since) - len(pending)),
+                max_chars=s.context_max_chars, message_chars=s.flush_message_chars, note=note)
+
+        written, context = await self._writer.write_batch(build, list(by_number), run.report, with_context=with_context)
+        run.batch_context = context
+        calls = []
+        for number, (message, part, parts) in keys.items():
+            code_tags = {"role": message["role"], "thread": run.thread_id[:TAG_VALUE_MAX_CHARS],
+                         "msg": str(message["number"])}
+            if parts > 1:
+                code_tags["part"] = f"{part + 1}/{parts}"
+            args: dict[str, Any] = {**run.ids, "raw_entry": by_number[number].content,
+                                    "summary": written[number]["summary"],
+                                    "tags": entry_tags(written[number]["tags"], message.get("tags") or {}, code_tags)}
+            if message.get("conversation_time"):
+                args["conversation_time"] = message["conversation_time"]
+            if self._server_idempotency:
+                args["idempotency_key"] = idempotency_key(run.thread_id, message["number"], message["content"], part,
+                                                          parts)
+            calls.append(("add_entry", args))
+        run.batch_entries += len(calls)
+        return direct_call(*calls)
+
+    def _after_entries(self, state: AgentState, results: list[ToolMessage], run: Invocation) -> dict[str, Any]:
+        _record_stored(results, run)
+        pending: list[PendingTurn] = list(state.get("pending") or [])
+        run.report.written += tuple(m["number"] for m in pending)
+        return {**self._remembered(state, pending, run), "pending": [],
+                "progress": _bump(state, messages=len(pending), entries=len(results))}
 
     async def _context_call(self, state: Mapping[str, Any], run: Invocation) -> AIMessage:
         s = self.settings
@@ -488,3 +592,25 @@ def _tool_text(message: ToolMessage) -> str:
 
 def _clip(text: str, limit: int | None) -> str:
     return text if limit is None or len(text) <= limit else text[:limit]
+
+
+def _plain(message: Mapping[str, Any], limit: int | None) -> Turn:
+    """The message as a plain Turn (no batch bookkeeping), its content clipped to ``limit``."""
+    turn = Turn(role=message["role"], content=_clip(message["content"], limit))
+    for key in ("conversation_time", "name"):
+        if message.get(key):
+            turn[key] = message[key]  # type: ignore[literal-required]
+    return turn
+
+
+def _record_stored(results: list[ToolMessage], run: Invocation) -> None:
+    """Entry ids and deduplicated writes of add_entry results, into the report."""
+    for result in results:
+        try:
+            stored = json.loads(_tool_text(result))
+        except json.JSONDecodeError:
+            continue  # upstream answers "enqueued": no entry id to report
+        if isinstance(stored, Mapping):
+            if stored.get("entryId"):
+                run.report.entry_ids += (stored["entryId"],)
+            run.report.deduplicated += bool(stored.get("deduplicated"))

@@ -8,11 +8,17 @@ Times: the ``conversation_time`` given to ``start_session`` is the session's tim
 ``conversation_time`` is stored with the later of the session's time and the time of the last message stored in the
 session (so a late message is never dated before an earlier one); when neither is known (no time given to the
 session nor to any of its messages) the entry has no conversation time and the server stamps its creation time.
+
+Batched mode (``batch_size > 1``): a message is accepted (kept in the thread's checkpoint, no model call, not yet
+searchable) and every ``batch_size``-th pending message, the flush cadence, the session end, :meth:`aflush` or
+``max_delay_s`` after the oldest pending message was accepted writes all pending messages with one model call.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import time
 from datetime import datetime
 from typing import Any, Mapping
 
@@ -24,6 +30,8 @@ from .report import InvocationResult, ThreadStatus
 
 __all__ = ["MycelianAgentInvoker"]
 
+_log = logging.getLogger(__name__)
+
 
 class MycelianAgentInvoker:
     """The entry point for chat pipelines: ``start_session``, ``process_conversation_message``, ``end_session``.
@@ -32,13 +40,28 @@ class MycelianAgentInvoker:
     thin wrappers for code that runs outside an event loop.
     """
 
-    def __init__(self, agent: MycelianMemoryAgent, flush_every: int = 6) -> None:
+    def __init__(self, agent: MycelianMemoryAgent, flush_every: int = 6, *, batch_size: int | None = None,
+                 max_delay_s: float | None = None) -> None:
         if not isinstance(flush_every, int) or flush_every < 1:
             raise ConfigError(f"flush_every must be a positive integer, got {flush_every!r}")
+        batch_size = agent.settings.batch_size if batch_size is None else batch_size
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ConfigError(f"batch_size must be a positive integer, got {batch_size!r}")
+        max_delay_s = agent.settings.max_delay_s if max_delay_s is None else max_delay_s
+        if max_delay_s is not None and (isinstance(max_delay_s, bool) or not isinstance(max_delay_s, (int, float))
+                                        or not max_delay_s > 0):
+            raise ConfigError(f"max_delay_s must be a positive number of seconds or None, got {max_delay_s!r}")
         self.agent = agent
         self.flush_every = flush_every
-        self._counts: dict[str, int] = {}
+        self.batch_size = batch_size
+        self.max_delay_s = max_delay_s
+        self._counts: dict[str, int] = {}  # messages taken in per thread (stored + pending)
+        self._pending: dict[str, tuple[int, float]] = {}  # per thread: (pending messages, when the oldest came)
         self._locks: dict[str, asyncio.Lock] = {}
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._background: set[asyncio.Task[Any]] = set()
+        #: Problems of background writes (``max_delay_s``); the messages stay pending and are written later.
+        self.background_errors: list[str] = []
         #: Set by the builder: the memory server connection and context that own this invoker's resources.
         self.connection: Any = None
 
@@ -47,8 +70,44 @@ class MycelianAgentInvoker:
 
     async def _count(self, thread_id: str) -> int:
         if thread_id not in self._counts:
-            self._counts[thread_id] = (await self.agent.aget_thread(thread_id)).messages
+            status = await self.agent.aget_thread(thread_id)
+            self._counts[thread_id] = status.accepted
+            self._pending[thread_id] = (status.pending, time.monotonic())
         return self._counts[thread_id]
+
+    def _note(self, thread_id: str, result: InvocationResult) -> InvocationResult:
+        """Keep the per-thread counts in step with what the invocation did; arm or clear the delay timer."""
+        if result.message_index is not None:
+            self._counts[thread_id] = max(self._counts.get(thread_id, 0), result.message_index)
+        before, since = self._pending.get(thread_id, (0, time.monotonic()))
+        now = time.monotonic()
+        self._pending[thread_id] = (result.pending, since if before and result.pending else now)
+        if not result.pending:
+            timer = self._timers.pop(thread_id, None)
+            if timer is not None:
+                timer.cancel()
+        elif self.max_delay_s is not None and thread_id not in self._timers:
+            delay = max(0.0, self.max_delay_s - (now - self._pending[thread_id][1]))
+            self._timers[thread_id] = asyncio.get_running_loop().call_later(delay, self._flush_later, thread_id)
+        return result
+
+    def _flush_later(self, thread_id: str) -> None:
+        self._timers.pop(thread_id, None)
+        task = asyncio.get_running_loop().create_task(self._background_flush(thread_id))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _background_flush(self, thread_id: str) -> None:
+        try:
+            await self.aflush(thread_id)
+        except Exception as exc:  # noqa: BLE001 - a background write must not kill the loop; the messages stay pending
+            message = f"{thread_id}: writing pending messages after max_delay_s failed: {exc}"
+            self.background_errors.append(message)
+            _log.warning(message)
+
+    def pending_threads(self) -> list[str]:
+        """The threads this invoker knows to have messages accepted and not yet written."""
+        return [thread for thread, (count, _since) in self._pending.items() if count]
 
     async def astart_session(self, thread_id: str, conversation_time: str | datetime | None = None) -> InvocationResult:
         """Read the memory's context and recent entries into the thread's state; ``conversation_time`` is the
@@ -75,17 +134,48 @@ class MycelianAgentInvoker:
         """
         async with self._lock(thread_id):
             number = await self._count(thread_id) + 1
-            control = (ControlState.PROCESS_MESSAGE_AND_FLUSH if number % self.flush_every == 0
-                       else ControlState.PROCESS_MESSAGE)
+            flush = number % self.flush_every == 0
+            if self.batch_size == 1:
+                control = ControlState.PROCESS_MESSAGE_AND_FLUSH if flush else ControlState.PROCESS_MESSAGE
+            else:
+                pending, since = self._pending.get(thread_id, (0, time.monotonic()))
+                overdue = (self.max_delay_s is not None and pending
+                           and time.monotonic() - since >= self.max_delay_s)
+                control = (ControlState.ACCEPT_MESSAGE_AND_FLUSH if flush
+                           else ControlState.ACCEPT_MESSAGE_AND_WRITE if pending + 1 >= self.batch_size or overdue
+                           else ControlState.ACCEPT_MESSAGE)
             result = await self.agent.ainvoke(control, thread_id, {"role": role, "content": content},
                                               conversation_time, tags=tags, name=name)
-            self._counts[thread_id] = result.message_index or number
-            return result
+            return self._note(thread_id, result)
+
+    async def aflush(self, thread_id: str) -> InvocationResult:
+        """Write the thread's pending messages now (batched mode): one model call, one entry per message. Nothing
+        to write: no model call and no tool call. No context document is written (that is the flush cadence's
+        and the session end's)."""
+        async with self._lock(thread_id):
+            await self._count(thread_id)
+            return self._note(thread_id, await self.agent.ainvoke(ControlState.WRITE_PENDING, thread_id))
+
+    async def aflush_all(self) -> list[InvocationResult]:
+        """:meth:`aflush` every thread this invoker knows to have pending messages (e.g. before shutting down)."""
+        return [await self.aflush(thread) for thread in self.pending_threads()]
+
+    def cancel_timers(self) -> None:
+        """Stop the ``max_delay_s`` timers (the pending messages stay in the checkpoint, written at the next
+        trigger or by :meth:`aflush`)."""
+        for timer in self._timers.values():
+            timer.cancel()
+        self._timers.clear()
+        for task in list(self._background):
+            task.cancel()
 
     async def aend_session(self, thread_id: str, conversation_time: str | datetime | None = None) -> InvocationResult:
-        """Wait for consistency and write the session's context document."""
+        """Write the pending messages (batched mode), wait for consistency and write the session's context
+        document."""
         async with self._lock(thread_id):
-            return await self.agent.ainvoke(ControlState.END_SESSION, thread_id, conversation_time=conversation_time)
+            await self._count(thread_id)
+            return self._note(thread_id, await self.agent.ainvoke(ControlState.END_SESSION, thread_id,
+                                                                  conversation_time=conversation_time))
 
     async def athread_status(self, thread_id: str) -> ThreadStatus:
         """Position and usage totals of ``thread_id`` (from its checkpoint)."""
@@ -106,6 +196,10 @@ class MycelianAgentInvoker:
     def end_session(self, thread_id: str, conversation_time: str | datetime | None = None) -> InvocationResult:
         """Synchronous :meth:`aend_session`."""
         return run_sync(self.aend_session(thread_id, conversation_time), self.agent._loop)
+
+    def flush(self, thread_id: str) -> InvocationResult:
+        """Synchronous :meth:`aflush`."""
+        return run_sync(self.aflush(thread_id), self.agent._loop)
 
     def thread_status(self, thread_id: str) -> ThreadStatus:
         """Synchronous :meth:`athread_status`."""

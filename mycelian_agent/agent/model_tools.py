@@ -14,7 +14,8 @@ import json
 import re
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, Literal, get_args
 
@@ -31,7 +32,8 @@ from .report import InvocationResult, Usage
 __all__ = [
     "AddEntryArgs", "PutContextArgs", "MODEL_TOOLS", "tool_schema", "CODE_TAGS", "ToolArgumentWriter", "validate_reply",
     "entry_tags", "direct_call", "idempotency_key", "ToolChoiceMode", "TOOL_CHOICE_MODES", "tool_choice",
-    "call_from_text", "read_reply", "TEXT_CALL_NOTE",
+    "call_from_text", "read_reply", "TEXT_CALL_NOTE", "EntryItem", "AddEntriesArgs", "AddEntriesAndContextArgs",
+    "BatchReading", "read_batch_reply",
 ]
 
 #: How the agent forces the model to call the tool: ``"named"`` sends OpenAI's object form naming the tool
@@ -55,34 +57,93 @@ def _unusable(message: str) -> PydanticCustomError:
     return PydanticCustomError("unusable", message)
 
 
+def _check_summary(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise _unusable("the summary was missing or empty")
+    return value.strip()[:SUMMARY_MAX_CHARS]
+
+
+def _check_tags(value: Any) -> dict[str, str]:
+    if value is None:
+        return {}
+    if isinstance(value, list):  # small models often write a list of keywords
+        value = {"topic": ", ".join(str(t) for t in value)}
+    if not isinstance(value, Mapping):
+        raise _unusable("tags must be an object of string values")
+    return {k: v for k, v in clip_tags(value).items() if k not in CODE_TAGS}
+
+
+_SUMMARY_DESCRIPTION = f"Retrieval-oriented summary, at most {SUMMARY_TARGET_CHARS} chars."
+_TAGS_DESCRIPTION = ('Short string tags of this message, e.g. {"topic": "<its topic words>", '
+                     '"kind": "<fact|plan|preference|event|question>"}.')
+
+
 class AddEntryArgs(BaseModel):
     """Record the current message as a memory entry. Write only the summary and tags; the message text,
     identifiers and time are filled in by the system."""
 
     model_config = ConfigDict(title="add_entry", extra="ignore")
 
-    summary: str = Field(description=f"Retrieval-oriented summary, at most {SUMMARY_TARGET_CHARS} chars.")
-    tags: dict[str, str] = Field(
-        description='Short string tags of this message, e.g. {"topic": "<its topic words>", '
-                    '"kind": "<fact|plan|preference|event|question>"}.')
+    summary: str = Field(description=_SUMMARY_DESCRIPTION)
+    tags: dict[str, str] = Field(description=_TAGS_DESCRIPTION)
 
     @field_validator("summary", mode="before")
     @classmethod
     def _summary(cls, value: Any) -> str:
-        if not isinstance(value, str) or not value.strip():
-            raise _unusable("the summary was missing or empty")
-        return value.strip()[:SUMMARY_MAX_CHARS]
+        return _check_summary(value)
 
     @field_validator("tags", mode="before")
     @classmethod
     def _tags(cls, value: Any) -> dict[str, str]:
-        if value is None:
-            return {}
-        if isinstance(value, list):  # small models often write a list of keywords
-            value = {"topic": ", ".join(str(t) for t in value)}
-        if not isinstance(value, Mapping):
-            raise _unusable("tags must be an object of string values")
-        return {k: v for k, v in clip_tags(value).items() if k not in CODE_TAGS}
+        return _check_tags(value)
+
+
+class EntryItem(BaseModel):
+    """The summary and tags of one message of a batch, keyed by its item number."""
+
+    model_config = ConfigDict(title="entry", extra="ignore")
+
+    item: int = Field(description='The number of the message, as in <message item="...">.')
+    summary: str = Field(description=_SUMMARY_DESCRIPTION)
+    tags: dict[str, str] = Field(description=_TAGS_DESCRIPTION)
+
+    @field_validator("item", mode="before")
+    @classmethod
+    def _item(cls, value: Any) -> int:
+        if isinstance(value, str) and value.strip().isdigit():  # "3" is a common way to write 3
+            value = int(value.strip())
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _unusable("the item number was missing or not an integer")
+        return value
+
+    @field_validator("summary", mode="before")
+    @classmethod
+    def _summary(cls, value: Any) -> str:
+        return _check_summary(value)
+
+    @field_validator("tags", mode="before")
+    @classmethod
+    def _tags(cls, value: Any) -> dict[str, str]:
+        return _check_tags(value)
+
+
+class AddEntriesArgs(BaseModel):
+    """Record each message of the batch as a memory entry: one object per message, with its item number. Write
+    only summaries and tags; message texts, identifiers and times are filled in by the system."""
+
+    model_config = ConfigDict(title="add_entries", extra="ignore")
+
+    entries: list[EntryItem] = Field(description="One object per message to record, every item number once.")
+
+
+class AddEntriesAndContextArgs(BaseModel):
+    """Record each message of the batch as a memory entry (one object per message, with its item number), and
+    save the whole new context document. Message texts, identifiers and times are filled in by the system."""
+
+    model_config = ConfigDict(title="add_entries_and_context", extra="ignore")
+
+    entries: list[EntryItem] = Field(description="One object per message to record, every item number once.")
+    context: str = Field(description="The whole new context document (Markdown).")
 
 
 class PutContextArgs(BaseModel):
@@ -104,7 +165,9 @@ class PutContextArgs(BaseModel):
 
 
 #: The tools whose arguments a model writes, by name.
-MODEL_TOOLS: dict[str, type[BaseModel]] = {"add_entry": AddEntryArgs, "put_context": PutContextArgs}
+MODEL_TOOLS: dict[str, type[BaseModel]] = {"add_entry": AddEntryArgs, "put_context": PutContextArgs,
+                                           "add_entries": AddEntriesArgs,
+                                           "add_entries_and_context": AddEntriesAndContextArgs}
 
 
 @cache
@@ -206,6 +269,71 @@ def read_reply(tool_name: str, reply: BaseMessage, context_max_chars: int,
             return None, f"the {error['loc'][0]} was missing", from_text
         return None, error["msg"], from_text
     return args.model_dump(), None, from_text
+
+
+@dataclass
+class BatchReading:
+    """What one reply to a batch prompt gave: the usable items (item number → ``{"summary", "tags"}``), the
+    context document when one was asked for and is usable, and the problems of everything else."""
+
+    items: dict[int, dict[str, Any]] = field(default_factory=dict)
+    context: str | None = None
+    problems: list[str] = field(default_factory=list)
+    from_text: bool = False
+
+
+def read_batch_reply(tool_name: str, reply: BaseMessage, expected: Sequence[int], context_max_chars: int,
+                     ) -> BatchReading:
+    """Read a reply to an ``add_entries[_and_context]`` prompt item by item: a bad item (missing summary, unknown
+    item number, ...) is a problem of its own and leaves the others usable."""
+    reading = BatchReading()
+    calls = [c for c in getattr(reply, "tool_calls", []) or [] if c.get("name") == tool_name]
+    if calls:
+        raw: Any = calls[0].get("args") or {}
+    else:
+        content = reply.content if isinstance(reply.content, str) else "".join(
+            part.get("text", "") if isinstance(part, Mapping) else str(part) for part in reply.content or [])
+        others = [c.get("name") for c in getattr(reply, "tool_calls", []) or []]
+        raw, problem = call_from_text(tool_name, content) if content.strip() and not others else (None, None)
+        if raw is None:
+            invalid = getattr(reply, "invalid_tool_calls", []) or []
+            if invalid:
+                problem = f"the {tool_name} call had invalid arguments ({invalid[0].get('error') or 'not JSON'})"
+            elif others:
+                problem = f"it called {', '.join(map(str, others))} instead of {tool_name}"
+            reading.problems.append(problem or f"it contained no {tool_name} tool call")
+            return reading
+        reading.from_text = True
+    entries = raw.get("entries") if isinstance(raw, Mapping) else None
+    if not isinstance(entries, list):
+        reading.problems.append("the entries list was missing" if entries is None else "entries must be a list")
+        entries = []
+    wanted = set(expected)
+    for position, value in enumerate(entries, 1):
+        try:
+            item = EntryItem.model_validate(value)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            what = f"the {error['loc'][0]} was missing" if error["type"] == "missing" and error["loc"] else error["msg"]
+            number = value.get("item") if isinstance(value, Mapping) else None
+            reading.problems.append(f"entry {position}" + (f" (item {number})" if number is not None else "")
+                                    + f": {what}")
+            continue
+        if item.item not in wanted:
+            reading.problems.append(f"entry {position}: item {item.item} is not a message of this batch")
+        elif item.item not in reading.items:
+            reading.items[item.item] = {"summary": item.summary, "tags": item.tags}
+    absent = [n for n in expected if n not in reading.items]
+    if absent and entries:
+        reading.problems.append("no usable entry for item(s) " + ", ".join(map(str, absent)))
+    if "context" in MODEL_TOOLS[tool_name].model_fields:
+        try:
+            reading.context = PutContextArgs.model_validate(
+                {"content": raw.get("context") if isinstance(raw, Mapping) else None},
+                context={"max_chars": context_max_chars}).content
+        except ValidationError as exc:
+            reading.problems.append("context: " + exc.errors()[0]["msg"].replace("the content", "the document"))
+    return reading
 
 
 def validate_reply(tool_name: str, reply: BaseMessage, context_max_chars: int) -> tuple[dict[str, Any] | None, str | None]:
@@ -332,3 +460,62 @@ class ToolArgumentWriter:
             raise ToolCallError(f"neither the model nor the fallback produced a usable {tool_name} call: {problem}")
         return args  # type: ignore[return-value]
 
+
+    async def write_batch(self, build: Callable[[Sequence[int], bool, str], list[BaseMessage]],
+                          items: Sequence[int], report: InvocationResult, *, with_context: bool = False,
+                          ) -> tuple[dict[int, dict[str, Any]], str | None]:
+        """Summaries and tags of a batch of messages (item number → ``{"summary", "tags"}``) in one model call,
+        and, when ``with_context``, the context document written by the same call (None when that part was
+        unusable: the caller then asks for it on its own).
+
+        ``build(items, with_context, note)`` makes the prompt for those items (``note``: what was wrong with the
+        previous reply, '' at first). Per-item validation: the usable items of a reply are kept; only the others
+        are asked for again (bounded by ``max_corrections``), then written by the fallback model.
+        """
+        missing = list(items)
+        done: dict[int, dict[str, Any]] = {}
+        context: str | None = None
+        note = ""
+        for attempt in range(self.max_corrections + 1):
+            ask_context = with_context and attempt == 0
+            tool_name = "add_entries_and_context" if ask_context else "add_entries"
+            try:
+                reply = await self._ask(self.model, tool_name, build(missing, ask_context, note), report)
+            except Exception as exc:  # provider errors come in many types
+                if unreadable_output(exc) and attempt < self.max_corrections:
+                    report.errors += (f"{tool_name}: reply unusable: the server could not read it as a call "
+                                      f"({describe_cause(exc)})",)
+                    report.usage += Usage(llm_calls=1, corrections=1)
+                    note = (f"The server could not read your reply as a `{tool_name}` call. Reply with only the "
+                            f'JSON object {{"name": "{tool_name}", "arguments": {{...}}}}, with no code fence.')
+                    continue
+                if not self.fallback_on_model_error:
+                    raise ToolCallError(f"the model failed while writing {tool_name}: {describe_cause(exc)}") from exc
+                report.errors += (f"model error on {tool_name}: {describe_cause(exc)}",)
+                break
+            report.usage += Usage.of_reply(reply)
+            reading = read_batch_reply(tool_name, reply, missing, self.context_max_chars)
+            if reading.from_text:
+                report.notes += (f"{tool_name}: {TEXT_CALL_NOTE}",)
+            done.update(reading.items)
+            if ask_context:
+                context = reading.context
+            missing = [n for n in missing if n not in done]
+            for problem in reading.problems:
+                report.errors += (f"{tool_name}: reply unusable: {problem}",)
+            if not missing:
+                return done, context
+            if attempt == self.max_corrections:
+                break
+            report.usage += Usage(corrections=1)
+            note = ("Your previous reply could not be used for the messages below: " + "; ".join(reading.problems)
+                    + ". Call `add_entries` once, with one entry (item, summary, tags) for each of them.")
+        report.usage += Usage(fallbacks=1)
+        reply = await self._ask(self.fallback_model, "add_entries", build(missing, False, ""), report)
+        reading = read_batch_reply("add_entries", reply, missing, self.context_max_chars)
+        done.update(reading.items)
+        left = [n for n in missing if n not in done]
+        if left:
+            raise ToolCallError(f"neither the model nor the fallback produced a usable add_entries call for item(s) "
+                                f"{', '.join(map(str, left))}: {'; '.join(reading.problems)}")
+        return done, context

@@ -1,4 +1,5 @@
-"""Prompt sets and the two prompts the agent sends: add_entry (one message) and put_context (the context merge).
+"""Prompt sets and the prompts the agent sends: add_entry (one message), add_entries (a batch of messages, optionally
+with the context merge) and put_context (the context merge).
 
 Templates are ``string.Template`` files in ``prompts/``; substitution is strict, so a missing variable is a
 :class:`PromptError` naming it. Rule files (entry capture, summary, context) are attached verbatim: they may come
@@ -19,7 +20,8 @@ from ..models.task import TASK_KEY
 from ..prompt_files import PROMPT_NAMES, read_prompt
 from .state import Turn
 
-__all__ = ["PromptSet", "render", "build_add_entry_prompt", "build_put_context_prompt"]
+__all__ = ["PromptSet", "BatchItem", "render", "build_add_entry_prompt", "build_add_entries_prompt",
+           "build_put_context_prompt"]
 
 _TEMPLATE_NAMES = ("agent_prefix", "add_entry_task", "put_context_task")
 
@@ -44,12 +46,15 @@ class PromptSet:
     entry_capture_prompt: str
     summary_prompt: str
     context_prompt: str
+    add_entries_task: str = ""  # batched mode; a prompt directory without add_entries_task.md gets the package's
 
     @classmethod
     def load(cls, directory: Path | str | None = None) -> "PromptSet":
         """Load every prompt from ``directory`` (default: the package's ``prompts/``)."""
         base = Path(directory) if directory is not None else None
         texts = {name: read_prompt(name, base) for name in (*_TEMPLATE_NAMES, *PROMPT_NAMES)}
+        batch = base / "add_entries_task.md" if base is not None else None
+        texts["add_entries_task"] = read_prompt("add_entries_task", base if batch and batch.is_file() else None)
         return cls(**texts)
 
     def with_server_rules(self, default_prompts: Mapping[str, Any]) -> "PromptSet":
@@ -64,6 +69,7 @@ class PromptSet:
             agent_prefix=self.agent_prefix,
             add_entry_task=self.add_entry_task,
             put_context_task=self.put_context_task,
+            add_entries_task=self.add_entries_task,
             **{name: templates[name] for name in PROMPT_NAMES},
         )
 
@@ -129,6 +135,93 @@ def build_add_entry_prompt(
     task = render(prompts.add_entry_task, "add_entry_task", values)
     payload = {"operation": "add_entry", "message": current, "recent": recent_items, "context": context}
     return [SystemMessage(system), HumanMessage(task, additional_kwargs={TASK_KEY: payload})]
+
+
+@dataclass(frozen=True)
+class BatchItem:
+    """One entry to write in a batch: its item number, the message, the text to record (the message or one part of
+    it), which part, and the recent messages as the unbatched prompt would have shown them (for the task data)."""
+
+    item: int
+    message: Turn
+    content: str
+    part: tuple[int, int] = (1, 1)
+    recent: Sequence[Turn] = ()
+
+
+def build_add_entries_prompt(
+    prompts: PromptSet,
+    *,
+    items: Sequence[BatchItem],
+    recent: Sequence[Turn],
+    context: str,
+    recent_message_chars: int | None = 600,
+    context_chars: int | None = None,
+    with_context: bool = False,
+    since_flush: Sequence[Turn] = (),
+    earlier: int = 0,
+    max_chars: int = 5000,
+    message_chars: int | None = 2000,
+    note: str = "",
+) -> list[BaseMessage]:
+    """The add_entries prompt: one model call writes the summary and tags of every item of a batch.
+
+    ``recent`` is shown before the batch (the batch itself is context for its later messages). With
+    ``with_context`` the same call also writes the new context document (tool ``add_entries_and_context``): the
+    whole previous document and the messages since it (``since_flush``: the ``earlier`` first of them are already
+    stored, the rest are the batch's) are merged;
+    otherwise the context document is clipped to ``context_chars``. ``note`` (a correction) opens the task.
+    """
+    tool = "add_entries_and_context" if with_context else "add_entries"
+    shown_context = context if with_context else _clip(context, context_chars)
+    lines = []
+    for item in items:
+        current = _message_dict(item.message, None) | {"content": item.content}
+        index, total = item.part
+        part = "" if total == 1 else f' part="{index} of {total}"'
+        name = (current.get("name") or "unknown").replace('"', "'")
+        lines.append(f'<message item="{item.item}" role="{current["role"]}" name="{name}" '
+                     f'time="{current["conversation_time"] or "unknown"}"{part}>\n{item.content}\n</message>')
+    flush_items = [_message_dict(m, message_chars) for m in since_flush]
+    earlier_items = flush_items[:earlier]
+    values = {
+        "tool": tool,
+        "context": shown_context or "(empty)",
+        "recent": _format_messages([_message_dict(m, recent_message_chars) for m in recent]),
+        "earlier": ("\nMessages since the context document was written, already recorded, oldest first:\n"
+                    f"<earlier>\n{_format_messages(earlier_items)}\n</earlier>\n") if with_context else "",
+        "messages": "\n".join(lines),
+        "context_instruction": (
+            "\n\nAlso write the whole new context document in `context`: merge the current document with the "
+            "earlier messages and the messages to record, following the context rules (at most "
+            f"{max_chars} characters).") if with_context else "",
+    }
+    rules = [prompts.agent_prefix.strip(), prompts.entry_capture_prompt.strip(), prompts.summary_prompt.strip()]
+    if with_context:
+        rules.append(prompts.context_prompt.strip())
+    task = render(prompts.add_entries_task, "add_entries_task", values)
+    if note:
+        task = f"{note}\n\n{task}"
+    seen: dict[int, dict[str, Any]] = {}  # items share most of their recent messages: convert each once
+
+    def recent_dict(message: Turn) -> dict[str, Any]:
+        if id(message) not in seen:
+            seen[id(message)] = _message_dict(message, recent_message_chars)
+        return seen[id(message)]
+
+    payload: dict[str, Any] = {
+        "operation": tool,
+        "items": [{"item": item.item, "message": _message_dict(item.message, None) | {"content": item.content},
+                   "recent": [recent_dict(m) for m in item.recent]} for item in items],
+        "context": shown_context,
+    }
+    if with_context:
+        payload["context_task"] = {
+            "previous_context": context,
+            "messages": flush_items,
+            "max_chars": max_chars,
+        }
+    return [SystemMessage("\n\n".join(rules)), HumanMessage(task, additional_kwargs={TASK_KEY: payload})]
 
 
 def build_put_context_prompt(

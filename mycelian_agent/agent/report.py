@@ -66,7 +66,10 @@ class InvocationResult:
     thread_id: str
     tool_calls: tuple[str, ...] = ()
     entry_ids: tuple[str, ...] = ()
-    message_index: int | None = None  # the number of the message stored (1-based, per thread)
+    message_index: int | None = None  # the number of the message stored or accepted (1-based, per thread)
+    accepted: tuple[int, ...] = ()  # numbers of the messages this invocation took in
+    written: tuple[int, ...] = ()  # numbers of the messages this invocation wrote (stored, now searchable)
+    pending: int = 0  # messages accepted and not yet written when the invocation ended (batched mode)
     deduplicated: int = 0  # add_entry calls the server answered from an earlier identical write
     context_written: bool = False
     usage: Usage = field(default_factory=Usage)
@@ -90,7 +93,7 @@ class InvocationResult:
         """JSON-ready form: the control as its value, usage flattened beside the other fields."""
         data = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "usage"}
         data["control"] = self.control.value
-        for key in ("tool_calls", "entry_ids", "errors", "notes"):
+        for key in ("tool_calls", "entry_ids", "accepted", "written", "errors", "notes"):
             data[key] = list(data[key])
         return {**data, **self.usage.as_dict(), "framework_s": self.framework_s}
 
@@ -118,8 +121,15 @@ class ThreadStatus:
     usage: Usage = field(default_factory=Usage)
     session_open: bool = False
     context: str = ""
+    pending: int = 0  # messages accepted and not yet written (batched mode)
 
     @property
     def messages(self) -> int:
         """Messages stored in this thread so far."""
         return self.progress.messages
+
+    @property
+    def accepted(self) -> int:
+        """Messages taken in so far: stored, plus accepted and waiting to be written (the next message's number
+        minus one)."""
+        return self.progress.messages + self.pending

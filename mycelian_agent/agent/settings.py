@@ -34,10 +34,28 @@ class AgentSettings:
     # llama.cpp's server and other OpenAI-compatible servers that ignore the object form) or "auto". Replies that
     # write the call as JSON text are read in every mode (agent/model_tools.py).
     tool_choice_mode: Literal["named", "required", "auto"] = "named"
+    # Batched mode (opt-in): messages are accepted into the thread's checkpoint and every `batch_size` of them (and
+    # at a flush, a session end, an explicit flush, or `max_delay_s` after the oldest was accepted) one model call
+    # writes all their summaries and tags. 1 = one model call per message (the protocol's default form).
+    batch_size: int = 1
+    max_delay_s: float | None = None  # write pending messages at most this long after the oldest was accepted
+    batch_context: bool = True  # when a flush coincides with a batch write, the same model call writes the context
+    batch_history_window: int | None = 4  # recent messages shown before a batch (the batch itself is context too)
 
     def __post_init__(self) -> None:
         if self.tool_choice_mode not in ("named", "required", "auto"):
             raise ConfigError(f"tool_choice_mode must be 'named', 'required' or 'auto'; got {self.tool_choice_mode!r}")
+        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise ConfigError(f"batch_size must be a positive integer, got {self.batch_size!r}")
+        if self.max_delay_s is not None and (isinstance(self.max_delay_s, bool)
+                                             or not isinstance(self.max_delay_s, (int, float))
+                                             or not self.max_delay_s > 0):
+            raise ConfigError(f"max_delay_s must be a positive number of seconds or None, got {self.max_delay_s!r}")
+
+    @property
+    def batched(self) -> bool:
+        """Whether messages are accepted and written in batches (``batch_size > 1``)."""
+        return self.batch_size > 1
 
     @classmethod
     def naive(cls) -> AgentSettings:

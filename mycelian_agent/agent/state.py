@@ -13,7 +13,7 @@ from typing import Annotated, TypedDict
 from langchain_core.messages import AnyMessage
 from langgraph.graph.message import add_messages
 
-__all__ = ["AgentState", "Turn"]
+__all__ = ["AgentState", "Turn", "PendingTurn"]
 
 
 class Turn(TypedDict, total=False):
@@ -29,6 +29,15 @@ class Turn(TypedDict, total=False):
     name: str
 
 
+class PendingTurn(Turn, total=False):
+    """A message accepted in batched mode and not yet written: the turn (its time already resolved), its number in
+    the thread (which fixes its idempotency key), its input tags, and when it was accepted (``time.time()``)."""
+
+    number: int
+    tags: dict[str, str]
+    accepted_at: float
+
+
 class AgentState(TypedDict, total=False):
     """State of one conversation thread.
 
@@ -37,7 +46,8 @@ class AgentState(TypedDict, total=False):
     emptied when it ends). Carried across invocations: ``window`` (last K messages, clipped), ``since_flush``
     (messages since the last context document, capped), ``context``, ``session_open``, ``session_time`` (the
     ``conversation_time`` given to START_SESSION, None when none was), ``last_time`` (the time of the last message
-    stored since START_SESSION), and the totals
+    stored or accepted since START_SESSION), ``pending`` (batched mode: messages accepted and not yet written,
+    oldest first; at most a batch), and the totals
     ``progress`` (:class:`~mycelian_agent.agent.report.ThreadProgress` as a dict) and ``usage``
     (:class:`~mycelian_agent.agent.report.Usage` as a dict).
     """
@@ -49,6 +59,7 @@ class AgentState(TypedDict, total=False):
     tool_history: Annotated[list[AnyMessage], add_messages]
     window: list[Turn]
     since_flush: list[Turn]
+    pending: list[PendingTurn]
     context: str
     session_open: bool
     session_time: str | None

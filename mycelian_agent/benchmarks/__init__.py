@@ -187,14 +187,19 @@ class MemoryHarness:
         return set(schema.get("properties", {})) if isinstance(schema, dict) else set()
 
     async def search(self, memory_id: str, query: str, top_ke: int, *, before: str | None = None,
-                     top_kc: int = 1) -> tuple[dict[str, Any], float]:
+                     top_kc: int = 1, offset: int = 0) -> tuple[dict[str, Any], float]:
         """``search_memories`` with raw entries (the query cut to the server's 2,000 characters), and its time.
 
-        ``before`` (RFC 3339) excludes entries from that time on, where the server supports it.
+        ``before`` (RFC 3339) excludes entries from that time on, where the server supports it; ``offset`` pages
+        (a server without paging answers only ``offset=0``: an empty result otherwise).
         """
         declared = self._search_params()
+        if offset and "offset" not in declared:
+            return {"entries": [], "count": 0}, 0.0
         args: dict[str, Any] = {"memory_id": memory_id, "query": query[:QUERY_MAX_CHARS], "top_ke": min(25, top_ke),
                                 "top_kc": top_kc, "include_raw_entries": True}
+        if offset:
+            args["offset"] = offset
         # vault_id and before are our server's extras: send them only where the server declares them (upstream
         # Mycelian has neither), so the same run works against both.
         if "vault_id" in declared:
@@ -205,6 +210,20 @@ class MemoryHarness:
         result = await self.connection.call_json("search_memories", args)
         return result, time.perf_counter() - started
 
+    async def ranking(self, memory_id: str, query: str, *, enough: Callable[[list[dict[str, Any]]], bool],
+                      before: str | None = None, max_entries: int = 500) -> list[dict[str, Any]]:
+        """The ranked entries of ``query``, paged 25 at a time until ``enough(entries)`` holds, the ranking ends
+        or ``max_entries`` are read: LongMemEval's recall rule extends the ranking until it holds k distinct
+        sessions, which 25 entries may not."""
+        entries: list[dict[str, Any]] = []
+        while len(entries) < max_entries:
+            page, _ = await self.search(memory_id, query, 25, before=before, offset=len(entries))
+            found = page.get("entries") or []
+            entries.extend(found)
+            if len(found) < 25 or enough(entries):
+                break
+        return entries[:max_entries]
+
 
 @dataclass
 class BenchmarkRunner:
@@ -212,7 +231,9 @@ class BenchmarkRunner:
 
     ``db`` defaults to ``<out>/memory.db`` and ``state`` (the SQLite checkpoint file) to ``<out>/state.db``.
     ``model`` writes the entries (``"extractive"``, ``"openai:<model>"`` or a chat model); ``api_key`` and
-    ``base_url`` are passed on to ``openai:`` models (the scripts read ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL``).
+    ``base_url`` are passed on to ``openai:`` models (the scripts read ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL``),
+    as are ``tool_choice_mode`` and ``max_tokens`` (``build_agent``'s; ``"required"`` for llama.cpp's server).
+    ``batch_size`` > 1 ingests in batched mode (one model call per ``batch_size`` messages).
     """
 
     out: str | Path
@@ -223,7 +244,10 @@ class BenchmarkRunner:
     model: "str | BaseChatModel | None" = "extractive"
     api_key: str | None = None
     base_url: str | None = None
+    tool_choice_mode: str | None = None
+    max_tokens: int | None = None
     flush_every: int = 6
+    batch_size: int = 1  # > 1: batched mode (AgentSettings.batch_size)
     top_k: int = 10
     ks: tuple[int, ...] = (1, 5, 10)
     workers: int = 1
@@ -238,6 +262,8 @@ class BenchmarkRunner:
         self.shard = parse_shard(self.shard)
         if self.workers < 1:
             raise ConfigError(f"workers must be >= 1, got {self.workers}")
+        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise ConfigError(f"batch_size must be a positive integer, got {self.batch_size!r}")
         if not 1 <= self.top_k <= 25:
             raise ConfigError(f"top_k must be 1..25 (the server's limit), got {self.top_k}")
         self.ks = tuple(sorted(set(self.ks)))
@@ -283,8 +309,9 @@ class BenchmarkRunner:
         db = self.db_path if self.server == "embedded" else None
         async with build_agent(self.model, self.server, db=db, token=self.token, vault=self.vault,
                                memory=first_title, checkpointer=f"sqlite:{self.state_path}",
-                               flush_every=self.flush_every, api_key=self.api_key,
-                               base_url=self.base_url) as invoker:
+                               flush_every=self.flush_every, api_key=self.api_key, base_url=self.base_url,
+                               tool_choice_mode=self.tool_choice_mode, max_tokens=self.max_tokens,
+                               batch_size=self.batch_size) as invoker:
             yield MemoryHarness(invoker, self.flush_every)
 
 

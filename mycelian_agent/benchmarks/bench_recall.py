@@ -5,7 +5,9 @@ recall from ``search_memories`` with each question (their own recall computation
 
 - **BM25 baseline**: ``rank_bm25.BM25Okapi`` over the raw turns of the same conversation (lower-cased ``\\w+``
   tokens, nothing else), queried with the question; its top ``search_k`` turns are scored exactly like the
-  memory's top ``search_k`` entries (the same distinct-id rule, the same date bound for LongMemEval).
+  memory's top ``search_k`` entries (the same distinct-id rule, the same date bound for LongMemEval). On
+  LongMemEval both rankings are extended until they hold k distinct sessions (LongMemEval's rule): the memory's
+  by paging ``search_memories`` (``offset``), BM25's by ranking every turn.
 - **hybrid** (when the ``embeddings`` extra is importable): the same memories searched by a server started with
   ``--embeddings`` (dense MiniLM vectors fused with BM25). It reuses the lexical run's memory database (a copy),
   so entries are identical and only the search differs.
@@ -33,7 +35,7 @@ from .bench_common import (
     save_plot,
 )
 from .locomo import LoCoMoRunner, category_label, load_locomo
-from .longmemeval import SingleQuestionRunner, load_longmemeval
+from .longmemeval import SingleQuestionRunner, load_longmemeval, search_bound
 
 __all__ = ["bm25_ranker", "run_recall", "tokenize"]
 
@@ -74,7 +76,7 @@ def _with_embeddings(runner_cls: type) -> type:
             Path(self.out).mkdir(parents=True, exist_ok=True)
             async with build_agent(self.model, self.server, db=self.db_path, vault=self.vault, memory=first_title,
                                    checkpointer=f"sqlite:{self.state_path}", flush_every=self.flush_every,
-                                   embeddings=True) as invoker:
+                                   embeddings=True, batch_size=self.batch_size) as invoker:
                 yield MemoryHarness(invoker, self.flush_every)
 
     Hybrid.__name__ = f"Hybrid{runner_cls.__name__}"
@@ -102,8 +104,9 @@ def _embed_copy(target: Path) -> None:
 
 
 def _locomo(paths: list[Path], work: Path, limit: int | None, limit_questions: int | None, workers: int,
-            hybrid: bool) -> dict[str, Any]:
-    base = {"limit": limit, "limit_questions": limit_questions, "workers": workers, "progress": False}
+            hybrid: bool, batch_size: int = 1) -> dict[str, Any]:
+    base = {"limit": limit, "limit_questions": limit_questions, "workers": workers, "progress": False,
+            "batch_size": batch_size}
     lexical_dir = work / "locomo" / "memory"
     shutil.rmtree(lexical_dir, ignore_errors=True)
     lexical = LoCoMoRunner(out=lexical_dir, **base).run(paths)
@@ -130,23 +133,24 @@ def _locomo(paths: list[Path], work: Path, limit: int | None, limit_questions: i
     return {"tables": tables, "summary": lexical.summary, "bm25": implementation}
 
 
-def _longmemeval(path: Path, work: Path, workers: int, hybrid: bool) -> dict[str, Any]:
+def _longmemeval(path: Path, work: Path, workers: int, hybrid: bool, batch_size: int = 1) -> dict[str, Any]:
     lexical_dir = work / "longmemeval" / path.stem / "memory"
     shutil.rmtree(lexical_dir, ignore_errors=True)
-    lexical = SingleQuestionRunner(out=lexical_dir, workers=workers, progress=False).run([path])
+    lexical = SingleQuestionRunner(out=lexical_dir, workers=workers, progress=False,
+                                   batch_size=batch_size).run([path])
     session_name, turn_name = "session recall (answer_session_ids)", "turn recall (has_answer turns)"
     tables = {"memory": dict(lexical.tables)}
-    search_k = lexical.summary["search_k"]
     sessions: list[RecallRecord] = []
     turns: list[RecallRecord] = []
     implementation = ""
     for conversation in load_longmemeval([path]):
         question = conversation.questions[0]
-        before = question.question_date
+        before = search_bound(question.question_date)
         pairs = [(m.content, s.session_id, m.tags.get("turn", "")) for s in conversation.sessions
                  if not (before and s.conversation_time and s.conversation_time >= before) for m in s.messages]
         index, implementation = bm25_ranker([text for text, _, _ in pairs])
-        top = _top(index, [f"{sid}\x00{turn}" for _, sid, turn in pairs], question.question, search_k)
+        # Every turn ranked: LongMemEval's rule extends the ranking until it holds k distinct sessions.
+        top = _top(index, [f"{sid}\x00{turn}" for _, sid, turn in pairs], question.question, len(pairs))
         found_sessions = unique_in_order(item.split("\x00")[0] for item in top)
         found_turns = unique_in_order(item.replace("\x00", ":") for item in top)
         abstain = question.is_abstention
@@ -160,7 +164,8 @@ def _longmemeval(path: Path, work: Path, workers: int, hybrid: bool) -> dict[str
         _copy_ingested(lexical_dir, hybrid_dir)
         _embed_copy(hybrid_dir)
         tables["hybrid"] = dict(_with_embeddings(SingleQuestionRunner)(out=hybrid_dir, workers=workers,
-                                                                       progress=False).run([path]).tables)
+                                                                       progress=False,
+                                                                       batch_size=batch_size).run([path]).tables)
     return {"tables": tables, "summary": lexical.summary, "bm25": implementation}
 
 
@@ -216,8 +221,9 @@ def _compare(dataset: str, level: str, tables: dict[str, dict[str, RecallTable]]
 
 def run_recall(out: Path, *, locomo: Sequence[str | Path], longmemeval: Sequence[str | Path],
                limit: int | None = None, limit_questions: int | None = None, workers: int = 3,
-               hybrid: str = "auto") -> BenchResult:
-    """Memory search vs BM25 (and hybrid) recall on LoCoMo and LongMemEval files. ``hybrid``: auto|on|off."""
+               hybrid: str = "auto", batch_size: int = 1) -> BenchResult:
+    """Memory search vs BM25 (and hybrid) recall on LoCoMo and LongMemEval files. ``hybrid``: auto|on|off;
+    ``batch_size`` > 1 ingests in batched mode."""
     started = time.perf_counter()
     locomo_paths = [Path(p) for p in locomo]
     lme_paths = [Path(p) for p in longmemeval]
@@ -232,12 +238,13 @@ def run_recall(out: Path, *, locomo: Sequence[str | Path], longmemeval: Sequence
     work = out / "work" / "recall"
     datasets: dict[str, Any] = {}
     if locomo_paths:
-        datasets["locomo"] = _locomo(locomo_paths, work, limit, limit_questions, workers, use_hybrid)
+        datasets["locomo"] = _locomo(locomo_paths, work, limit, limit_questions, workers, use_hybrid, batch_size)
     for path in lme_paths:
-        datasets[f"longmemeval/{path.stem}"] = _longmemeval(path, work, workers, use_hybrid)
+        datasets[f"longmemeval/{path.stem}"] = _longmemeval(path, work, workers, use_hybrid, batch_size)
     result = BenchResult("recall", {"params": {
         "locomo": [str(p) for p in locomo_paths], "longmemeval": [str(p) for p in lme_paths], "limit": limit,
-        "limit_questions": limit_questions, "ks": list(KS), "hybrid": use_hybrid, "model": "extractive"}})
+        "limit_questions": limit_questions, "ks": list(KS), "hybrid": use_hybrid, "model": "extractive",
+        "batch_size": batch_size}})
     below_all: list[dict[str, Any]] = []
     json_tables: dict[str, Any] = {}
     plot_rows: list[tuple[str, dict[str, float | None]]] = []

@@ -10,6 +10,7 @@ looked up (:data:`DATA_INPUTS`).
 
 from __future__ import annotations
 
+import importlib
 import json
 import shutil
 import time
@@ -24,7 +25,7 @@ from .bench_common import BenchResult, embeddings_available, have_module, machin
 
 __all__ = ["BENCHMARK_NAMES", "DATA_INPUTS", "DataInput", "QUICK", "benchmark_params", "run_one", "run_suite"]
 
-BENCHMARK_NAMES = ("overhead", "prompts", "recall", "throughput", "server")
+BENCHMARK_NAMES = ("overhead", "prompts", "recall", "throughput", "server", "ablation")
 
 #: Sizes of ``--quick`` (the defaults of each run_* function are the full sizes).
 QUICK: dict[str, dict[str, Any]] = {
@@ -34,6 +35,7 @@ QUICK: dict[str, dict[str, Any]] = {
     "throughput": {"levels": (1, 4, 16), "messages": 6, "latency_s": 0.1, "extractive_messages": 60,
                    "extractive_streams": 4},
     "server": {"entries": 2000, "adds": 200, "searches": 60, "warmup": 10},
+    "ablation": {"limit": 1, "limit_questions": 30, "hybrid": "off"},
 }
 
 
@@ -55,6 +57,7 @@ DATA_INPUTS = (
     DataInput("prompts", "data", "--lme FILE", "a LongMemEval file", ("longmemeval/longmemeval_s_1q.json",),
               single=True),
     DataInput("recall", "locomo", "--locomo FILE", "LoCoMo data", ("locomo/locomo_dev3.json",)),
+    DataInput("ablation", "locomo", "--locomo FILE", "LoCoMo data", ("locomo/locomo_dev3.json",)),
     DataInput("recall", "longmemeval", "--longmemeval FILE", "LongMemEval data",
               ("longmemeval/longmemeval_s_1q.json", "longmemeval/longmemeval_oracle_6q.json"),
               quick_files=("longmemeval/longmemeval_oracle_6q.json",)),
@@ -62,23 +65,22 @@ DATA_INPUTS = (
 _DATA_HINT = "--data DIR (the folder holding locomo/ and longmemeval/)"
 
 
+#: The module and function of each benchmark, imported when it runs (a benchmark's imports are heavy).
+_RUNNERS = {
+    "overhead": ("bench_overhead", "run_overhead"),
+    "prompts": ("bench_prompts", "run_prompts"),
+    "recall": ("bench_recall", "run_recall"),
+    "throughput": ("bench_throughput", "run_throughput"),
+    "server": ("bench_server", "run_server"),
+    "ablation": ("bench_ablation", "run_ablation"),
+}
+
+
 def _runner(name: str) -> Callable[..., BenchResult]:
-    if name == "overhead":
-        from .bench_overhead import run_overhead
-        return run_overhead
-    if name == "prompts":
-        from .bench_prompts import run_prompts
-        return run_prompts
-    if name == "recall":
-        from .bench_recall import run_recall
-        return run_recall
-    if name == "throughput":
-        from .bench_throughput import run_throughput
-        return run_throughput
-    if name == "server":
-        from .bench_server import run_server
-        return run_server
-    raise ValueError(f"unknown benchmark {name!r}: choose from {', '.join(BENCHMARK_NAMES)}")
+    if name not in _RUNNERS:
+        raise ValueError(f"unknown benchmark {name!r}: choose from {', '.join(BENCHMARK_NAMES)}")
+    module, function = _RUNNERS[name]
+    return getattr(importlib.import_module(f"{__package__}.{module}"), function)
 
 
 def _data_files(need: DataInput, given: Any, data: str | Path | None, quick: bool) -> Path | list[Path]:
@@ -112,8 +114,8 @@ def benchmark_params(name: str, *, quick: bool = False, params: dict[str, Any] |
     for need in DATA_INPUTS:
         if need.benchmark == name:
             merged[need.param] = _data_files(need, merged.get(need.param), data, quick)
-    if name == "recall" and not have_module("rank_bm25"):
-        raise ConfigError("recall needs rank-bm25 for its BM25 baseline: pip install 'mycelian-agent[bench]'")
+    if name in ("recall", "ablation") and not have_module("rank_bm25"):
+        raise ConfigError(f"{name} needs rank-bm25 for its BM25 baseline: pip install 'mycelian-agent[bench]'")
     if name == "server" and merged.get("embeddings") and not embeddings_available():
         raise ConfigError("server --embeddings needs the embeddings extra: pip install 'mycelian-agent[embeddings]'")
     return merged

@@ -51,20 +51,28 @@ _OPTIONS: list[tuple[str, tuple[str, ...], dict[str, Any]]] = [
     ("overhead", ("--window",), dict(type=_COUNT, help="Messages per reporting window (100; quick 25).")),
     ("overhead", ("--naive-budget",), dict(type=click.FloatRange(min=0), help="Seconds after which the naive run "
                                            "stops at the end of its window (300; quick 30).")),
+    ("prompts recall throughput", ("--batch",), dict(type=_COUNT, help="Batched mode: one model call writes N messages (1 = one call "
+                                 "per message; prompts, recall, throughput).")),
+    ("prompts throughput", ("--flush-every",), dict(type=_COUNT, help="Write the context document every N messages (6; "
+                                       "prompts, throughput).")),
+    ("prompts", ("--separate-context",), dict(is_flag=True, help="Batched mode: write the context document with "
+                                              "a put_context call of its own even when a flush coincides with a "
+                                              "batch write.")),
+    ("prompts", ("--skip-naive",), dict(is_flag=True, help="Measure ours only (the naive run is the slow one).")),
     ("prompts", ("--lme",), dict(type=_FILE, help="LongMemEval file (default: DATA/longmemeval/longmemeval_s_1q.json).")),
     ("prompts", ("--sessions",), dict(type=_COUNT, help="Only the first N haystack sessions (all; quick 3).")),
-    ("recall", ("--locomo",), dict(type=_FILE, multiple=True, help="LoCoMo file; repeat for several "
+    ("recall ablation", ("--locomo",), dict(type=_FILE, multiple=True, help="LoCoMo file; repeat for several "
                                    "(default: DATA/locomo/locomo_dev3.json).")),
     ("recall", ("--longmemeval",), dict(type=_FILE, multiple=True, help="LongMemEval file; repeat for several "
                                         "(default: longmemeval_s_1q.json and longmemeval_oracle_6q.json in "
                                         "DATA/longmemeval; quick: the oracle file).")),
-    ("recall", ("--limit",), dict(type=click.IntRange(min=0), help="Only the first N LoCoMo samples (all; quick 1).")),
-    ("recall", ("--limit-questions",), dict(type=click.IntRange(min=0),
+    ("recall ablation", ("--limit",), dict(type=click.IntRange(min=0), help="Only the first N LoCoMo samples (all; quick 1).")),
+    ("recall ablation", ("--limit-questions",), dict(type=click.IntRange(min=0),
                                             help="Only the first N questions per sample (all; quick 30).")),
-    ("recall", ("--hybrid",), dict(type=click.Choice(["auto", "on", "off"]), help="Also search with dense+BM25 "
+    ("recall ablation", ("--hybrid",), dict(type=click.Choice(["auto", "on", "off"]), help="Also search with dense+BM25 "
                                    "(an --embeddings server): auto = when the embeddings extra is importable "
                                    "(auto; quick off).")),
-    ("recall", ("--workers",), dict(type=_COUNT, help="Items ingested concurrently by the runners (3).")),
+    ("recall ablation", ("--workers",), dict(type=_COUNT, help="Items ingested concurrently by the runners (3).")),
     ("throughput", ("--levels",), dict(callback=_levels, metavar="N,N,...",
                                        help="Concurrent conversations (1,4,16,64; quick 1,4,16).")),
     ("throughput", ("--conv-messages",), dict(type=_COUNT, help="Messages per conversation (24; quick 6).")),
@@ -81,7 +89,7 @@ _OPTIONS: list[tuple[str, tuple[str, ...], dict[str, Any]]] = [
                                    "(20; quick 10).")),
     ("server", ("--embeddings",), dict(is_flag=True, help="Serve with --embeddings (needs the embeddings extra).")),
 ]
-_READS_DATA = {"prompts", "recall"}
+_READS_DATA = {"prompts", "recall", "ablation"}
 
 _SUMMARIES = {
     "overhead": "Per-message framework time and checkpoint size along a long conversation, ours vs naive.",
@@ -89,6 +97,7 @@ _SUMMARIES = {
     "recall": "Evidence recall@1/5/10 of search_memories per category (LoCoMo, LongMemEval) vs plain BM25.",
     "throughput": "Concurrent conversations over one server and checkpointer; extractive ingestion speed.",
     "server": "Memory-server latency over stdio: add_entry, and search_memories over 10,000 entries.",
+    "ablation": "LoCoMo recall@10 per category as each part of retrieval is added (entries, index, context, dense).",
 }
 _OUTPUTS = ("Writes OUT/<name>.json, OUT/<name>.png (with matplotlib), OUT/summary.json and OUT/report.md; "
             "OUT/work (the databases) is deleted at the end unless --keep-work.")
@@ -105,9 +114,10 @@ def _suite_options(names: Sequence[str], func: Callable[..., Any]) -> Callable[.
                      "~0.6 GB at full size)."),
     ]
     for owner, decls, attrs in _OPTIONS:
-        wanted = owner in names or (owner == "data" and _READS_DATA & set(names))
+        wanted = set(owner.split()) & set(names) or (owner == "data" and _READS_DATA & set(names))
         if wanted:
-            help_text = f"[{owner}] {attrs['help']}" if several and owner != "data" else attrs["help"]
+            help_text = (f"[{owner}] {attrs['help']}" if several and owner != "data" and " " not in owner
+                         else attrs["help"])
             options.append(click.option(*decls, **{**attrs, "help": help_text}))
     for option in reversed(options):
         func = option(func)
@@ -120,13 +130,18 @@ def _bench_params(options: dict[str, Any]) -> dict[str, dict[str, Any]]:
     latency_ms = get("latency_ms")
     return {
         "overhead": {"messages": get("messages"), "window": get("window"), "naive_budget_s": get("naive_budget")},
-        "prompts": {"data": get("lme"), "sessions": get("sessions")},
+        "prompts": {"data": get("lme"), "sessions": get("sessions"), "flush_every": get("flush_every"),
+                    "batch_size": get("batch"), "batch_context": False if get("separate_context") else None,
+                    "naive": False if get("skip_naive") else None},
         "recall": {"locomo": get("locomo") or None, "longmemeval": get("longmemeval") or None,
                    "limit": get("limit"), "limit_questions": get("limit_questions"), "hybrid": get("hybrid"),
-                   "workers": get("workers")},
+                   "workers": get("workers"), "batch_size": get("batch")},
+        "ablation": {"locomo": get("locomo") or None, "limit": get("limit"),
+                     "limit_questions": get("limit_questions"), "hybrid": get("hybrid"), "workers": get("workers")},
         "throughput": {"levels": get("levels"), "messages": get("conv_messages"),
                        "latency_s": latency_ms / 1000 if latency_ms is not None else None,
-                       "extractive_messages": get("extractive_messages"), "profile": get("profile") or None},
+                       "extractive_messages": get("extractive_messages"), "profile": get("profile") or None,
+                       "batch_size": get("batch"), "flush_every": get("flush_every")},
         "server": {"entries": get("entries"), "adds": get("adds"), "searches": get("searches"),
                    "warmup": get("warmup"), "embeddings": get("embeddings") or None},
     }
@@ -162,7 +177,7 @@ BENCHMARK_COMMANDS: dict[str, click.Command] = {name: _benchmark_command(name) f
 
 
 def _suite(names: tuple[str, ...], **options: Any) -> None:
-    """Run the benchmarks NAME... in order (default: all of overhead, prompts, recall, throughput, server).
+    """Run the benchmarks NAME... in order (default: all of overhead, prompts, recall, throughput, server, ablation).
 
     Each prints its tables; a benchmark that fails is reported, the others still run, and the exit status is 1.
     Options marked [name] apply to that benchmark only.
@@ -205,9 +220,16 @@ def _runner_options(func: Callable[..., Any]) -> Callable[..., Any]:
                      help="API key of openai: models."),
         click.option("--base-url", envvar="OPENAI_BASE_URL", show_envvar=True, default=None,
                      help="OpenAI-compatible endpoint."),
+        click.option("--tool-choice", "tool_choice_mode", envvar="MYCELIAN_TOOL_CHOICE", show_envvar=True,
+                     type=click.Choice(["named", "required", "auto"]), default=None,
+                     help="How the ingestion model's tool is forced (required: llama.cpp's server)."),
+        click.option("--max-tokens", envvar="MYCELIAN_MAX_TOKENS", show_envvar=True, type=_COUNT, default=None,
+                     help="Completion token limit of openai: models."),
         click.option("--vault", default=None, help="Vault title (default: the benchmark's name)."),
         click.option("--flush-every", type=_COUNT, default=6, show_default=True,
                      help="Write the context document every N messages."),
+        click.option("--batch", "batch_size", type=_COUNT, default=1, show_default=True,
+                     help="Batched mode: one model call writes the entries of N messages (1 = one call per message)."),
         click.option("--top-k", type=click.IntRange(1, 25), default=10, show_default=True,
                      help="Entries retrieved per question (the server's limit is 25)."),
         click.option("--workers", type=_COUNT, default=1, show_default=True,
@@ -226,8 +248,8 @@ def _runner_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _runner_kwargs(options: dict[str, Any]) -> dict[str, Any]:
-    keys = ("out", "db", "state", "server", "token", "model", "api_key", "base_url", "flush_every", "top_k",
-            "workers", "shard", "limit")
+    keys = ("out", "db", "state", "server", "token", "model", "api_key", "base_url", "tool_choice_mode",
+            "max_tokens", "flush_every", "batch_size", "top_k", "workers", "shard", "limit")
     kwargs = {key: options[key] for key in keys}
     kwargs["progress"] = not options["no_progress"]
     if options["vault"]:
@@ -277,7 +299,13 @@ def longmemeval_command(files: tuple[Path, ...], qa_model: str | None, **options
 @_runner_options
 @click.option("--limit-questions", type=click.IntRange(min=0), default=None,
               help="Only the first N questions of each sample.")
-def locomo_command(files: tuple[Path, ...], limit_questions: int | None, **options: Any) -> None:
+@click.option("--sessions", type=_COUNT, default=None,
+              help="Only the first N sessions of each sample, and the questions whose evidence lies there.")
+@click.option("--qa-model", envvar="MYCELIAN_QA_MODEL", show_envvar=True, default=None,
+              help="'openai:<model>' answers each question (categories 1-4) from the retrieved entries, scored "
+                   "by token F1 against the gold answer.")
+def locomo_command(files: tuple[Path, ...], limit_questions: int | None, sessions: int | None,
+                   qa_model: str | None, **options: Any) -> None:
     """LoCoMo FILES: ingest each sample into a memory of its own, score evidence recall@k per category.
 
     Writes OUT/records.jsonl, OUT/samples.jsonl and OUT/summary.json; category 5 (adversarial) is reported in
@@ -287,7 +315,7 @@ def locomo_command(files: tuple[Path, ...], limit_questions: int | None, **optio
     def make(kwargs: dict[str, Any]) -> Any:
         from .locomo import LoCoMoRunner
 
-        return LoCoMoRunner(**kwargs, limit_questions=limit_questions)
+        return LoCoMoRunner(**kwargs, limit_questions=limit_questions, sessions=sessions, qa_model=qa_model)
 
     _run_runner(make, files, options)
 
@@ -310,7 +338,7 @@ class _BenchGroup(click.Group):
 
 @click.group("bench", cls=_BenchGroup, context_settings=_CONTEXT)
 def bench() -> None:
-    """Benchmarks: the suite (overhead, prompts, recall, throughput, server) and the LongMemEval / LoCoMo runners.
+    """Benchmarks: the suite (overhead, prompts, recall, throughput, server, ablation) and the LongMemEval / LoCoMo runners.
 
     \b
       mycelian-agent bench recall --quick --data DIR --out OUT        one benchmark of the suite

@@ -10,6 +10,11 @@ Category 5 (adversarial: the question presumes something the conversation does n
 ``Question.is_abstention``) is scored like the others but reported in a table of its own and kept out of the
 overall row, since its "evidence" is the turn the question twists rather than an answer.
 
+With ``sessions=N`` only the first N sessions of each sample are ingested, with the questions whose evidence lies
+there (a slice for slow models). With ``qa_model`` each question of categories 1-4 is answered from the retrieved
+entries and scored by token F1 against the gold answer (LoCoMo's own QA metric; indicative, not a leaderboard
+number).
+
 Outputs in ``out``: ``records.jsonl`` (one line per finished question), ``samples.jsonl`` (one line per fully
 ingested sample: ingestion time, messages, model usage) and ``summary.json`` (rebuilt from both after each run).
 Re-running skips recorded questions and resumes an interrupted ingestion from the checkpoint.
@@ -20,19 +25,22 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from langchain_core.language_models import BaseChatModel
+
 from ..conversations.formats import LOCOMO_CATEGORIES, Conversation, Question, iter_messages, load_conversations, valid_title
-from ..errors import ConfigError, InputError
-from .metrics import RecallRecord, aggregate, recall_at_k, unique_in_order
-from ..models.resolve import model_name
 from ..conversations.replay import ReplayStats
+from ..errors import ConfigError, InputError
+from ..models.resolve import model_name
 from . import (BenchmarkReport, BenchmarkRunner, MemoryHarness, append_jsonl, progress_bar, read_jsonl, report_notes,
                run_pool, write_json)
+from .longmemeval import answer_question, build_qa_context, resolve_qa_model
+from .metrics import RecallRecord, aggregate, recall_at_k, token_f1, unique_in_order
 
-__all__ = ["LoCoMoRunner", "load_locomo", "category_label"]
+__all__ = ["LoCoMoRunner", "load_locomo", "category_label", "first_sessions"]
 
 
 def load_locomo(paths: Sequence[str | os.PathLike[str]]) -> list[Conversation]:
@@ -62,12 +70,17 @@ class LoCoMoRunner(BenchmarkRunner):
     """
 
     limit_questions: int | None = None
+    sessions: int | None = None
+    qa_model: str | BaseChatModel | None = None
+    entry_chars: int = 2000
     vault: str = "locomo"
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.limit_questions is not None and self.limit_questions < 0:
             raise ConfigError(f"limit_questions must be >= 0, got {self.limit_questions}")
+        if self.sessions is not None and self.sessions < 1:
+            raise ConfigError(f"sessions must be >= 1, got {self.sessions}")
 
     @property
     def samples_path(self) -> Path:
@@ -75,7 +88,8 @@ class LoCoMoRunner(BenchmarkRunner):
 
     async def arun(self, paths: Sequence[str | os.PathLike[str]]) -> BenchmarkReport:
         """Ingest the selected samples and score their questions not yet recorded; write and return the report."""
-        selected = self._select(load_locomo(paths))
+        selected = [first_sessions(c, self.sessions) for c in self._select(load_locomo(paths))]
+        qa = resolve_qa_model(self.qa_model, api_key=self.api_key, base_url=self.base_url)
         Path(self.out).mkdir(parents=True, exist_ok=True)
         done = {r.get("question_id") for r in read_jsonl(self.records_path)}
         ingested = {r.get("sample_id") for r in read_jsonl(self.samples_path)}
@@ -96,7 +110,7 @@ class LoCoMoRunner(BenchmarkRunner):
                         counts["messages"] += stats.messages
                         dia_ids = {m.message.tags.get("dia_id") for m in iter_messages(conversation)}
                         for question in todo:
-                            record = await self._question(harness, memory_id, conversation, question, dia_ids)
+                            record = await self._question(harness, memory_id, conversation, question, dia_ids, qa)
                             append_jsonl(self.records_path, record)
                             counts["questions"] += 1
                             progress.update(questions, advance=1, note=question.question_id)
@@ -122,9 +136,16 @@ class LoCoMoRunner(BenchmarkRunner):
         return memory_id, stats
 
     async def _question(self, harness: MemoryHarness, memory_id: str, conversation: Conversation,
-                        question: Question, dia_ids: set[str | None]) -> dict[str, Any]:
+                        question: Question, dia_ids: set[str | None], qa: BaseChatModel | None) -> dict[str, Any]:
         found, search_s = await harness.search(memory_id, question.question, self.search_k)
         entries = found.get("entries") or []
+        answered = None
+        if qa is not None and not question.is_abstention:
+            context = build_qa_context(found, max_entries=self.top_k, entry_chars=self.entry_chars)
+            started = time.perf_counter()
+            hypothesis, usage = await answer_question(qa, question.question, None, context)
+            answered = {"hypothesis": hypothesis, "f1": round(token_f1(hypothesis, question.answer or ""), 4),
+                        "usage": usage, "seconds": round(time.perf_counter() - started, 3)}
         retrieved = unique_in_order(t["dia_id"] for e in entries if "dia_id" in (t := e.get("tags") or {}))
         recall: dict[str, bool] = {}
         for k in self.ks:
@@ -147,6 +168,7 @@ class LoCoMoRunner(BenchmarkRunner):
             "retrieved_dia_ids": retrieved,
             "recall": recall or None,
             "search_s": round(search_s, 4),
+            "qa": answered,
         }
 
     def report(self, this_run: dict[str, Any] | None = None) -> BenchmarkReport:
@@ -188,9 +210,40 @@ class LoCoMoRunner(BenchmarkRunner):
                           "contexts": sum(s["ingestion"]["contexts"] for s in samples)},
             "usage": usage,
             "search_s_mean": round(sum(r["search_s"] for r in records) / len(records), 4) if records else None,
+            "sessions": self.sessions,
+            "qa": _qa_summary(records, self.qa_model),
         }
         write_json(Path(self.out) / "summary.json", summary)
         return BenchmarkReport(summary, tables, _notes(summary))
+
+
+def first_sessions(conversation: Conversation, sessions: int | None) -> Conversation:
+    """The first ``sessions`` sessions of a sample and the questions whose evidence lies entirely in them (all of
+    it when ``sessions`` is None). Questions without evidence ids are dropped from a slice."""
+    if sessions is None or sessions >= len(conversation.sessions):
+        return conversation
+    kept = conversation.sessions[:sessions]
+    ids = {m.tags.get("dia_id") for s in kept for m in s.messages}
+    questions = tuple(q for q in conversation.questions if q.evidence and set(q.evidence) <= ids)
+    return replace(conversation, sessions=kept, questions=questions)
+
+
+def _qa_summary(records: list[dict[str, Any]], qa_model: Any) -> dict[str, Any] | None:
+    """Mean token F1 of the answered questions, overall and per category (None without a QA model)."""
+    answered = [r for r in records if r.get("qa")]
+    if not answered:
+        return None
+    by_category: dict[str, list[float]] = {}
+    for r in answered:
+        by_category.setdefault(category_label(r["category"]), []).append(r["qa"]["f1"])
+    usage: dict[str, int] = {}
+    for r in answered:
+        for key, value in r["qa"]["usage"].items():
+            usage[key] = usage.get(key, 0) + value
+    return {"model": model_name(qa_model), "judge": "token F1 against the gold answer (LoCoMo's QA metric)",
+            "questions": len(answered), "f1_mean": round(sum(r["qa"]["f1"] for r in answered) / len(answered), 4),
+            "f1_by_category": {c: round(sum(v) / len(v), 4) for c, v in sorted(by_category.items())},
+            "usage": usage, "seconds": round(sum(r["qa"]["seconds"] for r in answered), 1)}
 
 
 def _notes(summary: dict[str, Any]) -> list[str]:
@@ -199,4 +252,7 @@ def _notes(summary: dict[str, Any]) -> list[str]:
         summary, recorded=f"samples ingested: {summary['samples']}, questions recorded: {summary['questions']}",
         this_run=f"{run.get('questions', 0)} questions, {run.get('messages', 0)} messages stored, ",
         stream="sample", usage=summary["usage"],
-        extra=[f"evidence ids not found in the conversation: {summary['evidence_ids_missing_from_conversation']}"])
+        extra=[f"evidence ids not found in the conversation: {summary['evidence_ids_missing_from_conversation']}"]
+        + ([f"QA ({summary['qa']['model']}, {summary['qa']['questions']} questions, judged by "
+            f"{summary['qa']['judge']}): mean F1 {summary['qa']['f1_mean']:.3f}; by category "
+            f"{summary['qa']['f1_by_category']}"] if summary.get("qa") else []))

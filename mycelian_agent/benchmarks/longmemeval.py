@@ -4,15 +4,18 @@ Per question (thread id = question id, memory title = ``valid_title(question_id)
 
 1. every haystack session is replayed in order with its date as conversation time (start, messages, end), through
    :func:`~mycelian_agent.conversations.replay.replay_conversation`, which resumes from the thread's checkpoint;
-2. ``search_memories(question, top_ke, include_raw_entries, before=question_date)`` (the date bound keeps
-   entries from after the question out, when the date is known);
+2. ``search_memories(question, top_ke, include_raw_entries, before=...)``: the bound is the end of the question's
+   day (:func:`search_bound`), which keeps later days out. Not the question's minute: LongMemEval's times of day
+   are not ordered with the question (``gpt4_2c50253f``'s evidence session is dated 21:48 on the question's day,
+   the question 10:45), and its own retrieval evaluation ranks every haystack session;
 3. a QA context is built from the retrieved entries (date, role, position, verbatim text; oldest first) and the
    latest context document; a QA model answers from it, or, without one, the hypothesis is that evidence marked
    ``[retrieval only: no QA model configured]``;
 4. recall: session level against ``answer_session_ids`` and turn level against the ``has_answer`` turns (entries
    carry ``session_id`` / ``turn`` tags; the parts of a long message count as one turn), with
-   :mod:`mycelian_agent.benchmarks.metrics` — recall@k looks at the first k *distinct* sessions (turns) among the retrieved
-   entries, LongMemEval's turn→session rule. Abstention questions (``_abs``) are kept but excluded from recall,
+   :mod:`mycelian_agent.benchmarks.metrics` — recall@k looks at the first k *distinct* sessions (turns) among the
+   retrieved entries, LongMemEval's turn→session rule; the ranking is paged (``offset``) until it holds k distinct
+   sessions, as LongMemEval extends it. Abstention questions (``_abs``) are kept but excluded from recall,
    as LongMemEval's retrieval evaluation does; the oracle files have no ``has_answer`` flags, so no turn recall.
 
 Outputs in ``out``: ``records.jsonl`` (one line per finished question), ``hypotheses.jsonl``
@@ -27,6 +30,7 @@ import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -43,7 +47,7 @@ from . import (BenchmarkReport, BenchmarkRunner, MemoryHarness, append_jsonl, pr
 
 __all__ = [
     "SingleQuestionRunner", "RETRIEVAL_ONLY_MARK", "QA_SYSTEM_PROMPT", "build_qa_context", "answer_question",
-    "load_longmemeval", "retrieved_positions",
+    "load_longmemeval", "resolve_qa_model", "retrieved_positions", "search_bound",
 ]
 
 RETRIEVAL_ONLY_MARK = "[retrieval only: no QA model configured]"
@@ -118,6 +122,25 @@ def build_qa_context(result: dict[str, Any], *, max_entries: int = 10, entry_cha
     return "\n\n".join(blocks)
 
 
+def resolve_qa_model(qa_model: str | BaseChatModel | None, *, api_key: str | None = None,
+                     base_url: str | None = None) -> BaseChatModel | None:
+    """The chat model that answers questions (``"openai:<model>"`` or a model), or None for none/"none"."""
+    if qa_model is None or (isinstance(qa_model, str) and qa_model.strip().lower() in ("", "none")):
+        return None
+    if isinstance(qa_model, str) and qa_model.strip().lower() == "extractive":
+        raise ConfigError("the extractive model cannot answer questions: give an openai:<model> QA model, "
+                          "or none for retrieval-only hypotheses")
+    return resolve_model(qa_model, api_key=api_key, base_url=base_url, timeout=600)
+
+
+def search_bound(question_date: str | None) -> str | None:
+    """The ``before`` bound of a question's searches: midnight (UTC) after the question's day, or None."""
+    if not question_date:
+        return None
+    day = datetime.fromisoformat(question_date[:10]).date() + timedelta(days=1)
+    return f"{day.isoformat()}T00:00:00Z"
+
+
 async def answer_question(model: BaseChatModel, question: str, question_date: str | None,
                           context: str) -> tuple[str, dict[str, int]]:
     """Ask ``model`` to answer ``question`` from ``context``; returns the answer and its token usage."""
@@ -185,12 +208,7 @@ class SingleQuestionRunner(BenchmarkRunner):
                                      "wall_s": round(time.perf_counter() - started, 3), "selected": len(selected)})
 
     def _qa_model(self) -> BaseChatModel | None:
-        if self.qa_model is None or (isinstance(self.qa_model, str) and self.qa_model.strip().lower() in ("", "none")):
-            return None
-        if isinstance(self.qa_model, str) and self.qa_model.strip().lower() == "extractive":
-            raise ConfigError("the extractive model cannot answer questions: give an openai:<model> QA model, "
-                              "or none for retrieval-only hypotheses")
-        return resolve_model(self.qa_model, api_key=self.api_key, base_url=self.base_url)
+        return resolve_qa_model(self.qa_model, api_key=self.api_key, base_url=self.base_url)
 
     async def _question(self, harness: MemoryHarness, conversation: Conversation, qa: BaseChatModel | None,
                         progress: Any, task: Any) -> dict[str, Any]:
@@ -199,8 +217,7 @@ class SingleQuestionRunner(BenchmarkRunner):
         memory_id, invoker, stats = await harness.replay(conversation, qid, progress, task)
         status = await invoker.athread_status(qid)
         found, search_s = await harness.search(memory_id, question.question, self.search_k,
-                                               before=question.question_date)
-        entries = found.get("entries") or []
+                                               before=search_bound(question.question_date))
         context = build_qa_context(found, max_entries=self.top_k, entry_chars=self.entry_chars)
         qa_usage = {"llm_calls": 0, "prompt_tokens": 0, "completion_tokens": 0}
         qa_started = time.perf_counter()
@@ -208,7 +225,11 @@ class SingleQuestionRunner(BenchmarkRunner):
             hypothesis = f"{RETRIEVAL_ONLY_MARK}\n{context}"
         else:
             hypothesis, qa_usage = await answer_question(qa, question.question, question.question_date, context)
-        sessions, turns = retrieved_positions(entries)
+        # Recall by LongMemEval's rule: the ranking extended until it holds max(ks) distinct sessions.
+        deepest = max(self.ks)
+        ranked = await harness.ranking(memory_id, question.question, before=search_bound(question.question_date),
+                                       enough=lambda found: len(retrieved_positions(found)[0]) >= deepest)
+        sessions, turns = retrieved_positions(ranked)
         gold_turns = list(question.evidence_turns)
         return {
             "question_id": qid,
@@ -220,7 +241,7 @@ class SingleQuestionRunner(BenchmarkRunner):
             "hypothesis": hypothesis,
             "memory_id": memory_id,
             "retrieved": [{"entry_id": e.get("entryId"), "session_id": (e.get("tags") or {}).get("session_id"),
-                           "turn": (e.get("tags") or {}).get("turn"), "score": e.get("score")} for e in entries],
+                           "turn": (e.get("tags") or {}).get("turn"), "score": e.get("score")} for e in ranked],
             "retrieved_sessions": sessions,
             "retrieved_turns": turns,
             "answer_session_ids": list(question.evidence),

@@ -1,4 +1,4 @@
-"""Retrieval recall@k over gold evidence ids.
+"""Retrieval recall@k over gold evidence ids, and the token F1 of an answer (QA).
 
 Definitions (the same as LongMemEval's retrieval evaluation):
 
@@ -12,11 +12,14 @@ Definitions (the same as LongMemEval's retrieval evaluation):
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["RecallRecord", "RecallRow", "RecallTable", "aggregate", "recall_at_k", "unique_in_order"]
+__all__ = ["RecallRecord", "RecallRow", "RecallTable", "aggregate", "answer_tokens", "recall_at_k", "token_f1",
+           "unique_in_order"]
 
 
 def unique_in_order(ids: Iterable[str]) -> list[str]:
@@ -134,3 +137,27 @@ def aggregate(records: Iterable[RecallRecord], ks: Sequence[int] = (1, 5, 10)) -
         by_category.setdefault(record.category, []).append(record)
     categories = {name: _row(name, by_category[name], ks) for name in sorted(by_category)}
     return RecallTable(ks, categories, _row("overall", records, ks))
+
+
+_ARTICLES = {"a", "an", "the", "and"}
+
+
+def answer_tokens(text: str) -> list[str]:
+    """The words an answer is scored on: lower-cased, punctuation and articles dropped (LoCoMo's normalisation,
+    after SQuAD's)."""
+    words = re.sub(r"[^\w\s]", " ", str(text).lower().replace(",", "")).split()
+    return [w for w in words if w not in _ARTICLES]
+
+
+def token_f1(prediction: str, gold: str) -> float:
+    """Token-level F1 of ``prediction`` against ``gold`` (LoCoMo's QA metric): the harmonic mean of the share of
+    predicted words that are in the gold answer and the share of gold words that were predicted."""
+    predicted, expected = answer_tokens(prediction), answer_tokens(gold)
+    if not predicted or not expected:
+        return float(predicted == expected)
+    common = sum((Counter(predicted) & Counter(expected)).values())
+    if not common:
+        return 0.0
+    precision, recall = common / len(predicted), common / len(expected)
+    return 2 * precision * recall / (precision + recall)
+

@@ -3,7 +3,8 @@
 Each conversation is one thread: for every session, START_SESSION, each message, END_SESSION. The position of a
 thread is read from its checkpoint (messages stored, sessions started and ended), so re-running a replay after an
 interruption continues where it stopped; add_entry's idempotency key makes the message that was in flight at the
-interruption land once.
+interruption land once. In batched mode the position counts accepted messages too: they are in the checkpoint
+and are written by the next write (at the latest when the session ends), each exactly once.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ class ReplayStats:
     """Totals of a replay, summed over conversations."""
 
     conversations: int = 0
-    messages: int = 0  # messages stored by this run
+    messages: int = 0  # messages stored (batched mode: accepted) by this run
+    written: int = 0  # messages written by this run (batched mode: may include messages accepted by an earlier run)
     skipped: int = 0  # messages already stored by an earlier run (resumed)
     entries: int = 0
     deduplicated: int = 0
@@ -38,6 +40,7 @@ class ReplayStats:
     def add(self, result: InvocationResult) -> None:
         """Account one invocation."""
         self.entries += len(result.entry_ids)
+        self.written += len(result.written)
         self.deduplicated += result.deduplicated
         self.contexts += int(result.context_written)
         self.usage += result.usage
@@ -62,12 +65,12 @@ def resume_position(conversation: Conversation, status: ThreadStatus) -> tuple[i
     ended = status.progress.sessions_ended
     started = status.progress.sessions_started
     before = sum(len(s.messages) for s in conversation.sessions[:ended])
-    within = status.messages - before
+    within = status.accepted - before
     if ended > len(conversation.sessions) or within < 0 or (
         ended < len(conversation.sessions) and within > len(conversation.sessions[ended].messages)
     ) or (ended == len(conversation.sessions) and within != 0):
         raise InputError(
-            f"thread {status.thread_id!r} has a checkpoint ({status.messages} messages, {ended} sessions ended) "
+            f"thread {status.thread_id!r} has a checkpoint ({status.accepted} messages, {ended} sessions ended) "
             f"that does not match conversation {conversation.conversation_id!r} of {conversation.source} "
             f"({conversation.message_count} messages in {len(conversation.sessions)} sessions); "
             "use another --state file or thread id"

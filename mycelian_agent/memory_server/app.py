@@ -23,7 +23,7 @@ from mcp.types import ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
 
 from ..errors import ConfigError, InputError
-from ..limits import RAW_ENTRY_MAX_CHARS, SUMMARY_MAX_CHARS, TAGS_MAX_KEYS
+from ..limits import RAW_ENTRY_MAX_CHARS, SEARCH_DEPTH_MAX, SUMMARY_MAX_CHARS, TAGS_MAX_KEYS
 from ..prompt_files import PROMPT_NAMES, read_prompt
 from .runtime import StoreHandle, StoreRunner
 from .stdio import open_stdio_pipes
@@ -257,6 +257,8 @@ async def search_memories(
     after: Annotated[str | None, Field(description="RFC 3339: only entries (conversation time) after this")] = None,
     before: Annotated[str | None, Field(description="RFC 3339: only entries (conversation time) before this")] = None,
     vault_id: OptionalVaultId = None,
+    offset: Annotated[int, Field(ge=0, le=SEARCH_DEPTH_MAX - 25,
+                                 description="Entries to skip: the next page of the ranking starts here")] = 0,
 ) -> str:
     """Search a memory's entries and context snapshots. Returns {"entries": [{entryId, summary, rawEntry?, score,
     creationTime, conversationTime?, tags}], "count", "latestContext", "latestContextTimestamp", "contexts":
@@ -271,6 +273,7 @@ async def search_memories(
         after=after,
         before=before,
         vault_id=vault_id,
+        offset=offset,
     )
     return _json(result)
 

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..errors import ConfigError, InputError, MemoryServerError
+from ..limits import SEARCH_DEPTH_MAX
 from . import fusion
 from .placeholder import PLACEHOLDER_CONTEXT
 from .ranking import CONTEXT_DEPTH, query_terms, with_context
@@ -381,13 +382,21 @@ class MemoryStore(ABC):
         after: str | None = None,
         before: str | None = None,
         vault_id: str | None = None,
+        offset: int = 0,
     ) -> dict[str, Any]:
-        """Entries and context snapshots of one memory ranked against ``query``."""
+        """Entries and context snapshots of one memory ranked against ``query``.
+
+        ``offset`` skips the first entries of the ranking (paging: ``offset + top_ke`` at most
+        :data:`~mycelian_agent.limits.SEARCH_DEPTH_MAX`); the context snapshots are the same on every page.
+        Pages within the first ``ranking.CONTEXT_DEPTH`` (50) entries join into exactly one ranking; deeper ones
+        are cut from a deeper re-ranked pool, where neighbour scores can move an entry by a few places.
+        """
         memory_id = check_uuid("memory_id", memory_id)
         if vault_id is not None:
             vault_id = check_uuid("vault_id", vault_id)
         query = check_text("query", query, LIMITS["query"])
-        for name, value, low, high in (("top_ke", top_ke, 0, 25), ("top_kc", top_kc, 1, 10)):
+        for name, value, low, high in (("top_ke", top_ke, 0, 25), ("top_kc", top_kc, 1, 10),
+                                       ("offset", offset, 0, SEARCH_DEPTH_MAX - 25)):
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
                 raise InputError(f"{name} must be an integer from {low} to {high} (got {value!r})")
         if not isinstance(include_raw_entries, bool):
@@ -397,7 +406,8 @@ class MemoryStore(ABC):
         self._memory_row(vault_id, memory_id)
         terms = query_terms(query)
         entries = []
-        for row, score in self.rank_entries(memory_id, query, terms, top_ke, after=after, before=before):
+        depth = offset + top_ke if top_ke else 0
+        for row, score in self.rank_entries(memory_id, query, terms, depth, after=after, before=before)[offset:]:
             item: dict[str, Any] = {"entryId": row["entry_id"], "summary": row["summary"]}
             if include_raw_entries:
                 item["rawEntry"] = row["raw_entry"]

@@ -255,25 +255,6 @@ class DenseVectors:
             scores = np.where(mask, scores, -np.inf)
         return seqs, scores
 
-    def rank(
-        self,
-        conn: sqlite3.Connection,
-        memory_id: str,
-        query: str,
-        limit: int,
-        after: str | None = None,
-        before: str | None = None,
-    ) -> list[int]:
-        """Entry ``seq`` values of ``memory_id`` nearest to ``query`` (cosine), within the time bounds, best first."""
-        seqs, scores = self.similarities(conn, memory_id, query, after, before)
-        if not seqs or limit <= 0:
-            return []
-        np = self._np
-        k = min(limit, len(seqs))
-        top = np.argpartition(-scores, k - 1)[:k]
-        top = top[np.argsort(-scores[top], kind="stable")]
-        return [seqs[i] for i in top if np.isfinite(scores[i])]
-
 
 # ------------------------------------------------------------------------------------------------ loading
 

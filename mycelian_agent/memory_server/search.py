@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .ranking import (
     CONTEXT_BEFORE,
@@ -215,19 +215,24 @@ def search_entries(
     after: str | None = None,
     before: str | None = None,
     context: bool = True,
+    weights: Sequence[float] | None = None,
 ) -> list[tuple[sqlite3.Row, float]]:
     """Entries of one memory ranked by BM25, best first, as ``(row, score)`` with score > 0 (higher = better).
 
     With ``context`` (the default) each entry's score also takes shares of its neighbours' (see
-    ``ranking.with_context``); without, it is plain BM25.
+    ``ranking.with_context``); without, it is plain BM25. ``weights`` replaces :data:`ENTRY_WEIGHTS` (the ablation
+    benchmark turns columns off with it).
 
     ``after`` / ``before`` (normalised timestamps, exclusive) bound the conversation time, or the creation time
     of entries without one.
     """
     where, params = time_bounds(after, before)
+    index = _ENTRIES if weights is None else replace(_ENTRIES, weights=tuple(weights))
+    if len(index.weights) != len(_ENTRIES.weights):
+        raise ValueError(f"weights: one per column of {_ENTRIES.fts} ({len(_ENTRIES.weights)}), got {weights!r}")
     if not context:
-        return _rows(conn, "entries", memory_id, rank_entries(conn, memory_id, terms, limit, where, params))
-    hits = rank_entries(conn, memory_id, terms, max(limit, CONTEXT_DEPTH), where, params)
+        return _rows(conn, "entries", memory_id, _search(conn, index, memory_id, terms, limit, where, params))
+    hits = _search(conn, index, memory_id, terms, max(limit, CONTEXT_DEPTH), where, params)
     if hits:
         links, allowed = neighbours(conn, [seq for seq, _ in hits], where, params)
         hits = with_context(hits, links, allowed, limit)

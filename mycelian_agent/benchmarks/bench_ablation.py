@@ -1,0 +1,210 @@
+"""Ablation: what each part of the memory's retrieval adds to LoCoMo evidence recall, per category, with latency.
+
+Each row adds one part to the row above it (categories 1-4 of the LoCoMo file(s), the extractive model):
+
+1. **plain entries, plain BM25** — entries written without speaker names and with relative dates left as they are,
+   searched by BM25 over the raw text and the summary only (the porter stemmer stays on: it is the index's
+   tokenizer);
+2. **+ who and when** — the entries as the agent writes them: summaries name the speaker ("Caroline said …") and
+   put absolute dates beside relative ones; same search;
+3. **+ names and dates indexed** — the ``labels`` (speaker and other tag words) and ``dated`` (the entry's date
+   in words) columns of the index weigh in (:data:`~mycelian_agent.memory_server.search.ENTRY_WEIGHTS`);
+4. **+ neighbour context** — each entry takes shares of its neighbouring turns' scores: the lexical search the
+   server runs by default;
+5. **+ dense fusion** — MiniLM vectors fused with row 4's scores (``--embeddings``; needs the ``embeddings``
+   extra, else the row is skipped with a note).
+
+Re-ranking with a cross-encoder is not a row: no cross-encoder installs offline from the package registries
+(BENCHMARKS.md lists what was tried). A plain ``rank_bm25`` over the raw turns is shown for reference.
+
+The conversations are ingested twice (rows 1 and 2-5) through the normal LoCoMo runner; the rows are then searched
+in-process on the stored memories (the same Store code the server runs, without the MCP round trip), so the
+latency column is the store's search time per question (p50).
+"""
+
+from __future__ import annotations
+
+import shutil
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+from ..conversations.formats import Conversation
+from ..memory_server import search as lexical
+from ..memory_server.store import Store
+from ..models.extractive import text as extractive_text
+from .bench_common import BenchResult, embeddings_available, md_table, save_plot
+from .bench_recall import KS, _top, bm25_ranker
+from .locomo import LoCoMoRunner, category_label, load_locomo
+from .metrics import RecallRecord, RecallTable, aggregate, unique_in_order
+from . import read_jsonl
+
+__all__ = ["ABLATION_ROWS", "run_ablation"]
+
+#: Index column weights (mkey, raw_entry, summary, labels, dated) with the names and dates columns off.
+_TEXT_ONLY_WEIGHTS = (0.0, 1.0, 1.5, 0.0, 0.0)
+ABLATION_ROWS = (
+    "1. plain entries, plain BM25",
+    "2. + who and when (names, resolved dates)",
+    "3. + names and dates indexed",
+    "4. + neighbour context (server default)",
+    "5. + dense fusion (--embeddings)",
+)
+_MAIN = "evidence recall, categories 1-4"
+
+
+class _PlainEntriesRunner(LoCoMoRunner):
+    """The LoCoMo runner with entries as they were before speaker names and date resolution: messages lose their
+    ``name`` (the speaker tag stays) and the extractive model leaves relative dates alone."""
+
+    def _select(self, conversations: Sequence[Conversation]) -> list[Conversation]:
+        return [_without_names(c) for c in super()._select(conversations)]
+
+    async def arun(self, paths: Sequence[Any]) -> Any:
+        with mock.patch.object(extractive_text, "resolve_relative_dates", lambda text, _when: text):
+            return await super().arun(paths)
+
+
+def _without_names(conversation: Conversation) -> Conversation:
+    sessions = tuple(replace(s, messages=tuple(replace(m, name=None) for m in s.messages))
+                     for s in conversation.sessions)
+    return replace(conversation, sessions=sessions)
+
+
+Search = Callable[[Store, str, str], list[dict[str, Any]]]
+
+
+def _lexical(weights: Sequence[float] | None, context: bool) -> Search:
+    def search(store: Store, memory_id: str, question: str) -> list[dict[str, Any]]:
+        terms = lexical.query_terms(question)
+        rows = lexical.search_entries(store.connection, memory_id, terms, 25, context=context, weights=weights)
+        return [{"tags": row["tags"]} for row, _ in rows]
+    return search
+
+
+def _server_search(store: Store, memory_id: str, question: str) -> list[dict[str, Any]]:
+    return store.search(memory_id, question, top_ke=25)["entries"]
+
+
+def _evaluate(db: Path, samples: list[dict[str, Any]], conversations: list[Conversation],
+              limit_questions: int | None, search: Search, store: Store | None = None) -> tuple[RecallTable, float]:
+    """Recall table (categories 1-4) and p50 search seconds of ``search`` over the memories stored in ``db``."""
+    import json
+
+    own = store is None
+    store = store or Store.open(db)
+    memory_of = {s["sample_id"]: s["memory_id"] for s in samples}
+    records: list[RecallRecord] = []
+    seconds: list[float] = []
+    try:
+        for conversation in conversations:
+            memory_id = memory_of[conversation.conversation_id]
+            for question in conversation.questions[:limit_questions]:
+                if question.is_abstention:
+                    continue
+                started = time.perf_counter()
+                entries = search(store, memory_id, question.question)
+                seconds.append(time.perf_counter() - started)
+                tags = [e["tags"] if isinstance(e["tags"], dict) else json.loads(e["tags"]) for e in entries]
+                retrieved = unique_in_order(t["dia_id"] for t in tags if "dia_id" in t)
+                records.append(RecallRecord(question.question_id, category_label(question.category), retrieved,
+                                            question.evidence))
+    finally:
+        if own:
+            store.close()
+    return aggregate(records, KS), statistics.median(seconds) if seconds else 0.0
+
+
+def _bm25_reference(conversations: list[Conversation], limit_questions: int | None) -> RecallTable:
+    records = []
+    for sample in conversations:
+        pairs = [(m.content, m.tags.get("dia_id", "")) for s in sample.sessions for m in s.messages]
+        index, _ = bm25_ranker([text for text, _ in pairs])
+        ids = [dia for _, dia in pairs]
+        for question in sample.questions[:limit_questions]:
+            if not question.is_abstention:
+                records.append(RecallRecord(question.question_id, category_label(question.category),
+                                            unique_in_order(_top(index, ids, question.question, 25)),
+                                            question.evidence))
+    return aggregate(records, KS)
+
+
+def _cell(table: RecallTable, category: str) -> str:
+    row = table.overall if category == "overall" else table.categories.get(category)
+    if row is None or not row.count:
+        return "-"
+    return f"{row.recall_any(10):.2f} / {row.recall_all(10):.2f}"
+
+
+def run_ablation(out: Path, *, locomo: Sequence[str | Path], limit: int | None = None,
+                 limit_questions: int | None = None, workers: int = 3, hybrid: str = "auto") -> BenchResult:
+    """Recall@10 (any / all) per category as each part of retrieval is added (see the module docstring)."""
+    started = time.perf_counter()
+    paths = [Path(p) for p in locomo]
+    work = out / "work" / "ablation"
+    base = {"limit": limit, "limit_questions": limit_questions, "workers": workers, "progress": False}
+    dirs = {"plain": work / "plain-entries", "agent": work / "agent-entries"}
+    for directory in dirs.values():
+        shutil.rmtree(directory, ignore_errors=True)
+    _PlainEntriesRunner(out=dirs["plain"], **base).run(paths)
+    LoCoMoRunner(out=dirs["agent"], **base).run(paths)
+    conversations = load_locomo(paths)[:limit]
+    samples = {name: read_jsonl(d / "samples.jsonl") for name, d in dirs.items()}
+
+    def evaluate(name: str, search: Search, store: Store | None = None) -> tuple[RecallTable, float]:
+        return _evaluate(dirs[name] / "memory.db", samples[name], conversations, limit_questions, search, store)
+
+    rows: list[tuple[str, RecallTable, float | None]] = [
+        (ABLATION_ROWS[0], *evaluate("plain", _lexical(_TEXT_ONLY_WEIGHTS, context=False))),
+        (ABLATION_ROWS[1], *evaluate("agent", _lexical(_TEXT_ONLY_WEIGHTS, context=False))),
+        (ABLATION_ROWS[2], *evaluate("agent", _lexical(None, context=False))),
+        (ABLATION_ROWS[3], *evaluate("agent", _server_search)),
+    ]
+    notes = []
+    use_hybrid = hybrid == "on" or (hybrid == "auto" and embeddings_available())
+    if use_hybrid:
+        from ..memory_server.embeddings import require_dense_index
+
+        dense = require_dense_index()
+        store = Store.open(dirs["agent"] / "memory.db", dense=dense)
+        try:
+            dense.backfill(store.connection)  # embedded up front, as written with --embeddings
+            rows.append((ABLATION_ROWS[4], *evaluate("agent", _server_search, store)))
+        finally:
+            store.close()
+    else:
+        notes.append(f"row 5 not run: {'--hybrid off' if hybrid == 'off' else 'the embeddings extra is missing'}")
+    bm25 = _bm25_reference(conversations, limit_questions)
+    categories = ["overall", *sorted(rows[0][1].categories)]
+    headers = ["retrieval", *(f"{c} any/all@10" for c in categories), "search p50"]
+    table_rows = [[name, *(_cell(t, c) for c in categories), f"{p50 * 1000:.1f} ms"] for name, t, p50 in rows]
+    table_rows.append(["rank_bm25 over raw turns (reference)", *(_cell(bm25, c) for c in categories), "-"])
+    counts = ", ".join(f"{c}: {rows[0][1].categories[c].count}" for c in categories[1:])
+    result = BenchResult("ablation", {
+        "params": {"locomo": [str(p) for p in paths], "limit": limit, "limit_questions": limit_questions,
+                   "hybrid": use_hybrid, "model": "extractive"},
+        "rows": [{"row": name, "search_p50_s": p50, "table": t.as_dict()} for name, t, p50 in rows],
+        "bm25": bm25.as_dict()})
+    result.tables.append((f"LoCoMo {_MAIN}: recall any / all @10 as each part is added", md_table(headers, table_rows)))
+    result.notes += notes
+    result.notes.append(f"questions per category: {counts}; search p50 = the store's in-process search time per "
+                        "question (no MCP round trip)")
+    result.notes.append("re-ranking (a cross-encoder over the top candidates) is not a row: none installs offline")
+
+    def draw(axes: list[Any]) -> None:
+        ax = axes[0]
+        width = 0.8 / max(len(rows), 1)
+        for i, (name, t, _) in enumerate(rows):
+            values = [(t.overall if c == "overall" else t.categories[c]).recall_any(10) or 0.0 for c in categories]
+            ax.bar([j + (i - (len(rows) - 1) / 2) * width for j in range(len(categories))], values, width,
+                   label=name)
+        ax.set_xticks(range(len(categories)), categories, fontsize=8)
+        ax.set(title="LoCoMo recall_any@10 as each part is added", ylabel="recall_any@10", ylim=(0, 1.05))
+
+    save_plot(result, out, draw, size=(10, 5), ncols=1, grid="y")
+    result.seconds = time.perf_counter() - started
+    return result
