@@ -42,28 +42,60 @@ def _is_uuid(text: str) -> bool:
     return True
 
 
+def _lost_race(exc: MemoryServerError) -> bool:
+    return "already exists" in str(exc)
+
+
 async def ensure_vault(memory: MemoryConnection, vault: str, description: str = "") -> str:
-    """The id of vault ``vault`` (a UUID, or a title created when missing)."""
+    """The id of vault ``vault`` (a UUID, or a title created when missing).
+
+    Safe when several processes ensure the same vault at once: the one whose create loses the race reads the
+    winner's vault instead of failing with "already exists"."""
     if _is_uuid(vault):
         return vault
-    for item in await memory.call_json("list_vaults"):
-        if item.get("title") == vault:
-            return item["vaultId"]
-    created = await memory.call_json("create_vault", {"title": vault, "description": description})
+
+    async def find() -> str | None:
+        for item in await memory.call_json("list_vaults"):
+            if item.get("title") == vault:
+                return item["vaultId"]
+        return None
+
+    found = await find()
+    if found is not None:
+        return found
+    try:
+        created = await memory.call_json("create_vault", {"title": vault, "description": description})
+    except MemoryServerError as exc:
+        if not _lost_race(exc) or (found := await find()) is None:
+            raise
+        return found
     return created["vaultId"]
 
 
 async def ensure_memory(memory: MemoryConnection, vault_id: str, title: str, memory_type: str = "NOTES",
                         description: str = "") -> str:
-    """The id of memory ``title`` in ``vault_id`` (a UUID, or a title created when missing)."""
+    """The id of memory ``title`` in ``vault_id`` (a UUID, or a title created when missing); safe when several
+    processes ensure the same memory at once (see :func:`ensure_vault`)."""
     if _is_uuid(title):
         await memory.call_json("get_memory", {"vault_id": vault_id, "memory_id": title})
         return title
-    for item in await memory.call_json("list_memories", {"vault_id": vault_id}):
-        if item.get("title") == title:
-            return item["memoryId"]
-    created = await memory.call_json("create_memory_in_vault", {
-        "vault_id": vault_id, "title": title, "memory_type": memory_type, "description": description})
+
+    async def find() -> str | None:
+        for item in await memory.call_json("list_memories", {"vault_id": vault_id}):
+            if item.get("title") == title:
+                return item["memoryId"]
+        return None
+
+    found = await find()
+    if found is not None:
+        return found
+    try:
+        created = await memory.call_json("create_memory_in_vault", {
+            "vault_id": vault_id, "title": title, "memory_type": memory_type, "description": description})
+    except MemoryServerError as exc:
+        if not _lost_race(exc) or (found := await find()) is None:
+            raise
+        return found
     return created["memoryId"]
 
 
@@ -71,25 +103,37 @@ def connect(server: str = "embedded", *, db: str | Path | None = None, token: st
             embeddings: bool = False, timeout: float | None = 60.0, reconnect_wait: float = 30.0) -> MemoryConnection:
     """A (not yet opened) connection to a memory server.
 
-    ``"embedded"`` spawns our SQLite server over stdio; ``"in-process"`` runs it inside this process (no
-    subprocess); an ``http(s)://`` URL reaches a remote server. ``db`` is the SQLite file of the first two
-    (default ``$XDG_DATA_HOME/mycelian/memory.db``). ``timeout``: seconds each tool call may take (None: no
-    limit); ``reconnect_wait``: how long an HTTP connection waits for a server that went away to come back.
+    ``"embedded"`` spawns our server over stdio; ``"in-process"`` runs it inside this process (no
+    subprocess); an ``http(s)://`` URL reaches a remote server. ``db`` is the database of the first two: a SQLite
+    file (default ``$XDG_DATA_HOME/mycelian/memory.db``) or a ``postgresql://`` URL (the ``postgres`` extra), which
+    many processes and hosts may share. ``timeout``: seconds each tool call may take (None: no limit);
+    ``reconnect_wait``: how long an HTTP connection waits for a server that went away to come back.
     """
+    from .memory_server.base import is_postgres_url
+
     limits = {"call_timeout": timeout, "reconnect_wait": reconnect_wait}
-    target = None if db is None else str(db) if str(db) == ":memory:" else str(Path(db).expanduser())
+    if db is None:
+        target = None
+    elif str(db) == ":memory:" or is_postgres_url(str(db)):
+        target = str(db)
+    else:
+        target = str(Path(db).expanduser())
     if server in ("embedded", "in-process"):
         if server == "in-process" and target is None:
             from .memory_server.cli import default_db_path
 
             target = str(default_db_path(os.environ))
-        if target and target != ":memory:":
+        if target and target != ":memory:" and not is_postgres_url(target):
             Path(target).parent.mkdir(parents=True, exist_ok=True)
         if server == "in-process":
             return MemoryConnection(in_process_connection(target, embeddings=embeddings),  # type: ignore[arg-type]
                                     **limits)
-        return MemoryConnection(embedded_connection(target, extra_args=["--embeddings"] if embeddings else []),
-                                **limits)
+        extra = ["--embeddings"] if embeddings else []
+        if target is not None and is_postgres_url(target):
+            # Through the environment, not argv: a password in the URL stays out of the process list.
+            return MemoryConnection(embedded_connection(None, extra_args=extra, env={"MYCELIAN_DB": target}),
+                                    **limits)
+        return MemoryConnection(embedded_connection(target, extra_args=extra), **limits)
     if server.startswith(("http://", "https://")):
         return MemoryConnection(http_connection(server, token=token), **limits)
     raise ConfigError(f"unknown server {server!r}: use 'embedded', 'in-process' or an http(s)://host:port/mcp URL")
@@ -238,7 +282,8 @@ def build_agent(
     """Everything needed to give a chat pipeline memory, as one context manager yielding the invoker.
 
     - ``model``: ``"extractive"`` (default, no network), ``"openai:<model>"``, or a LangChain chat model.
-    - ``server``: ``"embedded"`` (our SQLite server spawned over stdio; ``db`` is its file), ``"in-process"``
+    - ``server``: ``"embedded"`` (our server spawned over stdio; ``db`` is its SQLite file or a ``postgresql://``
+      URL shared by many processes), ``"in-process"``
       (the same server inside this process, no subprocess) or a Mycelian server URL such as
       ``http://127.0.0.1:11546/mcp`` (``token`` for its bearer token).
     - ``vault`` / ``memory``: titles (created when missing) or ids.

@@ -24,7 +24,7 @@ from rich.table import Table
 
 from .errors import MycelianError
 
-__all__ = ["main", "cli"]
+__all__ = ["checkpointer_spec", "cli", "main"]
 
 console = Console()
 err_console = Console(stderr=True)
@@ -33,8 +33,8 @@ err_console = Console(stderr=True)
 def _server_options(func: Any) -> Any:
     options = [
         click.option("--db", envvar="MYCELIAN_DB", default=None,
-                     help="SQLite file of the embedded memory server [env MYCELIAN_DB; "
-                     "default $XDG_DATA_HOME/mycelian/memory.db]."),
+                     help="Database of the embedded memory server: a SQLite file or a postgresql://user@host/db URL "
+                     "(pip install 'mycelian-agent[postgres]') [env MYCELIAN_DB; default $XDG_DATA_HOME/mycelian/memory.db]."),
         click.option("--server", envvar="MYCELIAN_SERVER", default="embedded", show_default=True,
                      help="'embedded', or a Mycelian server URL like http://127.0.0.1:11546/mcp [env MYCELIAN_SERVER]."),
         click.option("--token", envvar="MYCELIAN_TOKEN", default=None, help="Bearer token of a remote server [env MYCELIAN_TOKEN]."),
@@ -79,27 +79,41 @@ def cli() -> None:
 @click.option("--batch", "batch_size", default=1, show_default=True, type=click.IntRange(min=1),
               help="Batched mode: messages are accepted at once and one model call writes N of them (and the rest "
               "at each flush and session end); 1 = one model call per message.")
-@click.option("--state", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="SQLite checkpoint file: an interrupted replay resumes from it when run again.")
+@click.option("--state", default=None,
+              help="Checkpoints: a SQLite file or a postgresql:// URL (shared by workers on many hosts); an "
+              "interrupted replay resumes from it when run again.")
+@click.option("--shard", default=None, metavar="I/N",
+              help="Replay only shard I of N (0-based; conversations split by sorted id): run 0/N ... N-1/N on "
+              "several processes or hosts against one Postgres --db and --state.")
+@click.option("--workers", default=1, show_default=True, type=click.IntRange(min=1),
+              help="Replay in N worker processes (shards 0/N ... N-1/N of this command's conversations).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def replay(files: tuple[Path, ...], db: str | None, server: str, token: str | None, vault: str, timeout: float,
            reconnect_wait: float, memory: str | None, model: str, api_key: str | None, base_url: str | None,
            tool_choice: str, max_tokens: int | None, model_timeout: float, flush_every: int, batch_size: int,
-           state: Path | None, as_json: bool) -> None:
+           state: str | None, shard: str | None, workers: int, as_json: bool) -> None:
     """Replay conversation FILES into memory and print what was stored.
 
     Accepted files: {"messages": [...]}, {"sessions": [...]}, LongMemEval records and LoCoMo samples. Every
     file is checked before anything is stored. Re-running is safe: each message is stored exactly once.
     """
+    from .benchmarks import parse_shard
     from .conversations.formats import load_conversations
 
+    parsed = parse_shard(shard)
+    if parsed is not None and workers > 1:
+        raise click.UsageError("--shard and --workers do not combine: use one (--workers N runs shards 0/N..N-1/N)")
+    options = dict(db=db, server=server, token=token, vault=vault, memory=memory, model=model, api_key=api_key,
+                   base_url=base_url, flush_every=flush_every, state=state, tool_choice=tool_choice,
+                   max_tokens=max_tokens, batch_size=batch_size, timeout=timeout, reconnect_wait=reconnect_wait,
+                   model_timeout=model_timeout)
     conversations = [c for path in files for c in load_conversations(path)]
-    total = sum(c.message_count for c in conversations)
-    stats = asyncio.run(_replay(conversations, total, db=db, server=server, token=token, vault=vault, memory=memory,
-                                model=model, api_key=api_key, base_url=base_url, flush_every=flush_every,
-                                state=state, tool_choice=tool_choice, max_tokens=max_tokens,
-                                batch_size=batch_size, timeout=timeout, reconnect_wait=reconnect_wait,
-                                model_timeout=model_timeout))
+    if workers > 1:
+        stats = _replay_in_workers([str(p) for p in files], workers, options)
+    else:
+        conversations = _shard(conversations, parsed)
+        total = sum(c.message_count for c in conversations)
+        stats = asyncio.run(_replay(conversations, total, **options))  # type: ignore[arg-type]
     if as_json:
         click.echo(json.dumps(stats.as_dict(), indent=2))
         return
@@ -122,18 +136,35 @@ def replay(files: tuple[Path, ...], db: str | None, server: str, token: str | No
         err_console.print(f"[yellow]recovered:[/] {error}")
 
 
+def _shard(conversations: list[Any], shard: tuple[int, int] | None) -> list[Any]:
+    from .benchmarks import select_items
+
+    return select_items(conversations, lambda c: c.conversation_id, shard=shard)
+
+
+def checkpointer_spec(state: str | Path | None) -> str:
+    """The checkpointer of ``--state``: a postgresql:// URL as is, a file as ``sqlite:FILE``, none in memory."""
+    from .memory_server.base import is_postgres_url
+
+    if not state:
+        return "memory"
+    return str(state) if is_postgres_url(str(state)) else f"sqlite:{state}"
+
+
 async def _replay(conversations: list[Any], total: int, *, db: str | None, server: str, token: str | None, vault: str,
                   memory: str | None, model: str, api_key: str | None, base_url: str | None, flush_every: int,
-                  state: Path | None, tool_choice: str = "named", max_tokens: int | None = None,
+                  state: str | Path | None, tool_choice: str = "named", max_tokens: int | None = None,
                   batch_size: int = 1, timeout: float | None = 60.0, reconnect_wait: float = 30.0,
-                  model_timeout: float | None = 120.0) -> Any:
+                  model_timeout: float | None = 120.0, quiet: bool = False) -> Any:
     from .builder import build_agent, ensure_memory
     from .conversations.formats import valid_title
     from .agent.invoker import MycelianAgentInvoker
     from .conversations.replay import ReplayStats, replay_conversation
 
     stats = ReplayStats()
-    checkpointer = f"sqlite:{state}" if state else "memory"
+    if not conversations:
+        return stats
+    checkpointer = checkpointer_spec(state)
     first_memory = memory or valid_title(conversations[0].conversation_id)
     async with build_agent(model, server, db=db, token=token, vault=vault, memory=first_memory,
                            checkpointer=checkpointer, flush_every=flush_every, api_key=api_key,
@@ -142,7 +173,8 @@ async def _replay(conversations: list[Any], total: int, *, db: str | None, serve
                            reconnect_wait=reconnect_wait, model_timeout=model_timeout) as invoker:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TextColumn("{task.fields[rate]} msg/s"), TimeElapsedColumn(),
-                      console=err_console, transient=False, disable=not err_console.is_terminal) as progress:
+                      console=err_console, transient=False,
+                      disable=quiet or not err_console.is_terminal) as progress:
             task = progress.add_task("replaying", total=total, rate="-")
             try:
                 for conversation in conversations:
@@ -175,15 +207,73 @@ async def _replay(conversations: list[Any], total: int, *, db: str | None, serve
     return stats
 
 
+def _replay_worker(files: list[str], shard: tuple[int, int], options: dict[str, Any], results: Any) -> None:
+    """One worker process of ``replay --workers``: its shard of the files' conversations, stats to ``results``."""
+    from .conversations.formats import load_conversations
+
+    conversations = _shard([c for path in files for c in load_conversations(Path(path))], shard)
+    total = sum(c.message_count for c in conversations)
+    try:
+        stats = asyncio.run(_replay(conversations, total, **options, quiet=True))
+    except Exception as exc:  # reported by the parent; a traceback per worker would bury the message
+        results.put((shard[0], None, f"{type(exc).__name__}: {exc}"))
+        sys.exit(1)
+    results.put((shard[0], stats, None))
+
+
+def _replay_in_workers(files: list[str], workers: int, options: dict[str, Any]) -> Any:
+    """Run ``replay`` as ``workers`` processes, shard k/N each; their stats summed (elapsed: the wall time)."""
+    import multiprocessing
+    import time
+
+    from .conversations.replay import ReplayStats
+
+    # spawn, not fork: each worker starts clean (no inherited event loop, threads or open connections).
+    context = multiprocessing.get_context("spawn")
+    results = context.Queue()
+    started = time.perf_counter()
+    processes = [context.Process(target=_replay_worker, args=(files, (k, workers), options, results),
+                                 name=f"replay-{k}/{workers}") for k in range(workers)]
+    for process in processes:
+        process.start()
+    reports: dict[int, tuple[Any, str | None]] = {}
+    try:
+        while len(reports) < workers and (any(p.is_alive() for p in processes) or not results.empty()):
+            try:
+                index, stats, error = results.get(timeout=0.5)
+            except Exception:  # queue.Empty: poll the processes again
+                continue
+            reports[index] = (stats, error)
+    finally:
+        for process in processes:
+            process.join()
+        results.close()
+    failed = [f"worker {k}/{workers}: " + (reports[k][1] if k in reports else f"exit code {processes[k].exitcode}")
+              for k in range(workers) if k not in reports or reports[k][1] is not None]
+    if failed:
+        resume = "run the same command again to resume" if options.get("state") else "run again to finish"
+        raise MycelianError("; ".join(failed) + f" ({resume}: stored messages are not stored twice)")
+    total = ReplayStats()
+    for stats, _ in reports.values():
+        for name in ("conversations", "messages", "written", "skipped", "entries", "deduplicated", "contexts", "sessions"):
+            setattr(total, name, getattr(total, name) + getattr(stats, name))
+        total.usage += stats.usage
+        total.errors.extend(stats.errors)
+        total.memories.extend(m for m in stats.memories if m not in total.memories)
+    total.elapsed_s = time.perf_counter() - started
+    return total
+
+
 async def _connect(db: str | None, server: str, token: str | None, timeout: float = 60.0,
                    reconnect_wait: float = 30.0) -> Any:
     """An open connection for the read and edit commands; an embedded database must already exist (a mistyped
     --db is reported, not created)."""
     if server in ("embedded", "in-process"):
+        from .memory_server.base import is_postgres_url
         from .memory_server.cli import default_db_path
 
         path = Path(db).expanduser() if db else default_db_path(os.environ)
-        if str(path) != ":memory:" and not path.is_file():
+        if str(path) != ":memory:" and not is_postgres_url(str(db or "")) and not path.is_file():
             raise MycelianError(f"no memory database at {path}: check --db (or MYCELIAN_DB); `mycelian-agent replay` "
                                 "or `add` creates one")
     from .builder import connect

@@ -52,3 +52,60 @@ def shared_data() -> Path:
 @pytest.fixture
 def python() -> str:
     return sys.executable
+
+
+# -- PostgreSQL: one throwaway cluster per test session, a fresh database per test --------------------------------
+
+_PG_TABLES = "vaults, memories, entries, contexts, entry_vectors"
+
+
+@pytest.fixture(scope="session")
+def pg_cluster():
+    """A running throwaway PostgreSQL cluster (initdb + pg_ctl in a temp dir, a free port), stopped at the end.
+
+    Skips only where no PostgreSQL binaries are installed or psycopg (the ``postgres`` extra) is missing."""
+    from mycelian_agent.memory_server.pg_cluster import TemporaryCluster, find_bindir
+
+    if find_bindir() is None:
+        pytest.skip("no PostgreSQL server binaries (initdb, pg_ctl; `pg_config --bindir`): apt-get install postgresql")
+    pytest.importorskip("psycopg", reason="the postgres extra is not installed: pip install 'mycelian-agent[postgres]'")
+    cluster = TemporaryCluster.start()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def _pg_shared(pg_cluster) -> str:
+    from mycelian_agent.memory_server.pg_store import PostgresStore
+
+    url = pg_cluster.create_database("mycelian_tests")
+    PostgresStore.open(url, pool_size=1).close()  # migrated once
+    return url
+
+
+@pytest.fixture
+def pg_url(_pg_shared: str) -> str:
+    """The URL of a migrated PostgreSQL database, emptied for this test (one database per session: copying a
+    database per test costs a second each and gigabytes at shutdown)."""
+    import psycopg
+
+    with psycopg.connect(_pg_shared, autocommit=True) as conn:
+        conn.execute(f"TRUNCATE {_PG_TABLES} RESTART IDENTITY CASCADE")
+        if conn.execute("SELECT to_regclass('checkpoints')").fetchone()[0] is not None:  # LangGraph's tables
+            conn.execute("TRUNCATE checkpoints, checkpoint_blobs, checkpoint_writes")
+    return _pg_shared
+
+
+@pytest.fixture
+def pg_fresh_url(pg_cluster, request: pytest.FixtureRequest) -> str:
+    """The URL of a new database with no schema at all (migration tests)."""
+    name = "fresh_" + "".join(c if c.isalnum() else "_" for c in request.node.name)[-50:].lower()
+    return pg_cluster.create_database(name)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def memory_db(request: pytest.FixtureRequest) -> str:
+    """A fresh memory database target of each backend: SQLite ``:memory:`` and an emptied PostgreSQL database."""
+    if request.param == "sqlite":
+        return ":memory:"
+    return request.getfixturevalue("pg_url")

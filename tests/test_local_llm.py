@@ -135,12 +135,15 @@ def test_the_cpu_runtime_serves_where_the_prebuilt_cannot_run(tmp_path, monkeypa
     assert params.cpuparams.n_threads == params.cpuparams_batch.n_threads == 2
     assert params.use_jinja is True and params.chat_template == "{{ messages }}"
 
-    # a source build in <root>/bin is used first; with AVX-512 the prebuilt one; without xllamacpp, an explanation
+    # a source build in <root>/bin is used first; xllamacpp even where the CPU has AVX-512; without xllamacpp the
+    # prebuilt one, and an explanation where the CPU cannot run it
     (root / "bin").mkdir()
     (root / "bin" / "llama-server").write_bytes(b"")
     assert local_llm.runtime_binary(root) == root / "bin" / "llama-server"
     (root / "bin" / "llama-server").unlink()
     monkeypatch.setattr(local_llm, "prebuilt_runs_here", lambda cpuinfo=None: True)
+    assert local_llm.runtime_binary(root) == extension
+    prebuilt, _ = _fake_runtimes(tmp_path / "avx512", monkeypatch, avx512=True, cpu_runtime=False)
     assert local_llm.runtime_binary(root) == prebuilt
     assert LocalLLMServer(root).command()[0] == str(prebuilt)
     _fake_runtimes(tmp_path / "again", monkeypatch, avx512=False, cpu_runtime=False)
@@ -148,9 +151,9 @@ def test_the_cpu_runtime_serves_where_the_prebuilt_cannot_run(tmp_path, monkeypa
         LocalLLMServer(root).command()
 
 
-@pytest.mark.parametrize("cpu_runtime_runs", [True, False])
-def test_install_without_avx512_takes_xllamacpp_and_builds_only_when_it_does_not_run(tmp_path, monkeypatch,
-                                                                                      cpu_runtime_runs):
+@pytest.mark.parametrize(("cpu_runtime_runs", "avx512"), [(True, False), (False, False), (False, True)])
+def test_install_takes_xllamacpp_and_builds_only_when_no_runtime_runs(tmp_path, monkeypatch, cpu_runtime_runs,
+                                                                      avx512):
     import hashlib
 
     model = _gguf(tmp_path / "model.gguf", "{%- if tools %}\n" + QWEN_TOOLS_LINE + "\n{%- endif %}")
@@ -158,7 +161,7 @@ def test_install_without_avx512_takes_xllamacpp_and_builds_only_when_it_does_not
     root.mkdir()
     (root / local_llm.MODEL_FILE).write_bytes(model.read_bytes())
     monkeypatch.setattr(local_llm, "MODEL_SHA256", hashlib.sha256(model.read_bytes()).hexdigest())
-    monkeypatch.setattr(local_llm, "prebuilt_runs_here", lambda cpuinfo=None: False)
+    monkeypatch.setattr(local_llm, "prebuilt_runs_here", lambda cpuinfo=None: avx512)
     monkeypatch.setattr(local_llm, "_runtime_version", lambda name=local_llm.RUNTIME[0]: {
         local_llm.RUNTIME[0]: local_llm.RUNTIME[1]}.get(name))
     fetched, pipped, built = [], [], []
@@ -178,8 +181,8 @@ def test_install_without_avx512_takes_xllamacpp_and_builds_only_when_it_does_not
     local_llm.install(root, cache=tmp_path / "cache", log=lambda line: None)
     assert fetched == [local_llm.CPU_RUNTIME]
     assert pipped == [("install", "--quiet", "--no-deps", str(tmp_path / "xllamacpp.whl"))]
-    assert bool(built) is not cpu_runtime_runs
-    assert (root / "bin" / "llama-server").is_file() is not cpu_runtime_runs
+    assert bool(built) is not (cpu_runtime_runs or avx512)
+    assert (root / "bin" / "llama-server").is_file() is not (cpu_runtime_runs or avx512)
     assert "no code fence" in (root / local_llm.TEMPLATE_FILE).read_text()
 
 

@@ -1,5 +1,7 @@
 """The memory server's tools through a real MCP client session (in-memory transport): happy paths and refusals.
 
+Every test using ``world`` runs twice: on SQLite and on PostgreSQL (the ``memory_db`` fixture, conftest.py).
+
 Every refusal must be an MCP error result naming the problem and must leave the database byte-for-byte as it was.
 """
 
@@ -13,6 +15,7 @@ from typing import Any
 import pytest
 
 from mycelian_agent.memory_server import PLACEHOLDER_CONTEXT, create_server, is_placeholder_context
+from mycelian_agent.memory_server.base import MemoryStore
 from mycelian_agent.memory_server.store import Store
 from mycelian_agent.memory_server.testing import BackgroundSession, call_json, call_text
 from mycelian_agent.prompt_files import PROMPT_NAMES, read_prompt
@@ -40,20 +43,12 @@ class World:
         return {k: getattr(self, v[1:]) if isinstance(v, str) and v.startswith("$") else v for k, v in args.items()}
 
     async def snapshot(self) -> dict[str, Any]:
-        def dump(store: Store) -> dict[str, Any]:
-            conn = store.connection
-            rows = {
-                t: [tuple(r) for r in conn.execute(f"SELECT * FROM {t} ORDER BY rowid")]
-                for t in ("vaults", "memories", "entries", "contexts")
-            }
-            return {"rows": rows, "counts": store.counts()}
-
-        return await self.bg.runner.call(dump)
+        return await self.bg.runner.call(MemoryStore.snapshot)
 
 
 @pytest.fixture
-async def world() -> World:
-    bg = await BackgroundSession.start(create_server(":memory:"))
+async def world(memory_db: str) -> World:
+    bg = await BackgroundSession.start(create_server(memory_db))
     s = bg.session
     v = (await call_json(s, "create_vault", title="home", description="main vault"))["vaultId"]
     m = (await call_json(s, "create_memory_in_vault", vault_id=v, title="chat-1", memory_type="NOTES"))["memoryId"]
@@ -410,15 +405,15 @@ async def test_idempotency_key(world: World) -> None:
     s, V, M = world.session, world.V, world.M
     args = dict(vault_id=V, memory_id=M, raw_entry="hello there", summary="greeting", idempotency_key="t1:msg:1")
     first = await call_json(s, "add_entry", **args)
-    counts = await world.bg.runner.call(Store.counts)
+    counts = await world.bg.runner.call(MemoryStore.counts)
     retry = await call_json(s, "add_entry", **{**args, "summary": "a different summary"})
     assert retry["deduplicated"] is True and first["deduplicated"] is False
     assert retry["entryId"] == first["entryId"] and retry["summary"] == "greeting"
-    assert await world.bg.runner.call(Store.counts) == counts
+    assert await world.bg.runner.call(MemoryStore.counts) == counts
     result = await s.call_tool("add_entry", {**args, "raw_entry": "something else"})
     assert result.isError and "idempotency_key 't1:msg:1' conflicts" in result.content[0].text
     assert first["entryId"] in result.content[0].text
-    assert await world.bg.runner.call(Store.counts) == counts
+    assert await world.bg.runner.call(MemoryStore.counts) == counts
     # Keys are per memory.
     other = await call_json(s, "add_entry", **{**args, "vault_id": world.OV, "memory_id": world.OM})
     assert other["deduplicated"] is False and other["entryId"] != first["entryId"]
@@ -435,13 +430,13 @@ async def test_delete_cascades_to_entries_contexts_and_index(world: World) -> No
     left = await call_json(s, "search_memories", memory_id=M, query="walrus", top_ke=25)
     walruses = [e["entryId"] for e in left["entries"] if e["summary"] == "walrus"]
     assert victim not in {e["entryId"] for e in left["entries"]} and len(walruses) == 2
-    before = await world.bg.runner.call(Store.counts)
+    before = await world.bg.runner.call(MemoryStore.counts)
     assert await call_json(s, "delete_memory", vault_id=V, memory_id=M) == {
         "memoryId": M,
         "status": "deleted",
         "entries": 3,
     }
-    after = await world.bg.runner.call(Store.counts)
+    after = await world.bg.runner.call(MemoryStore.counts)
     assert after["memories"] == before["memories"] - 1
     assert after["entries"] == before["entries"] - 3 == 1  # the other vault's entry stays
     assert after["entries_fts"] == 1 and after["contexts"] == after["contexts_fts"] == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, AsyncIterator
@@ -12,6 +13,9 @@ from langgraph.checkpoint.memory import InMemorySaver
 from ..errors import ConfigError
 
 __all__ = ["open_checkpointer", "prune_thread"]
+
+# Advisory lock serialising LangGraph's checkpoint schema setup across processes ("lgsetup" in ASCII).
+_SETUP_LOCK = 0x6C67736574757000
 
 
 @asynccontextmanager
@@ -48,9 +52,27 @@ async def open_checkpointer(spec: str | BaseCheckpointSaver | None = "memory") -
             from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
         except ImportError:
             raise ConfigError("the Postgres checkpointer needs: pip install 'mycelian-agent[postgres]'") from None
-        async with AsyncPostgresSaver.from_conn_string(spec) as saver:
-            await saver.setup()
-            yield saver
+        from psycopg import OperationalError
+
+        try:
+            async with AsyncPostgresSaver.from_conn_string(spec) as saver:
+                # LangGraph's setup() is not safe to run from several processes at once (CREATE TABLE IF NOT
+                # EXISTS and its version rows race): N workers starting together take turns on an advisory lock.
+                # Polled with pg_try_advisory_lock, never waited for inside a statement: setup() runs CREATE INDEX
+                # CONCURRENTLY, which waits for every open transaction, a blocked lock wait included (a deadlock).
+                while not (await (await saver.conn.execute("SELECT pg_try_advisory_lock(%s) AS got",
+                                                           (_SETUP_LOCK,))).fetchone())["got"]:
+                    await asyncio.sleep(0.05)
+                try:
+                    await saver.setup()
+                finally:
+                    await saver.conn.execute("SELECT pg_advisory_unlock(%s)", (_SETUP_LOCK,))
+                yield saver
+        except OperationalError as exc:
+            from ..memory_server.pg_store import one_line, redact_url
+
+            raise ConfigError(f"cannot open the Postgres checkpointer {redact_url(spec)}: {one_line(exc)} "
+                              "(check that PostgreSQL is running and the URL)") from exc
     else:
         raise ConfigError(f"unknown checkpointer {spec!r}: use 'memory', 'sqlite:PATH' or a postgresql:// URL")
 
@@ -59,11 +81,14 @@ async def prune_thread(saver: Any, thread_id: str) -> bool:
     """Delete every checkpoint of ``thread_id`` except the newest of each namespace.
 
     The memory agent's state is complete in its newest checkpoint (it uses no delta channels), so older ones only
-    make the store grow with every message. Supported: ``InMemorySaver`` and ``AsyncSqliteSaver``; returns False
-    (and does nothing) for other savers.
+    make the store grow with every message. Supported: ``InMemorySaver``, ``AsyncSqliteSaver`` and
+    ``AsyncPostgresSaver``; returns False (and does nothing) for other savers.
     """
     if isinstance(saver, InMemorySaver):
         _prune_in_memory(saver, thread_id)
+        return True
+    if type(saver).__name__ == "AsyncPostgresSaver":
+        await _prune_postgres(saver, thread_id)
         return True
     if type(saver).__name__ != "AsyncSqliteSaver":
         return False
@@ -95,3 +120,29 @@ def _prune_in_memory(saver: InMemorySaver, thread_id: str) -> None:
                              for channel, version in checkpoint["channel_versions"].items())
     for key in [k for k in saver.blobs if k[0] == thread_id and k not in keep_versions]:
         del saver.blobs[key]
+
+
+_PG_NEWEST = ("(SELECT max(n.checkpoint_id) FROM checkpoints n WHERE n.thread_id = {t}.thread_id "
+              "AND n.checkpoint_ns = {t}.checkpoint_ns)")
+_PG_PRUNE = (
+    f"DELETE FROM checkpoint_writes w WHERE w.thread_id = %(t)s AND w.checkpoint_id < {_PG_NEWEST.format(t='w')}",
+    f"DELETE FROM checkpoints c WHERE c.thread_id = %(t)s AND c.checkpoint_id < {_PG_NEWEST.format(t='c')}",
+    # Blobs are shared between checkpoints by (channel, version): keep those the remaining checkpoints name.
+    "DELETE FROM checkpoint_blobs b WHERE b.thread_id = %(t)s AND NOT EXISTS (SELECT 1 FROM checkpoints c "
+    "WHERE c.thread_id = b.thread_id AND c.checkpoint_ns = b.checkpoint_ns "
+    "AND c.checkpoint -> 'channel_versions' ->> b.channel = b.version)",
+)
+
+
+async def _prune_postgres(saver: Any, thread_id: str) -> None:
+    # One transaction: a concurrent reader sees the thread before or after, never half pruned.
+    conn = saver.conn
+    async with saver.lock:
+        if callable(getattr(conn, "connection", None)):  # a psycopg AsyncConnectionPool
+            async with conn.connection() as pooled, pooled.transaction():
+                for statement in _PG_PRUNE:
+                    await pooled.execute(statement, {"t": thread_id})
+        else:
+            async with conn.transaction():
+                for statement in _PG_PRUNE:
+                    await conn.execute(statement, {"t": thread_id})

@@ -1,8 +1,9 @@
-"""The embedded Mycelian-compatible MCP memory server on SQLite.
+"""The embedded Mycelian-compatible MCP memory server on SQLite or PostgreSQL.
 
 Importing this package is cheap (no FastMCP, no SQLite work): the server pieces load on first use.
 
-- :func:`create_server` builds the FastMCP server for a database path; :func:`create_http_app` wraps it as a
+- :func:`create_server` builds the FastMCP server for a database path or ``postgresql://`` URL (:func:`open_store`
+  opens the store itself: :class:`MemoryStore`, SQLite's :class:`Store` or ``pg_store.PostgresStore``); :func:`create_http_app` wraps it as a
   Starlette app (streamable HTTP at ``/mcp``, optional bearer token); ``mycelian-memory-server`` is the CLI.
 - :data:`PLACEHOLDER_CONTEXT` / :func:`is_placeholder_context`: the context a new memory answers, and how clients
   recognise it (ours and upstream's wording).
@@ -27,16 +28,19 @@ from .placeholder import PLACEHOLDER_CONTEXT, is_placeholder_context
 
 if TYPE_CHECKING:
     from .app import MemoryServer, create_server
+    from .base import MemoryStore, open_store
     from .http_app import create_http_app
     from .store import Store
 
 __all__ = [
     "PLACEHOLDER_CONTEXT",
     "MemoryServer",
+    "MemoryStore",
     "Store",
     "create_http_app",
     "create_server",
     "is_placeholder_context",
+    "open_store",
 ]
 
 _LAZY = {
@@ -44,6 +48,8 @@ _LAZY = {
     "MemoryServer": ("app", "MemoryServer"),
     "create_http_app": ("http_app", "create_http_app"),
     "Store": ("store", "Store"),
+    "MemoryStore": ("base", "MemoryStore"),
+    "open_store": ("base", "open_store"),
 }
 
 

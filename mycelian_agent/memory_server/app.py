@@ -1,4 +1,4 @@
-"""The MCP server: Mycelian's tool surface (plus deletes and idempotent add_entry) on the SQLite store.
+"""The MCP server: Mycelian's tool surface (plus deletes and idempotent add_entry) on a SQLite or PostgreSQL store.
 
 Tool names, parameters, defaults and result shapes follow ``shared/reference/mycelian-mcp-tools.md`` and
 docs/ARCHITECTURE.md ("Memory server contract"). Every result is one text content; every failure is an MCP
@@ -30,7 +30,8 @@ from ..limits import RAW_ENTRY_MAX_CHARS, SEARCH_DEPTH_MAX, SUMMARY_MAX_CHARS, T
 from ..prompt_files import PROMPT_NAMES, read_prompt
 from .runtime import StoreHandle, StoreRunner
 from .stdio import open_stdio_pipes
-from .store import SYNC_MODES, DenseIndex, Store
+from .base import MemoryStore, is_postgres_url
+from .store import SYNC_MODES, DenseIndex
 
 __all__ = ["DEFAULT_PORT", "PROMPTS_VERSION", "AppContext", "MemoryServer", "create_server", "transport_security"]
 
@@ -161,12 +162,12 @@ OptionalVaultId = Annotated[str | None, Field(description="Optional: the memory'
 
 async def create_vault(ctx: Context, title: Title, description: Description = "") -> str:
     """Create a vault (a container of memories). Returns {"vaultId", "title"}; a duplicate title is an error."""
-    return _json(await _app(ctx).store.call(Store.create_vault, title, description))
+    return _json(await _app(ctx).store.call(MemoryStore.create_vault, title, description))
 
 
 async def list_vaults(ctx: Context) -> str:
     """List all vaults as a JSON array of {"vaultId", "title"}."""
-    return _json(await _app(ctx).store.call(Store.list_vaults))
+    return _json(await _app(ctx).store.call(MemoryStore.list_vaults))
 
 
 async def create_memory_in_vault(
@@ -178,17 +179,17 @@ async def create_memory_in_vault(
 ) -> str:
     """Create a memory in a vault. Returns the memory {memoryId, vaultId, title, description, memoryType,
     creationTime}; a duplicate title in the vault is an error."""
-    return _json(await _app(ctx).store.call(Store.create_memory, vault_id, title, memory_type, description))
+    return _json(await _app(ctx).store.call(MemoryStore.create_memory, vault_id, title, memory_type, description))
 
 
 async def list_memories(ctx: Context, vault_id: VaultId) -> str:
     """List the memories of a vault as a JSON array of {"memoryId", "title"}."""
-    return _json(await _app(ctx).store.call(Store.list_memories, vault_id))
+    return _json(await _app(ctx).store.call(MemoryStore.list_memories, vault_id))
 
 
 async def get_memory(ctx: Context, vault_id: VaultId, memory_id: MemoryId) -> str:
     """Get one memory of a vault."""
-    return _json(await _app(ctx).store.call(Store.get_memory, vault_id, memory_id))
+    return _json(await _app(ctx).store.call(MemoryStore.get_memory, vault_id, memory_id))
 
 
 async def add_entry(
@@ -209,7 +210,7 @@ async def add_entry(
     """Append an entry to a memory. It is stored before this returns: the answer is the stored entry plus
     "status": "stored" and "deduplicated" (true when idempotency_key matched an earlier identical write)."""
     result = await _app(ctx).store.call(
-        Store.add_entry, vault_id, memory_id, raw_entry, summary, tags, conversation_time, idempotency_key
+        MemoryStore.add_entry, vault_id, memory_id, raw_entry, summary, tags, conversation_time, idempotency_key
     )
     return _json(result)
 
@@ -225,12 +226,12 @@ async def list_entries(
     """List entries of a memory, newest first (with `after`, oldest first). `before` and `after` are exclusive
     of each other. Returns {"entries", "count", "applied_limit", "next_before", "next_after"}; a cursor is set
     when more entries exist in that direction."""
-    return _json(await _app(ctx).store.call(Store.list_entries, vault_id, memory_id, limit, before, after))
+    return _json(await _app(ctx).store.call(MemoryStore.list_entries, vault_id, memory_id, limit, before, after))
 
 
 async def get_entry(ctx: Context, vault_id: VaultId, memory_id: MemoryId, entry_id: EntryId) -> str:
     """Get one entry of a memory."""
-    return _json(await _app(ctx).store.call(Store.get_entry, vault_id, memory_id, entry_id))
+    return _json(await _app(ctx).store.call(MemoryStore.get_entry, vault_id, memory_id, entry_id))
 
 
 async def put_context(
@@ -241,18 +242,18 @@ async def put_context(
 ) -> str:
     """Store a new context snapshot (the whole document) for a memory; it becomes the current context and older
     snapshots stay searchable. Returns {"memoryId", "timestamp", "status": "stored", "chars"}."""
-    return _json(await _app(ctx).store.call(Store.put_context, vault_id, memory_id, content))
+    return _json(await _app(ctx).store.call(MemoryStore.put_context, vault_id, memory_id, content))
 
 
 async def get_context(ctx: Context, vault_id: VaultId, memory_id: MemoryId) -> str:
     """Get the current (newest) context document of a memory as plain text. A new memory answers a placeholder
     that says it is a default: treat it as empty."""
-    return await _app(ctx).store.call(Store.get_context, vault_id, memory_id)
+    return await _app(ctx).store.call(MemoryStore.get_context, vault_id, memory_id)
 
 
 async def await_consistency(ctx: Context, memory_id: MemoryId, vault_id: OptionalVaultId = None) -> str:
     """Wait until every earlier write to the memory is visible; answers "consistent"."""
-    await _app(ctx).store.call(Store.check_memory, memory_id, vault_id)
+    await _app(ctx).store.barrier(MemoryStore.check_memory, memory_id, vault_id)
     return "consistent"
 
 
@@ -273,7 +274,7 @@ async def search_memories(
     creationTime, conversationTime?, tags}], "count", "latestContext", "latestContextTimestamp", "contexts":
     [{context, timestamp, score}]}, sorted by score (higher is better)."""
     result = await _app(ctx).store.call(
-        Store.search,
+        MemoryStore.search,
         memory_id,
         query,
         top_ke,
@@ -302,13 +303,13 @@ async def get_default_prompts(
 
 async def delete_entry(ctx: Context, vault_id: VaultId, memory_id: MemoryId, entry_id: EntryId) -> str:
     """Delete one entry of a memory. Returns {"entryId", "status": "deleted"}."""
-    return _json(await _app(ctx).store.call(Store.delete_entry, vault_id, memory_id, entry_id))
+    return _json(await _app(ctx).store.call(MemoryStore.delete_entry, vault_id, memory_id, entry_id))
 
 
 async def delete_memory(ctx: Context, vault_id: VaultId, memory_id: MemoryId) -> str:
     """Delete a memory with all its entries and context snapshots. Returns {"memoryId", "status": "deleted",
     "entries": n}."""
-    return _json(await _app(ctx).store.call(Store.delete_memory, vault_id, memory_id))
+    return _json(await _app(ctx).store.call(MemoryStore.delete_memory, vault_id, memory_id))
 
 
 # In the reference page's order; the flags are MCP tool annotations (read-only / destructive hints).
@@ -396,7 +397,8 @@ def create_server(
     log_level: str = "WARNING",
     allowed_hosts: Sequence[str] = (),
 ) -> MemoryServer:
-    """Build the memory server for the SQLite database at ``db_path`` (``":memory:"`` allowed).
+    """Build the memory server for the SQLite database at ``db_path`` (``":memory:"`` allowed) or the PostgreSQL
+    database a ``postgresql://`` URL names.
 
     Nothing is opened here: each MCP session (stdio, in-memory, HTTP) opens the shared database in the server's
     lifespan, and the last one closes it. ``token`` is used by :func:`create_http_app` (HTTP only).
@@ -411,6 +413,10 @@ def create_server(
         from .embeddings import load_dense_index
 
         dense_factory = load_dense_index
+    if is_postgres_url(db_path):
+        from .pg_store import require_psycopg
+
+        require_psycopg()
     handle = StoreHandle(db_path, synchronous=synchronous.upper(), dense_factory=dense_factory)
     server = MemoryServer(
         handle,

@@ -27,7 +27,7 @@ def build_parser(prog: str = "mycelian-memory-server") -> argparse.ArgumentParse
     """The command-line parser (exposed for documentation and tests)."""
     parser = argparse.ArgumentParser(
         prog=prog,
-        description="Mycelian-compatible MCP memory server on SQLite (stdio or streamable HTTP at /mcp).",
+        description="Mycelian-compatible MCP memory server on SQLite or PostgreSQL (stdio or streamable HTTP at /mcp).",
     )
     parser.add_argument("--transport", choices=("stdio", "http"), default="stdio", help="default: stdio")
     parser.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default: 127.0.0.1)")
@@ -35,7 +35,8 @@ def build_parser(prog: str = "mycelian-memory-server") -> argparse.ArgumentParse
     parser.add_argument(
         "--db",
         default=None,
-        help="SQLite database file, or :memory: (env MYCELIAN_DB; default: $XDG_DATA_HOME/mycelian/memory.db)",
+        help="SQLite database file, :memory:, or a postgresql://user@host:port/db URL (needs the postgres extra) "
+        "(env MYCELIAN_DB; default: $XDG_DATA_HOME/mycelian/memory.db)",
     )
     parser.add_argument(
         "--token",
@@ -93,12 +94,13 @@ def main(argv: Sequence[str] | None = None, prog: str = "mycelian-memory-server"
         return 2
 
     from .app import create_server
-    from .store import Store
+    from .base import open_store
 
     try:
         if db != ":memory:":
-            # Fail fast with a clear message (bad path, newer schema) instead of inside the first session.
-            Store.open(db, synchronous=args.sync.upper()).close()
+            # Fail fast with a clear message (bad path, unreachable server, newer schema) instead of inside the
+            # first session; this also migrates a new database.
+            open_store(db, synchronous=args.sync.upper(), pool_size=1).close()
         server = create_server(
             db,
             token=token or None,
@@ -124,8 +126,10 @@ def main(argv: Sequence[str] | None = None, prog: str = "mycelian-memory-server"
             if not token and not loopback:
                 print(f"mycelian-memory-server: warning: --insecure: serving {args.host} with no authentication",
                       file=sys.stderr)
+            from .pg_store import redact_url
+
             print(
-                f"mycelian-memory-server: serving http://{args.host}:{args.port}/mcp (db {db}; {auth})",
+                f"mycelian-memory-server: serving http://{args.host}:{args.port}/mcp (db {redact_url(db)}; {auth})",
                 file=sys.stderr,
             )
             uvicorn.run(create_http_app(server), host=args.host, port=args.port, log_level=args.log_level)

@@ -1,8 +1,12 @@
-"""Async access to the store: one dedicated thread per database, shared by every MCP session of a server.
+"""Async access to the store: dedicated threads per database, shared by every MCP session of a server.
 
-All database work of a server runs, in submission order, on one worker thread that owns the SQLite connection.
+SQLite: all database work of a server runs, in submission order, on one worker thread that owns the connection.
 So the event loop never blocks on SQLite, writes are serialised, a write's future resolves only after its
 COMMIT, and a call submitted after a write sees it — which makes ``await_consistency`` a real barrier.
+
+PostgreSQL: calls run on ``store.concurrency`` threads, each borrowing a connection of the store's pool; a call
+made through :meth:`StoreRunner.barrier` first waits for every call submitted before it, so ``await_consistency``
+stays a barrier.
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ from typing import Any, TypeVar
 
 import anyio
 
-from .store import DenseIndex, Store
+from .base import MemoryStore, open_store
+from .store import DenseIndex
 
 __all__ = ["StoreHandle", "StoreRunner"]
 
@@ -25,11 +30,12 @@ T = TypeVar("T")
 
 
 class StoreRunner:
-    """A :class:`Store` driven from asyncio through its own single worker thread."""
+    """A :class:`MemoryStore` driven from asyncio through its own worker thread(s)."""
 
-    def __init__(self, store: Store, executor: ThreadPoolExecutor) -> None:
+    def __init__(self, store: MemoryStore, executor: ThreadPoolExecutor) -> None:
         self._store = store
         self._executor = executor
+        self._pending: set[asyncio.Future[Any]] = set()
 
     @classmethod
     async def open(
@@ -40,28 +46,40 @@ class StoreRunner:
         dense_factory: Callable[[], DenseIndex | None] | None = None,
     ) -> StoreRunner:
         """Open the database on a new worker thread (and build the dense index there, if asked)."""
-        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mycelian-sqlite")
+        opener = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mycelian-store")
 
-        def _open() -> Store:
-            dense = dense_factory() if dense_factory is not None else None
-            return Store.open(db_path, synchronous=synchronous, dense=dense)
+        def _open() -> MemoryStore:
+            return open_store(str(db_path), synchronous=synchronous, dense_factory=dense_factory)
 
         try:
-            store = await asyncio.get_running_loop().run_in_executor(executor, _open)
+            store = await asyncio.get_running_loop().run_in_executor(opener, _open)
         except BaseException:
-            executor.shutdown(wait=False)
+            opener.shutdown(wait=False)
             raise
-        return cls(store, executor)
+        if store.concurrency == 1:
+            return cls(store, opener)  # the thread that opened a SQLite connection keeps using it
+        opener.shutdown(wait=False)
+        return cls(store, ThreadPoolExecutor(max_workers=store.concurrency, thread_name_prefix="mycelian-store"))
 
     async def call(self, method: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
-        """Run ``method(store, *args, **kwargs)`` (e.g. ``Store.add_entry``) on the worker thread."""
+        """Run ``method(store, *args, **kwargs)`` (e.g. ``MemoryStore.add_entry``) on a worker thread."""
         job = partial(method, self._store, *args, **kwargs)
-        return await asyncio.get_running_loop().run_in_executor(self._executor, job)
+        future = asyncio.get_running_loop().run_in_executor(self._executor, job)
+        self._pending.add(future)
+        future.add_done_callback(self._pending.discard)
+        return await future
+
+    async def barrier(self, method: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        """Like :meth:`call`, after every call submitted before this one has finished (``await_consistency``)."""
+        earlier = list(self._pending)
+        if earlier:
+            await asyncio.wait(earlier)
+        return await self.call(method, *args, **kwargs)
 
     async def close(self) -> None:
-        """Close the connection after every queued call, then stop the worker thread."""
+        """Close the connection(s) after every queued call, then stop the worker threads."""
         try:
-            await self.call(Store.close)
+            await self.barrier(MemoryStore.close)
         finally:
             self._executor.shutdown(wait=False)
 
@@ -70,7 +88,8 @@ class StoreHandle:
     """Reference-counted :class:`StoreRunner` for one database: opened by the first holder, closed by the last.
 
     Each MCP session enters the server lifespan, and streamable HTTP runs one session per client; they all
-    share this handle, so they share one connection, one write order and (for ``:memory:``) one database.
+    share this handle, so they share one store (SQLite: one connection and one write order; PostgreSQL: one
+    connection pool) and, for ``:memory:``, one database.
     """
 
     def __init__(

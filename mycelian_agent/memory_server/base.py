@@ -1,0 +1,465 @@
+"""The storage interface of the memory server: one validating front, two backends (SQLite, PostgreSQL).
+
+:class:`MemoryStore` holds everything the tool contract says that does not depend on the database: argument
+checks, the JSON shapes of results, the idempotency-key rule, the search pipeline (query terms, neighbouring-turn
+context, optional dense fusion). A backend implements the small set of ``_primitive`` methods below, each one
+transaction. Failures raise :class:`~mycelian_agent.errors.InputError` (bad argument) or
+:class:`~mycelian_agent.errors.MemoryServerError` (unknown id, conflict) and leave the database unchanged.
+
+:func:`open_store` picks the backend from the target: a ``postgresql://`` (or ``postgres://``) URL, else a
+SQLite path.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ..errors import ConfigError, InputError, MemoryServerError
+from ..limits import SEARCH_DEPTH_MAX
+from . import fusion
+from .placeholder import PLACEHOLDER_CONTEXT
+from .ranking import CONTEXT_DEPTH, query_terms, with_context
+from .validation import (
+    LIMITS,
+    check_idempotency_key,
+    check_memory_type,
+    check_optional_text,
+    check_tags,
+    check_text,
+    check_title,
+    check_uuid,
+    parse_rfc3339,
+)
+
+__all__ = ["POSTGRES_SCHEMES", "MemoryStore", "Row", "is_postgres_url", "open_store"]
+
+#: Row objects of a backend: anything indexable by column name (``sqlite3.Row``, a dict).
+Row = Mapping[str, Any]
+#: URL prefixes that select the PostgreSQL backend.
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+
+
+def is_postgres_url(target: object) -> bool:
+    """Whether ``target`` names a PostgreSQL database (a ``postgresql://`` or ``postgres://`` URL)."""
+    return isinstance(target, str) and target.startswith(POSTGRES_SCHEMES)
+
+
+def open_store(
+    target: str,
+    *,
+    synchronous: str = "NORMAL",
+    dense_factory: Callable[[], Any] | None = None,
+    pool_size: int = 4,
+) -> MemoryStore:
+    """Open the store ``target`` names: a PostgreSQL URL, or a SQLite path (``":memory:"`` allowed)."""
+    if is_postgres_url(target):
+        from .pg_store import PostgresStore
+
+        if dense_factory is not None:
+            dense = dense_factory()
+            if dense is not None:
+                raise ConfigError(
+                    "dense embeddings are not available on the PostgreSQL store yet: drop --embeddings "
+                    "(search is lexical: tsvector ranking with neighbouring-turn context)"
+                )
+        return PostgresStore.open(target, pool_size=pool_size)
+    from .store import Store
+
+    dense = dense_factory() if dense_factory is not None else None
+    return Store.open(target, synchronous=synchronous, dense=dense)
+
+
+def entry_json(row: Row) -> dict[str, Any]:
+    """The entry object of the tool contract."""
+    entry: dict[str, Any] = {
+        "entryId": row["entry_id"],
+        "memoryId": row["memory_id"],
+        "vaultId": row["vault_id"],
+        "creationTime": row["creation_time"],
+    }
+    if row["conversation_time"] is not None:
+        entry["conversationTime"] = row["conversation_time"]
+    entry["rawEntry"] = row["raw_entry"]
+    entry["summary"] = row["summary"]
+    entry["tags"] = json.loads(row["tags"])
+    return entry
+
+
+def memory_json(row: Row) -> dict[str, Any]:
+    """The memory object of the tool contract."""
+    return {
+        "memoryId": row["memory_id"],
+        "vaultId": row["vault_id"],
+        "title": row["title"],
+        "description": row["description"],
+        "memoryType": row["memory_type"],
+        "creationTime": row["creation_time"],
+    }
+
+
+def _score(value: float) -> float:
+    # Six significant digits: lexical scores on small memories are tiny, so fixed decimals would erase the order.
+    return float(f"{value:.6g}")
+
+
+def memory_not_found(memory_id: str, vault_id: str | None) -> MemoryServerError:
+    """The error for a memory that is not there (in ``vault_id`` when given)."""
+    where = f" in vault {vault_id}" if vault_id is not None else ""
+    return MemoryServerError(f"memory {memory_id} not found{where}")
+
+
+class MemoryStore(ABC):
+    """The memory database behind the tools. Public methods validate, then call one backend primitive."""
+
+    #: How many calls the runtime may run at once on this store (1: one connection, one thread).
+    concurrency: int = 1
+
+    # -- backend primitives (each one transaction; arguments already validated) ----------------------------
+
+    @abstractmethod
+    def _close(self) -> None:
+        """Release the connection(s)."""
+
+    @abstractmethod
+    def _insert_vault(self, title: str, description: str) -> str:
+        """Insert a vault and return its id; a taken title raises ``a vault titled ... already exists``."""
+
+    @abstractmethod
+    def _vault_rows(self) -> list[Row]:
+        """``vault_id, title`` of every vault, oldest first."""
+
+    @abstractmethod
+    def _insert_memory(self, vault_id: str, title: str, memory_type: str, description: str) -> Row:
+        """Insert a memory (its vault must exist; a taken title in the vault raises) and return its row."""
+
+    @abstractmethod
+    def _memory_rows(self, vault_id: str) -> list[Row]:
+        """``memory_id, title`` of the vault's memories, oldest first (the vault must exist)."""
+
+    @abstractmethod
+    def _memory_row(self, vault_id: str | None, memory_id: str) -> Row:
+        """The memory's row (in ``vault_id`` when given), or raise ``vault ... not found`` / ``memory ...``."""
+
+    @abstractmethod
+    def _delete_memory(self, vault_id: str, memory_id: str) -> int:
+        """Delete a memory with everything it holds; return its entry count."""
+
+    @abstractmethod
+    def _append_entry(
+        self,
+        vault_id: str,
+        memory_id: str,
+        raw_entry: str,
+        summary: str,
+        tags: dict[str, str],
+        conversation_time: str | None,
+        idempotency_key: str | None,
+    ) -> tuple[Row, bool]:
+        """Insert an entry, or find the one stored under ``idempotency_key``: ``(row, inserted)``."""
+
+    @abstractmethod
+    def _entry_page(self, memory_id: str, limit: int, before: str | None, after: str | None) -> list[Row]:
+        """Up to ``limit`` entries: newest first before ``before`` (or all), or oldest first after ``after``."""
+
+    @abstractmethod
+    def _entry_row(self, memory_id: str, entry_id: str) -> Row | None:
+        """One entry of a memory, or None."""
+
+    @abstractmethod
+    def _delete_entry(self, vault_id: str, memory_id: str, entry_id: str) -> bool:
+        """Delete one entry (the memory must exist); whether it was there."""
+
+    @abstractmethod
+    def _append_context(self, vault_id: str, memory_id: str, content: str) -> str:
+        """Store a context snapshot (the memory must exist); return its timestamp."""
+
+    @abstractmethod
+    def _latest_context(self, memory_id: str) -> Row | None:
+        """``content, creation_time`` of the newest snapshot, or None."""
+
+    @abstractmethod
+    def _lexical_entries(
+        self, memory_id: str, terms: list[str], limit: int, after: str | None, before: str | None
+    ) -> list[tuple[int, float]]:
+        """Plain lexical ranking of the memory's entries: ``(seq, score > 0)``, best first."""
+
+    @abstractmethod
+    def _neighbours(
+        self, memory_id: str, seqs: Sequence[int], after: str | None, before: str | None
+    ) -> tuple[list[tuple[int, int | None, int | None]], set[int]]:
+        """``(links, allowed)`` for :func:`ranking.with_context`: each seq's previous and next entry in the memory
+        within ``CONTEXT_GAP_DAYS``, and the seqs (given and neighbours) inside the time bounds."""
+
+    @abstractmethod
+    def _entry_rows(self, memory_id: str, seqs: Sequence[int]) -> dict[int, Row]:
+        """The rows of the memory's entries ``seqs``, by seq."""
+
+    @abstractmethod
+    def _lexical_contexts(self, memory_id: str, terms: list[str], limit: int) -> list[tuple[Row, float]]:
+        """Context snapshots ranked against ``terms``: ``(row with content, creation_time; score)``."""
+
+    @abstractmethod
+    def _counts(self) -> dict[str, int]:
+        """Row counts of every table and index."""
+
+    @abstractmethod
+    def _snapshot(self) -> dict[str, list[tuple[Any, ...]]]:
+        """Every row of the vaults, memories, entries and contexts tables, in a stable order."""
+
+    # -- lifecycle and introspection -----------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Release the connection(s)."""
+        self._close()
+
+    def counts(self) -> dict[str, int]:
+        """Row counts of every table and index (tests, diagnostics)."""
+        return self._counts()
+
+    def snapshot(self) -> dict[str, Any]:
+        """Every row of every table in a stable order, and the counts (tests: a refused call changes nothing)."""
+        return {"rows": self._snapshot(), "counts": self._counts()}
+
+    def _dense_similarities(
+        self, memory_id: str, query: str, after: str | None, before: str | None
+    ) -> tuple[list[int], Any] | None:
+        """``(seqs, cosines)`` from a dense index, or None when the store has none."""
+        return None
+
+    # -- vaults and memories -------------------------------------------------------------------------------
+
+    def create_vault(self, title: str, description: str | None = "") -> dict[str, Any]:
+        """Create a vault; its title is unique."""
+        title = check_title("title", title)
+        description = check_optional_text("description", description, LIMITS["description"])
+        return {"vaultId": self._insert_vault(title, description), "title": title}
+
+    def list_vaults(self) -> list[dict[str, Any]]:
+        """All vaults, oldest first."""
+        return [{"vaultId": r["vault_id"], "title": r["title"]} for r in self._vault_rows()]
+
+    def create_memory(
+        self, vault_id: str, title: str, memory_type: str, description: str | None = ""
+    ) -> dict[str, Any]:
+        """Create a memory in a vault; its title is unique within the vault."""
+        vault_id = check_uuid("vault_id", vault_id)
+        title = check_title("title", title)
+        memory_type = check_memory_type(memory_type)
+        description = check_optional_text("description", description, LIMITS["description"])
+        return memory_json(self._insert_memory(vault_id, title, memory_type, description))
+
+    def list_memories(self, vault_id: str) -> list[dict[str, Any]]:
+        """The memories of a vault, oldest first."""
+        vault_id = check_uuid("vault_id", vault_id)
+        return [{"memoryId": r["memory_id"], "title": r["title"]} for r in self._memory_rows(vault_id)]
+
+    def get_memory(self, vault_id: str, memory_id: str) -> dict[str, Any]:
+        """One memory of a vault."""
+        vault_id = check_uuid("vault_id", vault_id)
+        memory_id = check_uuid("memory_id", memory_id)
+        return memory_json(self._memory_row(vault_id, memory_id))
+
+    def check_memory(self, memory_id: str, vault_id: str | None = None) -> None:
+        """Raise unless the memory exists (in ``vault_id`` when given)."""
+        memory_id = check_uuid("memory_id", memory_id)
+        if vault_id is not None:
+            vault_id = check_uuid("vault_id", vault_id)
+        self._memory_row(vault_id, memory_id)
+
+    def delete_memory(self, vault_id: str, memory_id: str) -> dict[str, Any]:
+        """Delete a memory with its entries, contexts and index rows."""
+        vault_id = check_uuid("vault_id", vault_id)
+        memory_id = check_uuid("memory_id", memory_id)
+        count = self._delete_memory(vault_id, memory_id)
+        return {"memoryId": memory_id, "status": "deleted", "entries": count}
+
+    # -- entries -------------------------------------------------------------------------------------------
+
+    def add_entry(
+        self,
+        vault_id: str,
+        memory_id: str,
+        raw_entry: str,
+        summary: str,
+        tags: dict[str, str] | None = None,
+        conversation_time: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> dict[str, Any]:
+        """Append an entry; with ``idempotency_key``, a retry returns the stored entry (``deduplicated``)."""
+        vault_id = check_uuid("vault_id", vault_id)
+        memory_id = check_uuid("memory_id", memory_id)
+        raw_entry = check_text("raw_entry", raw_entry, LIMITS["raw_entry"])
+        summary = check_text("summary", summary, LIMITS["summary"])
+        tags = check_tags(tags)
+        conversation_time = parse_rfc3339("conversation_time", conversation_time)
+        idempotency_key = check_idempotency_key(idempotency_key)
+        row, inserted = self._append_entry(
+            vault_id, memory_id, raw_entry, summary, tags, conversation_time, idempotency_key
+        )
+        if not inserted and row["raw_entry"] != raw_entry:
+            raise MemoryServerError(
+                f"idempotency_key {idempotency_key!r} conflicts: memory {memory_id} already holds entry "
+                f"{row['entry_id']} under that key with a different raw_entry"
+            )
+        return {**entry_json(row), "status": "stored", "deduplicated": not inserted}
+
+    def list_entries(
+        self, vault_id: str, memory_id: str, limit: int = 25, before: str | None = None, after: str | None = None
+    ) -> dict[str, Any]:
+        """A page of entries: newest first (or, with ``after``, oldest first after it), with the next cursor."""
+        vault_id = check_uuid("vault_id", vault_id)
+        memory_id = check_uuid("memory_id", memory_id)
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 50:
+            raise InputError(f"limit must be an integer from 1 to 50 (got {limit!r})")
+        before = parse_rfc3339("before", before)
+        after = parse_rfc3339("after", after)
+        if before is not None and after is not None:
+            raise InputError("before and after are mutually exclusive: give at most one")
+        self._memory_row(vault_id, memory_id)
+        rows = self._entry_page(memory_id, limit + 1, before, after)
+        more = len(rows) > limit
+        entries = [entry_json(r) for r in rows[:limit]]
+        cursor = entries[-1]["creationTime"] if more else None
+        return {
+            "entries": entries,
+            "count": len(entries),
+            "applied_limit": limit,
+            "next_before": cursor if after is None else None,
+            "next_after": cursor if after is not None else None,
+        }
+
+    def get_entry(self, vault_id: str, memory_id: str, entry_id: str) -> dict[str, Any]:
+        """One entry of a memory."""
+        vault_id = check_uuid("vault_id", vault_id)
+        memory_id = check_uuid("memory_id", memory_id)
+        entry_id = check_uuid("entry_id", entry_id)
+        self._memory_row(vault_id, memory_id)
+        row = self._entry_row(memory_id, entry_id)
+        if row is None:
+            raise MemoryServerError(f"entry {entry_id} not found in memory {memory_id}")
+        return entry_json(row)
+
+    def delete_entry(self, vault_id: str, memory_id: str, entry_id: str) -> dict[str, Any]:
+        """Delete one entry (and its index rows)."""
+        vault_id = check_uuid("vault_id", vault_id)
+        memory_id = check_uuid("memory_id", memory_id)
+        entry_id = check_uuid("entry_id", entry_id)
+        if not self._delete_entry(vault_id, memory_id, entry_id):
+            raise MemoryServerError(f"entry {entry_id} not found in memory {memory_id}")
+        return {"entryId": entry_id, "status": "deleted"}
+
+    # -- context -------------------------------------------------------------------------------------------
+
+    def put_context(self, vault_id: str, memory_id: str, content: str) -> dict[str, Any]:
+        """Store a new context snapshot (the whole document); older snapshots stay searchable."""
+        vault_id = check_uuid("vault_id", vault_id)
+        memory_id = check_uuid("memory_id", memory_id)
+        content = check_text("content", content, LIMITS["content"])
+        now = self._append_context(vault_id, memory_id, content)
+        return {"memoryId": memory_id, "timestamp": now, "status": "stored", "chars": len(content)}
+
+    def get_context(self, vault_id: str, memory_id: str) -> str:
+        """The newest context snapshot, or :data:`PLACEHOLDER_CONTEXT` if none was stored."""
+        vault_id = check_uuid("vault_id", vault_id)
+        memory_id = check_uuid("memory_id", memory_id)
+        self._memory_row(vault_id, memory_id)
+        row = self._latest_context(memory_id)
+        return PLACEHOLDER_CONTEXT if row is None else row["content"]
+
+    # -- search --------------------------------------------------------------------------------------------
+
+    def search(
+        self,
+        memory_id: str,
+        query: str,
+        top_ke: int = 5,
+        top_kc: int = 2,
+        include_raw_entries: bool = False,
+        *,
+        after: str | None = None,
+        before: str | None = None,
+        vault_id: str | None = None,
+        offset: int = 0,
+    ) -> dict[str, Any]:
+        """Entries and context snapshots of one memory ranked against ``query``.
+
+        ``offset`` skips the first entries of the ranking (paging: ``offset + top_ke`` at most
+        :data:`~mycelian_agent.limits.SEARCH_DEPTH_MAX`); the context snapshots are the same on every page.
+        Pages within the first ``ranking.CONTEXT_DEPTH`` (50) entries join into exactly one ranking; deeper ones
+        are cut from a deeper re-ranked pool, where neighbour scores can move an entry by a few places.
+        """
+        memory_id = check_uuid("memory_id", memory_id)
+        if vault_id is not None:
+            vault_id = check_uuid("vault_id", vault_id)
+        query = check_text("query", query, LIMITS["query"])
+        for name, value, low, high in (("top_ke", top_ke, 0, 25), ("top_kc", top_kc, 1, 10),
+                                       ("offset", offset, 0, SEARCH_DEPTH_MAX - 25)):
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                raise InputError(f"{name} must be an integer from {low} to {high} (got {value!r})")
+        if not isinstance(include_raw_entries, bool):
+            raise InputError(f"include_raw_entries must be a boolean (got {include_raw_entries!r})")
+        after = parse_rfc3339("after", after)
+        before = parse_rfc3339("before", before)
+        self._memory_row(vault_id, memory_id)
+        terms = query_terms(query)
+        entries = []
+        depth = offset + top_ke if top_ke else 0
+        for row, score in self.rank_entries(memory_id, query, terms, depth, after=after, before=before)[offset:]:
+            item: dict[str, Any] = {"entryId": row["entry_id"], "summary": row["summary"]}
+            if include_raw_entries:
+                item["rawEntry"] = row["raw_entry"]
+            item["score"] = _score(score)
+            item["creationTime"] = row["creation_time"]
+            if row["conversation_time"] is not None:
+                item["conversationTime"] = row["conversation_time"]
+            item["tags"] = json.loads(row["tags"])
+            entries.append(item)
+        contexts = (
+            [
+                {"context": row["content"], "timestamp": row["creation_time"], "score": _score(score)}
+                for row, score in self._lexical_contexts(memory_id, terms, top_kc)
+            ]
+            if terms
+            else []
+        )
+        latest = self._latest_context(memory_id)
+        return {
+            "entries": entries,
+            "count": len(entries),
+            "latestContext": PLACEHOLDER_CONTEXT if latest is None else latest["content"],
+            "latestContextTimestamp": None if latest is None else latest["creation_time"],
+            "contexts": contexts,
+        }
+
+    def rank_entries(
+        self,
+        memory_id: str,
+        query: str,
+        terms: list[str],
+        limit: int,
+        *,
+        after: str | None = None,
+        before: str | None = None,
+        context: bool = True,
+    ) -> list[tuple[Row, float]]:
+        """The memory's entries ranked for ``query`` (``terms`` from ``query_terms``): lexical hits, re-ranked with
+        their neighbours' scores (``context``), fused with dense similarities when the store has an index."""
+        if limit <= 0 or not terms:
+            return []
+        dense = self._dense_similarities(memory_id, query, after, before)
+        depth = max(limit, CONTEXT_DEPTH) if context else limit
+        if dense is not None:
+            # Fusion needs deeper lists than the final cut so that an item ranked well by one side can surface.
+            depth = max(depth, limit * 4)
+        hits = self._lexical_entries(memory_id, terms, depth, after, before)
+        if context and hits:
+            links, allowed = self._neighbours(memory_id, [seq for seq, _ in hits], after, before)
+            hits = with_context(hits, links, allowed, depth if dense is not None else limit)
+        if dense is not None:
+            hits = fusion.fuse(hits, dense[0], dense[1], limit)
+        hits = hits[:limit]
+        rows = self._entry_rows(memory_id, [seq for seq, _ in hits])
+        return [(rows[seq], score) for seq, score in hits if seq in rows]

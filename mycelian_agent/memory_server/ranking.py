@@ -1,0 +1,109 @@
+"""Ranking pieces shared by every storage backend: query terms, neighbouring-turn context, derived index columns.
+
+The SQLite store ranks with FTS5's BM25 (``search.py``), the PostgreSQL store with ``tsvector`` (``pg_store.py``);
+both feed their lexical hits through :func:`with_context` here, so the neighbour scoring is one piece of code.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import unicodedata
+from collections.abc import Iterable, Mapping, Sequence
+
+__all__ = [
+    "CONTEXT_BEFORE",
+    "CONTEXT_DEPTH",
+    "CONTEXT_GAP_DAYS",
+    "CONTEXT_WEIGHT",
+    "ENTRY_WEIGHTS",
+    "MAX_QUERY_TERMS",
+    "entry_dated",
+    "entry_labels",
+    "query_terms",
+    "with_context",
+]
+
+#: At most this many distinct terms of a query are searched (long queries stay fast).
+MAX_QUERY_TERMS = 48
+#: Column weights of the entry index ``(mkey, raw_entry, summary, labels, dated)``: the summary is written for
+#: retrieval; ``labels`` (tag values such as the speaker's name) weighs like the text, so a question naming a
+#: person finds that person's own turns, which rarely contain their name; ``dated`` (the entry's date in words)
+#: weighs half, a tie-breaker for questions that name a day or month. SQLite passes them to ``bm25()``; PostgreSQL
+#: maps them to the tsvector weights A (summary), B (raw_entry, labels) and C (dated).
+ENTRY_WEIGHTS = (0.0, 1.0, 1.5, 1.0, 0.5)
+#: Share of an entry's lexical score given to the entry that follows it in its memory, and to the one before it.
+#: Answers follow questions, so the follower gets the larger share. Set from the LoCoMo recall benchmark (flat
+#: from 0.5 to 0.6; 0.4 and 0.7 lower).
+CONTEXT_WEIGHT = 0.5
+CONTEXT_BEFORE = 0.25
+#: Neighbours further apart in time (conversation time, else creation time) than this are another conversation.
+CONTEXT_GAP_DAYS = 1 / 24
+#: Lexical hits whose neighbours are considered (the re-ranked pool; at least the requested limit).
+CONTEXT_DEPTH = 50
+
+# Letters and digits only: operators, quotes and punctuation can never reach an index's query language.
+_WORD_RE = re.compile(r"[^\W_]+")
+
+# Dropped only when the query has other terms: OR-ing them matches nearly every entry, which costs time and
+# adds almost nothing to BM25 (their IDF is tiny).
+_STOPWORDS = frozenset(
+    """a about above after again against all am an and any are as at be because been before being below between
+    both but by can could did do does doing down during each few for from further had has have having he her
+    here hers herself him himself his how i if in into is it its itself just me more most my myself no nor not
+    of off on once only or other our ours ourselves out over own same she should so some such than that the
+    their theirs them themselves then there these they this those through to too under until up very was we
+    were what when where which while who whom why will with would you your yours yourself yourselves s t d ll
+    m re ve""".split()  # noqa: SIM905 (a list literal would be 60 lines)
+)
+_MONTHS = "January February March April May June July August September October November December".split()
+_DIGIT = re.compile(r"\d")
+
+
+def query_terms(query: str) -> list[str]:
+    """The distinct word tokens of ``query`` (case-folded, stop words dropped when others remain), in order."""
+    words = _WORD_RE.findall(unicodedata.normalize("NFKC", query).casefold())
+    seen: dict[str, None] = dict.fromkeys(words)
+    content = [w for w in seen if w not in _STOPWORDS]
+    return (content or list(seen))[:MAX_QUERY_TERMS]
+
+
+def entry_labels(tags: Mapping[str, str] | str) -> str:
+    """The ``labels`` column of an entry: its tag values without digits (speaker names, topics), space-joined.
+
+    Identifiers and counters (ids, turn numbers, session keys) carry digits and would only add noise. Same rule as
+    SQLite's migration 3 (``json_each(tags) ... NOT GLOB '*[0-9]*'``). ``tags`` may be the stored JSON text.
+    """
+    values = json.loads(tags) if isinstance(tags, str) else tags
+    return " ".join(v for v in values.values() if isinstance(v, str) and not _DIGIT.search(v))
+
+
+def entry_dated(moment: str) -> str:
+    """The ``dated`` column: a normalised timestamp's date in words (``2023-05-08T...`` -> ``8 May 2023``)."""
+    month = int(moment[5:7])
+    name = _MONTHS[month - 1] if 1 <= month <= 12 else ""
+    return f"{int(moment[8:10])} {name} {moment[:4]}"
+
+
+def with_context(
+    hits: Sequence[tuple[int, float]],
+    links: Iterable[tuple[int, int | None, int | None]],
+    allowed: set[int],
+    limit: int,
+) -> list[tuple[int, float]]:
+    """Re-rank lexical ``hits`` (``(seq, score)``, score > 0) with the scores of each entry's neighbours:
+    score(e) = lex(e) + CONTEXT_WEIGHT * lex(previous) + CONTEXT_BEFORE * lex(next).
+
+    ``links`` gives ``(seq, previous seq, next seq)`` for each hit: its neighbours in the memory within
+    :data:`CONTEXT_GAP_DAYS` (None where there is none); ``allowed`` the seqs that may be returned (the hits and the
+    neighbours inside the search's time bounds). In a conversation a turn's meaning is spread over its neighbours:
+    the answer ("Three times a week.") follows the question that carries the query's words, so such an answer can
+    be found though it shares no query word. Ties go to the newer entry.
+    """
+    scores = dict(hits)
+    combined: dict[int, float] = dict(scores)
+    for seq, previous, following in links:
+        for neighbour, share in ((previous, CONTEXT_BEFORE), (following, CONTEXT_WEIGHT)):
+            if neighbour is not None and neighbour in allowed:
+                combined[neighbour] = combined.get(neighbour, 0.0) + share * scores[seq]
+    return sorted(combined.items(), key=lambda pair: (-pair[1], -pair[0]))[:limit]

@@ -1,0 +1,276 @@
+"""PostgreSQL: migrations, concurrency, the agent end to end, checkpoints, many workers, recall parity with SQLite.
+
+Everything runs against a real throwaway cluster (conftest.py ``pg_cluster``: initdb + pg_ctl in a temp dir); the
+tool contract itself is tested on both backends by test_memory_server_tools.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mycelian_agent import build_agent
+from mycelian_agent.builder import connect, ensure_memory, ensure_vault
+from mycelian_agent.errors import ConfigError, MemoryServerError
+from mycelian_agent.memory_server.pg_migrations import SCHEMA_VERSION
+from mycelian_agent.memory_server.pg_store import PostgresStore, redact_url, require_psycopg
+
+psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _query(url: str, sql: str, *params: object) -> list[tuple]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        cursor = conn.execute(sql, params or None)
+        return cursor.fetchall() if cursor.description is not None else []
+
+
+# -- migrations and setup ------------------------------------------------------------------------------------
+
+
+def test_processes_migrating_at_once_all_succeed(pg_fresh_url: str) -> None:
+    code = "import sys; from mycelian_agent.memory_server.pg_store import PostgresStore; " \
+           "PostgresStore.open(sys.argv[1], pool_size=1).close()"
+    procs = [subprocess.Popen([sys.executable, "-c", code, pg_fresh_url], stderr=subprocess.PIPE, text=True)
+             for _ in range(4)]
+    errors = [p.communicate(timeout=120)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0, 0], errors
+    assert _query(pg_fresh_url, "SELECT version FROM mycelian_schema ORDER BY version") == [
+        (v,) for v in range(1, SCHEMA_VERSION + 1)]
+    PostgresStore.open(pg_fresh_url, pool_size=1).close()  # idempotent: nothing left to do
+
+
+def test_newer_schema_and_unreachable_server_are_clear_errors(pg_url: str, pg_cluster) -> None:
+    _query(pg_url, "INSERT INTO mycelian_schema (version) VALUES (%s)", SCHEMA_VERSION + 1)
+    try:
+        with pytest.raises(MemoryServerError, match="newer than this server's .*upgrade mycelian-agent"):
+            PostgresStore.open(pg_url, pool_size=1)
+    finally:
+        _query(pg_url, "DELETE FROM mycelian_schema WHERE version = %s", SCHEMA_VERSION + 1)
+    closed = f"postgresql://someone:hunter2@127.0.0.1:{pg_cluster.port + 1}/nothing"
+    with pytest.raises(MemoryServerError, match="cannot connect to the memory database .*check that PostgreSQL") as info:
+        PostgresStore.open(closed, pool_size=1, timeout=3)
+    assert "hunter2" not in str(info.value) and "someone:***@" in str(info.value)
+    assert redact_url("postgresql://u@h/db") == "postgresql://u@h/db"
+
+
+def test_missing_psycopg_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "psycopg", None)
+    with pytest.raises(ConfigError, match=r"install 'mycelian-agent\[postgres\]'"):
+        require_psycopg()
+
+
+def test_server_cli_refuses_embeddings_on_postgres(pg_url: str) -> None:
+    from mycelian_agent.memory_server.base import open_store
+
+    with pytest.raises(ConfigError, match="not available on the PostgreSQL store"):
+        open_store(pg_url, dense_factory=lambda: object())
+
+
+# -- concurrency -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+async def test_concurrent_ensure_of_the_same_vault_and_memory_both_succeed(backend: str, tmp_path: Path,
+                                                                            request: pytest.FixtureRequest) -> None:
+    db = str(tmp_path / "race.db") if backend == "sqlite" else request.getfixturevalue("pg_url")
+    connections = [await connect("in-process", db=db).open() for _ in range(2)]
+    try:
+        for round_ in range(6):  # the race used to fail about 1 time in 4
+
+            async def ensure(memory):
+                vault_id = await ensure_vault(memory, f"v{round_}")
+                return vault_id, await ensure_memory(memory, vault_id, f"m{round_}")
+
+            first, second = await asyncio.gather(*(ensure(c) for c in connections))
+            assert first == second
+        assert len(await connections[0].call_json("list_vaults")) == 6
+    finally:
+        for memory in connections:
+            await memory.aclose()
+
+
+def test_concurrent_writes_with_one_idempotency_key_store_one_entry(pg_url: str) -> None:
+    stores = [PostgresStore.open(pg_url, pool_size=2) for _ in range(2)]
+    try:
+        vault = stores[0].create_vault("v")["vaultId"]
+        memory = stores[0].create_memory(vault, "m", "chat")["memoryId"]
+
+        def write(store: PostgresStore, i: int) -> dict:
+            return store.add_entry(vault, memory, f"message {i // 2}", "s", idempotency_key=f"k{i // 2}")
+
+        async def run() -> list[dict]:
+            return await asyncio.gather(*(asyncio.to_thread(write, stores[i % 2], i) for i in range(40)))
+
+        results = asyncio.run(run())
+        assert sum(not r["deduplicated"] for r in results) == 20
+        assert stores[1].counts()["entries"] == 20
+        times = [e["creationTime"] for e in stores[0].list_entries(vault, memory, limit=50, after="2000-01-01T00:00:00Z")["entries"]]
+        assert times == sorted(times) and len(set(times)) == 20  # strictly increasing cursors under concurrency
+    finally:
+        for store in stores:
+            store.close()
+
+
+# -- the agent end to end: embedded server process on Postgres, Postgres checkpoints ---------------------------
+
+
+async def test_agent_on_postgres_memory_and_checkpoints_with_pruning(pg_url: str) -> None:
+    from mycelian_agent.agent.settings import AgentSettings
+
+    settings = AgentSettings(prune_every=4)
+    async with build_agent("extractive", db=pg_url, memory="alice", checkpointer=pg_url, settings=settings) as inv:
+        await inv.astart_session("alice-chat", "2024-03-08T10:00:00Z")
+        for i in range(10):
+            await inv.aprocess_conversation_message("user" if i % 2 == 0 else "assistant",
+                                                    f"Message {i}: we planned the Lisbon trip, day {i}.",
+                                                    "alice-chat")
+        await inv.aend_session("alice-chat")
+        found = await inv.connection.call_json("search_memories", {
+            "memory_id": inv.agent.memory_id, "query": "Lisbon trip day 7", "top_ke": 3})
+    assert found["entries"] and "day 7" in found["entries"][0]["summary"] + json.dumps(found["entries"])
+    # Pruned: the thread keeps its newest checkpoint per namespace (at most prune_every since the last prune),
+    # and only the blobs those checkpoints name.
+    checkpoints = _query(pg_url, "SELECT count(*) FROM checkpoints WHERE thread_id = 'alice-chat'")[0][0]
+    assert 1 <= checkpoints <= settings.prune_every
+    orphans = _query(pg_url, "SELECT count(*) FROM checkpoint_blobs b WHERE NOT EXISTS (SELECT 1 FROM checkpoints "
+                     "c WHERE c.thread_id = b.thread_id AND c.checkpoint_ns = b.checkpoint_ns "
+                     "AND c.checkpoint -> 'channel_versions' ->> b.channel = b.version)")[0][0]
+    assert orphans == 0
+    # A new process (here: a new agent) resumes the thread from Postgres.
+    async with build_agent("extractive", db=pg_url, memory="alice", checkpointer=pg_url) as inv:
+        status = await inv.athread_status("alice-chat")
+        assert status.messages == 10 and status.progress.sessions_ended == 1
+    assert _query(pg_url, "SELECT count(*) FROM entries")[0][0] == 10
+
+
+async def test_postgres_checkpointer_prune_keeps_the_thread_intact(pg_url: str) -> None:
+    from mycelian_agent.agent.checkpointers import open_checkpointer, prune_thread
+
+    async with build_agent("extractive", server="in-process", db=pg_url, checkpointer=pg_url) as inv:
+        for i in range(5):
+            await inv.aprocess_conversation_message("user", f"note {i}", "t1")
+        saver = inv.agent.checkpointer
+        assert await prune_thread(saver, "t1") is True
+        assert _query(pg_url, "SELECT count(*) FROM checkpoints WHERE thread_id = 't1'")[0][0] == 1
+        await inv.aprocess_conversation_message("user", "note 5", "t1")  # still works after pruning
+        assert (await inv.athread_status("t1")).messages == 6
+    with pytest.raises(ConfigError, match="cannot open the Postgres checkpointer"):
+        async with open_checkpointer(pg_url.rsplit(":", 1)[0] + ":1/none"):
+            pass
+
+
+async def test_checkpointer_setup_from_many_connections_at_once(pg_fresh_url: str) -> None:
+    """LangGraph's setup (CREATE INDEX CONCURRENTLY among others) from 6 workers starting together: no race, no
+    deadlock between the setup lock's waiters and the index builds."""
+    from mycelian_agent.agent.checkpointers import open_checkpointer
+
+    async def one() -> str:
+        async with open_checkpointer(pg_fresh_url) as saver:
+            return type(saver).__name__
+
+    assert await asyncio.gather(*(one() for _ in range(6))) == ["AsyncPostgresSaver"] * 6
+
+
+# -- many workers --------------------------------------------------------------------------------------------
+
+
+def _conversations(directory: Path, count: int, messages: int) -> list[Path]:
+    paths = []
+    for c in range(count):
+        sessions = [{"session_id": f"s{s}", "conversation_time": f"2024-0{s + 1}-0{c + 1}T10:00:00Z",
+                     "messages": [{"role": "user" if m % 2 == 0 else "assistant",
+                                   "content": f"conversation {c} session {s} message {m}: the plan number {m}"}
+                                  for m in range(messages // 2)]}
+                    for s in range(2)]
+        path = directory / f"conv{c}.json"
+        path.write_text(json.dumps({"conversation_id": f"conv-{c}", "sessions": sessions}))
+        paths.append(path)
+    return paths
+
+
+def _replay_command(files: list[Path], pg_url: str, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "mycelian_agent.cli", "replay", *map(str, files), "--db", pg_url,
+            "--state", pg_url, "--vault", "workers", "--json", *extra]
+
+
+def _assert_each_message_once(pg_url: str, files: list[Path], per_conversation: int) -> None:
+    rows = _query(pg_url, "SELECT m.title, count(*), count(DISTINCT e.idempotency_key) FROM entries e "
+                  "JOIN memories m USING (memory_id) GROUP BY m.title ORDER BY m.title")
+    assert rows == [(f"conv-{c}", per_conversation, per_conversation) for c in range(len(files))]
+
+
+def test_four_processes_one_killed_and_resumed_store_each_message_once(pg_url: str, tmp_path: Path) -> None:
+    files = _conversations(tmp_path, 8, 60)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    procs = [subprocess.Popen(_replay_command(files, pg_url, "--shard", f"{k}/4"), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
+             for k in range(4)]
+    victim = procs[1]
+    deadline = time.monotonic() + 120
+    # Kill shard 1 (its embedded server too) once it has stored part of its conversations.
+    while time.monotonic() < deadline:
+        stored = _query(pg_url, "SELECT count(*) FROM entries e JOIN memories m USING (memory_id) "
+                        "WHERE m.title IN ('conv-1', 'conv-5')")[0][0]
+        if stored >= 10 or victim.poll() is not None:
+            break
+        time.sleep(0.05)
+    os.killpg(victim.pid, signal.SIGKILL)
+    victim.communicate(timeout=60)
+    assert victim.returncode == -signal.SIGKILL
+    for proc in procs:
+        if proc is not victim:
+            out, err = proc.communicate(timeout=300)
+            assert proc.returncode == 0, err
+    partial = _query(pg_url, "SELECT count(*) FROM entries e JOIN memories m USING (memory_id) "
+                     "WHERE m.title IN ('conv-1', 'conv-5')")[0][0]
+    assert partial < 120  # the kill interrupted shard 1
+    resumed = subprocess.run(_replay_command(files, pg_url, "--shard", "1/4"), capture_output=True, text=True,
+                             env=env, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    summary = json.loads(resumed.stdout)
+    assert summary["skipped"] > 0 and summary["messages"] + summary["skipped"] == 120
+    _assert_each_message_once(pg_url, files, 60)
+
+
+def test_replay_workers_split_the_conversations(pg_url: str, tmp_path: Path) -> None:
+    files = _conversations(tmp_path, 4, 12)
+    done = subprocess.run(_replay_command(files, pg_url, "--workers", "2"), capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert (summary["conversations"], summary["messages"], summary["entries"]) == (4, 48, 48)
+    _assert_each_message_once(pg_url, files, 12)
+    both = subprocess.run(_replay_command(files, pg_url, "--workers", "2", "--shard", "0/2"), capture_output=True,
+                          text=True, timeout=60)
+    assert both.returncode != 0 and "--shard and --workers do not combine" in both.stderr
+
+
+# -- recall parity with SQLite ---------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_locomo_recall_on_postgres_matches_sqlite(pg_url: str, shared_data: Path, tmp_path: Path) -> None:
+    """One LoCoMo conversation here (~40 s); the whole dev set is in BENCHMARKS.md ("Scaling out")."""
+    from mycelian_agent.benchmarks.locomo import LoCoMoRunner
+
+    data = [shared_data / "locomo" / "locomo_dev3.json"]
+    tables = {}
+    for name, db in (("sqlite", None), ("postgres", pg_url)):
+        report = LoCoMoRunner(out=tmp_path / name, db=db, limit=1).run(data)
+        tables[name] = {key: table.overall.as_dict() for key, table in report.tables.items()}
+    assert tables["sqlite"].keys() == tables["postgres"].keys()
+    for key, sqlite_row in tables["sqlite"].items():
+        postgres_row = tables["postgres"][key]
+        assert postgres_row["count"] == sqlite_row["count"] > 0
+        for metric in ("recall_any@1", "recall_any@5", "recall_any@10", "recall_all@10"):
+            assert round(abs(postgres_row[metric] - sqlite_row[metric]), 4) <= 0.02, (key, metric, tables)
