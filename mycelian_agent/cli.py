@@ -361,7 +361,7 @@ def search(query: str, db: str | None, server: str, token: str | None, vault: st
         for column in ("score", "time", "role", "summary"):
             table.add_column(column, overflow="fold")
         for entry in found["entries"]:
-            table.add_row(f"{entry['score']:.3f}", (entry.get("conversationTime") or entry["creationTime"])[:16],
+            table.add_row(f"{entry['score']:.3g}", (entry.get("conversationTime") or entry["creationTime"])[:16],
                           entry.get("tags", {}).get("role", ""), entry["summary"])
         console.print(table)
 
