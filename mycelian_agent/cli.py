@@ -276,10 +276,12 @@ async def _connect(db: str | None, server: str, token: str | None, timeout: floa
         if str(path) != ":memory:" and not is_postgres_url(str(db or "")) and not path.is_file():
             raise MycelianError(f"no memory database at {path}: check --db (or MYCELIAN_DB); `mycelian-agent replay` "
                                 "or `add` creates one")
+        if server == "embedded":  # the store itself, in this process: no MCP SDK or LangChain to load
+            from .memory_server.local import LocalConnection
+
+            return LocalConnection.open(db if is_postgres_url(str(db or "")) else str(path))  # type: ignore[arg-type]
     from .builder import connect
 
-    if server == "embedded":  # the same server and file inside this process: no second Python to start
-        server = "in-process"
     return await connect(server, db=db, token=token, timeout=timeout, reconnect_wait=reconnect_wait).open()
 
 

@@ -249,6 +249,30 @@ def test_list_add_export_delete_and_errors_that_name_the_cause(tmp_path, cli):
     assert stored_raw_entries(db) == []
 
 
+def test_read_commands_read_the_store_directly_with_the_tools_answers(tmp_path, cli):
+    """On the embedded database, list/show/search/export call the store in-process (no MCP SDK, no LangChain:
+    they start in well under a second) and print exactly what they print over the MCP tools."""
+    db = tmp_path / "memory.db"
+    assert cli("replay", str(EXAMPLE), "--db", str(db), "--memory", "quickstart").returncode == 0
+    commands = [("list",), ("show", "--memory", "quickstart"), ("search", "Lisbon trip", "--memory", "quickstart"),
+                ("search", "Lisbon", "--memory", "quickstart", "--json"), ("export", "--memory", "quickstart")]
+    for command in commands:
+        direct = cli(*command, "--db", str(db))
+        over_mcp = cli(*command, "--db", str(db), "--server", "in-process")
+        assert direct.returncode == over_mcp.returncode == 0, (command, direct.stderr, over_mcp.stderr)
+        assert direct.stdout == over_mcp.stdout, command
+    bad = cli("delete", "--db", str(db), "--memory", "quickstart", "--entry", "123", "--yes")
+    assert bad.returncode == 1 and "delete_entry failed: entry_id must be a UUID" in bad.stderr
+    probe = ("import sys; from mycelian_agent.cli import main\n"
+             "try:\n    main(sys.argv[1:])\nexcept SystemExit as exc:\n    assert not exc.code, exc.code\n"
+             "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'mcp', 'langchain_core', 'langgraph'})\n"
+             "print('HEAVY', heavy, file=sys.stderr)")
+    for command in commands:
+        done = subprocess.run([sys.executable, "-c", probe, *command, "--db", str(db)], capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 0 and "HEAVY []" in done.stderr, (command, done.stderr[-2000:])
+
+
 def test_the_readme_async_snippet_runs_as_written(tmp_path):
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     snippet = next(block for block in readme.split("```python\n")[1:] if "async with build_agent" in block)

@@ -16,6 +16,7 @@ np = pytest.importorskip("numpy")
 from mycelian_agent.errors import ConfigError  # noqa: E402
 from mycelian_agent.memory_server import embeddings, fusion  # noqa: E402
 from mycelian_agent.memory_server.embeddings import DenseVectors, require_dense_index  # noqa: E402
+from mycelian_agent.memory_server.base import MemoryStore, open_store  # noqa: E402
 from mycelian_agent.memory_server.store import Store  # noqa: E402
 
 _GROUPS = [{"car", "automobile", "vehicle"}, {"dog", "puppy", "hound"}, {"paris", "france"}, {"bread", "bakery"}]
@@ -41,15 +42,23 @@ class CountingEncoder:
         return np.stack(rows)
 
 
-def _memory(store: Store) -> tuple[str, str]:
+def _memory(store: MemoryStore) -> tuple[str, str]:
     v = store.create_vault("v")["vaultId"]
     return v, store.create_memory(v, "m", "NOTES")["memoryId"]
 
 
-def test_vectors_are_written_by_add_entry_and_none_at_search() -> None:
+@pytest.fixture(params=["sqlite", "postgres"])
+def db_target(request: pytest.FixtureRequest, tmp_path) -> str:
+    """A fresh database of each backend: a SQLite file, an emptied PostgreSQL database (its own cluster)."""
+    if request.param == "sqlite":
+        return str(tmp_path / "m.db")
+    return request.getfixturevalue("pg_url")
+
+
+def test_vectors_are_written_by_add_entry_and_none_at_search(db_target: str) -> None:
     encoder = CountingEncoder()
     index = DenseVectors(encoder, model="fake")
-    with contextlib.closing(Store.open(":memory:", dense=index)) as store:
+    with contextlib.closing(open_store(db_target, dense_factory=lambda: index)) as store:
         v, m = _memory(store)
         car = store.add_entry(v, m, "I bought a new car last week", "bought car")["entryId"]
         store.add_entry(v, m, "My puppy chewed the sofa", "puppy")
@@ -59,39 +68,89 @@ def test_vectors_are_written_by_add_entry_and_none_at_search() -> None:
         assert found["entries"][0]["entryId"] == car
         assert encoder.texts == 3  # only the query was encoded
         assert index.embedded_at_search == 0
+        # A retry with the same idempotency key stores (and embeds) nothing new.
+        store.add_entry(v, m, "The hound barked", "hound", idempotency_key="k1")
+        store.add_entry(v, m, "The hound barked", "hound", idempotency_key="k1")
+        assert store.counts()["entry_vectors"] == 3 and encoder.texts == 4
+        # Deleting an entry deletes its vector; the next search reloads the memory's vectors.
+        store.delete_entry(v, m, car)
+        assert store.counts()["entry_vectors"] == 2
+        seqs, _ = store._dense_similarities(m, "automobile", None, None)
+        assert len(seqs) == 2
+        assert car not in [e["entryId"] for e in store.search(m, "automobile purchase", top_ke=3)["entries"]]
 
 
-def test_explicit_backfill_embeds_an_older_database_in_batches(tmp_path) -> None:
-    db = tmp_path / "m.db"
-    with contextlib.closing(Store.open(db)) as plain:  # written without embeddings
+def test_dense_side_respects_the_time_bounds(db_target: str) -> None:
+    index = DenseVectors(CountingEncoder(), model="fake")
+    with contextlib.closing(open_store(db_target, dense_factory=lambda: index)) as store:
+        v, m = _memory(store)
+        store.add_entry(v, m, "We adopted a puppy", "puppy", conversation_time="2023-05-01T10:00:00Z")
+        late = store.add_entry(v, m, "The hound is sick", "hound", conversation_time="2023-07-01T10:00:00Z")
+        seqs, cosines = store._dense_similarities(m, "dog", "2023-06-01T00:00:00Z", None)
+        assert len(seqs) == 2 and sorted(np.isfinite(cosines)) == [False, True]
+        found = store.search(m, "dog", top_ke=2, after="2023-06-01T00:00:00Z")["entries"]
+        assert [e["entryId"] for e in found] == [late["entryId"]]
+
+
+def test_explicit_backfill_embeds_an_older_database_in_batches(db_target: str) -> None:
+    with contextlib.closing(open_store(db_target)) as plain:  # written without embeddings
         v, m = _memory(plain)
         for i in range(embeddings.CATCHUP_LIMIT + 5):
             plain.add_entry(v, m, f"note number {i} about the dog", f"note {i}")
     encoder = CountingEncoder()
     index = DenseVectors(encoder, model="fake")
-    with contextlib.closing(Store.open(db, dense=index)) as store:
+    with contextlib.closing(open_store(db_target, dense_factory=lambda: index)) as store:
         # The gap is larger than the catch-up limit: the search does not embed the memory, it warns.
         store.search(m, "puppy", top_ke=3)
         assert store.counts()["entry_vectors"] == 0
         assert index.embedded_at_search == 0
-        assert index.backfill(store.connection) == embeddings.CATCHUP_LIMIT + 5
+        with store.maintenance_connection() as conn:
+            assert index.backfill(conn) == embeddings.CATCHUP_LIMIT + 5
+            assert index.backfill(conn, m) == 0  # idempotent
         assert store.counts()["entry_vectors"] == embeddings.CATCHUP_LIMIT + 5
-        assert index.backfill(store.connection, m) == 0  # idempotent
         assert len(store.search(m, "puppy", top_ke=3)["entries"]) == 3
         assert index.embedded_at_search == 0
+        # A small gap (a few entries from a lexical-only writer) is embedded by the search itself.
+        with contextlib.closing(open_store(db_target)) as plain:
+            plain.add_entry(v, m, "the puppy slept", "sleep")
+        store.search(m, "puppy", top_ke=3)
+        assert index.embedded_at_search == 1
+        assert store.counts()["entry_vectors"] == embeddings.CATCHUP_LIMIT + 6
 
 
-def test_backfill_database_entry_point(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
-    db = tmp_path / "m.db"
-    with contextlib.closing(Store.open(db)) as plain:
+def test_backfill_database_entry_point(db_target: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    with contextlib.closing(open_store(db_target)) as plain:
         v, m = _memory(plain)
         plain.add_entry(v, m, "The dog barked", "dog")
     monkeypatch.setitem(embeddings._LOADERS, "fake", lambda: ("fake", CountingEncoder()))
     monkeypatch.setenv("MYCELIAN_EMBEDDINGS_MODEL", "fake")
-    assert embeddings.main(["--backfill", str(db)]) == 0
-    assert embeddings.backfill_database(str(db)) == 0  # nothing left
-    with contextlib.closing(Store.open(db)) as store:
+    assert embeddings.main(["--backfill", db_target]) == 0
+    assert embeddings.backfill_database(db_target) == 0  # nothing left
+    with contextlib.closing(open_store(db_target)) as store:
         assert store.counts()["entry_vectors"] == 1
+
+
+def test_concurrent_searches_share_one_index_on_postgres(request: pytest.FixtureRequest) -> None:
+    # PostgreSQL runs several calls at once (a connection pool), all through one index and its matrix cache.
+    from concurrent.futures import ThreadPoolExecutor
+
+    url = request.getfixturevalue("pg_url")
+    index = DenseVectors(CountingEncoder(), model="fake")
+    with contextlib.closing(open_store(url, dense_factory=lambda: index, pool_size=4)) as store:
+        v, m = _memory(store)
+        words = ["car", "dog", "paris", "bread"]
+        for i in range(40):
+            store.add_entry(v, m, f"entry {i} mentions the {words[i % 4]}", f"e{i} {words[i % 4]}")
+
+        def search(i: int) -> str:
+            if i % 5 == 0:
+                store.add_entry(v, m, f"late entry {i} about the hound", f"late {i} hound")
+            return store.search(m, "puppy", top_ke=1)["entries"][0]["summary"]
+
+        with ThreadPoolExecutor(4) as pool:
+            tops = list(pool.map(search, range(20)))
+        assert all("dog" in top or "hound" in top for top in tops)
+        assert store.counts()["entry_vectors"] == 44 and index.embedded_at_search == 0
 
 
 def test_fusion_keeps_a_clear_lexical_winner_above_dense_noise() -> None:

@@ -1,6 +1,6 @@
 """PostgreSQL: migrations, concurrency, the agent end to end, checkpoints, many workers, recall parity with SQLite.
 
-Everything runs against a real throwaway cluster (conftest.py ``pg_cluster``: initdb + pg_ctl in a temp dir); the
+Dense vectors on PostgreSQL: test_dense.py. Everything runs against a real throwaway cluster (conftest.py ``pg_cluster``: initdb + pg_ctl in a temp dir); the
 tool contract itself is tested on both backends by test_memory_server_tools.py.
 """
 
@@ -67,13 +67,6 @@ def test_missing_psycopg_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setitem(sys.modules, "psycopg", None)
     with pytest.raises(ConfigError, match=r"install 'mycelian-agent\[postgres\]'"):
         require_psycopg()
-
-
-def test_server_cli_refuses_embeddings_on_postgres(pg_url: str) -> None:
-    from mycelian_agent.memory_server.base import open_store
-
-    with pytest.raises(ConfigError, match="not available on the PostgreSQL store"):
-        open_store(pg_url, dense_factory=lambda: object())
 
 
 # -- concurrency -------------------------------------------------------------------------------------------
@@ -274,3 +267,23 @@ def test_locomo_recall_on_postgres_matches_sqlite(pg_url: str, shared_data: Path
         assert postgres_row["count"] == sqlite_row["count"] > 0
         for metric in ("recall_any@1", "recall_any@5", "recall_any@10", "recall_all@10"):
             assert round(abs(postgres_row[metric] - sqlite_row[metric]), 4) <= 0.02, (key, metric, tables)
+
+
+# -- the scale-out benchmark ----------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_scaleout_benchmark_runs_end_to_end_at_a_tiny_size(pg_cluster, tmp_path: Path) -> None:
+    """``bench_scaleout`` against the session's cluster (``--pg-url``): both backends timed, 1 and 2 workers."""
+    from mycelian_agent.benchmarks import bench_scaleout
+
+    admin = pg_cluster.create_database("scaleout_admin")
+    results = bench_scaleout.run_scaleout(tmp_path, entries=40, adds=4, searches=4, warmup=1, conversations=2,
+                                          messages=4, workers=(1, 2), pg_url=admin)
+    assert set(results["latency"]) == {"sqlite", "postgres"}
+    for row in results["latency"].values():
+        assert row["add_entry"]["p50_ms"] > 0 and row["search_memories"]["queries_with_hits"] > 0
+    assert [(r["workers"], r["messages"]) for r in results["ingestion"]] == [(1, 8), (2, 8)]
+    assert results["ingestion"][0]["speedup"] == 1.0
+    assert json.loads((tmp_path / "scaleout.json").read_text()) == results
+    assert "| 2 | 8 |" in bench_scaleout._markdown(results)

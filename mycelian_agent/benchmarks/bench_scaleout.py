@@ -8,6 +8,7 @@ written into one memory through the store, then a stdio server on that database 
 an empty memory) and ``search_memories`` (over the full memory), exactly as ``bench server`` does. Throughput:
 ``mycelian-agent replay --workers N`` of the same synthetic conversations into a fresh Postgres database (memory and
 checkpoints), N = 1, 2, 4, in the same run; reported as messages/s and as the ratio to the 1-worker run.
+``--embeddings`` times hybrid search instead (servers with ``--embeddings``; the prefill is embedded by the backfill).
 Results go to ``OUT/scaleout.json`` and a Markdown table on stdout.
 """
 
@@ -29,8 +30,9 @@ from .bench_server import _measure, _ms, make_corpus
 __all__ = ["main", "run_scaleout"]
 
 
-def _prefill(target: str, corpus: list[dict[str, Any]]) -> tuple[str, str, float]:
+def _prefill(target: str, corpus: list[dict[str, Any]], *, embeddings: bool = False) -> tuple[str, str, float]:
     from ..memory_server.base import open_store
+    from ..memory_server.embeddings import backfill_database
 
     started = time.perf_counter()
     store = open_store(target, pool_size=1)
@@ -43,6 +45,8 @@ def _prefill(target: str, corpus: list[dict[str, Any]]) -> tuple[str, str, float
             store.put_context(vault, memory, "## Facts\n" + "\n".join(f"- {e['summary']}" for e in corpus[k : k + 40]))
     finally:
         store.close()
+    if embeddings:  # in batches (the writer above is lexical-only): what an existing database's backfill does
+        backfill_database(target)
     return vault, memory, time.perf_counter() - started
 
 
@@ -77,7 +81,7 @@ def _replay(files: list[Path], url: str, workers: int) -> dict[str, Any]:
 
 def run_scaleout(out: Path, *, entries: int = 10_000, adds: int = 500, searches: int = 200, warmup: int = 20,
                  conversations: int = 8, messages: int = 120, workers: tuple[int, ...] = (1, 2, 4),
-                 pg_url: str | None = None) -> dict[str, Any]:
+                 pg_url: str | None = None, embeddings: bool = False) -> dict[str, Any]:
     """Run both measurements (see the module docstring) and return the results (also written to OUT)."""
     from ..memory_server.pg_cluster import TemporaryCluster
 
@@ -96,7 +100,7 @@ def run_scaleout(out: Path, *, entries: int = 10_000, adds: int = 500, searches:
     suffix = str(int(time.time()))
     results: dict[str, Any] = {
         "environment": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()},
-        "params": {"entries": entries, "adds": adds, "searches": searches, "warmup": warmup,
+        "params": {"embeddings": embeddings, "entries": entries, "adds": adds, "searches": searches, "warmup": warmup,
                    "conversations": conversations, "messages_per_conversation": messages},
         "latency": {}, "ingestion": [],
     }
@@ -106,9 +110,9 @@ def run_scaleout(out: Path, *, entries: int = 10_000, adds: int = 500, searches:
         for suffix_ in ("", "-wal", "-shm"):
             Path(f"{sqlite_path}{suffix_}").unlink(missing_ok=True)
         for backend, target in (("sqlite", str(sqlite_path)), ("postgres", database(f"latency_{suffix}"))):
-            vault, big, fill_s = _prefill(target, corpus)
+            vault, big, fill_s = _prefill(target, corpus, embeddings=embeddings)
             add_s, search_s, hits = asyncio.run(_measure(target, vault, big, corpus, adds=adds,  # type: ignore[arg-type]
-                                                         searches=searches, warmup=warmup, embeddings=False))
+                                                         searches=searches, warmup=warmup, embeddings=embeddings))
             results["latency"][backend] = {"prefill_s": round(fill_s, 1), "add_entry": _ms(add_s),
                                            "search_memories": {**_ms(search_s), "queries_with_hits": hits}}
         files = _conversations(out, conversations, messages) if workers else []
@@ -126,7 +130,8 @@ def run_scaleout(out: Path, *, entries: int = 10_000, adds: int = 500, searches:
 
 
 def _markdown(results: dict[str, Any]) -> str:
-    lines = [f"Latency over one stdio session, search over {results['params']['entries']:,} entries",
+    mode = "hybrid (dense + lexical)" if results["params"]["embeddings"] else "lexical"
+    lines = [f"Latency over one stdio session, {mode} search over {results['params']['entries']:,} entries",
              "", "| backend | add_entry p50 ms | add_entry p95 ms | search p50 ms | search p95 ms |",
              "|---|---|---|---|---|"]
     for backend, row in results["latency"].items():
@@ -155,11 +160,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", default="1,2,4",
                         help="worker counts, comma-separated (first = baseline); 0: latency only")
     parser.add_argument("--pg-url", default=None, help="a PostgreSQL server to use (default: a throwaway cluster)")
+    parser.add_argument("--embeddings", action="store_true",
+                        help="servers with --embeddings (hybrid search; needs the embeddings extra); the prefilled "
+                             "entries are embedded by the backfill")
     args = parser.parse_args(argv)
     results = run_scaleout(args.out, entries=args.entries, adds=args.adds, searches=args.searches,
                            conversations=args.conversations, messages=args.messages,
                            workers=tuple(int(w) for w in args.workers.split(",") if int(w) > 0),
-                           pg_url=args.pg_url)
+                           pg_url=args.pg_url, embeddings=args.embeddings)
     print(_markdown(results))
     return 0
 

@@ -30,8 +30,8 @@ from ..limits import RAW_ENTRY_MAX_CHARS, SEARCH_DEPTH_MAX, SUMMARY_MAX_CHARS, T
 from ..prompt_files import PROMPT_NAMES, read_prompt
 from .runtime import StoreHandle, StoreRunner
 from .stdio import open_stdio_pipes
-from .base import MemoryStore, is_postgres_url
-from .store import SYNC_MODES, DenseIndex
+from .base import DenseIndex, MemoryStore, is_postgres_url
+from .store import SYNC_MODES
 
 __all__ = ["DEFAULT_PORT", "PROMPTS_VERSION", "AppContext", "MemoryServer", "create_server", "transport_security"]
 

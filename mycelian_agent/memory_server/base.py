@@ -15,7 +15,8 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
 
 from ..errors import ConfigError, InputError, MemoryServerError
 from ..limits import SEARCH_DEPTH_MAX
@@ -34,12 +35,30 @@ from .validation import (
     parse_rfc3339,
 )
 
-__all__ = ["POSTGRES_SCHEMES", "MemoryStore", "Row", "is_postgres_url", "open_store"]
+__all__ = ["POSTGRES_SCHEMES", "DenseIndex", "MemoryStore", "Row", "is_postgres_url", "open_store"]
 
 #: Row objects of a backend: anything indexable by column name (``sqlite3.Row``, a dict).
 Row = Mapping[str, Any]
 #: URL prefixes that select the PostgreSQL backend.
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+
+
+class DenseIndex(Protocol):
+    """What a store needs from an optional dense (embedding) index; see ``embeddings.py``. ``conn`` is the
+    backend's connection (sqlite3 or psycopg), inside the caller's transaction for writes."""
+
+    def index_entry(self, conn: Any, seq: int, memory_id: str, text: str) -> None:
+        """Store the vector of one new entry (inside the caller's transaction)."""
+
+    def similarities(
+        self,
+        conn: Any,
+        memory_id: str,
+        query: str,
+        after: str | None = None,
+        before: str | None = None,
+    ) -> tuple[list[int], Any]:
+        """``(seqs, cosines)`` of the memory's embedded entries (-inf outside the time bounds); see fusion.py."""
 
 
 def is_postgres_url(target: object) -> bool:
@@ -51,24 +70,17 @@ def open_store(
     target: str,
     *,
     synchronous: str = "NORMAL",
-    dense_factory: Callable[[], Any] | None = None,
+    dense_factory: Callable[[], DenseIndex | None] | None = None,
     pool_size: int = 4,
 ) -> MemoryStore:
     """Open the store ``target`` names: a PostgreSQL URL, or a SQLite path (``":memory:"`` allowed)."""
+    dense = dense_factory() if dense_factory is not None else None
     if is_postgres_url(target):
         from .pg_store import PostgresStore
 
-        if dense_factory is not None:
-            dense = dense_factory()
-            if dense is not None:
-                raise ConfigError(
-                    "dense embeddings are not available on the PostgreSQL store yet: drop --embeddings "
-                    "(search is lexical: tsvector ranking with neighbouring-turn context)"
-                )
-        return PostgresStore.open(target, pool_size=pool_size)
+        return PostgresStore.open(target, pool_size=pool_size, dense=dense)
     from .store import Store
 
-    dense = dense_factory() if dense_factory is not None else None
     return Store.open(target, synchronous=synchronous, dense=dense)
 
 
@@ -228,6 +240,10 @@ class MemoryStore(ABC):
     ) -> tuple[list[int], Any] | None:
         """``(seqs, cosines)`` from a dense index, or None when the store has none."""
         return None
+
+    @abstractmethod
+    def maintenance_connection(self) -> AbstractContextManager[Any]:
+        """A connection for maintenance outside the tools (the embeddings backfill), as a context manager."""
 
     # -- vaults and memories -------------------------------------------------------------------------------
 

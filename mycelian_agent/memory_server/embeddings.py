@@ -25,7 +25,9 @@ import logging
 import os
 import sqlite3
 import sys
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
@@ -54,6 +56,8 @@ _BATCH = 256
 _log = logging.getLogger(__name__)
 
 Encode = Callable[[Sequence[str]], "np.ndarray"]
+#: A store's connection: ``sqlite3.Connection`` or ``psycopg.Connection`` (rows readable by column name).
+Connection = Any
 
 
 # ------------------------------------------------------------------------------------------------ encoders
@@ -96,11 +100,14 @@ def load_encoder(name: str | None = None) -> tuple[str, Encode]:
 
 
 class DenseVectors:
-    """A :class:`~mycelian_agent.memory_server.store.DenseIndex` over unit vectors from ``encode``.
+    """A :class:`~mycelian_agent.memory_server.base.DenseIndex` over unit vectors from ``encode``.
 
     ``encode(texts)`` returns one L2-normalised float32 row per text. ``model`` is recorded with every vector;
-    vectors of another model are ignored (and replaced by a backfill). A memory's matrix is cached in memory and
-    kept in step by this (single, store-thread) writer; a count mismatch (another process, a delete) reloads it.
+    vectors of another model are ignored (and replaced by a backfill). The same index serves both backends: its
+    methods take the store's connection, a ``sqlite3.Connection`` or a psycopg 3 one (rows by column name), and
+    vectors are float32 bytes in ``entry_vectors`` (BLOB / bytea) scored by an exact scan here, in the server.
+    A memory's matrix is cached in memory and kept in step by this process's writes; a count mismatch (another
+    process, a delete) reloads it. Safe to share between the store's threads (PostgreSQL runs calls at once).
     """
 
     def __init__(self, encode: Encode, *, model: str = "custom") -> None:
@@ -110,6 +117,7 @@ class DenseVectors:
         self._encode = encode
         self.model = model
         self._cache: dict[str, tuple[list[int], Any]] = {}
+        self._cache_lock = threading.Lock()
         self._warned: set[str] = set()
         #: Entries embedded by searches (the small catch-up); tests check it stays 0 for embedded memories.
         self.embedded_at_search = 0
@@ -120,50 +128,47 @@ class DenseVectors:
     @staticmethod
     def entry_text(summary: str, raw_entry: str) -> str:
         """The text embedded for an entry."""
-        return f"{summary}\n{raw_entry}"  # as Store.add_entry passes it
+        return f"{summary}\n{raw_entry}"
 
     # -- writing ---------------------------------------------------------------------------------------------
 
-    def index_entries(self, conn: sqlite3.Connection, items: Sequence[tuple[int, str, str]]) -> None:
+    def index_entries(self, conn: Connection, items: Sequence[tuple[int, str, str]]) -> None:
         """Embed ``(seq, memory_id, text)`` items in one batch and store their vectors (caller's transaction)."""
         if not items:
             return
         vectors = self._vectors([text for _, _, text in items])
-        conn.executemany(
-            "INSERT OR REPLACE INTO entry_vectors (seq, memory_id, model, vector) VALUES (?, ?, ?, ?)",
+        _executemany(
+            conn,
+            "INSERT INTO entry_vectors (seq, memory_id, model, vector) VALUES (?, ?, ?, ?) ON CONFLICT (seq) "
+            "DO UPDATE SET memory_id = excluded.memory_id, model = excluded.model, vector = excluded.vector",
             [(seq, memory_id, self.model, vec.tobytes()) for (seq, memory_id, _), vec in zip(items, vectors, strict=True)],
         )
 
-    def index_entry(self, conn: sqlite3.Connection, seq: int, memory_id: str, text: str) -> None:
+    def index_entry(self, conn: Connection, seq: int, memory_id: str, text: str) -> None:
         """Embed one new entry and store its vector (inside the caller's transaction)."""
         self.index_entries(conn, [(seq, memory_id, text)])
 
-    def _missing(self, conn: sqlite3.Connection, memory_id: str | None, limit: int = -1) -> list[sqlite3.Row]:
+    def _missing(self, conn: Connection, memory_id: str | None, limit: int | None = None) -> list[Any]:
         where = "" if memory_id is None else "AND e.memory_id = ? "
-        params: list[Any] = [self.model] + ([] if memory_id is None else [memory_id]) + [limit]
-        return conn.execute(
-            "SELECT e.seq, e.memory_id, e.summary, e.raw_entry FROM entries e LEFT JOIN entry_vectors v "
-            f"ON v.seq = e.seq AND v.model = ? WHERE v.seq IS NULL {where}ORDER BY e.seq LIMIT ?",
+        params: list[Any] = [self.model] + ([] if memory_id is None else [memory_id])
+        if limit is not None:
+            params.append(limit)
+        return _execute(
+            conn,
+            "SELECT e.seq AS seq, e.memory_id AS memory_id, e.summary AS summary, e.raw_entry AS raw_entry "
+            "FROM entries e LEFT JOIN entry_vectors v ON v.seq = e.seq AND v.model = ? "
+            f"WHERE v.seq IS NULL {where}ORDER BY e.seq{'' if limit is None else ' LIMIT ?'}",
             params,
         ).fetchall()
 
-    def _store_missing(self, conn: sqlite3.Connection, rows: Sequence[Any]) -> None:
+    def _store_missing(self, conn: Connection, rows: Sequence[Any]) -> None:
         for start in range(0, len(rows), _BATCH):
             batch = rows[start : start + _BATCH]
-            items = [(row[0], row[1], self.entry_text(row[2], row[3])) for row in batch]
-            owns = not conn.in_transaction
-            if owns:
-                conn.execute("BEGIN IMMEDIATE")
-            try:
+            items = [(row["seq"], row["memory_id"], self.entry_text(row["summary"], row["raw_entry"])) for row in batch]
+            with _transaction(conn):
                 self.index_entries(conn, items)
-                if owns:
-                    conn.execute("COMMIT")
-            except BaseException:
-                if owns and conn.in_transaction:
-                    conn.execute("ROLLBACK")
-                raise
 
-    def backfill(self, conn: sqlite3.Connection, memory_id: str | None = None) -> int:
+    def backfill(self, conn: Connection, memory_id: str | None = None) -> int:
         """Embed the entries (of ``memory_id``, or of every memory) that have no vector of this model yet, in
         batches of one transaction each; return how many were embedded."""
         rows = self._missing(conn, memory_id)
@@ -174,14 +179,15 @@ class DenseVectors:
 
     # -- searching -------------------------------------------------------------------------------------------
 
-    def _count(self, conn: sqlite3.Connection, memory_id: str) -> int:
-        return conn.execute(
-            "SELECT count(*) FROM entry_vectors WHERE memory_id = ? AND model = ?", (memory_id, self.model)
-        ).fetchone()[0]
+    def _count(self, conn: Connection, memory_id: str) -> int:
+        return int(_execute(
+            conn, "SELECT count(*) AS n FROM entry_vectors WHERE memory_id = ? AND model = ?", (memory_id, self.model)
+        ).fetchone()["n"])
 
-    def _catch_up(self, conn: sqlite3.Connection, memory_id: str) -> int:
+    def _catch_up(self, conn: Connection, memory_id: str) -> int:
         vectors = self._count(conn, memory_id)
-        entries = conn.execute("SELECT count(*) FROM entries WHERE memory_id = ?", (memory_id,)).fetchone()[0]
+        entries = int(_execute(conn, "SELECT count(*) AS n FROM entries WHERE memory_id = ?", (memory_id,))
+                      .fetchone()["n"])
         gap = entries - vectors
         if gap <= 0:
             return vectors
@@ -201,35 +207,39 @@ class DenseVectors:
             )
         return vectors
 
-    def _load(self, conn: sqlite3.Connection, memory_id: str, after_seq: int) -> tuple[list[int], Any]:
-        rows = conn.execute(
+    def _load(self, conn: Connection, memory_id: str, after_seq: int) -> tuple[list[int], Any]:
+        rows = _execute(
+            conn,
             "SELECT seq, vector FROM entry_vectors WHERE memory_id = ? AND model = ? AND seq > ? ORDER BY seq",
             (memory_id, self.model, after_seq),
         ).fetchall()
         np = self._np
         if not rows:
             return [], np.zeros((0, 0), dtype=np.float32)
-        matrix = np.frombuffer(b"".join(row[1] for row in rows), dtype=np.float32).reshape(len(rows), -1)
-        return [row[0] for row in rows], matrix
+        matrix = np.frombuffer(b"".join(bytes(row["vector"]) for row in rows), dtype=np.float32)
+        return [int(row["seq"]) for row in rows], matrix.reshape(len(rows), -1)
 
-    def _matrix(self, conn: sqlite3.Connection, memory_id: str, count: int) -> tuple[list[int], Any]:
+    def _matrix(self, conn: Connection, memory_id: str, count: int) -> tuple[list[int], Any]:
         # Entries are appended with growing seq, so a stale cache usually needs only its tail; anything else
         # (a delete, a backfill, another process) shows as a count mismatch and reloads the whole memory.
-        cached = self._cache.get(memory_id)
+        with self._cache_lock:
+            cached = self._cache.get(memory_id)
         if cached is not None and len(cached[0]) == count:
             return cached
+        fresh = None
         if cached is not None and cached[0]:
             seqs, matrix = self._load(conn, memory_id, cached[0][-1])
             if len(cached[0]) + len(seqs) == count:
-                merged = (cached[0] + seqs, self._np.concatenate([cached[1], matrix]) if seqs else cached[1])
-                self._cache[memory_id] = merged
-                return merged
-        self._cache[memory_id] = self._load(conn, memory_id, -1)
-        return self._cache[memory_id]
+                fresh = (cached[0] + seqs, self._np.concatenate([cached[1], matrix]) if seqs else cached[1])
+        if fresh is None:
+            fresh = self._load(conn, memory_id, -1)
+        with self._cache_lock:
+            self._cache[memory_id] = fresh
+        return fresh
 
     def similarities(
         self,
-        conn: sqlite3.Connection,
+        conn: Connection,
         memory_id: str,
         query: str,
         after: str | None = None,
@@ -243,17 +253,54 @@ class DenseVectors:
         scores = matrix @ self._vectors([query])[0]
         if after is not None or before is not None:
             moment = "COALESCE(conversation_time, creation_time)"
-            allowed = {
-                row[0]
-                for row in conn.execute(
-                    f"SELECT seq FROM entries WHERE memory_id = ? AND (? IS NULL OR {moment} > ?) "
-                    f"AND (? IS NULL OR {moment} < ?)",
-                    (memory_id, after, after, before, before),
-                )
-            }
+            where, params = "", [memory_id]
+            if after is not None:
+                where, params = f"{where} AND {moment} > ?", [*params, after]
+            if before is not None:
+                where, params = f"{where} AND {moment} < ?", [*params, before]
+            allowed = {int(row["seq"]) for row in _execute(
+                conn, f"SELECT seq FROM entries WHERE memory_id = ?{where}", params)}
             mask = np.fromiter((seq in allowed for seq in seqs), dtype=bool, count=len(seqs))
             scores = np.where(mask, scores, -np.inf)
         return seqs, scores
+
+
+# ------------------------------------------------------------------------------------------------ both backends
+# The few statements above are written once with "?" placeholders and column aliases; these helpers run them on a
+# sqlite3 connection (rows are sqlite3.Row, by name) or a psycopg 3 one (dict rows, "%s" placeholders).
+
+
+def _execute(conn: Connection, sql: str, params: Sequence[Any] = ()) -> Any:
+    if isinstance(conn, sqlite3.Connection):
+        return conn.execute(sql, params)
+    return conn.execute(sql.replace("?", "%s"), params)
+
+
+def _executemany(conn: Connection, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+    if isinstance(conn, sqlite3.Connection):
+        conn.executemany(sql, rows)
+    else:
+        conn.cursor().executemany(sql.replace("?", "%s"), rows)
+
+
+@contextmanager
+def _transaction(conn: Connection) -> Iterator[None]:
+    """A transaction of its own, unless the caller's is open (then the caller commits)."""
+    if not isinstance(conn, sqlite3.Connection):
+        with conn.transaction():
+            yield
+        return
+    owns = not conn.in_transaction
+    if owns:
+        conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        if owns:
+            conn.execute("COMMIT")
+    except BaseException:
+        if owns and conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
 
 
 # ------------------------------------------------------------------------------------------------ loading
@@ -279,14 +326,16 @@ def load_dense_index(name: str | None = None) -> DenseVectors | None:
         return None
 
 
-def backfill_database(db_path: str, name: str | None = None) -> int:
-    """Embed every entry of the database at ``db_path`` that has no vector of the model yet; return the count."""
-    from .store import Store
+def backfill_database(target: str, name: str | None = None) -> int:
+    """Embed every entry of the memory database ``target`` (a SQLite path or a ``postgresql://`` URL) that has no
+    vector of the model yet; return the count."""
+    from .base import open_store
 
     index = require_dense_index(name)
-    store = Store.open(db_path)
+    store = open_store(target)
     try:
-        return index.backfill(store.connection)
+        with store.maintenance_connection() as conn:
+            return index.backfill(conn)
     finally:
         store.close()
 
@@ -296,7 +345,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m mycelian_agent.memory_server.embeddings",
         description="Dense vectors of the memory server's entries (the embeddings extra).",
     )
-    parser.add_argument("--backfill", metavar="DB", required=True, help="embed the entries of DB that have none")
+    parser.add_argument("--backfill", metavar="DB", required=True,
+                        help="embed the entries of DB (a SQLite path or a postgresql:// URL) that have none")
     parser.add_argument("--model", choices=MODELS, default=None, help="default: env MYCELIAN_EMBEDDINGS_MODEL or "
                         f"{MODELS[0]}")
     args = parser.parse_args(argv)

@@ -11,8 +11,8 @@ porter tokenizer (stop words are dropped from queries, not from the index, so a 
 finds them). Timestamps are kept as the fixed-width UTC text of the tool contract in ``COLLATE "C"`` columns,
 so comparisons and cursors behave exactly as on SQLite, whatever the cluster's locale.
 
-Dense vectors: no pgvector (it is not in Debian's packages here); ``entry_vectors`` holds float32 bytes like
-SQLite's table, for an exact scan (the server refuses ``--embeddings`` on PostgreSQL for now).
+Dense vectors: no pgvector (see pg_store.py); ``entry_vectors`` holds float32 bytes like SQLite's table, scored
+by an exact scan in the server (``embeddings.DenseVectors``).
 """
 
 from __future__ import annotations

@@ -16,6 +16,12 @@ text and the labels (B) and the date in words (C), mapped from ``ranking.ENTRY_W
 scores ``idf(t) * ts_rank(weights, tsv, t, 1)`` summed over the lexemes: BM25's IDF (from the memory's document
 frequencies, read from the GIN index) times PostgreSQL's saturating, length-normalised term weight — the shape of
 BM25, so the neighbour scoring and cut-offs tuned on SQLite carry over (recall parity: tests/test_postgres.py).
+
+Dense vectors (``--embeddings``): float32 bytes in ``entry_vectors`` (bytea), written in the entry's transaction and
+scored by an exact scan in the server process, exactly as on SQLite (``embeddings.DenseVectors`` serves both). No
+pgvector: the fusion normalises by the median cosine of the whole memory, so it needs every similarity, which an
+approximate index does not give, and the exact scan works on any PostgreSQL (pgvector is not in Debian's
+packages here).
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import ConfigError, MemoryServerError
-from .base import MemoryStore, Row, memory_not_found
+from .base import DenseIndex, MemoryStore, Row, memory_not_found
 from .pg_migrations import migrate
 from .ranking import CONTEXT_GAP_DAYS, ENTRY_WEIGHTS, entry_dated, entry_labels
 from .validation import format_timestamp
@@ -88,14 +94,18 @@ def _idf(total: int, found: int) -> float:
 class PostgresStore(MemoryStore):
     """The PostgreSQL memory database. Create with :meth:`open`; every primitive is one transaction."""
 
-    def __init__(self, pool: Any, *, url: str, pool_size: int) -> None:
+    def __init__(self, pool: Any, *, url: str, pool_size: int, dense: DenseIndex | None = None) -> None:
         self._pool = pool
         self.url = url
         self.concurrency = pool_size
+        self._dense = dense
 
     @classmethod
-    def open(cls, url: str, *, pool_size: int = 4, timeout: float = 30.0) -> PostgresStore:
-        """Connect a pool of up to ``pool_size`` connections to ``url`` and migrate the schema."""
+    def open(
+        cls, url: str, *, pool_size: int = 4, timeout: float = 30.0, dense: DenseIndex | None = None
+    ) -> PostgresStore:
+        """Connect a pool of up to ``pool_size`` connections to ``url`` and migrate the schema. With ``dense``,
+        every new entry's vector is written in the entry's transaction and searches fuse it (see embeddings.py)."""
         require_psycopg()
         import psycopg
         from psycopg.rows import dict_row
@@ -124,7 +134,7 @@ class PostgresStore(MemoryStore):
             name="mycelian-memory",
         )
         pool.open(wait=True, timeout=timeout)
-        return cls(pool, url=url, pool_size=pool_size)
+        return cls(pool, url=url, pool_size=pool_size, dense=dense)
 
     def _close(self) -> None:
         self._pool.close()
@@ -139,6 +149,12 @@ class PostgresStore(MemoryStore):
     @contextmanager
     def _read(self) -> Iterator[Any]:
         with self._pool.connection() as conn:
+            yield conn
+
+    @contextmanager
+    def maintenance_connection(self) -> Iterator[Any]:
+        """A pooled connection in autocommit mode (rows as dicts)."""
+        with self._read() as conn:
             yield conn
 
     @staticmethod
@@ -264,6 +280,8 @@ class PostgresStore(MemoryStore):
             ).fetchone()
             if row is None:  # only without the row lock's protection (kept as a second line of defence)
                 return conn.execute(by_key, (memory_id, idempotency_key)).fetchone(), False
+            if self._dense is not None:
+                self._dense.index_entry(conn, int(row["seq"]), memory_id, f"{summary}\n{raw_entry}")
         return row, True
 
     def _entry_page(self, memory_id: str, limit: int, before: str | None, after: str | None) -> list[Row]:
@@ -443,6 +461,14 @@ class PostgresStore(MemoryStore):
             ).fetchall()
         by_seq = {int(row["seq"]): row for row in rows}
         return [(by_seq[seq], score) for seq, score in ranked if seq in by_seq]
+
+    def _dense_similarities(
+        self, memory_id: str, query: str, after: str | None, before: str | None
+    ) -> tuple[list[int], Any] | None:
+        if self._dense is None:
+            return None
+        with self._read() as conn:
+            return self._dense.similarities(conn, memory_id, query, after, before)
 
     # -- introspection (tests, benchmarks) -----------------------------------------------------------------
 

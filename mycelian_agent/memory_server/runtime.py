@@ -21,8 +21,7 @@ from typing import Any, TypeVar
 
 import anyio
 
-from .base import MemoryStore, open_store
-from .store import DenseIndex
+from .base import DenseIndex, MemoryStore, open_store
 
 __all__ = ["StoreHandle", "StoreRunner"]
 

@@ -14,35 +14,18 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from ..errors import ConfigError, MemoryServerError
 from . import search as lexical
-from .base import MemoryStore, Row
+from .base import DenseIndex, MemoryStore, Row
 from .migrations import migrate
 from .validation import format_timestamp
 
-__all__ = ["SYNC_MODES", "DenseIndex", "Store"]
+__all__ = ["SYNC_MODES", "Store"]
 
 #: Accepted ``synchronous`` settings. NORMAL (WAL) survives a process kill; FULL also survives power loss.
 SYNC_MODES = ("NORMAL", "FULL")
-
-
-class DenseIndex(Protocol):
-    """What the store needs from an optional dense (embedding) index; see ``embeddings.py``."""
-
-    def index_entry(self, conn: sqlite3.Connection, seq: int, memory_id: str, text: str) -> None:
-        """Store the vector of one new entry (inside the caller's transaction)."""
-
-    def similarities(
-        self,
-        conn: sqlite3.Connection,
-        memory_id: str,
-        query: str,
-        after: str | None = None,
-        before: str | None = None,
-    ) -> tuple[list[int], Any]:
-        """``(seqs, cosines)`` of the memory's embedded entries (-inf outside the time bounds); see fusion.py."""
 
 
 class Store(MemoryStore):
@@ -302,6 +285,11 @@ class Store(MemoryStore):
             t: [tuple(r) for r in self._conn.execute(f"SELECT * FROM {t} ORDER BY rowid")]
             for t in ("vaults", "memories", "entries", "contexts")
         }
+
+    @contextmanager
+    def maintenance_connection(self) -> Iterator[sqlite3.Connection]:
+        """The store's connection (use from the store's thread only)."""
+        yield self._conn
 
     @property
     def connection(self) -> sqlite3.Connection:

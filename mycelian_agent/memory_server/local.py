@@ -1,0 +1,67 @@
+"""The memory tools on a database opened in this process, without MCP: the CLI's read and edit commands.
+
+``mycelian-agent list|show|search|export|delete`` against the embedded database (``--db``, no ``--server``) only
+read or delete; loading the MCP SDK and LangChain for that took ~1.5 s of the ~2 s each command took. This
+connection answers the same tool names with the same JSON shapes by calling :class:`MemoryStore` directly (the
+tools in ``app.py`` are one store call each), so those commands start in a few hundred milliseconds. Writes of
+messages (``add``, ``replay``) still go through the agent and the tools.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..errors import InputError, MycelianError
+from .base import MemoryStore, open_store
+
+__all__ = ["LOCAL_TOOLS", "LocalConnection"]
+
+#: Tool name -> the store method that implements it (same argument names, same result).
+LOCAL_TOOLS: Mapping[str, Callable[..., Any]] = {
+    "list_vaults": MemoryStore.list_vaults,
+    "list_memories": MemoryStore.list_memories,
+    "get_memory": MemoryStore.get_memory,
+    "list_entries": MemoryStore.list_entries,
+    "get_entry": MemoryStore.get_entry,
+    "get_context": MemoryStore.get_context,
+    "search_memories": MemoryStore.search,
+    "delete_entry": MemoryStore.delete_entry,
+    "delete_memory": MemoryStore.delete_memory,
+}
+
+
+class LocalConnection:
+    """``call``/``call_json``/``aclose`` of :class:`~mycelian_agent.mcp.MemoryConnection` over a store opened here."""
+
+    def __init__(self, store: MemoryStore) -> None:
+        self.store = store
+
+    @classmethod
+    def open(cls, target: str) -> LocalConnection:
+        """Open the memory database ``target`` (a SQLite path or a ``postgresql://`` URL)."""
+        return cls(open_store(target, pool_size=1))
+
+    def _run(self, tool: str, arguments: Mapping[str, Any] | None) -> Any:
+        method = LOCAL_TOOLS.get(tool)
+        if method is None:
+            raise InputError(f"{tool} is not available on a local database connection "
+                             f"(available: {', '.join(LOCAL_TOOLS)})")
+        try:
+            return method(self.store, **dict(arguments or {}))
+        except MycelianError as exc:  # worded as the MCP client words a tool's error
+            raise type(exc)(f"{tool} failed: {exc}") from exc
+
+    async def call(self, tool: str, arguments: Mapping[str, Any] | None = None) -> str:
+        """Run ``tool`` and return its text result (JSON, or the context document for ``get_context``)."""
+        result = self._run(tool, arguments)
+        return result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
+
+    async def call_json(self, tool: str, arguments: Mapping[str, Any] | None = None) -> Any:
+        """Run ``tool`` and return its result as the JSON value the MCP tool would have answered."""
+        return json.loads(await self.call(tool, arguments))
+
+    async def aclose(self) -> None:
+        """Close the database."""
+        self.store.close()
