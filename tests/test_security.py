@@ -113,3 +113,60 @@ def test_the_server_reports_its_own_version() -> None:
 
     options = create_server(":memory:")._mcp_server.create_initialization_options()
     assert (options.server_name, options.server_version) == ("mycelian-memory", version("mycelian-agent"))
+
+
+ALICE, BOB, ADMIN = "alice-token-0123456789", "bob-token-0123456789ab", "admin-token-0123456789"
+
+
+async def test_a_limited_token_sees_and_changes_only_its_own_vaults() -> None:
+    tokens = {ALICE: frozenset({"alice"}), BOB: frozenset({"bob", "shared"})}
+    async with serve_http(create_server(":memory:"), token=ADMIN, tokens=tokens) as url, \
+            connect(url, token=ALICE, timeout=10) as alice, connect(url, token=BOB, timeout=10) as bob, \
+            connect(url, token=ADMIN, timeout=10) as admin:
+        ids = {}
+        for memory, owner in ((alice, "alice"), (bob, "bob"), (bob, "shared")):
+            vault = (await memory.call_json("create_vault", {"title": owner}))["vaultId"]
+            mem = (await memory.call_json("create_memory_in_vault", {"vault_id": vault, "title": "notes",
+                                                                     "memory_type": "NOTES"}))["memoryId"]
+            await memory.call_json("add_entry", {"vault_id": vault, "memory_id": mem, "raw_entry": f"{owner} secret",
+                                                 "summary": f"{owner} secret"})
+            ids[owner] = {"vault_id": vault, "memory_id": mem}
+        with pytest.raises(Exception, match="may not create vault 'bob2': it is limited to the vaults alice"):
+            await alice.call_json("create_vault", {"title": "bob2"})
+        assert [v["title"] for v in await alice.call_json("list_vaults")] == ["alice"]
+        assert [v["title"] for v in await bob.call_json("list_vaults")] == ["bob", "shared"]
+        assert [v["title"] for v in await admin.call_json("list_vaults")] == ["alice", "bob", "shared"]
+        # Bob's vault through Alice's token: exactly as a vault that does not exist, for every tool.
+        for tool, args in (("list_memories", {}), ("list_entries", {}), ("get_context", {}),
+                           ("search_memories", {"query": "secret"}), ("put_context", {"content": "x"}),
+                           ("add_entry", {"raw_entry": "x", "summary": "x"}), ("delete_memory", {}),
+                           ("await_consistency", {})):
+            arguments = {**ids["bob"], **args}
+            if tool == "list_memories":
+                arguments.pop("memory_id")
+            with pytest.raises(Exception, match=f"vault {ids['bob']['vault_id']} not found"):
+                await alice.call_json(tool, arguments)
+        with pytest.raises(Exception, match="await_consistency needs vault_id with this token"):
+            await alice.call_json("await_consistency", {"memory_id": ids["bob"]["memory_id"]})
+        found = await alice.call_json("search_memories", {**ids["alice"], "query": "secret"})
+        assert [e["summary"] for e in found["entries"]] == ["alice secret"]
+        assert (await admin.call_json("list_entries", ids["bob"]))["entries"][0]["summary"] == "bob secret"
+
+
+def test_tokens_files_are_checked_with_the_file_and_the_problem(tmp_path: Path, capsys) -> None:
+    from mycelian_agent.errors import ConfigError
+    from mycelian_agent.memory_server.access import load_tokens_file
+
+    path = tmp_path / "tokens.json"
+    for content, problem in (("{", "not JSON"), ('{"tokens": {}}', "at least one token"),
+                             ('{"tokens": {"short": "*"}}', "at least 16 characters"),
+                             (f'{{"tokens": {{"{ALICE}": []}}}}', "non-empty list of vault titles"),
+                             (f'{{"tokens": {{"{ALICE}": ["no spaces"]}}}}', "vault title must be 1-50 characters")):
+        path.write_text(content)
+        with pytest.raises(ConfigError, match=problem) as info:
+            load_tokens_file(path)
+        assert str(path) in str(info.value) and ALICE not in str(info.value)  # a token is never printed whole
+    path.write_text(json.dumps({"tokens": {ALICE: ["alice"], ADMIN: "*"}}))
+    assert load_tokens_file(path) == {ALICE: frozenset({"alice"}), ADMIN: None}
+    assert server_main(["--transport", "http", "--tokens-file", str(tmp_path / "none.json")]) == 2
+    assert "cannot read the tokens file" in capsys.readouterr().err

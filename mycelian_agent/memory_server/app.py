@@ -30,6 +30,7 @@ from ..limits import RAW_ENTRY_MAX_CHARS, SEARCH_DEPTH_MAX, SUMMARY_MAX_CHARS, T
 from ..prompt_files import PROMPT_NAMES, read_prompt
 from .runtime import StoreHandle, StoreRunner
 from .stdio import open_stdio_pipes
+from .access import vaults_of
 from .base import DenseIndex, MemoryStore, is_postgres_url
 from .store import SYNC_MODES
 
@@ -82,14 +83,38 @@ class MemoryServer(FastMCP[AppContext]):
         self.require_vault = False
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
-        """Check ``arguments`` strictly, then run the tool (errors become MCP error results)."""
+        """Check ``arguments`` strictly and against the token's vaults, then run the tool (errors become MCP error
+        results)."""
         model = self._strict_models.get(name)
         if model is not None:
             _check_arguments(name, model, arguments)
         if self.require_vault and name in _VAULT_SCOPED and arguments.get("vault_id") is None:
             raise ToolError(f"{name} needs vault_id on this server: a search is confined to the vault it names "
                             "(pass the UUID of the memory's vault)")
+        allowed = _token_vaults(self.get_context())
+        if allowed is not None and model is not None:
+            await self._check_vault_access(name, model, arguments, allowed)
         return await super().call_tool(name, arguments)
+
+    async def _check_vault_access(
+        self, name: str, model: type[BaseModel], arguments: dict[str, Any], allowed: frozenset[str]
+    ) -> None:
+        # A limited token sees another vault exactly as a vault that does not exist.
+        if name == "create_vault":
+            if arguments.get("title") not in allowed:
+                raise ToolError(f"this token may not create vault {arguments.get('title')!r}: it is limited to the "
+                                f"vaults {', '.join(sorted(allowed))} (the server's tokens file)")
+            return
+        if "vault_id" not in model.model_fields:
+            return
+        vault_id = arguments.get("vault_id")
+        if vault_id is None:
+            raise ToolError(f"{name} needs vault_id with this token: it is limited to the vaults "
+                            f"{', '.join(sorted(allowed))}")
+        runner = self.get_context().request_context.lifespan_context.store
+        titles = {v["vaultId"]: v["title"] for v in await runner.call(MemoryStore.list_vaults)}
+        if titles.get(vault_id) not in allowed:
+            raise ToolError(f"vault {vault_id} not found")
 
     async def run_stdio_async(self) -> None:
         """Serve one session over stdin/stdout; pipes are driven by the event loop (see ``stdio.py``)."""
@@ -142,6 +167,15 @@ def _app(ctx: Context) -> AppContext:
     return ctx.request_context.lifespan_context
 
 
+def _token_vaults(ctx: Context) -> frozenset[str] | None:
+    """The vault titles the HTTP request's bearer token is limited to (None: every vault; stdio, in-process)."""
+    try:
+        request = ctx.request_context.request
+    except ValueError:  # outside a request
+        return None
+    return vaults_of(getattr(request, "scope", None))
+
+
 def _json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
@@ -167,7 +201,9 @@ async def create_vault(ctx: Context, title: Title, description: Description = ""
 
 async def list_vaults(ctx: Context) -> str:
     """List all vaults as a JSON array of {"vaultId", "title"}."""
-    return _json(await _app(ctx).store.call(MemoryStore.list_vaults))
+    vaults = await _app(ctx).store.call(MemoryStore.list_vaults)
+    allowed = _token_vaults(ctx)
+    return _json(vaults if allowed is None else [v for v in vaults if v["title"] in allowed])
 
 
 async def create_memory_in_vault(

@@ -1,6 +1,7 @@
 """``mycelian-memory-server``: serve the memory over stdio (default) or streamable HTTP.
 
-Configuration is read here only: flags first, then ``MYCELIAN_DB`` / ``MYCELIAN_TOKEN``, then defaults
+Configuration is read here only: flags first, then ``MYCELIAN_DB`` / ``MYCELIAN_TOKEN`` /
+``MYCELIAN_TOKENS_FILE``, then defaults
 (database ``$XDG_DATA_HOME/mycelian/memory.db`` or ``~/.local/share/mycelian/memory.db``).
 """
 
@@ -44,6 +45,13 @@ def build_parser(prog: str = "mycelian-memory-server") -> argparse.ArgumentParse
         help="HTTP only: require 'Authorization: Bearer TOKEN' (env MYCELIAN_TOKEN)",
     )
     parser.add_argument(
+        "--tokens-file",
+        default=None,
+        metavar="FILE",
+        help='HTTP only: tokens limited to some vaults, as JSON {"tokens": {"TOKEN": ["vault title", ...] or "*"}} '
+        "(env MYCELIAN_TOKENS_FILE); --token, if also given, may use every vault",
+    )
+    parser.add_argument(
         "--insecure",
         action="store_true",
         help="HTTP only: allow serving on a non-loopback address without --token (anyone who reaches the port can "
@@ -80,11 +88,22 @@ def main(argv: Sequence[str] | None = None, prog: str = "mycelian-memory-server"
     env = os.environ
     db = args.db or env.get("MYCELIAN_DB") or str(default_db_path(env))
     token = args.token if args.token is not None else env.get("MYCELIAN_TOKEN")
-    if args.token and args.transport == "stdio":
-        print("mycelian-memory-server: --token applies to --transport http only; ignored", file=sys.stderr)
+    tokens_file = args.tokens_file or env.get("MYCELIAN_TOKENS_FILE")
+    if (args.token or args.tokens_file) and args.transport == "stdio":
+        print("mycelian-memory-server: --token and --tokens-file apply to --transport http only; ignored",
+              file=sys.stderr)
+    tokens = None
+    if tokens_file and args.transport == "http":
+        from .access import load_tokens_file
+
+        try:
+            tokens = load_tokens_file(tokens_file)
+        except MycelianError as exc:
+            print(f"mycelian-memory-server: error: {exc}", file=sys.stderr)
+            return 2
 
     loopback = args.host in ("127.0.0.1", "localhost", "::1")
-    if args.transport == "http" and not loopback and not token and not args.insecure:
+    if args.transport == "http" and not loopback and not token and not tokens and not args.insecure:
         print(
             f"mycelian-memory-server: error: refusing to serve on {args.host} without a token: anyone who can reach "
             f"port {args.port} could read and change every memory. Pass --token SECRET (or set MYCELIAN_TOKEN); "
@@ -122,8 +141,10 @@ def main(argv: Sequence[str] | None = None, prog: str = "mycelian-memory-server"
 
             from .http_app import create_http_app
 
-            auth = "bearer token required" if token else "no authentication"
-            if not token and not loopback:
+            auth = "bearer token required" if token or tokens else "no authentication"
+            if tokens:
+                auth += f"; {len(tokens)} token(s) from {tokens_file}"
+            if not token and not tokens and not loopback:
                 print(f"mycelian-memory-server: warning: --insecure: serving {args.host} with no authentication",
                       file=sys.stderr)
             from .pg_store import redact_url
@@ -132,7 +153,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "mycelian-memory-server"
                 f"mycelian-memory-server: serving http://{args.host}:{args.port}/mcp (db {redact_url(db)}; {auth})",
                 file=sys.stderr,
             )
-            uvicorn.run(create_http_app(server), host=args.host, port=args.port, log_level=args.log_level)
+            uvicorn.run(create_http_app(server, tokens=tokens), host=args.host, port=args.port, log_level=args.log_level)
     except KeyboardInterrupt:
         return 130
     return 0

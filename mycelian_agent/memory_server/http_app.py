@@ -15,6 +15,7 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .access import SCOPE_KEY, TokenScopes
 from .app import MemoryServer
 
 __all__ = ["BearerTokenMiddleware", "JsonBodyMiddleware", "create_http_app"]
@@ -83,38 +84,46 @@ class JsonBodyMiddleware:
 
 
 class BearerTokenMiddleware:
-    """ASGI middleware answering 401 to any HTTP request without ``Authorization: Bearer <token>``."""
+    """ASGI middleware answering 401 to any HTTP request without ``Authorization: Bearer <token>`` of a known
+    token; it leaves the token's vault titles (None: all) in the scope under ``access.SCOPE_KEY``."""
 
-    def __init__(self, app: ASGIApp, token: str) -> None:
-        if not token:
-            raise ValueError("token must be a non-empty string")
+    def __init__(self, app: ASGIApp, tokens: TokenScopes) -> None:
+        if not tokens or not all(tokens):
+            raise ValueError("tokens must hold at least one non-empty token")
         self.app = app
-        self._token = token.encode()
+        self._tokens = [(token.encode(), vaults) for token, vaults in tokens.items()]
 
-    def _authorized(self, scope: Scope) -> bool:
+    def _vaults(self, scope: Scope) -> tuple[bool, frozenset[str] | None]:
         for name, value in scope.get("headers", ()):
             if name == b"authorization":
                 scheme, _, credentials = value.partition(b" ")
-                # Constant-time comparison: the token must not leak through response timing.
-                return scheme.lower() == b"bearer" and hmac.compare_digest(credentials.strip(), self._token)
-        return False
+                if scheme.lower() != b"bearer":
+                    return False, None
+                # Constant-time comparison against every token: no token leaks through response timing.
+                found = [vaults for token, vaults in self._tokens if hmac.compare_digest(credentials.strip(), token)]
+                return (True, found[0]) if found else (False, None)
+        return False, None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and not self._authorized(scope):
-            response = JSONResponse(
-                {"error": "unauthorized", "error_description": "missing or invalid bearer token"},
-                status_code=401,
-                headers={"WWW-Authenticate": 'Bearer realm="mycelian-memory"'},
-            )
-            await response(scope, receive, send)
-            return
+        if scope["type"] == "http":
+            known, vaults = self._vaults(scope)
+            if not known:
+                response = JSONResponse(
+                    {"error": "unauthorized", "error_description": "missing or invalid bearer token"},
+                    status_code=401,
+                    headers={"WWW-Authenticate": 'Bearer realm="mycelian-memory"'},
+                )
+                await response(scope, receive, send)
+                return
+            scope[SCOPE_KEY] = vaults
         await self.app(scope, receive, send)
 
 
-def create_http_app(server: MemoryServer, *, token: str | None = None) -> Starlette:
+def create_http_app(server: MemoryServer, *, token: str | None = None, tokens: TokenScopes | None = None) -> Starlette:
     """The Starlette ASGI app serving ``server`` over streamable HTTP at ``/mcp``.
 
-    ``token`` (default: the server's own) turns on bearer authentication. Over HTTP ``search_memories`` must name
+    ``token`` (default: the server's own) turns on bearer authentication; that token may use every vault.
+    ``tokens`` adds tokens limited to some vaults (``access.load_tokens_file``). Over HTTP ``search_memories`` must name
     its vault (``vault_id``): the access model is in docs/ARCHITECTURE.md ("Access model"). The app's lifespan keeps the database
     open from startup to shutdown, so all HTTP sessions share it (a ``:memory:`` database included). Build one
     app per server: FastMCP's session manager runs once.
@@ -132,6 +141,9 @@ def create_http_app(server: MemoryServer, *, token: str | None = None) -> Starle
     _quiet_disconnect_logs()
     app.add_middleware(JsonBodyMiddleware)
     secret = token if token is not None else server.token
+    scopes: dict[str, frozenset[str] | None] = dict(tokens or {})
     if secret:
-        app.add_middleware(BearerTokenMiddleware, token=secret)
+        scopes[secret] = None
+    if scopes:
+        app.add_middleware(BearerTokenMiddleware, tokens=scopes)
     return app

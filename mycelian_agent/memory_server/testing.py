@@ -18,6 +18,7 @@ from mcp import ClientSession
 from mcp.shared.memory import create_connected_server_and_client_session
 
 from ..errors import MemoryServerError
+from .access import TokenScopes
 from .app import MemoryServer
 from .runtime import StoreRunner
 
@@ -80,8 +81,10 @@ class BackgroundSession:
 
 
 @asynccontextmanager
-async def serve_http(server: MemoryServer, *, token: str | None = None, host: str = "127.0.0.1") -> AsyncIterator[str]:
-    """Serve ``server`` with uvicorn on a free ``host`` port inside this event loop; yield the ``/mcp`` URL."""
+async def serve_http(server: MemoryServer, *, token: str | None = None, host: str = "127.0.0.1",
+                     tokens: TokenScopes | None = None) -> AsyncIterator[str]:
+    """Serve ``server`` with uvicorn on a free ``host`` port inside this event loop; yield the ``/mcp`` URL.
+    ``token``/``tokens`` as for :func:`~mycelian_agent.memory_server.http_app.create_http_app`."""
     import uvicorn
 
     from .http_app import create_http_app
@@ -91,7 +94,7 @@ async def serve_http(server: MemoryServer, *, token: str | None = None, host: st
     sock.bind((host, 0))
     port = sock.getsockname()[1]
     config = uvicorn.Config(
-        create_http_app(server, token=token), log_level="warning", lifespan="on", timeout_graceful_shutdown=2
+        create_http_app(server, token=token, tokens=tokens), log_level="warning", lifespan="on", timeout_graceful_shutdown=2
     )
     uv = uvicorn.Server(config)
     task = asyncio.create_task(uv.serve(sockets=[sock]))
