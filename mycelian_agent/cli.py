@@ -17,7 +17,6 @@ from typing import Any
 
 import click
 from rich.console import Console
-from rich.markdown import Markdown
 from rich.panel import Panel
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -334,6 +333,8 @@ def show(db: str | None, server: str, token: str | None, vault: str, timeout: fl
             table.add_row((entry.get("conversationTime") or entry["creationTime"])[:16], entry["tags"].get("role", ""),
                           entry["summary"], raw if len(raw) <= 120 else raw[:117] + "...")
         console.print(table)
+        from rich.markdown import Markdown  # markdown-it takes ~0.2 s to import: only `show` needs it
+
         console.print(Panel(Markdown(context), title="context document"))
 
     asyncio.run(run())

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
-from ..errors import ConfigError, InputError, MemoryServerError
+from ..errors import InputError, MemoryServerError
 from ..limits import SEARCH_DEPTH_MAX
 from . import fusion
 from .placeholder import PLACEHOLDER_CONTEXT
