@@ -46,7 +46,7 @@ from .report import InvocationResult, ThreadProgress, ThreadStatus, Usage
 from .settings import AgentSettings
 from .state import AgentState, PendingTurn, Turn
 
-__all__ = ["MycelianMemoryAgent", "Invocation"]
+__all__ = ["MESSAGE_KEYS", "MycelianMemoryAgent", "Invocation"]
 
 ROLES = ("user", "assistant")
 #: The keys of one message given to :meth:`MycelianMemoryAgent.aaccept_messages` as a mapping.
