@@ -189,8 +189,8 @@ async def _replay(conversations: list[Any], total: int, *, db: str | None, serve
                     before = stats.skipped
                     progress.update(task, description=conversation.conversation_id)
 
-                    def tick(_result: Any) -> None:
-                        progress.advance(task)
+                    def tick(result: Any) -> None:
+                        progress.advance(task, len(result.accepted))
                         elapsed = progress.tasks[0].elapsed or 0
                         progress.update(task, rate=f"{stats.messages / elapsed:.0f}" if elapsed else "-")
 

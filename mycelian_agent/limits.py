@@ -14,7 +14,7 @@ from typing import Any
 __all__ = [
     "RAW_ENTRY_MAX_CHARS", "SUMMARY_MAX_CHARS", "SUMMARY_TARGET_CHARS", "CONTEXT_MAX_CHARS", "DESCRIPTION_MAX_CHARS",
     "QUERY_MAX_CHARS", "SEARCH_DEPTH_MAX", "TITLE_MAX_CHARS", "TAGS_MAX_KEYS", "TAG_KEY_MAX_CHARS",
-    "TAG_VALUE_MAX_CHARS", "IDEMPOTENCY_KEY_MAX_CHARS", "NAME_MAX_CHARS", "clip_tags", "name_problem", "split_oversize",
+    "TAG_VALUE_MAX_CHARS", "IDEMPOTENCY_KEY_MAX_CHARS", "ADD_ENTRIES_MAX_ITEMS", "NAME_MAX_CHARS", "clip_tags", "name_problem", "split_oversize",
     "unicode_problem",
 ]
 
@@ -30,6 +30,7 @@ TAGS_MAX_KEYS = 32
 TAG_KEY_MAX_CHARS = 64
 TAG_VALUE_MAX_CHARS = 512
 IDEMPOTENCY_KEY_MAX_CHARS = 200
+ADD_ENTRIES_MAX_ITEMS = 100  # add_entries (ours): entries per call, stored in one transaction
 NAME_MAX_CHARS = 100  # speaker names: the name goes into every prompt and summary of the speaker's messages
 
 

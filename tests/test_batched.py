@@ -21,8 +21,9 @@ from typing import Any
 
 import pytest
 from langchain_core.messages import AIMessage
+from langgraph.checkpoint.memory import InMemorySaver
 
-from mycelian_agent import AgentSettings, ConfigError, ControlState, build_agent
+from mycelian_agent import AgentSettings, ConfigError, ControlState, InputError, build_agent
 from mycelian_agent.agent.control import PLANS, Step
 from mycelian_agent.cli import main
 from mycelian_agent.testing import ScriptedChatModel, text_message, tool_call_message
@@ -91,7 +92,7 @@ async def test_messages_are_accepted_without_a_model_call_then_written_by_one(db
         assert third.control is ControlState.ACCEPT_MESSAGE_AND_WRITE
         assert (third.accepted, third.written, third.pending) == ((3,), (1, 2, 3), 0)
         assert third.llm_calls == 1 and third.prompt_tokens == 400
-        assert third.tool_calls == ("add_entry",) * 3 and len(third.entry_ids) == 3
+        assert third.tool_calls == ("add_entries",) and len(third.entry_ids) == 3  # one transaction on the server
         assert model.bound_tool_choice == "add_entries"
         text = task_text(model.calls[0])
         assert all(part in text for part in ('item="1"', 'item="2"', 'item="3"', 'name="Ana"', "I adopted a dog, Rex!",
@@ -160,7 +161,7 @@ async def test_a_flush_that_coincides_with_a_write_is_one_model_call(db):
             result = await invoker.aprocess_conversation_message("user", f"message {i}", "t1")
         assert result.control is ControlState.ACCEPT_MESSAGE_AND_FLUSH
         assert result.llm_calls == 1 and result.context_written
-        assert result.tool_calls == ("add_entry",) * 4 + ("await_consistency", "put_context")
+        assert result.tool_calls == ("add_entries", "await_consistency", "put_context")
         assert model.bound_tool_choice == "add_entries_and_context"
         agent = invoker.agent
         ids = {"vault_id": agent.vault_id, "memory_id": agent.memory_id}
@@ -200,9 +201,11 @@ def test_sync_flush_and_pending_written_when_the_context_manager_exits(db):
         assert invoker.thread_status("t1").pending == 3
         assert invoker.flush("t1").written == (1, 2, 3)
         invoker.process_conversation_message("user", "And one basil plant.", "t1")
+        taken = invoker.process_conversation_messages("t1", [{"role": "user", "content": "Two peppers too."}])
+        assert [r.accepted for r in taken] == [(5,)]
     with contextlib.closing(sqlite3.connect(db)) as conn:
         raws = [row[0] for row in conn.execute("SELECT raw_entry FROM entries ORDER BY rowid")]
-    assert raws == [f"I planted {i + 1} tomato plants." for i in range(3)] + ["And one basil plant."]
+    assert raws == [f"I planted {i + 1} tomato plants." for i in range(3)] + ["And one basil plant.", "Two peppers too."]
 
 
 async def test_max_delay_writes_a_quiet_threads_pending_messages(db):
@@ -263,6 +266,100 @@ async def test_a_batch_written_as_json_text_is_read_item_by_item(db):
         assert stored[0]["tags"]["topic"] == "chess"
 
 
+def stored_keys(db: Path) -> list[tuple[str, str, str]]:
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        return [tuple(row) for row in conn.execute(
+            "SELECT raw_entry, summary, idempotency_key FROM entries ORDER BY rowid")]
+
+
+CHAT = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"Note {i}: the heron nests by pond {i % 3}.",
+         **({"name": "Ivo"} if i % 2 == 0 else {}), **({"tags": {"turn": str(i)}} if i % 3 == 0 else {})}
+        for i in range(11)]
+
+
+async def test_many_messages_in_one_call_store_what_one_call_per_message_stores(tmp_path):
+    stored = {}
+    for mode in ("one by one", "bulk"):
+        db = tmp_path / f"{mode}.db"
+        async with in_process("extractive", db=db, batch_size=4, flush_every=6) as invoker:
+            await invoker.astart_session("t1", "2024-06-02T10:00:00Z")
+            if mode == "bulk":
+                seen = []
+                results = await invoker.aprocess_conversation_messages("t1", CHAT, on_result=seen.append)
+                assert seen == results
+                # cut where one call per message would write: 4 pending, the flush at 6, 4 pending again; 11 pending
+                assert [r.accepted for r in results] == [(1, 2, 3, 4), (5, 6), (7, 8, 9, 10), (11,)]
+                assert [r.control for r in results] == [
+                    ControlState.ACCEPT_MESSAGE_AND_WRITE, ControlState.ACCEPT_MESSAGE_AND_FLUSH,
+                    ControlState.ACCEPT_MESSAGE_AND_WRITE, ControlState.ACCEPT_MESSAGE]
+                assert [r.written for r in results] == [(1, 2, 3, 4), (5, 6), (7, 8, 9, 10), ()]
+                assert [r.pending for r in results] == [0, 0, 0, 1] and results[1].context_written
+                assert results[0].tool_calls == ("add_entries",) and results[3].tool_calls == ()
+                assert sum(r.llm_calls for r in results) == 3
+            else:
+                for m in CHAT:
+                    await invoker.aprocess_conversation_message(m["role"], m["content"], "t1", tags=m.get("tags"),
+                                                                name=m.get("name"))
+            status = await invoker.athread_status("t1")
+            assert (status.accepted, status.pending, status.messages) == (11, 1, 10)
+            await invoker.aend_session("t1")
+            stored[mode] = (stored_keys(db), (await invoker.athread_status("t1")).context)
+            entries = await listed(invoker)
+            assert entries[0]["tags"]["turn"] == "0" and entries[0]["conversationTime"].startswith("2024-06-02T10:00")
+    assert stored["bulk"] == stored["one by one"]  # same entries, summaries, idempotency keys and context
+    assert len(stored["bulk"][0]) == 11
+
+
+async def test_a_bad_message_in_the_list_is_named_and_nothing_is_accepted(db):
+    async with in_process("extractive", db=db, batch_size=4) as invoker:
+        await invoker.aprocess_conversation_messages("t1", CHAT[:2])
+        before = await invoker.athread_status("t1")
+        bad_lists = [
+            ([*CHAT[:3], {"role": "robot", "content": "beep"}], r"messages\[3\]: unknown role 'robot'"),
+            ([CHAT[0], {"role": "user", "content": "  "}], r"messages\[1\]: message content is empty"),
+            ([{"role": "user", "content": "hi", "time": "noon"}], r"messages\[0\]: unknown key\(s\) 'time'"),
+            ([CHAT[0], {"role": "user", "content": "hi", "conversation_time": "someday"}], r"messages\[1\]: .*someday"),
+            ([{"role": "user", "content": "hi", "name": "A\nB"}], r"messages\[0\]: invalid name"),
+            ([{"role": "user", "content": "hi", "tags": ["x"]}], r"messages\[0\]: tags must be a mapping"),
+            ([], "messages is empty"),
+        ]
+        for messages, error in bad_lists:
+            with pytest.raises(InputError, match=error):
+                await invoker.aprocess_conversation_messages("t1", messages)
+        with pytest.raises(InputError, match="nothing was accepted"):
+            await invoker.agent.aaccept_messages("t1", [CHAT[0], {"role": "user"}])
+        with pytest.raises(InputError, match="an accepting control .* got WRITE_PENDING"):
+            await invoker.agent.aaccept_messages("t1", CHAT[:1], control=ControlState.WRITE_PENDING)
+        after = await invoker.athread_status("t1")
+        assert (after.accepted, after.pending, after.progress) == (before.accepted, before.pending, before.progress)
+
+
+async def test_without_the_servers_add_entries_the_batch_is_one_add_entry_per_entry(db):
+    """A remote Mycelian server that lacks add_entries: the agent sees its tool list and falls back."""
+    from mycelian_agent.agent.graph import MycelianMemoryAgent
+    from mycelian_agent.agent.invoker import MycelianAgentInvoker
+
+    async with in_process("extractive", db=db, batch_size=4, flush_every=100) as invoker:
+        agent = invoker.agent
+        tools = [t for t in invoker.connection.tools if t.name != "add_entries"]
+        upstream = MycelianMemoryAgent(agent.model, tools, vault_id=agent.vault_id, memory_id=agent.memory_id,
+                                       checkpointer=agent.checkpointer, settings=agent.settings)
+        fallback = MycelianAgentInvoker(upstream, flush_every=100)
+        results = await fallback.aprocess_conversation_messages("t1", CHAT[:6])
+        assert [r.accepted for r in results] == [(1, 2, 3, 4), (5, 6)]
+        assert results[0].tool_calls == ("add_entry",) * 4 and len(results[0].entry_ids) == 4
+        assert (await fallback.aflush("t1")).tool_calls == ("add_entry",) * 2
+        assert [raw for raw, _, _ in stored_keys(db)] == [m["content"] for m in CHAT[:6]]
+        # A re-run of the thread without its checkpoint, through add_entries: the same keys, nothing stored twice.
+        fresh = MycelianMemoryAgent(agent.model, invoker.connection.tools, vault_id=agent.vault_id,
+                                    memory_id=agent.memory_id, checkpointer=InMemorySaver(), settings=agent.settings)
+        rerun = MycelianAgentInvoker(fresh, flush_every=100)
+        again = await rerun.aprocess_conversation_messages("t1", CHAT[:6])
+        again.append(await rerun.aflush("t1"))
+        assert [r.tool_calls for r in again] == [("add_entries",), (), ("add_entries",)]
+        assert sum(r.deduplicated for r in again) == 6 and len(stored_keys(db)) == 6
+
+
 def test_batch_settings_are_checked():
     with pytest.raises(ConfigError, match="batch_size must be a positive integer, got 0"):
         AgentSettings(batch_size=0)
@@ -286,10 +383,10 @@ REPLAYER = textwrap.dedent("""
     from mycelian_agent.conversations.formats import load_conversations
     from mycelian_agent.conversations.replay import replay_conversation
 
-    async def main(data, db, state, kill_at, where):
+    async def main(data, db, state, kill_at, where, batch, flush, bulk):
         conversation = load_conversations(data)[0]
         async with build_agent("extractive", server="in-process", db=db, memory="kill-test",
-                               checkpointer="sqlite:" + state, flush_every=7, batch_size=4) as invoker:
+                               checkpointer="sqlite:" + state, flush_every=flush, batch_size=batch) as invoker:
             if where == "after-write":
                 # Die after the server stored a batch and before that invocation's checkpoint is written.
                 saver = invoker.agent.checkpointer
@@ -308,9 +405,11 @@ REPLAYER = textwrap.dedent("""
                 if where == "accepted" and result.message_index >= kill_at and result.pending:
                     os.kill(os.getpid(), signal.SIGKILL)
 
-            await replay_conversation(invoker, conversation, thread_id="kill-test", on_message=on_message)
+            await replay_conversation(invoker, conversation, thread_id="kill-test", on_message=on_message,
+                                      bulk=bulk == "bulk")
 
-    asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]))
+    asyncio.run(main(*sys.argv[1:3], sys.argv[3], int(sys.argv[4]), sys.argv[5], int(sys.argv[6]), int(sys.argv[7]),
+                     sys.argv[8]))
 """)
 
 
@@ -319,9 +418,15 @@ def raw_entries(db: Path) -> list[str]:
         return [row[0] for row in conn.execute("SELECT raw_entry FROM entries ORDER BY rowid")]
 
 
-@pytest.mark.parametrize("where, kill_at", [("accepted", 23), ("after-write", 12)])
+@pytest.mark.parametrize("where, kill_at, batch, flush, bulk", [
+    ("accepted", 23, 4, 7, "single"),  # one accept invocation per message
+    ("after-write", 12, 4, 7, "single"),
+    # bulk: a session's messages in one call; messages 11-15 accepted by one invocation, then the kill
+    ("accepted", 15, 8, 10, "bulk"),
+    ("after-write", 8, 8, 10, "bulk"),  # messages 1-8 accepted and stored by one invocation, killed before its checkpoint
+])
 def test_a_replay_killed_mid_batch_resumes_and_stores_every_message_exactly_once(tmp_path, capsys, monkeypatch,
-                                                                                 where, kill_at):
+                                                                                 where, kill_at, batch, flush, bulk):
     sessions = [{"session_id": f"s{s}", "conversation_time": f"2024-0{s + 1}-01T10:00:00Z",
                  "messages": [{"role": "user" if i % 2 == 0 else "assistant",
                                "content": f"Session {s} message {i}: note number {s * 100 + i} about topic {i % 5}."}
@@ -329,20 +434,22 @@ def test_a_replay_killed_mid_batch_resumes_and_stores_every_message_exactly_once
     data = tmp_path / "conversation.json"
     data.write_text(json.dumps({"conversation_id": "kill-test", "sessions": sessions}))
     db, state = tmp_path / "memory.db", tmp_path / "state.db"
-    killed = subprocess.run([sys.executable, "-c", REPLAYER, str(data), str(db), str(state), str(kill_at), where],
-                            capture_output=True, text=True, timeout=180)
+    killed = subprocess.run([sys.executable, "-c", REPLAYER, str(data), str(db), str(state), str(kill_at), where,
+                             str(batch), str(flush), bulk], capture_output=True, text=True, timeout=180)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     expected = [m["content"] for s in sessions for m in s["messages"]]
     before = raw_entries(db)
     assert 0 < len(before) < len(expected) and len(set(before)) == len(before)
     if where == "accepted":
         assert len(before) < kill_at  # accepted messages were not all written at the kill
+    if bulk == "bulk":
+        assert len(before) == {"accepted": 10, "after-write": 8}[where]
 
     monkeypatch.setenv("COLUMNS", "1000")
     capsys.readouterr()
-    try:  # the user runs the replay again, batched, with the same files
+    try:  # the user runs the replay again, batched (a session's messages in one call), with the same files
         main(["replay", str(data), "--db", str(db), "--state", str(state), "--server", "in-process", "--memory",
-              "kill-test", "--flush-every", "7", "--batch", "4", "--json"])
+              "kill-test", "--flush-every", str(flush), "--batch", str(batch), "--json"])
         code = 0
     except SystemExit as exc:
         code = exc.code
@@ -357,3 +464,5 @@ def test_a_replay_killed_mid_batch_resumes_and_stores_every_message_exactly_once
     else:
         # The killed invocation's batch was stored but not checkpointed: re-sent, answered from idempotency keys.
         assert summary["deduplicated"] >= 1
+    if bulk == "bulk" and where == "after-write":
+        assert summary["deduplicated"] == 8

@@ -349,5 +349,6 @@ def test_batched_prompts_and_throughput_report_calls_per_message_and_the_batch_t
     batched = throughput["batched"]
     assert batched["batch_size"] == 4 and batched["row"]["messages"] == batched["baseline"]["messages"] == 12
     assert batched["row"]["model_calls"] < batched["baseline"]["model_calls"]
-    assert {t["name"] for t in throughput["targets"]} >= {"batched ingestion (batch 4)",
-                                                          "batched framework time (batch 4)"}
+    assert batched["bulk"]["messages"] == 12 and batched["bulk"]["model_calls"] == batched["row"]["model_calls"]
+    assert {t["name"] for t in throughput["targets"]} >= {"batched ingestion (batch 4, bulk)",
+                                                          "batched framework time (batch 4, bulk)"}

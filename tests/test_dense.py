@@ -13,7 +13,7 @@ import pytest
 
 np = pytest.importorskip("numpy")
 
-from mycelian_agent.errors import ConfigError  # noqa: E402
+from mycelian_agent.errors import ConfigError, InputError, MemoryServerError  # noqa: E402
 from mycelian_agent.memory_server import embeddings, fusion  # noqa: E402
 from mycelian_agent.memory_server.embeddings import DenseVectors, require_dense_index  # noqa: E402
 from mycelian_agent.memory_server.base import MemoryStore, open_store  # noqa: E402
@@ -78,6 +78,29 @@ def test_vectors_are_written_by_add_entry_and_none_at_search(db_target: str) -> 
         seqs, _ = store._dense_similarities(m, "automobile", None, None)
         assert len(seqs) == 2
         assert car not in [e["entryId"] for e in store.search(m, "automobile purchase", top_ke=3)["entries"]]
+
+
+def test_add_entries_embeds_its_batch_in_one_encoder_call_all_or_none(db_target: str) -> None:
+    encoder = CountingEncoder()
+    index = DenseVectors(encoder, model="fake")
+    with contextlib.closing(open_store(db_target, dense_factory=lambda: index)) as store:
+        v, m = _memory(store)
+        items = [{"raw_entry": f"note {i} about the {w}", "summary": w, "idempotency_key": f"k{i}"}
+                 for i, w in enumerate(["car", "puppy", "bakery", "paris"])]
+        assert store.add_entries(v, m, items)["stored"] == 4
+        assert encoder.calls == [4] and store.counts()["entry_vectors"] == 4
+        bad = [{"raw_entry": "the hound", "summary": "hound"}, {"raw_entry": "x", "summary": "x",
+                                                                "conversation_time": "yesterday"}]
+        with pytest.raises(InputError, match=r"entries\[1\]"):
+            store.add_entries(v, m, bad)
+        conflict = [{"raw_entry": "the hound", "summary": "hound"}, {**items[0], "raw_entry": "changed"}]
+        with pytest.raises(MemoryServerError, match="conflicts"):
+            store.add_entries(v, m, conflict)  # the first item was inserted, then rolled back, never embedded
+        assert store.counts()["entry_vectors"] == 4 and store.counts()["entries"] == 4
+        assert store.add_entries(v, m, items)["deduplicated"] == 4  # a retry: nothing new to embed
+        assert encoder.calls == [4]
+        top = store.search(m, "automobile", top_ke=1)["entries"][0]
+        assert top["summary"] == "car" and index.embedded_at_search == 0 and encoder.calls == [4, 1]
 
 
 def test_dense_side_respects_the_time_bounds(db_target: str) -> None:

@@ -69,6 +69,7 @@ async def test_tool_surface_matches_reference(world: World) -> None:
         "list_memories": ["vault_id"],
         "get_memory": ["vault_id", "memory_id"],
         "add_entry": ["vault_id", "memory_id", "raw_entry", "summary"],
+        "add_entries": ["vault_id", "memory_id", "entries"],
         "list_entries": ["vault_id", "memory_id"],
         "get_entry": ["vault_id", "memory_id", "entry_id"],
         "put_context": ["vault_id", "memory_id", "content"],
@@ -278,6 +279,30 @@ REFUSALS = [
         "memory $OM not found in vault $V",
     ),
     ("add_entry", {"vault_id": "$V", "memory_id": UNKNOWN, "raw_entry": "r", "summary": "s"}, "not found"),
+    ("add_entries", {"vault_id": "$V", "memory_id": "$M", "entries": []}, "entries must hold 1 to 100 entries (got 0)"),
+    ("add_entries", {"vault_id": "$V", "memory_id": "$M", "entries": [{"raw_entry": "r", "summary": "s"}] * 101},
+     "entries must hold 1 to 100 entries (got 101)"),
+    ("add_entries", {"vault_id": "$V", "memory_id": "$M", "entries": "r"}, "argument 'entries'"),
+    ("add_entries", {"vault_id": "$V", "memory_id": "$M", "entries": [{"raw_entry": "r", "summary": "s"},
+                                                                     {"raw_entry": "r", "summary": " "}]},
+     "entries[1]: summary must not be empty"),
+    ("add_entries", {"vault_id": "$V", "memory_id": "$M", "entries": [{"raw_entry": "r", "summary": "s", "x": "1"}]},
+     "argument 'entries[0].x'"),
+    ("add_entries", {"vault_id": "$V", "memory_id": "$M", "entries": [{"raw_entry": "r"}]},
+     "missing required argument 'entries[0].summary'"),
+    ("add_entries", {"vault_id": "$V", "memory_id": "$M", "entries": [
+        {"raw_entry": "r", "summary": "s"}, {"raw_entry": "r", "summary": "s"},
+        {"raw_entry": "r", "summary": "s", "conversation_time": "yesterday"}]},
+     "entries[2]: conversation_time must be an RFC 3339"),
+    ("add_entries", {"vault_id": "$V", "memory_id": "$M", "entries": [{"raw_entry": "r" * 9001, "summary": "s"}]},
+     "entries[0]: raw_entry is too long"),
+    ("add_entries", {"vault_id": "$V", "memory_id": "$OM", "entries": [{"raw_entry": "r", "summary": "s"}]},
+     "memory $OM not found in vault $V"),
+    # the first item is inserted, then the second's key conflicts with it: the transaction stores neither
+    ("add_entries", {"vault_id": "$V", "memory_id": "$M", "entries": [
+        {"raw_entry": "one", "summary": "s", "idempotency_key": "k"},
+        {"raw_entry": "two", "summary": "s", "idempotency_key": "k"}]},
+     "entries[1]: idempotency_key 'k' conflicts"),
     ("list_entries", {"vault_id": "$V"}, "missing required argument 'memory_id'"),
     ("list_entries", {"vault_id": "$V", "memory_id": "$M", "limit": "5"}, "argument 'limit'"),
     ("list_entries", {"vault_id": "$V", "memory_id": "$M", "limit": 0}, "argument 'limit'"),
@@ -417,6 +442,42 @@ async def test_idempotency_key(world: World) -> None:
     # Keys are per memory.
     other = await call_json(s, "add_entry", **{**args, "vault_id": world.OV, "memory_id": world.OM})
     assert other["deduplicated"] is False and other["entryId"] != first["entryId"]
+
+
+async def test_add_entries_stores_all_in_order_and_a_retry_stores_nothing_twice(world: World) -> None:
+    s, V, M = world.session, world.V, world.M
+    items = [{"raw_entry": f"walrus fact {i}", "summary": f"walrus {i}", "tags": {"msg": str(i)},
+              "conversation_time": "2024-05-01T12:00:00Z", "idempotency_key": f"t:{i}"} for i in range(3)]
+    items.append({"raw_entry": "no key, no time", "summary": "plain"})
+    first = await call_json(s, "add_entries", vault_id=V, memory_id=M, entries=items)
+    assert (first["count"], first["stored"], first["deduplicated"], first["status"]) == (4, 4, 0, "stored")
+    stored = first["entries"]
+    assert [e["rawEntry"] for e in stored] == [i["raw_entry"] for i in items]
+    assert [e["deduplicated"] for e in stored] == [False] * 4
+    assert stored[1]["tags"] == {"msg": "1"} and stored[0]["conversationTime"] == "2024-05-01T12:00:00.000000Z"
+    assert "conversationTime" not in stored[3] and {e["memoryId"] for e in stored} == {M}
+    times = [e["creationTime"] for e in stored]
+    assert times == sorted(times) and len(set(times)) == 4  # strictly increasing: exact list cursors
+    listed = await call_json(s, "list_entries", vault_id=V, memory_id=M, limit=10)
+    assert [e["entryId"] for e in listed["entries"][:4]] == [e["entryId"] for e in reversed(stored)]
+    hit = await call_json(s, "search_memories", memory_id=M, query="walrus fact")
+    assert {e["entryId"] for e in hit["entries"]} == {e["entryId"] for e in stored[:3]}
+    counts = await world.bg.runner.call(MemoryStore.counts)
+
+    # The retry of a call whose answer was lost: the keyed items are answered from their keys.
+    keyed = items[:3] + [{"raw_entry": "walrus fact 3", "summary": "walrus 3", "idempotency_key": "t:3"}]
+    retry = await call_json(s, "add_entries", vault_id=V, memory_id=M, entries=keyed)
+    assert (retry["stored"], retry["deduplicated"]) == (1, 3)
+    assert [e["entryId"] for e in retry["entries"][:3]] == [e["entryId"] for e in stored[:3]]
+    assert [e["deduplicated"] for e in retry["entries"]] == [True, True, True, False]
+    after = await world.bg.runner.call(MemoryStore.counts)
+    assert after["entries"] == counts["entries"] + 1
+    again = await call_json(s, "add_entries", vault_id=V, memory_id=M, entries=keyed)
+    assert (again["stored"], again["deduplicated"]) == (0, 4)
+    assert await world.bg.runner.call(MemoryStore.counts) == after
+    # add_entry and add_entries share the keys of a memory
+    single = await call_json(s, "add_entry", vault_id=V, memory_id=M, **items[2])
+    assert single["deduplicated"] is True and single["entryId"] == stored[2]["entryId"]
 
 
 async def test_delete_cascades_to_entries_contexts_and_index(world: World) -> None:

@@ -269,6 +269,25 @@ def test_locomo_recall_on_postgres_matches_sqlite(pg_url: str, shared_data: Path
             assert round(abs(postgres_row[metric] - sqlite_row[metric]), 4) <= 0.02, (key, metric, tables)
 
 
+async def test_bulk_accept_and_add_entries_on_postgres(pg_url: str) -> None:
+    """Batched mode's bulk path on Postgres: one invocation per batch, one add_entries transaction per batch, and a
+    re-run of the thread without its checkpoint stores nothing twice."""
+    messages = [{"role": "user", "content": f"Note {i}: the Porto trip, day {i}."} for i in range(10)]
+    async with build_agent("extractive", server="in-process", db=pg_url, memory="bulk", checkpointer=pg_url,
+                           batch_size=4, flush_every=100) as inv:
+        results = await inv.aprocess_conversation_messages("bulk-chat", messages)
+        assert [r.accepted for r in results] == [(1, 2, 3, 4), (5, 6, 7, 8), (9, 10)]
+        assert [r.tool_calls for r in results] == [("add_entries",), ("add_entries",), ()]
+        assert (await inv.aflush("bulk-chat")).written == (9, 10)
+    async with build_agent("extractive", server="in-process", db=pg_url, memory="bulk", batch_size=4) as inv:
+        again = await inv.aprocess_conversation_messages("bulk-chat", messages)  # in-memory checkpoints: a re-run
+        again.append(await inv.aflush("bulk-chat"))
+        assert sum(r.deduplicated for r in again) == 10
+    rows = _query(pg_url, "SELECT count(*), count(DISTINCT idempotency_key) FROM entries e JOIN memories m "
+                  "USING (memory_id) WHERE m.title = 'bulk'")
+    assert rows == [(10, 10)]
+
+
 # -- the scale-out benchmark ----------------------------------------------------------------------------------
 
 

@@ -5,9 +5,10 @@ the results of the step that just ran (``_absorb_*``) and emits the next step's 
 AIMessage; ``tools`` is a ``ToolNode`` over the memory server's MCP tools that executes them. Direct calls
 (get_context, list_entries, await_consistency) are built in code; add_entry and put_context arguments come from the
 model, bound to that one tool with a forced choice. Code owns every identifier and the verbatim text. In batched
-mode a message is first accepted into the checkpointed ``pending`` list (no tool call); ``ADD_ENTRIES`` then asks
-the model once for the summaries and tags of every pending message and runs one add_entry per message in one
-tools pass.
+mode a message is first accepted into the checkpointed ``pending`` list (no tool call; :meth:`aaccept_messages`
+accepts many in one invocation); ``ADD_ENTRIES`` then asks the model once for the summaries and tags of every
+pending message and stores one entry per message in one tools pass: one ``add_entries`` call (one transaction on
+the server) when the server offers that tool, else one ``add_entry`` call per entry.
 
 The invocation's report (:class:`InvocationResult`) travels in LangGraph's runtime context, never in the
 checkpoint; the checkpoint holds only the thread's bounded state (:mod:`~mycelian_agent.agent.state`).
@@ -34,7 +35,7 @@ from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait
 from .._sync import run_sync
 from ..dates import normalise_time
 from ..errors import InputError, MemoryServerError, MycelianError, describe_cause, is_transient_text
-from ..limits import TAG_VALUE_MAX_CHARS, clip_tags, name_problem, split_oversize, unicode_problem
+from ..limits import ADD_ENTRIES_MAX_ITEMS, TAG_VALUE_MAX_CHARS, clip_tags, name_problem, split_oversize, unicode_problem
 from ..memory_server.placeholder import is_placeholder_context
 from ..models.extractive import ExtractiveChatModel
 from .checkpointers import prune_thread
@@ -45,9 +46,11 @@ from .report import InvocationResult, ThreadProgress, ThreadStatus, Usage
 from .settings import AgentSettings
 from .state import AgentState, PendingTurn, Turn
 
-__all__ = ["MycelianMemoryAgent", "Invocation"]
+__all__ = ["MESSAGE_KEYS", "MycelianMemoryAgent", "Invocation"]
 
 ROLES = ("user", "assistant")
+#: The keys of one message given to :meth:`MycelianMemoryAgent.aaccept_messages` as a mapping.
+MESSAGE_KEYS = ("role", "content", "name", "conversation_time", "tags")
 _REQUIRED_TOOLS = ("get_context", "list_entries", "add_entry", "await_consistency", "put_context")
 
 
@@ -60,6 +63,7 @@ class Invocation:
     memory_id: str
     report: InvocationResult
     batch_entries: int = 0  # add_entry calls made by ADD_ENTRIES in this invocation (ADD_ENTRY counts its own)
+    incoming: list[tuple[Turn, dict[str, str]]] | None = None  # aaccept_messages: the checked messages to accept
     batch_context: str | None = None  # the context document written by the ADD_ENTRIES call, for PUT_CONTEXT
     tools_in_flight: int = 0  # tool calls of one pass run concurrently: their time is counted once (the union)
     tools_since: float = 0.0
@@ -106,6 +110,8 @@ class MycelianMemoryAgent:
         schema = getattr(self._tools["add_entry"], "args_schema", None) or {}
         # Upstream Mycelian has no idempotency keys; send one only where the server declares it.
         self._server_idempotency = "idempotency_key" in (schema.get("properties", {}) if isinstance(schema, Mapping) else {})
+        # Our server's batch write (one transaction per call); a server without it gets one add_entry per entry.
+        self._server_bulk = self._server_idempotency and "add_entries" in self._tools
         s = self.settings
         self._writer = ToolArgumentWriter(model, self.fallback_model, max_corrections=s.max_corrections,
                                           fallback_on_model_error=s.fallback_on_model_error,
@@ -152,8 +158,7 @@ class MycelianMemoryAgent:
         """
         started = time.perf_counter()
         control = _control(control)
-        if not isinstance(thread_id, str) or not thread_id.strip():
-            raise InputError("thread_id must be a non-empty string")
+        _check_thread(thread_id)
         message: Turn | None = None
         if control.stores_message:
             if to_process is None:
@@ -161,27 +166,86 @@ class MycelianMemoryAgent:
             message = _turn(to_process, normalise_time(conversation_time), name)
         elif to_process is not None or name is not None:
             raise InputError(f"{control.name} takes no message; send it with PROCESS_MESSAGE")
-        for key, value in (tags or {}).items():
-            if problem := next(filter(None, (unicode_problem(str(key)), unicode_problem(str(value)))), None):
-                raise InputError(f"tag {str(key).encode('utf-8', 'backslashreplace').decode()!r}: {problem}")
-        if problem := unicode_problem(thread_id):
-            raise InputError(f"thread_id: {problem}")
-        report = InvocationResult(control=control, thread_id=thread_id)
-        self._running[thread_id] = report
-        state_in: dict[str, Any] = {
-            "control": control.value,
-            "message": message,
-            "message_tags": clip_tags(tags or {}),
-            "step": 0,
-            "tool_history": [RemoveMessage(id=REMOVE_ALL_MESSAGES)],
-        }
+        tags = _checked_tags(tags)
+        parts = len(message["content"]) // max(1, self.settings.entry_max_chars) if message else 0
+        state_in: dict[str, Any] = {"message": message, "message_tags": tags}
         if control is ControlState.START_SESSION:  # a new session: its own time, no message time yet
             state_in |= {"session_time": normalise_time(conversation_time), "last_time": None}
-        parts = len(message["content"]) // max(1, self.settings.entry_max_chars) if message else 0
-        config = {"configurable": {"thread_id": thread_id}, "recursion_limit": 64 + 4 * parts}
+        return await self._run(control, thread_id, state_in, started, recursion=64 + 4 * parts)
+
+    async def aaccept_messages(
+        self,
+        thread_id: str,
+        messages: Sequence[ChatMessage | Mapping[str, Any]],
+        conversation_time: str | datetime | None = None,
+        *,
+        control: ControlState | str = ControlState.ACCEPT_MESSAGE,
+    ) -> InvocationResult:
+        """Accept many messages in one invocation: one graph run and one checkpoint write for all of them.
+
+        Batched mode's bulk form of ``ACCEPT_MESSAGE``: each message gets its number in the thread (and so its
+        idempotency key) in order, and joins the checkpointed ``pending`` list. ``control`` may also be
+        ``ACCEPT_MESSAGE_AND_WRITE`` (then write every pending message: one model call) or
+        ``ACCEPT_MESSAGE_AND_FLUSH`` (also write the context document). A message is a ChatMessage or a mapping
+        with ``role`` and ``content`` and optionally ``name``, ``conversation_time`` (default: the
+        ``conversation_time`` argument, else the session's, as for one message) and ``tags``.
+
+        Every message is checked before anything is accepted: a bad one raises :class:`InputError` naming it
+        (``messages[3]: ...``) and the thread is unchanged. The caller keeps ``pending`` within a batch
+        (:meth:`MycelianAgentInvoker.aprocess_conversation_messages` splits a long list at the batch and flush
+        boundaries).
+        """
+        started = time.perf_counter()
+        control = _control(control)
+        if PLANS[control][0] is not Step.ACCEPT:
+            accepted = ", ".join(c.name for c in ControlState if PLANS[c][0] is Step.ACCEPT)
+            raise InputError(f"aaccept_messages takes an accepting control ({accepted}), got {control.name}")
+        _check_thread(thread_id)
+        incoming = self.check_messages(messages, conversation_time)
+        state_in: dict[str, Any] = {"message": None, "message_tags": {}}
+        return await self._run(control, thread_id, state_in, started, recursion=64, incoming=incoming)
+
+    def check_messages(self, messages: Sequence[ChatMessage | Mapping[str, Any]],
+                       conversation_time: str | datetime | None = None) -> list[tuple[Turn, dict[str, str]]]:
+        """Check every message of ``messages`` (see :meth:`aaccept_messages`): ``(turn, tags)`` each, or raise
+        :class:`InputError` naming the first bad one."""
+        if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
+            raise InputError(f"messages must be a list of messages, got {type(messages).__name__}")
+        if not messages:
+            raise InputError("messages is empty: there is nothing to accept")
+        default_time = normalise_time(conversation_time)
+        checked = []
+        for index, item in enumerate(messages):
+            try:
+                if isinstance(item, Mapping):
+                    unknown = [str(key) for key in item if key not in MESSAGE_KEYS]
+                    if unknown:
+                        raise InputError(f"unknown key(s) {', '.join(map(repr, unknown))} "
+                                         f"(a message has {', '.join(MESSAGE_KEYS)})")
+                    when = item.get("conversation_time")
+                    turn = _turn({k: item[k] for k in ("role", "content", "name") if k in item},
+                                 normalise_time(when) if when is not None else default_time)
+                    tags = item.get("tags")
+                    if tags is not None and not isinstance(tags, Mapping):
+                        raise InputError(f"tags must be a mapping of string to string, got {type(tags).__name__}")
+                    checked.append((turn, _checked_tags(tags)))
+                else:
+                    checked.append((_turn(item, default_time), {}))
+            except InputError as exc:
+                raise InputError(f"messages[{index}]: {exc}; nothing was accepted") from None
+        return checked
+
+    async def _run(self, control: ControlState, thread_id: str, state_in: dict[str, Any], started: float, *,
+                   recursion: int, incoming: list[tuple[Turn, dict[str, str]]] | None = None) -> InvocationResult:
+        """One invocation of the graph with a checked input; its report."""
+        report = InvocationResult(control=control, thread_id=thread_id)
+        self._running[thread_id] = report
+        state_in = {**state_in, "control": control.value, "step": 0,
+                    "tool_history": [RemoveMessage(id=REMOVE_ALL_MESSAGES)]}
+        config = {"configurable": {"thread_id": thread_id}, "recursion_limit": recursion}
+        context = Invocation(thread_id, self.vault_id, self.memory_id, report, incoming=incoming)
         # durability="exit": one checkpoint per invocation, written only when it succeeds.
-        await self.graph.ainvoke(state_in, config, context=Invocation(thread_id, self.vault_id, self.memory_id, report),
-                                 durability="exit")
+        await self.graph.ainvoke(state_in, config, context=context, durability="exit")
         self._running.pop(thread_id, None)
         await self._maybe_prune(thread_id)
         report.duration_s = time.perf_counter() - started
@@ -191,6 +255,12 @@ class MycelianMemoryAgent:
         """Messages whose entry the server acknowledged in invocations that did not finish (interrupted or failed
         after add_entry). A retry stores them again only as a deduplicated answer; summaries count them as stored."""
         return sum(1 for report in self._running.values() if report.acknowledged_entries)
+
+    def accept_messages(self, thread_id: str, messages: Sequence[ChatMessage | Mapping[str, Any]],
+                        conversation_time: str | datetime | None = None, *,
+                        control: ControlState | str = ControlState.ACCEPT_MESSAGE) -> InvocationResult:
+        """Synchronous :meth:`aaccept_messages` (not for use inside a running event loop)."""
+        return run_sync(self.aaccept_messages(thread_id, messages, conversation_time, control=control), self._loop)
 
     def invoke(self, control: ControlState | str, thread_id: str, to_process: Any = None,
                conversation_time: str | datetime | None = None, *, tags: Mapping[str, str] | None = None,
@@ -324,6 +394,8 @@ class MycelianMemoryAgent:
                     result = await _execute_checked(name, request, execute)
             if name == "add_entry":
                 report.acknowledged_entries += 1
+            elif name == "add_entries":
+                report.acknowledged_entries += len(request.tool_call["args"].get("entries") or ())
             return result
         except MemoryServerError as error:
             retries = retrying.statistics.get("attempt_number", 1) - 1
@@ -417,6 +489,8 @@ class MycelianMemoryAgent:
 
     def _accept(self, state: Mapping[str, Any], run: Invocation) -> dict[str, Any]:
         """Keep the message in the thread's pending list (checkpointed when the invocation ends); no tool call."""
+        if run.incoming is not None:
+            return self._accept_many(state, run.incoming, run)
         update = _inherit_time(state, run)
         message: Turn = update.get("message") or state["message"]
         pending = list(state.get("pending") or [])
@@ -429,6 +503,30 @@ class MycelianMemoryAgent:
         if message.get("conversation_time"):
             update["last_time"] = message["conversation_time"]
         return update
+
+    def _accept_many(self, state: Mapping[str, Any], incoming: Sequence[tuple[Turn, dict[str, str]]],
+                     run: Invocation) -> dict[str, Any]:
+        """Accept ``incoming`` in order, as :meth:`_accept` accepts one message each (numbers, inherited times)."""
+        pending = list(state.get("pending") or [])
+        number = _totals(state)[0].messages + len(pending)
+        session_time, last_time = state.get("session_time"), state.get("last_time")
+        now, inherited = time.time(), 0
+        for message, tags in incoming:
+            if not message.get("conversation_time"):
+                known = [t for t in (session_time, last_time) if t]
+                if known:
+                    message = {**message, "conversation_time": max(known)}
+                    inherited += 1
+            if message.get("conversation_time"):
+                last_time = message["conversation_time"]
+            number += 1
+            pending.append(PendingTurn(**message, number=number, tags=tags, accepted_at=now))  # type: ignore[typeddict-item]
+            run.report.accepted += (number,)  # type: ignore[operator]
+        run.report.message_index = number
+        if inherited:
+            run.report.notes += (f"{inherited} message(s) sent without a time: stored with the session's time (the "
+                                 "later of the session's start and its last message)",)
+        return {"pending": pending, "last_time": last_time}
 
     async def _entries_call(self, state: Mapping[str, Any], run: Invocation) -> AIMessage:
         """One model call for the summaries and tags of every pending message, then one add_entry per message
@@ -483,17 +581,21 @@ class MycelianMemoryAgent:
                 args["idempotency_key"] = idempotency_key(run.thread_id, message["number"], message["content"], part,
                                                           parts)
             calls.append(("add_entry", args))
+        if self._server_bulk:  # one transaction per call: all of its entries or none
+            bulk = [{k: v for k, v in args.items() if k not in ("vault_id", "memory_id")} for _, args in calls]
+            return direct_call(*(("add_entries", {**run.ids, "entries": bulk[i:i + ADD_ENTRIES_MAX_ITEMS]})
+                                 for i in range(0, len(bulk), ADD_ENTRIES_MAX_ITEMS)))
         run.batch_entries += len(calls)
         return direct_call(*calls)
 
     def _after_entries(self, state: AgentState, results: list[ToolMessage], run: Invocation) -> dict[str, Any]:
         deduplicated = run.report.deduplicated
-        _record_stored(results, run)
-        fresh = len(results) - (run.report.deduplicated - deduplicated)  # parts stored anew
+        stored = _record_stored(results, run)
+        fresh = stored - (run.report.deduplicated - deduplicated)  # parts stored anew
         pending: list[PendingTurn] = list(state.get("pending") or [])
         run.report.written += tuple(m["number"] for m in pending)
         return {**self._remembered(state, pending, run, fresh), "pending": [],
-                "progress": _bump(state, messages=len(pending), entries=len(results))}
+                "progress": _bump(state, messages=len(pending), entries=stored)}
 
     async def _context_call(self, state: Mapping[str, Any], run: Invocation) -> AIMessage:
         s = self.settings
@@ -531,6 +633,22 @@ async def _execute_checked(name: str, request: Any, execute: Any) -> Any:
 
 def _is_transient(exc: BaseException) -> bool:
     return isinstance(exc, MemoryServerError) and exc.transient
+
+
+def _check_thread(thread_id: Any) -> None:
+    if not isinstance(thread_id, str) or not thread_id.strip():
+        raise InputError("thread_id must be a non-empty string")
+    if problem := unicode_problem(thread_id):
+        raise InputError(f"thread_id: {problem}")
+
+
+def _checked_tags(tags: Mapping[str, Any] | None) -> dict[str, str]:
+    """Input tags stored with a message's entry, clipped to the server's limits (text that cannot be stored is
+    refused)."""
+    for key, value in (tags or {}).items():
+        if problem := next(filter(None, (unicode_problem(str(key)), unicode_problem(str(value)))), None):
+            raise InputError(f"tag {str(key).encode('utf-8', 'backslashreplace').decode()!r}: {problem}")
+    return clip_tags(tags or {})
 
 
 def _control(value: ControlState | str) -> ControlState:
@@ -635,14 +753,23 @@ def _plain(message: Mapping[str, Any], limit: int | None) -> Turn:
     return turn
 
 
-def _record_stored(results: list[ToolMessage], run: Invocation) -> None:
-    """Entry ids and deduplicated writes of add_entry results, into the report."""
+def _record_stored(results: list[ToolMessage], run: Invocation) -> int:
+    """Entry ids and deduplicated writes of add_entry and add_entries results, into the report; the number of
+    entries the results stand for."""
+    count = 0
     for result in results:
         try:
-            stored = json.loads(_tool_text(result))
+            answer = json.loads(_tool_text(result))
         except json.JSONDecodeError:
+            count += 1
             continue  # upstream answers "enqueued": no entry id to report
-        if isinstance(stored, Mapping):
-            if stored.get("entryId"):
-                run.report.entry_ids += (stored["entryId"],)
-            run.report.deduplicated += bool(stored.get("deduplicated"))
+        stored = answer.get("entries") if result.name == "add_entries" and isinstance(answer, Mapping) else [answer]
+        if not isinstance(stored, list):
+            raise MemoryServerError("add_entries returned a result without its list of entries", tool="add_entries")
+        for entry in stored:
+            count += 1
+            if isinstance(entry, Mapping):
+                if entry.get("entryId"):
+                    run.report.entry_ids += (entry["entryId"],)
+                run.report.deduplicated += bool(entry.get("deduplicated"))
+    return count

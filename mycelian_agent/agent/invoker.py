@@ -12,6 +12,8 @@ session nor to any of its messages) the entry has no conversation time and the s
 Batched mode (``batch_size > 1``): a message is accepted (kept in the thread's checkpoint, no model call, not yet
 searchable) and every ``batch_size``-th pending message, the flush cadence, the session end, :meth:`aflush` or
 ``max_delay_s`` after the oldest pending message was accepted writes all pending messages with one model call.
+:meth:`aprocess_conversation_messages` takes many messages at once: one invocation (one checkpoint write) per
+batch instead of one per message, with the same cadence.
 """
 
 from __future__ import annotations
@@ -20,12 +22,14 @@ import asyncio
 import logging
 import time
 from datetime import datetime
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, Sequence
+
+from langchain_core.messages import ChatMessage
 
 from .._sync import run_sync
 from .graph import MycelianMemoryAgent
 from .control import ControlState
-from ..errors import ConfigError
+from ..errors import ConfigError, MycelianError
 from .report import InvocationResult, ThreadStatus
 
 __all__ = ["MycelianAgentInvoker"]
@@ -148,6 +152,66 @@ class MycelianAgentInvoker:
                                               conversation_time, tags=tags, name=name)
             return self._note(thread_id, result)
 
+    async def aprocess_conversation_messages(
+        self,
+        thread_id: str,
+        messages: Sequence[ChatMessage | Mapping[str, Any]],
+        conversation_time: str | datetime | None = None,
+        *,
+        on_result: Callable[[InvocationResult], None] | None = None,
+    ) -> list[InvocationResult]:
+        """Store many messages of one thread, in order: the bulk form of :meth:`aprocess_conversation_message`.
+
+        A message is a ChatMessage or a mapping with ``role`` and ``content`` and optionally ``name``,
+        ``conversation_time`` (default: ``conversation_time`` here, else the session's) and ``tags``. Every message
+        is checked first: a bad one raises :class:`InputError` naming it (``messages[3]: ...``) and nothing is
+        accepted. Each message gets the number (and idempotency key) it would get sent alone, and the cadence is
+        the same: a flush at every ``flush_every``-th message, a write at every ``batch_size`` pending ones.
+
+        In batched mode the messages are accepted in one invocation per stretch up to the next batch write or
+        flush (:meth:`MycelianMemoryAgent.aaccept_messages`: one graph run and one checkpoint write each), not one
+        per message; the last stretch may stay pending. With ``batch_size=1`` each message is its own invocation,
+        as one call per message would make. Returns the reports of the invocations in order (``on_result`` is
+        called with each as it finishes). If an invocation fails, the messages of the earlier ones stay accepted
+        (the error says how many); the thread's position (:meth:`athread_status`) tells where to resume.
+        """
+        checked = self.agent.check_messages(messages, conversation_time)
+        results: list[InvocationResult] = []
+        async with self._lock(thread_id):
+            done = 0
+            try:
+                while done < len(checked):
+                    number = await self._count(thread_id)
+                    if self.batch_size == 1:
+                        turn, tags = checked[done]
+                        flush = (number + 1) % self.flush_every == 0
+                        control = ControlState.PROCESS_MESSAGE_AND_FLUSH if flush else ControlState.PROCESS_MESSAGE
+                        result = await self.agent.ainvoke(control, thread_id, turn, turn.get("conversation_time"),
+                                                          tags=tags)
+                        take = 1
+                    else:
+                        pending, since = self._pending.get(thread_id, (0, time.monotonic()))
+                        to_flush = self.flush_every - number % self.flush_every
+                        to_write = max(1, self.batch_size - pending)
+                        take = min(to_flush, to_write, len(checked) - done)
+                        overdue = (self.max_delay_s is not None and pending
+                                   and time.monotonic() - since >= self.max_delay_s)
+                        control = (ControlState.ACCEPT_MESSAGE_AND_FLUSH if take == to_flush
+                                   else ControlState.ACCEPT_MESSAGE_AND_WRITE if take == to_write or overdue
+                                   else ControlState.ACCEPT_MESSAGE)
+                        result = await self.agent.aaccept_messages(
+                            thread_id, [_as_mapping(*item) for item in checked[done:done + take]], control=control)
+                    results.append(self._note(thread_id, result))
+                    done += take
+                    if on_result is not None:
+                        on_result(result)
+            except MycelianError as exc:
+                if done:
+                    exc.args = (f"{exc.args[0] if exc.args else exc} (messages[{done}] and after were not accepted; "
+                                f"the {done} before them were)",)
+                raise
+        return results
+
     async def aflush(self, thread_id: str) -> InvocationResult:
         """Write the thread's pending messages now (batched mode): one model call, one entry per message. Nothing
         to write: no model call and no tool call. No context document is written (that is the flush cadence's
@@ -193,6 +257,14 @@ class MycelianAgentInvoker:
         return run_sync(self.aprocess_conversation_message(role, content, thread_id, conversation_time, tags=tags,
                                                            name=name), self.agent._loop)
 
+    def process_conversation_messages(self, thread_id: str, messages: Sequence[ChatMessage | Mapping[str, Any]],
+                                      conversation_time: str | datetime | None = None, *,
+                                      on_result: Callable[[InvocationResult], None] | None = None
+                                      ) -> list[InvocationResult]:
+        """Synchronous :meth:`aprocess_conversation_messages`."""
+        return run_sync(self.aprocess_conversation_messages(thread_id, messages, conversation_time,
+                                                            on_result=on_result), self.agent._loop)
+
     def end_session(self, thread_id: str, conversation_time: str | datetime | None = None) -> InvocationResult:
         """Synchronous :meth:`aend_session`."""
         return run_sync(self.aend_session(thread_id, conversation_time), self.agent._loop)
@@ -204,3 +276,8 @@ class MycelianAgentInvoker:
     def thread_status(self, thread_id: str) -> ThreadStatus:
         """Synchronous :meth:`athread_status`."""
         return run_sync(self.athread_status(thread_id), self.agent._loop)
+
+
+def _as_mapping(turn: Mapping[str, Any], tags: Mapping[str, str]) -> dict[str, Any]:
+    """A checked message (a Turn and its tags) as the mapping :meth:`MycelianMemoryAgent.aaccept_messages` takes."""
+    return {**turn, "tags": dict(tags)}

@@ -178,7 +178,7 @@ class MemoryHarness:
         memory_id, invoker = await self.invoker_for(valid_title(thread_id))
         stats = ReplayStats()
         await replay_conversation(invoker, conversation, thread_id=thread_id, stats=stats,
-                                  on_message=lambda _result: progress.advance(task))
+                                  on_message=lambda result: progress.advance(task, len(result.accepted)))
         progress.advance(task, stats.skipped)
         return memory_id, invoker, stats
 

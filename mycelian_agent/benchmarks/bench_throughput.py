@@ -8,9 +8,9 @@ context document: a second model call), end. Reported: messages/s and the scalin
 ``msgs/s at N / (N x msgs/s at 1)``, both from this run, and where a message's time goes at each N.
 
 Then the same with the extractive model and no latency: ingestion messages/s (1 conversation, and several at once).
-With ``batch_size > 1`` also batched extractive ingestion (one conversation), against the unbatched conversation
-measured in the same run, with the framework time amortised over every invocation (accepts, batch writes, session
-start and end).
+With ``batch_size > 1`` also batched extractive ingestion (one conversation), one call per message and in bulk (all
+messages in one ``aprocess_conversation_messages`` call), against the unbatched conversation measured in the same
+run, with the framework time amortised over every invocation (accepts, batch writes, session start and end).
 """
 
 from __future__ import annotations
@@ -113,16 +113,23 @@ def children_cpu_s() -> float:
     return total
 
 
-async def _conversation(harness: Any, title: str, messages: list[tuple[str, str]], results: list[Any]) -> None:
+async def _conversation(harness: Any, title: str, messages: list[tuple[str, str]], results: list[Any],
+                        bulk: bool = False) -> None:
     _, invoker = await harness.invoker_for(title)
     results.append(("start", await invoker.astart_session(title, "2024-01-01T09:00:00Z")))
-    for role, content in messages:
-        results.append(("message", await invoker.aprocess_conversation_message(role, content, title,
-                                                                               "2024-01-01T09:00:00Z")))
+    if bulk:  # all messages in one call: one invocation per batch (aprocess_conversation_messages)
+        taken = await invoker.aprocess_conversation_messages(
+            title, [{"role": role, "content": content} for role, content in messages], "2024-01-01T09:00:00Z")
+        results.extend(("message", result) for result in taken)
+    else:
+        for role, content in messages:
+            results.append(("message", await invoker.aprocess_conversation_message(role, content, title,
+                                                                                   "2024-01-01T09:00:00Z")))
     results.append(("end", await invoker.aend_session(title, "2024-01-01T09:00:00Z")))
 
 
-async def _level(harness: Any, label: str, count: int, messages: list[tuple[str, str]]) -> dict[str, Any]:
+async def _level(harness: Any, label: str, count: int, messages: list[tuple[str, str]],
+                 bulk: bool = False) -> dict[str, Any]:
     from ..builder import ensure_memory
 
     titles = [f"{label}-n{count}-c{i}" for i in range(count)]
@@ -131,11 +138,11 @@ async def _level(harness: Any, label: str, count: int, messages: list[tuple[str,
     results: list[Any] = []
     cpu, server_cpu = time.process_time(), children_cpu_s()
     started = time.perf_counter()
-    await asyncio.gather(*(_conversation(harness, t, messages, results) for t in titles))
+    await asyncio.gather(*(_conversation(harness, t, messages, results, bulk) for t in titles))
     wall = time.perf_counter() - started
     cpu, server_cpu = time.process_time() - cpu, children_cpu_s() - server_cpu
-    per_message = [r for kind, r in results if kind == "message"]
-    n = len(per_message)
+    per_message = [r for kind, r in results if kind == "message"]  # bulk: one per invocation, over the messages
+    n = count * len(messages)
     mean = {key: 1000 * sum(getattr(r, key) for r in per_message) / n
             for key in ("duration_s", "tool_s", "model_s", "framework_s")}
     every = [r for _, r in results]
@@ -152,7 +159,7 @@ async def _level(harness: Any, label: str, count: int, messages: list[tuple[str,
 
 
 async def _run_levels(model: Any, work: Path, label: str, levels: Sequence[int], messages: list[tuple[str, str]],
-                      flush_every: int, batch_size: int = 1) -> list[dict[str, Any]]:
+                      flush_every: int, batch_size: int = 1, bulk: bool = False) -> list[dict[str, Any]]:
     from ..builder import build_agent
     from . import MemoryHarness
 
@@ -163,8 +170,8 @@ async def _run_levels(model: Any, work: Path, label: str, levels: Sequence[int],
                            checkpointer=f"sqlite:{folder / 'state.db'}", flush_every=flush_every,
                            batch_size=batch_size) as base:
         harness = MemoryHarness(base, flush_every)
-        await _level(harness, f"{label}-warmup", 1, messages[:2])  # imports, prepared statements, first bind
-        return [await _level(harness, label, n, messages) for n in levels]
+        await _level(harness, f"{label}-warmup", 1, messages[:2], bulk)  # imports, prepared statements, first bind
+        return [await _level(harness, label, n, messages, bulk) for n in levels]
 
 
 async def _profiled_ingestion(work: Path, messages: list[tuple[str, str]], flush_every: int) -> dict[str, Any]:
@@ -309,32 +316,45 @@ def run_throughput(out: Path, *, levels: Sequence[int] = (1, 4, 16, 64), message
 
 def _batched(result: BenchResult, work: Path, conversation: list[tuple[str, str]], baseline: dict[str, Any],
              flush_every: int, batch_size: int) -> None:
-    """Batched extractive ingestion of ``conversation`` in one conversation, against ``baseline`` (unbatched)."""
+    """Batched extractive ingestion of ``conversation`` in one conversation, against ``baseline`` (unbatched): one
+    call per message (an accept invocation each), then the bulk path (all messages in one call: one invocation per
+    batch, written with the server's add_entries)."""
     from ..models.extractive import ExtractiveChatModel
 
     row = asyncio.run(_run_levels(ExtractiveChatModel(), work, f"extractive-batch{batch_size}", [1], conversation,
                                   flush_every, batch_size))[0]
-    ratio = row["messages_per_s"] / baseline["messages_per_s"] if baseline["messages_per_s"] else float("inf")
-    result.data["batched"] = {"batch_size": batch_size, "row": row, "baseline": baseline, "speedup": ratio}
+    bulk = asyncio.run(_run_levels(ExtractiveChatModel(), work, f"extractive-batch{batch_size}-bulk", [1],
+                                   conversation, flush_every, batch_size, bulk=True))[0]
+
+    def ratio(r: dict[str, Any]) -> float:
+        return r["messages_per_s"] / baseline["messages_per_s"] if baseline["messages_per_s"] else float("inf")
+
+    result.data["batched"] = {"batch_size": batch_size, "row": row, "bulk": bulk, "baseline": baseline,
+                              "speedup": ratio(row), "bulk_speedup": ratio(bulk)}
     rows = [[label, r["messages"], r["model_calls"], f"{r['model_calls'] / r['messages']:.3f}", f"{r['wall_s']:.2f}",
-             f"{r['messages_per_s']:.0f}", f"{r['amortised_ms']['total']:.2f}", f"{r['amortised_ms']['server']:.2f}",
-             f"{r['amortised_ms']['model']:.2f}", f"{r['amortised_ms']['framework']:.2f}",
-             f"{r['cpu_ms_per_message']['agent']:.1f}", f"{r['cpu_ms_per_message']['server']:.1f}"]
-            for label, r in (("batch 1", baseline), (f"batch {batch_size}", row))]
+             f"{r['messages_per_s']:.0f}", f"{ratio(r):.1f}x", f"{r['amortised_ms']['total']:.2f}",
+             f"{r['amortised_ms']['server']:.2f}", f"{r['amortised_ms']['model']:.2f}",
+             f"{r['amortised_ms']['framework']:.2f}", f"{r['cpu_ms_per_message']['agent']:.1f}",
+             f"{r['cpu_ms_per_message']['server']:.1f}"]
+            for label, r in (("batch 1", baseline), (f"batch {batch_size}, one call per message", row),
+                             (f"batch {batch_size}, bulk", bulk))]
     result.tables.append((f"Extractive ingestion, one conversation: batch {batch_size} against batch 1 (same run; "
                           "per message = every invocation's time over the messages)", md_table(
-        ["mode", "messages", "model calls", "calls/msg", "wall s", "msgs/s", "per message ms: total", "server",
-         "model", "framework", "agent CPU ms/msg", "server CPU ms/msg"], rows)))
-    framework = row["amortised_ms"]["framework"]
+        ["mode", "messages", "model calls", "calls/msg", "wall s", "msgs/s", "ratio to batch 1",
+         "per message ms: total", "server", "model", "framework", "agent CPU ms/msg", "server CPU ms/msg"], rows)))
+    framework = bulk["amortised_ms"]["framework"]
     result.targets.append(Target(
-        f"batched ingestion (batch {batch_size})", ">= 500 messages/s in one process",
-        f"{row['messages_per_s']:.0f} msgs/s ({ratio:.1f}x batch 1's {baseline['messages_per_s']:.0f} in the same run)",
-        met=row["messages_per_s"] >= 500,
-        why=f"per message {row['amortised_ms']['total']:.2f} ms: server {row['amortised_ms']['server']:.2f}, model "
-            f"{row['amortised_ms']['model']:.2f}, framework {framework:.2f}; 500 msgs/s needs 2 ms"))
+        f"batched ingestion (batch {batch_size}, bulk)", ">= 500 messages/s in one process",
+        f"{bulk['messages_per_s']:.0f} msgs/s ({ratio(bulk):.1f}x batch 1's {baseline['messages_per_s']:.0f} in the "
+        f"same run; one call per message: {row['messages_per_s']:.0f})",
+        met=bulk["messages_per_s"] >= 500,
+        why=f"per message {bulk['amortised_ms']['total']:.2f} ms: server {bulk['amortised_ms']['server']:.2f}, model "
+            f"{bulk['amortised_ms']['model']:.2f}, framework {framework:.2f}; 500 msgs/s needs 2 ms"))
     result.targets.append(Target(
-        f"batched framework time (batch {batch_size})", "<= 2 ms per message, amortised", f"{framework:.2f} ms",
-        met=framework <= 2.0, why="one accept invocation per message (a graph run and a checkpoint write)"))
+        f"batched framework time (batch {batch_size}, bulk)", "<= 2 ms per message, amortised", f"{framework:.2f} ms",
+        met=framework <= 2.0,
+        why=f"one invocation (a graph run and a checkpoint write) per batch of {batch_size}; one call per message: "
+            f"{row['amortised_ms']['framework']:.2f} ms"))
 
 
 def _cpu_note(row: dict[str, Any], latency_s: float) -> str:

@@ -3,8 +3,9 @@
 Each conversation is one thread: for every session, START_SESSION, each message, END_SESSION. The position of a
 thread is read from its checkpoint (messages stored, sessions started and ended), so re-running a replay after an
 interruption continues where it stopped; add_entry's idempotency key makes the message that was in flight at the
-interruption land once. In batched mode the position counts accepted messages too: they are in the checkpoint
-and are written by the next write (at the latest when the session ends), each exactly once.
+interruption land once. In batched mode a session's messages are sent in one call (one invocation per batch) and
+the position counts accepted messages too: they are in the checkpoint and are written by the next write (at the
+latest when the session ends), each exactly once.
 """
 
 from __future__ import annotations
@@ -86,8 +87,15 @@ async def replay_conversation(
     thread_id: str | None = None,
     stats: ReplayStats | None = None,
     on_message: Callable[[InvocationResult], None] | None = None,
+    bulk: bool = True,
 ) -> ReplayStats:
-    """Replay ``conversation`` into the invoker's memory (resuming from the thread's checkpoint)."""
+    """Replay ``conversation`` into the invoker's memory (resuming from the thread's checkpoint).
+
+    ``on_message`` is called with the report of every invocation that took messages in (``result.accepted``): one
+    per message, or in batched mode (``invoker.batch_size > 1``) one per batch, since a session's messages are
+    then sent together (:meth:`MycelianAgentInvoker.aprocess_conversation_messages`; ``bulk=False``: one call per
+    message, one invocation and checkpoint write each, as in unbatched mode).
+    """
     stats = stats or ReplayStats()
     thread = thread_id or conversation.conversation_id
     started_at = time.perf_counter()
@@ -98,17 +106,35 @@ async def replay_conversation(
         session = conversation.sessions[index]
         if not (index == first and open_):
             stats.add(await invoker.astart_session(thread, session.conversation_time))
-        skip = done if index == first else 0
-        for message in session.messages[skip:]:
-            result = await invoker.aprocess_conversation_message(
-                message.role, message.content, thread, session.conversation_time, tags=message.tags,
-                name=message.name)
+        rest = session.messages[done if index == first else 0:]
+
+        def taken(result: InvocationResult) -> None:
             stats.add(result)
-            stats.messages += 1
+            stats.messages += len(result.accepted)
             if on_message is not None:
                 on_message(result)
+
+        if bulk and invoker.batch_size > 1 and rest:
+            # Batched: the session's messages in one call, accepted one batch per invocation (one checkpoint each).
+            await invoker.aprocess_conversation_messages(thread, [_message(m) for m in rest],
+                                                         session.conversation_time, on_result=taken)
+        else:
+            for message in rest:
+                taken(await invoker.aprocess_conversation_message(
+                    message.role, message.content, thread, session.conversation_time, tags=message.tags,
+                    name=message.name))
         stats.add(await invoker.aend_session(thread, session.conversation_time))
         stats.sessions += 1
     stats.conversations += 1
     stats.elapsed_s += time.perf_counter() - started_at
     return stats
+
+
+def _message(message: Any) -> dict[str, Any]:
+    """A loaded message as :meth:`MycelianAgentInvoker.aprocess_conversation_messages` takes it."""
+    item: dict[str, Any] = {"role": message.role, "content": message.content}
+    if message.name is not None:
+        item["name"] = message.name
+    if message.tags:
+        item["tags"] = message.tags
+    return item

@@ -1,4 +1,5 @@
-"""The MCP server: Mycelian's tool surface (plus deletes and idempotent add_entry) on a SQLite or PostgreSQL store.
+"""The MCP server: Mycelian's tool surface (plus deletes, idempotent add_entry and the batch write add_entries) on a
+SQLite or PostgreSQL store.
 
 Tool names, parameters, defaults and result shapes follow ``shared/reference/mycelian-mcp-tools.md`` and
 docs/ARCHITECTURE.md ("Memory server contract"). Every result is one text content; every failure is an MCP
@@ -23,10 +24,11 @@ from mcp.server.fastmcp.tools import Tool
 from mcp.server.stdio import stdio_server
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import ToolAnnotations
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from typing_extensions import NotRequired, TypedDict
 
 from ..errors import ConfigError, InputError
-from ..limits import RAW_ENTRY_MAX_CHARS, SEARCH_DEPTH_MAX, SUMMARY_MAX_CHARS, TAGS_MAX_KEYS
+from ..limits import ADD_ENTRIES_MAX_ITEMS, RAW_ENTRY_MAX_CHARS, SEARCH_DEPTH_MAX, SUMMARY_MAX_CHARS, TAGS_MAX_KEYS
 from ..prompt_files import PROMPT_NAMES, read_prompt
 from .runtime import StoreHandle, StoreRunner
 from .stdio import open_stdio_pipes
@@ -145,7 +147,7 @@ def _check_arguments(tool: str, model: type[BaseModel], arguments: dict[str, Any
         model.model_validate(arguments, strict=True)
     except ValidationError as exc:
         for err in exc.errors(include_url=False):
-            where = ".".join(str(part) for part in err["loc"]) or "arguments"
+            where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"]).lstrip(".") or "arguments"
             if err["type"] == "missing":
                 problems.append(f"missing required argument {where!r}")
             else:
@@ -189,6 +191,26 @@ Title = Annotated[str, Field(description="1-50 characters: letters, digits and h
 Description = Annotated[str, Field(description="Optional description (at most 1000 characters)")]
 Timestamp = Annotated[str | None, Field(description="RFC 3339 timestamp with a time zone, e.g. 2024-05-01T12:00:00Z")]
 OptionalVaultId = Annotated[str | None, Field(description="Optional: the memory's vault UUID, checked if given")]
+RawEntry = Annotated[str, Field(description=f"The full text of the entry (1-{RAW_ENTRY_MAX_CHARS} characters)")]
+Summary = Annotated[str, Field(description=f"A short retrieval-oriented summary (1-{SUMMARY_MAX_CHARS} characters)")]
+Tags = Annotated[
+    dict[str, str] | None, Field(description=f"Optional object of string to string (at most {TAGS_MAX_KEYS} keys)")
+]
+IdempotencyKey = Annotated[
+    str | None,
+    Field(description="Optional key (<= 200 chars): a retry with the same key and raw_entry is not duplicated"),
+]
+
+
+class EntryItem(TypedDict):
+    """One entry of an ``add_entries`` call: ``add_entry``'s fields, without the ids."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")  # type: ignore[misc]
+    raw_entry: RawEntry
+    summary: Summary
+    tags: NotRequired[Tags]
+    conversation_time: NotRequired[Timestamp]
+    idempotency_key: NotRequired[IdempotencyKey]
 
 
 # -- tools ---------------------------------------------------------------------------------------------------
@@ -232,16 +254,11 @@ async def add_entry(
     ctx: Context,
     vault_id: VaultId,
     memory_id: MemoryId,
-    raw_entry: Annotated[str, Field(description=f"The full text of the entry (1-{RAW_ENTRY_MAX_CHARS} characters)")],
-    summary: Annotated[str, Field(description=f"A short retrieval-oriented summary (1-{SUMMARY_MAX_CHARS} characters)")],
-    tags: Annotated[
-        dict[str, str] | None, Field(description=f"Optional object of string to string (at most {TAGS_MAX_KEYS} keys)")
-    ] = None,
+    raw_entry: RawEntry,
+    summary: Summary,
+    tags: Tags = None,
     conversation_time: Timestamp = None,
-    idempotency_key: Annotated[
-        str | None,
-        Field(description="Optional key (<= 200 chars): a retry with the same key and raw_entry is not duplicated"),
-    ] = None,
+    idempotency_key: IdempotencyKey = None,
 ) -> str:
     """Append an entry to a memory. It is stored before this returns: the answer is the stored entry plus
     "status": "stored" and "deduplicated" (true when idempotency_key matched an earlier identical write)."""
@@ -249,6 +266,23 @@ async def add_entry(
         MemoryStore.add_entry, vault_id, memory_id, raw_entry, summary, tags, conversation_time, idempotency_key
     )
     return _json(result)
+
+
+async def add_entries(
+    ctx: Context,
+    vault_id: VaultId,
+    memory_id: MemoryId,
+    entries: Annotated[
+        list[EntryItem],
+        Field(description=f"1-{ADD_ENTRIES_MAX_ITEMS} entries, appended in this order; each with add_entry's fields "
+                          "and rules"),
+    ],
+) -> str:
+    """Append several entries to a memory in one transaction: all are stored before this returns, or none is
+    (an invalid item or an idempotency conflict names the item, e.g. entries[3], and stores nothing). An item whose
+    idempotency_key and raw_entry match an earlier write answers that entry, so a retried call stores nothing twice.
+    Returns {"entries": [stored entry + "deduplicated"], "count", "stored", "deduplicated", "status": "stored"}."""
+    return _json(await _app(ctx).store.call(MemoryStore.add_entries, vault_id, memory_id, entries))
 
 
 async def list_entries(
@@ -356,6 +390,7 @@ _TOOLS: tuple[tuple[Callable[..., Any], bool, bool], ...] = (
     (list_memories, True, False),
     (get_memory, True, False),
     (add_entry, False, False),
+    (add_entries, False, False),  # ours: a batch of add_entry in one transaction
     (list_entries, True, False),
     (get_entry, True, False),
     (put_context, False, False),

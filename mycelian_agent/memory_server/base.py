@@ -15,8 +15,8 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any, NamedTuple, Protocol
 
 from ..errors import InputError, MemoryServerError
 from ..limits import SEARCH_DEPTH_MAX
@@ -35,12 +35,33 @@ from .validation import (
     parse_rfc3339,
 )
 
-__all__ = ["POSTGRES_SCHEMES", "DenseIndex", "MemoryStore", "Row", "is_postgres_url", "open_store"]
+__all__ = [
+    "ENTRY_FIELDS",
+    "POSTGRES_SCHEMES",
+    "DenseIndex",
+    "MemoryStore",
+    "NewEntry",
+    "Row",
+    "is_postgres_url",
+    "open_store",
+]
 
 #: Row objects of a backend: anything indexable by column name (``sqlite3.Row``, a dict).
 Row = Mapping[str, Any]
 #: URL prefixes that select the PostgreSQL backend.
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+#: The fields of one ``add_entries`` item (``raw_entry`` and ``summary`` required), as for ``add_entry``.
+ENTRY_FIELDS = ("raw_entry", "summary", "tags", "conversation_time", "idempotency_key")
+
+
+class NewEntry(NamedTuple):
+    """One entry to append, validated: the arguments of ``_append_entry`` after the ids."""
+
+    raw_entry: str
+    summary: str
+    tags: dict[str, str]
+    conversation_time: str | None
+    idempotency_key: str | None
 
 
 class DenseIndex(Protocol):
@@ -49,6 +70,9 @@ class DenseIndex(Protocol):
 
     def index_entry(self, conn: Any, seq: int, memory_id: str, text: str) -> None:
         """Store the vector of one new entry (inside the caller's transaction)."""
+
+    def batch(self) -> AbstractContextManager[None]:
+        """A block whose entries are embedded together at its end (inside the same transaction)."""
 
     def similarities(
         self,
@@ -123,11 +147,50 @@ def memory_not_found(memory_id: str, vault_id: str | None) -> MemoryServerError:
     return MemoryServerError(f"memory {memory_id} not found{where}")
 
 
+def _new_entry(
+    raw_entry: Any, summary: Any, tags: Any, conversation_time: Any, idempotency_key: Any
+) -> NewEntry:
+    """The checked arguments of one entry (``add_entry``'s rules)."""
+    return NewEntry(
+        check_text("raw_entry", raw_entry, LIMITS["raw_entry"]),
+        check_text("summary", summary, LIMITS["summary"]),
+        check_tags(tags),
+        parse_rfc3339("conversation_time", conversation_time),
+        check_idempotency_key(idempotency_key),
+    )
+
+
+def _new_item(index: int, item: Any) -> NewEntry:
+    """Item ``index`` of an ``add_entries`` call, checked; errors name the item."""
+    if not isinstance(item, Mapping):
+        raise InputError(f"entries[{index}] must be an object with raw_entry and summary (got {type(item).__name__})")
+    unknown = [key for key in item if key not in ENTRY_FIELDS]
+    missing = [key for key in ENTRY_FIELDS[:2] if key not in item]
+    if unknown or missing:
+        problems = [f"unknown field {k!r}" for k in unknown] + [f"missing required field {k!r}" for k in missing]
+        raise InputError(f"entries[{index}]: {'; '.join(problems)} (fields: {', '.join(ENTRY_FIELDS)})")
+    try:
+        return _new_entry(*(item.get(key) for key in ENTRY_FIELDS))
+    except InputError as exc:
+        raise InputError(f"entries[{index}]: {exc}") from None
+
+
+def _check_same_entry(row: Row, inserted: bool, entry: NewEntry, memory_id: str) -> None:
+    """An idempotency key already stored with another ``raw_entry`` is a conflict, not a retry."""
+    if not inserted and row["raw_entry"] != entry.raw_entry:
+        raise MemoryServerError(
+            f"idempotency_key {entry.idempotency_key!r} conflicts: memory {memory_id} already holds entry "
+            f"{row['entry_id']} under that key with a different raw_entry"
+        )
+
+
 class MemoryStore(ABC):
     """The memory database behind the tools. Public methods validate, then call one backend primitive."""
 
     #: How many calls the runtime may run at once on this store (1: one connection, one thread).
     concurrency: int = 1
+    #: The optional dense index that backends write each new entry's vector to.
+    _dense: DenseIndex | None = None
 
     # -- backend primitives (each one transaction; arguments already validated) ----------------------------
 
@@ -171,6 +234,11 @@ class MemoryStore(ABC):
         idempotency_key: str | None,
     ) -> tuple[Row, bool]:
         """Insert an entry, or find the one stored under ``idempotency_key``: ``(row, inserted)``."""
+
+    @abstractmethod
+    def _transaction(self) -> AbstractContextManager[Any]:
+        """One transaction that the primitives called inside it join (instead of each opening its own): all of
+        their writes commit together when the block ends, or none when it raises."""
 
     @abstractmethod
     def _entry_page(self, memory_id: str, limit: int, before: str | None, after: str | None) -> list[Row]:
@@ -307,20 +375,42 @@ class MemoryStore(ABC):
         """Append an entry; with ``idempotency_key``, a retry returns the stored entry (``deduplicated``)."""
         vault_id = check_uuid("vault_id", vault_id)
         memory_id = check_uuid("memory_id", memory_id)
-        raw_entry = check_text("raw_entry", raw_entry, LIMITS["raw_entry"])
-        summary = check_text("summary", summary, LIMITS["summary"])
-        tags = check_tags(tags)
-        conversation_time = parse_rfc3339("conversation_time", conversation_time)
-        idempotency_key = check_idempotency_key(idempotency_key)
-        row, inserted = self._append_entry(
-            vault_id, memory_id, raw_entry, summary, tags, conversation_time, idempotency_key
-        )
-        if not inserted and row["raw_entry"] != raw_entry:
-            raise MemoryServerError(
-                f"idempotency_key {idempotency_key!r} conflicts: memory {memory_id} already holds entry "
-                f"{row['entry_id']} under that key with a different raw_entry"
-            )
+        entry = _new_entry(raw_entry, summary, tags, conversation_time, idempotency_key)
+        row, inserted = self._append_entry(vault_id, memory_id, *entry)
+        _check_same_entry(row, inserted, entry, memory_id)
         return {**entry_json(row), "status": "stored", "deduplicated": not inserted}
+
+    def add_entries(self, vault_id: str, memory_id: str, entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """Append several entries in one transaction: all are stored, or none (any bad item, conflict or failure).
+
+        Each item has ``add_entry``'s fields and rules (``raw_entry``, ``summary``, optional ``tags``,
+        ``conversation_time``, ``idempotency_key``); errors name the item (``entries[3]: ...``). An item whose
+        idempotency key is already stored with the same ``raw_entry`` is answered with that entry
+        (``deduplicated``), so retrying a whole call stores nothing twice. Entries are appended in the given order.
+        Returns ``{"entries": [entry + "deduplicated"], "count", "stored", "deduplicated", "status": "stored"}``.
+        """
+        vault_id = check_uuid("vault_id", vault_id)
+        memory_id = check_uuid("memory_id", memory_id)
+        most = LIMITS["add_entries"]
+        if isinstance(entries, (str, bytes, Mapping)) or not isinstance(entries, Sequence):
+            raise InputError(f"entries must be a list of entry objects (got {type(entries).__name__})")
+        if not 1 <= len(entries) <= most:
+            raise InputError(f"entries must hold 1 to {most} entries (got {len(entries)})")
+        items = [_new_item(index, item) for index, item in enumerate(entries)]
+        self._memory_row(vault_id, memory_id)
+        answers = []
+        with self._transaction(), self._dense.batch() if self._dense is not None else nullcontext():
+            for index, entry in enumerate(items):
+                try:
+                    row, inserted = self._append_entry(vault_id, memory_id, *entry)
+                    _check_same_entry(row, inserted, entry, memory_id)
+                except (InputError, MemoryServerError) as exc:
+                    exc.args = (f"entries[{index}]: {exc}; nothing was stored",)
+                    raise
+                answers.append({**entry_json(row), "deduplicated": not inserted})
+        deduplicated = sum(a["deduplicated"] for a in answers)
+        return {"entries": answers, "count": len(answers), "stored": len(answers) - deduplicated,
+                "deduplicated": deduplicated, "status": "stored"}
 
     def list_entries(
         self, vault_id: str, memory_id: str, limit: int = 25, before: str | None = None, after: str | None = None

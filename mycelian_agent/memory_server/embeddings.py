@@ -118,6 +118,7 @@ class DenseVectors:
         self.model = model
         self._cache: dict[str, tuple[list[int], Any]] = {}
         self._cache_lock = threading.Lock()
+        self._deferred = threading.local()  # the entries of this thread's open batch()
         self._warned: set[str] = set()
         #: Entries embedded by searches (the small catch-up); tests check it stays 0 for embedded memories.
         self.embedded_at_search = 0
@@ -145,8 +146,29 @@ class DenseVectors:
         )
 
     def index_entry(self, conn: Connection, seq: int, memory_id: str, text: str) -> None:
-        """Embed one new entry and store its vector (inside the caller's transaction)."""
+        """Embed one new entry and store its vector (inside the caller's transaction); inside :meth:`batch`, at
+        the end of the batch."""
+        deferred = getattr(self._deferred, "items", None)
+        if deferred is not None:
+            deferred.append((conn, (seq, memory_id, text)))
+            return
         self.index_entries(conn, [(seq, memory_id, text)])
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        """Defer this thread's :meth:`index_entry` calls to the end of the block, then embed them in one encoder
+        call (one transaction's entries: ``add_entries``). Nothing is embedded if the block raises."""
+        if getattr(self._deferred, "items", None) is not None:  # nested: the outermost block embeds
+            yield
+            return
+        items: list[tuple[Connection, tuple[int, str, str]]] = []
+        self._deferred.items = items
+        try:
+            yield
+        finally:
+            self._deferred.items = None
+        if items:
+            self.index_entries(items[0][0], [item for _, item in items])
 
     def _missing(self, conn: Connection, memory_id: str | None, limit: int | None = None) -> list[Any]:
         where = "" if memory_id is None else "AND e.memory_id = ? "

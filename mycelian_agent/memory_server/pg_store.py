@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -99,6 +100,7 @@ class PostgresStore(MemoryStore):
         self.url = url
         self.concurrency = pool_size
         self._dense = dense
+        self._joined = threading.local()  # the connection of this thread's open _transaction, if any
 
     @classmethod
     def open(
@@ -143,8 +145,22 @@ class PostgresStore(MemoryStore):
 
     @contextmanager
     def _tx(self) -> Iterator[Any]:
+        joined = getattr(self._joined, "conn", None)
+        if joined is not None:  # inside _transaction on this thread (add_entries): join that transaction
+            yield joined
+            return
         with self._pool.connection() as conn, conn.transaction():
             yield conn
+
+    @contextmanager
+    def _transaction(self) -> Iterator[Any]:
+        """One transaction joined by the ``_tx`` primitives this thread calls inside it."""
+        with self._pool.connection() as conn, conn.transaction():
+            self._joined.conn = conn
+            try:
+                yield conn
+            finally:
+                self._joined.conn = None
 
     @contextmanager
     def _read(self) -> Iterator[Any]:

@@ -74,6 +74,9 @@ class Store(MemoryStore):
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
         conn = self._conn
+        if conn.in_transaction:  # inside _transaction (add_entries): join it; it commits or rolls back
+            yield conn
+            return
         conn.execute("BEGIN IMMEDIATE")
         try:
             yield conn
@@ -83,6 +86,10 @@ class Store(MemoryStore):
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction joined by the primitives called inside it (``_write`` nests)."""
+        return self._write()
 
     @staticmethod
     def _next_time(conn: sqlite3.Connection, table: str, memory_id: str) -> str:

@@ -40,6 +40,7 @@ LIMITS: dict[str, int] = {
     "tag_key": limits.TAG_KEY_MAX_CHARS,
     "tag_value": limits.TAG_VALUE_MAX_CHARS,
     "idempotency_key": limits.IDEMPOTENCY_KEY_MAX_CHARS,
+    "add_entries": limits.ADD_ENTRIES_MAX_ITEMS,
 }
 
 _UUID_RE = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
