@@ -224,3 +224,16 @@ def test_real_packaged_model_embeds_at_write_time() -> None:
         assert store.counts()["entry_vectors"] == 2
         assert store.search(m, "kitten adoption", top_ke=2)["entries"][0]["entryId"] == ids[0]
         assert index.embedded_at_search == 0
+
+
+def test_ingestion_benchmark_writes_every_message_with_its_vector(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mycelian_agent.benchmarks import bench_embeddings
+
+    encoder = CountingEncoder()
+    monkeypatch.setitem(embeddings._LOADERS, "fake", lambda: ("fake", encoder))
+    monkeypatch.setenv("MYCELIAN_EMBEDDINGS_MODEL", "fake")
+    rows = bench_embeddings.ingest_rate(20, server="in-process", work=tmp_path)
+    assert [(r["batch"], r["messages"]) for r in rows] == [(1, 20), (32, 20)]
+    assert all(r["messages_per_s"] > 0 for r in rows) and rows[1]["vs_batch_1"] > 0
+    # Batch 1: one encoder call per entry; bulk: the 20 entries of the one add_entries call in one encoder call.
+    assert encoder.texts == 40 and encoder.calls.count(1) == 20 and 20 in encoder.calls

@@ -1,0 +1,112 @@
+"""Dense vectors (the ``embeddings`` extra): ingestion rate, and LoCoMo hybrid recall on SQLite vs PostgreSQL.
+
+    python -m mycelian_agent.benchmarks.bench_embeddings ingest --messages 400
+    python -m mycelian_agent.benchmarks.bench_embeddings parity --locomo ../shared/data/locomo/locomo_dev3.json
+
+``ingest``: the extractive model writes ``--messages`` generated chat messages into a server started with
+``--embeddings`` (every entry embedded when written), one call per message (batch 1) and then in bulk at batch 32
+(``add_entries``: one encoder call per batch), in the same run; messages/s and the ratio.
+``parity``: the LoCoMo runner with vectors written at ingestion, on a SQLite file and on a fresh database of a
+throwaway PostgreSQL cluster (``--pg-url`` to use a server of yours); recall per backend and the differences.
+Both print JSON and need the embeddings extra (``make embeddings``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["ingest_rate", "locomo_parity", "main"]
+
+_METRICS = ("recall_any@1", "recall_any@5", "recall_any@10", "recall_all@10")
+
+
+async def _ingest(messages: list[dict[str, str]], batch: int, db: Path, server: str) -> dict[str, Any]:
+    from ..builder import build_agent
+
+    async with build_agent("extractive", server, db=str(db), memory=f"b{batch}", embeddings=True,
+                           batch_size=batch, flush_every=96) as invoker:
+        await invoker.astart_session("t", "2024-05-01T10:00:00Z")
+        started = time.perf_counter()
+        if batch == 1:
+            for message in messages:
+                await invoker.aprocess_conversation_message(message["role"], message["content"], "t")
+        else:
+            await invoker.aprocess_conversation_messages("t", messages)
+            await invoker.aflush("t")
+        elapsed = time.perf_counter() - started
+        await invoker.aend_session("t")
+    return {"batch": batch, "messages": len(messages), "seconds": round(elapsed, 2),
+            "messages_per_s": round(len(messages) / elapsed, 1)}
+
+
+def ingest_rate(count: int = 400, *, server: str = "embedded", work: Path | None = None) -> list[dict[str, Any]]:
+    """Messages/s with embeddings at batch 1 and at batch 32 in bulk (the second row carries the ratio)."""
+    from .bench_server import make_corpus
+
+    messages = [{"role": c["tags"]["role"], "content": c["raw_entry"]} for c in make_corpus(count, seed=11)]
+    with tempfile.TemporaryDirectory(dir=work) as directory:
+        rows = [asyncio.run(_ingest(messages, batch, Path(directory) / f"m{batch}.db", server)) for batch in (1, 32)]
+    rows[1]["vs_batch_1"] = round(rows[1]["messages_per_s"] / rows[0]["messages_per_s"], 2)
+    return rows
+
+
+def locomo_parity(locomo: Path, out: Path, *, pg_url: str | None = None, limit: int | None = None,
+                  workers: int = 3) -> dict[str, Any]:
+    """LoCoMo recall with vectors written at ingestion, SQLite vs PostgreSQL (``pg_url``: an empty database)."""
+    from ..memory_server.pg_cluster import TemporaryCluster
+    from .bench_recall import _with_embeddings
+    from .locomo import LoCoMoRunner
+
+    cluster = None if pg_url else TemporaryCluster.start()
+    results: dict[str, Any] = {}
+    try:
+        target = pg_url or cluster.create_database("embeddings_parity")  # type: ignore[union-attr]
+        for name, db in (("sqlite", None), ("postgres", target)):
+            started = time.perf_counter()
+            runner = _with_embeddings(LoCoMoRunner)(out=out / name, db=db, limit=limit, workers=workers,
+                                                    progress=False)
+            report = runner.run([locomo])
+            results[name] = {"seconds": round(time.perf_counter() - started, 1),
+                             **{key: table.overall.as_dict() for key, table in report.tables.items()}}
+    finally:
+        if cluster is not None:
+            cluster.stop()
+    for key, row in results["sqlite"].items():
+        if isinstance(row, dict):
+            results.setdefault("difference", {})[key] = {
+                m: round(results["postgres"][key][m] - row[m], 3) for m in _METRICS if m in row}
+    (out / "parity.json").write_text(json.dumps(results, indent=2))
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line: see the module docstring."""
+    parser = argparse.ArgumentParser(prog="python -m mycelian_agent.benchmarks.bench_embeddings",
+                                     description="Dense vectors: ingestion rate; LoCoMo hybrid recall per backend.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    ingest = commands.add_parser("ingest", help="messages/s with embeddings, batch 1 vs batch 32 bulk")
+    ingest.add_argument("--messages", type=int, default=400)
+    parity = commands.add_parser("parity", help="LoCoMo hybrid recall on SQLite vs PostgreSQL")
+    parity.add_argument("--locomo", type=Path, required=True, help="a LoCoMo file, e.g. locomo_dev3.json")
+    parity.add_argument("--out", type=Path, default=Path("bench-out/embeddings-parity"))
+    parity.add_argument("--pg-url", default=None, help="an empty PostgreSQL database (default: a throwaway cluster)")
+    parity.add_argument("--limit", type=int, default=None, help="only the first N samples")
+    args = parser.parse_args(argv)
+    if args.command == "ingest":
+        print(json.dumps(ingest_rate(args.messages), indent=2))
+    else:
+        if not args.locomo.is_file():
+            parser.error(f"--locomo: no file at {args.locomo}")
+        args.out.mkdir(parents=True, exist_ok=True)
+        print(json.dumps(locomo_parity(args.locomo, args.out, pg_url=args.pg_url, limit=args.limit), indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
