@@ -27,9 +27,9 @@ quickstart: install
 	$(BIN)/mycelian-agent show --db $(QUICKSTART_DB) --memory quickstart
 	$(BIN)/mycelian-agent search "When is the Lisbon trip?" --db $(QUICKSTART_DB) --memory quickstart
 
-## Install test dependencies and run the test suite.
+## Install test dependencies and run the test suite (the 15 slowest tests are listed at the end).
 test: install-test
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=15
 
 ## Optional dense embeddings (torch pinned first: an unpinned torch pulls several GB of CUDA wheels). Serve with
 ## --embeddings; embed an existing database once with: $(BIN)/python -m mycelian_agent.memory_server.embeddings --backfill DB

@@ -232,7 +232,8 @@ class BenchmarkRunner:
     ``db`` defaults to ``<out>/memory.db`` and ``state`` (the SQLite checkpoint file) to ``<out>/state.db``.
     ``model`` writes the entries (``"extractive"``, ``"openai:<model>"`` or a chat model); ``api_key`` and
     ``base_url`` are passed on to ``openai:`` models (the scripts read ``OPENAI_API_KEY`` / ``OPENAI_BASE_URL``),
-    as are ``tool_choice_mode`` and ``max_tokens`` (``build_agent``'s; ``"required"`` for llama.cpp's server).
+    as are ``tool_choice_mode``, ``max_tokens`` and ``model_timeout`` (``build_agent``'s; ``"required"`` and a
+    long timeout for llama.cpp's server on a CPU).
     ``batch_size`` > 1 ingests in batched mode (one model call per ``batch_size`` messages).
     """
 
@@ -246,6 +247,7 @@ class BenchmarkRunner:
     base_url: str | None = None
     tool_choice_mode: str | None = None
     max_tokens: int | None = None
+    model_timeout: float | None = 120.0
     flush_every: int = 6
     batch_size: int = 1  # > 1: batched mode (AgentSettings.batch_size)
     top_k: int = 10
@@ -311,7 +313,7 @@ class BenchmarkRunner:
                                memory=first_title, checkpointer=f"sqlite:{self.state_path}",
                                flush_every=self.flush_every, api_key=self.api_key, base_url=self.base_url,
                                tool_choice_mode=self.tool_choice_mode, max_tokens=self.max_tokens,
-                               batch_size=self.batch_size) as invoker:
+                               model_timeout=self.model_timeout, batch_size=self.batch_size) as invoker:
             yield MemoryHarness(invoker, self.flush_every)
 
 

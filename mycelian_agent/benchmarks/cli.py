@@ -225,6 +225,10 @@ def _runner_options(func: Callable[..., Any]) -> Callable[..., Any]:
                      help="How the ingestion model's tool is forced (required: llama.cpp's server)."),
         click.option("--max-tokens", envvar="MYCELIAN_MAX_TOKENS", show_envvar=True, type=_COUNT, default=None,
                      help="Completion token limit of openai: models."),
+        click.option("--model-timeout", envvar="MYCELIAN_MODEL_TIMEOUT", show_envvar=True, default=120.0,
+                     show_default=True, type=click.FloatRange(min=0.1),
+                     help="Seconds an openai: model call may take before it is retried (then the extractive model "
+                     "writes the step); a batch call to a 1.5B model on a CPU needs several minutes."),
         click.option("--vault", default=None, help="Vault title (default: the benchmark's name)."),
         click.option("--flush-every", type=_COUNT, default=6, show_default=True,
                      help="Write the context document every N messages."),
@@ -249,7 +253,7 @@ def _runner_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 def _runner_kwargs(options: dict[str, Any]) -> dict[str, Any]:
     keys = ("out", "db", "state", "server", "token", "model", "api_key", "base_url", "tool_choice_mode",
-            "max_tokens", "flush_every", "batch_size", "top_k", "workers", "shard", "limit")
+            "max_tokens", "model_timeout", "flush_every", "batch_size", "top_k", "workers", "shard", "limit")
     kwargs = {key: options[key] for key in keys}
     kwargs["progress"] = not options["no_progress"]
     if options["vault"]:
