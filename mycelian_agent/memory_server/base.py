@@ -55,7 +55,7 @@ ENTRY_FIELDS = ("raw_entry", "summary", "tags", "conversation_time", "idempotenc
 
 
 class NewEntry(NamedTuple):
-    """One entry to append, validated: the arguments of ``_append_entry`` after the ids."""
+    """One entry to append, validated (``add_entry``'s arguments after the ids)."""
 
     raw_entry: str
     summary: str
@@ -223,16 +223,7 @@ class MemoryStore(ABC):
         """Delete a memory with everything it holds; return its entry count."""
 
     @abstractmethod
-    def _append_entry(
-        self,
-        vault_id: str,
-        memory_id: str,
-        raw_entry: str,
-        summary: str,
-        tags: dict[str, str],
-        conversation_time: str | None,
-        idempotency_key: str | None,
-    ) -> tuple[Row, bool]:
+    def _append_entry(self, vault_id: str, memory_id: str, entry: NewEntry) -> tuple[Row, bool]:
         """Insert an entry, or find the one stored under ``idempotency_key``: ``(row, inserted)``."""
 
     @abstractmethod
@@ -376,7 +367,7 @@ class MemoryStore(ABC):
         vault_id = check_uuid("vault_id", vault_id)
         memory_id = check_uuid("memory_id", memory_id)
         entry = _new_entry(raw_entry, summary, tags, conversation_time, idempotency_key)
-        row, inserted = self._append_entry(vault_id, memory_id, *entry)
+        row, inserted = self._append_entry(vault_id, memory_id, entry)
         _check_same_entry(row, inserted, entry, memory_id)
         return {**entry_json(row), "status": "stored", "deduplicated": not inserted}
 
@@ -402,7 +393,7 @@ class MemoryStore(ABC):
         with self._transaction(), self._dense.batch() if self._dense is not None else nullcontext():
             for index, entry in enumerate(items):
                 try:
-                    row, inserted = self._append_entry(vault_id, memory_id, *entry)
+                    row, inserted = self._append_entry(vault_id, memory_id, entry)
                     _check_same_entry(row, inserted, entry, memory_id)
                 except (InputError, MemoryServerError) as exc:
                     exc.args = (f"entries[{index}]: {exc}; nothing was stored",)

@@ -37,7 +37,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import ConfigError, MemoryServerError
-from .base import DenseIndex, MemoryStore, Row, memory_not_found
+from .base import DenseIndex, MemoryStore, NewEntry, Row, memory_not_found
 from .pg_migrations import migrate
 from .ranking import CONTEXT_GAP_DAYS, ENTRY_WEIGHTS, entry_dated, entry_labels
 from .validation import format_timestamp
@@ -255,16 +255,8 @@ class PostgresStore(MemoryStore):
 
     # -- entries -------------------------------------------------------------------------------------------
 
-    def _append_entry(
-        self,
-        vault_id: str,
-        memory_id: str,
-        raw_entry: str,
-        summary: str,
-        tags: dict[str, str],
-        conversation_time: str | None,
-        idempotency_key: str | None,
-    ) -> tuple[Row, bool]:
+    def _append_entry(self, vault_id: str, memory_id: str, entry: NewEntry) -> tuple[Row, bool]:
+        raw_entry, summary, tags, conversation_time, idempotency_key = entry
         by_key = f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE memory_id = %s AND idempotency_key = %s"
         with self._tx() as conn:
             self._require_memory(conn, vault_id, memory_id, lock=True)

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..errors import ConfigError, MemoryServerError
 from . import search as lexical
-from .base import DenseIndex, MemoryStore, Row
+from .base import DenseIndex, MemoryStore, NewEntry, Row
 from .migrations import migrate
 from .validation import format_timestamp
 
@@ -169,16 +169,8 @@ class Store(MemoryStore):
 
     # -- entries -------------------------------------------------------------------------------------------
 
-    def _append_entry(
-        self,
-        vault_id: str,
-        memory_id: str,
-        raw_entry: str,
-        summary: str,
-        tags: dict[str, str],
-        conversation_time: str | None,
-        idempotency_key: str | None,
-    ) -> tuple[Row, bool]:
+    def _append_entry(self, vault_id: str, memory_id: str, entry: NewEntry) -> tuple[Row, bool]:
+        raw_entry, summary, tags, conversation_time, idempotency_key = entry
         with self._write() as conn:
             self._require_memory(conn, vault_id, memory_id)
             if idempotency_key is not None:
