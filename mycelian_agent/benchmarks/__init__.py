@@ -16,6 +16,7 @@ import importlib
 import json
 import os
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -226,7 +227,7 @@ class MemoryHarness:
 
 
 @dataclass
-class BenchmarkRunner:
+class BenchmarkRunner(ABC):
     """Options shared by the benchmark runners (see each runner for what it adds).
 
     ``db`` defaults to ``<out>/memory.db`` and ``state`` (the SQLite checkpoint file) to ``<out>/state.db``.
@@ -292,9 +293,9 @@ class BenchmarkRunner:
         """Synchronous :meth:`arun`."""
         return asyncio.run(self.arun(paths))
 
+    @abstractmethod
     async def arun(self, paths: Sequence[str | os.PathLike[str]]) -> "BenchmarkReport":
         """Run the items of ``paths`` not yet recorded; write and return the report (each runner defines it)."""
-        raise NotImplementedError
 
     def _select(self, conversations: Sequence["Conversation"]) -> list["Conversation"]:
         """Start a run: no failures yet, and this run's conversations (``limit`` then ``shard``, by id)."""
