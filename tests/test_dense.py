@@ -55,6 +55,16 @@ def db_target(request: pytest.FixtureRequest, tmp_path) -> str:
     return request.getfixturevalue("pg_url")
 
 
+def test_an_entry_is_embedded_by_its_summary() -> None:
+    seen: list[str] = []
+    index = DenseVectors(lambda texts: seen.extend(texts) or CountingEncoder()(texts), model="fake")
+    with contextlib.closing(Store.open(":memory:", dense=index)) as store:
+        v, m = _memory(store)
+        store.add_entry(v, m, "I bought a new car last week", "Caroline bought a car (2023-05-01)")
+        store.add_entries(v, m, [{"raw_entry": "My puppy chewed the sofa", "summary": "Caroline's puppy chewed"}])
+    assert seen == ["Caroline bought a car (2023-05-01)", "Caroline's puppy chewed"]
+
+
 def test_vectors_are_written_by_add_entry_and_none_at_search(db_target: str) -> None:
     encoder = CountingEncoder()
     index = DenseVectors(encoder, model="fake")
@@ -145,10 +155,13 @@ def test_backfill_database_entry_point(db_target: str, monkeypatch: pytest.Monke
     with contextlib.closing(open_store(db_target)) as plain:
         v, m = _memory(plain)
         plain.add_entry(v, m, "The dog barked", "dog")
-    monkeypatch.setitem(embeddings._LOADERS, "fake", lambda: ("fake", CountingEncoder()))
-    monkeypatch.setenv("MYCELIAN_EMBEDDINGS_MODEL", "fake")
+    threads: list[int] = []
+    monkeypatch.setitem(embeddings._LOADERS, "fake", lambda n: threads.append(n) or ("fake", CountingEncoder()))
+    monkeypatch.setenv("MYCELIAN_EMBEDDINGS_MODEL", "fake")  # the command line's fallbacks
+    monkeypatch.setenv("MYCELIAN_EMBEDDINGS_THREADS", "3")
     assert embeddings.main(["--backfill", db_target]) == 0
-    assert embeddings.backfill_database(db_target) == 0  # nothing left
+    assert embeddings.backfill_database(db_target, "fake", batch_threads=1) == 0  # nothing left
+    assert threads == [3, 1]
     with contextlib.closing(open_store(db_target)) as store:
         assert store.counts()["entry_vectors"] == 1
 
@@ -211,6 +224,16 @@ def test_missing_extra_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None
     assert embeddings.main(["--backfill", ":memory:"]) == 2
     with pytest.raises(ConfigError, match="unknown embeddings model"):
         embeddings.load_encoder("no-such-model")
+    with pytest.raises(ConfigError, match="threads must be 0"):
+        embeddings.load_encoder(batch_threads=-1)
+
+
+def test_a_bad_thread_count_from_the_environment_is_a_usage_error(monkeypatch, capsys) -> None:
+    monkeypatch.setenv("MYCELIAN_EMBEDDINGS_THREADS", "lots")
+    with pytest.raises(SystemExit) as exit_info:
+        embeddings.main(["--backfill", ":memory:"])
+    assert exit_info.value.code == 2
+    assert "--embeddings-threads" in capsys.readouterr().err
 
 
 def test_real_packaged_model_embeds_at_write_time() -> None:
@@ -230,10 +253,22 @@ def test_ingestion_benchmark_writes_every_message_with_its_vector(tmp_path, monk
     from mycelian_agent.benchmarks import bench_embeddings
 
     encoder = CountingEncoder()
-    monkeypatch.setitem(embeddings._LOADERS, "fake", lambda: ("fake", encoder))
-    monkeypatch.setenv("MYCELIAN_EMBEDDINGS_MODEL", "fake")
+    monkeypatch.setitem(embeddings._LOADERS, "minilm", lambda _threads: ("fake", encoder))
     rows = bench_embeddings.ingest_rate(20, server="in-process", work=tmp_path)
     assert [(r["batch"], r["messages"]) for r in rows] == [(1, 20), (32, 20)]
     assert all(r["messages_per_s"] > 0 for r in rows) and rows[1]["vs_batch_1"] > 0
     # Batch 1: one encoder call per entry; bulk: the 20 entries of the one add_entries call in one encoder call.
     assert encoder.texts == 40 and encoder.calls.count(1) == 20 and 20 in encoder.calls
+
+
+@pytest.mark.parametrize("order", ["ascending", "shuffled"])
+def test_fusion_finds_each_candidates_cosine_in_any_order_of_seqs(order: str) -> None:
+    seqs = [3, 8, 20, 21, 40]
+    cosines = np.array([0.1, 0.9, 0.2, 0.3, 0.5])
+    if order == "shuffled":
+        seqs, cosines = [21, 3, 40, 8, 20], np.array([0.3, 0.1, 0.5, 0.9, 0.2])
+    fused = dict(fusion.fuse([(20, 1.0), (99, 1.0)], seqs, cosines, 5, dense_candidates=1))
+    # 99 has no vector: lexical share only; 8 is the dense side's nearest; 20 gets both shares.
+    assert fused[99] == pytest.approx(fusion.LEXICAL_SHARE)
+    assert fused[8] == pytest.approx(1 - fusion.LEXICAL_SHARE)
+    assert fused[20] == pytest.approx(fusion.LEXICAL_SHARE)  # its cosine is below the median: no dense share

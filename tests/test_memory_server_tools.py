@@ -616,7 +616,7 @@ async def test_await_consistency_is_a_barrier_for_concurrent_writes(world: World
 
 async def test_failure_inside_a_write_rolls_back() -> None:
     class Exploding:
-        def index_entry(self, conn, seq, memory_id, text):
+        def index_entry(self, conn, seq, memory_id, summary, raw_entry):
             raise RuntimeError("index offline")
 
         def rank(self, conn, memory_id, query, limit, after=None, before=None):

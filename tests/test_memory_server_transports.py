@@ -203,6 +203,25 @@ def test_cli_defaults_and_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert all(flag in out for flag in ("--transport", "--host", "--port", "--db", "--token", "--sync"))
 
 
+def test_cli_passes_the_embeddings_options_to_the_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from mycelian_agent.errors import ConfigError
+    from mycelian_agent.memory_server import app
+
+    seen: dict[str, object] = {}
+
+    def refuse(db: str, **options: object) -> None:
+        seen.update(options)
+        raise ConfigError("stop here")
+
+    monkeypatch.setattr(app, "create_server", refuse)
+    monkeypatch.setenv("MYCELIAN_EMBEDDINGS_THREADS", "2")
+    assert main(["--db", str(tmp_path / "m.db"), "--embeddings", "--embeddings-model", "MiniLM"]) == 2
+    assert "stop here" in capsys.readouterr().err
+    assert (seen["embeddings"], seen["embeddings_model"], seen["embeddings_threads"]) == (True, "minilm", 2)
+
+
 def test_cli_reports_an_unusable_database(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")

@@ -22,10 +22,14 @@ from typing import Any
 from ..errors import ConfigError
 from .bench_common import _CITIES, _NAMES, BenchResult, Target, md_table, save_plot, summarize
 
-__all__ = ["TARGETS_MS", "make_corpus", "make_queries", "run_server"]
+__all__ = ["HYBRID_TARGETS_MS", "TARGETS_MS", "make_corpus", "make_queries", "run_server"]
 
 #: p50 targets in ms per tool.
 TARGETS_MS = {"add_entry": 5, "search_memories": 20}
+#: With --embeddings (issue 10): a search encodes the query and scans every vector of the memory. An add_entry
+#: encodes its entry; its rate target is set on ingestion (bench_embeddings), so here it is only measured.
+HYBRID_TARGETS_MS = {"search_memories": 40}
+_TOOLS = ("add_entry", "search_memories")
 TOP_KE, TOP_KC = 5, 2
 
 RELATIONS = ["sister", "brother", "mother", "father", "friend", "colleague", "neighbor", "cousin", "partner", "boss"]
@@ -175,7 +179,8 @@ def run_server(out: Path, *, entries: int = 10_000, adds: int = 1000, searches: 
     vault, big, fill_s = _prefill(db, corpus, embeddings)
     add_samples, search_samples, hits = asyncio.run(_measure(db, vault, big, corpus, adds=adds, searches=searches,
                                                              warmup=warmup, embeddings=embeddings))
-    search = "bm25 + dense (rrf)" if embeddings else "bm25"
+    search = "bm25 + dense (convex fusion)" if embeddings else "bm25"
+    targets = HYBRID_TARGETS_MS if embeddings else TARGETS_MS
     result = BenchResult("server", {
         "params": {"entries": entries, "adds": adds, "searches": searches, "warmup": warmup,
                    "embeddings": embeddings},
@@ -185,13 +190,15 @@ def run_server(out: Path, *, entries: int = 10_000, adds: int = 1000, searches: 
         "corpus": {"entries": entries, "prefill_seconds": round(fill_s, 2), "db_bytes": db.stat().st_size},
         "add_entry": _ms(add_samples),
         "search_memories": {**_ms(search_samples), "queries_with_hits": hits, "top_ke": TOP_KE, "top_kc": TOP_KC},
-        "targets_ms": {f"{tool}_p50": target for tool, target in TARGETS_MS.items()},
+        "targets_ms": {f"{tool}_p50": target for tool, target in targets.items()},
     })
     rows = []
-    for tool, target in TARGETS_MS.items():
-        row = result.data[tool]
+    for tool in _TOOLS:
+        row, target = result.data[tool], targets.get(tool)
         rows.append([tool, row["n"], f"{row['p50_ms']:.2f}", f"{row['p95_ms']:.2f}", f"{row['mean_ms']:.2f}",
-                     f"{row['max_ms']:.2f}", f"<= {target}"])
+                     f"{row['max_ms']:.2f}", "-" if target is None else f"<= {target}"])
+        if target is None:
+            continue
         result.targets.append(Target(
             f"{tool} p50", f"<= {target} ms" + (" at 10,000 entries" if tool == "search_memories" else ""),
             f"{row['p50_ms']:.2f} ms" + (f" at {entries:,} entries" if tool == "search_memories" else ""),
@@ -208,7 +215,8 @@ def run_server(out: Path, *, entries: int = 10_000, adds: int = 1000, searches: 
         for ax, (tool, samples) in zip(axes, (("add_entry", add_samples), ("search_memories", search_samples))):
             ms = sorted(s * 1000 for s in samples)
             ax.plot(ms, [(i + 1) / len(ms) for i in range(len(ms))], label=f"{tool} ({len(ms)} calls)")
-            ax.axvline(TARGETS_MS[tool], color="red", linestyle=":", label=f"target p50 {TARGETS_MS[tool]} ms")
+            if tool in targets:
+                ax.axvline(targets[tool], color="red", linestyle=":", label=f"target p50 {targets[tool]} ms")
             ax.set(title=f"{tool} latency (CDF)", xlabel="ms (log)", ylabel="fraction of calls", xscale="log")
             ax.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
             ax.xaxis.set_major_formatter(StrMethodFormatter("{x:g}"))

@@ -14,7 +14,7 @@ import socket
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -463,6 +463,8 @@ def create_server(
     prompts_dir: str | Path | None = None,
     synchronous: str = "NORMAL",
     embeddings: bool = False,
+    embeddings_model: str | None = None,
+    embeddings_threads: int = 0,
     host: str = "127.0.0.1",
     port: int = DEFAULT_PORT,
     log_level: str = "WARNING",
@@ -474,16 +476,18 @@ def create_server(
     Nothing is opened here: each MCP session (stdio, in-memory, HTTP) opens the shared database in the server's
     lifespan, and the last one closes it. ``token`` is used by :func:`create_http_app` (HTTP only).
     ``synchronous`` is ``"NORMAL"`` (survives a process kill) or ``"FULL"`` (also survives power loss).
-    ``embeddings=True`` fuses dense vectors with BM25 when the ``embeddings`` extra is installed.
+    ``embeddings=True`` fuses dense vectors with BM25 when the ``embeddings`` extra is installed, on
+    ``embeddings_model`` (default: the first of ``embeddings.MODELS``), batches encoded on ``embeddings_threads``
+    (0: one per core).
     ``host`` and ``allowed_hosts`` set the HTTP Host/Origin checks (see :func:`transport_security`).
     """
     if synchronous.upper() not in SYNC_MODES:
         raise ConfigError(f"synchronous must be one of {', '.join(SYNC_MODES)} (got {synchronous!r})")
     dense_factory: Callable[[], DenseIndex | None] | None = None
     if embeddings:
-        from .embeddings import load_dense_index
+        from .embeddings import MODELS, load_dense_index
 
-        dense_factory = load_dense_index
+        dense_factory = partial(load_dense_index, embeddings_model or MODELS[0], batch_threads=embeddings_threads)
     if is_postgres_url(db_path):
         from .pg_store import require_psycopg
 

@@ -68,8 +68,9 @@ class DenseIndex(Protocol):
     """What a store needs from an optional dense (embedding) index; see ``embeddings.py``. ``conn`` is the
     backend's connection (sqlite3 or psycopg), inside the caller's transaction for writes."""
 
-    def index_entry(self, conn: Any, seq: int, memory_id: str, text: str) -> None:
-        """Store the vector of one new entry (inside the caller's transaction)."""
+    def index_entry(self, conn: Any, seq: int, memory_id: str, summary: str, raw_entry: str) -> None:
+        """Store the vector of one new entry (inside the caller's transaction); the index decides what text of
+        the entry it embeds."""
 
     def batch(self) -> AbstractContextManager[None]:
         """A block whose entries are embedded together at its end (inside the same transaction)."""

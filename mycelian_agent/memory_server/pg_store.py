@@ -289,7 +289,7 @@ class PostgresStore(MemoryStore):
             if row is None:  # only without the row lock's protection (kept as a second line of defence)
                 return conn.execute(by_key, (memory_id, idempotency_key)).fetchone(), False
             if self._dense is not None:
-                self._dense.index_entry(conn, int(row["seq"]), memory_id, f"{summary}\n{raw_entry}")
+                self._dense.index_entry(conn, int(row["seq"]), memory_id, summary, raw_entry)
         return row, True
 
     def _entry_page(self, memory_id: str, limit: int, before: str | None, after: str | None) -> list[Row]:

@@ -196,7 +196,7 @@ class Store(MemoryStore):
             )
             seq = cursor.lastrowid
             if self._dense is not None:
-                self._dense.index_entry(conn, seq, memory_id, f"{summary}\n{raw_entry}")
+                self._dense.index_entry(conn, seq, memory_id, summary, raw_entry)
             return conn.execute("SELECT * FROM entries WHERE seq = ?", (seq,)).fetchone(), True
 
     def _entry_page(self, memory_id: str, limit: int, before: str | None, after: str | None) -> list[Row]:
