@@ -268,7 +268,7 @@ def test_fusion_finds_each_candidates_cosine_in_any_order_of_seqs(order: str) ->
     if order == "shuffled":
         seqs, cosines = [21, 3, 40, 8, 20], np.array([0.3, 0.1, 0.5, 0.9, 0.2])
     fused = dict(fusion.fuse([(20, 1.0), (99, 1.0)], seqs, cosines, 5, dense_candidates=1))
-    # 99 has no vector: lexical share only; 8 is the dense side's nearest; 20 gets both shares.
+    # 99 has no vector: the lexical share only; 8, the dense side's nearest, comes in with the dense share only.
     assert fused[99] == pytest.approx(fusion.LEXICAL_SHARE)
     assert fused[8] == pytest.approx(1 - fusion.LEXICAL_SHARE)
-    assert fused[20] == pytest.approx(fusion.LEXICAL_SHARE)  # its cosine is below the median: no dense share
+    assert fused[20] == pytest.approx(fusion.LEXICAL_SHARE)  # its cosine is below the median: no dense share either

@@ -220,6 +220,9 @@ def test_cli_passes_the_embeddings_options_to_the_server(
     assert main(["--db", str(tmp_path / "m.db"), "--embeddings", "--embeddings-model", "MiniLM"]) == 2
     assert "stop here" in capsys.readouterr().err
     assert (seen["embeddings"], seen["embeddings_model"], seen["embeddings_threads"]) == (True, "minilm", 2)
+    monkeypatch.undo()
+    assert main(["--db", str(tmp_path / "m.db"), "--embeddings", "--embeddings-model", "bogus"]) == 2
+    assert "unknown embeddings model 'bogus': use one of minilm" in capsys.readouterr().err
 
 
 def test_cli_reports_an_unusable_database(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -485,9 +485,10 @@ def create_server(
         raise ConfigError(f"synchronous must be one of {', '.join(SYNC_MODES)} (got {synchronous!r})")
     dense_factory: Callable[[], DenseIndex | None] | None = None
     if embeddings:
-        from .embeddings import MODELS, load_dense_index
+        from .embeddings import MODELS, check_encoder_options, load_dense_index
 
-        dense_factory = partial(load_dense_index, embeddings_model or MODELS[0], batch_threads=embeddings_threads)
+        model = check_encoder_options(embeddings_model or MODELS[0], embeddings_threads)
+        dense_factory = partial(load_dense_index, model, batch_threads=embeddings_threads)
     if is_postgres_url(db_path):
         from .pg_store import require_psycopg
 

@@ -41,6 +41,7 @@ __all__ = [
     "MODELS",
     "DenseVectors",
     "add_encoder_options",
+    "check_encoder_options",
     "backfill_database",
     "load_dense_index",
     "load_encoder",
@@ -95,12 +96,18 @@ def load_encoder(name: str = MODELS[0], *, batch_threads: int = 0) -> tuple[str,
     Raises :class:`ImportError` if the model's package is not installed, :class:`ConfigError` for an unknown name
     or a negative thread count.
     """
+    return _LOADERS[check_encoder_options(name, batch_threads)](batch_threads)
+
+
+def check_encoder_options(name: str, batch_threads: int) -> str:
+    """The model key for ``name`` if it and ``batch_threads`` are valid (nothing is loaded), else
+    :class:`ConfigError`: a server checks them when it is created, not when its first session opens."""
     key = (name or MODELS[0]).strip().lower()
     if key not in _LOADERS:
         raise ConfigError(f"unknown embeddings model {key!r}: use one of {', '.join(MODELS)}")
     if isinstance(batch_threads, bool) or not isinstance(batch_threads, int) or batch_threads < 0:
         raise ConfigError(f"embeddings threads must be 0 (one per core) or more (got {batch_threads!r})")
-    return _LOADERS[key](batch_threads)
+    return key
 
 
 # ------------------------------------------------------------------------------------------------ the index
