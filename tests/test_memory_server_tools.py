@@ -592,6 +592,35 @@ async def test_search_ranking_contexts_and_options(world: World) -> None:
     assert [c["context"] for c in only_contexts["contexts"]] == ["## Facts\n- has a cat"]
 
 
+async def test_search_feedback_finds_what_the_best_hits_talk_about(world: World) -> None:
+    """An entry sharing no word with the query is found through the words of the query's best hit (feedback.py),
+    once the memory is large enough for feedback."""
+    s, V, M = world.session, world.V, world.M
+
+    async def add(text: str, day: int) -> str:
+        entry = await call_json(s, "add_entry", vault_id=V, memory_id=M, raw_entry=text, summary=text,
+                                conversation_time=f"2024-{1 + day // 28:02d}-{1 + day % 28:02d}T12:00:00Z")
+        return entry["entryId"]
+
+    async def search() -> list[str]:
+        found = await call_json(s, "search_memories", memory_id=M, query="Tell me about the puppy.", top_ke=5)
+        return [e["entryId"] for e in found["entries"]]
+
+    puppy = await add("We adopted a puppy last week: Biscuit, a golden retriever.", 0)
+    shoes = await add("Biscuit the golden retriever chewed my shoes again.", 40)
+    assert await search() == [puppy]  # a small memory: no feedback
+    topics = [f"We talked about {a} and {b}." for a in ("work", "travel", "music", "cooking", "rain", "books")
+              for b in ("plans", "friends", "money", "news", "sleep", "sport", "art", "school", "food", "games")]
+    fillers = [{"raw_entry": t, "summary": t, "conversation_time": f"2024-06-{1 + i % 28:02d}T{i % 24:02d}:00:00Z"}
+               for i, t in enumerate(topics)]
+    await call_json(s, "add_entries", vault_id=V, memory_id=M, entries=fillers)
+    # The cat adopted at the start (world's entry) shares "adopted" with the best hit: a weaker match, last.
+    assert await search() == [puppy, shoes, world.E]
+    # Still the query's own words first: the entry that has them keeps its place.
+    found = await call_json(s, "search_memories", memory_id=M, query="golden retriever shoes", top_ke=2)
+    assert [e["entryId"] for e in found["entries"]] == [shoes, puppy]
+
+
 async def test_isolation_between_vaults(world: World) -> None:
     s = world.session
     found = await call_json(s, "search_memories", memory_id=world.M, query="secret other", top_ke=25)

@@ -9,17 +9,18 @@ Each row adds one part to the row above it (categories 1-4 of the LoCoMo file(s)
    put absolute dates beside relative ones; same search;
 3. **+ names and dates indexed** — the ``labels`` (speaker and other tag words) and ``dated`` (the entry's date
    in words) columns of the index weigh in (:data:`~mycelian_agent.memory_server.search.ENTRY_WEIGHTS`);
-4. **+ neighbour context** — each entry takes shares of its neighbouring turns' scores: the lexical search the
-   server runs by default;
-5. **+ dense fusion** — MiniLM vectors fused with row 4's scores (``--embeddings``; needs the ``embeddings``
+4. **+ neighbour context** — each entry takes shares of its neighbouring turns' scores;
+5. **+ query feedback** — a second search with words of the best hits (``memory_server/feedback.py``): the
+   lexical search the server runs by default;
+6. **+ dense fusion** — MiniLM vectors fused with row 5's scores (``--embeddings``; needs the ``embeddings``
    extra, else the row is skipped with a note).
 
 Re-ranking with a cross-encoder is not a row: no cross-encoder installs offline from the package registries
 (BENCHMARKS.md lists what was tried). A plain ``rank_bm25`` over the raw turns is shown for reference.
 
-The conversations are ingested twice (rows 1 and 2-5) through the normal LoCoMo runner; the rows are then searched
+The conversations are ingested twice (rows 1 and 2-6) through the normal LoCoMo runner; the rows are then searched
 in-process on the stored memories (the same Store code the server runs, without the MCP round trip), so the
-latency column is the store's search time per question (p50).
+latency column is the store's entry-ranking time per question (p50).
 """
 
 from __future__ import annotations
@@ -51,8 +52,9 @@ ABLATION_ROWS = (
     "1. plain entries, plain BM25",
     "2. + who and when (names, resolved dates)",
     "3. + names and dates indexed",
-    "4. + neighbour context (server default)",
-    "5. + dense fusion (--embeddings)",
+    "4. + neighbour context",
+    "5. + query feedback (server default)",
+    "6. + dense fusion (--embeddings)",
 )
 _MAIN = "evidence recall, categories 1-4"
 
@@ -86,8 +88,13 @@ def _lexical(weights: Sequence[float] | None, context: bool) -> Search:
     return search
 
 
-def _server_search(store: Store, memory_id: str, question: str) -> list[dict[str, Any]]:
-    return store.search(memory_id, question, top_ke=25)["entries"]
+def _ranked(feedback: bool) -> Search:
+    """The server's entry ranking (``MemoryStore.rank_entries``, what ``search_memories`` returns), with or without
+    query feedback."""
+    def search(store: Store, memory_id: str, question: str) -> list[dict[str, Any]]:
+        rows = store.rank_entries(memory_id, question, lexical.query_terms(question), 25, feedback=feedback)
+        return [{"tags": row["tags"]} for row, _ in rows]
+    return search
 
 
 def _evaluate(db: Path, samples: list[dict[str, Any]], conversations: list[Conversation],
@@ -162,7 +169,8 @@ def run_ablation(out: Path, *, locomo: Sequence[str | Path], limit: int | None =
         (ABLATION_ROWS[0], *evaluate("plain", _lexical(_TEXT_ONLY_WEIGHTS, context=False))),
         (ABLATION_ROWS[1], *evaluate("agent", _lexical(_TEXT_ONLY_WEIGHTS, context=False))),
         (ABLATION_ROWS[2], *evaluate("agent", _lexical(None, context=False))),
-        (ABLATION_ROWS[3], *evaluate("agent", _server_search)),
+        (ABLATION_ROWS[3], *evaluate("agent", _ranked(feedback=False))),
+        (ABLATION_ROWS[4], *evaluate("agent", _ranked(feedback=True))),
     ]
     notes = []
     use_hybrid = hybrid == "on" or (hybrid == "auto" and embeddings_available())
@@ -173,11 +181,11 @@ def run_ablation(out: Path, *, locomo: Sequence[str | Path], limit: int | None =
         store = Store.open(dirs["agent"] / "memory.db", dense=dense)
         try:
             dense.backfill(store.connection)  # embedded up front, as written with --embeddings
-            rows.append((ABLATION_ROWS[4], *evaluate("agent", _server_search, store)))
+            rows.append((ABLATION_ROWS[5], *evaluate("agent", _ranked(feedback=True), store)))
         finally:
             store.close()
     else:
-        notes.append(f"row 5 not run: {'--hybrid off' if hybrid == 'off' else 'the embeddings extra is missing'}")
+        notes.append(f"row 6 not run: {'--hybrid off' if hybrid == 'off' else 'the embeddings extra is missing'}")
     bm25 = _bm25_reference(conversations, limit_questions)
     categories = ["overall", *sorted(rows[0][1].categories)]
     headers = ["retrieval", *(f"{c} any/all@10" for c in categories), "search p50"]
@@ -191,8 +199,8 @@ def run_ablation(out: Path, *, locomo: Sequence[str | Path], limit: int | None =
         "bm25": bm25.as_dict()})
     result.tables.append((f"LoCoMo {_MAIN}: recall any / all @10 as each part is added", md_table(headers, table_rows)))
     result.notes += notes
-    result.notes.append(f"questions per category: {counts}; search p50 = the store's in-process search time per "
-                        "question (no MCP round trip)")
+    result.notes.append(f"questions per category: {counts}; search p50 = the store's in-process ranking time per "
+                        "question (entries only: no MCP round trip, no context snapshots)")
     result.notes.append("re-ranking (a cross-encoder over the top candidates) is not a row: none installs offline")
 
     def draw(axes: list[Any]) -> None:

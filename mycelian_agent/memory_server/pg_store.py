@@ -458,6 +458,22 @@ class PostgresStore(MemoryStore):
             ).fetchall()
         return {int(row["seq"]): row for row in rows}
 
+    def _last_entry_seq(self, memory_id: str) -> int:
+        with self._read() as conn:
+            row = conn.execute(
+                "SELECT coalesce(max(seq), 0) AS last FROM entries WHERE memory_id = %s", (memory_id,)
+            ).fetchone()
+        return int(row["last"])
+
+    def _entry_texts(self, memory_id: str, after_seq: int) -> list[tuple[int, str]]:
+        with self._read() as conn:
+            rows = conn.execute(
+                "SELECT seq, summary || ' ' || raw_entry AS text FROM entries WHERE memory_id = %s AND seq > %s "
+                "ORDER BY seq",
+                (memory_id, after_seq),
+            ).fetchall()
+        return [(int(row["seq"]), row["text"]) for row in rows]
+
     def _lexical_contexts(self, memory_id: str, terms: list[str], limit: int) -> list[tuple[Row, float]]:
         with self._read() as conn:
             ranked = self._rank(conn, "contexts", memory_id, terms, limit)

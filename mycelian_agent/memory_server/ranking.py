@@ -18,6 +18,8 @@ __all__ = [
     "CONTEXT_WEIGHT",
     "ENTRY_WEIGHTS",
     "MAX_QUERY_TERMS",
+    "STOPWORDS",
+    "WORD_RE",
     "entry_dated",
     "entry_labels",
     "query_terms",
@@ -43,11 +45,11 @@ CONTEXT_GAP_DAYS = 1 / 24
 CONTEXT_DEPTH = 50
 
 # Letters and digits only: operators, quotes and punctuation can never reach an index's query language.
-_WORD_RE = re.compile(r"[^\W_]+")
+WORD_RE = re.compile(r"[^\W_]+")
 
-# Dropped only when the query has other terms: OR-ing them matches nearly every entry, which costs time and
-# adds almost nothing to BM25 (their IDF is tiny).
-_STOPWORDS = frozenset(
+#: Dropped from a query only when it has other terms: OR-ing them matches nearly every entry, which costs time and
+#: adds almost nothing to BM25 (their IDF is tiny). Never feedback words either (``feedback.py``).
+STOPWORDS = frozenset(
     """a about above after again against all am an and any are as at be because been before being below between
     both but by can could did do does doing down during each few for from further had has have having he her
     here hers herself him himself his how i if in into is it its itself just me more most my myself no nor not
@@ -62,9 +64,9 @@ _DIGIT = re.compile(r"\d")
 
 def query_terms(query: str) -> list[str]:
     """The distinct word tokens of ``query`` (case-folded, stop words dropped when others remain), in order."""
-    words = _WORD_RE.findall(unicodedata.normalize("NFKC", query).casefold())
+    words = WORD_RE.findall(unicodedata.normalize("NFKC", query).casefold())
     seen: dict[str, None] = dict.fromkeys(words)
-    content = [w for w in seen if w not in _STOPWORDS]
+    content = [w for w in seen if w not in STOPWORDS]
     return (content or list(seen))[:MAX_QUERY_TERMS]
 
 

@@ -259,6 +259,14 @@ class Store(MemoryStore):
         sql = f"SELECT * FROM entries WHERE memory_id = ? AND seq IN ({marks})"
         return {row["seq"]: row for row in self._conn.execute(sql, [memory_id, *seqs])}
 
+    def _last_entry_seq(self, memory_id: str) -> int:
+        sql = "SELECT coalesce(max(seq), 0) FROM entries WHERE memory_id = ?"
+        return int(self._conn.execute(sql, (memory_id,)).fetchone()[0])
+
+    def _entry_texts(self, memory_id: str, after_seq: int) -> list[tuple[int, str]]:
+        sql = "SELECT seq, summary || ' ' || raw_entry FROM entries WHERE memory_id = ? AND seq > ? ORDER BY seq"
+        return [(int(seq), text) for seq, text in self._conn.execute(sql, (memory_id, after_seq))]
+
     def _lexical_contexts(self, memory_id: str, terms: list[str], limit: int) -> list[tuple[Row, float]]:
         return lexical.search_contexts(self._conn, memory_id, terms, limit)
 
