@@ -172,16 +172,18 @@ def test_a_schema_2_database_upgrades_in_place(tmp_path: Path) -> None:
         assert store.connection.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
 
 
-async def test_offset_pages_through_one_ranking(chat) -> None:
+@pytest.mark.parametrize("count", [30, 60])  # 60: enough entries for query feedback (feedback.py)
+async def test_offset_pages_through_one_ranking(chat, count: int) -> None:
     bg, v, m = chat
-    for i in range(30):
-        await _add(bg, v, m, f"Garden note {i}: the tomatoes need water" + " again" * (i % 5),
-                   conversation_time=f"2024-01-{1 + i % 28:02d}T10:00:00Z")
+    topics = ("basil", "slugs", "compost", "sunlight", "seedlings", "frost", "mulch")
+    for i in range(count):
+        await _add(bg, v, m, f"Garden note {i}: the tomatoes need water, {topics[i % 7]}" + " again" * (i % 5),
+                   conversation_time=f"2024-{1 + i // 28:02d}-{1 + i % 28:02d}T10:00:00Z")
     deep = await _search(bg, m, "tomatoes water", top_ke=25)
-    pages = (await _search(bg, m, "tomatoes water", top_ke=10)
-             + await _search(bg, m, "tomatoes water", top_ke=10, offset=10)
-             + await _search(bg, m, "tomatoes water", top_ke=10, offset=20))
-    assert pages[:25] == deep and len(pages) == 30 == len(set(pages))
-    assert await _search(bg, m, "tomatoes water", top_ke=10, offset=30) == []
+    pages = []
+    for offset in range(0, count + 10, 10):
+        pages += await _search(bg, m, "tomatoes water", top_ke=10, offset=offset)
+    assert pages[:25] == deep and len(pages) == count == len(set(pages))
+    assert await _search(bg, m, "tomatoes water", top_ke=10, offset=count) == []
     with pytest.raises(Exception, match="offset"):
         await _search(bg, m, "tomatoes water", top_ke=10, offset=-1)

@@ -342,7 +342,8 @@ async def search_memories(
 ) -> str:
     """Search a memory's entries and context snapshots. Returns {"entries": [{entryId, summary, rawEntry?, score,
     creationTime, conversationTime?, tags}], "count", "latestContext", "latestContextTimestamp", "contexts":
-    [{context, timestamp, score}]}, sorted by score (higher is better)."""
+    [{context, timestamp, score}]}, sorted by score (higher is better); with offset, the places past the 50th
+    continue one deeper ranking, each entry once."""
     result = await _app(ctx).store.call(
         MemoryStore.search,
         memory_id,

@@ -500,8 +500,10 @@ class MemoryStore(ABC):
 
         ``offset`` skips the first entries of the ranking (paging: ``offset + top_ke`` at most
         :data:`~mycelian_agent.limits.SEARCH_DEPTH_MAX`); the context snapshots are the same on every page.
-        Pages within the first ``ranking.CONTEXT_DEPTH`` (50) entries join into exactly one ranking; deeper ones
-        are cut from a deeper re-ranked pool, where neighbour scores can move an entry by a few places.
+        All pages join into one ranking, each entry once: the first ``ranking.CONTEXT_DEPTH`` (50) places are the
+        ranking of a 50-deep pool (what every ordinary search returns a prefix of), and deeper places continue with
+        the rest of a ``SEARCH_DEPTH_MAX``-deep ranking (scores there may exceed the 50th's: neighbour shares and
+        query feedback see more candidates).
         """
         memory_id = check_uuid("memory_id", memory_id)
         if vault_id is not None:
@@ -519,7 +521,14 @@ class MemoryStore(ABC):
         terms = query_terms(query)
         entries = []
         depth = offset + top_ke if top_ke else 0
-        for row, score in self.rank_entries(memory_id, query, terms, depth, after=after, before=before)[offset:]:
+        ranked = self.rank_entries(memory_id, query, terms, min(depth, CONTEXT_DEPTH), after=after, before=before)
+        if depth > CONTEXT_DEPTH:
+            # A pool as deep as this page would reorder the first places (and one as deep as the next page would
+            # reorder this one), so deep pages continue the 50-deep ranking from one fixed, deepest pool.
+            shown = {row["seq"] for row, _ in ranked}
+            deeper = self.rank_entries(memory_id, query, terms, SEARCH_DEPTH_MAX, after=after, before=before)
+            ranked += [(row, score) for row, score in deeper if row["seq"] not in shown]
+        for row, score in ranked[offset:depth]:
             item: dict[str, Any] = {"entryId": row["entry_id"], "summary": row["summary"]}
             if include_raw_entries:
                 item["rawEntry"] = row["raw_entry"]
