@@ -173,7 +173,8 @@ def test_quick_suite_runs_every_benchmark_and_writes_sane_json(data, tmp_path: P
     assert [t["name"] for t in server["targets"]] == ["add_entry p50", "search_memories p50"]
 
     ablation = json.loads((out / "ablation.json").read_text())
-    assert [row["row"].split(".")[0] for row in ablation["rows"]] == ["1", "2", "3", "4", "5"]  # no dense row: hybrid off
+    # No dense row: hybrid off.
+    assert [row["row"].split(".")[0] for row in ablation["rows"]] == ["1", "2", "3", "4", "5"]
     for row in ablation["rows"]:
         overall = row["table"]["overall"]
         assert overall["count"] == 3 and _fraction(overall["recall_any@10"]) and row["search_p50_s"] > 0

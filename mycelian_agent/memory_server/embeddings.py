@@ -8,8 +8,8 @@ the ``embeddings`` extra is installed (``pip install torch==2.13.0`` first, then
 report): the static WordLlama vectors made recall slightly worse, and the int8 ONNX MiniLM runs ~45 texts/s here.
 
 Vectors (of each entry's summary) are computed when an entry is written (``Store.add_entry``) and stored in
-``entry_vectors`` next to it, never in bulk at search time. Entries written without embeddings (an older database, another process) are
-embedded by an explicit backfill::
+``entry_vectors`` next to it, never in bulk at search time. Entries written without embeddings (an older database,
+another process) are embedded by an explicit backfill::
 
     python -m mycelian_agent.memory_server.embeddings --backfill path/to/memory.db
 
