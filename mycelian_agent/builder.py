@@ -100,16 +100,21 @@ async def ensure_memory(memory: MemoryConnection, vault_id: str, title: str, mem
 
 
 def connect(server: str = "embedded", *, db: str | Path | None = None, token: str | None = None,
-            embeddings: bool = False, timeout: float | None = 60.0, reconnect_wait: float = 30.0) -> MemoryConnection:
+            embeddings: bool | str = False, timeout: float | None = 60.0, reconnect_wait: float = 30.0
+            ) -> MemoryConnection:
     """A (not yet opened) connection to a memory server.
 
     ``"embedded"`` spawns our server over stdio; ``"in-process"`` runs it inside this process (no
     subprocess); an ``http(s)://`` URL reaches a remote server. ``db`` is the database of the first two: a SQLite
     file (default ``$XDG_DATA_HOME/mycelian/memory.db``) or a ``postgresql://`` URL (the ``postgres`` extra), which
-    many processes and hosts may share. ``timeout``: seconds each tool call may take (None: no limit);
-    ``reconnect_wait``: how long an HTTP connection waits for a server that went away to come back.
+    many processes and hosts may share. ``embeddings`` (those two servers): True or ``"behind"`` starts the server
+    with ``--embeddings`` (vectors written behind each entry), ``"inline"`` with vectors written inside each entry's
+    write. ``timeout``: seconds each tool call may take (None: no limit); ``reconnect_wait``: how long an HTTP
+    connection waits for a server that went away to come back.
     """
     from .memory_server.base import is_postgres_url
+
+    writes = _embeddings_writes(embeddings)
 
     limits = {"call_timeout": timeout, "reconnect_wait": reconnect_wait}
     if db is None:
@@ -126,9 +131,9 @@ def connect(server: str = "embedded", *, db: str | Path | None = None, token: st
         if target and target != ":memory:" and not is_postgres_url(target):
             Path(target).parent.mkdir(parents=True, exist_ok=True)
         if server == "in-process":
-            return MemoryConnection(in_process_connection(target, embeddings=embeddings),  # type: ignore[arg-type]
+            return MemoryConnection(in_process_connection(target, embeddings=writes),  # type: ignore[arg-type]
                                     **limits)
-        extra = ["--embeddings"] if embeddings else []
+        extra = ["--embeddings", "--embeddings-writes", writes] if writes else []
         if target is not None and is_postgres_url(target):
             # Through the environment, not argv: a password in the URL stays out of the process list.
             return MemoryConnection(embedded_connection(None, extra_args=extra, env={"MYCELIAN_DB": target}),
@@ -137,6 +142,17 @@ def connect(server: str = "embedded", *, db: str | Path | None = None, token: st
     if server.startswith(("http://", "https://")):
         return MemoryConnection(http_connection(server, token=token), **limits)
     raise ConfigError(f"unknown server {server!r}: use 'embedded', 'in-process' or an http(s)://host:port/mcp URL")
+
+
+def _embeddings_writes(embeddings: bool | str) -> str | None:
+    """The server's ``--embeddings-writes`` mode for ``embeddings`` (None: no embeddings)."""
+    if embeddings is True:
+        return "behind"
+    if embeddings is False or embeddings is None:
+        return None
+    if embeddings in ("behind", "inline"):
+        return embeddings
+    raise ConfigError(f"embeddings must be True, False, 'behind' or 'inline' (got {embeddings!r})")
 
 
 @dataclass
@@ -156,7 +172,7 @@ class AgentContext:
     prompts: PromptSet | Literal["package", "server"] | str | Path = "package"
     api_key: str | None = None
     base_url: str | None = None
-    embeddings: bool = False
+    embeddings: bool | str = False
     tool_choice_mode: Literal["named", "required", "auto"] | None = None
     max_tokens: int | None = None
     batch_size: int | None = None
@@ -270,7 +286,7 @@ def build_agent(
     api_key: str | None = None,
     base_url: str | None = None,
     memory_type: str = "NOTES",
-    embeddings: bool = False,
+    embeddings: bool | str = False,
     tool_choice_mode: Literal["named", "required", "auto"] | None = None,
     max_tokens: int | None = None,
     batch_size: int | None = None,
@@ -288,6 +304,9 @@ def build_agent(
       ``http://127.0.0.1:11546/mcp`` (``token`` for its bearer token).
     - ``vault`` / ``memory``: titles (created when missing) or ids.
     - ``checkpointer``: ``"memory"``, ``"sqlite:PATH"`` (resumable), a ``postgresql://`` URL, or a saver.
+    - ``embeddings``: our server (embedded or in-process) fuses dense vectors with BM25 (the ``embeddings``
+      extra): True or ``"behind"`` (vectors written by a background thread; searches wait for them) or
+      ``"inline"`` (inside each entry's write).
     - ``prompts``: ``"package"``, ``"server"`` (the server's ``get_default_prompts`` rules), or a directory.
     - ``tool_choice_mode``: how the tool is forced (``AgentSettings.tool_choice_mode``; overrides ``settings``):
       ``"named"`` (default), ``"required"`` for llama.cpp's server and similar endpoints, or ``"auto"``.

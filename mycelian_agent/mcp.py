@@ -53,16 +53,19 @@ def http_connection(url: str, *, token: str | None = None, timeout: float = 30.0
     return connection  # type: ignore[return-value]
 
 
-def in_process_connection(db: str, *, embeddings: bool = False) -> SessionFactory:
+def in_process_connection(db: str, *, embeddings: bool | str = False) -> SessionFactory:
     """Our memory server inside this process on SQLite file ``db``, over in-memory streams: the same tools and
-    checks as the embedded stdio server, without a subprocess (notebooks, tests, single-process apps)."""
+    checks as the embedded stdio server, without a subprocess (notebooks, tests, single-process apps).
+    ``embeddings``: False, or how vectors are written (True or ``"behind"``, ``"inline"``)."""
 
     def open_session() -> AbstractAsyncContextManager[ClientSession]:
         from mcp.shared.memory import create_connected_server_and_client_session
 
         from .memory_server import create_server
 
-        return create_connected_server_and_client_session(create_server(db, embeddings=embeddings))
+        writes = "behind" if embeddings is True else embeddings or "behind"
+        return create_connected_server_and_client_session(
+            create_server(db, embeddings=bool(embeddings), embeddings_writes=writes))
 
     return open_session
 

@@ -1,6 +1,7 @@
-"""Dense vectors written at add_entry time, explicit backfill, lexical-dominant fusion, and the missing-extra error.
+"""Dense vectors written with every entry (behind it, by a background thread, or inline), recovery and explicit
+backfill, lexical-dominant fusion, and the missing-extra error.
 
-A tiny deterministic stand-in encoder is used throughout; only the last test needs the real packaged model (the
+A tiny deterministic stand-in encoder is used throughout; only the real-model test needs the packaged model (the
 ``embeddings`` extra) and is skipped without it.
 """
 
@@ -16,35 +17,10 @@ np = pytest.importorskip("numpy")
 from mycelian_agent.errors import ConfigError, InputError, MemoryServerError  # noqa: E402
 from mycelian_agent.memory_server import embeddings, fusion  # noqa: E402
 from mycelian_agent.memory_server.embeddings import DenseVectors, require_dense_index  # noqa: E402
-from mycelian_agent.memory_server.base import MemoryStore, open_store  # noqa: E402
+from mycelian_agent.memory_server.base import open_store  # noqa: E402
 from mycelian_agent.memory_server.store import Store  # noqa: E402
-
-_GROUPS = [{"car", "automobile", "vehicle"}, {"dog", "puppy", "hound"}, {"paris", "france"}, {"bread", "bakery"}]
-
-
-class CountingEncoder:
-    """Words of one group share a dimension (synonyms the encoder "knows" and BM25 does not); counts texts."""
-
-    def __init__(self) -> None:
-        self.texts = 0
-        self.calls: list[int] = []
-
-    def __call__(self, texts):
-        self.texts += len(texts)
-        self.calls.append(len(texts))
-        rows = []
-        for text in texts:
-            vec = np.full(len(_GROUPS) + 1, 1e-3, dtype=np.float32)
-            for word in text.lower().split():
-                for i, group in enumerate(_GROUPS):
-                    vec[i] += word.strip(".,?!") in group
-            rows.append(vec / np.linalg.norm(vec))
-        return np.stack(rows)
-
-
-def _memory(store: MemoryStore) -> tuple[str, str]:
-    v = store.create_vault("v")["vaultId"]
-    return v, store.create_memory(v, "m", "NOTES")["memoryId"]
+from dense_stub import CountingEncoder  # noqa: E402
+from dense_stub import memory_of as _memory  # noqa: E402
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -53,6 +29,12 @@ def db_target(request: pytest.FixtureRequest, tmp_path) -> str:
     if request.param == "sqlite":
         return str(tmp_path / "m.db")
     return request.getfixturevalue("pg_url")
+
+
+@pytest.fixture(params=["behind", "inline"])
+def writes(request: pytest.FixtureRequest) -> str:
+    """How vectors are written: by the background writer after the entry commits, or in its transaction."""
+    return request.param
 
 
 def test_an_entry_is_embedded_by_its_summary() -> None:
@@ -65,13 +47,15 @@ def test_an_entry_is_embedded_by_its_summary() -> None:
     assert seen == ["Caroline bought a car (2023-05-01)", "Caroline's puppy chewed"]
 
 
-def test_vectors_are_written_by_add_entry_and_none_at_search(db_target: str) -> None:
+def test_vectors_are_written_by_add_entry_and_none_at_search(db_target: str, writes: str) -> None:
     encoder = CountingEncoder()
-    index = DenseVectors(encoder, model="fake")
+    index = DenseVectors(encoder, model="fake", write_behind=writes == "behind")
     with contextlib.closing(open_store(db_target, dense_factory=lambda: index)) as store:
+        assert (index.writer is not None) == (writes == "behind")
         v, m = _memory(store)
         car = store.add_entry(v, m, "I bought a new car last week", "bought car")["entryId"]
         store.add_entry(v, m, "My puppy chewed the sofa", "puppy")
+        store.await_consistency(m)
         assert store.counts()["entry_vectors"] == 2
         assert encoder.texts == 2
         found = store.search(m, "automobile purchase", top_ke=2)
@@ -81,6 +65,7 @@ def test_vectors_are_written_by_add_entry_and_none_at_search(db_target: str) -> 
         # A retry with the same idempotency key stores (and embeds) nothing new.
         store.add_entry(v, m, "The hound barked", "hound", idempotency_key="k1")
         store.add_entry(v, m, "The hound barked", "hound", idempotency_key="k1")
+        store.await_consistency(m)
         assert store.counts()["entry_vectors"] == 3 and encoder.texts == 4
         # Deleting an entry deletes its vector; the next search reloads the memory's vectors.
         store.delete_entry(v, m, car)
@@ -90,14 +75,15 @@ def test_vectors_are_written_by_add_entry_and_none_at_search(db_target: str) -> 
         assert car not in [e["entryId"] for e in store.search(m, "automobile purchase", top_ke=3)["entries"]]
 
 
-def test_add_entries_embeds_its_batch_in_one_encoder_call_all_or_none(db_target: str) -> None:
+def test_add_entries_embeds_its_batch_in_one_encoder_call_all_or_none(db_target: str, writes: str) -> None:
     encoder = CountingEncoder()
-    index = DenseVectors(encoder, model="fake")
+    index = DenseVectors(encoder, model="fake", write_behind=writes == "behind")
     with contextlib.closing(open_store(db_target, dense_factory=lambda: index)) as store:
         v, m = _memory(store)
         items = [{"raw_entry": f"note {i} about the {w}", "summary": w, "idempotency_key": f"k{i}"}
                  for i, w in enumerate(["car", "puppy", "bakery", "paris"])]
         assert store.add_entries(v, m, items)["stored"] == 4
+        store.await_consistency(m)
         assert encoder.calls == [4] and store.counts()["entry_vectors"] == 4
         bad = [{"raw_entry": "the hound", "summary": "hound"}, {"raw_entry": "x", "summary": "x",
                                                                 "conversation_time": "yesterday"}]
@@ -106,6 +92,7 @@ def test_add_entries_embeds_its_batch_in_one_encoder_call_all_or_none(db_target:
         conflict = [{"raw_entry": "the hound", "summary": "hound"}, {**items[0], "raw_entry": "changed"}]
         with pytest.raises(MemoryServerError, match="conflicts"):
             store.add_entries(v, m, conflict)  # the first item was inserted, then rolled back, never embedded
+        store.await_consistency(m)
         assert store.counts()["entry_vectors"] == 4 and store.counts()["entries"] == 4
         assert store.add_entries(v, m, items)["deduplicated"] == 4  # a retry: nothing new to embed
         assert encoder.calls == [4]
@@ -119,6 +106,7 @@ def test_dense_side_respects_the_time_bounds(db_target: str) -> None:
         v, m = _memory(store)
         store.add_entry(v, m, "We adopted a puppy", "puppy", conversation_time="2023-05-01T10:00:00Z")
         late = store.add_entry(v, m, "The hound is sick", "hound", conversation_time="2023-07-01T10:00:00Z")
+        store.await_consistency(m)  # vectors are written behind; a search settles by itself
         seqs, cosines = store._dense_similarities(m, "dog", "2023-06-01T00:00:00Z", None)
         assert len(seqs) == 2 and sorted(np.isfinite(cosines)) == [False, True]
         found = store.search(m, "dog", top_ke=2, after="2023-06-01T00:00:00Z")["entries"]
@@ -131,7 +119,7 @@ def test_explicit_backfill_embeds_an_older_database_in_batches(db_target: str) -
         for i in range(embeddings.CATCHUP_LIMIT + 5):
             plain.add_entry(v, m, f"note number {i} about the dog", f"note {i}")
     encoder = CountingEncoder()
-    index = DenseVectors(encoder, model="fake")
+    index = DenseVectors(encoder, model="fake", write_behind=False)  # behind, the writer would embed them at once
     with contextlib.closing(open_store(db_target, dense_factory=lambda: index)) as store:
         # The gap is larger than the catch-up limit: the search does not embed the memory, it warns.
         store.search(m, "puppy", top_ke=3)
@@ -166,12 +154,12 @@ def test_backfill_database_entry_point(db_target: str, monkeypatch: pytest.Monke
         assert store.counts()["entry_vectors"] == 1
 
 
-def test_concurrent_searches_share_one_index_on_postgres(request: pytest.FixtureRequest) -> None:
+def test_concurrent_searches_share_one_index_on_postgres(request: pytest.FixtureRequest, writes: str) -> None:
     # PostgreSQL runs several calls at once (a connection pool), all through one index and its matrix cache.
     from concurrent.futures import ThreadPoolExecutor
 
     url = request.getfixturevalue("pg_url")
-    index = DenseVectors(CountingEncoder(), model="fake")
+    index = DenseVectors(CountingEncoder(), model="fake", write_behind=writes == "behind")
     with contextlib.closing(open_store(url, dense_factory=lambda: index, pool_size=4)) as store:
         v, m = _memory(store)
         words = ["car", "dog", "paris", "bread"]
@@ -186,7 +174,11 @@ def test_concurrent_searches_share_one_index_on_postgres(request: pytest.Fixture
         with ThreadPoolExecutor(4) as pool:
             tops = list(pool.map(search, range(20)))
         assert all("dog" in top or "hound" in top for top in tops)
-        assert store.counts()["entry_vectors"] == 44 and index.embedded_at_search == 0
+        store.await_consistency(m)
+        assert store.counts()["entry_vectors"] == 44
+        # Written behind, an entry is handed to the writer just after its commit: a search on another thread
+        # between the two may embed it itself (its catch-up), harmlessly. Nothing else is embedded at search time.
+        assert index.embedded_at_search <= (4 if writes == "behind" else 0)
 
 
 def test_fusion_keeps_a_clear_lexical_winner_above_dense_noise() -> None:
@@ -254,11 +246,12 @@ def test_ingestion_benchmark_writes_every_message_with_its_vector(tmp_path, monk
 
     encoder = CountingEncoder()
     monkeypatch.setitem(embeddings._LOADERS, "minilm", lambda _threads: ("fake", encoder))
-    rows = bench_embeddings.ingest_rate(20, server="in-process", work=tmp_path)
-    assert [(r["batch"], r["messages"]) for r in rows] == [(1, 20), (32, 20)]
-    assert all(r["messages_per_s"] > 0 for r in rows) and rows[1]["vs_batch_1"] > 0
-    # Batch 1: one encoder call per entry; bulk: the 20 entries of the one add_entries call in one encoder call.
-    assert encoder.texts == 40 and encoder.calls.count(1) == 20 and 20 in encoder.calls
+    rows = bench_embeddings.ingest_rate(20, server="in-process", work=tmp_path)  # raises if a vector is missing
+    assert [(r["writes"], r["batch"], r["messages"]) for r in rows] == [("inline", 1, 20), ("behind", 1, 20),
+                                                                         ("behind", 32, 20)]
+    assert all(r["messages_per_s"] > 0 for r in rows) and all(r["vs_baseline"] > 0 for r in rows[1:])
+    # Inline: one encoder call per entry; each entry encoded once in all.
+    assert encoder.texts == 60 and encoder.calls[:20] == [1] * 20
 
 
 @pytest.mark.parametrize("order", ["ascending", "shuffled"])

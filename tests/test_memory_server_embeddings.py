@@ -13,25 +13,11 @@ np = pytest.importorskip("numpy")
 
 from mycelian_agent.memory_server.embeddings import DenseVectors, load_dense_index  # noqa: E402
 from mycelian_agent.memory_server.store import Store  # noqa: E402
-
-# Words in one group share a dimension: the fake encoder "knows" these synonyms, BM25 does not.
-_GROUPS = [{"car", "automobile", "vehicle"}, {"dog", "puppy", "hound"}, {"paris", "france"}, {"bread", "bakery"}]
-
-
-def fake_encode(texts):
-    rows = []
-    for text in texts:
-        vec = np.full(len(_GROUPS) + 1, 1e-3, dtype=np.float32)
-        for word in text.lower().split():
-            for i, group in enumerate(_GROUPS):
-                vec[i] += word.strip(".,?!") in group
-        rows.append(vec / np.linalg.norm(vec))
-    return np.stack(rows)
-
+from dense_stub import CountingEncoder  # noqa: E402
 
 @contextlib.contextmanager
 def dense_store(path=":memory:"):
-    store = Store.open(path, dense=DenseVectors(fake_encode))
+    store = Store.open(path, dense=DenseVectors(CountingEncoder()))
     try:
         yield store
     finally:

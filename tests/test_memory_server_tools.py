@@ -644,12 +644,18 @@ async def test_await_consistency_is_a_barrier_for_concurrent_writes(world: World
 
 
 async def test_failure_inside_a_write_rolls_back() -> None:
-    class Exploding:
+    class Exploding:  # a DenseIndex whose inline write fails inside the entry's transaction
+        def attach(self, connect):
+            pass
+
         def index_entry(self, conn, seq, memory_id, summary, raw_entry):
             raise RuntimeError("index offline")
 
-        def rank(self, conn, memory_id, query, limit, after=None, before=None):
-            return []
+        def entries_written(self, memory_id, seqs):
+            raise AssertionError("a failed write must not be reported as committed")
+
+        def close(self):
+            pass
 
     store = Store.open(":memory:", dense=Exploding())
     v = store.create_vault("v")["vaultId"]

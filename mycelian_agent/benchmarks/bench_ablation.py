@@ -177,7 +177,7 @@ def run_ablation(out: Path, *, locomo: Sequence[str | Path], limit: int | None =
     if use_hybrid:
         from ..memory_server.embeddings import require_dense_index
 
-        dense = require_dense_index()
+        dense = require_dense_index(writes="inline")  # the backfill below embeds everything first
         store = Store.open(dirs["agent"] / "memory.db", dense=dense)
         try:
             dense.backfill(store.connection)  # embedded up front, as written with --embeddings

@@ -4,8 +4,11 @@
     python -m mycelian_agent.benchmarks.bench_embeddings parity --locomo ../shared/data/locomo/locomo_dev3.json
 
 ``ingest``: the extractive model writes ``--messages`` generated chat messages into a server started with
-``--embeddings`` (every entry embedded when written), one call per message (batch 1) and then in bulk at batch 32
-(``add_entries``: one encoder call per batch), in the same run; messages/s and the ratio.
+``--embeddings``, in the same run: one call per message (batch 1) with vectors written inline (inside each entry's
+write: the baseline), the same with vectors written behind (a background thread, batches), and in bulk at batch 32
+(``add_entries``) written behind. Each row is timed from the first message until the session has ended, which
+waits for every vector (``await_consistency``), and checks that every entry has its vector; messages/s and the
+ratio to the baseline.
 ``parity``: the LoCoMo runner with vectors written at ingestion, on a SQLite file and on a fresh database of a
 throwaway PostgreSQL cluster (``--pg-url`` to use a server of yours); recall per backend and the differences.
 Both print JSON and need the embeddings extra (``make embeddings``).
@@ -26,10 +29,14 @@ __all__ = ["ingest_rate", "locomo_parity", "main"]
 _METRICS = ("recall_any@1", "recall_any@5", "recall_any@10", "recall_all@10")
 
 
-async def _ingest(messages: list[dict[str, str]], batch: int, db: Path, server: str) -> dict[str, Any]:
+#: ``(vector writes, batch size)`` of each row; the first is the baseline.
+INGEST_ROWS = (("inline", 1), ("behind", 1), ("behind", 32))
+
+
+async def _ingest(messages: list[dict[str, str]], writes: str, batch: int, db: Path, server: str) -> dict[str, Any]:
     from ..builder import build_agent
 
-    async with build_agent("extractive", server, db=str(db), memory=f"b{batch}", embeddings=True,
+    async with build_agent("extractive", server, db=str(db), memory=f"{writes}{batch}", embeddings=writes,
                            batch_size=batch, flush_every=96) as invoker:
         await invoker.astart_session("t", "2024-05-01T10:00:00Z")
         started = time.perf_counter()
@@ -38,21 +45,41 @@ async def _ingest(messages: list[dict[str, str]], batch: int, db: Path, server: 
                 await invoker.aprocess_conversation_message(message["role"], message["content"], "t")
         else:
             await invoker.aprocess_conversation_messages("t", messages)
-            await invoker.aflush("t")
+        await invoker.aend_session("t")  # writes what is pending and waits for every vector
         elapsed = time.perf_counter() - started
-        await invoker.aend_session("t")
-    return {"batch": batch, "messages": len(messages), "seconds": round(elapsed, 2),
+    return {"writes": writes, "batch": batch, "messages": len(messages), "seconds": round(elapsed, 2),
             "messages_per_s": round(len(messages) / elapsed, 1)}
 
 
+def _entries_and_vectors(db: Path) -> tuple[int, int]:
+    from ..memory_server.store import Store
+
+    store = Store.open(db)
+    try:
+        counts = store.counts()
+    finally:
+        store.close()
+    return counts["entries"], counts["entry_vectors"]
+
+
 def ingest_rate(count: int = 400, *, server: str = "embedded", work: Path | None = None) -> list[dict[str, Any]]:
-    """Messages/s with embeddings at batch 1 and at batch 32 in bulk (the second row carries the ratio)."""
+    """Messages/s with embeddings for each of :data:`INGEST_ROWS`; every row but the first carries its ratio to
+    the first. Raises ``RuntimeError`` if an entry was left without its vector."""
     from .bench_server import make_corpus
 
     messages = [{"role": c["tags"]["role"], "content": c["raw_entry"]} for c in make_corpus(count, seed=11)]
+    rows = []
     with tempfile.TemporaryDirectory(dir=work) as directory:
-        rows = [asyncio.run(_ingest(messages, batch, Path(directory) / f"m{batch}.db", server)) for batch in (1, 32)]
-    rows[1]["vs_batch_1"] = round(rows[1]["messages_per_s"] / rows[0]["messages_per_s"], 2)
+        for writes, batch in INGEST_ROWS:
+            db = Path(directory) / f"{writes}{batch}.db"
+            row = asyncio.run(_ingest(messages, writes, batch, db, server))
+            entries, vectors = _entries_and_vectors(db)
+            if entries != count or vectors != count:
+                raise RuntimeError(f"{writes} batch {batch}: {entries} entries and {vectors} vectors for {count} "
+                                   "messages")
+            rows.append(row)
+    for row in rows[1:]:
+        row["vs_baseline"] = round(row["messages_per_s"] / rows[0]["messages_per_s"], 2)
     return rows
 
 
@@ -90,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m mycelian_agent.benchmarks.bench_embeddings",
                                      description="Dense vectors: ingestion rate; LoCoMo hybrid recall per backend.")
     commands = parser.add_subparsers(dest="command", required=True)
-    ingest = commands.add_parser("ingest", help="messages/s with embeddings, batch 1 vs batch 32 bulk")
+    ingest = commands.add_parser("ingest", help="messages/s with embeddings: inline vs written behind, batch 1 "
+                                 "and batch 32 bulk")
     ingest.add_argument("--messages", type=int, default=400)
     parity = commands.add_parser("parity", help="LoCoMo hybrid recall on SQLite vs PostgreSQL")
     parity.add_argument("--locomo", type=Path, required=True, help="a LoCoMo file, e.g. locomo_dev3.json")

@@ -323,7 +323,7 @@ async def get_context(ctx: Context, vault_id: VaultId, memory_id: MemoryId) -> s
 
 async def await_consistency(ctx: Context, memory_id: MemoryId, vault_id: OptionalVaultId = None) -> str:
     """Wait until every earlier write to the memory is visible; answers "consistent"."""
-    await _app(ctx).store.barrier(MemoryStore.check_memory, memory_id, vault_id)
+    await _app(ctx).store.barrier(MemoryStore.await_consistency, memory_id, vault_id)
     return "consistent"
 
 
@@ -466,6 +466,7 @@ def create_server(
     embeddings: bool = False,
     embeddings_model: str | None = None,
     embeddings_threads: int = 0,
+    embeddings_writes: str = "behind",
     host: str = "127.0.0.1",
     port: int = DEFAULT_PORT,
     log_level: str = "WARNING",
@@ -479,7 +480,8 @@ def create_server(
     ``synchronous`` is ``"NORMAL"`` (survives a process kill) or ``"FULL"`` (also survives power loss).
     ``embeddings=True`` fuses dense vectors with BM25 when the ``embeddings`` extra is installed, on
     ``embeddings_model`` (default: the first of ``embeddings.MODELS``), batches encoded on ``embeddings_threads``
-    (0: one per core).
+    (0: one per core), vectors written ``embeddings_writes`` (``"behind"``: by a background thread after each
+    write commits, ``"inline"``: inside it; see embeddings.py).
     ``host`` and ``allowed_hosts`` set the HTTP Host/Origin checks (see :func:`transport_security`).
     """
     if synchronous.upper() not in SYNC_MODES:
@@ -488,8 +490,8 @@ def create_server(
     if embeddings:
         from .embeddings import MODELS, check_encoder_options, load_dense_index
 
-        model = check_encoder_options(embeddings_model or MODELS[0], embeddings_threads)
-        dense_factory = partial(load_dense_index, model, batch_threads=embeddings_threads)
+        model = check_encoder_options(embeddings_model or MODELS[0], embeddings_threads, embeddings_writes)
+        dense_factory = partial(load_dense_index, model, batch_threads=embeddings_threads, writes=embeddings_writes)
     if is_postgres_url(db_path):
         from .pg_store import require_psycopg
 

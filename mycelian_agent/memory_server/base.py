@@ -87,7 +87,21 @@ class DenseIndex(Protocol):
         after: str | None = None,
         before: str | None = None,
     ) -> tuple[list[int], Any]:
-        """``(seqs, cosines)`` of the memory's embedded entries (-inf outside the time bounds); see fusion.py."""
+        """``(seqs, cosines)`` of the memory's embedded entries (-inf outside the time bounds); see fusion.py.
+        Called after :meth:`settle`."""
+
+    def attach(self, connect: Callable[[], AbstractContextManager[Any]] | None) -> None:
+        """Called once the store is open: ``connect()`` gives a connection of the index's own (None: none can be
+        given), for writing vectors behind the entries' transactions."""
+
+    def entries_written(self, memory_id: str, seqs: Sequence[int]) -> None:
+        """Called after a write commits, with the seqs of the entries it inserted."""
+
+    def settle(self, memory_id: str) -> bool:
+        """Wait until every committed entry of the memory has its vector (False: gave up waiting)."""
+
+    def close(self) -> None:
+        """Finish and release what :meth:`attach` started (called before the store's connections close)."""
 
 
 def is_postgres_url(target: object) -> bool:
@@ -296,8 +310,12 @@ class MemoryStore(ABC):
     # -- lifecycle and introspection -----------------------------------------------------------------------
 
     def close(self) -> None:
-        """Release the connection(s)."""
-        self._close()
+        """Release the connection(s), after the dense index has written the vectors it still owes."""
+        try:
+            if self._dense is not None:
+                self._dense.close()
+        finally:
+            self._close()
 
     def counts(self) -> dict[str, int]:
         """Row counts of every table and index (tests, diagnostics)."""
@@ -357,6 +375,13 @@ class MemoryStore(ABC):
             vault_id = check_uuid("vault_id", vault_id)
         self._memory_row(vault_id, memory_id)
 
+    def await_consistency(self, memory_id: str, vault_id: str | None = None) -> None:
+        """Raise unless the memory exists; return once every committed entry of it is searchable on every side
+        (with vectors written behind: once its queued entries are embedded)."""
+        self.check_memory(memory_id, vault_id)
+        if self._dense is not None:
+            self._dense.settle(memory_id)
+
     def delete_memory(self, vault_id: str, memory_id: str) -> dict[str, Any]:
         """Delete a memory with its entries, contexts and index rows."""
         vault_id = check_uuid("vault_id", vault_id)
@@ -383,6 +408,8 @@ class MemoryStore(ABC):
         entry = _new_entry(raw_entry, summary, tags, conversation_time, idempotency_key)
         row, inserted = self._append_entry(vault_id, memory_id, entry)
         _check_same_entry(row, inserted, entry, memory_id)
+        if inserted and self._dense is not None:
+            self._dense.entries_written(memory_id, [int(row["seq"])])
         return {**entry_json(row), "status": "stored", "deduplicated": not inserted}
 
     def add_entries(self, vault_id: str, memory_id: str, entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -404,6 +431,7 @@ class MemoryStore(ABC):
         items = [_new_item(index, item) for index, item in enumerate(entries)]
         self._memory_row(vault_id, memory_id)
         answers = []
+        inserted_seqs = []
         with self._transaction(), self._dense.batch() if self._dense is not None else nullcontext():
             for index, entry in enumerate(items):
                 try:
@@ -413,6 +441,10 @@ class MemoryStore(ABC):
                     exc.args = (f"entries[{index}]: {exc}; nothing was stored",)
                     raise
                 answers.append({**entry_json(row), "deduplicated": not inserted})
+                if inserted:
+                    inserted_seqs.append(int(row["seq"]))
+        if self._dense is not None:
+            self._dense.entries_written(memory_id, inserted_seqs)
         deduplicated = sum(a["deduplicated"] for a in answers)
         return {"entries": answers, "count": len(answers), "stored": len(answers) - deduplicated,
                 "deduplicated": deduplicated, "status": "stored"}
@@ -572,6 +604,9 @@ class MemoryStore(ABC):
         (``feedback``, see ``feedback.py``), fused with dense similarities when the store has an index."""
         if limit <= 0 or not terms:
             return []
+        if self._dense is not None:
+            # Before any connection is taken: the writer may need one of the pool's to finish.
+            self._dense.settle(memory_id)
         dense = self._dense_similarities(memory_id, query, after, before)
         depth = max(limit, CONTEXT_DEPTH) if context else limit
         if dense is not None:

@@ -77,7 +77,7 @@ def build_parser(prog: str = "mycelian-memory-server") -> argparse.ArgumentParse
         action="store_true",
         help="fuse dense vectors with BM25 (needs `pip install mycelian-agent[embeddings]`; else lexical only)",
     )
-    add_encoder_options(parser)
+    add_encoder_options(parser, writes=True)
     parser.add_argument(
         "--log-level", default="warning", choices=("debug", "info", "warning", "error"), help="default: warning"
     )
@@ -129,6 +129,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "mycelian-memory-server"
             embeddings=args.embeddings,
             embeddings_model=args.embeddings_model,
             embeddings_threads=args.embeddings_threads,
+            embeddings_writes=args.embeddings_writes,
             host=args.host,
             port=args.port,
             log_level=args.log_level,

@@ -7,15 +7,21 @@ the ``embeddings`` extra is installed (``pip install torch==2.13.0`` first, then
 384 dimensions, on CPU torch. Lighter packaged models were measured and rejected (see BENCHMARKS.md / the issue
 report): the static WordLlama vectors made recall slightly worse, and the int8 ONNX MiniLM runs ~45 texts/s here.
 
-Vectors (of each entry's summary) are computed when an entry is written (``Store.add_entry``) and stored in
-``entry_vectors`` next to it, never in bulk at search time. Entries written without embeddings (an older database,
-another process) are embedded by an explicit backfill::
+Vectors (of each entry's summary) are stored in ``entry_vectors`` next to the entry, never computed in bulk at
+search time. By default they are written behind (``vector_writer.py``): the entry commits alone, and a background
+thread embeds the committed entries in batches, which is cheaper per text than one at a time; a search of a memory
+first waits for its queued entries, so results are the same as if each vector had been written with its entry.
+``write_behind=False`` (``--embeddings-writes inline``; always for a ``:memory:`` database, which a second
+connection cannot see) embeds each entry inside its own write transaction instead.
+
+Entries without a vector (an older database, a lexical-only writer, a crash before the writer got to them) are
+embedded in the background when a write-behind store opens, or by an explicit backfill::
 
     python -m mycelian_agent.memory_server.embeddings --backfill path/to/memory.db
 
 A search embeds at most :data:`CATCHUP_LIMIT` missing entries of its memory on the fly (a few entries written by
-a lexical-only writer: tens of milliseconds); a larger gap is searched with the vectors present and a warning
-pointing at the backfill, so a search never stalls.
+a lexical-only writer: tens of milliseconds); a larger gap is searched with the vectors present and a warning, so a
+search never stalls.
 """
 
 from __future__ import annotations
@@ -27,10 +33,11 @@ import sqlite3
 import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
+from .vector_writer import VectorWriter
 
 if TYPE_CHECKING:
     import numpy as np
@@ -39,6 +46,7 @@ __all__ = [
     "CATCHUP_LIMIT",
     "INSTALL_HINT",
     "MODELS",
+    "WRITE_MODES",
     "DenseVectors",
     "add_encoder_options",
     "check_encoder_options",
@@ -54,6 +62,9 @@ INSTALL_HINT = "pip install 'mycelian-agent[embeddings]'"
 MODELS = ("minilm",)
 #: A search embeds at most this many of its memory's missing entries; more need :meth:`DenseVectors.backfill`.
 CATCHUP_LIMIT = 16
+#: How vectors are written (``--embeddings-writes``): by a background thread after the entry commits (the
+#: default), or inside the entry's own transaction.
+WRITE_MODES = ("behind", "inline")
 _BATCH = 256
 # Batches of at least this many texts are encoded on several threads.
 _PARALLEL_MIN = 4
@@ -99,9 +110,11 @@ def load_encoder(name: str = MODELS[0], *, batch_threads: int = 0) -> tuple[str,
     return _LOADERS[check_encoder_options(name, batch_threads)](batch_threads)
 
 
-def check_encoder_options(name: str, batch_threads: int) -> str:
-    """The model key for ``name`` if it and ``batch_threads`` are valid (nothing is loaded), else
+def check_encoder_options(name: str, batch_threads: int, writes: str = WRITE_MODES[0]) -> str:
+    """The model key for ``name`` if it, ``batch_threads`` and ``writes`` are valid (nothing is loaded), else
     :class:`ConfigError`: a server checks them when it is created, not when its first session opens."""
+    if writes not in WRITE_MODES:
+        raise ConfigError(f"embeddings writes must be one of {', '.join(WRITE_MODES)} (got {writes!r})")
     key = (name or MODELS[0]).strip().lower()
     if key not in _LOADERS:
         raise ConfigError(f"unknown embeddings model {key!r}: use one of {', '.join(MODELS)}")
@@ -122,14 +135,20 @@ class DenseVectors:
     vectors are float32 bytes in ``entry_vectors`` (BLOB / bytea) scored by an exact scan here, in the server.
     A memory's matrix is cached in memory and kept in step by this process's writes; a count mismatch (another
     process, a delete) reloads it. Safe to share between the store's threads (PostgreSQL runs calls at once).
+
+    With ``write_behind`` (the default), a store that can open connections of its own hands them over with
+    :meth:`attach`; from then on vectors are written by a :class:`~.vector_writer.VectorWriter` after each write
+    commits (:meth:`entries_written`), and :meth:`similarities` first waits for the memory's queued entries.
     """
 
-    def __init__(self, encode: Encode, *, model: str = "custom") -> None:
+    def __init__(self, encode: Encode, *, model: str = "custom", write_behind: bool = True) -> None:
         import numpy
 
         self._np = numpy
         self._encode = encode
         self.model = model
+        self.write_behind = write_behind
+        self._writer: VectorWriter | None = None
         self._cache: dict[str, tuple[list[int], Any]] = {}
         self._cache_lock = threading.Lock()
         self._deferred = threading.local()  # the entries of this thread's open batch()
@@ -153,6 +172,90 @@ class DenseVectors:
 
     # -- writing ---------------------------------------------------------------------------------------------
 
+    def attach(self, connect: Callable[[], AbstractContextManager[Connection]] | None) -> None:
+        """Called by a store when it opens: ``connect()`` gives a connection of the writer thread's own (None:
+        the store has none to give, e.g. a ``:memory:`` database). With ``write_behind``, start the writer."""
+        if not self.write_behind or connect is None:
+            return
+        if self._writer is not None and self._writer.alive:
+            raise ConfigError("this dense index already writes vectors for another open store; give each store "
+                              "its own index (dense_factory)")
+        self._writer = VectorWriter(connect, self.embed_entries, self._missing_seqs, batch=_BATCH)
+        self._writer.start()
+
+    @property
+    def writer(self) -> VectorWriter | None:
+        """The background writer while vectors are written behind, else None."""
+        return self._writer
+
+    def entries_written(self, memory_id: str, seqs: Sequence[int]) -> None:
+        """Called by the store after a write commits with the new entries' seqs: queue them for the writer (inline,
+        their vectors were written in the transaction)."""
+        if self._writer is not None and seqs:
+            self._writer.submit(memory_id, seqs)
+
+    def settle(self, memory_id: str) -> bool:
+        """Wait until the memory's queued entries have vectors (``await_consistency``, every search); False, with
+        a warning, if the writer could not finish them in time (the search goes on with the vectors present)."""
+        if self._writer is None or self._writer.settle(memory_id):
+            return True
+        _log.warning("memory %s still has %d entries waiting for vectors: searching with the vectors present",
+                     memory_id, self._writer.pending(memory_id))
+        return False
+
+    def close(self) -> None:
+        """Stop the writer after it has embedded the queued entries (see ``vector_writer.CLOSE_TIMEOUT``)."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.close()
+
+    def embed_entries(self, connect: Callable[[], AbstractContextManager[Connection]], seqs: Sequence[int]) -> int:
+        """Embed the entries ``seqs`` (read from the database) and store their vectors; return how many were
+        stored. ``connect()`` is entered twice, to read and to write, and no connection is held while the encoder
+        runs (Postgres: the pool's connections stay free for searches). A vector is stored only if its entry (seq
+        and entry id) is still there when it is written."""
+        if not seqs:
+            return 0
+        marks = ",".join("?" * len(seqs))
+        with connect() as conn:
+            rows = _execute(conn, "SELECT seq, entry_id, memory_id, summary, raw_entry FROM entries "
+                                  f"WHERE seq IN ({marks}) ORDER BY seq", list(seqs)).fetchall()
+        if not rows:
+            return 0
+        vectors = self._encode_rows(rows)
+        with connect() as conn:
+            return self._store_vectors(conn, rows, vectors)
+
+    def _encode_rows(self, rows: Sequence[Any]) -> Any:
+        return self._vectors([self.entry_text(row["summary"], row["raw_entry"]) for row in rows])
+
+    def _embed_rows(self, conn: Connection, rows: Sequence[Any]) -> int:
+        # Encoded first, outside any transaction (SQLite: no write lock held while the encoder runs).
+        return self._store_vectors(conn, rows, self._encode_rows(rows)) if rows else 0
+
+    def _store_vectors(self, conn: Connection, rows: Sequence[Any], vectors: Any) -> int:
+        with _transaction(conn):
+            _executemany(
+                conn,
+                "INSERT INTO entry_vectors (seq, memory_id, model, vector) SELECT seq, memory_id, ?, ? FROM entries "
+                "WHERE seq = ? AND entry_id = ? ON CONFLICT (seq) DO UPDATE SET memory_id = excluded.memory_id, "
+                "model = excluded.model, vector = excluded.vector",
+                [(self.model, vec.tobytes(), row["seq"], row["entry_id"])
+                 for row, vec in zip(rows, vectors, strict=True)],
+            )
+            stored = {int(r["seq"]) for r in _execute(
+                conn, f"SELECT seq FROM entry_vectors WHERE model = ? AND seq IN ({','.join('?' * len(rows))})",
+                [self.model, *(row["seq"] for row in rows)])}
+        return len(stored)
+
+    def _missing_seqs(self, conn: Connection) -> list[tuple[int, str]]:
+        return [(int(row["seq"]), row["memory_id"]) for row in _execute(
+            conn,
+            "SELECT e.seq AS seq, e.memory_id AS memory_id FROM entries e LEFT JOIN entry_vectors v "
+            "ON v.seq = e.seq AND v.model = ? WHERE v.seq IS NULL ORDER BY e.seq",
+            (self.model,),
+        )]
+
     def index_entries(self, conn: Connection, items: Sequence[tuple[int, str, str]]) -> None:
         """Embed ``(seq, memory_id, text)`` items in one batch and store their vectors (caller's transaction)."""
         if not items:
@@ -167,7 +270,9 @@ class DenseVectors:
 
     def index_entry(self, conn: Connection, seq: int, memory_id: str, summary: str, raw_entry: str) -> None:
         """Embed one new entry and store its vector (inside the caller's transaction); inside :meth:`batch`, at
-        the end of the batch."""
+        the end of the batch. Nothing while the vectors are written behind (:meth:`entries_written` then)."""
+        if self._writer is not None:
+            return
         text = self.entry_text(summary, raw_entry)
         deferred = getattr(self._deferred, "items", None)
         if deferred is not None:
@@ -198,7 +303,8 @@ class DenseVectors:
             params.append(limit)
         return _execute(
             conn,
-            "SELECT e.seq AS seq, e.memory_id AS memory_id, e.summary AS summary, e.raw_entry AS raw_entry "
+            "SELECT e.seq AS seq, e.entry_id AS entry_id, e.memory_id AS memory_id, e.summary AS summary, "
+            "e.raw_entry AS raw_entry "
             "FROM entries e LEFT JOIN entry_vectors v ON v.seq = e.seq AND v.model = ? "
             f"WHERE v.seq IS NULL {where}ORDER BY e.seq{'' if limit is None else ' LIMIT ?'}",
             params,
@@ -206,10 +312,7 @@ class DenseVectors:
 
     def _store_missing(self, conn: Connection, rows: Sequence[Any]) -> None:
         for start in range(0, len(rows), _BATCH):
-            batch = rows[start : start + _BATCH]
-            items = [(row["seq"], row["memory_id"], self.entry_text(row["summary"], row["raw_entry"])) for row in batch]
-            with _transaction(conn):
-                self.index_entries(conn, items)
+            self._embed_rows(conn, rows[start : start + _BATCH])
 
     def backfill(self, conn: Connection, memory_id: str | None = None) -> int:
         """Embed the entries (of ``memory_id``, or of every memory) that have no vector of this model yet, in
@@ -236,18 +339,20 @@ class DenseVectors:
             return vectors
         if gap <= CATCHUP_LIMIT:
             rows = self._missing(conn, memory_id, CATCHUP_LIMIT)
+            if self._writer is not None:
+                # Queued after this search's settle() (a write that raced it): the writer embeds those; waiting
+                # here would hold the search's connection (a Postgres pool can run dry that way).
+                held = self._writer.holding([row["seq"] for row in rows])
+                rows = [row for row in rows if row["seq"] not in held]
             self._store_missing(conn, rows)
             self.embedded_at_search += len(rows)
             return self._count(conn, memory_id)
         if memory_id not in self._warned:
             self._warned.add(memory_id)
-            _log.warning(
-                "memory %s has %d entries without vectors: dense search uses the %d embedded ones; run "
-                "`python -m mycelian_agent.memory_server.embeddings --backfill DB` to embed the rest",
-                memory_id,
-                gap,
-                vectors,
-            )
+            remedy = ("they are being embedded in the background" if self._writer is not None and self._writer.alive
+                      else "run `python -m mycelian_agent.memory_server.embeddings --backfill DB` to embed them")
+            _log.warning("memory %s has %d entries without vectors: dense search uses the %d embedded ones; %s",
+                         memory_id, gap, vectors, remedy)
         return vectors
 
     def _load(self, conn: Connection, memory_id: str, after_seq: int) -> tuple[list[int], Any]:
@@ -288,7 +393,8 @@ class DenseVectors:
         after: str | None = None,
         before: str | None = None,
     ) -> tuple[list[int], Any]:
-        """``(seqs, cosines)`` of every embedded entry of ``memory_id`` within the time bounds (others -inf)."""
+        """``(seqs, cosines)`` of every embedded entry of ``memory_id`` within the time bounds (others -inf). Call
+        :meth:`settle` first, before taking ``conn``, for the memory's queued entries to be among them."""
         seqs, matrix = self._matrix(conn, memory_id, self._catch_up(conn, memory_id))
         np = self._np
         if not seqs:
@@ -349,20 +455,22 @@ def _transaction(conn: Connection) -> Iterator[None]:
 # ------------------------------------------------------------------------------------------------ loading
 
 
-def require_dense_index(name: str = MODELS[0], *, batch_threads: int = 0) -> DenseVectors:
-    """The dense index on the packaged model (see :func:`load_encoder`); :class:`ConfigError` naming the install
-    command if it is missing."""
+def require_dense_index(name: str = MODELS[0], *, batch_threads: int = 0, writes: str = WRITE_MODES[0]) -> DenseVectors:
+    """The dense index on the packaged model (see :func:`load_encoder`), writing vectors ``writes`` (one of
+    :data:`WRITE_MODES`); :class:`ConfigError` naming the install command if it is missing."""
+    check_encoder_options(name, batch_threads, writes)
     try:
         model, encode = load_encoder(name, batch_threads=batch_threads)
     except ImportError as exc:
         raise ConfigError(f"dense embeddings need the embeddings extra ({exc}): {INSTALL_HINT}") from exc
-    return DenseVectors(encode, model=model)
+    return DenseVectors(encode, model=model, write_behind=writes == "behind")
 
 
-def load_dense_index(name: str = MODELS[0], *, batch_threads: int = 0) -> DenseVectors | None:
+def load_dense_index(name: str = MODELS[0], *, batch_threads: int = 0, writes: str = WRITE_MODES[0]
+                     ) -> DenseVectors | None:
     """The dense index on the packaged model (CPU), or None (with a warning) if the extra is missing."""
     try:
-        return require_dense_index(name, batch_threads=batch_threads)
+        return require_dense_index(name, batch_threads=batch_threads, writes=writes)
     except ConfigError as exc:
         if not isinstance(exc.__cause__, ImportError):
             raise
@@ -375,7 +483,7 @@ def backfill_database(target: str, name: str = MODELS[0], *, batch_threads: int 
     vector of the model yet; return the count."""
     from .base import open_store
 
-    index = require_dense_index(name, batch_threads=batch_threads)
+    index = require_dense_index(name, batch_threads=batch_threads, writes="inline")
     store = open_store(target)
     try:
         with store.maintenance_connection() as conn:
@@ -384,9 +492,9 @@ def backfill_database(target: str, name: str = MODELS[0], *, batch_threads: int 
         store.close()
 
 
-def add_encoder_options(parser: argparse.ArgumentParser) -> None:
-    """``--embeddings-model`` and ``--embeddings-threads``, with their environment fallbacks (read here, at the
-    command line's edge)."""
+def add_encoder_options(parser: argparse.ArgumentParser, *, writes: bool = False) -> None:
+    """``--embeddings-model`` and ``--embeddings-threads`` (with ``writes``, also ``--embeddings-writes``), with
+    their environment fallbacks (read here, at the command line's edge)."""
     env = os.environ
     # String defaults go through ``type`` like typed values, so a bad environment value is reported by argparse.
     parser.add_argument("--embeddings-model", type=str.lower, metavar="NAME",
@@ -396,6 +504,21 @@ def add_encoder_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--embeddings-threads", type=_threads, default=env.get("MYCELIAN_EMBEDDINGS_THREADS") or "0",
                         metavar="N", help="threads for batches of entries (add_entries, backfill); single "
                         "texts use one (env MYCELIAN_EMBEDDINGS_THREADS; default 0: one per core)")
+    if not writes:
+        return
+    # A type check, not ``choices``: argparse does not check a default (the environment value) against choices.
+    parser.add_argument("--embeddings-writes", type=_write_mode, metavar="|".join(WRITE_MODES),
+                        default=env.get("MYCELIAN_EMBEDDINGS_WRITES") or WRITE_MODES[0],
+                        help="behind: a background thread embeds entries in batches after they commit (searches "
+                        "wait for their memory's); inline: inside each entry's write (env "
+                        f"MYCELIAN_EMBEDDINGS_WRITES; default {WRITE_MODES[0]})")
+
+
+def _write_mode(value: str) -> str:
+    mode = value.strip().lower()
+    if mode not in WRITE_MODES:
+        raise argparse.ArgumentTypeError(f"expected one of {', '.join(WRITE_MODES)}, got {value!r}")
+    return mode
 
 
 def _threads(value: str) -> int:

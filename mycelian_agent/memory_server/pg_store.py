@@ -107,7 +107,8 @@ class PostgresStore(MemoryStore):
         cls, url: str, *, pool_size: int = 4, timeout: float = 30.0, dense: DenseIndex | None = None
     ) -> PostgresStore:
         """Connect a pool of up to ``pool_size`` connections to ``url`` and migrate the schema. With ``dense``,
-        every new entry's vector is written in the entry's transaction and searches fuse it (see embeddings.py)."""
+        every new entry gets a vector (written behind, on connections borrowed from the pool, or inline) and
+        searches fuse them (see embeddings.py)."""
         require_psycopg()
         import psycopg
         from psycopg.rows import dict_row
@@ -136,7 +137,14 @@ class PostgresStore(MemoryStore):
             name="mycelian-memory",
         )
         pool.open(wait=True, timeout=timeout)
-        return cls(pool, url=url, pool_size=pool_size, dense=dense)
+        store = cls(pool, url=url, pool_size=pool_size, dense=dense)
+        if dense is not None:
+            try:
+                dense.attach(store.maintenance_connection)
+            except BaseException:
+                pool.close()
+                raise
+        return store
 
     def _close(self) -> None:
         self._pool.close()

@@ -34,6 +34,8 @@ class Store(MemoryStore):
     def __init__(self, conn: sqlite3.Connection, *, dense: DenseIndex | None = None) -> None:
         self._conn = conn
         self._dense = dense
+        self._target: str | None = None  # the database's path, for connections of its own (None: in memory)
+        self._mode = "NORMAL"
 
     @classmethod
     def open(cls, path: str | Path, *, synchronous: str = "NORMAL", dense: DenseIndex | None = None) -> Store:
@@ -63,13 +65,37 @@ class Store(MemoryStore):
         except BaseException:
             conn.close()
             raise
-        return cls(conn, dense=dense)
+        store = cls(conn, dense=dense)
+        # A second connection to ":memory:" (or a memory URI) would open another, empty database.
+        in_memory = target == ":memory:" or "mode=memory" in target or target in ("", "file:")
+        store._target, store._mode = (None if in_memory else target), mode
+        if dense is not None:
+            try:
+                dense.attach(store._side_connection if store._target is not None else None)
+            except BaseException:
+                conn.close()
+                raise
+        return store
 
     def _close(self) -> None:
         # The WAL is checkpointed by SQLite on the last close.
         self._conn.close()
 
     # -- plumbing ------------------------------------------------------------------------------------------
+
+    @contextmanager
+    def _side_connection(self) -> Iterator[sqlite3.Connection]:
+        """A new connection to the same file (the dense index's writer thread), closed after the block."""
+        assert self._target is not None
+        conn = sqlite3.connect(self._target, isolation_level=None, uri=self._target.startswith("file:"))
+        try:
+            conn.row_factory = sqlite3.Row
+            conn.execute("PRAGMA busy_timeout = 10000")
+            conn.execute(f"PRAGMA synchronous = {self._mode}")  # from SYNC_MODES, never raw user text
+            conn.execute("PRAGMA foreign_keys = ON")
+            yield conn
+        finally:
+            conn.close()
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:

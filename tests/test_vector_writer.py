@@ -1,0 +1,217 @@
+"""Vectors written behind the entries (``vector_writer.py``): writes do not wait for the encoder, searches and
+``await_consistency`` wait for their memory's queued vectors, and no vector is lost or misfiled (a crash, a delete
+in between, a failing encoder, closing the store). Real SQLite files and a real PostgreSQL cluster; the encoder is
+the stand-in of test_dense.py, gated where a test needs the writer to be caught mid-batch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+
+import pytest
+
+np = pytest.importorskip("numpy")
+
+from mycelian_agent.errors import ConfigError  # noqa: E402
+from mycelian_agent.memory_server.base import open_store  # noqa: E402
+from mycelian_agent.memory_server.embeddings import DenseVectors  # noqa: E402
+from mycelian_agent.memory_server.store import Store  # noqa: E402
+from dense_stub import CountingEncoder  # noqa: E402
+from dense_stub import memory_of as _memory  # noqa: E402
+
+WAIT = 30.0  # seconds: only a broken writer ever comes near it
+
+
+class GatedEncoder(CountingEncoder):
+    """Blocks inside the encoder call until :meth:`open` (``entered`` is set once a call is waiting)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self._gate = threading.Event()
+
+    def open(self) -> None:
+        self._gate.set()
+
+    def __call__(self, texts):
+        self.entered.set()
+        assert self._gate.wait(WAIT), "the test never opened the gate"
+        return super().__call__(texts)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db_target(request: pytest.FixtureRequest, tmp_path) -> str:
+    if request.param == "sqlite":
+        return str(tmp_path / "m.db")
+    return request.getfixturevalue("pg_url")
+
+
+def test_a_write_returns_before_its_vector_and_a_search_waits_for_it(db_target: str) -> None:
+    encoder = GatedEncoder()
+    index = DenseVectors(encoder, model="fake")
+    # One thread owns the store, as in the server (a SQLite connection stays on the thread that opened it).
+    with ThreadPoolExecutor(1) as owner:
+        def run(fn, *args, **kwargs):
+            return owner.submit(fn, *args, **kwargs).result(WAIT)
+
+        store = run(open_store, db_target, dense_factory=lambda: index)
+        try:
+            v, m = run(_memory, store)
+            car = run(store.add_entry, v, m, "I bought a new car last week", "bought car")["entryId"]  # not gated
+            assert encoder.entered.wait(WAIT)  # the writer holds the entry, inside the encoder
+            assert run(store.counts)["entry_vectors"] == 0 and index.writer.pending(m) == 1
+            search = owner.submit(store.search, m, "automobile", top_ke=1)
+            with pytest.raises(FutureTimeout):
+                search.result(0.3)  # waiting for the memory's queued vector
+            encoder.open()
+            # "automobile" shares no word with the entry: only its vector can find it.
+            assert [e["entryId"] for e in search.result(WAIT)["entries"]] == [car]
+            assert index.embedded_at_search == 0 and index.writer.pending() == 0 and index.writer.written == 1
+        finally:
+            encoder.open()
+            run(store.close)
+
+
+def test_entries_committed_without_a_vector_are_embedded_in_the_background_at_open(db_target: str) -> None:
+    with contextlib.closing(open_store(db_target)) as plain:  # a crash before the writer got to them looks the same
+        v, m = _memory(plain)
+        for i in range(70):
+            plain.add_entry(v, m, f"note number {i} about the dog", f"note {i}")
+    encoder = CountingEncoder()
+    index = DenseVectors(encoder, model="fake")
+    with contextlib.closing(open_store(db_target, dense_factory=lambda: index)) as store:
+        late = store.add_entry(v, m, "a hound barked", "hound barked")  # queued ahead of the backlog
+        store.await_consistency(m)
+        assert index.writer.wait_idle(WAIT)
+        assert store.counts()["entry_vectors"] == 71 and index.writer.written == 71
+        assert max(encoder.calls) <= 32  # the backlog goes in small batches, so new writes never wait long
+        assert store.search(m, "puppy", top_ke=1)["entries"][0]["entryId"] == late["entryId"]
+
+
+def test_an_entry_deleted_while_the_writer_encodes_it_gets_no_vector(db_target: str) -> None:
+    encoder = GatedEncoder()
+    index = DenseVectors(encoder, model="fake")
+    with contextlib.closing(open_store(db_target, dense_factory=lambda: index)) as store:
+        v, m = _memory(store)
+        gone = store.add_entry(v, m, "I bought a car", "bought car")["entryId"]
+        assert encoder.entered.wait(WAIT)  # its text is read; its vector is being computed
+        store.delete_entry(v, m, gone)
+        kept = store.add_entry(v, m, "the puppy slept", "puppy slept")["entryId"]
+        encoder.open()
+        store.await_consistency(m)
+        assert store.counts()["entry_vectors"] == 1 and index.writer.failures == 0
+        seqs, _ = store._dense_similarities(m, "dog", None, None)
+        assert len(seqs) == 1
+        assert store.search(m, "hound", top_ke=1)["entries"][0]["entryId"] == kept
+
+
+def test_a_failed_batch_is_logged_and_its_entries_embedded_by_the_next_search(db_target: str, caplog) -> None:
+    calls = {"n": 0}
+    encoder = CountingEncoder()
+
+    def flaky(texts):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("encoder out of memory")
+        return encoder(texts)
+
+    index = DenseVectors(flaky, model="fake")
+    with contextlib.closing(open_store(db_target, dense_factory=lambda: index)) as store, \
+            caplog.at_level(logging.ERROR, logger="mycelian_agent.memory_server.vector_writer"):
+        v, m = _memory(store)
+        car = store.add_entry(v, m, "I bought a new car", "bought car")["entryId"]
+        store.await_consistency(m)  # returns: the failed entry is no longer waited for
+        assert index.writer.failures == 1 and store.counts()["entry_vectors"] == 0
+        assert "could not embed 1 entries" in caplog.text and "encoder out of memory" in caplog.text
+        assert store.search(m, "automobile", top_ke=1)["entries"][0]["entryId"] == car
+        assert index.embedded_at_search == 1 and store.counts()["entry_vectors"] == 1
+
+
+def test_closing_the_store_writes_the_queued_vectors_first(db_target: str) -> None:
+    encoder = GatedEncoder()
+    index = DenseVectors(encoder, model="fake")
+    store = open_store(db_target, dense_factory=lambda: index)
+    v, m = _memory(store)
+    for i in range(12):
+        store.add_entry(v, m, f"entry {i} about the bakery", f"bread {i}")
+    assert encoder.entered.wait(WAIT)
+    threading.Timer(0.2, encoder.open).start()
+    store.close()  # waits for the writer, which waits for the gate
+    assert index.writer is None
+    with contextlib.closing(open_store(db_target)) as plain:
+        assert plain.counts()["entry_vectors"] == 12
+
+
+def test_one_index_writes_for_one_open_store_at_a_time(tmp_path) -> None:
+    index = DenseVectors(CountingEncoder(), model="fake")
+    first = Store.open(tmp_path / "a.db", dense=index)
+    with pytest.raises(ConfigError, match="another open store"):
+        Store.open(tmp_path / "b.db", dense=index)
+    first.close()
+    Store.open(tmp_path / "b.db", dense=index).close()  # free again once the first store closed
+
+
+def test_an_in_memory_database_writes_vectors_inline() -> None:
+    # A second connection to ":memory:" would open another, empty database: no writer there.
+    index = DenseVectors(CountingEncoder(), model="fake")
+    with contextlib.closing(Store.open(":memory:", dense=index)) as store:
+        assert index.writer is None
+        v, m = _memory(store)
+        store.add_entry(v, m, "I bought a car", "bought car")
+        assert store.counts()["entry_vectors"] == 1
+
+
+def test_the_write_mode_is_checked_where_it_is_given(monkeypatch, capsys) -> None:
+    from mycelian_agent.builder import connect
+    from mycelian_agent.memory_server.app import create_server
+    from mycelian_agent.memory_server.cli import build_parser
+
+    with pytest.raises(ConfigError, match="embeddings writes must be one of behind, inline"):
+        create_server(":memory:", embeddings=True, embeddings_writes="later")
+    with pytest.raises(ConfigError, match="embeddings must be True, False, 'behind' or 'inline'"):
+        connect("embedded", db=":memory:", embeddings="later")
+    parser = build_parser("mycelian-memory-server")
+    assert parser.parse_args(["--embeddings-writes", "Inline"]).embeddings_writes == "inline"
+    monkeypatch.setenv("MYCELIAN_EMBEDDINGS_WRITES", "sometimes")  # the fallback is checked like the flag
+    with pytest.raises(SystemExit) as exit_info:
+        build_parser("mycelian-memory-server").parse_args([])
+    assert exit_info.value.code == 2 and "--embeddings-writes" in capsys.readouterr().err
+
+
+async def test_the_await_consistency_tool_waits_for_the_vectors(tmp_path, monkeypatch) -> None:
+    import asyncio
+    import sqlite3
+
+    from mycelian_agent.memory_server import embeddings
+    from mycelian_agent.memory_server.app import create_server
+    from mycelian_agent.memory_server.testing import call_json, call_text, in_memory_session
+
+    encoder = GatedEncoder()
+    monkeypatch.setitem(embeddings._LOADERS, "minilm", lambda _threads: ("fake", encoder))
+    db = tmp_path / "m.db"
+
+    def vectors() -> int:
+        with contextlib.closing(sqlite3.connect(db)) as conn:
+            return conn.execute("SELECT count(*) FROM entry_vectors").fetchone()[0]
+
+    try:
+        async with in_memory_session(create_server(str(db), embeddings=True)) as session:
+            vault = (await call_json(session, "create_vault", title="v"))["vaultId"]
+            memory = (await call_json(session, "create_memory_in_vault", vault_id=vault, title="m",
+                                      memory_type="NOTES"))["memoryId"]
+            added = await call_json(session, "add_entry", vault_id=vault, memory_id=memory,
+                                    raw_entry="I bought a new car", summary="bought car")
+            assert added["status"] == "stored" and vectors() == 0  # answered before the vector exists
+            waiting = asyncio.ensure_future(call_text(session, "await_consistency", memory_id=memory))
+            done, _ = await asyncio.wait({waiting}, timeout=0.3)
+            assert not done  # the vector is still being computed
+            encoder.open()
+            assert await waiting == "consistent" and vectors() == 1
+            found = await call_json(session, "search_memories", memory_id=memory, query="automobile", top_ke=1)
+            assert [e["entryId"] for e in found["entries"]] == [added["entryId"]]
+    finally:
+        encoder.open()
