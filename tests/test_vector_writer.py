@@ -17,6 +17,7 @@ import pytest
 np = pytest.importorskip("numpy")
 
 from mycelian_agent.errors import ConfigError  # noqa: E402
+from mycelian_agent.memory_server import vector_writer  # noqa: E402
 from mycelian_agent.memory_server.base import open_store  # noqa: E402
 from mycelian_agent.memory_server.embeddings import DenseVectors  # noqa: E402
 from mycelian_agent.memory_server.store import Store  # noqa: E402
@@ -85,7 +86,9 @@ def test_entries_committed_without_a_vector_are_embedded_in_the_background_at_op
     index = DenseVectors(encoder, model="fake")
     with contextlib.closing(open_store(db_target, dense_factory=lambda: index)) as store:
         late = store.add_entry(v, m, "a hound barked", "hound barked")  # queued ahead of the backlog
-        store.await_consistency(m)
+        store.await_consistency(m)  # waits for the queued entry only, not for the 70 of the backlog
+        late_seq = store._entry_row(m, late["entryId"])["seq"]
+        assert store._dense_similarities(m, "dog", None, None)[0].count(late_seq) == 1
         assert index.writer.wait_idle(WAIT)
         assert store.counts()["entry_vectors"] == 71 and index.writer.written == 71
         assert max(encoder.calls) <= 32  # the backlog goes in small batches, so new writes never wait long
@@ -109,7 +112,12 @@ def test_an_entry_deleted_while_the_writer_encodes_it_gets_no_vector(db_target: 
         assert store.search(m, "hound", top_ke=1)["entries"][0]["entryId"] == kept
 
 
-def test_a_failed_batch_is_logged_and_its_entries_embedded_by_the_next_search(db_target: str, caplog) -> None:
+@pytest.fixture
+def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(vector_writer, "RETRY_SECONDS", 0.01)
+
+
+def test_a_failed_batch_is_logged_and_tried_again(db_target: str, caplog, quick_retries) -> None:
     calls = {"n": 0}
     encoder = CountingEncoder()
 
@@ -123,12 +131,119 @@ def test_a_failed_batch_is_logged_and_its_entries_embedded_by_the_next_search(db
     with contextlib.closing(open_store(db_target, dense_factory=lambda: index)) as store, \
             caplog.at_level(logging.ERROR, logger="mycelian_agent.memory_server.vector_writer"):
         v, m = _memory(store)
-        car = store.add_entry(v, m, "I bought a new car", "bought car")["entryId"]
-        store.await_consistency(m)  # returns: the failed entry is no longer waited for
-        assert index.writer.failures == 1 and store.counts()["entry_vectors"] == 0
-        assert "could not embed 1 entries" in caplog.text and "encoder out of memory" in caplog.text
-        assert store.search(m, "automobile", top_ke=1)["entries"][0]["entryId"] == car
-        assert index.embedded_at_search == 1 and store.counts()["entry_vectors"] == 1
+        store.add_entries(v, m, [{"raw_entry": f"entry {i}", "summary": f"bought car {i}"} for i in range(3)])
+        assert index.writer.wait_idle(WAIT)
+        assert "could not embed 3 entries" in caplog.text and "encoder out of memory" in caplog.text
+        assert index.writer.failures == 0 and store.counts()["entry_vectors"] == 3
+        assert encoder.calls == [1, 1, 1]  # retried one by one
+
+
+def test_an_entry_the_encoder_cannot_take_is_given_up_alone(db_target: str, caplog, quick_retries) -> None:
+    encoder = CountingEncoder()
+
+    def picky(texts):
+        if any("poison" in text for text in texts):
+            raise ValueError("cannot encode this text")
+        return encoder(texts)
+
+    index = DenseVectors(picky, model="fake")
+    with contextlib.closing(open_store(db_target, dense_factory=lambda: index)) as store, \
+            caplog.at_level(logging.ERROR):
+        v, m = _memory(store)
+        items = [{"raw_entry": "my car", "summary": "car"}, {"raw_entry": "bad", "summary": "poison pill"},
+                 {"raw_entry": "my dog", "summary": "dog"}]
+        store.add_entries(v, m, items)
+        assert index.writer.wait_idle(WAIT)
+        assert index.writer.failures == 1 and store.counts()["entry_vectors"] == 2
+        assert "gave up embedding entry seq" in caplog.text and f"after {vector_writer.ATTEMPTS} tries" in caplog.text
+        # The search's catch-up fails on the same text: logged, and the search goes on with the vectors present.
+        found = store.search(m, "automobile", top_ke=1)["entries"]
+        assert found[0]["summary"] == "car" and "could not embed 1 entries of memory" in caplog.text
+
+
+def test_a_writer_whose_thread_died_hands_writes_back_to_the_inline_path(tmp_path, caplog) -> None:
+    class Fatal(BaseException):
+        pass
+
+    calls = {"n": 0}
+    encoder = CountingEncoder()
+
+    def dies_once(texts):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise Fatal("interpreter shutting down")
+        return encoder(texts)
+
+    index = DenseVectors(dies_once, model="fake")
+    with contextlib.closing(Store.open(tmp_path / "m.db", dense=index)) as store, caplog.at_level(logging.CRITICAL):
+        v, m = _memory(store)
+        store.add_entry(v, m, "I bought a car", "bought car")
+        index.writer._thread.join(WAIT)
+        assert not index.writer.alive and "the vector writer stopped" in caplog.text
+        assert store.counts()["entry_vectors"] == 0
+        store.add_entry(v, m, "the puppy slept", "puppy slept")  # inline now
+        assert store.counts()["entry_vectors"] == 1
+        assert store.search(m, "automobile", top_ke=1)["entries"][0]["summary"] == "bought car"  # the catch-up
+        assert store.counts()["entry_vectors"] == 2
+
+
+def test_a_stuck_writer_delays_searches_once_not_every_time(tmp_path, caplog) -> None:
+    encoder = GatedEncoder()
+    index = DenseVectors(encoder, model="fake")
+    store = Store.open(tmp_path / "m.db", dense=index)
+    try:
+        v, m = _memory(store)
+        store.add_entry(v, m, "I bought a car", "bought car")
+        assert encoder.entered.wait(WAIT)
+        assert index.writer.settle(m, timeout=0.2) is False  # waited, timed out
+        assert index.writer.settle(m, timeout=WAIT) is False  # no progress since: no second wait
+        encoder.open()  # progress again: waits end as before
+        assert index.writer.wait_idle(WAIT) and index.writer.settle(m, timeout=WAIT) is True
+    finally:
+        encoder.open()
+        store.close()
+
+
+def test_closing_gives_up_on_a_writer_that_does_not_finish(tmp_path, caplog, monkeypatch) -> None:
+    monkeypatch.setattr(vector_writer, "CLOSE_TIMEOUT", 0.2)
+    encoder = GatedEncoder()
+    index = DenseVectors(encoder, model="fake")
+    store = Store.open(tmp_path / "m.db", dense=index)
+    v, m = _memory(store)
+    store.add_entry(v, m, "first", "first entry")
+    assert encoder.entered.wait(WAIT)  # the writer is inside the encoder with the first entry
+    store.add_entry(v, m, "second", "second entry")  # queued behind it
+    writer = index.writer
+    with caplog.at_level(logging.WARNING):
+        store.close()  # the writer gets CLOSE_TIMEOUT, then is left to finish the batch in hand
+    assert "stopped with 2 entries not yet embedded" in caplog.text and index.writer is None
+    encoder.open()  # the batch in hand finishes; the queued entry is left for the next start
+    writer._thread.join(WAIT)
+    assert not writer.alive
+    with contextlib.closing(Store.open(tmp_path / "m.db")) as plain:
+        assert plain.counts()["entry_vectors"] <= 1 and plain.counts()["entries"] == 2
+    again = DenseVectors(CountingEncoder(), model="fake")
+    with contextlib.closing(Store.open(tmp_path / "m.db", dense=again)) as reopened:
+        assert again.writer.wait_idle(WAIT) and reopened.counts()["entry_vectors"] == 2
+
+
+def test_a_delete_in_flight_on_postgres_costs_only_its_own_vector(request: pytest.FixtureRequest) -> None:
+    import psycopg
+
+    url = request.getfixturevalue("pg_url")
+    index = DenseVectors(CountingEncoder(), model="fake", write_behind=False)
+    with contextlib.closing(open_store(url, dense_factory=lambda: index)) as store:
+        v, m = _memory(store)
+        with contextlib.closing(open_store(url)) as plain:  # entries without vectors
+            ids = [plain.add_entry(v, m, f"entry {i}", f"car {i}")["entryId"] for i in range(3)]
+        seqs = [row["seq"] for row in store._entry_page(m, 10, None, None)]
+        with psycopg.connect(url) as deleting:  # a delete that has started and not committed
+            deleting.execute("DELETE FROM entries WHERE entry_id = %s", (ids[1],))
+            embedding = ThreadPoolExecutor(1).submit(index.embed_entries, store.maintenance_connection, seqs)
+            with pytest.raises(FutureTimeout):
+                embedding.result(0.3)  # waits for the delete's row lock
+            deleting.commit()
+        assert embedding.result(WAIT) == 2 and store.counts()["entry_vectors"] == 2
 
 
 def test_closing_the_store_writes_the_queued_vectors_first(db_target: str) -> None:
@@ -148,17 +263,17 @@ def test_closing_the_store_writes_the_queued_vectors_first(db_target: str) -> No
 
 def test_one_index_writes_for_one_open_store_at_a_time(tmp_path) -> None:
     index = DenseVectors(CountingEncoder(), model="fake")
-    first = Store.open(tmp_path / "a.db", dense=index)
-    with pytest.raises(ConfigError, match="another open store"):
-        Store.open(tmp_path / "b.db", dense=index)
-    first.close()
+    with contextlib.closing(Store.open(tmp_path / "a.db", dense=index)):
+        with pytest.raises(ConfigError, match="another open store"):
+            Store.open(tmp_path / "b.db", dense=index)
     Store.open(tmp_path / "b.db", dense=index).close()  # free again once the first store closed
 
 
-def test_an_in_memory_database_writes_vectors_inline() -> None:
-    # A second connection to ":memory:" would open another, empty database: no writer there.
+@pytest.mark.parametrize("target", [":memory:", "file::memory:", "file:scratch?mode=memory&cache=shared"])
+def test_an_in_memory_database_writes_vectors_inline(target: str) -> None:
+    # A second connection to an in-memory database would open another, empty one: no writer there.
     index = DenseVectors(CountingEncoder(), model="fake")
-    with contextlib.closing(Store.open(":memory:", dense=index)) as store:
+    with contextlib.closing(Store.open(target, dense=index)) as store:
         assert index.writer is None
         v, m = _memory(store)
         store.add_entry(v, m, "I bought a car", "bought car")

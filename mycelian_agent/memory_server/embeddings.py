@@ -188,11 +188,15 @@ class DenseVectors:
         """The background writer while vectors are written behind, else None."""
         return self._writer
 
+    def _behind(self) -> bool:
+        # A writer whose thread died (see vector_writer.py) hands the writes back to the inline path.
+        return self._writer is not None and self._writer.alive
+
     def entries_written(self, memory_id: str, seqs: Sequence[int]) -> None:
         """Called by the store after a write commits with the new entries' seqs: queue them for the writer (inline,
         their vectors were written in the transaction)."""
-        if self._writer is not None and seqs:
-            self._writer.submit(memory_id, seqs)
+        if seqs and self._behind():
+            self._writer.submit(memory_id, seqs)  # type: ignore[union-attr]
 
     def settle(self, memory_id: str) -> bool:
         """Wait until the memory's queued entries have vectors (``await_consistency``, every search); False, with
@@ -235,6 +239,17 @@ class DenseVectors:
 
     def _store_vectors(self, conn: Connection, rows: Sequence[Any], vectors: Any) -> int:
         with _transaction(conn):
+            if not isinstance(conn, sqlite3.Connection):
+                # Postgres: a delete of one of these entries may be in flight; inserting its vector would then fail
+                # the foreign key (and the whole batch) when the delete commits. Lock the rows first and keep those
+                # still there (SQLite needs nothing: its writes are serialised, the INSERT's SELECT sees the truth).
+                kept = {int(r["seq"]) for r in _execute(
+                    conn, f"SELECT seq FROM entries WHERE seq IN ({','.join('?' * len(rows))}) FOR KEY SHARE",
+                    [row["seq"] for row in rows])}
+                pairs = [(row, vec) for row, vec in zip(rows, vectors, strict=True) if int(row["seq"]) in kept]
+                if not pairs:
+                    return 0
+                rows, vectors = [row for row, _ in pairs], [vec for _, vec in pairs]
             _executemany(
                 conn,
                 "INSERT INTO entry_vectors (seq, memory_id, model, vector) SELECT seq, memory_id, ?, ? FROM entries "
@@ -271,7 +286,7 @@ class DenseVectors:
     def index_entry(self, conn: Connection, seq: int, memory_id: str, summary: str, raw_entry: str) -> None:
         """Embed one new entry and store its vector (inside the caller's transaction); inside :meth:`batch`, at
         the end of the batch. Nothing while the vectors are written behind (:meth:`entries_written` then)."""
-        if self._writer is not None:
+        if self._behind():
             return
         text = self.entry_text(summary, raw_entry)
         deferred = getattr(self._deferred, "items", None)
@@ -344,15 +359,20 @@ class DenseVectors:
                 # here would hold the search's connection (a Postgres pool can run dry that way).
                 held = self._writer.holding([row["seq"] for row in rows])
                 rows = [row for row in rows if row["seq"] not in held]
-            self._store_missing(conn, rows)
+            try:
+                self._store_missing(conn, rows)
+            except Exception:  # e.g. a text the encoder cannot take: the search goes on with the vectors present
+                _log.exception("could not embed %d entries of memory %s at search time; searching with the %d "
+                               "embedded ones", len(rows), memory_id, vectors)
+                return self._count(conn, memory_id)
             self.embedded_at_search += len(rows)
             return self._count(conn, memory_id)
         if memory_id not in self._warned:
             self._warned.add(memory_id)
-            remedy = ("they are being embedded in the background" if self._writer is not None and self._writer.alive
-                      else "run `python -m mycelian_agent.memory_server.embeddings --backfill DB` to embed them")
-            _log.warning("memory %s has %d entries without vectors: dense search uses the %d embedded ones; %s",
-                         memory_id, gap, vectors, remedy)
+            _log.warning("memory %s has %d entries without vectors: dense search uses the %d embedded ones (the "
+                         "writer embeds those written without one when the store opens; `python -m "
+                         "mycelian_agent.memory_server.embeddings --backfill DB` embeds them at once)",
+                         memory_id, gap, vectors)
         return vectors
 
     def _load(self, conn: Connection, memory_id: str, after_seq: int) -> tuple[list[int], Any]:

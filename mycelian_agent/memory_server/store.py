@@ -66,9 +66,10 @@ class Store(MemoryStore):
             conn.close()
             raise
         store = cls(conn, dense=dense)
-        # A second connection to ":memory:" (or a memory URI) would open another, empty database.
-        in_memory = target == ":memory:" or "mode=memory" in target or target in ("", "file:")
-        store._target, store._mode = (None if in_memory else target), mode
+        # The file SQLite opened, as an absolute path; "" for an in-memory or temporary database (":memory:",
+        # "file::memory:", a memory URI), which a second connection could not see: vectors are written inline there.
+        main_file = next((row["file"] for row in conn.execute("PRAGMA database_list") if row["name"] == "main"), "")
+        store._target, store._mode = (main_file or None), mode
         if dense is not None:
             try:
                 dense.attach(store._side_connection if store._target is not None else None)
@@ -87,7 +88,7 @@ class Store(MemoryStore):
     def _side_connection(self) -> Iterator[sqlite3.Connection]:
         """A new connection to the same file (the dense index's writer thread), closed after the block."""
         assert self._target is not None
-        conn = sqlite3.connect(self._target, isolation_level=None, uri=self._target.startswith("file:"))
+        conn = sqlite3.connect(self._target, isolation_level=None)
         try:
             conn.row_factory = sqlite3.Row
             conn.execute("PRAGMA busy_timeout = 10000")

@@ -1,8 +1,8 @@
 """Write-behind for dense vectors: entries are embedded by a background thread after their write commits.
 
-Encoding one entry costs more than the rest of its write (MiniLM: ~20 ms for one text on one core, vs ~6 ms for
-the server's whole ``add_entry``), and a batch costs less per text than single texts do (~14 vs ~21 ms on one
-core, measured). So with write-behind, ``add_entry`` commits the entry alone and returns; its seq is handed to a
+Encoding one entry costs far more than the rest of its write (MiniLM: ~20 ms for one text on one core; ``add_entry``
+without it: p50 ~2 ms over stdio at 10k entries), and a batch costs less per text than single texts do (~14 vs
+~21 ms on one core, measured). So with write-behind, ``add_entry`` commits the entry alone and returns; its seq is handed to a
 :class:`VectorWriter`, whose thread takes every queued entry at once, reads their text on a connection of its own,
 encodes them in one call (holding no connection: on Postgres the pool stays free for searches) and stores the
 vectors in one short transaction.
@@ -15,8 +15,11 @@ embeds a small gap itself (``embeddings.CATCHUP_LIMIT``).
 
 The thread reads each entry's text by seq and writes its vector only if the same entry (seq *and* entry id) is still
 there, so an entry deleted in between (or a seq reused after a rolled-back insert) never gets another entry's
-vector. A failed batch (the encoder raised, the database refused) is logged, counted in :attr:`failures` and left
-for the catch-up or the next start; it never blocks searches.
+vector. A failed batch (the encoder raised, the database refused) is logged and its entries are tried again one by
+one after a pause (:data:`ATTEMPTS` in all, so one text the encoder cannot take does not sink the others); an entry
+that still fails is counted in :attr:`failures` and left for the search's catch-up or the next start. Failures never
+block searches: waits are bounded (:data:`SETTLE_TIMEOUT`), and once one has timed out, searches stop waiting until
+the writer makes progress again. If the thread dies, the index writes vectors inline again.
 """
 
 from __future__ import annotations
@@ -28,13 +31,17 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
-__all__ = ["SETTLE_TIMEOUT", "VectorWriter"]
+__all__ = ["ATTEMPTS", "CLOSE_TIMEOUT", "GATHER_BATCH", "GATHER_SECONDS", "RETRY_SECONDS", "SETTLE_TIMEOUT",
+           "VectorWriter"]
 
 #: How long a search (or ``await_consistency``) waits for its memory's queued vectors before it goes on with the
 #: vectors present (a warning is logged; the search's catch-up embeds a small gap itself).
 SETTLE_TIMEOUT = 60.0
 #: How long closing the store lets the thread finish queued entries; the rest are embedded at the next start.
 CLOSE_TIMEOUT = 60.0
+#: Tries per entry before it is left to the catch-up and the next start; retries wait this long times the try.
+ATTEMPTS = 3
+RETRY_SECONDS = 1.0
 #: While nobody waits for them, queued entries are left to gather for up to this long (or until there are
 #: :data:`GATHER_BATCH`), since the encoder costs less per text in a batch; a search or ``await_consistency`` of
 #: any memory ends the wait at once.
@@ -72,6 +79,11 @@ class VectorWriter:
         self._looking = True  # until the search for entries without vectors (at start) is done
         self._in_flight: set[int] = set()  # seqs of the batch being embedded
         self._waiters = 0  # settle() / wait_idle() calls waiting: the thread stops gathering
+        self._attempts: dict[int, int] = {}  # seq -> failed tries so far (such seqs wait in the backlog)
+        self._retry_at = 0.0  # monotonic time before which the backlog is not tried (after a failure)
+        self._progress = 0  # batches finished; a settle() that timed out records it in _stalled_at
+        self._stalled_at = -1
+        self._abandon = False  # close() timed out: stop after the current batch
         self._thread = threading.Thread(target=self._run, name="mycelian-vectors", daemon=True)
         #: Entries embedded, and entries whose batch failed (left for the catch-up or the next start).
         self.written = 0
@@ -107,14 +119,24 @@ class VectorWriter:
             return self._waiting.get(memory_id, 0)
 
     def holding(self, seqs: Sequence[int]) -> set[int]:
-        """Those of ``seqs`` that are queued or being embedded (not the backlog): their vectors are coming."""
+        """Those of ``seqs`` that are queued or being embedded (not the backlog): their vectors are coming (none if
+        the thread is not running)."""
         with self._lock:
+            if not self._thread.is_alive():
+                return set()
             return {seq for seq in seqs if seq in self._queue or seq in self._in_flight}
 
     def settle(self, memory_id: str, timeout: float = SETTLE_TIMEOUT) -> bool:
-        """Wait until the entries queued for ``memory_id`` have their vectors; False if ``timeout`` passed first
-        or the thread is not running (nothing more will come from it)."""
-        return self._wait_until(lambda: not self._waiting.get(memory_id), timeout)
+        """Wait until the entries queued for ``memory_id`` have their vectors; False if ``timeout`` passed first,
+        or at once if the thread is not running or has made no progress since an earlier wait timed out."""
+        with self._lock:
+            if self._waiting.get(memory_id) and self._stalled_at == self._progress:
+                return False
+        if self._wait_until(lambda: not self._waiting.get(memory_id), timeout):
+            return True
+        with self._lock:
+            self._stalled_at = self._progress
+        return False
 
     def wait_idle(self, timeout: float) -> bool:
         """Wait until the queue and the backlog are both embedded (tests, benchmarks, maintenance); False if
@@ -140,13 +162,18 @@ class VectorWriter:
             finally:
                 self._waiters -= 1
 
-    def close(self, timeout: float = CLOSE_TIMEOUT) -> None:
-        """Finish the queue (not the backlog) within ``timeout``, then stop the thread."""
+    def close(self, timeout: float | None = None) -> None:
+        """Finish the queue (not the backlog) within ``timeout`` (default :data:`CLOSE_TIMEOUT`), then stop the
+        thread; past the timeout, the thread stops after the batch it is embedding and writes nothing more."""
+        timeout = CLOSE_TIMEOUT if timeout is None else timeout
         with self._lock:
             self._stopping = True
             self._lock.notify_all()
         if self._thread.is_alive():
             self._thread.join(timeout)
+        with self._lock:
+            self._abandon = True
+            self._queue.clear()  # still counted in pending(): the warning below reports them
         left = self.pending()
         if self._thread.is_alive() or left:
             _log.warning("stopped with %d entries not yet embedded: they are embedded at the next start "
@@ -160,15 +187,23 @@ class VectorWriter:
             while True:
                 with self._lock:
                     while not self._queue:
-                        if self._stopping:
+                        if self._stopping or self._abandon:
                             return
-                        if self._backlog:
+                        pause = self._retry_at - time.monotonic()
+                        if self._backlog and pause <= 0:
                             break
-                        self._lock.wait()
+                        self._lock.wait(pause if self._backlog else None)
+                    if self._abandon:
+                        return
                     self._gather()
                     batch = self._take()
                     self._in_flight = {seq for seq, _, _ in batch}
                 self._embed_batch(batch)
+        except BaseException:
+            # Not an expected failure (those are handled per batch): logged, not re-raised (a thread's exception
+            # would only be printed); the index goes back to inline writes once the thread is gone.
+            _log.critical("the vector writer stopped; new entries are embedded inline, entries it still held by "
+                          "the search's catch-up and the next start", exc_info=True)
         finally:
             with self._lock:  # wake any settle() so it sees the thread is gone
                 self._lock.notify_all()
@@ -204,6 +239,8 @@ class VectorWriter:
         the backlog, so that new writes wait behind at most one small backlog batch."""
         queued = bool(self._queue)
         source, size = (self._queue, self._batch) if queued else (self._backlog, _BACKLOG_BATCH)
+        if not queued and next(iter(source)) in self._attempts:
+            size = 1  # a retry goes alone: one text the encoder cannot take must not fail the others again
         batch: list[tuple[int, str, bool]] = []
         while source and len(batch) < size:
             seq = next(iter(source))
@@ -211,16 +248,30 @@ class VectorWriter:
         return batch
 
     def _embed_batch(self, batch: list[tuple[int, str, bool]]) -> None:
+        failed = False
         try:
             self.written += self._embed(self._connect, [seq for seq, _, _ in batch])
         except Exception:
-            self.failures += len(batch)
-            _log.exception("could not embed %d entries (seqs %d-%d); a search embeds a small gap itself, and the "
-                           "next start or the backfill command embeds the rest", len(batch), batch[0][0],
-                           batch[-1][0])
+            failed = True
+            _log.exception("could not embed %d entries (seqs %d-%d); each is tried again alone, up to %d tries",
+                           len(batch), batch[0][0], batch[-1][0], ATTEMPTS)
         finally:
             with self._lock:
                 self._in_flight = set()
+                self._progress += 1
+                for seq, memory_id, _ in batch:
+                    tries = self._attempts.pop(seq, 0) + failed
+                    if not failed:
+                        continue
+                    if tries < ATTEMPTS and not self._stopping:
+                        self._attempts[seq] = tries
+                        self._backlog[seq] = memory_id
+                        self._retry_at = time.monotonic() + RETRY_SECONDS * tries
+                    else:
+                        self.failures += 1
+                        _log.error("gave up embedding entry seq %d after %d tries; a search embeds a small gap "
+                                   "itself, and the next start or the backfill command embeds the rest", seq,
+                                   tries)
                 for _, memory_id, queued in batch:
                     if queued:
                         left = self._waiting[memory_id] - 1
