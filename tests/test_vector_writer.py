@@ -44,6 +44,20 @@ class GatedEncoder(CountingEncoder):
         return super().__call__(texts)
 
 
+class FailsFirst(CountingEncoder):
+    """Raises ``error`` on its first call, then encodes (counting only the calls that encoded)."""
+
+    def __init__(self, error: BaseException) -> None:
+        super().__init__()
+        self._error: BaseException | None = error
+
+    def __call__(self, texts):
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
+        return super().__call__(texts)
+
+
 @pytest.fixture(params=["sqlite", "postgres"])
 def db_target(request: pytest.FixtureRequest, tmp_path) -> str:
     if request.param == "sqlite":
@@ -118,16 +132,8 @@ def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_failed_batch_is_logged_and_tried_again(db_target: str, caplog, quick_retries) -> None:
-    calls = {"n": 0}
-    encoder = CountingEncoder()
-
-    def flaky(texts):
-        calls["n"] += 1
-        if calls["n"] == 1:
-            raise RuntimeError("encoder out of memory")
-        return encoder(texts)
-
-    index = DenseVectors(flaky, model="fake")
+    encoder = FailsFirst(RuntimeError("encoder out of memory"))
+    index = DenseVectors(encoder, model="fake")
     with contextlib.closing(open_store(db_target, dense_factory=lambda: index)) as store, \
             caplog.at_level(logging.ERROR, logger="mycelian_agent.memory_server.vector_writer"):
         v, m = _memory(store)
@@ -165,16 +171,7 @@ def test_a_writer_whose_thread_died_hands_writes_back_to_the_inline_path(tmp_pat
     class Fatal(BaseException):
         pass
 
-    calls = {"n": 0}
-    encoder = CountingEncoder()
-
-    def dies_once(texts):
-        calls["n"] += 1
-        if calls["n"] == 1:
-            raise Fatal("interpreter shutting down")
-        return encoder(texts)
-
-    index = DenseVectors(dies_once, model="fake")
+    index = DenseVectors(FailsFirst(Fatal("interpreter shutting down")), model="fake")
     with contextlib.closing(Store.open(tmp_path / "m.db", dense=index)) as store, caplog.at_level(logging.CRITICAL):
         v, m = _memory(store)
         store.add_entry(v, m, "I bought a car", "bought car")
