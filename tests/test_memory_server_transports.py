@@ -240,3 +240,18 @@ def test_importing_the_package_is_light() -> None:
         "sorted(n for n in sys.modules if n.startswith(('mcp', 'starlette', 'sqlite3')))"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_an_embeddings_server_lets_torch_threads_sleep_unless_told_otherwise(tmp_path: Path, monkeypatch) -> None:
+    from mycelian_agent.memory_server.app import MemoryServer
+    from mycelian_agent.memory_server.cli import main
+
+    seen: list[str | None] = []
+    monkeypatch.setattr(MemoryServer, "run", lambda self, transport: seen.append(os.environ.get("OMP_WAIT_POLICY")))
+    monkeypatch.setenv("OMP_WAIT_POLICY", "unset-at-teardown")  # registers the restore of the variable's absence
+    monkeypatch.delenv("OMP_WAIT_POLICY")
+    assert main(["--db", str(tmp_path / "m.db")]) == 0
+    assert main(["--db", str(tmp_path / "m.db"), "--embeddings"]) == 0
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")  # the user's choice is kept
+    assert main(["--db", str(tmp_path / "m.db"), "--embeddings"]) == 0
+    assert seen == [None, "PASSIVE", "ACTIVE"]

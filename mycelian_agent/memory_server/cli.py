@@ -138,6 +138,12 @@ def main(argv: Sequence[str] | None = None, prog: str = "mycelian-memory-server"
     except MycelianError as exc:
         print(f"mycelian-memory-server: error: {exc}", file=sys.stderr)
         return 2
+    if args.embeddings:
+        # Before torch loads (at the first session): its OpenMP threads then sleep between batches instead of
+        # spinning. The encoder shares the cores with the agent and the server's own work, where spinning threads
+        # cost batch-1 ingestion 7-22% (paired runs, BENCHMARKS.md §3); an idle backfill is ~3% slower. A value
+        # the user set is kept.
+        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     try:
         if args.transport == "stdio":
             server.run("stdio")
