@@ -63,6 +63,45 @@ def test_newer_schema_and_unreachable_server_are_clear_errors(pg_url: str, pg_cl
     assert redact_url("postgresql://u@h/db") == "postgresql://u@h/db"
 
 
+def test_version_2_indexes_words_beside_non_ascii_characters(pg_fresh_url: str,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under lc_ctype=C (the test cluster's locale) PostgreSQL's parser glues non-ASCII punctuation to words:
+    version 1 indexed "\u201ckayak\u201d" as one token. Version 2 re-indexes such rows; new rows are split first."""
+    import mycelian_agent.memory_server.pg_migrations as migrations
+    import mycelian_agent.memory_server.pg_store as pg_store
+
+    texts = ("We took the \u201ckayak\u201d out\u2026", "Where is the canoe\uff1f", "The paddle is ashore.")
+    with monkeypatch.context() as v1:  # a database written by version 1: the raw text went to to_tsvector
+        v1.setattr(migrations, "SCHEMA_VERSION", 1)
+        v1.setattr(pg_store, "index_words", lambda text: text)
+        store = PostgresStore.open(pg_fresh_url, pool_size=1)
+        vault = store.create_vault("home")["vaultId"]
+        memory = store.create_memory(vault, "trips", "NOTES")["memoryId"]
+        for text in texts:
+            store.add_entry(vault, memory, text, text)
+        store.put_context(vault, memory, "Plans: \u201ckayak\u201d weekend")
+
+        def found(query: str) -> tuple[list[str], list[str]]:
+            result = store.search(memory, query, top_ke=5)
+            return [e["summary"] for e in result["entries"]], [c["context"] for c in result["contexts"]]
+
+        assert found("kayak") == ([], [])
+        assert found("canoe") == ([], [])
+        store.close()
+    store = PostgresStore.open(pg_fresh_url, pool_size=1)  # migrates to version 2
+    try:
+        assert _query(pg_fresh_url, "SELECT max(version) FROM mycelian_schema") == [(SCHEMA_VERSION,)]
+        # Each word's own entry first (its neighbours follow with shares of its score).
+        entries, contexts = found("kayak")
+        assert entries[0] == texts[0] and contexts == ["Plans: \u201ckayak\u201d weekend"]
+        assert found("canoe")[0][0] == texts[1]
+        assert found("paddle")[0][0] == texts[2]  # an ASCII row, left as it was
+        store.add_entry(vault, memory, "\u00bfD\u00f3nde est\u00e1 el \u201cremo\u201d?", "remo")  # a new row
+        assert found("remo")[0][0] == "remo"
+    finally:
+        store.close()
+
+
 def test_missing_psycopg_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "psycopg", None)
     with pytest.raises(ConfigError, match=r"install 'mycelian-agent\[postgres\]'"):

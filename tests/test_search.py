@@ -1,5 +1,8 @@
 """Lexical search through the real server: stemming, names from tags, dates in words, neighbour context, the
-schema 3 upgrade of an existing database, and any text as a safe query."""
+schema 3 upgrade of an existing database, and any text as a safe query.
+
+Tests using ``chat`` run on SQLite and on PostgreSQL (the ``memory_db`` fixture, conftest.py): both backends share
+the ranking code, and each builds its own index and neighbour query."""
 
 from __future__ import annotations
 
@@ -16,8 +19,8 @@ from mycelian_agent.memory_server.testing import BackgroundSession, call_json
 
 
 @pytest.fixture
-async def chat():
-    bg = await BackgroundSession.start(create_server(":memory:"))
+async def chat(memory_db: str):
+    bg = await BackgroundSession.start(create_server(memory_db))
     s = bg.session
     v = (await call_json(s, "create_vault", title="home"))["vaultId"]
     m = (await call_json(s, "create_memory_in_vault", vault_id=v, title="chat", memory_type="NOTES"))["memoryId"]
@@ -81,6 +84,29 @@ async def test_the_answer_following_a_matching_question_is_found(chat) -> None:
     assert later not in await _search(bg, m, "weather chatter", top_ke=25)
 
 
+async def test_the_turn_after_a_question_takes_a_larger_share_than_the_turn_after_a_statement(chat) -> None:
+    bg, v, m = chat
+
+    async def conversation(memory: str, turns: tuple[str, ...]) -> list[str]:
+        # Two exchanges three hours apart: no shares between them.
+        return [await _add(bg, v, memory, text, conversation_time=f"2024-01-10T{12 + 3 * (i // 2)}:0{i % 2}:00Z")
+                for i, text in enumerate(turns)]
+
+    # The two matching turns have the same words; their followers share none with the query. With one share for
+    # every follower the two would tie (and the newer, the statement's follower, would come first).
+    asked, answer, stated, follower = await conversation(
+        m, ("Did you paint the lake?", "Yes, last summer.", "I paint the lake.", "Then we had dinner."))
+    found = await _search(bg, m, "paint lake", top_ke=4)
+    assert set(found[:2]) == {asked, stated} and found[2:] == [answer, follower]
+    # A full-width question mark asks too.
+    other = (await call_json(bg.session, "create_memory_in_vault", vault_id=v, title="cjk", memory_type="NOTES"))[
+        "memoryId"
+    ]
+    asked, answer, stated, follower = await conversation(
+        other, ("Did you paint the lake\uff1f", "Yes, last summer.", "I paint the lake.", "Then we had dinner."))
+    assert (await _search(bg, other, "paint lake", top_ke=4))[2:] == [answer, follower]
+
+
 async def test_neighbours_never_cross_memories(chat) -> None:
     bg, v, m = chat
     other = (await call_json(bg.session, "create_memory_in_vault", vault_id=v, title="other", memory_type="NOTES"))[
@@ -123,7 +149,8 @@ async def test_deleted_entries_leave_the_index(chat) -> None:
     assert await _search(bg, m, "walrus Ann May", top_ke=25) == [kept]
 
     def check(store: Store) -> dict[str, int]:
-        store.connection.execute("INSERT INTO entries_fts (entries_fts) VALUES ('integrity-check')")
+        if isinstance(store, Store):  # SQLite's own check of the FTS index against its content
+            store.connection.execute("INSERT INTO entries_fts (entries_fts) VALUES ('integrity-check')")
         return store.counts()
 
     counts = await bg.runner.call(check)

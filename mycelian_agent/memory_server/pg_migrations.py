@@ -17,11 +17,14 @@ by an exact scan in the server (``embeddings.DenseVectors``).
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from typing import Any
 
 from ..errors import MemoryServerError
+from .ranking import entry_dated, entry_labels, index_words
 
-__all__ = ["ADVISORY_LOCK_KEY", "MIGRATIONS", "SCHEMA_VERSION", "migrate", "schema_version"]
+__all__ = ["ADVISORY_LOCK_KEY", "ENTRY_TSV", "MIGRATIONS", "SCHEMA_VERSION", "migrate", "schema_version"]
 
 #: The advisory lock (one bigint) that serialises migrations of one database: "mycelian" in ASCII.
 ADVISORY_LOCK_KEY = 0x6D7963656C69616E
@@ -83,8 +86,41 @@ _V1 = [
     "CREATE INDEX entry_vectors_by_memory ON entry_vectors (memory_id, model)",
 ]
 
-#: Migration ``n`` (1-based) is ``MIGRATIONS[n - 1]``.
-MIGRATIONS: tuple[list[str], ...] = (_V1,)
+#: An entry's ``tsvector`` from the parameters ``summary_words``, ``raw_words``, ``labels`` and ``dated`` (each
+#: passed through ``ranking.index_words``): the summary weighs A, the text and the speaker's name B, the date C.
+ENTRY_TSV = (
+    "setweight(to_tsvector('mycelian', %(summary_words)s), 'A') "
+    "|| setweight(to_tsvector('mycelian', %(raw_words)s), 'B') "
+    "|| setweight(to_tsvector('mycelian', %(labels)s), 'B') || setweight(to_tsvector('mycelian', %(dated)s), 'C')"
+)
+
+
+def _reindex_non_ascii(conn: Any) -> None:
+    """Version 2: index the word tokens (``ranking.index_words``) of every entry and context holding a non-ASCII
+    character. Version 1 passed the raw text to ``to_tsvector``, which under ``lc_ctype=C`` glued such characters
+    to the words beside them; ASCII-only rows tokenise the same either way and are left alone."""
+    non_ascii = "octet_length({0}) <> char_length({0})"
+    rows = conn.execute(
+        "SELECT seq, raw_entry, summary, tags, COALESCE(conversation_time, creation_time) FROM entries "
+        f"WHERE {non_ascii.format('raw_entry')} OR {non_ascii.format('summary')} OR {non_ascii.format('tags')}"
+    ).fetchall()
+    with conn.cursor() as cursor:
+        cursor.executemany(
+            f"UPDATE entries SET tsv = {ENTRY_TSV} WHERE seq = %(seq)s",
+            [{"seq": seq, "summary_words": index_words(summary), "raw_words": index_words(raw_entry),
+              "labels": index_words(entry_labels(json.loads(tags))), "dated": entry_dated(moment)}
+             for seq, raw_entry, summary, tags, moment in rows],
+        )
+        contexts = conn.execute(f"SELECT seq, content FROM contexts WHERE {non_ascii.format('content')}").fetchall()
+        cursor.executemany(
+            "UPDATE contexts SET tsv = to_tsvector('mycelian', %s) WHERE seq = %s",
+            [(index_words(content), seq) for seq, content in contexts],
+        )
+
+
+#: Migration ``n`` (1-based) is ``MIGRATIONS[n - 1]``: SQL statements, or functions of the connection for steps
+#: that need Python (each one runs inside the migration's transaction).
+MIGRATIONS: tuple[list[str | Callable[[Any], None]], ...] = (_V1, [_reindex_non_ascii])
 #: The schema version a fully migrated database has.
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -123,6 +159,9 @@ def migrate(conn: Any) -> int:
         _check(current)
         for version in range(current + 1, SCHEMA_VERSION + 1):
             for statement in MIGRATIONS[version - 1]:
-                conn.execute(statement)
+                if callable(statement):
+                    statement(conn)
+                else:
+                    conn.execute(statement)
             conn.execute("INSERT INTO mycelian_schema (version) VALUES (%s)", (version,))
     return found

@@ -38,8 +38,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import ConfigError, MemoryServerError
 from .base import DenseIndex, MemoryStore, NewEntry, Row, memory_not_found
-from .pg_migrations import migrate
-from .ranking import CONTEXT_GAP_DAYS, ENTRY_WEIGHTS, entry_dated, entry_labels
+from .pg_migrations import ENTRY_TSV, migrate
+from .ranking import CONTEXT_GAP_DAYS, ENTRY_WEIGHTS, QUESTION_MARKS, entry_dated, entry_labels, index_words
 from .validation import format_timestamp
 
 __all__ = ["INSTALL_HINT", "PostgresStore", "one_line", "redact_url", "require_psycopg"]
@@ -53,10 +53,6 @@ _ENTRY_COLUMNS = (
 # ts_rank's weights are {D, C, B, A}, each at most 1: ENTRY_WEIGHTS scaled by the summary's (the largest).
 _TOP = ENTRY_WEIGHTS[2]
 _RANK_WEIGHTS = "{0.1, %.4f, %.4f, 1.0}" % (ENTRY_WEIGHTS[4] / _TOP, ENTRY_WEIGHTS[1] / _TOP)
-_ENTRY_TSV = (
-    "setweight(to_tsvector('mycelian', %(summary)s), 'A') || setweight(to_tsvector('mycelian', %(raw_entry)s), 'B')"
-    " || setweight(to_tsvector('mycelian', %(labels)s), 'B') || setweight(to_tsvector('mycelian', %(dated)s), 'C')"
-)
 _MOMENT = "COALESCE({0}.conversation_time, {0}.creation_time)"
 
 
@@ -283,14 +279,16 @@ class PostgresStore(MemoryStore):
                 "summary": summary,
                 "tags": json.dumps(tags, ensure_ascii=False, sort_keys=True),
                 "idempotency_key": idempotency_key,
-                "labels": entry_labels(tags),
+                "summary_words": index_words(summary),
+                "raw_words": index_words(raw_entry),
+                "labels": index_words(entry_labels(tags)),
                 "dated": entry_dated(conversation_time or now),
             }
             row = conn.execute(
                 "INSERT INTO entries (entry_id, memory_id, vault_id, creation_time, conversation_time, raw_entry, "
                 "summary, tags, idempotency_key, tsv) VALUES (%(entry_id)s, %(memory_id)s, %(vault_id)s, "
                 "%(creation_time)s, %(conversation_time)s, %(raw_entry)s, %(summary)s, %(tags)s, "
-                f"%(idempotency_key)s, {_ENTRY_TSV}) ON CONFLICT (memory_id, idempotency_key) DO NOTHING "
+                f"%(idempotency_key)s, {ENTRY_TSV}) ON CONFLICT (memory_id, idempotency_key) DO NOTHING "
                 f"RETURNING {_ENTRY_COLUMNS}",
                 values,
             ).fetchone()
@@ -336,7 +334,7 @@ class PostgresStore(MemoryStore):
             conn.execute(
                 "INSERT INTO contexts (memory_id, content, creation_time, tsv) "
                 "VALUES (%s, %s, %s, to_tsvector('mycelian', %s))",
-                (memory_id, content, now, content),
+                (memory_id, content, now, index_words(content)),
             )
         return now
 
@@ -424,16 +422,17 @@ class PostgresStore(MemoryStore):
 
     def _neighbours(
         self, memory_id: str, seqs: Sequence[int], after: str | None, before: str | None
-    ) -> tuple[list[tuple[int, int | None, int | None]], set[int]]:
+    ) -> tuple[list[tuple[int, int | None, int | None, bool]], set[int]]:
         if not seqs:
             return [], set()
         gap = CONTEXT_GAP_DAYS * 86400.0
+        asks = " OR ".join("strpos(e.raw_entry, %s) > 0" for _ in QUESTION_MARKS)
         near = (
             f"abs(extract(epoch FROM ({_MOMENT.format('{0}')}::timestamptz - {_MOMENT.format('e')}::timestamptz)))"
             f" <= {gap!r}"
         )
         sql = (
-            f"SELECT e.seq, p.seq AS previous, n.seq AS following FROM entries e "
+            f"SELECT e.seq, p.seq AS previous, n.seq AS following, ({asks}) AS asks FROM entries e "
             f"LEFT JOIN LATERAL (SELECT x.seq FROM entries x WHERE x.memory_id = e.memory_id AND x.seq < e.seq "
             f"ORDER BY x.seq DESC LIMIT 1) px ON true LEFT JOIN entries p ON p.seq = px.seq AND {near.format('p')} "
             f"LEFT JOIN LATERAL (SELECT x.seq FROM entries x WHERE x.memory_id = e.memory_id AND x.seq > e.seq "
@@ -444,10 +443,10 @@ class PostgresStore(MemoryStore):
         given = set(seqs)
         with self._read() as conn:
             links = [
-                (int(r["seq"]), r["previous"], r["following"])
-                for r in conn.execute(sql, (list(seqs), memory_id)).fetchall()
+                (int(r["seq"]), r["previous"], r["following"], bool(r["asks"]))
+                for r in conn.execute(sql, (*QUESTION_MARKS, list(seqs), memory_id)).fetchall()
             ]
-            allowed = given | {n for _, *pair in links for n in pair if n is not None}
+            allowed = given | {n for _, previous, following, _ in links for n in (previous, following) if n is not None}
             outside = allowed - given
             if where and outside:  # neighbours outside the time bounds do not count
                 rows = conn.execute(

@@ -12,16 +12,19 @@ import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 
 __all__ = [
+    "CONTEXT_AFTER_QUESTION",
     "CONTEXT_BEFORE",
     "CONTEXT_DEPTH",
     "CONTEXT_GAP_DAYS",
     "CONTEXT_WEIGHT",
     "ENTRY_WEIGHTS",
     "MAX_QUERY_TERMS",
+    "QUESTION_MARKS",
     "STOPWORDS",
     "WORD_RE",
     "entry_dated",
     "entry_labels",
+    "index_words",
     "query_terms",
     "with_context",
 ]
@@ -34,11 +37,19 @@ MAX_QUERY_TERMS = 48
 #: weighs half, a tie-breaker for questions that name a day or month. SQLite passes them to ``bm25()``; PostgreSQL
 #: maps them to the tsvector weights A (summary), B (raw_entry, labels) and C (dated).
 ENTRY_WEIGHTS = (0.0, 1.0, 1.5, 1.0, 0.5)
-#: Share of an entry's lexical score given to the entry that follows it in its memory, and to the one before it.
-#: Answers follow questions, so the follower gets the larger share. Set from the LoCoMo recall benchmark (flat
-#: from 0.5 to 0.6; 0.4 and 0.7 lower).
-CONTEXT_WEIGHT = 0.5
+#: Share of an entry's lexical score given to the entry that follows it in its memory when the entry asks something
+#: (its text holds one of :data:`QUESTION_MARKS`): the next turn is then most often the answer, which rarely
+#: repeats the question's words ("What inspired you?" -> "I painted this after I visited a LGBTQ center").
+CONTEXT_AFTER_QUESTION = 0.8
+#: Share given to the entry that follows an entry asking nothing, and to the entry before any entry. Set on the
+#: LoCoMo recall benchmark (BENCHMARKS.md §3): with one follower share for every entry (0.5, flat from 0.5 to 0.6)
+#: recall any@1 / any@10 / all@10 was 0.358 / 0.796 / 0.687; split 0.8 after questions, 0.3 after the rest, it is
+#: 0.428 / 0.812 / 0.708, and 12 of the 12 splits tried with question share 0.6-0.9 > other share 0.3-0.5 gained
+#: at @1 and @10.
+CONTEXT_WEIGHT = 0.3
 CONTEXT_BEFORE = 0.25
+#: Characters that make an entry a question for :data:`CONTEXT_AFTER_QUESTION` (ASCII, full-width, Arabic).
+QUESTION_MARKS = "?\uff1f\u061f"
 #: Neighbours further apart in time (conversation time, else creation time) than this are another conversation.
 CONTEXT_GAP_DAYS = 1 / 24
 #: Lexical hits whose neighbours are considered (the re-ranked pool; at least the requested limit).
@@ -70,6 +81,15 @@ def query_terms(query: str) -> list[str]:
     return (content or list(seen))[:MAX_QUERY_TERMS]
 
 
+def index_words(text: str) -> str:
+    """The word tokens of ``text`` (:data:`WORD_RE`, the queries' own rule), space-joined: what the PostgreSQL store
+    hands to ``to_tsvector``. Under ``lc_ctype=C`` PostgreSQL's parser counts every non-ASCII character as a
+    letter, gluing curly quotes, dashes, ellipses and full-width punctuation to the words beside them
+    ("\u201ckayak\u201d" would be one token that a search for kayak never finds); split here, the index holds the
+    same words whatever the cluster's locale."""
+    return " ".join(WORD_RE.findall(text))
+
+
 def entry_labels(tags: Mapping[str, str] | str) -> str:
     """The ``labels`` column of an entry: its tag values without digits (speaker names, topics), space-joined.
 
@@ -89,23 +109,26 @@ def entry_dated(moment: str) -> str:
 
 def with_context(
     hits: Sequence[tuple[int, float]],
-    links: Iterable[tuple[int, int | None, int | None]],
+    links: Iterable[tuple[int, int | None, int | None, bool]],
     allowed: set[int],
     limit: int,
 ) -> list[tuple[int, float]]:
     """Re-rank lexical ``hits`` (``(seq, score)``, score > 0) with the scores of each entry's neighbours:
-    score(e) = lex(e) + CONTEXT_WEIGHT * lex(previous) + CONTEXT_BEFORE * lex(next).
+    score(e) = lex(e) + follower share of previous * lex(previous) + CONTEXT_BEFORE * lex(next), the follower share
+    being :data:`CONTEXT_AFTER_QUESTION` when the previous entry asks something, else :data:`CONTEXT_WEIGHT`.
 
-    ``links`` gives ``(seq, previous seq, next seq)`` for each hit: its neighbours in the memory within
-    :data:`CONTEXT_GAP_DAYS` (None where there is none); ``allowed`` the seqs that may be returned (the hits and the
-    neighbours inside the search's time bounds). In a conversation a turn's meaning is spread over its neighbours:
-    the answer ("Three times a week.") follows the question that carries the query's words, so such an answer can
-    be found though it shares no query word. Ties go to the newer entry.
+    ``links`` gives ``(seq, previous seq, next seq, asks)`` for each hit: its neighbours in the memory within
+    :data:`CONTEXT_GAP_DAYS` (None where there is none) and whether its text holds a question mark; ``allowed`` the
+    seqs that may be returned (the hits and the neighbours inside the search's time bounds). In a conversation a
+    turn's meaning is spread over its neighbours: the answer ("Three times a week.") follows the question that
+    carries the query's words, so such an answer can be found though it shares no query word. Ties go to the newer
+    entry.
     """
     scores = dict(hits)
     combined: dict[int, float] = dict(scores)
-    for seq, previous, following in links:
-        for neighbour, share in ((previous, CONTEXT_BEFORE), (following, CONTEXT_WEIGHT)):
+    for seq, previous, following, asks in links:
+        after = CONTEXT_AFTER_QUESTION if asks else CONTEXT_WEIGHT
+        for neighbour, share in ((previous, CONTEXT_BEFORE), (following, after)):
             if neighbour is not None and neighbour in allowed:
                 combined[neighbour] = combined.get(neighbour, 0.0) + share * scores[seq]
     return sorted(combined.items(), key=lambda pair: (-pair[1], -pair[0]))[:limit]

@@ -25,6 +25,7 @@ from .ranking import (
     CONTEXT_WEIGHT,
     ENTRY_WEIGHTS,
     MAX_QUERY_TERMS,
+    QUESTION_MARKS,
     query_terms,
     with_context,
 )
@@ -241,30 +242,33 @@ def search_entries(
 
 def neighbours(
     conn: sqlite3.Connection, seqs: Sequence[int], where: str, params: Sequence[str]
-) -> tuple[list[tuple[int, int | None, int | None]], set[int]]:
+) -> tuple[list[tuple[int, int | None, int | None, bool]], set[int]]:
     """``(links, allowed)`` for ``ranking.with_context``: each entry's previous and next entry in its memory
-    within an hour (the same conversation), and which of all these lie inside ``where`` (:func:`time_bounds`)."""
+    within an hour (the same conversation) and whether it asks something (a question mark in its text), and which
+    of all these entries lie inside ``where`` (:func:`time_bounds`)."""
     if not seqs:
         return [], set()
     marks = ",".join("?" * len(seqs))
     moment = "julianday(COALESCE({0}.conversation_time, {0}.creation_time))"
     near = f"abs({moment.format('x')} - {moment.format('e')}) <= {CONTEXT_GAP_DAYS!r}"
-    links = conn.execute(
+    asks = " OR ".join("instr(e.raw_entry, ?) > 0" for _ in QUESTION_MARKS)
+    rows = conn.execute(
         f"SELECT e.seq, (SELECT x.seq FROM entries x WHERE x.seq = (SELECT max(p.seq) FROM entries p "
         f"WHERE p.memory_id = e.memory_id AND p.seq < e.seq) AND {near}), "
         f"(SELECT x.seq FROM entries x WHERE x.seq = (SELECT min(n.seq) FROM entries n "
-        f"WHERE n.memory_id = e.memory_id AND n.seq > e.seq) AND {near}) "
+        f"WHERE n.memory_id = e.memory_id AND n.seq > e.seq) AND {near}), {asks} "
         f"FROM entries e WHERE e.seq IN ({marks})",
-        list(seqs),
+        [*QUESTION_MARKS, *seqs],
     ).fetchall()
+    links = [(seq, previous, following, bool(asking)) for seq, previous, following, asking in rows]
     given = set(seqs)
-    allowed = given | {n for _, *pair in links for n in pair if n is not None}
+    allowed = given | {n for _, previous, following, _ in links for n in (previous, following) if n is not None}
     outside = allowed - given
     if where and outside:  # neighbours outside the time bounds do not count
         marks = ",".join("?" * len(outside))
         sql = f"SELECT t.seq FROM entries t WHERE t.seq IN ({marks}){where}"
         allowed = given | {seq for (seq,) in conn.execute(sql, [*outside, *params])}
-    return [(seq, previous, following) for seq, previous, following in links], allowed
+    return links, allowed
 
 
 def search_contexts(

@@ -275,7 +275,7 @@ class Store(MemoryStore):
 
     def _neighbours(
         self, memory_id: str, seqs: Sequence[int], after: str | None, before: str | None
-    ) -> tuple[list[tuple[int, int | None, int | None]], set[int]]:
+    ) -> tuple[list[tuple[int, int | None, int | None, bool]], set[int]]:
         where, params = lexical.time_bounds(after, before)
         return lexical.neighbours(self._conn, seqs, where, params)
 
