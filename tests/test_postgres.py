@@ -292,15 +292,20 @@ def test_replay_workers_split_the_conversations(pg_url: str, tmp_path: Path) -> 
 
 @pytest.mark.slow
 def test_locomo_recall_on_postgres_matches_sqlite(pg_url: str, shared_data: Path, tmp_path: Path) -> None:
-    """One LoCoMo conversation here (~40 s); the whole dev set is in BENCHMARKS.md ("Scaling out")."""
-    from mycelian_agent.benchmarks.locomo import LoCoMoRunner
+    """One LoCoMo conversation here (~40 s), through the parity benchmark's lexical mode; the whole dev set is in
+    BENCHMARKS.md ("Scaling out")."""
+    from mycelian_agent.benchmarks.bench_embeddings import locomo_parity
 
-    data = [shared_data / "locomo" / "locomo_dev3.json"]
-    tables = {}
-    for name, db in (("sqlite", None), ("postgres", pg_url)):
-        report = LoCoMoRunner(out=tmp_path / name, db=db, limit=1).run(data)
-        tables[name] = {key: table.overall.as_dict() for key, table in report.tables.items()}
-    assert tables["sqlite"].keys() == tables["postgres"].keys()
+    stale = tmp_path / "sqlite" / "records.jsonl"  # an earlier run's records are not this run's recall
+    stale.parent.mkdir()
+    stale.write_text('{"stale": true}\n')
+    results = locomo_parity(shared_data / "locomo" / "locomo_dev3.json", tmp_path, pg_url=pg_url, limit=1,
+                            dense=False)
+    assert "stale" not in stale.read_text()
+    tables = {name: {key: row for key, row in results[name].items() if isinstance(row, dict)}
+              for name in ("sqlite", "postgres")}
+    assert tables["sqlite"].keys() == tables["postgres"].keys() == results["difference"].keys()
+    assert (tmp_path / "parity.json").is_file()
     for key, sqlite_row in tables["sqlite"].items():
         postgres_row = tables["postgres"][key]
         count = postgres_row["count"]

@@ -11,7 +11,9 @@ waits for every vector (``await_consistency``), and checks that every entry has 
 ratio to the baseline.
 ``parity``: the LoCoMo runner with vectors written at ingestion, on a SQLite file and on a fresh database of a
 throwaway PostgreSQL cluster (``--pg-url`` to use a server of yours); recall per backend and the differences.
-Both print JSON and need the embeddings extra (``make embeddings``).
+The ``sqlite`` and ``postgres`` folders under ``--out`` are replaced by each run.
+``--lexical``: the same without vectors (servers without ``--embeddings``).
+Both print JSON and need the embeddings extra (``make embeddings``; ``parity --lexical`` only the postgres extra).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -84,8 +87,9 @@ def ingest_rate(count: int = 400, *, server: str = "embedded", work: Path | None
 
 
 def locomo_parity(locomo: Path, out: Path, *, pg_url: str | None = None, limit: int | None = None,
-                  workers: int = 3) -> dict[str, Any]:
-    """LoCoMo recall with vectors written at ingestion, SQLite vs PostgreSQL (``pg_url``: an empty database)."""
+                  workers: int = 3, dense: bool = True) -> dict[str, Any]:
+    """LoCoMo recall with vectors written at ingestion (lexical search alone without ``dense``), SQLite vs
+    PostgreSQL (``pg_url``: an empty database)."""
     from ..memory_server.pg_cluster import TemporaryCluster
     from .bench_recall import _with_embeddings
     from .locomo import LoCoMoRunner
@@ -93,11 +97,15 @@ def locomo_parity(locomo: Path, out: Path, *, pg_url: str | None = None, limit: 
     cluster = None if pg_url else TemporaryCluster.start()
     results: dict[str, Any] = {}
     try:
-        target = pg_url or cluster.create_database("embeddings_parity")  # type: ignore[union-attr]
+        target = pg_url or cluster.create_database(  # type: ignore[union-attr]
+            "embeddings_parity" if dense else "lexical_parity")
         for name, db in (("sqlite", None), ("postgres", target)):
+            # The runner resumes from the records it finds: a folder left by an earlier run would be reported as
+            # this run's recall without a search being made.
+            shutil.rmtree(out / name, ignore_errors=True)
             started = time.perf_counter()
-            runner = _with_embeddings(LoCoMoRunner)(out=out / name, db=db, limit=limit, workers=workers,
-                                                    progress=False)
+            runner_class = _with_embeddings(LoCoMoRunner) if dense else LoCoMoRunner
+            runner = runner_class(out=out / name, db=db, limit=limit, workers=workers, progress=False)
             report = runner.run([locomo])
             results[name] = {"seconds": round(time.perf_counter() - started, 1),
                              **{key: table.overall.as_dict() for key, table in report.tables.items()}}
@@ -120,11 +128,13 @@ def main(argv: list[str] | None = None) -> int:
     ingest = commands.add_parser("ingest", help="messages/s with embeddings: inline vs written behind, batch 1 "
                                  "and batch 32 bulk")
     ingest.add_argument("--messages", type=int, default=400)
-    parity = commands.add_parser("parity", help="LoCoMo hybrid recall on SQLite vs PostgreSQL")
+    parity = commands.add_parser("parity", help="LoCoMo hybrid recall on SQLite vs PostgreSQL (--lexical: "
+                                 "without vectors)")
     parity.add_argument("--locomo", type=Path, required=True, help="a LoCoMo file, e.g. locomo_dev3.json")
     parity.add_argument("--out", type=Path, default=Path("bench-out/embeddings-parity"))
     parity.add_argument("--pg-url", default=None, help="an empty PostgreSQL database (default: a throwaway cluster)")
     parity.add_argument("--limit", type=int, default=None, help="only the first N samples")
+    parity.add_argument("--lexical", action="store_true", help="servers without --embeddings: lexical search alone")
     args = parser.parse_args(argv)
     if args.command == "ingest":
         print(json.dumps(ingest_rate(args.messages), indent=2))
@@ -132,7 +142,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.locomo.is_file():
             parser.error(f"--locomo: no file at {args.locomo}")
         args.out.mkdir(parents=True, exist_ok=True)
-        print(json.dumps(locomo_parity(args.locomo, args.out, pg_url=args.pg_url, limit=args.limit), indent=2))
+        print(json.dumps(locomo_parity(args.locomo, args.out, pg_url=args.pg_url, limit=args.limit,
+                                       dense=not args.lexical), indent=2))
     return 0
 
 

@@ -41,11 +41,11 @@ ENTRY_WEIGHTS = (0.0, 1.0, 1.5, 1.0, 0.5)
 #: (its text holds one of :data:`QUESTION_MARKS`): the next turn is then most often the answer, which rarely
 #: repeats the question's words ("What inspired you?" -> "I painted this after I visited a LGBTQ center").
 CONTEXT_AFTER_QUESTION = 0.8
-#: Share given to the entry that follows an entry asking nothing, and to the entry before any entry. Set on the
-#: LoCoMo recall benchmark (BENCHMARKS.md §3): with one follower share for every entry (0.5, flat from 0.5 to 0.6)
-#: recall any@1 / any@10 / all@10 was 0.358 / 0.796 / 0.687; split 0.8 after questions, 0.3 after the rest, it is
-#: 0.428 / 0.812 / 0.708, and 12 of the 12 splits tried with question share 0.6-0.9 > other share 0.3-0.5 gained
-#: at @1 and @10.
+#: Share given to the entry that follows an entry asking nothing (:data:`CONTEXT_BEFORE`: to the entry before any
+#: entry). Set on the LoCoMo recall benchmark (BENCHMARKS.md §3): with one follower share for every entry (0.5,
+#: flat from 0.5 to 0.6) recall any@1 / any@10 / all@10 was 0.358 / 0.796 / 0.687; split 0.8 after questions, 0.3
+#: after the rest, it is 0.428 / 0.812 / 0.708; all 12 splits tried (0.6-0.9 after questions, 0.3-0.5 after the
+#: rest) gained at any@1, any@10 and all@10.
 CONTEXT_WEIGHT = 0.3
 CONTEXT_BEFORE = 0.25
 #: Characters that make an entry a question for :data:`CONTEXT_AFTER_QUESTION` (ASCII, full-width, Arabic).
