@@ -30,6 +30,12 @@ _EXPORTS = {
     "ThreadStatus": "agent.report",
     "build_agent": "builder",
     "MemoryConnection": "mcp",
+    "MemoryHit": "recall",
+    "MemoryReader": "recall",
+    "Recall": "recall",
+    "MycelianRetriever": "integrations",
+    "MycelianStore": "integrations",
+    "make_search_memory_tool": "integrations",
     "PromptSet": "agent.prompts",
     "resolve_model": "models.resolve",
     "ExtractiveChatModel": "models.extractive",
@@ -65,7 +71,9 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .errors import ConfigError, InputError, MemoryServerError, MycelianError, PromptError, ToolCallError
     from .models.extractive import ExtractiveChatModel
     from .agent.invoker import MycelianAgentInvoker
+    from .integrations import MycelianRetriever, MycelianStore, make_search_memory_tool
     from .mcp import MemoryConnection
+    from .recall import MemoryHit, MemoryReader, Recall
     from .models.resolve import resolve_model
     from .agent.prompts import PromptSet
     from .agent.report import InvocationResult, ThreadStatus

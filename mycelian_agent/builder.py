@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # the agent (LangChain, LangGraph) is imported when an agent 
     from .agent.invoker import MycelianAgentInvoker
     from .agent.prompts import PromptSet
     from .agent.settings import AgentSettings
+    from .recall import MemoryReader
 
 __all__ = ["build_agent", "AgentContext", "ensure_vault", "ensure_memory", "connect"]
 
@@ -166,6 +167,7 @@ class AgentContext:
     vault: str = "mycelian"
     memory: str = "default"
     memory_type: str = "NOTES"
+    create_users: bool = True
     checkpointer: Any = "memory"
     flush_every: int = 6
     settings: AgentSettings | None = None
@@ -220,10 +222,20 @@ class AgentContext:
             await stack.aclose()
             raise
         self._stack = stack
-        invoker = MycelianAgentInvoker(agent, flush_every=self.flush_every)
+        invoker = MycelianAgentInvoker(agent, flush_every=self.flush_every,
+                                       reader=self._reader(memory, vault_id, memory_id))
         invoker.connection = memory
         self._invoker = invoker
         return invoker
+
+    def _reader(self, memory: MemoryConnection, vault_id: str, memory_id: str) -> MemoryReader:
+        from .recall import MemoryReader, UserDirectory
+
+        users = UserDirectory(memory, vault_id, create=self.create_users, memory_type=self.memory_type)
+        title = None if _is_uuid(self.memory) else self.memory
+        if title is not None:
+            users.remember(title, memory_id)
+        return MemoryReader(memory, users, default_memory_id=memory_id, default_user=title)
 
     async def _prompts(self, memory: MemoryConnection) -> PromptSet:
         from .agent.prompts import PromptSet
@@ -286,6 +298,7 @@ def build_agent(
     api_key: str | None = None,
     base_url: str | None = None,
     memory_type: str = "NOTES",
+    create_users: bool = True,
     embeddings: bool | str = False,
     tool_choice_mode: Literal["named", "required", "auto"] | None = None,
     max_tokens: int | None = None,
@@ -302,7 +315,10 @@ def build_agent(
       URL shared by many processes), ``"in-process"``
       (the same server inside this process, no subprocess) or a Mycelian server URL such as
       ``http://127.0.0.1:11546/mcp`` (``token`` for its bearer token).
-    - ``vault`` / ``memory``: titles (created when missing) or ids.
+    - ``vault`` / ``memory``: titles (created when missing) or ids. ``memory`` is the memory of threads and reads
+      that name no user; ``user="alice"`` (``astart_session``, ``asearch``, ``arecall``, ...) uses the memory
+      titled ``alice`` in the same vault, created on first use unless ``create_users=False`` (then an unknown user
+      is an :class:`~mycelian_agent.errors.InputError`).
     - ``checkpointer``: ``"memory"``, ``"sqlite:PATH"`` (resumable), a ``postgresql://`` URL, or a saver.
     - ``embeddings``: our server (embedded or in-process) fuses dense vectors with BM25 (the ``embeddings``
       extra): True or ``"behind"`` (vectors written by a background thread; searches wait for them) or
@@ -322,7 +338,8 @@ def build_agent(
       fallback model writes the step.
     """
     return AgentContext(model=model, server=server, db=db, token=token, vault=vault, memory=memory,
-                        memory_type=memory_type, checkpointer=checkpointer, flush_every=flush_every,
+                        memory_type=memory_type, create_users=create_users, checkpointer=checkpointer,
+                        flush_every=flush_every,
                         settings=settings, prompts=prompts, api_key=api_key, base_url=base_url,
                         embeddings=embeddings, tool_choice_mode=tool_choice_mode, max_tokens=max_tokens,
                         batch_size=batch_size, max_delay_s=max_delay_s, timeout=timeout,

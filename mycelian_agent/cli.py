@@ -340,35 +340,81 @@ def show(db: str | None, server: str, token: str | None, vault: str, timeout: fl
     asyncio.run(run())
 
 
+def _read_options(func: Any) -> Any:
+    options = [
+        click.argument("query"),
+        _server_options,
+        click.option("--memory", required=True, help="Memory title (a user) or id."),
+        click.option("--after", default=None, help="Only entries said after this time (RFC 3339)."),
+        click.option("--before", default=None, help="Only entries said before this time (RFC 3339)."),
+        click.option("--json", "as_json", is_flag=True, help="Print the result as JSON."),
+    ]
+    for option in reversed(options):
+        func = option(func)
+    return func
+
+
+async def _reader(db: str | None, server: str, token: str | None, vault: str, memory: str, timeout: float,
+                  reconnect_wait: float) -> Any:
+    """A :class:`~mycelian_agent.recall.MemoryReader` of ``memory`` over the commands' connection (the same
+    read code as ``invoker.asearch`` / ``arecall``)."""
+    from .recall import MemoryReader, UserDirectory
+
+    connection, vault_id, memory_id = await _open(db, server, token, vault, memory, timeout, reconnect_wait)
+    return MemoryReader(connection, UserDirectory(connection, vault_id, create=False), default_memory_id=memory_id,
+                        default_user=memory)
+
+
 @cli.command()
-@click.argument("query")
-@_server_options
-@click.option("--memory", required=True, help="Memory title or id.")
+@_read_options
 @click.option("--top-k", default=5, show_default=True, type=click.IntRange(1, 25), help="Entries to return.")
-@click.option("--json", "as_json", is_flag=True, help="Print the raw search_memories result.")
 def search(query: str, db: str | None, server: str, token: str | None, vault: str, timeout: float,
-           reconnect_wait: float, memory: str, top_k: int, as_json: bool) -> None:
-    """Search a memory: ranked entries and context shards for QUERY."""
+           reconnect_wait: float, memory: str, after: str | None, before: str | None, as_json: bool,
+           top_k: int) -> None:
+    """Search a memory: its entries ranked for QUERY."""
 
-    async def run() -> None:
-        connection, vault_id, memory_id = await _open(db, server, token, vault, memory, timeout, reconnect_wait)
+    async def run() -> list[Any]:
+        reader = await _reader(db, server, token, vault, memory, timeout, reconnect_wait)
         try:
-            found = await connection.call_json("search_memories", {
-                "vault_id": vault_id, "memory_id": memory_id, "query": query, "top_ke": top_k, "include_raw_entries": True})
+            return await reader.asearch(query, top_k=top_k, after=after, before=before)
         finally:
-            await connection.aclose()
-        if as_json:
-            click.echo(json.dumps(found, indent=2, ensure_ascii=False))
-            return
-        table = Table(title=f"search: {query}")
-        for column in ("score", "time", "role", "summary"):
-            table.add_column(column, overflow="fold")
-        for entry in found["entries"]:
-            table.add_row(f"{entry['score']:.3g}", (entry.get("conversationTime") or entry["creationTime"])[:16],
-                          entry.get("tags", {}).get("role", ""), entry["summary"])
-        console.print(table)
+            await reader.connection.aclose()
 
-    asyncio.run(run())
+    hits = asyncio.run(run())
+    if as_json:
+        click.echo(json.dumps([hit.as_dict() for hit in hits], indent=2, ensure_ascii=False))
+        return
+    if not hits:
+        console.print(f"no entry of memory {memory!r} matches {query!r}")
+        return
+    table = Table(title=f"search: {query}")
+    for column in ("score", "time", "speaker", "message"):
+        table.add_column(column, overflow="fold")
+    for hit in hits:
+        table.add_row(f"{hit.score:.3g}", (hit.time or "")[:16], hit.speaker or "", hit.text)
+    console.print(table)
+
+
+@cli.command()
+@_read_options
+@click.option("--budget-tokens", default=1500, show_default=True, type=click.IntRange(min=40),
+              help="Size of the block (estimated tokens).")
+@click.option("--top-k", default=10, show_default=True, type=click.IntRange(1, 25), help="Entries searched.")
+def recall(query: str, db: str | None, server: str, token: str | None, vault: str, timeout: float,
+           reconnect_wait: float, memory: str, after: str | None, before: str | None, as_json: bool,
+           budget_tokens: int, top_k: int) -> None:
+    """Print the block a chat pipeline would put into its prompt for QUERY: the context document's relevant items
+    and the best entries with their neighbouring turns, dated, in time order (``invoker.arecall``)."""
+
+    async def run() -> Any:
+        reader = await _reader(db, server, token, vault, memory, timeout, reconnect_wait)
+        try:
+            return await reader.arecall(query, budget_tokens=budget_tokens, top_k=top_k, after=after, before=before)
+        finally:
+            await reader.connection.aclose()
+
+    found = asyncio.run(run())
+    click.echo(json.dumps(found.as_dict(), indent=2, ensure_ascii=False) if as_json else found.as_prompt(), nl=False)
 
 
 @cli.command(name="list")

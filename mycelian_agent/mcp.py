@@ -195,6 +195,13 @@ class MemoryConnection:
                 tool=name,
             ) from None
 
+    def parameters(self, name: str) -> set[str]:
+        """The parameter names tool ``name`` declares (empty for a tool the server does not offer): how a client
+        tells our server's extras (``vault_id``, time bounds) from upstream Mycelian's surface."""
+        tool = self._mcp_tools.get(name)
+        schema = getattr(tool, "inputSchema", None) or {}
+        return set(schema.get("properties", {})) if isinstance(schema, Mapping) else set()
+
     async def open(self) -> "MemoryConnection":
         """Open the session (spawning the server for stdio) and load its tools."""
         if self._session is not None:

@@ -170,7 +170,9 @@ def test_quick_suite_runs_every_benchmark_and_writes_sane_json(data, tmp_path: P
     for row in (adds, searches):
         assert 0 < row["p50_ms"] <= row["p95_ms"] <= row["max_ms"] and row["mean_ms"] <= row["max_ms"]
     assert searches["queries_with_hits"] == 10  # every generated question shares words with the corpus
-    assert [t["name"] for t in server["targets"]] == ["add_entry p50", "search_memories p50"]
+    assert [t["name"] for t in server["targets"]] == ["add_entry p50", "search_memories p50", "asearch p50"]
+    reads = server["reads"]
+    assert [reads[name]["n"] for name in ("search_memories (raw, top_ke 10)", "asearch", "arecall")] == [10, 10, 10]
 
     ablation = json.loads((out / "ablation.json").read_text())
     # No dense row: hybrid off.

@@ -83,7 +83,17 @@ def test_replay_show_and_search_the_example(tmp_path, cli):
     assert "Sintra fits both" in shown.stdout and "Casa do Limoeiro" in shown.stdout  # an entry, the context
     found = cli("search", "hotel in Alfama", "--db", str(db), "--memory", "quickstart", "--json")
     assert found.returncode == 0, found.stderr
-    assert "Casa do Limoeiro" in json.loads(found.stdout)["entries"][0]["rawEntry"]
+    assert "Casa do Limoeiro" in json.loads(found.stdout)[0]["text"]
+    nothing = cli("search", "submarine", "--db", str(db), "--memory", "quickstart")
+    assert nothing.returncode == 0 and "no entry of memory 'quickstart' matches 'submarine'" in nothing.stdout
+    block = cli("recall", "Where do we stay in Alfama?", "--db", str(db), "--memory", "quickstart",
+                "--budget-tokens", "400")
+    assert block.returncode == 0, block.stderr
+    assert block.stdout.startswith("Long-term memory relevant to: Where do we stay in Alfama?")
+    assert "Dana (user): We also booked the hotel: Casa do Limoeiro in Alfama" in block.stdout
+    assert len(block.stdout) <= 400 * 4
+    empty = cli("recall", " ", "--db", str(db), "--memory", "quickstart")
+    assert empty.returncode == 1 and "query is empty" in empty.stderr
     missing = cli("show", "--db", str(db), "--memory", "nope")
     assert missing.returncode == 1
     assert missing.stderr == ("error: memory 'nope' not found in vault 'mycelian' (memories: quickstart); "
@@ -137,8 +147,8 @@ SURROGATE = ("invalid Unicode: lone surrogate \\u{code} at character {at} (half 
      "that deep)"),
     ('{"messages": [{"role": "user", "content": "hi", "n": ' + "7" * 5000 + "}]}",
      "line 1 column 54: number too long to read (more than 4300 digits); write it as a string if it is an id"),
-    ('{"messages": [{"role": "user", "content": "hi", "tags": {' + ", ".join(f'"k{i}": "v"' for i in range(27))
-     + "}}]}", "messages[0].tags: 27 tags; at most 26 (the server keeps 32 per entry, 6 of them set by the loader "
+    ('{"messages": [{"role": "user", "content": "hi", "tags": {' + ", ".join(f'"k{i}": "v"' for i in range(26))
+     + "}}]}", "messages[0].tags: 26 tags; at most 25 (the server keeps 32 per entry, 7 of them set by the loader "
      "and the agent)"),
 ], ids=["malformed-json", "unknown-role", "blank-content", "unknown-format", "surrogate-tag-value",
         "surrogate-tag-key", "surrogate-content", "surrogate-id", "deep-nesting", "huge-int", "too-many-tags"])
@@ -281,3 +291,5 @@ def test_the_readme_async_snippet_runs_as_written(tmp_path):
     done = subprocess.run([sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert len(stored_raw_entries(tmp_path / "memory.db")) == 2
+    printed = readme.split("It prints:\n```\n", 1)[1].split("```")[0]
+    assert printed in done.stdout  # the README shows what the snippet prints

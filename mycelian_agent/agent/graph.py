@@ -110,6 +110,7 @@ class MycelianMemoryAgent:
         schema = getattr(self._tools["add_entry"], "args_schema", None) or {}
         # Upstream Mycelian has no idempotency keys; send one only where the server declares it.
         self._server_idempotency = "idempotency_key" in (schema.get("properties", {}) if isinstance(schema, Mapping) else {})
+        self._consistency_vault = "vault_id" in _declared(self._tools["await_consistency"])
         # Our server's batch write (one transaction per call); a server without it gets one add_entry per entry.
         self._server_bulk = self._server_idempotency and "add_entries" in self._tools
         s = self.settings
@@ -141,6 +142,7 @@ class MycelianMemoryAgent:
         *,
         tags: Mapping[str, str] | None = None,
         name: str | None = None,
+        memory: Mapping[str, str] | None = None,
     ) -> InvocationResult:
         """Run one control step for ``thread_id`` and return what it did.
 
@@ -152,6 +154,10 @@ class MycelianMemoryAgent:
         Times: START_SESSION's ``conversation_time`` becomes the session's time. A message sent without a time gets
         the later of the session's time and the time of the last message stored since START_SESSION; when neither
         is known it is stored without one (the server then stamps its creation time).
+
+        ``memory`` binds the thread to a memory (``{"vault_id", "memory_id", "user"}``, kept in the checkpoint):
+        this and every later invocation of the thread read and write there instead of the agent's own memory
+        (the invoker's ``user=`` does this; it checks that a thread never changes memory).
 
         Raises a :class:`MycelianError` on any failure (an invalid message or name before anything is written); a
         failed invocation leaves the thread's checkpoint as it was, so it can be retried (add_entry is idempotent).
@@ -171,6 +177,7 @@ class MycelianMemoryAgent:
         state_in: dict[str, Any] = {"message": message, "message_tags": tags}
         if control is ControlState.START_SESSION:  # a new session: its own time, no message time yet
             state_in |= {"session_time": normalise_time(conversation_time), "last_time": None}
+        state_in |= _binding(memory)
         return await self._run(control, thread_id, state_in, started, recursion=64 + 4 * parts)
 
     async def aaccept_messages(
@@ -180,6 +187,7 @@ class MycelianMemoryAgent:
         conversation_time: str | datetime | None = None,
         *,
         control: ControlState | str = ControlState.ACCEPT_MESSAGE,
+        memory: Mapping[str, str] | None = None,
     ) -> InvocationResult:
         """Accept many messages in one invocation: one graph run and one checkpoint write for all of them.
 
@@ -193,7 +201,7 @@ class MycelianMemoryAgent:
         Every message is checked before anything is accepted: a bad one raises :class:`InputError` naming it
         (``messages[3]: ...``) and the thread is unchanged. The caller keeps ``pending`` within a batch
         (:meth:`MycelianAgentInvoker.aprocess_conversation_messages` splits a long list at the batch and flush
-        boundaries).
+        boundaries). ``memory`` binds the thread to a memory, as in :meth:`ainvoke`.
         """
         started = time.perf_counter()
         control = _control(control)
@@ -202,7 +210,7 @@ class MycelianMemoryAgent:
             raise InputError(f"aaccept_messages takes an accepting control ({accepted}), got {control.name}")
         _check_thread(thread_id)
         incoming = self.check_messages(messages, conversation_time)
-        state_in: dict[str, Any] = {"message": None, "message_tags": {}}
+        state_in: dict[str, Any] = {"message": None, "message_tags": {}, **_binding(memory)}
         return await self._run(control, thread_id, state_in, started, recursion=64, incoming=incoming)
 
     def check_messages(self, messages: Sequence[ChatMessage | Mapping[str, Any]],
@@ -276,7 +284,9 @@ class MycelianMemoryAgent:
         progress, usage = _totals(values)
         return ThreadStatus(thread_id=thread_id, progress=progress, usage=usage,
                             session_open=bool(values.get("session_open")), context=values.get("context", ""),
-                            pending=len(values.get("pending") or []))
+                            pending=len(values.get("pending") or []),
+                            memory_id=(values.get("memory") or {}).get("memory_id"),
+                            user=(values.get("memory") or {}).get("user") or None)
 
     async def _maybe_prune(self, thread_id: str) -> None:
         every = self.settings.prune_every
@@ -301,6 +311,9 @@ class MycelianMemoryAgent:
     async def _observe(self, state: AgentState, runtime: Runtime[Invocation]) -> dict[str, Any]:
         """Take in the results of the step that ran, then emit the next step's calls, or finish the invocation."""
         run = runtime.context
+        bound = state.get("memory")
+        if bound:  # the thread's own memory (a user's), fixed when the thread was bound
+            run.vault_id, run.memory_id = bound["vault_id"], bound["memory_id"]
         plan = PLANS[ControlState(state["control"])]
         index = state.get("step", 0)
         update: dict[str, Any] = {}
@@ -339,7 +352,10 @@ class MycelianMemoryAgent:
             update = _inherit_time(state, run) if part == 0 else {}
             return update, await self._entry_call({**state, **update}, part, run)
         if step is Step.AWAIT_CONSISTENCY:
-            return {}, direct_call(("await_consistency", {"memory_id": run.memory_id}))
+            # Upstream's await_consistency takes the memory alone; ours also takes the vault, which a token limited
+            # to some vaults needs.
+            ids = run.ids if self._consistency_vault else {"memory_id": run.memory_id}
+            return {}, direct_call(("await_consistency", ids))
         if step is Step.PUT_CONTEXT:
             if not state.get("since_flush") and self.settings.skip_empty_flush:
                 run.report.notes += ("no messages since the last flush: context unchanged",)
@@ -441,7 +457,8 @@ class MycelianMemoryAgent:
             recent_message_chars=self.settings.recent_message_chars, context_chars=self.settings.entry_context_chars,
         )
         written = await self._writer.write("add_entry", prompt, run.report)
-        code_tags = {"role": message["role"], "thread": run.thread_id[:TAG_VALUE_MAX_CHARS], "msg": str(number)}
+        code_tags = {"role": message["role"], "thread": run.thread_id[:TAG_VALUE_MAX_CHARS], "msg": str(number),
+                     **_speaker_tag(message)}
         if len(parts) > 1:
             code_tags["part"] = f"{part + 1}/{len(parts)}"
         args: dict[str, Any] = {**run.ids, "raw_entry": parts[part], "summary": written["summary"],
@@ -569,7 +586,7 @@ class MycelianMemoryAgent:
         calls = []
         for number, (message, part, parts) in keys.items():
             code_tags = {"role": message["role"], "thread": run.thread_id[:TAG_VALUE_MAX_CHARS],
-                         "msg": str(message["number"])}
+                         "msg": str(message["number"]), **_speaker_tag(message)}
             if parts > 1:
                 code_tags["part"] = f"{part + 1}/{parts}"
             args: dict[str, Any] = {**run.ids, "raw_entry": by_number[number].content,
@@ -609,6 +626,29 @@ class MycelianMemoryAgent:
 
 
 # -- helpers ------------------------------------------------------------------------------------------------
+
+
+def _declared(tool: BaseTool) -> set[str]:
+    """The parameter names ``tool`` declares (its JSON schema's properties)."""
+    schema = getattr(tool, "args_schema", None) or {}
+    return set(schema.get("properties", {})) if isinstance(schema, Mapping) else set()
+
+
+def _speaker_tag(message: Mapping[str, Any]) -> dict[str, str]:
+    """``{"speaker": name}`` when the message names its speaker: read back as the speaker of a search hit."""
+    name = message.get("name")
+    return {"speaker": name[:TAG_VALUE_MAX_CHARS]} if name else {}
+
+
+def _binding(memory: Mapping[str, str] | None) -> dict[str, Any]:
+    """The state update that binds a thread to ``memory`` (nothing when None)."""
+    if memory is None:
+        return {}
+    missing = [key for key in ("vault_id", "memory_id") if not memory.get(key)]
+    if missing:
+        raise InputError(f"memory must give {' and '.join(missing)} (got {dict(memory)!r})")
+    return {"memory": {"vault_id": memory["vault_id"], "memory_id": memory["memory_id"],
+                       "user": memory.get("user") or ""}}
 
 
 async def _route(state: AgentState) -> str:  # async: LangGraph runs sync callables in a thread pool

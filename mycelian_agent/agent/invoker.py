@@ -22,15 +22,18 @@ import asyncio
 import logging
 import time
 from datetime import datetime
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from langchain_core.messages import ChatMessage
 
 from .._sync import run_sync
 from .graph import MycelianMemoryAgent
 from .control import ControlState
-from ..errors import ConfigError, MycelianError
+from ..errors import ConfigError, InputError, MycelianError
 from .report import InvocationResult, ThreadStatus
+
+if TYPE_CHECKING:  # the read side is plain data and MCP calls: typed here, imported where used
+    from ..recall import MemoryHit, MemoryReader, Recall
 
 __all__ = ["MycelianAgentInvoker"]
 
@@ -38,14 +41,19 @@ _log = logging.getLogger(__name__)
 
 
 class MycelianAgentInvoker:
-    """The entry point for chat pipelines: ``start_session``, ``process_conversation_message``, ``end_session``.
+    """The entry point for chat pipelines: ``start_session``, ``process_conversation_message``, ``end_session`` to
+    write; ``search`` and ``recall`` to read.
+
+    Many users share one invoker (one server connection): a thread is bound to a user's memory by ``user=`` at
+    ``astart_session`` (or its first message), kept in the thread's checkpoint; reads name the user per call.
+    Without ``user=`` a thread writes to, and a read reads, the memory the invoker was built with.
 
     Every method has an async twin (``astart_session``, ...); the async ones are the real API, the sync ones are
     thin wrappers for code that runs outside an event loop.
     """
 
     def __init__(self, agent: MycelianMemoryAgent, flush_every: int = 6, *, batch_size: int | None = None,
-                 max_delay_s: float | None = None) -> None:
+                 max_delay_s: float | None = None, reader: MemoryReader | None = None) -> None:
         if not isinstance(flush_every, int) or flush_every < 1:
             raise ConfigError(f"flush_every must be a positive integer, got {flush_every!r}")
         batch_size = agent.settings.batch_size if batch_size is None else batch_size
@@ -68,6 +76,14 @@ class MycelianAgentInvoker:
         self.background_errors: list[str] = []
         #: Set by the builder: the memory server connection and context that own this invoker's resources.
         self.connection: Any = None
+        #: The read side (search, recall, the user directory); set by the builder.
+        self.reader = reader
+        self._bound: dict[str, str | None] = {}  # per thread: the memory id it is bound to (None: the agent's own)
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The event loop this invoker's server session is bound to (where the sync methods run their work)."""
+        return self.agent._loop
 
     def _lock(self, thread_id: str) -> asyncio.Lock:
         return self._locks.setdefault(thread_id, asyncio.Lock())
@@ -76,6 +92,7 @@ class MycelianAgentInvoker:
         if thread_id not in self._counts:
             status = await self.agent.aget_thread(thread_id)
             self._counts[thread_id] = status.accepted
+            self._bound[thread_id] = status.memory_id
             self._pending[thread_id] = (status.pending, time.monotonic())
         return self._counts[thread_id]
 
@@ -109,15 +126,55 @@ class MycelianAgentInvoker:
             self.background_errors.append(message)
             _log.warning(message)
 
+    def _reader(self) -> MemoryReader:
+        if self.reader is None:
+            raise ConfigError("this invoker has no reader: build it with build_agent(...), which connects the read "
+                              "side (search, recall, user=) to the memory server")
+        return self.reader
+
+    async def _memory_for(self, thread_id: str, user: str | None) -> dict[str, str] | None:
+        """The memory binding to send with an invocation of ``thread_id`` for ``user`` (None: keep the thread's).
+
+        A thread keeps the memory it was bound to: naming another user for it, or a user for a thread that already
+        wrote to the invoker's own memory, is an :class:`InputError` (a message must never land in another user's
+        memory)."""
+        if user is None:
+            return None
+        reader = self._reader()
+        memory_id = await reader.users.memory_id(user)
+        accepted = await self._count(thread_id)
+        bound = self._bound.get(thread_id)
+        if bound is None and accepted and memory_id != reader.default_memory_id:
+            raise InputError(f"thread {thread_id!r} already holds {accepted} messages in the invoker's own memory; "
+                             f"it cannot move to user {user!r}: start a new thread for that user")
+        if bound is not None and bound != memory_id:
+            owner = reader.users.user_of(bound) or f"memory {bound}"
+            raise InputError(f"thread {thread_id!r} belongs to user {owner!r}, not {user!r}: a thread keeps its "
+                             "user; start a new thread for this one")
+        return {"vault_id": reader.vault_id, "memory_id": memory_id, "user": user}
+
+    def _bind(self, thread_id: str, memory: Mapping[str, str] | None) -> None:
+        if memory is not None:
+            self._bound[thread_id] = memory["memory_id"]
+
     def pending_threads(self) -> list[str]:
         """The threads this invoker knows to have messages accepted and not yet written."""
         return [thread for thread, (count, _since) in self._pending.items() if count]
 
-    async def astart_session(self, thread_id: str, conversation_time: str | datetime | None = None) -> InvocationResult:
+    async def astart_session(self, thread_id: str, conversation_time: str | datetime | None = None, *,
+                             user: str | None = None) -> InvocationResult:
         """Read the memory's context and recent entries into the thread's state; ``conversation_time`` is the
-        session's time (messages sent without one take it)."""
+        session's time (messages sent without one take it).
+
+        ``user`` binds the thread to that user's memory (created on first use unless the invoker's user creation
+        is off); the binding is kept in the checkpoint, so a resumed thread keeps it. A thread bound to another
+        user raises :class:`InputError`."""
         async with self._lock(thread_id):
-            return await self.agent.ainvoke(ControlState.START_SESSION, thread_id, conversation_time=conversation_time)
+            memory = await self._memory_for(thread_id, user)
+            result = await self.agent.ainvoke(ControlState.START_SESSION, thread_id,
+                                              conversation_time=conversation_time, memory=memory)
+            self._bind(thread_id, memory)
+            return result
 
     async def aprocess_conversation_message(
         self,
@@ -128,15 +185,18 @@ class MycelianAgentInvoker:
         *,
         tags: Mapping[str, str] | None = None,
         name: str | None = None,
+        user: str | None = None,
     ) -> InvocationResult:
         """Store one message (``role`` is ``user`` or ``assistant``); every ``flush_every``-th also flushes.
 
         ``name`` is who spoke ("Caroline"; at most 100 characters, one line): the summary and the prompts name
         them instead of "the user". Without ``conversation_time`` the message takes the session's time (see the
-        module docstring). An invalid role, content, time or name raises :class:`InputError` before anything is
-        written.
+        module docstring). ``user`` binds a new thread to that user's memory (as :meth:`astart_session` does) or
+        checks an existing binding. An invalid role, content, time, name or user raises :class:`InputError` before
+        anything is written.
         """
         async with self._lock(thread_id):
+            memory = await self._memory_for(thread_id, user)
             number = await self._count(thread_id) + 1
             flush = number % self.flush_every == 0
             if self.batch_size == 1:
@@ -149,7 +209,8 @@ class MycelianAgentInvoker:
                            else ControlState.ACCEPT_MESSAGE_AND_WRITE if pending + 1 >= self.batch_size or overdue
                            else ControlState.ACCEPT_MESSAGE)
             result = await self.agent.ainvoke(control, thread_id, {"role": role, "content": content},
-                                              conversation_time, tags=tags, name=name)
+                                              conversation_time, tags=tags, name=name, memory=memory)
+            self._bind(thread_id, memory)
             return self._note(thread_id, result)
 
     async def aprocess_conversation_messages(
@@ -159,6 +220,7 @@ class MycelianAgentInvoker:
         conversation_time: str | datetime | None = None,
         *,
         on_result: Callable[[InvocationResult], None] | None = None,
+        user: str | None = None,
     ) -> list[InvocationResult]:
         """Store many messages of one thread, in order: the bulk form of :meth:`aprocess_conversation_message`.
 
@@ -174,10 +236,12 @@ class MycelianAgentInvoker:
         as one call per message would make. Returns the reports of the invocations in order (``on_result`` is
         called with each as it finishes). If an invocation fails, the messages of the earlier ones stay accepted
         (the error says how many); the thread's position (:meth:`athread_status`) tells where to resume.
+        ``user`` binds or checks the thread's user, as in :meth:`aprocess_conversation_message`.
         """
         checked = self.agent.check_messages(messages, conversation_time)
         results: list[InvocationResult] = []
         async with self._lock(thread_id):
+            memory = await self._memory_for(thread_id, user)
             done = 0
             try:
                 while done < len(checked):
@@ -187,7 +251,7 @@ class MycelianAgentInvoker:
                         flush = (number + 1) % self.flush_every == 0
                         control = ControlState.PROCESS_MESSAGE_AND_FLUSH if flush else ControlState.PROCESS_MESSAGE
                         result = await self.agent.ainvoke(control, thread_id, turn, turn.get("conversation_time"),
-                                                          tags=tags)
+                                                          tags=tags, memory=memory)
                         take = 1
                     else:
                         pending, since = self._pending.get(thread_id, (0, time.monotonic()))
@@ -200,7 +264,10 @@ class MycelianAgentInvoker:
                                    else ControlState.ACCEPT_MESSAGE_AND_WRITE if take == to_write or overdue
                                    else ControlState.ACCEPT_MESSAGE)
                         result = await self.agent.aaccept_messages(
-                            thread_id, [_as_mapping(*item) for item in checked[done:done + take]], control=control)
+                            thread_id, [_as_mapping(*item) for item in checked[done:done + take]], control=control,
+                            memory=memory)
+                    self._bind(thread_id, memory)
+                    memory = None  # bound by the first invocation
                     results.append(self._note(thread_id, result))
                     done += take
                     if on_result is not None:
@@ -241,29 +308,45 @@ class MycelianAgentInvoker:
             return self._note(thread_id, await self.agent.ainvoke(ControlState.END_SESSION, thread_id,
                                                                   conversation_time=conversation_time))
 
+    async def asearch(self, query: str, *, user: str | None = None, top_k: int = 10,
+                      after: str | datetime | None = None, before: str | datetime | None = None) -> list[MemoryHit]:
+        """The ``top_k`` (1-25) entries of ``user``'s memory (None: the invoker's own) best matching ``query``, best
+        first: typed hits with the verbatim text, summary, speaker, role, time, thread and score. ``after`` /
+        ``before`` bound the conversation time. See :meth:`MemoryReader.asearch`."""
+        return await self._reader().asearch(query, user=user, top_k=top_k, after=after, before=before)
+
+    async def arecall(self, query: str, *, user: str | None = None, budget_tokens: int = 1500, top_k: int = 10,
+                      after: str | datetime | None = None, before: str | datetime | None = None) -> Recall:
+        """What ``user``'s memory holds for ``query``, for a prompt: the context document's relevant items and the
+        best entries with their neighbouring turns, deduplicated, in time order, dated, within ``budget_tokens``;
+        ``recall.as_prompt()`` is the text block. See :meth:`MemoryReader.arecall`."""
+        return await self._reader().arecall(query, user=user, budget_tokens=budget_tokens, top_k=top_k,
+                                            after=after, before=before)
+
     async def athread_status(self, thread_id: str) -> ThreadStatus:
         """Position and usage totals of ``thread_id`` (from its checkpoint)."""
         return await self.agent.aget_thread(thread_id)
 
-    def start_session(self, thread_id: str, conversation_time: str | datetime | None = None) -> InvocationResult:
+    def start_session(self, thread_id: str, conversation_time: str | datetime | None = None, *,
+                      user: str | None = None) -> InvocationResult:
         """Synchronous :meth:`astart_session`."""
-        return run_sync(self.astart_session(thread_id, conversation_time), self.agent._loop)
+        return run_sync(self.astart_session(thread_id, conversation_time, user=user), self.agent._loop)
 
     def process_conversation_message(self, role: str, content: str, thread_id: str,
                                      conversation_time: str | datetime | None = None, *,
                                      tags: Mapping[str, str] | None = None,
-                                     name: str | None = None) -> InvocationResult:
+                                     name: str | None = None, user: str | None = None) -> InvocationResult:
         """Synchronous :meth:`aprocess_conversation_message`."""
         return run_sync(self.aprocess_conversation_message(role, content, thread_id, conversation_time, tags=tags,
-                                                           name=name), self.agent._loop)
+                                                           name=name, user=user), self.agent._loop)
 
     def process_conversation_messages(self, thread_id: str, messages: Sequence[ChatMessage | Mapping[str, Any]],
                                       conversation_time: str | datetime | None = None, *,
-                                      on_result: Callable[[InvocationResult], None] | None = None
-                                      ) -> list[InvocationResult]:
+                                      on_result: Callable[[InvocationResult], None] | None = None,
+                                      user: str | None = None) -> list[InvocationResult]:
         """Synchronous :meth:`aprocess_conversation_messages`."""
         return run_sync(self.aprocess_conversation_messages(thread_id, messages, conversation_time,
-                                                            on_result=on_result), self.agent._loop)
+                                                            on_result=on_result, user=user), self.agent._loop)
 
     def end_session(self, thread_id: str, conversation_time: str | datetime | None = None) -> InvocationResult:
         """Synchronous :meth:`aend_session`."""
@@ -272,6 +355,17 @@ class MycelianAgentInvoker:
     def flush(self, thread_id: str) -> InvocationResult:
         """Synchronous :meth:`aflush`."""
         return run_sync(self.aflush(thread_id), self.agent._loop)
+
+    def search(self, query: str, *, user: str | None = None, top_k: int = 10, after: str | datetime | None = None,
+               before: str | datetime | None = None) -> list[MemoryHit]:
+        """Synchronous :meth:`asearch`."""
+        return run_sync(self.asearch(query, user=user, top_k=top_k, after=after, before=before), self.agent._loop)
+
+    def recall(self, query: str, *, user: str | None = None, budget_tokens: int = 1500, top_k: int = 10,
+               after: str | datetime | None = None, before: str | datetime | None = None) -> Recall:
+        """Synchronous :meth:`arecall`."""
+        return run_sync(self.arecall(query, user=user, budget_tokens=budget_tokens, top_k=top_k, after=after,
+                                     before=before), self.agent._loop)
 
     def thread_status(self, thread_id: str) -> ThreadStatus:
         """Synchronous :meth:`athread_status`."""

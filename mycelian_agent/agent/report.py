@@ -124,6 +124,8 @@ class ThreadStatus:
     session_open: bool = False
     context: str = ""
     pending: int = 0  # messages accepted and not yet written (batched mode)
+    memory_id: str | None = None  # the memory the thread is bound to (None: the agent's own)
+    user: str | None = None  # the user it was bound for (None: not bound to a user)
 
     @property
     def messages(self) -> int:

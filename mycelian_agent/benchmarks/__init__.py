@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..conversations.formats import Conversation
     from ..conversations.replay import ReplayStats
     from ..mcp import MemoryConnection
+    from ..recall import Recall
     from .locomo import LoCoMoRunner
     from .longmemeval import SingleQuestionRunner
 
@@ -210,6 +211,18 @@ class MemoryHarness:
         started = time.perf_counter()
         result = await self.connection.call_json("search_memories", args)
         return result, time.perf_counter() - started
+
+    async def recall(self, memory_id: str, query: str, *, budget_tokens: int, top_k: int,
+                     before: str | None = None) -> tuple["Recall", float]:
+        """What a chat pipeline would get for ``query`` from memory ``memory_id`` (``invoker.arecall``'s block;
+        ``before`` bounds the conversation time where the server supports it), and its time."""
+        from ..recall import MemoryReader
+
+        reader = MemoryReader(self.connection, self.base.reader.users, default_memory_id=memory_id)
+        started = time.perf_counter()
+        found = await reader.arecall(query[:QUERY_MAX_CHARS], budget_tokens=budget_tokens, top_k=min(25, top_k),
+                                     before=before)
+        return found, time.perf_counter() - started
 
     async def ranking(self, memory_id: str, query: str, *, enough: Callable[[list[dict[str, Any]]], bool],
                       before: str | None = None, max_entries: int = 500) -> list[dict[str, Any]]:

@@ -24,12 +24,15 @@ from .bench_common import _CITIES, _NAMES, BenchResult, Target, md_table, save_p
 
 __all__ = ["HYBRID_TARGETS_MS", "TARGETS_MS", "make_corpus", "make_queries", "run_server"]
 
-#: p50 targets in ms per tool.
-TARGETS_MS = {"add_entry": 5, "search_memories": 20}
+#: p50 targets in ms per tool (asearch: the invoker's typed search, issue 23).
+TARGETS_MS = {"add_entry": 5, "search_memories": 20, "asearch": 10}
 #: With --embeddings (issue 10): a search encodes the query and scans every vector of the memory. An add_entry
 #: encodes its entry; its rate target is set on ingestion (bench_embeddings), so here it is only measured.
 HYBRID_TARGETS_MS = {"search_memories": 40}
 _TOOLS = ("add_entry", "search_memories")
+#: The read side, timed per query in turn over one MemoryConnection: the raw tool call (the baseline, top_ke 10 with
+#: raw entries, as asearch asks), ``MemoryReader.asearch`` and ``MemoryReader.arecall``.
+_READS = ("search_memories (raw, top_ke 10)", "asearch", "arecall")
 TOP_KE, TOP_KC = 5, 2
 
 RELATIONS = ["sister", "brother", "mother", "father", "friend", "colleague", "neighbor", "cousin", "partner", "boss"]
@@ -166,6 +169,29 @@ async def _measure(db: Path, vault: str, big: str, corpus: list[dict[str, Any]],
     return add_samples, search_samples, hits
 
 
+async def _measure_reads(db: Path, vault: str, big: str, *, searches: int, warmup: int, embeddings: bool
+                         ) -> dict[str, list[float]]:
+    """Per query, in turn: the raw ``search_memories`` call, ``asearch`` and ``arecall`` (budget 1,500 tokens) over
+    one :class:`~mycelian_agent.mcp.MemoryConnection` to the server over stdio. Interleaved, so the machine's
+    load weighs on the three alike; the reader's cost is read as a ratio to the raw call."""
+    from ..builder import connect
+    from ..recall import MemoryReader, UserDirectory
+
+    samples: dict[str, list[float]] = {name: [] for name in _READS}
+    async with connect("embedded", db=db, embeddings=embeddings) as memory:
+        reader = MemoryReader(memory, UserDirectory(memory, vault, create=False), default_memory_id=big)
+        calls = (lambda q: memory.call_json("search_memories", {"vault_id": vault, "memory_id": big, "query": q,
+                                                                "top_ke": 10, "include_raw_entries": True}),
+                 lambda q: reader.asearch(q, top_k=10), lambda q: reader.arecall(q))
+        for i, query in enumerate(make_queries(warmup + searches, seed=13)):
+            for name, call in zip(_READS, calls):
+                started = time.perf_counter()
+                await call(query)
+                if i >= warmup:
+                    samples[name].append(time.perf_counter() - started)
+    return samples
+
+
 def run_server(out: Path, *, entries: int = 10_000, adds: int = 1000, searches: int = 300, warmup: int = 20,
                embeddings: bool = False) -> BenchResult:
     """Fill a memory of ``entries`` entries, start the server over stdio, time ``adds`` add_entry and
@@ -181,6 +207,7 @@ def run_server(out: Path, *, entries: int = 10_000, adds: int = 1000, searches: 
     vault, big, fill_s = _prefill(db, corpus, embeddings)
     add_samples, search_samples, hits = asyncio.run(_measure(db, vault, big, corpus, adds=adds, searches=searches,
                                                              warmup=warmup, embeddings=embeddings))
+    reads = asyncio.run(_measure_reads(db, vault, big, searches=searches, warmup=warmup, embeddings=embeddings))
     search = "bm25 + dense (convex fusion)" if embeddings else "bm25"
     targets = HYBRID_TARGETS_MS if embeddings else TARGETS_MS
     result = BenchResult("server", {
@@ -192,6 +219,7 @@ def run_server(out: Path, *, entries: int = 10_000, adds: int = 1000, searches: 
         "corpus": {"entries": entries, "prefill_seconds": round(fill_s, 2), "db_bytes": db.stat().st_size},
         "add_entry": _ms(add_samples),
         "search_memories": {**_ms(search_samples), "queries_with_hits": hits, "top_ke": TOP_KE, "top_kc": TOP_KC},
+        "reads": {name: _ms(values) for name, values in reads.items()},
         "targets_ms": {f"{tool}_p50": target for tool, target in targets.items()},
     })
     rows = []
@@ -207,6 +235,19 @@ def run_server(out: Path, *, entries: int = 10_000, adds: int = 1000, searches: 
             met=row["p50_ms"] <= target))
     result.tables.append((f"Memory-server latency over one stdio session (search over {entries:,} entries)",
                           md_table(["tool", "n", "p50 ms", "p95 ms", "mean ms", "max ms", "target p50 ms"], rows)))
+    base = result.data["reads"][_READS[0]]["p50_ms"]
+    read_rows = []
+    for name in _READS:
+        row, target = result.data["reads"][name], targets.get(name)
+        read_rows.append([name, row["n"], f"{row['p50_ms']:.2f}", f"{row['p95_ms']:.2f}",
+                          f"{row['p50_ms'] / base:.2f}" if base else "-", "-" if target is None else f"<= {target}"])
+        if target is not None:
+            result.targets.append(Target(f"{name} p50", f"<= {target} ms at 10,000 entries",
+                                         f"{row['p50_ms']:.2f} ms at {entries:,} entries",
+                                         met=row["p50_ms"] <= target))
+    result.tables.append((f"The read side over one MemoryConnection (stdio), {entries:,} entries, interleaved per "
+                          "query", md_table(["call", "n", "p50 ms", "p95 ms", "p50 / raw call", "target p50 ms"],
+                                            read_rows)))
     result.notes.append(f"corpus: {entries} entries, prefill {fill_s:.2f} s; search: {search}, top_ke {TOP_KE}, "
                         f"top_kc {TOP_KC}, {hits} of {searches} queries with hits; sqlite {sqlite3.sqlite_version}, "
                         f"{os.cpu_count()} CPUs")

@@ -11,8 +11,8 @@ Category 5 (adversarial: the question presumes something the conversation does n
 overall row, since its "evidence" is the turn the question twists rather than an answer.
 
 With ``sessions=N`` only the first N sessions of each sample are ingested, with the questions whose evidence lies
-there (a slice for slow models). With ``qa_model`` each question of categories 1-4 is answered from the retrieved
-entries and scored by token F1 against the gold answer (LoCoMo's own QA metric; indicative, not a leaderboard
+there (a slice for slow models). With ``qa_model`` each question of categories 1-4 is answered from the recall block
+(``invoker.arecall``: what a chat pipeline gets, within ``budget_tokens``) and scored by token F1 against the gold answer (LoCoMo's own QA metric; indicative, not a leaderboard
 number).
 
 Outputs in ``out``: ``records.jsonl`` (one line per finished question), ``samples.jsonl`` (one line per fully
@@ -37,7 +37,7 @@ from ..errors import ConfigError, InputError
 from ..models.resolve import model_name
 from . import (BenchmarkReport, BenchmarkRunner, MemoryHarness, append_jsonl, progress_bar, read_jsonl, report_notes,
                run_pool, write_json)
-from .longmemeval import answer_question, build_qa_context, resolve_qa_model
+from .longmemeval import answer_question, resolve_qa_model
 from .metrics import RecallRecord, aggregate, recall_at_k, token_f1, unique_in_order
 
 __all__ = ["LoCoMoRunner", "load_locomo", "category_label", "first_sessions"]
@@ -72,7 +72,7 @@ class LoCoMoRunner(BenchmarkRunner):
     limit_questions: int | None = None
     sessions: int | None = None
     qa_model: str | BaseChatModel | None = None
-    entry_chars: int = 2000
+    budget_tokens: int = 1500
     vault: str = "locomo"
 
     def __post_init__(self) -> None:
@@ -141,8 +141,10 @@ class LoCoMoRunner(BenchmarkRunner):
         entries = found.get("entries") or []
         answered = None
         if qa is not None and not question.is_abstention:
-            context = build_qa_context(found, max_entries=self.top_k, entry_chars=self.entry_chars)
             started = time.perf_counter()
+            recalled, _ = await harness.recall(memory_id, question.question, budget_tokens=self.budget_tokens,
+                                               top_k=self.top_k)
+            context = recalled.as_prompt()
             hypothesis, usage = await answer_question(qa, question.question, None, context)
             answered = {"hypothesis": hypothesis, "f1": round(token_f1(hypothesis, question.answer or ""), 4),
                         "usage": usage, "seconds": round(time.perf_counter() - started, 3)}

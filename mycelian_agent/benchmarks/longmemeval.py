@@ -8,9 +8,10 @@ Per question (thread id = question id, memory title = ``valid_title(question_id)
    day (:func:`search_bound`), which keeps later days out. Not the question's minute: LongMemEval's times of day
    are not ordered with the question (``gpt4_2c50253f``'s evidence session is dated 21:48 on the question's day,
    the question 10:45), and its own retrieval evaluation ranks every haystack session;
-3. a QA context is built from the retrieved entries (date, role, position, verbatim text; oldest first) and the
-   latest context document; a QA model answers from it, or, without one, the hypothesis is that evidence marked
-   ``[retrieval only: no QA model configured]``;
+3. the QA context is what a chat pipeline gets: ``invoker.arecall``'s block (the context document's items that
+   bear on the question, the best entries with their neighbouring turns, dated, oldest first, within
+   ``budget_tokens``; searched with the same bound); a QA model answers from it, or, without one, the hypothesis is
+   that block marked ``[retrieval only: no QA model configured]``;
 4. recall: session level against ``answer_session_ids`` and turn level against the ``has_answer`` turns (entries
    carry ``session_id`` / ``turn`` tags; the parts of a long message count as one turn), with
    :mod:`mycelian_agent.benchmarks.metrics` — recall@k looks at the first k *distinct* sessions (turns) among the
@@ -39,14 +40,13 @@ from langchain_core.messages import HumanMessage, SystemMessage
 
 from ..conversations.formats import Conversation, load_conversations, valid_title
 from ..errors import ConfigError, InputError
-from ..memory_server.placeholder import is_placeholder_context
 from .metrics import RecallRecord, aggregate, recall_at_k, unique_in_order
 from ..models.resolve import model_name, resolve_model
 from . import (BenchmarkReport, BenchmarkRunner, MemoryHarness, append_jsonl, progress_bar, read_jsonl, report_notes,
                run_pool, write_json)
 
 __all__ = [
-    "SingleQuestionRunner", "RETRIEVAL_ONLY_MARK", "QA_SYSTEM_PROMPT", "build_qa_context", "answer_question",
+    "SingleQuestionRunner", "RETRIEVAL_ONLY_MARK", "QA_SYSTEM_PROMPT", "answer_question",
     "load_longmemeval", "resolve_qa_model", "retrieved_positions", "search_bound",
 ]
 
@@ -86,40 +86,6 @@ def retrieved_positions(entries: Sequence[dict[str, Any]]) -> tuple[list[str], l
             if "turn" in tags:
                 turns.append(f"{tags['session_id']}:{tags['turn']}")
     return unique_in_order(sessions), unique_in_order(turns)
-
-
-def _chronological(entry: dict[str, Any]) -> tuple[str, int, str]:
-    tags = entry.get("tags") or {}
-    msg = tags.get("msg", "")
-    # "msg" is the message number within the thread: it orders messages that share a session date.
-    return (entry.get("conversationTime") or entry.get("creationTime") or "", int(msg) if msg.isdigit() else 0,
-            tags.get("part", ""))
-
-
-def build_qa_context(result: dict[str, Any], *, max_entries: int = 10, entry_chars: int = 4000) -> str:
-    """The evidence a QA model reads: the latest context document, then the top entries oldest first.
-
-    Each entry keeps its date, role, session/turn and verbatim text (clipped to ``entry_chars``).
-    """
-    blocks: list[str] = []
-    context = result.get("latestContext")
-    if isinstance(context, str) and not is_placeholder_context(context):
-        # No timestamp: a snapshot's time is when it was written, not a conversation date.
-        blocks.append(f"## Context document (latest)\n{context.strip()}")
-    entries = list(result.get("entries") or [])[:max_entries]
-    lines = []
-    for entry in sorted(entries, key=_chronological):
-        tags = entry.get("tags") or {}
-        when = (entry.get("conversationTime") or entry.get("creationTime") or "unknown date")[:16].replace("T", " ")
-        where = f", session {tags['session_id']} turn {tags.get('turn', '?')}" if "session_id" in tags else ""
-        where += f", dialogue {tags['dia_id']}" if "dia_id" in tags else ""
-        speaker = f" {tags['speaker']}" if "speaker" in tags else ""
-        text = str(entry.get("rawEntry") or entry.get("summary") or "").strip()
-        if len(text) > entry_chars:
-            text = text[:entry_chars] + " [...]"
-        lines.append(f"[{when}] {tags.get('role', '?')}{speaker}{where}:\n{text}")
-    blocks.append("## Retrieved messages (oldest first)\n" + ("\n\n".join(lines) if lines else "(none found)"))
-    return "\n\n".join(blocks)
 
 
 def resolve_qa_model(qa_model: str | BaseChatModel | None, *, api_key: str | None = None,
@@ -169,8 +135,8 @@ def _recall_flags(retrieved: Sequence[str], gold: Sequence[str], ks: Sequence[in
 class SingleQuestionRunner(BenchmarkRunner):
     """LongMemEval, one memory per question (see the module docstring).
 
-    ``qa_model``: ``"openai:<model>"`` or a chat model answers from the retrieved evidence; None (default) gives
-    retrieval-only hypotheses. ``top_k``: entries retrieved and shown to the QA model (recall needs at least the
+    ``qa_model``: ``"openai:<model>"`` or a chat model answers from the recall block (``budget_tokens``); None
+    (default) gives retrieval-only hypotheses. ``top_k``: entries retrieved for the block (recall needs at least the
     largest of ``ks``, so ``max(top_k, *ks)`` are retrieved). ``workers``: questions run concurrently (asyncio
     tasks over one server connection and checkpointer). ``limit``: the first N questions of the input;
     ``shard="i/n"``: of those, the ones whose position among the sorted question ids is i modulo n.
@@ -178,7 +144,7 @@ class SingleQuestionRunner(BenchmarkRunner):
     """
 
     qa_model: str | BaseChatModel | None = None
-    entry_chars: int = 4000
+    budget_tokens: int = 1500
     vault: str = "longmemeval"
 
     async def arun(self, paths: Sequence[str | os.PathLike[str]]) -> BenchmarkReport:
@@ -216,9 +182,9 @@ class SingleQuestionRunner(BenchmarkRunner):
         qid = question.question_id
         memory_id, invoker, stats = await harness.replay(conversation, qid, progress, task)
         status = await invoker.athread_status(qid)
-        found, search_s = await harness.search(memory_id, question.question, self.search_k,
-                                               before=search_bound(question.question_date))
-        context = build_qa_context(found, max_entries=self.top_k, entry_chars=self.entry_chars)
+        recalled, search_s = await harness.recall(memory_id, question.question, budget_tokens=self.budget_tokens,
+                                                  top_k=self.top_k, before=search_bound(question.question_date))
+        context = recalled.as_prompt()
         qa_usage = {"llm_calls": 0, "prompt_tokens": 0, "completion_tokens": 0}
         qa_started = time.perf_counter()
         if qa is None:

@@ -59,8 +59,9 @@ FORMATS = ("messages", "sessions", "longmemeval", "locomo")
 LOCOMO_CATEGORIES = {"1": "multi-hop", "2": "temporal", "3": "open-domain", "4": "single-hop", "5": "adversarial"}
 # Tags the loader or the agent set; user-supplied tags may not override them.
 _RESERVED_TAGS = frozenset({"session_id", "turn", "role", "thread", "msg", "part"})
-# Room left for a message's own tags: the loader sets session_id and turn, the agent role, thread, msg and part.
-_USER_TAGS_MAX = TAGS_MAX_KEYS - 6
+# Room left for a message's own tags: the loader sets session_id and turn, the agent role, thread, msg, part and
+# (for a named speaker) speaker.
+_USER_TAGS_MAX = TAGS_MAX_KEYS - 7
 
 Role = Literal["user", "assistant"]
 Kind = Literal["messages", "sessions", "longmemeval", "locomo"]

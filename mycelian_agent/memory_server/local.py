@@ -9,6 +9,7 @@ messages (``add``, ``replay``) still go through the agent and the tools.
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -57,6 +58,11 @@ class LocalConnection:
         """Run ``tool`` and return its text result (JSON, or the context document for ``get_context``)."""
         result = self._run(tool, arguments)
         return result if isinstance(result, str) else json.dumps(result, ensure_ascii=False)
+
+    def parameters(self, name: str) -> set[str]:
+        """The parameter names of tool ``name`` (those of the store method behind it)."""
+        method = LOCAL_TOOLS.get(name)
+        return set(list(inspect.signature(method).parameters)[1:]) if method is not None else set()
 
     async def call_json(self, tool: str, arguments: Mapping[str, Any] | None = None) -> Any:
         """Run ``tool`` and return its result as the JSON value the MCP tool would have answered."""

@@ -6,6 +6,20 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from .facts import (
+    about_person,
+    earlier_note,
+    is_dependent,
+    is_future,
+    named_people,
+    profile_kind,
+    relation_facts,
+    reports_change,
+    split_item,
+    strip_discourse,
+    supersedes,
+    we_words,
+)
 from .text import (
     _MY_WORD,
     _QUESTION_TAIL,
@@ -34,6 +48,10 @@ _HEADING = re.compile(r"^##\s+(.+?)\s*$")
 _ITEM_DATE = re.compile(r"(?:^|\()(\d{4}-\d{2}-\d{2})\b")
 _OUR_HEADINGS = frozenset(CONTEXT_SECTIONS) | {EARLIER_NOTES}
 _NON_ALNUM = re.compile(r"[^a-z0-9]+")
+# A limit or wish about what the user does not want: a preference ("I really don't want any flight before 9 am").
+_CONSTRAINT = re.compile(r"\b(?:don't|do not|never) want\b|\b(?:would|'d) rather\b|\b(?:I|we) avoid\b", re.I)
+_SUBJECT_WORD = re.compile(r"\b(?:I|I'm|I've|I'd|I'll|we|we're|we've|we'd|we'll|my|our)\b", re.I)
+_FACT_SECTIONS = ("Facts", "Preferences", "Decisions and plans")
 
 
 def _parse_context(text: str) -> tuple[dict[str, list[str]], str]:
@@ -84,9 +102,75 @@ def _merge_unique(items: list[str], new_items: Sequence[str], *, keep_date: bool
     return merged
 
 
-def _message_items(messages: Sequence[Mapping[str, Any]]) -> dict[str, list[str]]:
-    """Facts, preferences, plans, timeline lines and unanswered questions found in ``messages``."""
-    found: dict[str, list[str]] = {name: [] for name in CONTEXT_SECTIONS}
+def _merge_fact(sections: dict[str, list[str]], name: str, item: str, people: frozenset[str]) -> None:
+    """Add ``item`` to section ``name`` unless it is already there (in any of the fact sections) or out of date;
+    an earlier item it updates is replaced in place, with a note of what that said."""
+    key = _dedupe_key(item, False)
+    if not key:
+        return
+    for section in _FACT_SECTIONS:
+        for i, old in enumerate(sections[section]):
+            old_key = _dedupe_key(old, False)
+            if key == old_key or (min(len(key), len(old_key)) >= 30 and key in old_key):
+                return
+            if min(len(key), len(old_key)) >= 30 and old_key in key and section == name:
+                sections[section][i] = item  # the longer wording of the same item
+                return
+    day = split_item(item)[1]
+    # A replay of an older message: an item a later one (or an update the same day) replaced stays out.
+    for section in _FACT_SECTIONS:
+        for old in sections[section]:
+            _, old_day, noted = split_item(old)
+            if (old_day > day or (old_day == day and noted)) and supersedes(old, item, section, name, people):
+                return
+    replaced = False
+    for section in _FACT_SECTIONS:
+        for old in list(sections[section]):
+            if split_item(old)[1] <= day and supersedes(item, old, name, section, people):
+                if replaced:  # one item updating two: the second goes, the first keeps the note
+                    sections[section].remove(old)
+                    continue
+                annotated = f"{split_item(item)[0]} ({day + '; ' if day else ''}earlier: {earlier_note(old)})"
+                sections[section][sections[section].index(old)] = annotated
+                replaced = True
+    if not replaced:
+        sections[name].append(item)
+
+
+def _units(sentences: Sequence[str]) -> list[str]:
+    """Sentences, each one that only makes sense after the one before ("We're thinking June 14 to June 21.")
+    joined to it."""
+    units: list[str] = []
+    for sentence in sentences:
+        if units and not units[-1].endswith("?") and is_dependent(sentence):
+            units[-1] = f"{units[-1]} {sentence}"
+        else:
+            units.append(sentence)
+    return units
+
+
+def _section(sentence: str, f: Any, kind: str | None, day: str) -> str | None:
+    """Where a user's statement belongs: a lasting fact about them first, then preferences, plans, other facts."""
+    future = is_future(sentence, day)
+    if kind and kind != "ending" and not future:
+        return "Facts"
+    if f.preference or _CONSTRAINT.search(sentence):
+        return "Preferences"
+    if f.plan or future:
+        return "Decisions and plans"
+    if kind:
+        return "Facts"
+    if not f.request and (f.number or f.date or f.proper_nouns or _MY_WORD.search(sentence)):
+        return "Facts"
+    return None
+
+
+def _message_items(messages: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """``(section, item)`` pairs in the order said: facts, preferences, plans, timeline lines and unanswered
+    questions found in ``messages``."""
+    found: list[tuple[str, str]] = []
+    open_questions = 0
+    people = named_people([str(m.get("content") or "") for m in messages if _speaker(str(m.get("role", ""))) == "user"])
     for index, message in enumerate(messages):
         speaker = _speaker(str(message.get("role", "")))
         day = conversation_date(message.get("conversation_time"))
@@ -96,41 +180,68 @@ def _message_items(messages: Sequence[Mapping[str, Any]]) -> dict[str, list[str]
         is_user = speaker == "user"
         snippet = " ".join(_select(sentences, is_user, 150 if is_user else 110))
         name = message.get("name")
-        label = " ".join(name.split()) if isinstance(name, str) and name.strip() else speaker.capitalize()
-        found["Timeline"].append(f"{day + ': ' if day else ''}{label}: {snippet}")
+        name = " ".join(name.split()) if isinstance(name, str) and name.strip() else ""
+        label = name or speaker.capitalize()
+        found.append(("Timeline", f"{day + ': ' if day else ''}{label}: {snippet}"))
         if not is_user:
             continue
+        subject = name or "the user"
         suffix = f" ({day})" if day else ""
         answered = any(_speaker(str(m.get("role", ""))) != "user" for m in messages[index + 1 :])
-        candidates = []
-        for position, sentence in enumerate(sentences):
+        previous = messages[index - 1] if index else None
+        question = ""  # what the assistant just asked, when this message answers it with a fragment
+        if previous is not None and _speaker(str(previous.get("role", ""))) != "user":
+            asked, _ = _split_units(str(previous.get("content") or ""))
+            question = asked[-1] if asked and asked[-1].endswith("?") else ""
+        profile, candidates = [], []
+        for position, sentence in enumerate(_units(sentences)):
             f = _features(sentence)
             if sentence.endswith("?") and not _STATEMENT_START.match(sentence):
-                if not answered and len(found["Open questions"]) < 3:
-                    found["Open questions"].append(_trim(sentence, 200) + suffix)
+                if not answered and open_questions < 3:
+                    found.append(("Open questions", _trim(sentence, 200) + suffix))
+                    open_questions += 1
                 if f.first_person and (f.number or f.date or f.proper_nouns):  # "..., given my commute is 40 min?"
                     candidates.append((-_score(sentence, True, position), position, "Facts", sentence))
                 continue
             if sentence.endswith("?"):  # "I'm planning X, any tips?": keep the statement
                 sentence = _QUESTION_TAIL.sub("", sentence).rstrip(" ,;?") + "."
                 f = _features(sentence)
-            if not f.first_person or f.words < 4 or f.filler:
+            for fact in relation_facts(sentence, subject):  # "Dana's partner is Marco.": kept even when the
+                profile.append((position, "Facts", fact, True))  # sentence naming him is later updated
+            stated = strip_discourse(sentence)
+            if not (f.first_person or we_words(sentence)):
+                if about_person(stated, people) and not f.request and f.words >= 3 and not f.filler:
+                    section = "Preferences" if f.preference else "Facts"
+                    profile.append((position, section, stated, True))  # already third person
+                elif f.date and reports_change(sentence) and not f.request:  # "The Rome trip moved to May 10."
+                    profile.append((position, "Decisions and plans", sentence, False))
                 continue
-            if f.preference:
-                section = "Preferences"
-            elif f.plan:
-                section = "Decisions and plans"
-            elif not f.request and (f.number or f.date or f.proper_nouns or _MY_WORD.search(sentence)):
-                section = "Facts"
+            kind = profile_kind(sentence, name)
+            if kind is None and (f.words < 4 or f.filler):
+                continue
+            section = _section(sentence, f, kind, day)
+            if section is None:
+                continue
+            if kind:
+                profile.append((position, section, sentence, False))
             else:
-                continue
-            candidates.append((-_score(sentence, True, position), position, section, sentence))
-        for _, _, section, sentence in sorted(candidates)[:3]:
-            said = None if sentence.endswith("?") else third_person(sentence)
+                candidates.append((-_score(sentence, True, position), position, section, sentence))
+        # Lasting statements about the user are all kept (a few per message); other statements by their score.
+        chosen = profile[:6] + [(p, s, t, False) for _, p, s, t in sorted(candidates)[:3]]
+        for position, section, sentence, verbatim in sorted(chosen, key=lambda c: c[0]):
+            said = None if sentence.endswith("?") else third_person(sentence, subject)
             verb = "asked" if sentence.endswith("?") else "said"
-            readable = said and "the user" in said.lower() and not _SECOND_PERSON.search(said)
-            text = said if readable else f'The user {verb}: "{sentence}"'
-            found[section].append(_trim(text, 220) + suffix)
+            readable = (said and subject.lower() in said.lower() and not _SECOND_PERSON.search(said)
+                        and not we_words(said))  # "we"/"our" would lose their referent
+            if verbatim:
+                text = sentence
+            else:
+                text = said if readable else f'{subject[0].upper()}{subject[1:]} {verb}: "{sentence}"'
+            text = _trim(text, 220)
+            if position == 0 and question and text.endswith('"') and not _SUBJECT_WORD.search(sentence):
+                # a fragment answering the assistant ("About 2,400 euros.") needs the question it answers
+                text += f" (answering: {_trim(question, 80)})"
+            found.append((section, text + suffix))
     return found
 
 
@@ -181,10 +292,15 @@ def merge_context(
     sections, notes = _parse_context(previous_context or "")
     notes = _trim(notes, max(max_chars // 4, 200)) if notes else ""
     new = _message_items(messages)
-    if new["Timeline"] and _speaker(str(messages[0].get("role", ""))) != "user":
+    if new and _speaker(str(messages[0].get("role", ""))) != "user":
         sections["Open questions"] = []  # the previous flush ended on a question this batch starts answering
-    for name in CONTEXT_SECTIONS:
-        sections[name] = _merge_unique(sections[name], new[name], keep_date=name == "Timeline")
+    people = frozenset(p.lower() for p in named_people(
+        [item for name in _FACT_SECTIONS for item in sections[name]] + [item for name, item in new]))
+    for name, item in new:  # in the order said: a later item may update an earlier one
+        if name in _FACT_SECTIONS:
+            _merge_fact(sections, name, item, people)
+        else:
+            sections[name] = _merge_unique(sections[name], [item], keep_date=name == "Timeline")
 
     document = _render(sections, notes)
     if len(document) > max_chars:

@@ -1,0 +1,589 @@
+"""MycelianStore: LangGraph's ``BaseStore`` over a Mycelian memory server.
+
+``graph.compile(store=MycelianStore(invoker))`` gives every node (``runtime.store``, ``get_store()``) and every tool
+written for LangGraph's store (LangMem's ``create_manage_memory_tool`` / ``create_search_memory_tool``, ...) a store
+whose items live in Mycelian memories, searchable by the same server search as the conversations the agent wrote.
+
+The mapping:
+
+- A namespace is one memory of the invoker's vault, titled by its labels joined with ``-``:
+  ``("memories", "alice")`` is the memory ``memories-alice``; ``("alice",)`` is ``alice``, the very memory the
+  invoker reads and writes for ``user="alice"``. Labels are letters, digits and hyphens and the title at most 50
+  characters (the Mycelian title rule); anything else is an :class:`~mycelian_agent.errors.InputError` naming the
+  namespace. A memory the store creates records its namespace in its description, so
+  ``("memories", "u-1042")`` lists back as itself; a memory it did not create is the one-label namespace
+  ``(title,)``. Two namespaces that join to one title (``("a", "b")`` and ``("a-b",)``) cannot both be used: the
+  second one is refused with both named.
+- ``put(namespace, key, value)`` appends an entry (``add_entry``) tagged ``store_key=key``. A value with exactly one
+  field holding non-empty text (``{"content": ...}`` as LangMem writes, ``{"text": ...}``, ``{"memory": ...}``)
+  is stored as that text (tag ``store_field`` names the field), so searches, recall blocks and the agent see
+  plain words; any other value is stored as its JSON text. At most 9,000 characters as stored (no splitting).
+- Entries are append-only, so a put of an existing key writes a new entry, then deletes the older one(s)
+  (``delete_entry``); ``created_at`` survives in the tag ``store_created``, ``updated_at`` is the newest entry's
+  creation time. ``put(..., None)`` / ``delete`` delete every entry of the key.
+- ``get`` finds the key's newest entry through a per-memory key index kept in this process: the first use of a
+  memory reads all its entries once (``list_entries``, 50 a call), every later operation reads only the entries
+  created since (one ``list_entries`` call, usually empty), then ``get_entry`` confirms the entry still exists
+  (another process may have deleted it). So a get costs two calls; a put three (plus a delete per replaced entry).
+- ``search(prefix, query=...)`` runs ``search_memories`` on every memory whose namespace starts with ``prefix`` and
+  merges the hits by score (BM25 scores, comparable enough across memories of one server); without a query it lists
+  the newest items first. Results include the entries the agent wrote in those memories (conversation turns):
+  their key is the entry id and their value ``{"text", "summary", "tags", "conversation_time"?}``; such an entry
+  can be read (``get``) and deleted by that key too.
+
+Where it bends (what LangGraph's own stores do differently):
+
+- no update in place: a put is an append and a delete (a process killed between them leaves the older entry,
+  which every read ignores and the next put of the key deletes);
+- ``filter`` (exact values, nested dicts and ``$eq $ne $gt $gte $lt $lte``, as ``InMemoryStore``) is applied to the
+  ranked hits after the search, to a depth of ``max(50, 4 × (offset + limit))``: a rare filter may return fewer
+  items than exist; ``offset + limit`` is at most 1,000 with a query;
+- ``index`` is ignored (the server indexes the stored text: words with BM25, and dense vectors when the server
+  runs with embeddings); ``ttl`` is not supported (``supports_ttl = False``); ``refresh_ttl`` is ignored;
+- ``list_namespaces`` lists the vault's memories, also those the store did not create (the invoker's default memory
+  and each user's memory, as one-label namespaces) and memories whose items were all deleted (the memory stays);
+- search scores are the server's relevance (higher is better), not cosine similarities in [0, 1].
+
+Batches run their operations in order, on the invoker's event loop (the MCP session is bound to it): ``abatch`` on
+that loop, ``batch`` from any other thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from langgraph.store.base import (
+    BaseStore,
+    GetOp,
+    Item,
+    ListNamespacesOp,
+    MatchCondition,
+    Op,
+    PutOp,
+    Result,
+    SearchItem,
+    SearchOp,
+)
+
+from .._sync import run_sync
+from ..errors import InputError, MemoryServerError
+from ..limits import (
+    QUERY_MAX_CHARS,
+    RAW_ENTRY_MAX_CHARS,
+    SEARCH_DEPTH_MAX,
+    SUMMARY_TARGET_CHARS,
+    TAG_VALUE_MAX_CHARS,
+    TITLE_MAX_CHARS,
+    unicode_problem,
+)
+from ._common import memory_parts
+
+__all__ = ["MycelianStore", "namespace_title", "KEY_TAG", "FIELD_TAG", "CREATED_TAG"]
+
+#: Tag holding an item's key.
+KEY_TAG = "store_key"
+#: Tag naming the one text field a value was stored as (absent: the entry holds the value's JSON).
+FIELD_TAG = "store_field"
+#: Tag holding the creation time of a key's first version (kept across puts).
+CREATED_TAG = "store_created"
+#: Speaker shown for stored items in recall blocks.
+SPEAKER = "saved note"
+_MARKER = "LangGraph store namespace "
+_LABEL_RE = re.compile(r"[A-Za-z0-9-]+")
+_EPOCH = "1970-01-01T00:00:00Z"
+_PAGE = 50  # list_entries' largest page
+_SEARCH_PAGE = 25  # search_memories' largest page
+
+
+def _check_labels(namespace: object, what: str) -> tuple[str, ...]:
+    if not isinstance(namespace, tuple):
+        raise InputError(f"{what} must be a tuple of strings, got {namespace!r}")
+    for label in namespace:
+        if not isinstance(label, str) or not _LABEL_RE.fullmatch(label):
+            raise InputError(f"{what} {namespace!r} cannot name a Mycelian memory: label {label!r} must be letters, "
+                             "digits or hyphens (the labels are joined with '-' into the memory's title); map other "
+                             "ids (e-mail addresses, names with spaces) to such a key")
+    return namespace
+
+
+def namespace_title(namespace: tuple[str, ...]) -> str:
+    """The title of the memory holding ``namespace``: its labels joined with ``-`` (``("memories", "alice")`` ->
+    ``memories-alice``); an :class:`InputError` when the labels or the title break the Mycelian title rule."""
+    _check_labels(namespace, "namespace")
+    if not namespace:
+        raise InputError("namespace is empty: give at least one label, e.g. ('memories', user_id)")
+    title = "-".join(namespace)
+    if len(title) > TITLE_MAX_CHARS:
+        raise InputError(f"namespace {namespace!r} makes the memory title {title!r} of {len(title)} characters; a "
+                         f"Mycelian title has at most {TITLE_MAX_CHARS} (use shorter labels)")
+    return title
+
+
+def _is_uuid(text: str) -> bool:
+    try:
+        uuid.UUID(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _not_found(exc: MemoryServerError) -> bool:
+    return "not found" in str(exc)
+
+
+def _time(moment: str) -> datetime:
+    return datetime.fromisoformat(moment.replace("Z", "+00:00"))
+
+
+def _encode(key: object, value: object) -> tuple[str, str, dict[str, str]]:
+    """``(raw_entry, summary, tags)`` of an item (see the module docstring)."""
+    if not isinstance(key, str) or not key:
+        raise InputError(f"key must be a non-empty string, got {key!r}")
+    if len(key) > TAG_VALUE_MAX_CHARS:
+        raise InputError(f"key has {len(key)} characters; a MycelianStore key has at most {TAG_VALUE_MAX_CHARS} "
+                         "(it is kept in a tag)")
+    if not isinstance(value, Mapping):
+        raise InputError(f"value of key {key!r} must be a mapping (a dict), got {type(value).__name__}")
+    tags = {KEY_TAG: key, "speaker": SPEAKER}
+    only = next(iter(value.items())) if len(value) == 1 else None
+    if only is not None and isinstance(only[0], str) and isinstance(only[1], str) and only[1].strip() \
+            and len(only[0]) <= TAG_VALUE_MAX_CHARS:
+        raw = only[1]
+        tags[FIELD_TAG] = only[0]
+    else:
+        try:
+            raw = json.dumps(value, ensure_ascii=False)
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"value of key {key!r} is not JSON data: {exc}") from None
+    problem = unicode_problem(raw)
+    if problem:
+        raise InputError(f"value of key {key!r}: {problem}")
+    if len(raw) > RAW_ENTRY_MAX_CHARS:
+        raise InputError(f"value of key {key!r} is {len(raw)} characters as stored; a Mycelian entry holds at most "
+                         f"{RAW_ENTRY_MAX_CHARS} (store it in parts under several keys)")
+    summary = " ".join(raw.split())[:SUMMARY_TARGET_CHARS] or raw[:SUMMARY_TARGET_CHARS]
+    return raw, summary, tags
+
+
+def _value(entry: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """``(key, value)`` of an entry: a stored item's, or (an entry the store did not write) its id and contents."""
+    tags = dict(entry.get("tags") or {})
+    raw = str(entry.get("rawEntry") or "")
+    key = tags.get(KEY_TAG)
+    if key is None:
+        value: dict[str, Any] = {"text": raw, "summary": entry.get("summary") or "", "tags": tags}
+        if entry.get("conversationTime"):
+            value["conversation_time"] = entry["conversationTime"]
+        return str(entry["entryId"]), value
+    if FIELD_TAG in tags:
+        return key, {tags[FIELD_TAG]: raw}
+    try:
+        decoded = json.loads(raw)
+    except json.JSONDecodeError:
+        decoded = None
+    return key, decoded if isinstance(decoded, dict) else {"text": raw}
+
+
+def _item(entry: Mapping[str, Any], namespace: tuple[str, ...], *, search: bool = False,
+          score: float | None = None) -> Item:
+    key, value = _value(entry)
+    updated = _time(entry["creationTime"])
+    created = _time(str((entry.get("tags") or {}).get(CREATED_TAG) or entry["creationTime"]))
+    if search:
+        return SearchItem(namespace=namespace, key=key, value=value, created_at=created, updated_at=updated,
+                          score=score)
+    return Item(value=value, key=key, namespace=namespace, created_at=created, updated_at=updated)
+
+
+_OPERATORS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte")
+
+
+def _compare(actual: Any, wanted: Any) -> bool:
+    """``InMemoryStore``'s filter rule: exact values, nested dicts, lists, and the comparison operators."""
+    if isinstance(wanted, Mapping):
+        if any(str(op).startswith("$") for op in wanted):
+            return all(_operator(actual, op, operand) for op, operand in wanted.items())
+        return isinstance(actual, Mapping) and all(_compare(actual.get(k), v) for k, v in wanted.items())
+    if isinstance(wanted, (list, tuple)):
+        return isinstance(actual, (list, tuple)) and len(actual) == len(wanted) \
+            and all(_compare(a, w) for a, w in zip(actual, wanted))
+    return actual == wanted
+
+
+def _operator(actual: Any, op: str, operand: Any) -> bool:
+    if op == "$eq":
+        return actual == operand
+    if op == "$ne":
+        return actual != operand
+    if op not in _OPERATORS:
+        raise InputError(f"unsupported filter operator {op!r}: use one of {', '.join(_OPERATORS)}")
+    try:
+        left, right = float(actual), float(operand)
+    except (TypeError, ValueError):
+        return False
+    return {"$gt": left > right, "$gte": left >= right, "$lt": left < right, "$lte": left <= right}[op]
+
+
+def _matches(value: Mapping[str, Any], wanted: Mapping[str, Any] | None) -> bool:
+    return not wanted or all(_compare(value.get(k), v) for k, v in wanted.items())
+
+
+def _does_match(condition: MatchCondition, namespace: tuple[str, ...]) -> bool:
+    if condition.match_type not in ("prefix", "suffix"):
+        raise InputError(f"unsupported namespace match type {condition.match_type!r}: use 'prefix' or 'suffix'")
+    path = tuple(condition.path)
+    if len(namespace) < len(path):
+        return False
+    pairs = zip(namespace, path) if condition.match_type == "prefix" else zip(reversed(namespace), reversed(path))
+    return all(want == "*" or have == want for have, want in pairs)
+
+
+@dataclass
+class _Version:
+    entry_id: str
+    first: str  # creation time of the key's first version
+
+
+@dataclass
+class _KeyIndex:
+    """The stored items of one memory by key (versions oldest first), read up to ``cursor``."""
+
+    cursor: str = _EPOCH
+    keys: dict[str, list[_Version]] = field(default_factory=dict)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def current(self, entry: Mapping[str, Any]) -> bool:
+        """Whether ``entry`` is not a replaced version of its key (every entry the store did not write is)."""
+        key = (entry.get("tags") or {}).get(KEY_TAG)
+        versions = self.keys.get(key, []) if key is not None else []
+        return all(version.entry_id != entry.get("entryId") for version in versions[:-1])
+
+    def forget(self, key: str, entry_ids: Iterable[str]) -> None:
+        gone = set(entry_ids)
+        left = [version for version in self.keys.get(key, []) if version.entry_id not in gone]
+        if left:
+            self.keys[key] = left
+        else:
+            self.keys.pop(key, None)
+
+
+class _Namespaces:
+    """Namespace <-> memory of one vault: titles and ids from ``list_memories``, each memory's namespace read once
+    (from the description of the memories this store creates)."""
+
+    def __init__(self, store: MycelianStore) -> None:
+        self.store = store
+        self.ids: dict[str, str] = {}  # title -> memory id
+        self.spaces: dict[str, tuple[str, ...]] = {}  # memory id -> namespace
+        self.lock: asyncio.Lock | None = None
+
+    async def reload(self) -> None:
+        found = await self.store._call("list_memories", {})
+        self.ids = {str(item["title"]): str(item["memoryId"]) for item in found
+                    if isinstance(item, Mapping) and "title" in item and "memoryId" in item}
+
+    async def namespace_of(self, title: str) -> tuple[str, ...]:
+        memory_id = self.ids[title]
+        known = self.spaces.get(memory_id)
+        if known is not None:
+            return known
+        namespace: tuple[str, ...] = (title,)
+        if "-" in title:  # only a joined title can hold several labels
+            memory = await self.store._call("get_memory", {"memory_id": memory_id})
+            description = str(memory.get("description") or "")
+            if description.startswith(_MARKER):
+                try:
+                    labels = json.loads(description[len(_MARKER):])
+                except json.JSONDecodeError:
+                    labels = None
+                if isinstance(labels, list) and all(isinstance(x, str) for x in labels) and "-".join(labels) == title:
+                    namespace = tuple(labels)
+        self.spaces[memory_id] = namespace
+        return namespace
+
+    async def find(self, namespace: tuple[str, ...], *, create: bool) -> str | None:
+        """The memory id of ``namespace``: created when missing if ``create``, else None."""
+        title = namespace_title(namespace)
+        if title not in self.ids:
+            await self.reload()
+        if title not in self.ids:
+            if not create:
+                return None
+            await self._create(title, namespace)
+        held = await self.namespace_of(title)
+        if held != namespace:
+            raise InputError(f"namespace {namespace!r} maps to the memory {title!r}, which holds namespace {held!r}: "
+                             "two namespaces whose labels join to one title cannot both be used; use one of them")
+        return self.ids[title]
+
+    async def _create(self, title: str, namespace: tuple[str, ...]) -> None:
+        if self.lock is None:
+            self.lock = asyncio.Lock()
+        async with self.lock:
+            if title in self.ids:
+                return
+            try:
+                created = await self.store._call("create_memory_in_vault", {
+                    "title": title, "memory_type": self.store._memory_type,
+                    "description": _MARKER + json.dumps(list(namespace))})
+            except MemoryServerError as exc:
+                if "already exists" not in str(exc):
+                    raise
+                await self.reload()  # created by another process meanwhile
+                if title not in self.ids:
+                    raise
+                return
+            memory_id = str(created["memoryId"])
+            self.ids[title] = memory_id
+            self.spaces[memory_id] = namespace
+            if len(namespace) == 1:  # a user's memory: the invoker's user directory learns it
+                self.store._reader.users.remember(title, memory_id)
+
+    async def matching(self, prefix: tuple[str, ...]) -> list[tuple[str, tuple[str, ...]]]:
+        """``(memory id, namespace)`` of every memory whose namespace starts with ``prefix``."""
+        await self.reload()
+        joined = "-".join(prefix)
+        titles = [t for t in self.ids if not prefix or t == joined or t.startswith(joined + "-")]
+        spaces = await asyncio.gather(*(self.namespace_of(title) for title in titles))
+        return [(self.ids[t], ns) for t, ns in zip(titles, spaces) if ns[:len(prefix)] == prefix]
+
+
+class MycelianStore(BaseStore):
+    """LangGraph's ``BaseStore`` on the memory server behind ``memory`` (the invoker ``build_agent`` yields, or its
+    ``invoker.reader``), in the invoker's vault; see the module docstring for the mapping and where it bends.
+
+    ``create_namespaces``: whether a put into a namespace without a memory creates it (default: as the invoker's
+    users, ``build_agent(create_users=...)``); when off such a put raises :class:`InputError`. ``loop``: the event
+    loop the connection is bound to, for ``batch`` when ``memory`` is a bare reader.
+    """
+
+    supports_ttl = False
+
+    def __init__(self, memory: Any, *, create_namespaces: bool | None = None,
+                 loop: asyncio.AbstractEventLoop | None = None) -> None:
+        self._reader, self._loop = memory_parts(memory, loop)
+        self._connection = self._reader.connection
+        self._vault_id = self._reader.vault_id
+        self._memory_type = self._reader.users.memory_type
+        self.create_namespaces = self._reader.users.create if create_namespaces is None else create_namespaces
+        self._spaces = _Namespaces(self)
+        self._indexes: dict[str, _KeyIndex] = {}
+        self._declared: set[str] | None = None
+
+    # -- the server ----------------------------------------------------------------------------------------
+
+    async def _call(self, tool: str, arguments: dict[str, Any]) -> Any:
+        return await self._connection.call_json(tool, {"vault_id": self._vault_id, **arguments})
+
+    def _search_params(self) -> set[str]:
+        """The optional ``search_memories`` parameters the server declares (ours: ``vault_id``, ``offset``)."""
+        if self._declared is None:
+            tool = getattr(self._connection, "tool", None)
+            if tool is None:
+                self._declared = {"vault_id", "offset"}
+            else:
+                schema = getattr(tool("search_memories"), "args_schema", None) or {}
+                self._declared = set(schema.get("properties", {})) if isinstance(schema, Mapping) else set()
+        return self._declared
+
+    async def _index(self, memory_id: str) -> _KeyIndex:
+        """The memory's key index, brought up to date (call holding its lock)."""
+        index = self._indexes[memory_id]
+        while True:
+            page = await self._call("list_entries", {"memory_id": memory_id, "limit": _PAGE, "after": index.cursor})
+            for entry in page.get("entries") or []:
+                tags = entry.get("tags") or {}
+                if KEY_TAG in tags:
+                    first = str(tags.get(CREATED_TAG) or entry["creationTime"])
+                    index.keys.setdefault(tags[KEY_TAG], []).append(_Version(str(entry["entryId"]), first))
+                index.cursor = entry["creationTime"]
+            if not page.get("next_after"):
+                return index
+
+    def _lock(self, memory_id: str) -> asyncio.Lock:
+        return self._indexes.setdefault(memory_id, _KeyIndex()).lock
+
+    async def _delete_entries(self, memory_id: str, entry_ids: Iterable[str]) -> None:
+        for entry_id in entry_ids:
+            try:
+                await self._call("delete_entry", {"memory_id": memory_id, "entry_id": entry_id})
+            except MemoryServerError as exc:
+                if not _not_found(exc):  # already gone: another process deleted it
+                    raise
+
+    async def _foreign(self, memory_id: str, key: str) -> Mapping[str, Any] | None:
+        """The entry whose id is ``key`` when the store did not write it (an agent's conversation turn)."""
+        if not _is_uuid(key):
+            return None
+        try:
+            entry = await self._call("get_entry", {"memory_id": memory_id, "entry_id": key})
+        except MemoryServerError as exc:
+            if _not_found(exc):
+                return None
+            raise
+        return None if KEY_TAG in (entry.get("tags") or {}) else entry
+
+    # -- operations ----------------------------------------------------------------------------------------
+
+    async def _get(self, op: GetOp) -> Item | None:
+        namespace = tuple(op.namespace)
+        memory_id = await self._spaces.find(namespace, create=False)
+        if memory_id is None:
+            return None
+        async with self._lock(memory_id):
+            index = await self._index(memory_id)
+            for version in reversed(list(index.keys.get(op.key, []))):
+                try:
+                    entry = await self._call("get_entry", {"memory_id": memory_id, "entry_id": version.entry_id})
+                except MemoryServerError as exc:
+                    if not _not_found(exc):
+                        raise
+                    index.forget(op.key, [version.entry_id])  # deleted by another process
+                    continue
+                return _item(entry, namespace)
+            entry = await self._foreign(memory_id, op.key)
+        return None if entry is None else _item(entry, namespace)
+
+    async def _put(self, op: PutOp) -> None:
+        namespace = tuple(op.namespace)
+        if op.value is None:
+            await self._delete(namespace, op.key)
+            return
+        raw, summary, tags = _encode(op.key, op.value)
+        memory_id = await self._spaces.find(namespace, create=self.create_namespaces)
+        if memory_id is None:
+            raise InputError(f"namespace {namespace!r} has no memory ({namespace_title(namespace)!r}) in vault "
+                             f"{self._vault_id} and creation is off (MycelianStore(create_namespaces=True), or "
+                             "build_agent(create_users=True))")
+        async with self._lock(memory_id):
+            index = await self._index(memory_id)
+            older = [version.entry_id for version in index.keys.get(op.key, [])]
+            if older:
+                tags[CREATED_TAG] = index.keys[op.key][0].first
+            await self._call("add_entry", {"memory_id": memory_id, "raw_entry": raw, "summary": summary,
+                                           "tags": tags})
+            await self._delete_entries(memory_id, older)  # after the new version is stored: nothing is lost
+            index.forget(op.key, older)
+
+    async def _delete(self, namespace: tuple[str, ...], key: str) -> None:
+        memory_id = await self._spaces.find(namespace, create=False)
+        if memory_id is None:
+            return
+        async with self._lock(memory_id):
+            index = await self._index(memory_id)
+            versions = [version.entry_id for version in index.keys.get(key, [])]
+            if not versions and await self._foreign(memory_id, key) is not None:
+                versions = [key]
+            await self._delete_entries(memory_id, versions)
+            index.forget(key, versions)
+
+    async def _ranked(self, memory_id: str, namespace: tuple[str, ...], query: str, depth: int) -> list[Item]:
+        declared = self._search_params()
+        if "offset" not in declared:
+            depth = min(depth, _SEARCH_PAGE)
+        async with self._lock(memory_id):
+            index = await self._index(memory_id)
+            items: list[Item] = []
+            offset = 0
+            while offset < depth:
+                top = min(_SEARCH_PAGE, depth - offset)
+                args: dict[str, Any] = {"memory_id": memory_id, "query": query, "top_ke": top, "top_kc": 1,
+                                        "include_raw_entries": True}
+                if "vault_id" in declared:
+                    args["vault_id"] = self._vault_id
+                if offset:
+                    args["offset"] = offset
+                entries = (await self._connection.call_json("search_memories", args)).get("entries") or []
+                items += [_item(entry, namespace, search=True, score=float(entry.get("score", 0.0)))
+                          for entry in entries if index.current(entry)]
+                if len(entries) < top:
+                    break
+                offset += len(entries)
+        return items
+
+    async def _recent(self, memory_id: str, namespace: tuple[str, ...], need: int,
+                      wanted: Mapping[str, Any] | None) -> list[Item]:
+        async with self._lock(memory_id):
+            index = await self._index(memory_id)
+            items: list[Item] = []
+            before: str | None = None
+            while len(items) < need:
+                args: dict[str, Any] = {"memory_id": memory_id, "limit": _PAGE}
+                if before:
+                    args["before"] = before
+                page = await self._call("list_entries", args)
+                for entry in page.get("entries") or []:  # newest first
+                    if index.current(entry):
+                        item = _item(entry, namespace, search=True)
+                        if _matches(item.value, wanted):
+                            items.append(item)
+                before = page.get("next_before")
+                if not before:
+                    break
+        return items[:need]
+
+    async def _search(self, op: SearchOp) -> list[SearchItem]:
+        prefix = _check_labels(tuple(op.namespace_prefix), "namespace_prefix")
+        for name, number in (("limit", op.limit), ("offset", op.offset)):
+            if isinstance(number, bool) or not isinstance(number, int) or number < 0:
+                raise InputError(f"{name} must be a non-negative integer, got {number!r}")
+        need = op.offset + op.limit
+        if op.query is not None and not isinstance(op.query, str):
+            raise InputError(f"query must be a string, got {type(op.query).__name__}")
+        query = (op.query or "").strip()
+        if len(query) > QUERY_MAX_CHARS:
+            raise InputError(f"query has {len(query)} characters; a search takes at most {QUERY_MAX_CHARS}")
+        if query and need > SEARCH_DEPTH_MAX:
+            raise InputError(f"offset + limit is {need}; a ranked search reaches at most {SEARCH_DEPTH_MAX} items")
+        if op.filter is not None and not isinstance(op.filter, Mapping):
+            raise InputError(f"filter must be a mapping of value fields to wanted values, got {op.filter!r}")
+        if need == 0:
+            return []
+        targets = await self._spaces.matching(prefix)
+        if query:
+            depth = need if not op.filter else min(SEARCH_DEPTH_MAX, max(50, 4 * need))
+            found = await asyncio.gather(*(self._ranked(m, ns, query, depth) for m, ns in targets))
+            merged = sorted((item for items in found for item in items if _matches(item.value, op.filter)),
+                            key=lambda item: -(item.score or 0.0))  # type: ignore[attr-defined]
+        else:
+            found = await asyncio.gather(*(self._recent(m, ns, need, op.filter) for m, ns in targets))
+            merged = sorted((item for items in found for item in items), key=lambda item: item.updated_at,
+                            reverse=True)
+        return merged[op.offset:need]  # type: ignore[return-value]
+
+    async def _list_namespaces(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
+        conditions = tuple(op.match_conditions or ())
+        spaces = [ns for _, ns in await self._spaces.matching(())
+                  if all(_does_match(condition, ns) for condition in conditions)]
+        if op.max_depth is not None:
+            spaces = [ns[:op.max_depth] for ns in spaces]
+        return sorted(set(spaces))[op.offset:op.offset + op.limit]
+
+    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        """Run ``ops`` in order on the invoker's event loop; one result per operation (None for a put)."""
+        results: list[Result] = []
+        for op in ops:
+            if isinstance(op, GetOp):
+                results.append(await self._get(op))
+            elif isinstance(op, PutOp):
+                results.append(await self._put(op))
+            elif isinstance(op, SearchOp):
+                results.append(await self._search(op))
+            elif isinstance(op, ListNamespacesOp):
+                results.append(await self._list_namespaces(op))
+            else:
+                raise InputError(f"unknown store operation {op!r}: expected GetOp, PutOp, SearchOp or "
+                                 "ListNamespacesOp")
+        return results
+
+    def batch(self, ops: Iterable[Op]) -> list[Result]:
+        """Synchronous :meth:`abatch` (from any thread but the loop's own: LangGraph runs sync nodes in worker
+        threads, so ``store.put(...)`` in a sync node works)."""
+        return run_sync(self.abatch(list(ops)), self._loop)

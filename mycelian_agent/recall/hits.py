@@ -1,0 +1,163 @@
+"""What the read side returns: typed search hits and the recall block a prompt carries.
+
+Plain frozen dataclasses (no LangChain): :class:`MemoryHit` is one entry found by a search, :class:`RecalledTurn`
+one line of a recall block (a hit or a neighbouring turn), :class:`Recall` the block itself with
+:meth:`Recall.as_prompt`. Sizes are estimated with :func:`estimate_tokens` (four characters a token, the usual rule
+for English with BPE tokenizers; a reader's own tokenizer differs by some percent, never by a factor).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
+
+__all__ = ["MemoryHit", "RecalledTurn", "Recall", "estimate_tokens", "speaker_label", "when_label"]
+
+
+def estimate_tokens(text: str) -> int:
+    """An estimate of ``text``'s size in tokens: one per four characters, rounded up."""
+    return math.ceil(len(text) / 4)
+
+
+def when_label(moment: str | None) -> str:
+    """``2024-04-10T08:05:00Z`` -> ``2024-04-10 (Wed) 08:05``: the date a reader needs for "when" questions."""
+    if not moment:
+        return "undated"
+    try:
+        parsed = datetime.fromisoformat(moment.replace("Z", "+00:00"))
+    except ValueError:
+        return moment
+    return parsed.strftime("%Y-%m-%d (%a) %H:%M")
+
+
+def speaker_label(speaker: str | None, role: str | None) -> str:
+    """``Dana (user)``, or the role alone when no name is known."""
+    if speaker and role and speaker != role:
+        return f"{speaker} ({role})"
+    return speaker or role or "unknown speaker"
+
+
+@dataclass(frozen=True)
+class MemoryHit:
+    """One entry a search found.
+
+    ``text`` is the verbatim message (one part of a long message, see ``tags["part"]``), ``summary`` the
+    retrieval summary written at ingestion, ``speaker`` the speaker's name when the message named one (else the
+    role), ``time`` the conversation time (else the time the entry was stored), ``thread`` the chat thread that
+    wrote it, ``score`` the server's relevance (higher is better; comparable within one search only), ``created``
+    when the server stored it (the memory's order), ``user`` whose memory it is (None: the invoker's default).
+    """
+
+    entry_id: str
+    text: str
+    summary: str
+    speaker: str | None
+    role: str | None
+    time: str | None
+    thread: str | None
+    score: float
+    memory_id: str
+    user: str | None = None
+    created: str | None = None
+    tags: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def from_entry(cls, entry: Mapping[str, Any], *, memory_id: str, user: str | None,
+                   score: float = 0.0) -> MemoryHit:
+        """A hit from an entry object of the tool contract (``search_memories`` or ``list_entries``)."""
+        tags = dict(entry.get("tags") or {})
+        role = tags.get("role")
+        return cls(entry_id=str(entry["entryId"]), text=str(entry.get("rawEntry") or ""),
+                   summary=str(entry.get("summary") or ""), speaker=tags.get("speaker") or role, role=role,
+                   time=entry.get("conversationTime") or entry.get("creationTime"), thread=tags.get("thread"),
+                   score=float(entry.get("score", score)), memory_id=memory_id, user=user,
+                   created=entry.get("creationTime"), tags=tags)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The hit as plain JSON-ready data."""
+        return {**asdict(self), "tags": dict(self.tags)}
+
+
+@dataclass(frozen=True)
+class RecalledTurn:
+    """One line of a recall block: a search hit (``hit=True``, with its ``rank`` among the hits) or a turn next to
+    one, shown for its context. ``clipped`` says the text was shortened to fit the budget; ``adjacent`` that it
+    directly follows the line before it in the block (no turn of the memory between them)."""
+
+    entry_id: str
+    text: str
+    speaker: str | None
+    role: str | None
+    time: str | None
+    thread: str | None
+    hit: bool
+    rank: int | None = None
+    clipped: bool = False
+    adjacent: bool = False  # directly follows the block's previous line in the memory (no gap between them)
+
+    def line(self) -> str:
+        """``[2024-04-10 (Wed) 08:05] Dana (user): ...``"""
+        return f"[{when_label(self.time)}] {speaker_label(self.speaker, self.role)}: {self.text}"
+
+
+@dataclass(frozen=True)
+class Recall:
+    """What memory holds for a query, ready for a prompt: :meth:`as_prompt`.
+
+    ``notes`` are the context document's items that bear on the query (standing facts first), ``turns`` the best
+    entries and their neighbouring turns, deduplicated, in time order; ``hits`` the search's ranked hits (all of
+    them, also those left out of the block for the budget). ``tokens`` is the block's estimated size, never above
+    ``budget_tokens``.
+    """
+
+    query: str
+    user: str | None
+    memory_id: str
+    notes: tuple[str, ...]
+    turns: tuple[RecalledTurn, ...]
+    hits: tuple[MemoryHit, ...]
+    budget_tokens: int
+    tokens: int = 0
+
+    @property
+    def empty(self) -> bool:
+        """Nothing in memory bears on the query (no notes, no turns)."""
+        return not self.notes and not self.turns
+
+    def as_prompt(self) -> str:
+        """The text block to put into a prompt (Markdown; dated lines with speakers; gaps marked ``...``)."""
+        return render_recall(self.query, self.notes, self.turns)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The recall as plain JSON-ready data (``prompt`` included)."""
+        return {"query": self.query, "user": self.user, "memory_id": self.memory_id, "notes": list(self.notes),
+                "turns": [asdict(turn) for turn in self.turns], "hits": [hit.as_dict() for hit in self.hits],
+                "budget_tokens": self.budget_tokens, "tokens": self.tokens, "prompt": self.as_prompt()}
+
+
+NOTES_HEADING = "Known facts (from the memory's notes):"
+TURNS_HEADING = "From earlier conversations (oldest first; [date] speaker: words):"
+GAP = "..."
+NOTHING = "Memory holds nothing about this yet."
+
+
+def render_recall(query: str, notes: tuple[str, ...] | list[str], turns: tuple[RecalledTurn, ...] | list[RecalledTurn]
+                  ) -> str:
+    """The prompt text of a recall: a heading, the notes, then the turns; consecutive turns of one thread stay
+    together and a gap between excerpts is marked."""
+    parts = [f"Long-term memory relevant to: {query}"]
+    if notes:
+        parts.append(NOTES_HEADING + "\n" + "\n".join(f"- {note}" for note in notes))
+    if turns:
+        lines = [TURNS_HEADING]
+        for index, turn in enumerate(turns):
+            if index and not turn.adjacent:
+                lines.append(GAP)
+            lines.append(turn.line())
+        parts.append("\n".join(lines))
+    if not notes and not turns:
+        parts.append(NOTHING)
+    return "\n\n".join(parts) + "\n"

@@ -1,0 +1,291 @@
+"""MemoryReader: what a chat pipeline asks memory before it answers (``asearch``, ``arecall``).
+
+Only Mycelian tools are called (``search_memories``, ``get_context``, ``list_entries``, and through
+:class:`~mycelian_agent.recall.users.UserDirectory` ``list_memories`` / ``create_memory_in_vault``), so the reader
+works against our embedded server and a remote Mycelian server alike. Our server's extras (``vault_id`` and the
+``after`` / ``before`` bounds of ``search_memories``) are sent only where the server declares them; without the
+bounds, the reader filters the hits by time itself.
+
+A recall is built in four steps: one search (the hits and the newest context document), the turn before and after
+each of the best hits (``list_entries`` with a one-entry page on each side, concurrently; same thread only), the
+context document's items that bear on the query (:mod:`~mycelian_agent.recall.notes`), and a greedy fill of the
+token budget: the best hit, its neighbours, the next hit..., then everything chosen in time order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from datetime import datetime
+from typing import Any
+
+from ..dates import normalise_time
+from ..errors import InputError
+from ..limits import QUERY_MAX_CHARS
+from ..memory_server.ranking import WORD_RE
+from .hits import MemoryHit, Recall, RecalledTurn, estimate_tokens, render_recall
+from .notes import select_notes
+from .users import Connection, UserDirectory
+
+__all__ = ["MemoryReader", "SEARCH_TOP_K_MAX", "MIN_BUDGET_TOKENS"]
+
+#: The most hits one search returns (``search_memories``' ``top_ke`` limit).
+SEARCH_TOP_K_MAX = 25
+#: The smallest budget a recall accepts: a heading and one short line.
+MIN_BUDGET_TOKENS = 40
+#: Best hits whose neighbouring turns a recall shows.
+NEIGHBOUR_HITS = 3
+#: Neighbouring turns are context: longer ones are clipped to this many characters.
+NEIGHBOUR_MAX_CHARS = 600
+#: Share of the budget the context document's notes may take when there are turns to show.
+NOTES_SHARE = 0.3
+
+
+def _check_query(query: object) -> str:
+    if not isinstance(query, str) or not query.strip():
+        raise InputError(f"query is empty: say what to look for (got {query!r})")
+    if len(query) > QUERY_MAX_CHARS:
+        raise InputError(f"query has {len(query)} characters; a search takes at most {QUERY_MAX_CHARS} "
+                         "(search with the question, not the whole conversation)")
+    return query.strip()
+
+
+def _check_count(name: str, value: object, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise InputError(f"{name} must be an integer from {low} to {high}, got {value!r}")
+    return value
+
+
+def _bound(name: str, value: str | datetime | None) -> str | None:
+    try:
+        return normalise_time(value)
+    except (InputError, ValueError, TypeError) as exc:
+        raise InputError(f"{name}: {exc}") from None
+
+
+def _clip(text: str, max_chars: int) -> tuple[str, bool]:
+    if len(text) <= max_chars:
+        return text, False
+    cut = text[:max_chars].rsplit(" ", 1)[0] if " " in text[:max_chars] else text[:max_chars]
+    return cut.rstrip() + " [...]", True
+
+
+class MemoryReader:
+    """Search and recall over one vault's memories, one memory per user.
+
+    ``users`` maps user names to memories; ``default_memory_id`` is the memory read when no user is named (the one
+    ``build_agent(memory=...)`` opened), ``default_user`` its title.
+    """
+
+    def __init__(self, connection: Connection, users: UserDirectory, *, default_memory_id: str,
+                 default_user: str | None = None) -> None:
+        self.connection = connection
+        self.users = users
+        self.default_memory_id = default_memory_id
+        self.default_user = default_user
+        self._declared: set[str] | None = None
+
+    @property
+    def vault_id(self) -> str:
+        return self.users.vault_id
+
+    async def memory_of(self, user: str | None) -> tuple[str, str | None]:
+        """``(memory id, user)`` read for ``user`` (None: the default memory)."""
+        if user is None:
+            return self.default_memory_id, self.default_user
+        return await self.users.memory_id(user), user
+
+    def _search_params(self) -> set[str]:
+        if self._declared is None:
+            parameters = getattr(self.connection, "parameters", None)
+            self._declared = parameters("search_memories") if parameters is not None else set()
+        return self._declared
+
+    async def _search(self, memory_id: str, user: str | None, query: str, top_k: int, after: str | None,
+                      before: str | None) -> tuple[list[MemoryHit], str | None]:
+        declared = self._search_params()
+        bounded = (after or before) and not {"after", "before"} <= declared
+        args: dict[str, Any] = {"memory_id": memory_id, "query": query,
+                                "top_ke": SEARCH_TOP_K_MAX if bounded else top_k, "top_kc": 1,
+                                "include_raw_entries": True}
+        if "vault_id" in declared:
+            args["vault_id"] = self.vault_id
+        if not bounded:
+            args |= {key: value for key, value in (("after", after), ("before", before)) if value}
+        found = await self.connection.call_json("search_memories", args)
+        hits = [MemoryHit.from_entry(entry, memory_id=memory_id, user=user) for entry in found.get("entries") or []]
+        if bounded:  # a server without time bounds: keep the hits inside them (the best 25 searched)
+            hits = [hit for hit in hits if (not after or (hit.time or "") > after)
+                    and (not before or (hit.time or "") < before)]
+        return hits[:top_k], found.get("latestContext")
+
+    async def asearch(self, query: str, *, user: str | None = None, top_k: int = 10,
+                      after: str | datetime | None = None, before: str | datetime | None = None) -> list[MemoryHit]:
+        """The ``top_k`` (1-25) entries of ``user``'s memory best matching ``query``, best first.
+
+        ``after`` / ``before`` (RFC 3339 or datetime) keep entries whose conversation time lies between them. An
+        empty list means nothing matched. An empty or over-long query, a bad ``top_k`` or bound, or an unknown user
+        (when creation is off) raise :class:`InputError`.
+        """
+        query = _check_query(query)
+        _check_count("top_k", top_k, 1, SEARCH_TOP_K_MAX)
+        after, before = _bound("after", after), _bound("before", before)
+        if after and before and after >= before:
+            raise InputError(f"after ({after}) must be earlier than before ({before})")
+        memory_id, user = await self.memory_of(user)
+        hits, _ = await self._search(memory_id, user, query, top_k, after, before)
+        return hits
+
+    async def _neighbours(self, memory_id: str, user: str | None, hit: MemoryHit
+                          ) -> tuple[MemoryHit | None, MemoryHit | None]:
+        """The turns stored just before and just after ``hit`` in its thread (None where there is none)."""
+        if not hit.created:
+            return None, None
+        base = {"vault_id": self.vault_id, "memory_id": memory_id, "limit": 1}
+        pages = await asyncio.gather(self.connection.call_json("list_entries", {**base, "before": hit.created}),
+                                     self.connection.call_json("list_entries", {**base, "after": hit.created}))
+        found: list[MemoryHit | None] = []
+        for page in pages:
+            entries = page.get("entries") or []
+            turn = MemoryHit.from_entry(entries[0], memory_id=memory_id, user=user) if entries else None
+            found.append(turn if turn is not None and turn.thread == hit.thread else None)
+        return found[0], found[1]
+
+    async def arecall(self, query: str, *, user: str | None = None, budget_tokens: int = 1500, top_k: int = 10,
+                      after: str | datetime | None = None, before: str | datetime | None = None) -> Recall:
+        """What ``user``'s memory holds for ``query``, within ``budget_tokens`` (estimated): the context
+        document's items that bear on it and the ``top_k`` best entries with the turns before and after the best
+        three, deduplicated, in time order, each with its date and speaker. ``.as_prompt()`` is the text block.
+
+        Raises :class:`InputError` for an empty query, a budget too small to hold one entry, or an unknown user
+        (creation off); a memory with nothing relevant gives an empty recall whose block says so.
+        """
+        query = _check_query(query)
+        _check_count("budget_tokens", budget_tokens, MIN_BUDGET_TOKENS, 1_000_000)
+        _check_count("top_k", top_k, 1, SEARCH_TOP_K_MAX)
+        after, before = _bound("after", after), _bound("before", before)
+        memory_id, user = await self.memory_of(user)
+        hits, document = await self._search(memory_id, user, query, top_k, after, before)
+        if document is None:  # a server whose search leaves out the newest context
+            document = await self.connection.call("get_context", {"vault_id": self.vault_id, "memory_id": memory_id})
+        neighbours = await asyncio.gather(*(self._neighbours(memory_id, user, hit) for hit in hits[:NEIGHBOUR_HITS]))
+        return _fill(query, user, memory_id, budget_tokens, hits, neighbours, select_notes(document or "", query))
+
+    # -- sync twins -----------------------------------------------------------------------------------------
+
+    def search(self, query: str, **options: Any) -> list[MemoryHit]:
+        """Synchronous :meth:`asearch` (outside a running event loop)."""
+        from .._sync import run_sync
+
+        return run_sync(self.asearch(query, **options))
+
+    def recall(self, query: str, **options: Any) -> Recall:
+        """Synchronous :meth:`arecall` (outside a running event loop)."""
+        from .._sync import run_sync
+
+        return run_sync(self.arecall(query, **options))
+
+
+def _adjacent(first: MemoryHit, second: MemoryHit, links: set[tuple[str, str]]) -> bool:
+    """Whether ``second`` directly follows ``first`` in the memory: a neighbour lookup said so, or the agent's tags
+    do (same thread, the next message number, or the next part of one message)."""
+    if (first.entry_id, second.entry_id) in links:
+        return True
+    if first.thread is None or first.thread != second.thread:
+        return False
+    try:
+        one, two = int(first.tags.get("msg", "")), int(second.tags.get("msg", ""))
+        (part, parts), (next_part, _) = _part(first), _part(second)
+    except ValueError:
+        return False
+    if two == one + 1:
+        return part == parts and next_part == 1
+    return two == one and next_part == part + 1
+
+
+def _part(hit: MemoryHit) -> tuple[int, int]:
+    """``(part, parts)`` of an entry: ``tags["part"]`` is ``"2/3"`` for the second part of a long message."""
+    number, _, count = hit.tags.get("part", "1/1").partition("/")
+    return int(number), int(count)
+
+
+def _words(text: str) -> set[str]:
+    return {word[:5] for word in WORD_RE.findall(text.casefold()) if len(word) > 2}
+
+
+def _repeats(note: str, chosen: Iterable[tuple[MemoryHit, RecalledTurn]]) -> bool:
+    """Whether a note only repeats a turn the block shows (a timeline line of that very message): four in five of
+    its words are in one turn."""
+    words = _words(note)
+    return bool(words) and any(len(words & _words(turn.text)) >= 0.8 * len(words) for _, turn in chosen)
+
+
+class _Block:
+    """The recall block being filled: notes, chosen turns (kept in memory order) and the budget check."""
+
+    def __init__(self, query: str, budget: int, links: set[tuple[str, str]]) -> None:
+        self.query = query
+        self.budget = budget
+        self.links = links
+        self.notes: list[str] = []
+        self.chosen: dict[str, tuple[MemoryHit, RecalledTurn]] = {}
+
+    def turns(self) -> list[RecalledTurn]:
+        ordered = sorted(self.chosen.values(), key=lambda pair: (pair[0].created or "", pair[0].entry_id))
+        return [replace(turn, adjacent=index > 0 and _adjacent(ordered[index - 1][0], source, self.links))
+                for index, (source, turn) in enumerate(ordered)]
+
+    def tokens(self) -> int:
+        return estimate_tokens(render_recall(self.query, self.notes, self.turns()))
+
+    def try_note(self, note: str, limit: int) -> bool:
+        self.notes.append(note)
+        if self.tokens() <= limit:
+            return True
+        self.notes.pop()
+        return False
+
+    def try_turn(self, source: MemoryHit, rank: int | None, max_chars: int) -> bool:
+        known = self.chosen.get(source.entry_id)
+        if known is not None:
+            if rank is not None and not known[1].hit:  # shown as a neighbour first: it is a hit too
+                self.chosen[source.entry_id] = (source, replace(known[1], hit=True, rank=rank))
+            return True
+        text, clipped = _clip(source.text or source.summary, max_chars)
+        self.chosen[source.entry_id] = (source, RecalledTurn(
+            entry_id=source.entry_id, text=text, speaker=source.speaker, role=source.role, time=source.time,
+            thread=source.thread, hit=rank is not None, rank=rank, clipped=clipped))
+        if self.tokens() <= self.budget:
+            return True
+        del self.chosen[source.entry_id]
+        return False
+
+
+def _fill(query: str, user: str | None, memory_id: str, budget: int, hits: Sequence[MemoryHit],
+          neighbours: Sequence[tuple[MemoryHit | None, MemoryHit | None]], notes: Sequence[str]) -> Recall:
+    """Choose what fits ``budget``: the best hit first (clipped to fit if it must), then the notes (up to
+    :data:`NOTES_SHARE` of the budget while there are hits), then the hits in rank order, the best ones each
+    followed by their neighbouring turns."""
+    links = {(before.entry_id, hit.entry_id) for hit, (before, _) in zip(hits, neighbours) if before}
+    links |= {(hit.entry_id, after.entry_id) for hit, (_, after) in zip(hits, neighbours) if after}
+    block = _Block(query, budget, links)
+    hit_chars = max(200, budget * 2)  # one entry takes at most about half the budget
+    if hits:
+        room = (budget - block.tokens()) * 4 - 80  # the line's date and speaker
+        if room < 40 or not block.try_turn(hits[0], 1, min(hit_chars, room)):
+            raise InputError(f"budget_tokens={budget} is too small to hold one entry of this memory with the "
+                             f"block's headings; give at least {budget + max(0, 40 - room) // 4 + 30}")
+    notes_limit = budget if not hits else max(block.tokens(), int(budget * NOTES_SHARE) + block.tokens())
+    for note in notes:
+        block.try_note(note, notes_limit)
+    plan: list[tuple[MemoryHit, int | None]] = []
+    for rank, hit in enumerate(hits, 1):
+        plan.append((hit, rank))
+        if rank <= len(neighbours):
+            plan += [(turn, None) for turn in neighbours[rank - 1] if turn is not None]
+    for source, rank in plan:
+        block.try_turn(source, rank, hit_chars if rank is not None else min(hit_chars, NEIGHBOUR_MAX_CHARS))
+    block.notes = [note for note in block.notes if not _repeats(note, block.chosen.values())]
+    return Recall(query=query, user=user, memory_id=memory_id, notes=tuple(block.notes), turns=tuple(block.turns()),
+                  hits=tuple(hits), budget_tokens=budget, tokens=block.tokens())

@@ -1,0 +1,113 @@
+"""Users are data, not processes: user ``alice`` is the memory titled ``alice`` in the invoker's vault.
+
+One :class:`UserDirectory` per invoker maps user names to memory ids over the invoker's one server connection,
+creating a user's memory on first use (unless creation is off). The vault's memory list is read once; after that a
+known user costs nothing and a new one one ``create_memory_in_vault`` call. Only Mycelian tools are used
+(``list_memories``, ``create_memory_in_vault``), so it works against a remote Mycelian server too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Any, Protocol
+
+from ..errors import InputError, MemoryServerError
+
+__all__ = ["Connection", "UserDirectory", "check_user"]
+
+_USER_RE = re.compile(r"[A-Za-z0-9-]{1,50}")
+
+
+class Connection(Protocol):
+    """What the read side needs of a memory server connection (:class:`~mycelian_agent.mcp.MemoryConnection`, or
+    the CLI's in-process ``LocalConnection``): tool calls, and the parameters a tool declares."""
+
+    async def call(self, name: str, arguments: Any = None) -> str: ...  # pragma: no cover - a protocol
+
+    async def call_json(self, name: str, arguments: Any = None) -> Any: ...  # pragma: no cover - a protocol
+
+    def parameters(self, name: str) -> set[str]: ...  # pragma: no cover - a protocol
+
+
+def check_user(user: object) -> str:
+    """``user`` if it can name a memory (1-50 letters, digits or hyphens: the Mycelian title rule), else
+    :class:`InputError` saying so."""
+    if not isinstance(user, str) or not _USER_RE.fullmatch(user):
+        raise InputError(f"user {user!r} cannot name a memory: a user is 1-50 letters, digits or hyphens "
+                         "(a Mycelian memory title, e.g. 'alice' or 'u-1042'); map other ids (e-mail addresses, "
+                         "names with spaces) to such a key")
+    return user
+
+
+class UserDirectory:
+    """User name -> memory id in one vault, cached; a user's memory is created on first use when ``create``.
+
+    ``memory_type`` is the type of the memories it creates. Concurrent first uses of one user create one memory
+    (creations are serialised in this process; a creation lost to another process reads the winner's memory).
+    """
+
+    def __init__(self, connection: Connection, vault_id: str, *, create: bool = True,
+                 memory_type: str = "NOTES") -> None:
+        self.connection = connection
+        self.vault_id = vault_id
+        self.create = create
+        self.memory_type = memory_type
+        self._ids: dict[str, str] = {}
+        self._users: dict[str, str] = {}
+        self._loaded = False
+        self._lock: asyncio.Lock | None = None
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def remember(self, user: str, memory_id: str) -> None:
+        """Record that ``user``'s memory is ``memory_id`` (e.g. the memory the invoker was built with)."""
+        self._ids[user] = memory_id
+        self._users[memory_id] = user
+
+    def user_of(self, memory_id: str) -> str | None:
+        """The user whose memory is ``memory_id``, if this directory has seen it."""
+        return self._users.get(memory_id)
+
+    async def _reload(self) -> None:
+        for item in await self.connection.call_json("list_memories", {"vault_id": self.vault_id}):
+            if isinstance(item, dict) and "title" in item and "memoryId" in item:
+                self.remember(str(item["title"]), str(item["memoryId"]))
+        self._loaded = True
+
+    async def memory_id(self, user: str, *, create: bool | None = None) -> str:
+        """The memory id of ``user``; created when missing if ``create`` (default: the directory's setting), else
+        :class:`InputError` naming the unknown user."""
+        check_user(user)
+        found = self._ids.get(user)
+        if found is not None:
+            return found
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if user in self._ids:
+                return self._ids[user]
+            if not self._loaded:
+                await self._reload()
+                if user in self._ids:
+                    return self._ids[user]
+            if not (self.create if create is None else create):
+                await self._reload()  # another process may have created it since
+                if user in self._ids:
+                    return self._ids[user]
+                raise InputError(f"unknown user {user!r}: vault {self.vault_id} has no memory titled {user!r} and "
+                                 "user creation is off (build_agent(create_users=True) creates users on first use)")
+            try:
+                created = await self.connection.call_json("create_memory_in_vault", {
+                    "vault_id": self.vault_id, "title": user, "memory_type": self.memory_type,
+                    "description": f"long-term memory of user {user}"})
+            except MemoryServerError as exc:
+                if "already exists" not in str(exc):
+                    raise
+                await self._reload()  # created by another process meanwhile
+                if user not in self._ids:
+                    raise
+                return self._ids[user]
+            self.remember(user, str(created["memoryId"]))
+            return self._ids[user]

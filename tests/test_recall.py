@@ -1,0 +1,220 @@
+"""The read side: typed search hits, the recall block, many users on one invoker (isolation, binding kept in the
+checkpoint, over HTTP with per-token vaults, 1,000 users on one server process)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from mycelian_agent import InputError, build_agent
+from mycelian_agent.memory_server import create_server
+from mycelian_agent.memory_server.testing import serve_http
+from mycelian_agent.recall import MemoryHit, Recall, estimate_tokens
+
+TRIP = [  # (role, text, name): a small memory whose answer turn holds none of the question's words but "Lisbon"
+    ("user", "My partner Marco and I want to go to Lisbon in June.", "Dana"),
+    ("assistant", "Lovely! Which dates are you thinking of?", None),
+    ("user", "June 14 to June 21, flying from Amsterdam.", "Dana"),
+    ("assistant", "Noted: June 14-21 from Amsterdam.", None),
+    ("user", "Marco is vegetarian, by the way.", "Dana"),
+    ("assistant", "I'll keep restaurant tips vegetarian-friendly.", None),
+    ("user", "My sister Ana adopted a beagle called Pixel.", "Dana"),
+    ("assistant", "Pixel is a great name for a beagle!", None),
+]
+
+
+async def _tell(invoker, thread: str, turns, *, user: str | None = None, day: str = "2024-03-02") -> None:
+    await invoker.astart_session(thread, f"{day}T18:00:00Z", user=user)
+    for minute, (role, text, name) in enumerate(turns):
+        await invoker.aprocess_conversation_message(role, text, thread, f"{day}T18:{minute:02d}:00Z", name=name)
+    await invoker.aend_session(thread)
+
+
+async def test_search_returns_typed_hits_with_the_verbatim_text_speaker_time_and_thread(tmp_path: Path) -> None:
+    async with build_agent(server="in-process", db=tmp_path / "m.db") as invoker:
+        await _tell(invoker, "dana-1", TRIP, user="dana")
+        hits = await invoker.asearch("beagle", user="dana", top_k=3)
+        assert hits and all(isinstance(hit, MemoryHit) for hit in hits)
+        best = next(hit for hit in hits if hit.role == "user")  # which of the two ranks first is search's business
+        assert best.text == "My sister Ana adopted a beagle called Pixel."
+        assert (best.speaker, best.role, best.thread, best.user) == ("Dana", "user", "dana-1", "dana")
+        assert best.time == "2024-03-02T18:06:00.000000Z" and best.score > 0 and best.summary
+        assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+        assert next(hit for hit in hits if hit.role == "assistant").speaker == "assistant"  # no name: the role
+        # Time bounds are the conversation's time.
+        assert await invoker.asearch("beagle", user="dana", before="2024-03-02T18:05:00Z") == []
+        later = await invoker.asearch("Lisbon June", user="dana", after="2024-03-02T18:01:30Z")
+        assert later and all(h.time > "2024-03-02T18:01:30Z" for h in later)
+        assert await invoker.asearch("submarine", user="dana") == []
+
+
+async def test_recall_gives_hits_with_their_neighbours_in_time_order_within_the_budget(tmp_path: Path) -> None:
+    async with build_agent(server="in-process", db=tmp_path / "m.db") as invoker:
+        await _tell(invoker, "dana-1", TRIP, user="dana")
+        recall = await invoker.arecall("When do we fly to Lisbon?", user="dana", budget_tokens=400, top_k=2)
+        assert isinstance(recall, Recall) and not recall.empty
+        texts = [turn.text for turn in recall.turns]
+        assert "June 14 to June 21, flying from Amsterdam." in texts  # the answer, beside the question it follows
+        assert len(texts) == len(set(texts))
+        times = [turn.time for turn in recall.turns]
+        assert times == sorted(times)
+        assert any(turn.hit for turn in recall.turns) and any(not turn.hit for turn in recall.turns)
+        prompt = recall.as_prompt()
+        assert recall.tokens == estimate_tokens(prompt) <= 400
+        assert "[2024-03-02 (Sat) 18:02] Dana (user): June 14 to June 21, flying from Amsterdam." in prompt
+        assert prompt.startswith("Long-term memory relevant to: When do we fly to Lisbon?")
+        # A smaller budget keeps the best hit and drops the rest, never overflowing.
+        small = await invoker.arecall("When do we fly to Lisbon?", user="dana", budget_tokens=60)
+        assert small.turns and small.tokens <= 60 and len(small.turns) < len(recall.turns)
+        assert small.as_dict()["prompt"] == small.as_prompt()
+
+
+async def test_recall_takes_standing_facts_from_the_context_document_and_marks_gaps(tmp_path: Path) -> None:
+    long_talk = TRIP + [("user", f"Unrelated remark number {i} about the weather.", "Dana") for i in range(8)] + [
+        ("user", "Pixel chewed my Lisbon guidebook today.", "Dana")]
+    async with build_agent(server="in-process", db=tmp_path / "m.db") as invoker:
+        await _tell(invoker, "dana-1", long_talk, user="dana")
+        recall = await invoker.arecall("What did Pixel do to the Lisbon guidebook?", user="dana", budget_tokens=800)
+        prompt = recall.as_prompt()
+        assert "Pixel chewed my Lisbon guidebook today." in prompt
+        assert "\n...\n" in prompt  # two excerpts of the conversation, apart in time
+        assert recall.notes and "Known facts (from the memory's notes):" in prompt
+        assert len(recall.notes) == len(set(recall.notes))
+
+
+async def test_read_side_errors_name_the_problem(tmp_path: Path) -> None:
+    async with build_agent(server="in-process", db=tmp_path / "m.db", create_users=False) as invoker:
+        await _tell(invoker, "t", TRIP)
+        for query in ("", "   ", None):
+            with pytest.raises(InputError, match="query is empty"):
+                await invoker.asearch(query)  # type: ignore[arg-type]
+        with pytest.raises(InputError, match="at most 2000"):
+            await invoker.arecall("x" * 2001)
+        with pytest.raises(InputError, match="top_k must be an integer from 1 to 25"):
+            await invoker.asearch("Lisbon", top_k=0)
+        with pytest.raises(InputError, match="budget_tokens must be an integer from 40"):
+            await invoker.arecall("Lisbon", budget_tokens=10)
+        with pytest.raises(InputError, match="too small to hold one entry"):
+            await invoker.arecall("Lisbon", budget_tokens=40)
+        with pytest.raises(InputError, match="unknown user 'zoe'.*create_users=True"):
+            await invoker.asearch("Lisbon", user="zoe")
+        with pytest.raises(InputError, match="cannot name a memory"):
+            await invoker.arecall("Lisbon", user="zoe@example.com")
+        with pytest.raises(InputError, match="after .* must be earlier than before"):
+            await invoker.asearch("Lisbon", after="2024-05-01T00:00:00Z", before="2024-04-01T00:00:00Z")
+        empty = await invoker.arecall("submarine periscope")
+        assert "Memory holds nothing about this yet." in empty.as_prompt() or empty.notes
+
+
+async def test_users_are_isolated_and_a_thread_keeps_its_user_across_processes(tmp_path: Path) -> None:
+    db, state = tmp_path / "m.db", f"sqlite:{tmp_path / 'state.db'}"
+    async with build_agent(server="in-process", db=db, checkpointer=state) as invoker:
+        await _tell(invoker, "alice-chat", [("user", "My cat Miso hates the vacuum cleaner.", "Alice")], user="alice")
+        await _tell(invoker, "bob-chat", [("user", "My dog Rex loves the vacuum cleaner.", "Bob")], user="bob")
+        await invoker.aprocess_conversation_message("user", "Default memory talk about a vacuum.", "plain")
+        alice = await invoker.asearch("vacuum cleaner", user="alice")
+        bob = await invoker.asearch("vacuum cleaner", user="bob")
+        default = await invoker.asearch("vacuum cleaner")
+        assert [h.text for h in alice] == ["My cat Miso hates the vacuum cleaner."]
+        assert [h.text for h in bob] == ["My dog Rex loves the vacuum cleaner."]
+        assert [h.text for h in default] == ["Default memory talk about a vacuum."]
+        assert "Rex" not in (await invoker.arecall("vacuum cleaner", user="alice")).as_prompt()
+        with pytest.raises(InputError, match="thread 'alice-chat' belongs to user 'alice', not 'bob'"):
+            await invoker.aprocess_conversation_message("user", "misfiled?", "alice-chat", user="bob")
+        with pytest.raises(InputError, match="thread 'plain' already holds 1 messages in the invoker's own memory"):
+            await invoker.astart_session("plain", user="bob")
+        assert (await invoker.athread_status("alice-chat")).user == "alice"
+    async with build_agent(server="in-process", db=db, checkpointer=state) as resumed:
+        # A new process: the thread's user comes from its checkpoint, not from the call.
+        await resumed.aprocess_conversation_message("user", "Miso also hates thunderstorms.", "alice-chat")
+        assert [h.text for h in await resumed.asearch("Miso", user="alice")] == [
+            "Miso also hates thunderstorms.", "My cat Miso hates the vacuum cleaner."] or {
+            h.text for h in await resumed.asearch("Miso", user="alice")} == {
+            "Miso also hates thunderstorms.", "My cat Miso hates the vacuum cleaner."}
+        assert await resumed.asearch("Miso", user="bob") == []
+        with pytest.raises(InputError, match="belongs to user 'alice'"):
+            await resumed.astart_session("alice-chat", user="bob")
+
+
+async def test_bulk_messages_use_the_user(tmp_path: Path) -> None:
+    async with build_agent(server="in-process", db=tmp_path / "m.db", batch_size=4) as invoker:
+        await invoker.aprocess_conversation_messages("t1", [
+            {"role": "user", "content": "I run marathons.", "name": "Kim"},
+            {"role": "assistant", "content": "Impressive!"}], user="kim")
+        await invoker.aflush("t1")
+        hits = await invoker.asearch("marathons", user="kim")
+        assert hits[0].text == "I run marathons." and {h.user for h in hits} == {"kim"}
+        assert await invoker.asearch("marathons") == []
+
+
+def test_the_sync_twins_read_outside_an_event_loop(tmp_path: Path) -> None:
+    with build_agent(server="in-process", db=tmp_path / "m.db") as invoker:
+        invoker.start_session("t1", "2024-01-01T10:00:00Z", user="kim")
+        invoker.process_conversation_message("user", "I run marathons.", "t1", name="Kim")
+        assert invoker.search("marathons", user="kim")[0].speaker == "Kim"
+        assert "I run marathons." in invoker.recall("marathons", user="kim").as_prompt()
+
+
+async def test_users_over_http_stay_inside_their_tokens_vault() -> None:
+    acme, other, admin = "acme-token-0123456789", "other-token-0123456789", "admin-token-0123456789"
+    tokens = {acme: frozenset({"acme"}), other: frozenset({"other"})}
+    async with serve_http(create_server(":memory:"), token=admin, tokens=tokens) as url:
+        async with build_agent(server=url, token=acme, vault="acme") as invoker:
+            await _tell(invoker, "a1", [("user", "The launch code is tangerine.", "Alice")], user="alice")
+            await _tell(invoker, "b1", [("user", "My locker code is plum.", "Bob")], user="bob")
+            assert [h.text for h in await invoker.asearch("code", user="alice")] == ["The launch code is tangerine."]
+            assert [h.text for h in await invoker.asearch("code", user="bob")] == ["My locker code is plum."]
+            assert "tangerine" in (await invoker.arecall("launch code", user="alice")).as_prompt()
+        async with build_agent(server=url, token=other, vault="other") as intruder:
+            # The same user name in another vault is another memory: nothing of acme's alice.
+            assert await intruder.asearch("code", user="alice") == []
+        with pytest.raises(Exception, match="may not create vault 'acme'|limited to the vaults other"):
+            async with build_agent(server=url, token=other, vault="acme"):
+                pass
+
+
+def _server_processes() -> list[int]:
+    me, found = str(os.getpid()), []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        parent = next((line.split()[1] for line in status.splitlines() if line.startswith("PPid:")), "")
+        if parent == me and b"mycelian_agent.memory_server" in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def _rss_kib(pid: int | str = "self") -> int:
+    return next(int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                if line.startswith("VmRSS:"))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads process sizes from /proc")
+async def test_a_thousand_users_share_one_invoker_and_one_server_process(tmp_path: Path) -> None:
+    async with build_agent(db=tmp_path / "m.db", checkpointer=f"sqlite:{tmp_path / 'state.db'}") as invoker:
+        sizes = {}
+        for index in range(1000):
+            user = f"user-{index}"
+            await invoker.aprocess_conversation_message("user", f"My locker number is {index} and my colour is "
+                                                        f"shade{index}.", f"chat-{index}", user=user)
+            if index in (249, 999):
+                servers = _server_processes()
+                assert len(servers) == 1, servers
+                sizes[index] = _rss_kib() + _rss_kib(servers[0])
+        for index in (0, 137, 500, 999):
+            hits = await invoker.asearch(f"shade{index} colour", user=f"user-{index}")
+            assert [h.user for h in hits] == [f"user-{index}"] and f"shade{index}." in hits[0].text
+            assert all(f"shade{index}." in h.text for h in hits)
+        assert len(invoker.reader.users) >= 1000
+        growth_kib = sizes[999] - sizes[249]
+        # 750 more users: a few KB each at most (ids, counters, the server's caches), never a process or a
+        # connection each. Measured ~4 MB.
+        assert growth_kib < 40 * 1024, f"client + server grew {growth_kib} KiB from 250 to 1,000 users"
