@@ -218,3 +218,17 @@ async def test_a_thousand_users_share_one_invoker_and_one_server_process(tmp_pat
         # 750 more users: a few KB each at most (ids, counters, the server's caches), never a process or a
         # connection each. Measured ~4 MB.
         assert growth_kib < 40 * 1024, f"client + server grew {growth_kib} KiB from 250 to 1,000 users"
+
+
+async def test_recall_carries_the_users_standing_facts_even_when_no_word_matches(tmp_path: Path) -> None:
+    async with build_agent(server="in-process", db=tmp_path / "m.db") as invoker:
+        await _tell(invoker, "bob-1", [("user", "I'm severely allergic to peanuts.", "Bob"),
+                                       ("assistant", "Noted, I'll keep that in mind.", None)], user="bob")
+        recall = await invoker.arecall("What should I cook tonight?", user="bob")
+        assert not recall.turns  # no stored turn shares a word with the question
+        assert any("allergic to peanuts" in note for note in recall.notes)
+        assert "Known facts (from the memory's notes):\n- Bob is severely allergic to peanuts." in recall.as_prompt()
+        # A note that only repeats a turn the block shows is left out.
+        shown = await invoker.arecall("peanuts allergy", user="bob")
+        assert any("allergic to peanuts" in turn.text for turn in shown.turns)
+        assert not any("allergic to peanuts" in note for note in shown.notes)

@@ -8,39 +8,13 @@
 
 Each takes the invoker ``build_agent`` yields (or its ``invoker.reader``); the user of a call comes from
 ``config["configurable"]["user_id"]`` where LangGraph passes a config, else from the ``user`` given at construction.
-Names are imported lazily.
+Importing this package loads LangChain and LangGraph (the root package's names stay lazy).
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from .retriever import MycelianRetriever
+from .store import MycelianStore, namespace_title
+from .tools import SearchMemoryInput, make_search_memory_tool
 
-_EXPORTS = {
-    "MycelianRetriever": "retriever",
-    "make_search_memory_tool": "tools",
-    "SearchMemoryInput": "tools",
-    "MycelianStore": "store",
-    "namespace_title": "store",
-}
-
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'mycelian_agent.integrations' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
-
-
-if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
-    from .retriever import MycelianRetriever
-    from .store import MycelianStore, namespace_title
-    from .tools import SearchMemoryInput, make_search_memory_tool
+__all__ = ["MycelianRetriever", "MycelianStore", "SearchMemoryInput", "make_search_memory_tool", "namespace_title"]

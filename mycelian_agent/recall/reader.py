@@ -216,9 +216,11 @@ def _words(text: str) -> set[str]:
 
 def _repeats(note: str, chosen: Iterable[tuple[MemoryHit, RecalledTurn]]) -> bool:
     """Whether a note only repeats a turn the block shows (a timeline line of that very message): four in five of
-    its words are in one turn."""
+    its words are in one turn (its date, speaker and text)."""
     words = _words(note)
-    return bool(words) and any(len(words & _words(turn.text)) >= 0.8 * len(words) for _, turn in chosen)
+    return bool(words) and any(
+        len(words & _words(f"{(turn.time or '')[:10]} {turn.speaker or ''} {turn.text}")) >= 0.8 * len(words)
+        for _, turn in chosen)
 
 
 class _Block:
