@@ -20,12 +20,14 @@ install: $(BIN)/python
 install-test: $(BIN)/python
 	$(PIP) install --quiet --disable-pip-version-check -e '.[test]'
 
-## Set up and run the main job offline: replay the example conversation into the embedded server, show it.
+## Set up and run the main job offline: replay the example conversation into the embedded server, show it, search
+## it and print the block a chat pipeline would put into its prompt.
 quickstart: install
 	rm -f $(QUICKSTART_DB) $(QUICKSTART_DB)-wal $(QUICKSTART_DB)-shm
 	$(BIN)/mycelian-agent replay examples/quickstart_conversation.json --db $(QUICKSTART_DB) --memory quickstart
 	$(BIN)/mycelian-agent show --db $(QUICKSTART_DB) --memory quickstart
 	$(BIN)/mycelian-agent search "When is the Lisbon trip?" --db $(QUICKSTART_DB) --memory quickstart
+	$(BIN)/mycelian-agent recall "When is the Lisbon trip?" --db $(QUICKSTART_DB) --memory quickstart --budget-tokens 600
 
 ## Install test dependencies and run the test suite (the 15 slowest tests are listed at the end).
 test: install-test

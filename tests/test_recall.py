@@ -232,3 +232,32 @@ async def test_recall_carries_the_users_standing_facts_even_when_no_word_matches
         shown = await invoker.arecall("peanuts allergy", user="bob")
         assert any("allergic to peanuts" in turn.text for turn in shown.turns)
         assert not any("allergic to peanuts" in note for note in shown.notes)
+
+
+def test_notes_take_matching_items_then_standing_facts_never_the_unmatched_timeline() -> None:
+    from mycelian_agent.memory_server.placeholder import PLACEHOLDER_CONTEXT
+    from mycelian_agent.recall.notes import select_notes
+
+    document = """# Conversation context
+
+## Facts
+- Dana is severely allergic to peanuts. (2024-03-08)
+- Dana's partner is Marco. (2024-03-08)
+
+## Timeline
+- 2024-03-08: Dana: We booked the Lisbon flight for June 15.
+- 2024-03-09: Dana: The weather was grey.
+- 2024-03-09: Dana said Marco booked the Lisbon flight for June 15.
+
+## Open questions
+- Which museum opens on Mondays?
+"""
+    assert select_notes(document, "When is the Lisbon flight?") == [
+        "2024-03-08: Dana: We booked the Lisbon flight for June 15.",  # most shared words first
+        "Dana is severely allergic to peanuts. (2024-03-08)", "Dana's partner is Marco. (2024-03-08)"]
+    assert select_notes(document, "snacks for the party") == [  # standing facts only: no timeline, no questions
+        "Dana is severely allergic to peanuts. (2024-03-08)", "Dana's partner is Marco. (2024-03-08)"]
+    assert select_notes(PLACEHOLDER_CONTEXT, "anything") == []
+    # A document an LLM wrote in its own shape: its lines are items, bold headings are sections.
+    assert select_notes("**Timeline**\n- went hiking\n**About the user**\n* lives in Oslo\n", "hiking") == [
+        "went hiking", "lives in Oslo"]

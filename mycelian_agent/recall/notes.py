@@ -50,7 +50,8 @@ def _stems(text: str) -> set[str]:
 
 
 def select_notes(document: str, query: str) -> list[str]:
-    """The items of ``document`` for a recall block on ``query``, best first (see the module docstring)."""
+    """The items of ``document`` for a recall block on ``query``, best first (see the module docstring); an item
+    whose words are mostly those of an item before it is left out."""
     wanted = {term[:5] for term in query_terms(query)}
     matched: list[tuple[int, int, str]] = []
     standing: list[str] = []
@@ -60,4 +61,10 @@ def select_notes(document: str, query: str) -> list[str]:
             matched.append((-shared, position, item))
         elif not _EVENT_SECTIONS.search(section):
             standing.append(item)
-    return [item for _, _, item in sorted(matched)] + standing
+    chosen: list[tuple[str, set[str]]] = []
+    for item in [item for _, _, item in sorted(matched)] + standing:
+        stems = _stems(item)
+        # A timeline line often restates a fact item (or the other way round): keep the first of the two.
+        if not any(len(stems & other) >= 0.8 * min(len(stems), len(other)) for _, other in chosen):
+            chosen.append((item, stems))
+    return [item for item, _ in chosen]
