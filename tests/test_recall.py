@@ -261,3 +261,49 @@ def test_notes_take_matching_items_then_standing_facts_never_the_unmatched_timel
     # A document an LLM wrote in its own shape: its lines are items, bold headings are sections.
     assert select_notes("**Timeline**\n- went hiking\n**About the user**\n* lives in Oslo\n", "hiking") == [
         "went hiking", "lives in Oslo"]
+
+
+class _UpstreamSurface:
+    """A connection that offers only upstream Mycelian's parameters and records every call (our server behind)."""
+
+    UPSTREAM = {"search_memories": {"memory_id", "query", "top_ke", "top_kc", "include_raw_entries"},
+                "list_entries": {"vault_id", "memory_id", "limit", "before", "after"},
+                "get_context": {"vault_id", "memory_id"}, "list_memories": {"vault_id"},
+                "create_memory_in_vault": {"vault_id", "title", "memory_type", "description"}}
+
+    def __init__(self, inner, vault_id: str) -> None:
+        self.inner, self.vault_id, self.calls = inner, vault_id, []
+
+    def parameters(self, name: str) -> set[str]:
+        return set(self.UPSTREAM.get(name, ()))
+
+    def _check(self, name: str, arguments) -> dict:
+        arguments = dict(arguments or {})
+        assert name in self.UPSTREAM, f"{name} is not an upstream Mycelian tool"
+        assert set(arguments) <= self.UPSTREAM[name], (name, arguments)
+        self.calls.append(name)
+        if name == "search_memories":  # our server wants the vault; upstream's does not take it
+            arguments["vault_id"] = self.vault_id
+        return arguments
+
+    async def call(self, name: str, arguments=None) -> str:
+        return await self.inner.call(name, self._check(name, arguments))
+
+    async def call_json(self, name: str, arguments=None):
+        return await self.inner.call_json(name, self._check(name, arguments))
+
+
+async def test_the_reader_uses_only_upstream_mycelian_tools_and_parameters(tmp_path: Path) -> None:
+    from mycelian_agent.recall import MemoryReader, UserDirectory
+
+    async with build_agent(server="in-process", db=tmp_path / "m.db") as invoker:
+        await _tell(invoker, "dana-1", TRIP, user="dana")
+        vault = invoker.reader.vault_id
+        upstream = _UpstreamSurface(invoker.connection, vault)
+        reader = MemoryReader(upstream, UserDirectory(upstream, vault, create=False),
+                              default_memory_id=invoker.reader.default_memory_id)
+        hits = await reader.asearch("Lisbon June", user="dana", before="2024-03-02T18:02:30Z")
+        assert hits and all(hit.time < "2024-03-02T18:02:30Z" for hit in hits)  # bounds applied by the reader
+        recall = await reader.arecall("When do we fly to Lisbon?", user="dana", budget_tokens=400)
+        assert "June 14 to June 21, flying from Amsterdam." in recall.as_prompt()
+        assert set(upstream.calls) == {"list_memories", "search_memories", "list_entries"}
