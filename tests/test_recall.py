@@ -252,15 +252,19 @@ def test_notes_take_matching_items_then_standing_facts_never_the_unmatched_timel
 ## Open questions
 - Which museum opens on Mondays?
 """
-    assert select_notes(document, "When is the Lisbon flight?") == [
-        "2024-03-08: Dana: We booked the Lisbon flight for June 15.",  # most shared words first
-        "Dana is severely allergic to peanuts. (2024-03-08)", "Dana's partner is Marco. (2024-03-08)"]
-    assert select_notes(document, "snacks for the party") == [  # standing facts only: no timeline, no questions
-        "Dana is severely allergic to peanuts. (2024-03-08)", "Dana's partner is Marco. (2024-03-08)"]
-    assert select_notes(PLACEHOLDER_CONTEXT, "anything") == []
+    facts = ["Dana is severely allergic to peanuts. (2024-03-08)", "Dana's partner is Marco. (2024-03-08)"]
+    assert select_notes(document, "When is the Lisbon flight?") == (
+        ["2024-03-08: Dana: We booked the Lisbon flight for June 15."], facts)  # the restatement left out
+    assert select_notes(document, "snacks for the party") == ([], facts)  # no timeline, no open question
+    # "Dana" is in most items: it tells nothing, so it matches nothing.
+    assert select_notes(document, "What did Dana say?") == ([], facts)
+    assert select_notes(document, "Marco", standing_max=1) == (
+        ["Dana's partner is Marco. (2024-03-08)", "2024-03-09: Dana said Marco booked the Lisbon flight for June 15."],
+        ["Dana is severely allergic to peanuts. (2024-03-08)"])
+    assert select_notes(PLACEHOLDER_CONTEXT, "anything") == ([], [])
     # A document an LLM wrote in its own shape: its lines are items, bold headings are sections.
-    assert select_notes("**Timeline**\n- went hiking\n**About the user**\n* lives in Oslo\n", "hiking") == [
-        "went hiking", "lives in Oslo"]
+    assert select_notes("**Timeline**\n- went hiking\n**About the user**\n* lives in Oslo\n", "hiking") == (
+        ["went hiking"], ["lives in Oslo"])
 
 
 class _UpstreamSurface:

@@ -1,15 +1,16 @@
-"""The part of a context document that a recall block carries: its items that bear on the query, standing facts
-after them.
+"""The part of a context document that a recall block carries: its items that bear on the query, a few standing
+facts after them.
 
 A context document is Markdown: ``## Section`` headings over ``- item`` lines (ours), or whatever an LLM wrote.
-Items that share a word with the query come first (most shared words first); then the items of standing sections
-(facts, preferences, plans: what holds whatever the question, such as an allergy) in document order. Items of
-chronological or open sections (a timeline, a log, open questions) are taken only when they match: the turns of
-the recall block already carry what happened when.
+Items that share a telling word with the query come first (the rarer the shared words among the items, the
+higher); then a few items of standing sections (facts, preferences, plans: what holds whatever the question, such
+as an allergy) in document order. Items of chronological or open sections (a timeline, a log, open questions) are
+taken only when they match: the turns of the recall block already carry what happened when.
 """
 
 from __future__ import annotations
 
+import math
 import re
 
 from ..memory_server.placeholder import is_placeholder_context
@@ -49,22 +50,42 @@ def _stems(text: str) -> set[str]:
     return {word[:5] for word in WORD_RE.findall(text.casefold())}
 
 
-def select_notes(document: str, query: str) -> list[str]:
-    """The items of ``document`` for a recall block on ``query``, best first (see the module docstring); an item
-    whose words are mostly those of an item before it is left out."""
-    wanted = {term[:5] for term in query_terms(query)}
-    matched: list[tuple[int, int, str]] = []
+def select_notes(document: str, query: str, *, standing_max: int = 5) -> tuple[list[str], list[str]]:
+    """The items of ``document`` for a recall block on ``query``: ``(matched, standing)``.
+
+    ``matched`` are the items sharing a telling word with the query, best first: words are weighed by how few
+    items hold them (a word in most items, such as the user's name in every fact, tells nothing and matches
+    nothing). ``standing`` are at most ``standing_max`` unmatched items of standing sections (not a timeline, log
+    or open questions), in document order. An item whose words are mostly those of an item before it is left out.
+    """
+    items = context_items(document)
+    stems = [_stems(item) for _, item in items]
+    frequency: dict[str, int] = {}
+    for found in stems:
+        for stem in found:
+            frequency[stem] = frequency.get(stem, 0) + 1
+    # A word held by more than a third of the items (and by more than one) does not make a match.
+    telling = {stem for stem, count in frequency.items() if count == 1 or count <= len(items) / 3}
+    wanted = {term[:5] for term in query_terms(query)} & telling
+    matched: list[tuple[float, int, str]] = []
     standing: list[str] = []
-    for position, (section, item) in enumerate(context_items(document)):
-        shared = len(wanted & _stems(item))
-        if shared:
-            matched.append((-shared, position, item))
+    for position, ((section, item), found) in enumerate(zip(items, stems)):
+        weight = sum(math.log(1 + len(items) / frequency[stem]) for stem in wanted & found)
+        if weight:
+            matched.append((-weight, position, item))
         elif not _EVENT_SECTIONS.search(section):
             standing.append(item)
     chosen: list[tuple[str, set[str]]] = []
-    for item in [item for _, _, item in sorted(matched)] + standing:
-        stems = _stems(item)
+    kept_matched: list[str] = []
+    kept_standing: list[str] = []
+    for item, bucket in [(item, kept_matched) for _, _, item in sorted(matched)] + \
+            [(item, kept_standing) for item in standing]:
+        words = _stems(item)
         # A timeline line often restates a fact item (or the other way round): keep the first of the two.
-        if not any(len(stems & other) >= 0.8 * min(len(stems), len(other)) for _, other in chosen):
-            chosen.append((item, stems))
-    return [item for item, _ in chosen]
+        if any(len(words & other) >= 0.8 * min(len(words), len(other)) for _, other in chosen):
+            continue
+        if bucket is kept_standing and len(kept_standing) >= standing_max:
+            break
+        chosen.append((item, words))
+        bucket.append(item)
+    return kept_matched, kept_standing

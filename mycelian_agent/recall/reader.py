@@ -38,8 +38,10 @@ MIN_BUDGET_TOKENS = 40
 NEIGHBOUR_HITS = 3
 #: Neighbouring turns are context: longer ones are clipped to this many characters.
 NEIGHBOUR_MAX_CHARS = 600
-#: Share of the budget the context document's notes may take when there are turns to show.
+#: Shares of the budget the context document's notes may take when there are turns to show: those that bear on the
+#: query, then (on top) the standing facts that do not (an allergy, for "what should I cook?").
 NOTES_SHARE = 0.3
+STANDING_SHARE = 0.1
 
 
 def _check_query(query: object) -> str:
@@ -265,10 +267,12 @@ class _Block:
 
 
 def _fill(query: str, user: str | None, memory_id: str, budget: int, hits: Sequence[MemoryHit],
-          neighbours: Sequence[tuple[MemoryHit | None, MemoryHit | None]], notes: Sequence[str]) -> Recall:
-    """Choose what fits ``budget``: the best hit first (clipped to fit if it must), then the notes (up to
-    :data:`NOTES_SHARE` of the budget while there are hits), then the hits in rank order, the best ones each
-    followed by their neighbouring turns."""
+          neighbours: Sequence[tuple[MemoryHit | None, MemoryHit | None]],
+          notes: tuple[Sequence[str], Sequence[str]]) -> Recall:
+    """Choose what fits ``budget``: the best hit first (clipped to fit if it must), then the notes (``notes`` is
+    ``(matched, standing)``: while there are hits, the matched ones up to :data:`NOTES_SHARE` of the budget, the
+    standing ones up to :data:`STANDING_SHARE` more), then the hits in rank order, the best ones each followed by
+    their neighbouring turns."""
     links = {(before.entry_id, hit.entry_id) for hit, (before, _) in zip(hits, neighbours) if before}
     links |= {(hit.entry_id, after.entry_id) for hit, (_, after) in zip(hits, neighbours) if after}
     block = _Block(query, budget, links)
@@ -278,9 +282,11 @@ def _fill(query: str, user: str | None, memory_id: str, budget: int, hits: Seque
         if room < 40 or not block.try_turn(hits[0], 1, min(hit_chars, room)):
             raise InputError(f"budget_tokens={budget} is too small to hold one entry of this memory with the "
                              f"block's headings; give at least {budget + max(0, 40 - room) // 4 + 30}")
-    notes_limit = budget if not hits else max(block.tokens(), int(budget * NOTES_SHARE) + block.tokens())
-    for note in notes:
-        block.try_note(note, notes_limit)
+    matched, standing = notes
+    for share, group in ((NOTES_SHARE, matched), (STANDING_SHARE, standing)):
+        limit = budget if not hits else block.tokens() + int(budget * share)
+        for note in group:
+            block.try_note(note, limit)
     plan: list[tuple[MemoryHit, int | None]] = []
     for rank, hit in enumerate(hits, 1):
         plan.append((hit, rank))
