@@ -45,6 +45,7 @@ _EXPORTS = {
     "PromptError": "errors",
     "MemoryServerError": "errors",
     "ToolCallError": "errors",
+    "ThreadBusyError": "errors",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -68,7 +69,8 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .agent.settings import AgentSettings
     from .builder import build_agent
     from .agent.control import ControlState
-    from .errors import ConfigError, InputError, MemoryServerError, MycelianError, PromptError, ToolCallError
+    from .errors import (ConfigError, InputError, MemoryServerError, MycelianError, PromptError, ThreadBusyError,
+                         ToolCallError)
     from .models.extractive import ExtractiveChatModel
     from .agent.invoker import MycelianAgentInvoker
     from .integrations import MycelianRetriever, MycelianStore, make_search_memory_tool

@@ -169,6 +169,7 @@ class AgentContext:
     memory_type: str = "NOTES"
     create_users: bool = True
     checkpointer: Any = "memory"
+    thread_wait: float | None = None
     flush_every: int = 6
     settings: AgentSettings | None = None
     prompts: PromptSet | Literal["package", "server"] | str | Path = "package"
@@ -190,6 +191,7 @@ class AgentContext:
         import asyncio
 
         from .agent.checkpointers import open_checkpointer
+        from .agent.leases import thread_leases
         from .agent.graph import MycelianMemoryAgent
         from .agent.invoker import MycelianAgentInvoker
         from .agent.settings import AgentSettings
@@ -223,7 +225,8 @@ class AgentContext:
             raise
         self._stack = stack
         invoker = MycelianAgentInvoker(agent, flush_every=self.flush_every,
-                                       reader=self._reader(memory, vault_id, memory_id))
+                                       reader=self._reader(memory, vault_id, memory_id),
+                                       leases=thread_leases(saver), thread_wait=self.thread_wait)
         invoker.connection = memory
         self._invoker = invoker
         return invoker
@@ -257,10 +260,14 @@ class AgentContext:
         try:
             if invoker is not None:
                 invoker.cancel_timers()
-                if exc_info[0] is None:
-                    # Batched mode: messages accepted and not yet written are written before the connection closes
-                    # (after an error they stay in the checkpoint and are written when the thread resumes).
-                    await invoker.aflush_all()
+                try:
+                    if exc_info[0] is None:
+                        # Batched mode: messages accepted and not yet written are written before the connection
+                        # closes (after an error they stay in the checkpoint and are written when the thread
+                        # resumes).
+                        await invoker.aflush_all()
+                finally:
+                    await invoker.leases.release_all()
         finally:
             if stack is not None:
                 await stack.aclose()
@@ -299,6 +306,7 @@ def build_agent(
     base_url: str | None = None,
     memory_type: str = "NOTES",
     create_users: bool = True,
+    thread_wait: float | None = None,
     embeddings: bool | str = False,
     tool_choice_mode: Literal["named", "required", "auto"] | None = None,
     max_tokens: int | None = None,
@@ -319,7 +327,10 @@ def build_agent(
       that name no user; ``user="alice"`` (``astart_session``, ``asearch``, ``arecall``, ...) uses the memory
       titled ``alice`` in the same vault, created on first use unless ``create_users=False`` (then an unknown user
       is an :class:`~mycelian_agent.errors.InputError`).
-    - ``checkpointer``: ``"memory"``, ``"sqlite:PATH"`` (resumable), a ``postgresql://`` URL, or a saver.
+    - ``checkpointer``: ``"memory"``, ``"sqlite:PATH"`` (resumable), a ``postgresql://`` URL, or a saver. With
+      SQLite or PostgreSQL, a thread has one writer: a second process writing a thread in use fails at once with
+      :class:`~mycelian_agent.errors.ThreadBusyError` naming the other process, or waits for it up to
+      ``thread_wait`` seconds.
     - ``embeddings``: our server (embedded or in-process) fuses dense vectors with BM25 (the ``embeddings``
       extra): True or ``"behind"`` (vectors written by a background thread; searches wait for them) or
       ``"inline"`` (inside each entry's write).
@@ -338,7 +349,8 @@ def build_agent(
       fallback model writes the step.
     """
     return AgentContext(model=model, server=server, db=db, token=token, vault=vault, memory=memory,
-                        memory_type=memory_type, create_users=create_users, checkpointer=checkpointer,
+                        memory_type=memory_type, create_users=create_users, thread_wait=thread_wait,
+                        checkpointer=checkpointer,
                         flush_every=flush_every,
                         settings=settings, prompts=prompts, api_key=api_key, base_url=base_url,
                         embeddings=embeddings, tool_choice_mode=tool_choice_mode, max_tokens=max_tokens,

@@ -86,11 +86,14 @@ def cli() -> None:
               "several processes or hosts against one Postgres --db and --state.")
 @click.option("--workers", default=1, show_default=True, type=click.IntRange(min=1),
               help="Replay in N worker processes (shards 0/N ... N-1/N of this command's conversations).")
+@click.option("--thread-wait", default=None, type=click.FloatRange(min=0), metavar="SECONDS",
+              help="With --state: wait up to SECONDS for another process writing the same conversation "
+              "(default: fail at once, naming it).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def replay(files: tuple[Path, ...], db: str | None, server: str, token: str | None, vault: str, timeout: float,
            reconnect_wait: float, memory: str | None, model: str, api_key: str | None, base_url: str | None,
            tool_choice: str, max_tokens: int | None, model_timeout: float, flush_every: int, batch_size: int,
-           state: str | None, shard: str | None, workers: int, as_json: bool) -> None:
+           state: str | None, shard: str | None, workers: int, thread_wait: float | None, as_json: bool) -> None:
     """Replay conversation FILES into memory and print what was stored.
 
     Accepted files: {"messages": [...]}, {"sessions": [...]}, LongMemEval records and LoCoMo samples. Every
@@ -105,7 +108,7 @@ def replay(files: tuple[Path, ...], db: str | None, server: str, token: str | No
     options = dict(db=db, server=server, token=token, vault=vault, memory=memory, model=model, api_key=api_key,
                    base_url=base_url, flush_every=flush_every, state=state, tool_choice=tool_choice,
                    max_tokens=max_tokens, batch_size=batch_size, timeout=timeout, reconnect_wait=reconnect_wait,
-                   model_timeout=model_timeout)
+                   model_timeout=model_timeout, thread_wait=thread_wait)
     conversations = [c for path in files for c in load_conversations(path)]
     if workers > 1:
         stats = _replay_in_workers([str(p) for p in files], workers, options)
@@ -154,7 +157,7 @@ async def _replay(conversations: list[Any], total: int, *, db: str | None, serve
                   memory: str | None, model: str, api_key: str | None, base_url: str | None, flush_every: int,
                   state: str | Path | None, tool_choice: str = "named", max_tokens: int | None = None,
                   batch_size: int = 1, timeout: float | None = 60.0, reconnect_wait: float = 30.0,
-                  model_timeout: float | None = 120.0, quiet: bool = False) -> Any:
+                  model_timeout: float | None = 120.0, thread_wait: float | None = None, quiet: bool = False) -> Any:
     from .builder import build_agent, ensure_memory
     from .conversations.formats import valid_title
     from .agent.invoker import MycelianAgentInvoker
@@ -169,7 +172,8 @@ async def _replay(conversations: list[Any], total: int, *, db: str | None, serve
                            checkpointer=checkpointer, flush_every=flush_every, api_key=api_key,
                            base_url=base_url, tool_choice_mode=tool_choice,  # type: ignore[arg-type]
                            max_tokens=max_tokens, batch_size=batch_size, timeout=timeout,
-                           reconnect_wait=reconnect_wait, model_timeout=model_timeout) as invoker:
+                           reconnect_wait=reconnect_wait, model_timeout=model_timeout,
+                           thread_wait=thread_wait) as invoker:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TextColumn("{task.fields[rate]} msg/s"), TimeElapsedColumn(),
                       console=err_console, transient=False,
@@ -182,7 +186,8 @@ async def _replay(conversations: list[Any], total: int, *, db: str | None, serve
                         memory_id = await ensure_memory(invoker.connection, invoker.agent.vault_id,
                                                         valid_title(conversation.conversation_id))
                         target = MycelianAgentInvoker(invoker.agent.with_memory(invoker.agent.vault_id, memory_id),
-                                                      flush_every)
+                                                      flush_every, leases=invoker.leases,
+                                                      thread_wait=invoker.thread_wait)
                     title = memory or valid_title(conversation.conversation_id)
                     if title not in stats.memories:
                         stats.memories.append(title)

@@ -13,6 +13,7 @@ __all__ = [
     "PromptError",
     "MemoryServerError",
     "ToolCallError",
+    "ThreadBusyError",
     "describe_cause",
     "is_transient_text",
 ]
@@ -50,6 +51,17 @@ class MemoryServerError(MycelianError):
 
 class ToolCallError(MycelianError):
     """The model did not produce a usable tool call and no fallback was allowed."""
+
+
+class ThreadBusyError(MycelianError):
+    """Another process is writing the thread (``holder`` says which)."""
+
+    def __init__(self, thread_id: str, holder: str) -> None:
+        super().__init__(f"thread {thread_id!r} is being written by another process ({holder}); two writers of one "
+                         "thread would store its messages twice. Wait for it to finish (or pass a wait: "
+                         "build_agent(thread_wait=SECONDS), replay --thread-wait SECONDS), or use another thread id")
+        self.thread_id = thread_id
+        self.holder = holder
 
 
 def describe_cause(exc: BaseException) -> str:

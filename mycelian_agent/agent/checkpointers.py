@@ -14,6 +14,7 @@ from ..errors import ConfigError
 
 __all__ = ["open_checkpointer", "prune_thread"]
 
+_SQLITE_BUSY_S = 30.0
 # Advisory lock serialising LangGraph's checkpoint schema setup across processes ("lgsetup" in ASCII).
 _SETUP_LOCK = 0x6C67736574757000
 
@@ -40,12 +41,17 @@ async def open_checkpointer(spec: str | BaseCheckpointSaver | None = "memory") -
         if path != ":memory:":
             Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
             path = str(Path(path).expanduser())
-        async with AsyncSqliteSaver.from_conn_string(path) as saver:
-            await saver.setup()
+        import aiosqlite
+
+        # A 30 s busy timeout (sqlite3's default is 5 s): processes opening one new state file together take turns
+        # on its schema, and a loaded machine can hold a write lock longer than 5 s.
+        async with aiosqlite.connect(path, timeout=_SQLITE_BUSY_S) as conn:
+            saver = AsyncSqliteSaver(conn)
             # WAL + synchronous=NORMAL: a commit survives a process kill (not a power cut) without an fsync per
             # checkpoint, which would cost more than the rest of an invocation.
-            await saver.conn.execute("PRAGMA journal_mode=WAL")
-            await saver.conn.execute("PRAGMA synchronous=NORMAL")
+            await conn.execute("PRAGMA journal_mode=WAL")
+            await conn.execute("PRAGMA synchronous=NORMAL")
+            await saver.setup()
             yield saver
     elif isinstance(spec, str) and spec.startswith(("postgres://", "postgresql://")):
         try:

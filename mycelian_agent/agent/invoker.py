@@ -28,6 +28,7 @@ from langchain_core.messages import ChatMessage
 
 from .._sync import run_sync
 from .graph import MycelianMemoryAgent
+from .leases import ThreadLeases
 from .control import ControlState
 from ..errors import ConfigError, InputError, MycelianError
 from .report import InvocationResult, ThreadStatus
@@ -53,7 +54,8 @@ class MycelianAgentInvoker:
     """
 
     def __init__(self, agent: MycelianMemoryAgent, flush_every: int = 6, *, batch_size: int | None = None,
-                 max_delay_s: float | None = None, reader: MemoryReader | None = None) -> None:
+                 max_delay_s: float | None = None, reader: MemoryReader | None = None,
+                 leases: ThreadLeases | None = None, thread_wait: float | None = None) -> None:
         if not isinstance(flush_every, int) or flush_every < 1:
             raise ConfigError(f"flush_every must be a positive integer, got {flush_every!r}")
         batch_size = agent.settings.batch_size if batch_size is None else batch_size
@@ -78,6 +80,10 @@ class MycelianAgentInvoker:
         self.connection: Any = None
         #: The read side (search, recall, the user directory); set by the builder.
         self.reader = reader
+        #: One writer per thread: the lease of each thread this invoker writes is taken before its first write
+        #: (``thread_wait``: seconds to wait for another process's lease, None: fail at once); see ``leases.py``.
+        self.leases = leases if leases is not None else ThreadLeases()
+        self.thread_wait = thread_wait
         self._bound: dict[str, str | None] = {}  # per thread: the memory id it is bound to (None: the agent's own)
 
     @property
@@ -90,6 +96,8 @@ class MycelianAgentInvoker:
 
     async def _count(self, thread_id: str) -> int:
         if thread_id not in self._counts:
+            # Before the checkpoint is read: a position read while another process writes is stale at once.
+            await self.leases.acquire(thread_id, wait=self.thread_wait)
             status = await self.agent.aget_thread(thread_id)
             self._counts[thread_id] = status.accepted
             self._bound[thread_id] = status.memory_id

@@ -165,7 +165,7 @@ class MemoryHarness:
 
         memory_id = await ensure_memory(self.connection, self.vault_id, title)
         agent = self.base.agent.with_memory(self.vault_id, memory_id)
-        return memory_id, MycelianAgentInvoker(agent, self.flush_every)
+        return memory_id, MycelianAgentInvoker(agent, self.flush_every, leases=self.base.leases)
 
     async def replay(self, conversation: "Conversation", thread_id: str, progress: Any,
                      task: Any) -> tuple[str, "MycelianAgentInvoker", "ReplayStats"]:

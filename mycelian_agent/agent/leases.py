@@ -1,0 +1,182 @@
+"""One writer per thread: a lease on a thread, kept beside its checkpoints, for as long as an invoker writes it.
+
+Two processes that write one thread of one checkpoint store interleave their message numbers (each counts from the
+checkpoint it read), so the same message is stored under two idempotency keys: a silent duplicate. The invoker
+therefore takes the thread's lease before it first writes the thread and keeps it until it closes; a second
+process asking for the lease of a thread in use fails at once with :class:`ThreadBusyError` naming the thread and
+the holder (or waits for it, when asked to).
+
+- SQLite checkpointer: a row per thread in ``mycelian_thread_leases`` (same file, taken in an immediate
+  transaction): owner, process id, host, the process's start time. A row whose process is gone (same host: no such
+  process, or another process under a reused id) is taken over; the rows of this process are deleted on close.
+- PostgreSQL checkpointer (one connection, as ``"postgresql://..."`` opens it; rows as dicts): a session-level
+  advisory lock per thread on the saver's connection (released by the server when the connection closes, so also
+  when the process dies); the holder is found in ``pg_stat_activity`` by the connection's ``application_name``.
+- The in-memory checkpointer (one process) and savers of other kinds: no lease (nothing else can write there).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import socket
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from ..errors import ThreadBusyError
+
+__all__ = ["ThreadLeases", "thread_leases"]
+
+_OWNER: str | None = None  # this process's lease owner id, made on first use
+
+
+def _owner() -> str:
+    global _OWNER
+    if _OWNER is None:
+        _OWNER = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
+    return _OWNER
+
+
+def _start_time(pid: int) -> str:
+    """When process ``pid`` started (clock ticks since boot, from /proc), '' where that cannot be read: tells a
+    live holder from a new process that reuses a dead holder's id."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
+def _alive(pid: int, started: str) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # exists, owned by someone else
+        return True
+    return not started or _start_time(pid) in ("", started)
+
+
+class ThreadLeases:
+    """No leases: the base of the lease kinds, used where no other process can write (in-memory checkpoints)."""
+
+    async def acquire(self, thread_id: str, *, wait: float | None = None) -> None:
+        """Take ``thread_id``'s lease for this process; :class:`ThreadBusyError` if another process holds it
+        (after ``wait`` seconds of retrying, when given)."""
+        deadline = None if wait is None else time.monotonic() + wait
+        while True:
+            holder = await self._try(thread_id)
+            if holder is None:
+                return
+            if deadline is None or time.monotonic() >= deadline:
+                raise ThreadBusyError(thread_id, holder)
+            await asyncio.sleep(min(0.2, max(0.0, deadline - time.monotonic())))
+
+    async def _try(self, thread_id: str) -> str | None:
+        """Take the lease if free (or ours, or its holder is gone); else describe the holder."""
+        return None
+
+    async def release_all(self) -> None:
+        """Give back every lease this process holds in this store."""
+
+
+_SQLITE_TABLE = """CREATE TABLE IF NOT EXISTS mycelian_thread_leases (
+    thread_id TEXT PRIMARY KEY, owner TEXT NOT NULL, pid INTEGER NOT NULL, host TEXT NOT NULL,
+    started TEXT NOT NULL, acquired REAL NOT NULL)"""
+
+
+class _SqliteLeases(ThreadLeases):
+    def __init__(self, saver: Any) -> None:
+        self.saver = saver
+        self._ready = False
+
+    async def _try(self, thread_id: str) -> str | None:
+        conn, host, pid = self.saver.conn, socket.gethostname(), os.getpid()
+        async with self.saver.lock:
+            if not self._ready:
+                await conn.execute(_SQLITE_TABLE)
+                await conn.commit()
+                self._ready = True
+            await conn.execute("BEGIN IMMEDIATE")
+            try:
+                cursor = await conn.execute("SELECT owner, pid, host, started, acquired FROM mycelian_thread_leases "
+                                            "WHERE thread_id = ?", (thread_id,))
+                row = await cursor.fetchone()
+                if row is not None and row[0] != _owner() and (row[2] != host or _alive(row[1], row[3])):
+                    when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row[4]))
+                    return f"process {row[1]} on {row[2]}, since {when}"
+                await conn.execute("INSERT OR REPLACE INTO mycelian_thread_leases VALUES (?, ?, ?, ?, ?, ?)",
+                                   (thread_id, _owner(), pid, host, _start_time(pid), time.time()))
+            finally:
+                await conn.commit()
+        return None
+
+    async def release_all(self) -> None:
+        if not self._ready:
+            return
+        async with self.saver.lock:
+            await self.saver.conn.execute("DELETE FROM mycelian_thread_leases WHERE owner = ?", (_owner(),))
+            await self.saver.conn.commit()
+
+
+def _pg_key(thread_id: str) -> tuple[int, int]:
+    """The two 32-bit halves of the thread's advisory lock key (as ``pg_locks`` shows them: classid, objid)."""
+    digest = hashlib.blake2b(f"mycelian-thread:{thread_id}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest[:4], "big"), int.from_bytes(digest[4:], "big")
+
+
+class _PostgresLeases(ThreadLeases):
+    def __init__(self, saver: Any) -> None:
+        self.saver = saver
+        self._held: set[tuple[int, int]] = set()
+        self._named = False
+
+    async def _try(self, thread_id: str) -> str | None:
+        key = _pg_key(thread_id)
+        if key in self._held:
+            return None
+        conn = self.saver.conn
+        async with self.saver.lock:
+            if not self._named:  # how a blocked process names this one
+                await conn.execute("SELECT set_config('application_name', %s, false)",
+                                   (f"mycelian-agent pid {os.getpid()} on {socket.gethostname()}"[:63],))
+                self._named = True
+            got = await (await conn.execute("SELECT pg_try_advisory_lock(%s, %s) AS got",
+                                            (_signed(key[0]), _signed(key[1])))).fetchone()
+            if got["got"]:
+                self._held.add(key)
+                return None
+            row = await (await conn.execute(
+                "SELECT a.application_name, a.client_addr::text AS addr, a.backend_start FROM pg_locks l "
+                "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted "
+                "AND l.classid = %s::bigint::oid AND l.objid = %s::bigint::oid AND l.objsubid = 2",
+                key)).fetchone()
+        if row is None:  # released between the two statements
+            return await self._try(thread_id)
+        name, addr = row["application_name"] or "a PostgreSQL client", row["addr"]
+        return f"{name}{f' from {addr}' if addr else ''}, connected since {row['backend_start']:%Y-%m-%d %H:%M:%S}"
+
+    async def release_all(self) -> None:
+        if not self._held:
+            return
+        async with self.saver.lock:
+            for key in self._held:
+                await self.saver.conn.execute("SELECT pg_advisory_unlock(%s, %s)", (_signed(key[0]), _signed(key[1])))
+        self._held.clear()
+
+
+def _signed(half: int) -> int:
+    """A 32-bit half as the signed int4 that ``pg_advisory_lock(int4, int4)`` takes."""
+    return half - (1 << 32) if half >= 1 << 31 else half
+
+
+def thread_leases(saver: Any) -> ThreadLeases:
+    """The lease kind for checkpointer ``saver`` (see the module docstring)."""
+    kind = type(saver).__name__
+    if kind == "AsyncSqliteSaver":
+        return _SqliteLeases(saver)
+    if kind == "AsyncPostgresSaver" and not callable(getattr(saver.conn, "connection", None)):
+        return _PostgresLeases(saver)
+    return ThreadLeases()
