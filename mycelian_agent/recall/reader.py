@@ -21,11 +21,12 @@ from datetime import datetime
 from typing import Any
 
 from ..dates import normalise_time
-from ..errors import InputError
+from ..errors import InputError, MemoryServerError
 from ..limits import QUERY_MAX_CHARS
 from ..memory_server.ranking import WORD_RE
 from .hits import MemoryHit, Recall, RecalledTurn, estimate_tokens, render_recall
 from .notes import select_notes
+from .retry import read_call
 from .users import Connection, UserDirectory
 
 __all__ = ["MemoryReader", "SEARCH_TOP_K_MAX", "MIN_BUDGET_TOKENS"]
@@ -115,12 +116,28 @@ class MemoryReader:
             args["vault_id"] = self.vault_id
         if not bounded:
             args |= {key: value for key, value in (("after", after), ("before", before)) if value}
-        found = await self.connection.call_json("search_memories", args)
+        found = await read_call(self.connection, "search_memories", args)
         hits = [MemoryHit.from_entry(entry, memory_id=memory_id, user=user) for entry in found.get("entries") or []]
         if bounded:  # a server without time bounds: keep the hits inside them (the best 25 searched)
             hits = [hit for hit in hits if (not after or (hit.time or "") > after)
                     and (not before or (hit.time or "") < before)]
         return hits[:top_k], found.get("latestContext")
+
+    async def _user_search(self, user: str | None, query: str, top_k: int, after: str | None, before: str | None
+                           ) -> tuple[str, str | None, list[MemoryHit], str | None]:
+        """``(memory id, user, hits, context document)``. A user's memory deleted since it was cached (by another
+        process: its id is gone) is looked up again: created anew (empty) when users are created on first use,
+        else an unknown user; never another memory."""
+        memory_id, user = await self.memory_of(user)
+        try:
+            hits, document = await self._search(memory_id, user, query, top_k, after, before)
+        except MemoryServerError as exc:
+            if user is None or user == self.default_user or "not found" not in str(exc):
+                raise
+            self.users.forget(user)
+            memory_id, user = await self.memory_of(user)
+            hits, document = await self._search(memory_id, user, query, top_k, after, before)
+        return memory_id, user, hits, document
 
     async def asearch(self, query: str, *, user: str | None = None, top_k: int = 10,
                       after: str | datetime | None = None, before: str | datetime | None = None) -> list[MemoryHit]:
@@ -135,8 +152,7 @@ class MemoryReader:
         after, before = _bound("after", after), _bound("before", before)
         if after and before and after >= before:
             raise InputError(f"after ({after}) must be earlier than before ({before})")
-        memory_id, user = await self.memory_of(user)
-        hits, _ = await self._search(memory_id, user, query, top_k, after, before)
+        _, _, hits, _ = await self._user_search(user, query, top_k, after, before)
         return hits
 
     async def _neighbours(self, memory_id: str, user: str | None, hit: MemoryHit
@@ -145,8 +161,8 @@ class MemoryReader:
         if not hit.created:
             return None, None
         base = {"vault_id": self.vault_id, "memory_id": memory_id, "limit": 1}
-        pages = await asyncio.gather(self.connection.call_json("list_entries", {**base, "before": hit.created}),
-                                     self.connection.call_json("list_entries", {**base, "after": hit.created}))
+        pages = await asyncio.gather(read_call(self.connection, "list_entries", {**base, "before": hit.created}),
+                                     read_call(self.connection, "list_entries", {**base, "after": hit.created}))
         found: list[MemoryHit | None] = []
         for page in pages:
             entries = page.get("entries") or []
@@ -167,10 +183,10 @@ class MemoryReader:
         _check_count("budget_tokens", budget_tokens, MIN_BUDGET_TOKENS, 1_000_000)
         _check_count("top_k", top_k, 1, SEARCH_TOP_K_MAX)
         after, before = _bound("after", after), _bound("before", before)
-        memory_id, user = await self.memory_of(user)
-        hits, document = await self._search(memory_id, user, query, top_k, after, before)
+        memory_id, user, hits, document = await self._user_search(user, query, top_k, after, before)
         if document is None:  # a server whose search leaves out the newest context
-            document = await self.connection.call("get_context", {"vault_id": self.vault_id, "memory_id": memory_id})
+            document = await read_call(self.connection, "get_context",
+                                       {"vault_id": self.vault_id, "memory_id": memory_id}, parse=False)
         neighbours = await asyncio.gather(*(self._neighbours(memory_id, user, hit) for hit in hits[:NEIGHBOUR_HITS]))
         return _fill(query, user, memory_id, budget_tokens, hits, neighbours, select_notes(document or "", query))
 

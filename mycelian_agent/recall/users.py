@@ -13,6 +13,7 @@ import re
 from typing import Any, Protocol
 
 from ..errors import InputError, MemoryServerError
+from .retry import read_call
 
 __all__ = ["Connection", "UserDirectory", "check_user"]
 
@@ -66,12 +67,19 @@ class UserDirectory:
         self._ids[user] = memory_id
         self._users[memory_id] = user
 
+    def forget(self, user: str) -> None:
+        """Drop ``user`` from the cache (their memory was deleted): the next use reads the vault again."""
+        memory_id = self._ids.pop(user, None)
+        if memory_id is not None:
+            self._users.pop(memory_id, None)
+        self._loaded = False
+
     def user_of(self, memory_id: str) -> str | None:
         """The user whose memory is ``memory_id``, if this directory has seen it."""
         return self._users.get(memory_id)
 
     async def _reload(self) -> None:
-        for item in await self.connection.call_json("list_memories", {"vault_id": self.vault_id}):
+        for item in await read_call(self.connection, "list_memories", {"vault_id": self.vault_id}):
             if isinstance(item, dict) and "title" in item and "memoryId" in item:
                 self.remember(str(item["title"]), str(item["memoryId"]))
         self._loaded = True

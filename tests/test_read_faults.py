@@ -1,0 +1,116 @@
+"""Faults on the read side: search and recall while the HTTP server restarts, while another process writes, and for
+a user deleted meanwhile — a clear error or the right user's data, never another user's."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mycelian_agent import InputError, MemoryServerError, build_agent
+
+from test_faults import _free_port, _start_server, _stop
+
+
+async def _store(invoker, user: str, texts: list[str]) -> None:
+    await invoker.astart_session(f"{user}-chat", user=user)
+    for text in texts:
+        await invoker.aprocess_conversation_message("user", text, f"{user}-chat")
+
+
+async def test_reads_survive_an_http_server_restart_and_fail_clearly_when_it_stays_down(tmp_path: Path) -> None:
+    db, port, log = tmp_path / "m.db", _free_port(), tmp_path / "server.log"
+    server = _start_server(db, port, log)
+    try:
+        async with build_agent(server=f"http://127.0.0.1:{port}/mcp", reconnect_wait=8, timeout=10) as invoker:
+            await _store(invoker, "alice", ["My bike is a green Brompton."])
+            await _store(invoker, "bob", ["My bike is a red Cannondale."])
+            _stop(server)
+            server = None
+            restarted: list[subprocess.Popen] = []
+
+            def restart() -> None:
+                time.sleep(1.0)
+                restarted.append(_start_server(db, port, log))
+
+            restarting = asyncio.get_running_loop().run_in_executor(None, restart)
+            hits = await invoker.asearch("bike", user="alice")  # while the server is down, then back
+            await restarting
+            server = restarted[0]
+            assert [h.text for h in hits] == ["My bike is a green Brompton."]
+            assert "red Cannondale" not in (await invoker.arecall("bike", user="alice")).as_prompt()
+            _stop(server)
+            server = None
+            started = time.monotonic()
+            with pytest.raises(MemoryServerError, match="search_memories failed: the memory server has been "
+                                                        "unreachable for 8s"):
+                await invoker.asearch("bike", user="bob")
+            assert time.monotonic() - started < 8 + 15  # not retried: waiting again would not help
+    finally:
+        _stop(server)
+
+
+async def test_a_user_deleted_meanwhile_reads_as_empty_or_unknown_never_as_another(tmp_path: Path) -> None:
+    async with build_agent(server="in-process", db=tmp_path / "m.db") as invoker:
+        await _store(invoker, "alice", ["Alice keeps bees."])
+        await _store(invoker, "bob", ["Bob keeps bees too."])
+        assert [h.user for h in await invoker.asearch("bees", user="alice")] == ["alice"]
+        alice = await invoker.reader.users.memory_id("alice")
+        # Another process erases alice (the directory still has her old memory id).
+        await invoker.connection.call_json("delete_memory", {"vault_id": invoker.reader.vault_id,
+                                                              "memory_id": alice})
+        assert await invoker.asearch("bees", user="alice") == []  # a new, empty memory: created on first use
+        assert await invoker.reader.users.memory_id("alice") != alice
+        assert [h.text for h in await invoker.asearch("bees", user="bob")] == ["Bob keeps bees too."]
+    async with build_agent(server="in-process", db=tmp_path / "m.db", create_users=False) as strict:
+        bob = await strict.reader.users.memory_id("bob")
+        await strict.connection.call_json("delete_memory", {"vault_id": strict.reader.vault_id, "memory_id": bob})
+        with pytest.raises(InputError, match="unknown user 'bob'"):
+            await strict.arecall("bees", user="bob")
+
+
+WRITER = """
+import asyncio, sys
+from mycelian_agent import build_agent
+
+async def main(db):
+    async with build_agent(db=db) as invoker:
+        await invoker.astart_session("w-chat", user="writer")
+        for i in range(120):
+            await invoker.aprocess_conversation_message("user", f"writer note {i} about the garden", "w-chat")
+    print("done", flush=True)
+
+asyncio.run(main(sys.argv[1]))
+"""
+
+
+async def test_reads_while_another_process_writes_see_only_their_users_entries(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    async with build_agent(db=db) as invoker:
+        await _store(invoker, "alice", ["Alice planted tomatoes in the garden."])
+        script = tmp_path / "writer.py"
+        script.write_text(WRITER, encoding="utf-8")
+        writer = subprocess.Popen([sys.executable, str(script), str(db)], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        try:
+            seen = 0
+            while writer.poll() is None:
+                hits = await invoker.asearch("garden", user="alice")
+                assert [h.text for h in hits] == ["Alice planted tomatoes in the garden."]
+                writer_hits = await invoker.asearch("garden notes", user="writer", top_k=25)
+                assert all(h.text.startswith("writer note") and h.user == "writer" for h in writer_hits)
+                seen = max(seen, len(writer_hits))
+                await asyncio.sleep(0.05)
+            out, err = writer.communicate(timeout=120)
+            assert writer.returncode == 0 and out.strip() == "done", err
+        finally:
+            if writer.poll() is None:
+                writer.kill()
+                writer.communicate()
+        final = await invoker.asearch("garden notes", user="writer", top_k=25)
+        assert len(final) == 25 and json.dumps([h.as_dict() for h in final])
