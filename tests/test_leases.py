@@ -130,3 +130,22 @@ async def test_postgres_threads_have_one_writer(pg_url: str, tmp_path: Path) -> 
     async with build_agent(server="in-process", db=tmp_path / "m.db", checkpointer=pg_url) as third:
         await third.aprocess_conversation_message("user", "after the first closed", "shared-thread")
         assert (await third.athread_status("shared-thread")).messages == 2
+
+
+async def test_an_invoker_keeps_a_bounded_number_of_thread_leases(tmp_path: Path, monkeypatch) -> None:
+    import sqlite3
+
+    from mycelian_agent.agent import invoker as invoker_module
+
+    monkeypatch.setattr(invoker_module, "THREADS_HELD", 4)
+    state = tmp_path / "st.db"
+    async with build_agent(server="in-process", db=tmp_path / "m.db", checkpointer=f"sqlite:{state}") as invoker:
+        for index in range(10):
+            await invoker.aprocess_conversation_message("user", f"hello {index}", f"t{index}")
+        with sqlite3.connect(state) as conn:
+            held = [row[0] for row in conn.execute("SELECT thread_id FROM mycelian_thread_leases ORDER BY thread_id")]
+        assert held == ["t6", "t7", "t8", "t9"]  # the least recently used gave theirs back
+        # A thread forgotten is read again from its checkpoint: its numbering goes on, nothing is stored twice.
+        await invoker.aprocess_conversation_message("user", "hello again", "t0")
+        assert (await invoker.athread_status("t0")).messages == 2
+        assert len(await invoker.asearch("hello", top_k=25)) == 11

@@ -40,6 +40,9 @@ __all__ = ["MycelianAgentInvoker"]
 
 _log = logging.getLogger(__name__)
 
+#: Threads whose position (and lease) an invoker keeps at most; see :meth:`MycelianAgentInvoker._forget_idle`.
+THREADS_HELD = 256
+
 
 class MycelianAgentInvoker:
     """The entry point for chat pipelines: ``start_session``, ``process_conversation_message``, ``end_session`` to
@@ -95,7 +98,10 @@ class MycelianAgentInvoker:
         return self._locks.setdefault(thread_id, asyncio.Lock())
 
     async def _count(self, thread_id: str) -> int:
-        if thread_id not in self._counts:
+        if thread_id in self._counts:
+            self._counts[thread_id] = self._counts.pop(thread_id)  # most recently used last
+        else:
+            await self._forget_idle()
             # Before the checkpoint is read: a position read while another process writes is stale at once.
             await self.leases.acquire(thread_id, wait=self.thread_wait)
             status = await self.agent.aget_thread(thread_id)
@@ -103,6 +109,21 @@ class MycelianAgentInvoker:
             self._bound[thread_id] = status.memory_id
             self._pending[thread_id] = (status.pending, time.monotonic())
         return self._counts[thread_id]
+
+    async def _forget_idle(self) -> None:
+        """Keep at most :data:`THREADS_HELD` threads' positions (and leases): past that, the least recently used
+        idle thread (not running, nothing pending) gives its lease back and is read again from its checkpoint when
+        it is next used. A service meeting thousands of threads holds a bounded number of leases (on PostgreSQL
+        each is a lock of the server's shared lock table)."""
+        while len(self._counts) >= THREADS_HELD:
+            idle = next((t for t in self._counts if not self._lock(t).locked() and not self._pending.get(t, (0,))[0]
+                         and t not in self._timers), None)
+            if idle is None:
+                return
+            async with self._lock(idle):  # free (checked above): taken at once; a caller of that thread waits
+                await self.leases.release(idle)
+                for cache in (self._counts, self._pending, self._bound):
+                    cache.pop(idle, None)
 
     def _note(self, thread_id: str, result: InvocationResult) -> InvocationResult:
         """Keep the per-thread counts in step with what the invocation did; arm or clear the delay timer."""

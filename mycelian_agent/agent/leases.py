@@ -78,6 +78,9 @@ class ThreadLeases:
         """Take the lease if free (or ours, or its holder is gone); else describe the holder."""
         return None
 
+    async def release(self, thread_id: str) -> None:
+        """Give back ``thread_id``'s lease (the invoker stops caching the thread's position with it)."""
+
     async def release_all(self) -> None:
         """Give back every lease this process holds in this store."""
 
@@ -112,6 +115,14 @@ class _SqliteLeases(ThreadLeases):
             finally:
                 await conn.commit()
         return None
+
+    async def release(self, thread_id: str) -> None:
+        if not self._ready:
+            return
+        async with self.saver.lock:
+            await self.saver.conn.execute("DELETE FROM mycelian_thread_leases WHERE thread_id = ? AND owner = ?",
+                                          (thread_id, _owner()))
+            await self.saver.conn.commit()
 
     async def release_all(self) -> None:
         if not self._ready:
@@ -157,6 +168,14 @@ class _PostgresLeases(ThreadLeases):
             return await self._try(thread_id)
         name, addr = row["application_name"] or "a PostgreSQL client", row["addr"]
         return f"{name}{f' from {addr}' if addr else ''}, connected since {row['backend_start']:%Y-%m-%d %H:%M:%S}"
+
+    async def release(self, thread_id: str) -> None:
+        key = _pg_key(thread_id)
+        if key not in self._held:
+            return
+        async with self.saver.lock:
+            await self.saver.conn.execute("SELECT pg_advisory_unlock(%s, %s)", (_signed(key[0]), _signed(key[1])))
+        self._held.discard(key)
 
     async def release_all(self) -> None:
         if not self._held:
