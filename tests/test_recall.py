@@ -311,3 +311,14 @@ async def test_the_reader_uses_only_upstream_mycelian_tools_and_parameters(tmp_p
         recall = await reader.arecall("When do we fly to Lisbon?", user="dana", budget_tokens=400)
         assert "June 14 to June 21, flying from Amsterdam." in recall.as_prompt()
         assert set(upstream.calls) == {"list_memories", "search_memories", "list_entries"}
+
+
+async def test_users_and_recall_on_each_backend(memory_db: str, tmp_path: Path) -> None:
+    db = memory_db if memory_db != ":memory:" else tmp_path / "m.db"
+    async with build_agent(server="in-process", db=db) as invoker:
+        await _tell(invoker, "dana-1", TRIP, user="dana")
+        await _tell(invoker, "eve-1", [("user", "I fly to Lisbon in October.", "Eve")], user="eve")
+        recall = await invoker.arecall("When do we fly to Lisbon?", user="dana", budget_tokens=400, top_k=3)
+        assert "June 14 to June 21, flying from Amsterdam." in recall.as_prompt()
+        assert "October" not in recall.as_prompt() and {h.user for h in recall.hits} == {"dana"}
+        assert [h.text for h in await invoker.asearch("Lisbon October", user="eve")] == ["I fly to Lisbon in October."]
