@@ -96,18 +96,20 @@ def split_oversize(content: str, limit: int = RAW_ENTRY_MAX_CHARS) -> list[str]:
     if limit < 1:
         raise ValueError(f"limit must be at least 1, got {limit}")
     parts: list[str] = []
-    rest = content
+    start = 0
     min_cut = max(1, limit // 2)
-    while len(rest) > limit:
-        window = rest[:limit]
+    # Offsets into ``content``, never its remainder: slicing the rest after each part copied the whole tail, so
+    # splitting cost the square of the message's size.
+    while len(content) - start > limit:
+        window = content[start:start + limit]
         cut = limit
         for pattern in _BOUNDARIES:
             ends = [m.end() for m in pattern.finditer(window) if m.end() >= min_cut]
             if ends:
                 cut = ends[-1]
                 break
-        parts.append(rest[:cut])
-        rest = rest[cut:]
-    if rest:
-        parts.append(rest)
+        parts.append(window[:cut])
+        start += cut
+    if start < len(content):
+        parts.append(content[start:])
     return parts

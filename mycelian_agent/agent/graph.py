@@ -20,6 +20,7 @@ import asyncio
 import json
 import time
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from datetime import datetime
 from typing import Any, Mapping, Sequence
 
@@ -446,7 +447,7 @@ class MycelianMemoryAgent:
 
     async def _entry_call(self, state: Mapping[str, Any], part: int, run: Invocation) -> AIMessage:
         message: Turn = state["message"]
-        parts = split_oversize(message["content"], self.settings.entry_max_chars)
+        parts = _split(message["content"], self.settings.entry_max_chars)
         number = _totals(state)[0].messages + len(state.get("pending") or []) + 1
         run.report.message_index = number
         if part == 0:
@@ -473,7 +474,7 @@ class MycelianMemoryAgent:
                      run: Invocation) -> tuple[dict[str, Any], bool]:
         _record_stored(results, run)
         message: Turn = state["message"]
-        parts = len(split_oversize(message["content"], self.settings.entry_max_chars))
+        parts = len(_split(message["content"], self.settings.entry_max_chars))
         if stored_parts < parts:
             return {}, True
         run.report.written += (run.report.message_index,)  # type: ignore[operator]
@@ -555,7 +556,7 @@ class MycelianMemoryAgent:
         keys: dict[int, tuple[PendingTurn, int, int]] = {}
         earlier: list[Turn] = list(window)
         for message in pending:
-            parts = split_oversize(message["content"], s.entry_max_chars)
+            parts = _split(message["content"], s.entry_max_chars)
             recent = earlier if s.history_window is None else earlier[-s.history_window:]
             for part, text in enumerate(parts):
                 items.append(BatchItem(item=len(items) + 1, message=_plain(message, None), content=text,
@@ -626,6 +627,13 @@ class MycelianMemoryAgent:
 
 
 # -- helpers ------------------------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=4)
+def _split(content: str, limit: int) -> tuple[str, ...]:
+    """The parts of a message (``split_oversize``), computed once: ADD_ENTRY asks for them at each of its steps (one
+    per part), so splitting again each time made a long message cost the square of its size."""
+    return tuple(split_oversize(content, limit))
 
 
 def _declared(tool: BaseTool) -> set[str]:

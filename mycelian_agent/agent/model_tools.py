@@ -18,6 +18,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from functools import cache
 from typing import Any, Literal, get_args
 
@@ -389,10 +390,16 @@ def direct_call(*calls: tuple[str, dict[str, Any]]) -> AIMessage:
     ])
 
 
+@lru_cache(maxsize=8)
+def _content_digest(content: str) -> str:
+    # Cached: each part of a long message carries the hash of the whole message.
+    return hashlib.sha256(content.encode("utf-8")).hexdigest()[:16]
+
+
 def idempotency_key(thread_id: str, number: int, content: str, part: int, parts: int) -> str:
     """``<thread>:<message number>:<sha256(content)[:16]>:<part>/<parts>`` (``part`` 0-based)."""
     # The content hash makes a retried message dedupe while a different message at the same position does not.
-    digest = hashlib.sha256(content.encode("utf-8")).hexdigest()[:16]
+    digest = _content_digest(content)
     thread = thread_id if len(thread_id) <= 120 else hashlib.sha256(thread_id.encode()).hexdigest()[:32]
     return f"{thread}:{number}:{digest}:{part + 1}/{parts}"
 

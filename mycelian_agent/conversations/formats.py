@@ -589,18 +589,19 @@ def _line_col(text: str, offset: int) -> str:
     return f"line {line} column {offset - (text.rfind(chr(10), 0, offset) + 1) + 1}"
 
 
+_JSON_TOKENS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"?|[\[\]{}]')
+
+
 def _too_deep_at(text: str, limit: int) -> int:
     """Offset of the first bracket nested deeper than ``limit`` (outside strings), or 0."""
-    depth, in_string, escaped = 0, False, False
-    for i, char in enumerate(text):
-        if in_string:
-            escaped, in_string = (False, True) if escaped else (char == "\\", char != '"')
-        elif char == '"':
-            in_string = True
-        elif char in "[{":
+    depth = 0
+    # Strings are skipped whole by the regular expression (a character loop in Python took ~1 s for 5 MB of text).
+    for match in _JSON_TOKENS.finditer(text):
+        char = match.group()[0]
+        if char in "[{":
             depth += 1
             if depth > limit:
-                return i
+                return match.start()
         elif char in "]}":
             depth -= 1
     return 0
