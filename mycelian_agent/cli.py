@@ -277,6 +277,8 @@ async def _connect(db: str | None, server: str, token: str | None, timeout: floa
         from .memory_server.cli import default_db_path
 
         path = Path(db).expanduser() if db else default_db_path(os.environ)
+        if path.is_dir():
+            raise MycelianError(f"--db {path} is a folder, not a memory database file (e.g. --db {path / 'memory.db'})")
         if str(path) != ":memory:" and not is_postgres_url(str(db or "")) and not path.is_file():
             raise MycelianError(f"no memory database at {path}: check --db (or MYCELIAN_DB); `mycelian-agent replay` "
                                 "or `add` creates one")
@@ -483,13 +485,17 @@ def delete(db: str | None, server: str, token: str | None, vault: str, timeout: 
            memory: str, entry_id: str | None, yes: bool) -> None:
     """Delete one entry of a memory (--entry), or the whole memory with its entries and context."""
     what = f"entry {entry_id} of memory {memory!r}" if entry_id else f"memory {memory!r} with all its entries"
-    if not yes:
-        click.confirm(f"Delete {what}?", abort=True)
 
     async def run() -> Any:
         connection, vault_id, memory_id = await _open(db, server, token, vault, memory, timeout, reconnect_wait)
         try:
             ids = {"vault_id": vault_id, "memory_id": memory_id}
+            if entry_id:  # the entry must exist before anyone is asked to confirm its deletion
+                await connection.call_json("get_entry", {**ids, "entry_id": entry_id})
+            if not yes:
+                if not sys.stdin.isatty():
+                    raise MycelianError(f"not deleting {what}: there is no terminal to confirm on; pass --yes")
+                click.confirm(f"Delete {what}?", abort=True)
             if entry_id:
                 return await connection.call_json("delete_entry", {**ids, "entry_id": entry_id})
             return await connection.call_json("delete_memory", ids)
@@ -528,12 +534,17 @@ def export(db: str | None, server: str, token: str | None, vault: str, timeout: 
         finally:
             await connection.aclose()
 
+    if out is not None and not out.parent.is_dir():
+        raise MycelianError(f"cannot write --out {out}: the folder {out.parent} does not exist")
     text = json.dumps(asyncio.run(run()), indent=2, ensure_ascii=False)
     if out is None:
         click.echo(text)
-    else:
+        return
+    try:
         out.write_text(text + "\n", encoding="utf-8")
-        err_console.print(f"exported to {out}")
+    except OSError as exc:
+        raise MycelianError(f"cannot write --out {out}: {exc.strerror or exc}") from None
+    err_console.print(f"exported to {out}")
 
 
 @cli.command(context_settings={"ignore_unknown_options": True, "allow_extra_args": True}, add_help_option=False)
@@ -573,6 +584,13 @@ def main(argv: list[str] | None = None) -> None:
         cli.main(args=argv, standalone_mode=False)
     except click.exceptions.Abort:
         sys.exit(130)
+    except click.NoSuchOption as exc:
+        if not exc.option_name.startswith("--"):
+            # `search "-5 degrees"`: a query (or a message) that starts with a dash reads as an option.
+            command = exc.ctx.command_path if exc.ctx else "mycelian-agent COMMAND"
+            exc.message += f" (if that is text starting with '-', put it after '--': {command} [OPTIONS] -- \"TEXT\")"
+        exc.show()
+        sys.exit(exc.exit_code)
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)

@@ -265,14 +265,15 @@ def test_read_commands_read_the_store_directly_with_the_tools_answers(tmp_path, 
     db = tmp_path / "memory.db"
     assert cli("replay", str(EXAMPLE), "--db", str(db), "--memory", "quickstart").returncode == 0
     commands = [("list",), ("show", "--memory", "quickstart"), ("search", "Lisbon trip", "--memory", "quickstart"),
-                ("search", "Lisbon", "--memory", "quickstart", "--json"), ("export", "--memory", "quickstart")]
+                ("search", "Lisbon", "--memory", "quickstart", "--json"), ("export", "--memory", "quickstart"),
+                ("recall", "When is the Lisbon trip?", "--memory", "quickstart")]
     for command in commands:
         direct = cli(*command, "--db", str(db))
         over_mcp = cli(*command, "--db", str(db), "--server", "in-process")
         assert direct.returncode == over_mcp.returncode == 0, (command, direct.stderr, over_mcp.stderr)
         assert direct.stdout == over_mcp.stdout, command
     bad = cli("delete", "--db", str(db), "--memory", "quickstart", "--entry", "123", "--yes")
-    assert bad.returncode == 1 and "delete_entry failed: entry_id must be a UUID" in bad.stderr
+    assert bad.returncode == 1 and "failed: entry_id must be a UUID" in bad.stderr
     probe = ("import sys; from mycelian_agent.cli import main\n"
              "try:\n    main(sys.argv[1:])\nexcept SystemExit as exc:\n    assert not exc.code, exc.code\n"
              "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'mcp', 'langchain_core', 'langgraph'})\n"
@@ -293,3 +294,29 @@ def test_the_readme_async_snippet_runs_as_written(tmp_path):
     assert len(stored_raw_entries(tmp_path / "memory.db")) == 2
     printed = readme.split("It prints:\n```\n", 1)[1].split("```")[0]
     assert printed in done.stdout  # the README shows what the snippet prints
+
+
+def test_read_and_edit_commands_say_what_is_wrong_in_one_line(tmp_path, cli):
+    db = tmp_path / "memory.db"
+    assert cli("replay", str(EXAMPLE), "--db", str(db), "--memory", "quickstart").returncode == 0
+    common = ("--db", str(db), "--memory", "quickstart")
+    cases = [
+        (("export", *common, "--out", str(tmp_path / "missing" / "x.json")),
+         f"error: cannot write --out {tmp_path / 'missing' / 'x.json'}: the folder {tmp_path / 'missing'} does not "
+         "exist"),
+        (("export", *common, "--out", "/dev/full"), "error: cannot write --out /dev/full: No space left on device"),
+        (("delete", "--db", str(db), "--memory", "nope"), "error: memory 'nope' not found in vault 'mycelian'"),
+        (("delete", *common), "error: not deleting memory 'quickstart' with all its entries: there is no terminal "
+                              "to confirm on; pass --yes"),
+        (("delete", *common, "--entry", "00000000-0000-4000-8000-000000000000"), "not found in memory"),
+        (("list", "--db", str(tmp_path)), f"error: --db {tmp_path} is a folder, not a memory database file"),
+        (("search", "-5 degrees", *common), "No such option '-5'. (if that is text starting with '-', put it after "
+                                            "'--': "),  # the program's name differs in pytest
+    ]
+    for args, problem in cases:
+        run = cli(*args)
+        assert run.returncode in (1, 2) and problem in " ".join(run.stderr.split()), (args, run.stderr)
+        assert "Traceback" not in run.stderr
+    assert len(stored_raw_entries(db)) == 16  # nothing was deleted
+    found = cli("search", *common, "--json", "--", "-5 degrees")
+    assert found.returncode == 0 and json.loads(found.stdout) == []
