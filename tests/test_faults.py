@@ -186,10 +186,12 @@ def test_malformed_http_bodies_get_a_parse_error_and_disconnects_log_no_tracebac
     headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
     try:
         with httpx.Client(timeout=10) as client:
-            for body in (b"{not json", b"\xff\xfe\x00", b'{"jsonrpc": "2.0", "id": 1, "method": 5}', b"[]", b"null"):
+            for body in (b"{not json", b"\xff\xfe\x00", b'{"jsonrpc": "2.0", "id": 1, "method": 5}', b"[]", b"null",
+                         b'"text"', b"[1, 2]"):
                 response = client.post(url, content=body, headers=headers)
                 assert response.status_code in (400, 406), (body, response.status_code, response.text)
                 assert response.json()["error"]["code"] in (-32700, -32600, -32602), response.text
+                assert "\n" not in response.json()["error"]["message"], response.text  # one line, no pydantic dump
         for _ in range(3):  # a client that hangs up in the middle of a request
             with socket.create_connection(("127.0.0.1", port)) as sock:
                 sock.sendall(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"

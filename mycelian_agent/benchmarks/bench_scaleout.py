@@ -164,6 +164,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="servers with --embeddings (hybrid search; needs the embeddings extra); the prefilled "
                              "entries are embedded by the backfill")
     args = parser.parse_args(argv)
+    import importlib.util
+
+    if importlib.util.find_spec("psycopg") is None:
+        print("error: the scale-out benchmark needs PostgreSQL's client: pip install 'mycelian-agent[postgres]'",
+              file=sys.stderr)
+        return 2
     results = run_scaleout(args.out, entries=args.entries, adds=args.adds, searches=args.searches,
                            conversations=args.conversations, messages=args.messages,
                            workers=tuple(int(w) for w in args.workers.split(",") if int(w) > 0),

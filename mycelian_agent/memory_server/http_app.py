@@ -41,6 +41,27 @@ def _quiet_disconnect_logs() -> None:
         logger.addFilter(_QuietDisconnects())
 
 
+def _message_problem(parsed: object) -> str | None:
+    """What makes ``parsed`` (a request body) no JSON-RPC message, in one line, or None."""
+    items = parsed if isinstance(parsed, list) and parsed else [parsed]
+    for item in items:
+        if not isinstance(item, dict):
+            return f'a JSON-RPC message is a JSON object with "jsonrpc": "2.0", not {type(item).__name__}'
+        if item.get("jsonrpc") != "2.0":
+            return f'"jsonrpc" must be "2.0" (got {item.get("jsonrpc")!r})'
+        if "method" in item and not isinstance(item["method"], str):
+            return f'"method" must be a string (got {type(item["method"]).__name__})'
+        if "method" not in item and "result" not in item and "error" not in item:
+            return 'a message needs "method" (a request or notification) or "result" / "error" (a response)'
+        if "params" in item and not isinstance(item["params"], (dict, list)):
+            return f'"params" must be an object (got {type(item["params"]).__name__})'
+    return None
+
+
+def _rpc_error(code: int, message: str) -> JSONResponse:
+    return JSONResponse({"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}, status_code=400)
+
+
 class JsonBodyMiddleware:
     """POST bodies that are not JSON text get JSON-RPC's parse error (HTTP 400, code -32700) instead of the SDK's
     HTTP 500 and traceback; a client that hangs up before its body arrived is dropped without a log."""
@@ -66,14 +87,16 @@ class JsonBodyMiddleware:
         if complete:
             body = b"".join(m.get("body", b"") for m in messages)
             try:
-                json.loads(body)
+                parsed = json.loads(body)
             except (ValueError, RecursionError) as exc:  # JSONDecodeError, invalid UTF-8, too deep
                 problem = "invalid UTF-8" if isinstance(exc, UnicodeDecodeError) else \
                     "nested too deep" if isinstance(exc, RecursionError) else str(exc)
-                response = JSONResponse({"jsonrpc": "2.0", "id": None, "error": {
-                    "code": -32700, "message": f"Parse error: the request body is not JSON text ({problem})"}},
-                    status_code=400)
-                await response(scope, receive, send)
+                await _rpc_error(-32700, f"Parse error: the request body is not JSON text ({problem})")(
+                    scope, receive, send)
+                return
+            problem = _message_problem(parsed)
+            if problem is not None:  # the SDK answers these with a multi-line pydantic dump
+                await _rpc_error(-32600, f"Invalid Request: {problem}")(scope, receive, send)
                 return
 
         async def replay() -> Message:
