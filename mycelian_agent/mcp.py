@@ -13,8 +13,8 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from contextlib import AbstractAsyncContextManager
-from typing import Any, Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any, AsyncIterator, Callable, Mapping, Sequence
 
 import anyio
 from typing import TYPE_CHECKING
@@ -68,6 +68,57 @@ def in_process_connection(db: str, *, embeddings: bool | str = False) -> Session
             create_server(db, embeddings=bool(embeddings), embeddings_writes=writes))
 
     return open_session
+
+
+class _ServerEnded(ConnectionError):
+    """The stdio server's output ended while a call waited for its answer."""
+
+
+class _WatchedStream:
+    """The read stream of a stdio session that sets ``ended`` when the server's output ends (the process exited):
+    the MCP client fails the requests in flight then, but a request sent afterwards would wait for its deadline."""
+
+    def __init__(self, stream: Any, ended: asyncio.Event) -> None:
+        self._stream = stream
+        self._ended = ended
+
+    async def __aenter__(self) -> "_WatchedStream":
+        await self._stream.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> Any:
+        self._ended.set()
+        return await self._stream.__aexit__(*exc_info)
+
+    def __aiter__(self) -> "_WatchedStream":
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self._stream.__anext__()
+        except StopAsyncIteration:
+            self._ended.set()
+            raise
+
+    async def receive(self) -> Any:
+        return await self._stream.receive()
+
+    async def aclose(self) -> None:
+        self._ended.set()
+        await self._stream.aclose()
+
+
+@asynccontextmanager
+async def _stdio_session(connection: Mapping[str, Any], ended: asyncio.Event) -> AsyncIterator[ClientSession]:
+    """A session with a server spawned over stdio (as langchain-mcp-adapters opens it), whose end is watched."""
+    from mcp import StdioServerParameters
+    from mcp.client.stdio import stdio_client
+
+    params = StdioServerParameters(command=connection["command"], args=list(connection.get("args", [])),
+                                   env=connection.get("env"))
+    async with stdio_client(params) as (read, write), \
+            ClientSession(_WatchedStream(read, ended), write) as session:  # type: ignore[arg-type]
+        yield session
 
 
 async def _list_tools(session: ClientSession) -> list[Any]:
@@ -158,6 +209,7 @@ class MemoryConnection:
         self._stop: asyncio.Event | None = None
         self._failure: BaseException | None = None  # why the session's task ended on its own
         self._broken = False
+        self._ended: asyncio.Event | None = None  # stdio: set when the server's output ends
         self._generation = 0
         self._lock: asyncio.Lock | None = None
         self._opened = False
@@ -236,7 +288,15 @@ class MemoryConnection:
         stop = self._stop
         try:
             factory = self._connection if callable(self._connection) else None
-            async with (factory() if factory else create_session(self._connection)) as session:  # type: ignore[arg-type]
+            ended = asyncio.Event()  # the server's output ended (stdio: the process exited)
+            self._ended = ended if factory is None and self._connection.get("transport") == "stdio" else None  # type: ignore[union-attr]
+            if factory is not None:
+                opened = factory()
+            elif self._connection.get("transport") == "stdio":  # type: ignore[union-attr]
+                opened = _stdio_session(self._connection, ended)  # type: ignore[arg-type]
+            else:
+                opened = create_session(self._connection)  # type: ignore[arg-type]
+            async with opened as session:
                 if factory is None:  # a factory's session comes initialised
                     await session.initialize()
                 if load_tools:
@@ -244,7 +304,17 @@ class MemoryConnection:
                     self._tools = {}
                 self._session = session
                 ready.set_result(None)
-                await stop.wait()
+                stopping = asyncio.ensure_future(stop.wait())
+                ending = asyncio.ensure_future(ended.wait())
+                try:
+                    await asyncio.wait({stopping, ending}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    stopping.cancel()
+                    ending.cancel()
+                if ended.is_set() and not stop.is_set():
+                    # Seen at once: later calls fail now instead of waiting for their deadline.
+                    self._failure = MemoryServerError("the server process exited (its output ended)")
+                    self._session = None
         except BaseException as exc:  # noqa: BLE001 - reported to open() or to the next call
             if not ready.done():
                 ready.set_exception(self._connect_error(exc))
@@ -354,6 +424,27 @@ class MemoryConnection:
             f"last error: {last}). Start it (or check --server and the network), then run again: stored messages "
             "are not stored twice", tool=name)
 
+    async def _watched_call(self, session: ClientSession, name: str, arguments: dict[str, Any]) -> Any:
+        """``session.call_tool``, ended early when the stdio server's output ends: a request sent just as the
+        server died (after the client failed the requests in flight) would otherwise wait for its deadline."""
+        ended = self._ended
+        if ended is None:
+            return await session.call_tool(name, arguments)
+        if ended.is_set():
+            raise _ServerEnded("the server process exited (its output ended)")
+        call = asyncio.ensure_future(session.call_tool(name, arguments))
+        ending = asyncio.ensure_future(ended.wait())
+        try:
+            await asyncio.wait({call, ending}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            ending.cancel()
+            if not call.done():
+                call.cancel()
+                await asyncio.gather(call, return_exceptions=True)
+        if call.cancelled() or not call.done():
+            raise _ServerEnded("the server process exited (its output ended)")
+        return call.result()
+
     def _mark_broken(self, generation: int) -> None:
         if generation == self._generation:
             self._broken = True
@@ -370,8 +461,8 @@ class MemoryConnection:
         session, generation = await self._usable_session(name)
         try:
             if self._call_timeout is None:
-                return await session.call_tool(name, arguments)
-            return await asyncio.wait_for(session.call_tool(name, arguments), self._call_timeout)
+                return await self._watched_call(session, name, arguments)
+            return await asyncio.wait_for(self._watched_call(session, name, arguments), self._call_timeout)
         except asyncio.TimeoutError:
             if self._reconnect:
                 self._mark_broken(generation)
@@ -381,7 +472,7 @@ class MemoryConnection:
         except MycelianError:
             raise
         except Exception as exc:  # transport failures surface as many exception types
-            closed = _is_closed(exc) or not self._alive()
+            closed = isinstance(exc, _ServerEnded) or _is_closed(exc) or not self._alive()
             if self._reconnect:
                 self._mark_broken(generation)
                 raise MemoryServerError(f"{name} failed: {describe_cause(exc)} (connection to {self._describe()} "

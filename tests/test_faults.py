@@ -149,7 +149,8 @@ def test_http_server_killed_for_good_fails_the_replay_with_a_clear_error_in_boun
 
 
 async def test_a_closed_stdio_session_is_not_retried_as_transient(tmp_path: Path):
-    async with connect("embedded", db=tmp_path / "m.db", timeout=10) as memory:
+    # The call deadline (60 s) is far longer than the bound below: the server's end is seen, not waited out.
+    async with connect("embedded", db=tmp_path / "m.db", timeout=60) as memory:
         await memory.call_json("list_vaults")
         process = next(p for p in _children() if "mycelian_agent.memory_server" in p[1])
         os.kill(process[0], signal.SIGKILL)
