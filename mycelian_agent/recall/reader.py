@@ -9,7 +9,9 @@ bounds, the reader filters the hits by time itself.
 A recall is built in four steps: one search (the hits and the newest context document), the turn before and after
 each of the best hits (``list_entries`` with a one-entry page on each side, concurrently; same thread only), the
 context document's items that bear on the query (:mod:`~mycelian_agent.recall.notes`), and a greedy fill of the
-token budget: the best hit, its neighbours, the next hit..., then everything chosen in time order.
+token budget: the best hit, the notes (at most :data:`NOTES_SHARE` + :data:`STANDING_SHARE` of the budget), then
+the hits in rank order, the best three each followed by their neighbours; what was chosen is shown in time order.
+Read calls are retried when their failure is transient (:mod:`~mycelian_agent.recall.retry`).
 """
 
 from __future__ import annotations
