@@ -1,0 +1,44 @@
+"""bm25.py and porter.py: Python sees FTS5's stems, and the IDF never reaches zero."""
+
+from __future__ import annotations
+
+import sqlite3
+
+from mycelian_agent.memory_server import bm25
+from mycelian_agent.memory_server.porter import stem
+
+_WORDS = (
+    "caresses ponies ties caress cats feed agreed plastered bled motoring sing conflated troubled sized hopping "
+    "tanned falling hissing fizzed failing filing happy sky relational conditional rational valenci hesitanci "
+    "digitizer conformabli radicalli differentli vileli analogousli vietnamization predication operator feudalism "
+    "decisiveness hopefulness callousness formaliti sensitiviti sensibiliti triplicate formative formalize "
+    "electriciti electrical hopeful goodness revival allowance inference airliner gyroscopic adjustable defensible "
+    "irritant replacement adjustment dependent adoption homologou communism activate angulariti homologous "
+    "effective bowdlerize probate rate cease controll roll generalization oscillators skies dying news innings "
+    "marathons running painting paints k9aholics u2019s 10th 1990s mornings volunteered volunteering lgbtq "
+    "straße naïveties cafés münchen résumés"
+).split()
+
+
+def test_the_stems_are_fts5s() -> None:
+    conn = sqlite3.connect(":memory:")
+    conn.execute("CREATE VIRTUAL TABLE t USING fts5(x, tokenize='porter unicode61 remove_diacritics 2')")
+    conn.execute("CREATE VIRTUAL TABLE v USING fts5vocab(t, 'instance')")
+    conn.executemany("INSERT INTO t (rowid, x) VALUES (?, ?)", list(enumerate(_WORDS, 1)))
+    indexed = {doc: term for term, doc in conn.execute("SELECT term, doc FROM v")}
+    assert [indexed[i] for i in range(1, len(_WORDS) + 1)] == [bm25.tokens(w)[0] for w in _WORDS]
+    assert stem("running") == "run" and bm25.tokens("Cafés, RUNNING!") == ["cafe", "run"]
+
+
+def test_the_idf_never_reaches_zero() -> None:
+    assert bm25.idf(16, 16) > 0 and bm25.idf(16, 8) > bm25.idf(16, 12) > bm25.idf(16, 16)
+    assert abs(bm25.idf(100, 50) - 0.693) < 0.01  # ln 2 for a term in half the entries
+
+
+def test_weighted_fields_and_the_thread_tag() -> None:
+    terms = bm25.entry_terms("We ran", "On 2024-05-03 Ana said: we ran", {"speaker": "Ana", "thread": "run-club"},
+                             "2024-05-03T10:00:00Z")
+    # raw 1 + summary 1.5 for "ran"; the thread tag names the conversation and is not scored; the date weighs 0.5.
+    assert terms.frequencies["ran"] == 2.5 and "club" not in terms.frequencies and terms.frequencies["mai"] == 0.5  # "May", stemmed
+    ranked = bm25.rank([(1, terms)], ["ran"], 10, {"ran": 1}, 100)
+    assert ranked[0][0] == 1 and 1.0 < ranked[0][1] < 10.0
