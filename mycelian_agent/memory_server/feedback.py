@@ -20,8 +20,13 @@ import unicodedata
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TypeVar
+
+from . import bm25
 
 from .ranking import STOPWORDS, WORD_RE
+
+T = TypeVar("T")
 
 __all__ = [
     "FEEDBACK_DOCS",
@@ -29,6 +34,7 @@ __all__ = [
     "FEEDBACK_POSTINGS",
     "FEEDBACK_TERMS",
     "FEEDBACK_WEIGHT",
+    "EntryFields",
     "TermStatistics",
     "combine",
     "expansion_terms",
@@ -69,15 +75,25 @@ def feedback_words(text: str) -> list[str]:
     return [w for w in words if len(w) > 2 and w not in STOPWORDS and not _DIGIT.search(w)]
 
 
+#: What a backend's loader yields for each entry: ``(seq, raw_entry, summary, tags JSON, conversation time or
+#: creation time)``.
+EntryFields = tuple[int, str, str, str, str | None]
+
+
 @dataclass
 class _Counts:
     entries: int = 0
     last_seq: int = 0
-    frequencies: Counter[str] = field(default_factory=Counter)
+    frequencies: Counter[str] = field(default_factory=Counter)  # feedback words (raw entry and summary)
+    stems: Counter[str] = field(default_factory=Counter)  # BM25's index stems (every field)
+    length: int = 0  # BM25's tokens, summed over the entries
 
-    def add(self, rows: Iterable[tuple[int, str]]) -> None:
-        for seq, text in rows:
-            self.frequencies.update(set(feedback_words(text)))
+    def add(self, rows: Iterable[EntryFields]) -> None:
+        for seq, raw_entry, summary, tags, moment in rows:
+            self.frequencies.update(set(feedback_words(f"{summary} {raw_entry}")))
+            terms = bm25.entry_terms(raw_entry, summary, tags, moment)
+            self.stems.update(terms.frequencies.keys())
+            self.length += terms.length
             self.entries += 1
             self.last_seq = max(self.last_seq, seq)
 
@@ -89,7 +105,8 @@ class _Slot:
 
 
 class TermStatistics:
-    """Document frequencies of :func:`feedback_words` in each memory's entries, cached per memory.
+    """Document frequencies of :func:`feedback_words` and of BM25's stems in each memory's entries, cached per
+    memory.
 
     The cache follows the store without hooks into its writes: each call passes the memory's highest seq now.
     Entries above the cached ones are read and counted; a lower one (the newest entries deleted) recounts the
@@ -103,18 +120,9 @@ class TermStatistics:
         self._memories: OrderedDict[str, _Slot] = OrderedDict()
         self._lock = threading.Lock()
 
-    def frequencies(
-        self,
-        memory_id: str,
-        words: Collection[str],
-        last_seq: int,
-        load: Callable[[int], Iterable[tuple[int, str]]],
-    ) -> tuple[int, dict[str, int]]:
-        """``(entries, {word: entries containing it})`` of the memory, for each of ``words``.
-
-        ``last_seq`` is the memory's highest entry seq now (0 when empty); ``load(after_seq)`` yields
-        ``(seq, text)`` of its entries above ``after_seq``, in seq order.
-        """
+    def _read(
+        self, memory_id: str, last_seq: int, load: Callable[[int], Iterable[EntryFields]], read: Callable[[_Counts], T]
+    ) -> T:
         with self._lock:
             slot = self._memories.get(memory_id)
             if slot is None:
@@ -129,7 +137,26 @@ class TermStatistics:
                 counts.add(load(-1))
             elif last_seq > counts.last_seq:
                 counts.add(load(counts.last_seq))
-            return counts.entries, {word: counts.frequencies[word] for word in words}
+            return read(counts)
+
+    def frequencies(
+        self, memory_id: str, words: Collection[str], last_seq: int, load: Callable[[int], Iterable[EntryFields]]
+    ) -> tuple[int, dict[str, int]]:
+        """``(entries, {word: entries containing it})`` of the memory, for each of ``words``.
+
+        ``last_seq`` is the memory's highest entry seq now (0 when empty); ``load(after_seq)`` yields
+        :data:`EntryFields` of its entries above ``after_seq``, in seq order.
+        """
+        return self._read(memory_id, last_seq, load,
+                          lambda c: (c.entries, {word: c.frequencies[word] for word in words}))
+
+    def term_statistics(
+        self, memory_id: str, stems: Collection[str], last_seq: int, load: Callable[[int], Iterable[EntryFields]]
+    ) -> tuple[int, dict[str, int], int]:
+        """BM25's ``(entries, {stem: entries containing it}, tokens over all entries)`` of the memory (``bm25.py``);
+        arguments as for :meth:`frequencies`."""
+        return self._read(memory_id, last_seq, load,
+                          lambda c: (c.entries, {s: c.stems[s] for s in stems}, c.length))
 
     def forget(self, memory_id: str) -> None:
         """Drop a memory's statistics (an entry of it, or the memory, was deleted): recounted when next used."""

@@ -19,6 +19,7 @@ from typing import Any
 from ..errors import ConfigError, MemoryServerError
 from . import search as lexical
 from .base import DenseIndex, MemoryStore, NewEntry, Row
+from .feedback import EntryFields
 from .migrations import migrate
 from .validation import format_timestamp
 
@@ -290,9 +291,10 @@ class Store(MemoryStore):
         sql = "SELECT coalesce(max(seq), 0) FROM entries WHERE memory_id = ?"
         return int(self._conn.execute(sql, (memory_id,)).fetchone()[0])
 
-    def _entry_texts(self, memory_id: str, after_seq: int) -> list[tuple[int, str]]:
-        sql = "SELECT seq, summary || ' ' || raw_entry FROM entries WHERE memory_id = ? AND seq > ? ORDER BY seq"
-        return [(int(seq), text) for seq, text in self._conn.execute(sql, (memory_id, after_seq))]
+    def _entry_texts(self, memory_id: str, after_seq: int) -> list[EntryFields]:
+        sql = ("SELECT seq, raw_entry, summary, tags, coalesce(conversation_time, creation_time) FROM entries "
+               "WHERE memory_id = ? AND seq > ? ORDER BY seq")
+        return [(int(r[0]), r[1], r[2], r[3], r[4]) for r in self._conn.execute(sql, (memory_id, after_seq))]
 
     def _lexical_contexts(self, memory_id: str, terms: list[str], limit: int) -> list[tuple[Row, float]]:
         return lexical.search_contexts(self._conn, memory_id, terms, limit)
