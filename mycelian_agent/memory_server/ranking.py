@@ -1,7 +1,8 @@
 """Ranking pieces shared by every storage backend: query terms, neighbouring-turn context, derived index columns.
 
-The SQLite store ranks with FTS5's BM25 (``search.py``), the PostgreSQL store with ``tsvector`` (``pg_store.py``);
-both feed their lexical hits through :func:`with_context` here, so the neighbour scoring is one piece of code.
+The SQLite store finds candidates with FTS5 (``search.py``), the PostgreSQL store with ``tsvector`` (``pg_store.py``);
+both score them with ``bm25.py`` and feed the hits through :func:`with_context` here, so the scoring and the
+neighbour shares are one piece of code.
 """
 
 from __future__ import annotations

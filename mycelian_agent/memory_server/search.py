@@ -1,5 +1,9 @@
 """Lexical search over entries and context snapshots (SQLite FTS5, BM25); fusion with dense results is in fusion.py.
 
+The server's entry search takes only its candidates from here (``rank_entries``, FTS5's ``bm25()`` order, cut at the
+pool) and scores them with ``bm25.py`` (per-memory statistics, an IDF that never reaches zero); ``search_entries``
+(FTS5's own scores) serves the ablation benchmark's plain-BM25 rows, ``search_contexts`` the context snapshots.
+
 Entries are indexed (migration 3) with the porter stemmer over ``unicode61 remove_diacritics 2``, in columns
 ``raw_entry``, ``summary``, ``labels`` (tag values without digits: speaker names, topics) and ``dated`` (the entry's
 date in words, "8 May 2023"), weighted by :data:`ENTRY_WEIGHTS`. Each entry's BM25 score then takes shares of its
