@@ -42,3 +42,36 @@ def test_weighted_fields_and_the_thread_tag() -> None:
     assert terms.frequencies["ran"] == 2.5 and "club" not in terms.frequencies and terms.frequencies["mai"] == 0.5  # "May", stemmed
     ranked = bm25.rank([(1, terms)], ["ran"], 10, {"ran": 1}, 100)
     assert ranked[0][0] == 1 and 1.0 < ranked[0][1] < 10.0
+
+
+def test_a_search_tokenises_no_candidate_once_the_statistics_are_loaded(tmp_path, monkeypatch) -> None:
+    # TermStatistics tokenises every entry when it counts a memory; it keeps their terms in the store's entry cache,
+    # so a search (and one after an add: only the new entry is read) never tokenises its candidates again.
+    from mycelian_agent.memory_server.store import Store
+
+    store = Store.open(tmp_path / "m.db")
+    try:
+        vault = store.create_vault("v")["vaultId"]
+        memory = store.create_memory(vault, "m", "CHAT")["memoryId"]
+        for i in range(6):
+            store.add_entry(vault, memory, raw_entry=f"We ran {i} miles by the river", summary=f"Ana ran {i} miles")
+        first = store.search(memory, "river miles", top_ke=5)
+        seen: list[str] = []
+        original = bm25.entry_terms
+        monkeypatch.setattr(bm25, "entry_terms", lambda raw, *rest: seen.append(raw) or original(raw, *rest))
+        assert store.search(memory, "river miles", top_ke=5) == first and seen == []
+        store.add_entry(vault, memory, raw_entry="A new river walk", summary="Ana walked by the river")
+        assert store.search(memory, "river walk", top_ke=5)["entries"][0]["summary"] == "Ana walked by the river"
+        assert seen == ["A new river walk"]
+    finally:
+        store.close()
+
+
+def test_a_stem_the_query_holds_twice_weighs_twice() -> None:
+    # "dogs" and "dog" are two query words of one stem: like FTS5 (which sums each phrase) and Lucene, BM25 weighs
+    # the stem once per query word.
+    assert bm25.query_stems(["dogs", "maria", "dog"]) == ["dog", "maria", "dog"]
+    terms = bm25.entry_terms("a white dog", "", {}, None)
+    once = bm25.rank([(1, terms)], ["dog"], 10, {"dog": 2}, 30)[0][1]
+    twice = bm25.rank([(1, terms)], ["dog", "dog"], 10, {"dog": 2}, 30)[0][1]
+    assert abs(twice - 2 * once) < 1e-9

@@ -623,11 +623,12 @@ class MemoryStore(ABC):
             # rise past weaker lexical hits. Not deeper than that: the neighbour shares and the query feedback then
             # work on the same pool as without dense (a pool of 100 at limit 25 lowered recall any@10 by 0.01).
             depth = max(depth, limit * 2)
-        hits = self._lexical_ranking(memory_id, terms, depth, after, before, context)
+        last_seq = self._last_entry_seq(memory_id)  # once: how both rankings and the feedback see new entries
+        hits = self._lexical_ranking(memory_id, terms, depth, after, before, context, last_seq)
         if feedback and hits:
-            extra = self._feedback_terms(memory_id, terms, hits)
+            extra = self._feedback_terms(memory_id, terms, hits, last_seq)
             if extra:
-                second = self._lexical_ranking(memory_id, extra, depth, after, before, context)
+                second = self._lexical_ranking(memory_id, extra, depth, after, before, context, last_seq)
                 # The hits the words came from would match them best: no second score for them, or the second
                 # search would only reshuffle the top (recall@1 fell from 0.36 to 0.30 on LoCoMo dev).
                 sources = {seq for seq, _ in hits[: feedback_module.FEEDBACK_DOCS]}
@@ -639,19 +640,22 @@ class MemoryStore(ABC):
         return [(rows[seq], score) for seq, score in hits if seq in rows]
 
     def _lexical_ranking(
-        self, memory_id: str, terms: list[str], depth: int, after: str | None, before: str | None, context: bool
+        self, memory_id: str, terms: list[str], depth: int, after: str | None, before: str | None, context: bool,
+        last_seq: int | None = None,
     ) -> list[tuple[int, float]]:
         """BM25 hits (``bm25.py``), re-ranked with their neighbours' scores when ``context``: up to ``depth``, best
-        first."""
+        first (``last_seq``: the memory's highest entry seq, read when not given)."""
         candidates = self._lexical_entries(memory_id, terms, depth * bm25.CANDIDATES, after, before)
         if not candidates:
             return []
         stems = bm25.query_stems(terms)
+        # The statistics first: loading them (new entries) puts those entries' terms in the cache read next.
+        count, frequencies, length = self._term_statistics.term_statistics(
+            memory_id, stems, self._last_entry_seq(memory_id) if last_seq is None else last_seq,
+            lambda after: self._entry_texts(memory_id, after))
         entries = self._entry_cache.get(
             [seq for seq, _ in candidates],
             lambda seqs: {seq: _entry_terms(row) for seq, row in self._entry_rows(memory_id, seqs).items()})
-        count, frequencies, length = self._term_statistics.term_statistics(
-            memory_id, stems, self._last_entry_seq(memory_id), lambda after: self._entry_texts(memory_id, after))
         scored = bm25.rank(list(entries.items()), stems, count, frequencies, length)
         hits = [(seq, value) for seq, value, _ in scored[:depth]]
         if context and hits:
@@ -660,7 +664,9 @@ class MemoryStore(ABC):
             hits = with_context(hits, links, allowed, depth, matched)
         return hits
 
-    def _feedback_terms(self, memory_id: str, terms: list[str], hits: Sequence[tuple[int, float]]) -> list[str]:
+    def _feedback_terms(
+        self, memory_id: str, terms: list[str], hits: Sequence[tuple[int, float]], last_seq: int | None = None
+    ) -> list[str]:
         """The words of the best ``hits`` to search for next (``feedback.expansion_terms``); none in a memory of
         fewer than ``FEEDBACK_MIN_ENTRIES`` entries."""
         top = hits[: feedback_module.FEEDBACK_DOCS]
@@ -669,7 +675,8 @@ class MemoryStore(ABC):
                 for seq, score in top if seq in rows]
         words = {word for doc, _ in docs for word in doc}
         entries, frequencies = self._term_statistics.frequencies(
-            memory_id, words, self._last_entry_seq(memory_id), lambda after: self._entry_texts(memory_id, after))
+            memory_id, words, self._last_entry_seq(memory_id) if last_seq is None else last_seq,
+            lambda after: self._entry_texts(memory_id, after))
         if entries < feedback_module.FEEDBACK_MIN_ENTRIES:
             return []
         return feedback_module.expansion_terms(docs, entries, frequencies, exclude=set(terms))
@@ -685,8 +692,9 @@ class MemoryStore(ABC):
     @property
     def _term_statistics(self) -> feedback_module.TermStatistics:
         # Created on first use (no work at construction); the lock keeps two threads from making two caches.
+        entries = self._entry_cache  # (takes the same lock)
         with _STATISTICS_LOCK:
             statistics = self.__dict__.get("_feedback_statistics")
             if statistics is None:
-                statistics = self.__dict__["_feedback_statistics"] = feedback_module.TermStatistics()
+                statistics = self.__dict__["_feedback_statistics"] = feedback_module.TermStatistics(entries=entries)
             return statistics

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .porter import stem
-from .ranking import ENTRY_WEIGHTS, STOPWORDS, WORD_RE, entry_dated, entry_labels
+from .ranking import ENTRY_WEIGHTS, WORD_RE, entry_dated, entry_labels
 
 __all__ = ["B", "CANDIDATES", "CONVERSATION_TAGS", "K1", "EntryCache", "EntryTerms", "entry_terms", "idf", "query_stems", "score", "tokens"]
 
@@ -60,18 +60,17 @@ def tokens(text: str) -> list[str]:
 
 
 def query_stems(terms: Iterable[str]) -> list[str]:
-    """The distinct stems of query ``terms`` (``ranking.query_terms``), in order."""
-    return list(dict.fromkeys(s for term in terms for s in tokens(term)))
+    """The stems of query ``terms`` (``ranking.query_terms``: distinct words), in order, one per word: two words
+    of one stem ("dogs", "dog") give it twice (see :func:`rank`)."""
+    return [s for term in terms for s in tokens(term)]
 
 
 @dataclass(frozen=True)
 class EntryTerms:
-    """An entry as BM25 sees it: weighted frequency of each stem over its fields, token count, content stems
-    of its own text (the raw entry without stop words: what an echo repeats)."""
+    """An entry as BM25 sees it: weighted frequency of each stem over its fields, token count."""
 
     frequencies: Mapping[str, float]
     length: int
-    content: frozenset[str]
 
 
 #: Tags naming the conversation an entry belongs to, not what it says: the same words on every entry of a thread
@@ -86,19 +85,12 @@ def entry_terms(raw_entry: str, summary: str, tags: Mapping[str, str] | str, mom
     fields = (raw_entry, summary, labels, entry_dated(moment) if moment else "")
     frequencies: dict[str, float] = {}
     length = 0
-    raw: list[str] = []
-    for index, (text, weight) in enumerate(zip(fields, _FIELD_WEIGHTS, strict=True)):
+    for text, weight in zip(fields, _FIELD_WEIGHTS, strict=True):
         words = tokens(text)
-        if index == 0:
-            raw = words
         length += len(words)
         for word in words:
             frequencies[word] = frequencies.get(word, 0.0) + weight
-    content = frozenset(w for w in raw if w not in _STOP_STEMS)
-    return EntryTerms(frequencies, length, content)
-
-
-_STOP_STEMS = frozenset(stem(w) for w in STOPWORDS) | STOPWORDS
+    return EntryTerms(frequencies, length)
 
 
 def idf(entries: int, containing: int) -> float:
@@ -128,7 +120,9 @@ def rank(
     total_length: int,
 ) -> list[tuple[int, float, dict[str, float]]]:
     """``(seq, score > 0, shares per stem)`` of the candidates containing a query stem, best first (ties: newer)."""
-    weights = {t: idf(entries, frequencies.get(t, 0)) for t in stems}
+    weights: dict[str, float] = {}
+    for t in stems:  # a stem the query holds twice weighs twice (its query-term frequency, as FTS5 and Lucene sum)
+        weights[t] = weights.get(t, 0.0) + idf(entries, frequencies.get(t, 0))
     average = total_length / entries if entries else 0.0
     scored = []
     for seq, entry in candidates:
@@ -145,12 +139,21 @@ CACHED_ENTRIES = 20_000
 
 class EntryCache:
     """:class:`EntryTerms` by entry seq, least recently used dropped first. Entries never change after they are
-    written (only deleted, and a deleted seq is never a candidate again), so nothing goes stale. Thread-safe."""
+    written (only deleted, and a deleted seq is never a candidate again, nor reused), so nothing goes stale.
+    ``feedback.TermStatistics`` puts every entry it counts here (it tokenises them anyway), so a search of a memory
+    whose statistics are loaded finds its candidates' terms here and tokenises nothing. Thread-safe."""
 
     def __init__(self, capacity: int = CACHED_ENTRIES) -> None:
         self._capacity = capacity
         self._items: OrderedDict[int, EntryTerms] = OrderedDict()
         self._lock = threading.Lock()
+
+    def put(self, items: Iterable[tuple[int, EntryTerms]]) -> None:
+        """Keep these entries' terms (the newest put are the most recently used)."""
+        with self._lock:
+            self._items.update(items)
+            while len(self._items) > self._capacity:
+                self._items.popitem(last=False)
 
     def get(self, seqs: Sequence[int], load: Callable[[list[int]], Mapping[int, EntryTerms]]) -> dict[int, EntryTerms]:
         """The terms of ``seqs`` (``load(missing seqs)`` computes the others; seqs it does not return are left out)."""
@@ -165,8 +168,5 @@ class EntryCache:
         if missing:
             loaded = load(missing)
             found.update(loaded)
-            with self._lock:
-                self._items.update(loaded)
-                while len(self._items) > self._capacity:
-                    self._items.popitem(last=False)
+            self.put(loaded.items())
         return {seq: found[seq] for seq in seqs if seq in found}

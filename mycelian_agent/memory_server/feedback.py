@@ -88,7 +88,8 @@ class _Counts:
     stems: Counter[str] = field(default_factory=Counter)  # BM25's index stems (every field)
     length: int = 0  # BM25's tokens, summed over the entries
 
-    def add(self, rows: Iterable[EntryFields]) -> None:
+    def add(self, rows: Iterable[EntryFields], keep: bm25.EntryCache | None) -> None:
+        counted: list[tuple[int, bm25.EntryTerms]] = []
         for seq, raw_entry, summary, tags, moment in rows:
             self.frequencies.update(set(feedback_words(f"{summary} {raw_entry}")))
             terms = bm25.entry_terms(raw_entry, summary, tags, moment)
@@ -96,6 +97,9 @@ class _Counts:
             self.length += terms.length
             self.entries += 1
             self.last_seq = max(self.last_seq, seq)
+            counted.append((seq, terms))
+        if keep is not None:
+            keep.put(counted)
 
 
 @dataclass
@@ -108,6 +112,9 @@ class TermStatistics:
     """Document frequencies of :func:`feedback_words` and of BM25's stems in each memory's entries, cached per
     memory.
 
+    With ``entries``, each entry's BM25 terms, computed for the counts, are put in that cache too (``bm25.py``),
+    so a search tokenises no candidate of a memory whose statistics are loaded.
+
     The cache follows the store without hooks into its writes: each call passes the memory's highest seq now.
     Entries above the cached ones are read and counted; a lower one (the newest entries deleted) recounts the
     memory. Other deletes are reported by the store (:meth:`forget`); deletes by another process go unseen until
@@ -115,8 +122,9 @@ class TermStatistics:
     share between the store's threads: a memory being counted holds up searches of that memory only.
     """
 
-    def __init__(self, capacity: int = CACHED_MEMORIES) -> None:
+    def __init__(self, capacity: int = CACHED_MEMORIES, entries: bm25.EntryCache | None = None) -> None:
         self._capacity = capacity
+        self._entries = entries
         self._memories: OrderedDict[str, _Slot] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -134,9 +142,9 @@ class TermStatistics:
             counts = slot.counts
             if counts is None or last_seq < counts.last_seq:
                 counts = slot.counts = _Counts()
-                counts.add(load(-1))
+                counts.add(load(-1), self._entries)
             elif last_seq > counts.last_seq:
-                counts.add(load(counts.last_seq))
+                counts.add(load(counts.last_seq), self._entries)
             return read(counts)
 
     def frequencies(
