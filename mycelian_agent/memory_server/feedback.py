@@ -97,7 +97,11 @@ class _Counts:
             self.length += terms.length
             self.entries += 1
             self.last_seq = max(self.last_seq, seq)
-            counted.append((seq, terms))
+            if keep is not None:
+                counted.append((seq, terms))
+                if len(counted) == 1000:  # in batches: a large memory's terms are never all held here at once
+                    keep.put(counted)
+                    counted = []
         if keep is not None:
             keep.put(counted)
 
