@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from mycelian_agent.memory_server.feedback import (
+    EntryFields,
     TermStatistics,
     combine,
     expansion_terms,
@@ -60,9 +61,10 @@ class _Memory:
     def last_seq(self) -> int:
         return max(self.rows, default=0)
 
-    def load(self, after_seq: int) -> list[tuple[int, str]]:
+    def load(self, after_seq: int) -> list[EntryFields]:
+        # (seq, raw_entry, summary, tags, time): the text as the raw entry, no summary, no tags.
         self.reads.append(after_seq)
-        return [(seq, text) for seq, text in sorted(self.rows.items()) if seq > after_seq]
+        return [(seq, text, "", "{}", None) for seq, text in sorted(self.rows.items()) if seq > after_seq]
 
 
 def test_statistics_follow_appends_and_deletes() -> None:
@@ -115,3 +117,9 @@ def test_statistics_count_each_entry_once_under_concurrent_searches() -> None:
         memory.rows.update({seq: "gardens again" for seq in range(201, 301)})
         assert list(pool.map(search, range(16))) == [(300, {"gardens": 300})] * 16
     assert memory.reads == [-1, 200]  # one count, one tail: the searches of a memory wait for its counting
+
+
+def test_statistics_count_bm25_stems_and_lengths() -> None:
+    memory, stats = _Memory({1: "Running marathons", 2: "She runs"}), TermStatistics()
+    assert stats.term_statistics("m", ["run", "marathon", "she"], memory.last_seq(), memory.load) == (
+        2, {"run": 2, "marathon": 1, "she": 1}, 4)

@@ -214,3 +214,34 @@ async def test_offset_pages_through_one_ranking(chat, count: int) -> None:
     assert await _search(bg, m, "tomatoes water", top_ke=10, offset=count) == []
     with pytest.raises(Exception, match="offset"):
         await _search(bg, m, "tomatoes water", top_ke=10, offset=-1)
+
+
+def test_plan_counts_are_kept_until_the_database_changes(tmp_path) -> None:
+    # The FTS5 counts that plan a search are read once while nothing changes; a write by this connection or a
+    # commit by another drops them.
+    from mycelian_agent.memory_server.search import PlanCounts
+
+    path = tmp_path / "c.db"
+    conn, other = sqlite3.connect(path), sqlite3.connect(path)
+    conn.execute("CREATE VIRTUAL TABLE t USING fts5(x)")
+    conn.executemany("INSERT INTO t (x) VALUES (?)", [("red fox",), ("red hen",)])
+    conn.commit()
+    statements: list[str] = []
+    conn.set_trace_callback(statements.append)
+    counts = PlanCounts()
+
+    def red() -> int:
+        return counts.count(conn, "t", '"red"')
+
+    def matches() -> int:
+        return sum("MATCH" in sql for sql in statements)
+
+    assert red() == 2 and red() == 2 and matches() == 1
+    conn.execute("INSERT INTO t (x) VALUES ('red cat')")
+    conn.commit()
+    assert red() == 3 and matches() == 2
+    other.execute("INSERT INTO t (x) VALUES ('red owl')")
+    other.commit()
+    assert red() == 4 and matches() == 3
+    conn.close()
+    other.close()

@@ -21,6 +21,7 @@ from typing import Any, NamedTuple, Protocol
 
 from ..errors import InputError, MemoryServerError
 from ..limits import SEARCH_DEPTH_MAX
+from . import bm25
 from . import feedback as feedback_module
 from . import fusion
 from .placeholder import PLACEHOLDER_CONTEXT
@@ -160,6 +161,11 @@ def _score(value: float) -> float:
     return float(f"{value:.6g}")
 
 
+def _entry_terms(row: Row) -> bm25.EntryTerms:
+    moment = row["conversation_time"] or row["creation_time"]
+    return bm25.entry_terms(row["raw_entry"], row["summary"], row["tags"], moment)
+
+
 def memory_not_found(memory_id: str, vault_id: str | None) -> MemoryServerError:
     """The error for a memory that is not there (in ``vault_id`` when given)."""
     where = f" in vault {vault_id}" if vault_id is not None else ""
@@ -274,7 +280,8 @@ class MemoryStore(ABC):
     def _lexical_entries(
         self, memory_id: str, terms: list[str], limit: int, after: str | None, before: str | None
     ) -> list[tuple[int, float]]:
-        """Plain lexical ranking of the memory's entries: ``(seq, score > 0)``, best first."""
+        """The index's own lexical ranking of the memory's entries: ``(seq, score > 0)``, best first (the
+        candidates that ``bm25.py`` re-scores)."""
 
     @abstractmethod
     def _neighbours(
@@ -293,8 +300,9 @@ class MemoryStore(ABC):
         """The memory's highest entry seq, 0 when it has none: how the feedback statistics see new entries."""
 
     @abstractmethod
-    def _entry_texts(self, memory_id: str, after_seq: int) -> list[tuple[int, str]]:
-        """``(seq, summary + " " + raw_entry)`` of the memory's entries above ``after_seq``, in seq order."""
+    def _entry_texts(self, memory_id: str, after_seq: int) -> list[feedback_module.EntryFields]:
+        """``(seq, raw_entry, summary, tags JSON, conversation time else creation time)`` of the memory's entries
+        above ``after_seq``, in seq order (the per-memory statistics of ``feedback.TermStatistics``)."""
 
     @abstractmethod
     def _lexical_contexts(self, memory_id: str, terms: list[str], limit: int) -> list[tuple[Row, float]]:
@@ -615,11 +623,12 @@ class MemoryStore(ABC):
             # rise past weaker lexical hits. Not deeper than that: the neighbour shares and the query feedback then
             # work on the same pool as without dense (a pool of 100 at limit 25 lowered recall any@10 by 0.01).
             depth = max(depth, limit * 2)
-        hits = self._lexical_ranking(memory_id, terms, depth, after, before, context)
+        last_seq = self._last_entry_seq(memory_id)  # once: how both rankings and the feedback see new entries
+        hits = self._lexical_ranking(memory_id, terms, depth, after, before, context, last_seq)
         if feedback and hits:
-            extra = self._feedback_terms(memory_id, terms, hits)
+            extra = self._feedback_terms(memory_id, terms, hits, last_seq)
             if extra:
-                second = self._lexical_ranking(memory_id, extra, depth, after, before, context)
+                second = self._lexical_ranking(memory_id, extra, depth, after, before, context, last_seq)
                 # The hits the words came from would match them best: no second score for them, or the second
                 # search would only reshuffle the top (recall@1 fell from 0.36 to 0.30 on LoCoMo dev).
                 sources = {seq for seq, _ in hits[: feedback_module.FEEDBACK_DOCS]}
@@ -631,16 +640,33 @@ class MemoryStore(ABC):
         return [(rows[seq], score) for seq, score in hits if seq in rows]
 
     def _lexical_ranking(
-        self, memory_id: str, terms: list[str], depth: int, after: str | None, before: str | None, context: bool
+        self, memory_id: str, terms: list[str], depth: int, after: str | None, before: str | None, context: bool,
+        last_seq: int | None = None,
     ) -> list[tuple[int, float]]:
-        """Lexical hits, re-ranked with their neighbours' scores when ``context``: up to ``depth``, best first."""
-        hits = self._lexical_entries(memory_id, terms, depth, after, before)
+        """BM25 hits (``bm25.py``), re-ranked with their neighbours' scores when ``context``: up to ``depth``, best
+        first (``last_seq``: the memory's highest entry seq, read when not given)."""
+        candidates = self._lexical_entries(memory_id, terms, depth * bm25.CANDIDATES, after, before)
+        if not candidates:
+            return []
+        stems = bm25.query_stems(terms)
+        # The statistics first: loading them (new entries) puts those entries' terms in the cache read next.
+        count, frequencies, length = self._term_statistics.term_statistics(
+            memory_id, stems, self._last_entry_seq(memory_id) if last_seq is None else last_seq,
+            lambda after: self._entry_texts(memory_id, after))
+        entries = self._entry_cache.get(
+            [seq for seq, _ in candidates],
+            lambda seqs: {seq: _entry_terms(row) for seq, row in self._entry_rows(memory_id, seqs).items()})
+        scored = bm25.rank(list(entries.items()), stems, count, frequencies, length)
+        hits = [(seq, value) for seq, value, _ in scored[:depth]]
         if context and hits:
             links, allowed = self._neighbours(memory_id, [seq for seq, _ in hits], after, before)
-            hits = with_context(hits, links, allowed, depth)
+            matched = {seq: frozenset(by_stem) for seq, _, by_stem in scored}
+            hits = with_context(hits, links, allowed, depth, matched)
         return hits
 
-    def _feedback_terms(self, memory_id: str, terms: list[str], hits: Sequence[tuple[int, float]]) -> list[str]:
+    def _feedback_terms(
+        self, memory_id: str, terms: list[str], hits: Sequence[tuple[int, float]], last_seq: int | None = None
+    ) -> list[str]:
         """The words of the best ``hits`` to search for next (``feedback.expansion_terms``); none in a memory of
         fewer than ``FEEDBACK_MIN_ENTRIES`` entries."""
         top = hits[: feedback_module.FEEDBACK_DOCS]
@@ -649,16 +675,26 @@ class MemoryStore(ABC):
                 for seq, score in top if seq in rows]
         words = {word for doc, _ in docs for word in doc}
         entries, frequencies = self._term_statistics.frequencies(
-            memory_id, words, self._last_entry_seq(memory_id), lambda after: self._entry_texts(memory_id, after))
+            memory_id, words, self._last_entry_seq(memory_id) if last_seq is None else last_seq,
+            lambda after: self._entry_texts(memory_id, after))
         if entries < feedback_module.FEEDBACK_MIN_ENTRIES:
             return []
         return feedback_module.expansion_terms(docs, entries, frequencies, exclude=set(terms))
 
     @property
+    def _entry_cache(self) -> bm25.EntryCache:
+        with _STATISTICS_LOCK:
+            cache = self.__dict__.get("_bm25_entries")
+            if cache is None:
+                cache = self.__dict__["_bm25_entries"] = bm25.EntryCache()
+            return cache
+
+    @property
     def _term_statistics(self) -> feedback_module.TermStatistics:
         # Created on first use (no work at construction); the lock keeps two threads from making two caches.
+        entries = self._entry_cache  # (takes the same lock)
         with _STATISTICS_LOCK:
             statistics = self.__dict__.get("_feedback_statistics")
             if statistics is None:
-                statistics = self.__dict__["_feedback_statistics"] = feedback_module.TermStatistics()
+                statistics = self.__dict__["_feedback_statistics"] = feedback_module.TermStatistics(entries=entries)
             return statistics

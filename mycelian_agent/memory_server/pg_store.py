@@ -38,6 +38,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import ConfigError, MemoryServerError
 from .base import DenseIndex, MemoryStore, NewEntry, Row, memory_not_found
+from .feedback import EntryFields
 from .pg_migrations import ENTRY_TSV, migrate
 from .ranking import CONTEXT_GAP_DAYS, ENTRY_WEIGHTS, QUESTION_MARKS, entry_dated, entry_labels, index_words
 from .validation import format_timestamp
@@ -472,14 +473,14 @@ class PostgresStore(MemoryStore):
             ).fetchone()
         return int(row["last"])
 
-    def _entry_texts(self, memory_id: str, after_seq: int) -> list[tuple[int, str]]:
+    def _entry_texts(self, memory_id: str, after_seq: int) -> list[EntryFields]:
         with self._read() as conn:
             rows = conn.execute(
-                "SELECT seq, summary || ' ' || raw_entry AS text FROM entries WHERE memory_id = %s AND seq > %s "
-                "ORDER BY seq",
+                "SELECT seq, raw_entry, summary, tags, coalesce(conversation_time, creation_time) AS moment "
+                "FROM entries WHERE memory_id = %s AND seq > %s ORDER BY seq",
                 (memory_id, after_seq),
             ).fetchall()
-        return [(int(row["seq"]), row["text"]) for row in rows]
+        return [(int(r["seq"]), r["raw_entry"], r["summary"], r["tags"], r["moment"]) for r in rows]
 
     def _lexical_contexts(self, memory_id: str, terms: list[str], limit: int) -> list[tuple[Row, float]]:
         with self._read() as conn:

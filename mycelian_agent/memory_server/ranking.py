@@ -1,7 +1,8 @@
 """Ranking pieces shared by every storage backend: query terms, neighbouring-turn context, derived index columns.
 
-The SQLite store ranks with FTS5's BM25 (``search.py``), the PostgreSQL store with ``tsvector`` (``pg_store.py``);
-both feed their lexical hits through :func:`with_context` here, so the neighbour scoring is one piece of code.
+The SQLite store finds candidates with FTS5 (``search.py``), the PostgreSQL store with ``tsvector`` (``pg_store.py``);
+both score them with ``bm25.py`` and feed the hits through :func:`with_context` here, so the scoring and the
+neighbour shares are one piece of code.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ __all__ = [
     "CONTEXT_DEPTH",
     "CONTEXT_GAP_DAYS",
     "CONTEXT_WEIGHT",
+    "ECHO_BELOW",
     "ENTRY_WEIGHTS",
     "MAX_QUERY_TERMS",
     "QUESTION_MARKS",
@@ -52,6 +54,8 @@ CONTEXT_BEFORE = 0.25
 QUESTION_MARKS = "?\uff1f\u061f"
 #: Neighbours further apart in time (conversation time, else creation time) than this are another conversation.
 CONTEXT_GAP_DAYS = 1 / 24
+#: An echo of a statement (see :func:`with_context`) scores at most this share of the statement's score.
+ECHO_BELOW = 0.99
 #: Lexical hits whose neighbours are considered (the re-ranked pool; at least the requested limit).
 CONTEXT_DEPTH = 50
 
@@ -112,6 +116,7 @@ def with_context(
     links: Iterable[tuple[int, int | None, int | None, bool]],
     allowed: set[int],
     limit: int,
+    matched: Mapping[int, frozenset[str]] | None = None,
 ) -> list[tuple[int, float]]:
     """Re-rank lexical ``hits`` (``(seq, score)``, score > 0) with the scores of each entry's neighbours:
     score(e) = lex(e) + follower share of previous * lex(previous) + CONTEXT_BEFORE * lex(next), the follower share
@@ -123,12 +128,27 @@ def with_context(
     turn's meaning is spread over its neighbours: the answer ("Three times a week.") follows the question that
     carries the query's words, so such an answer can be found though it shares no query word. Ties go to the newer
     entry.
+
+    With ``matched`` (the query stems each scored entry contains, ``bm25.rank``) an echo stays below its source: a
+    turn that follows a statement (not a question) within the conversation and matches the query only with words
+    that statement also holds repeats it ("I'm allergic to peanuts." -> "Noted: you're allergic to peanuts."). It
+    borrows nothing from the statement, and ranks just below it (its score is capped at the statement's, times
+    :data:`ECHO_BELOW`): the statement is the person's own word and came first.
     """
     scores = dict(hits)
     combined: dict[int, float] = dict(scores)
+    echoes: dict[int, int] = {}
     for seq, previous, following, asks in links:
         after = CONTEXT_AFTER_QUESTION if asks else CONTEXT_WEIGHT
+        if (matched is not None and not asks and following is not None and following in matched
+                and matched[following] <= matched.get(seq, frozenset())):
+            echoes[following] = seq
+            after = 0.0
         for neighbour, share in ((previous, CONTEXT_BEFORE), (following, after)):
-            if neighbour is not None and neighbour in allowed:
+            if share and neighbour is not None and neighbour in allowed:
                 combined[neighbour] = combined.get(neighbour, 0.0) + share * scores[seq]
+    for echo, source in echoes.items():
+        if echo in combined:
+            combined[echo] = min(combined[echo], ECHO_BELOW * combined[source])
     return sorted(combined.items(), key=lambda pair: (-pair[1], -pair[0]))[:limit]
+

@@ -19,6 +19,7 @@ from typing import Any
 from ..errors import ConfigError, MemoryServerError
 from . import search as lexical
 from .base import DenseIndex, MemoryStore, NewEntry, Row
+from .feedback import EntryFields
 from .migrations import migrate
 from .validation import format_timestamp
 
@@ -34,6 +35,7 @@ class Store(MemoryStore):
     def __init__(self, conn: sqlite3.Connection, *, dense: DenseIndex | None = None) -> None:
         self._conn = conn
         self._dense = dense
+        self._plan_counts = lexical.PlanCounts()  # FTS5 counts that plan a search, until the database changes
         self._target: str | None = None  # the database's path, for connections of its own (None: in memory)
         self._mode = "NORMAL"
 
@@ -271,7 +273,7 @@ class Store(MemoryStore):
         self, memory_id: str, terms: list[str], limit: int, after: str | None, before: str | None
     ) -> list[tuple[int, float]]:
         where, params = lexical.time_bounds(after, before)
-        return lexical.rank_entries(self._conn, memory_id, terms, limit, where, params)
+        return lexical.rank_entries(self._conn, memory_id, terms, limit, where, params, self._plan_counts)
 
     def _neighbours(
         self, memory_id: str, seqs: Sequence[int], after: str | None, before: str | None
@@ -290,12 +292,13 @@ class Store(MemoryStore):
         sql = "SELECT coalesce(max(seq), 0) FROM entries WHERE memory_id = ?"
         return int(self._conn.execute(sql, (memory_id,)).fetchone()[0])
 
-    def _entry_texts(self, memory_id: str, after_seq: int) -> list[tuple[int, str]]:
-        sql = "SELECT seq, summary || ' ' || raw_entry FROM entries WHERE memory_id = ? AND seq > ? ORDER BY seq"
-        return [(int(seq), text) for seq, text in self._conn.execute(sql, (memory_id, after_seq))]
+    def _entry_texts(self, memory_id: str, after_seq: int) -> list[EntryFields]:
+        sql = ("SELECT seq, raw_entry, summary, tags, coalesce(conversation_time, creation_time) FROM entries "
+               "WHERE memory_id = ? AND seq > ? ORDER BY seq")
+        return [(int(r[0]), r[1], r[2], r[3], r[4]) for r in self._conn.execute(sql, (memory_id, after_seq))]
 
     def _lexical_contexts(self, memory_id: str, terms: list[str], limit: int) -> list[tuple[Row, float]]:
-        return lexical.search_contexts(self._conn, memory_id, terms, limit)
+        return lexical.search_contexts(self._conn, memory_id, terms, limit, self._plan_counts)
 
     def _dense_similarities(
         self, memory_id: str, query: str, after: str | None, before: str | None
