@@ -4,6 +4,7 @@
     mycelian-agent bench suite [NAME...] --data DIR --out OUT    several in order (all of them by default)
     mycelian-agent bench longmemeval FILE... --out OUT           LongMemEval runner (resumable)
     mycelian-agent bench locomo FILE... --out OUT                LoCoMo runner (resumable)
+    mycelian-agent bench qa --data DIR --reader openai:M --out OUT   reader F1 from recall / BM25 / full / none
 
 The scripts in ``runners/`` call these commands. Only click is imported here: each command imports its benchmark
 when it runs, so ``--help`` and option errors come back at once.
@@ -23,7 +24,7 @@ import click
 from ..errors import MycelianError
 from .bench_suite import BENCHMARK_NAMES
 
-__all__ = ["BENCHMARK_COMMANDS", "bench", "locomo_command", "longmemeval_command", "suite_command"]
+__all__ = ["BENCHMARK_COMMANDS", "bench", "locomo_command", "longmemeval_command", "qa_command", "suite_command"]
 
 _CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
 _FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
@@ -324,6 +325,87 @@ def locomo_command(files: tuple[Path, ...], limit_questions: int | None, session
     _run_runner(make, files, options)
 
 
+# ------------------------------------------------------------------------------------------------ QA
+
+
+def _conditions(_ctx: click.Context, _param: click.Parameter, text: str) -> tuple[str, ...]:
+    from .bench_qa import CONDITIONS
+
+    names = tuple(part.strip() for part in text.split(",") if part.strip())
+    unknown = [n for n in names if n not in CONDITIONS]
+    if unknown or not names:
+        raise click.BadParameter(f"must be some of {','.join(CONDITIONS)}, got {text!r}")
+    return names
+
+
+@click.command("qa", context_settings=_CONTEXT,
+               short_help="Reader F1 on LoCoMo from the recall block vs BM25 turns, the full slice, nothing.")
+@click.option("--data", type=click.Path(file_okay=False, path_type=Path), envvar="MYCELIAN_DATA", show_envvar=True,
+              help="Folder holding locomo/ (reads DATA/locomo/locomo_dev3.json).")
+@click.option("--locomo", type=_FILE, multiple=True, help="LoCoMo file; repeat for several (overrides --data).")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("bench-out/qa"),
+              show_default=True, help="Output folder: qa_records.jsonl, qa_summary.json, the memory databases.")
+@click.option("--reader", required=True, help="The reader: 'openai:<model>' (any OpenAI-compatible endpoint).")
+@click.option("--base-url", envvar="OPENAI_BASE_URL", show_envvar=True, default=None,
+              help="OpenAI-compatible endpoint of the reader.")
+@click.option("--api-key", envvar="OPENAI_API_KEY", show_envvar=True, default=None, help="API key of the reader.")
+@click.option("--max-tokens", type=_COUNT, default=64, show_default=True, help="Completion token limit per answer.")
+@click.option("--model-timeout", type=click.FloatRange(min=0.1), default=120.0, show_default=True,
+              help="Seconds one answer may take (a 6k-token prompt to a 1.5B model on 2 CPU cores: ~2 minutes).")
+@click.option("--questions", type=_COUNT, default=40, show_default=True,
+              help="Questions, taken round-robin over the slices and their categories.")
+@click.option("--all-questions", is_flag=True, help="Every question of every slice (ignores --questions).")
+@click.option("--slice-tokens", type=_COUNT, default=6000, show_default=True,
+              help="Size of a slice: consecutive whole sessions of about this many tokens.")
+@click.option("--context-tokens", type=_COUNT, default=6000, show_default=True,
+              help="The full condition's clip (the reader's context for memory).")
+@click.option("--budget-tokens", type=_COUNT, default=1500, show_default=True,
+              help="Budget of the recall block (invoker.arecall).")
+@click.option("--bm25-k", type=_COUNT, default=10, show_default=True, help="Turns in the BM25 block.")
+@click.option("--conditions", default="recall,bm25,full,none", show_default=True, callback=_conditions,
+              help="Which conditions to run (comma-separated).")
+@click.option("--json", "as_json", is_flag=True, help="Print qa_summary.json instead of the tables.")
+@click.option("--quiet", is_flag=True, help="No line per answer on stderr.")
+def qa_command(data: Path | None, locomo: tuple[Path, ...], all_questions: bool, as_json: bool, quiet: bool,
+               **options: Any) -> None:
+    """Measure what a reader can ANSWER from what memory returns, on LoCoMo slices.
+
+    The same reader answers the same questions with: the memory's recall block (the slice ingested by the
+    extractive model into our in-process server, then invoker.arecall), the top BM25 turns, the whole slice, and
+    no memory. Scores token F1 and exact match per condition and category, prompt tokens per question and F1 per
+    1k prompt tokens. Writes OUT/qa_records.jsonl (resumable: run the same command again), OUT/qa_summary.json.
+    """
+    from .bench_qa import QABench, print_summary
+
+    logging.basicConfig(level=logging.WARNING)
+    files = list(locomo)
+    if not files:
+        if data is None:
+            raise click.UsageError("give --data DIR (the folder holding locomo/) or --locomo FILE")
+        default = data / "locomo" / "locomo_dev3.json"
+        if not default.is_file():
+            raise click.BadParameter(f"{default} does not exist (DIR must hold locomo/locomo_dev3.json)",
+                                     param_hint="--data")
+        files = [default]
+    if all_questions:
+        options["questions"] = None
+    try:
+        bench_qa = QABench(locomo=files, echo=None if quiet else (lambda line: click.echo(line, err=True)),
+                           progress=not quiet, **options)
+        summary = bench_qa.run()
+    except MycelianError as exc:
+        raise click.ClickException(str(exc)) from None
+    except KeyboardInterrupt:
+        click.echo("interrupted: run the same command again to resume", err=True)
+        sys.exit(130)
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+    else:
+        print_summary(summary)
+    if summary["failed"]:
+        sys.exit(1)
+
+
 # ------------------------------------------------------------------------------------------------ the group
 
 
@@ -349,11 +431,12 @@ def bench() -> None:
       mycelian-agent bench prompts recall --data DIR --out OUT        several, in order (= bench suite NAME...)
       mycelian-agent bench suite --quick --data DIR --out OUT         all of them
       mycelian-agent bench longmemeval FILE... --out OUT              a runner (resumable: run it again)
+      mycelian-agent bench qa --data DIR --reader openai:M --out OUT  what a reader answers from memory
 
     DIR is the folder holding locomo/ and longmemeval/ (or set MYCELIAN_DATA). Results and how to read them:
     BENCHMARKS.md.
     """
 
 
-for _command in (*BENCHMARK_COMMANDS.values(), suite_command, longmemeval_command, locomo_command):
+for _command in (*BENCHMARK_COMMANDS.values(), suite_command, longmemeval_command, locomo_command, qa_command):
     bench.add_command(_command)
