@@ -110,7 +110,7 @@ def test_two_replays_of_one_file_sharing_a_state_store_each_message_once(tmp_pat
         outcomes = [(run.communicate(timeout=300), run.returncode) for run in runs]
         outcomes = [(code, streams) for streams, code in outcomes]
         failed = [err for code, (_, err) in outcomes if code != 0]
-        assert all("is being written by another process" in err for err in failed), failed
+        assert all("is being written by another process" in err for err in failed), "\n---\n".join(failed)
         assert len(failed) <= 1
         raws = stored_raw_entries(db)
         assert len(raws) == 150 and len(set(raws)) == 150, f"attempt {attempt}: {len(raws)} entries"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
@@ -17,6 +17,25 @@ __all__ = ["open_checkpointer", "prune_thread"]
 _SQLITE_BUSY_S = 30.0
 # Advisory lock serialising LangGraph's checkpoint schema setup across processes ("lgsetup" in ASCII).
 _SETUP_LOCK = 0x6C67736574757000
+
+
+async def _while_locked(step: Callable[[], Awaitable[Any]]) -> None:
+    """Run ``step``, again while SQLite says the database is locked (up to the busy timeout). Switching a new file
+    to WAL needs the file to itself and fails at once, without the busy handler, while another process opening the
+    same new state file holds it: two replays started together sharing one --state met it."""
+    import sqlite3
+
+    deadline = asyncio.get_running_loop().time() + _SQLITE_BUSY_S
+    delay = 0.05
+    while True:
+        try:
+            await step()
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or asyncio.get_running_loop().time() + delay > deadline:
+                raise
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 1.0)
 
 
 @asynccontextmanager
@@ -49,9 +68,9 @@ async def open_checkpointer(spec: str | BaseCheckpointSaver | None = "memory") -
             saver = AsyncSqliteSaver(conn)
             # WAL + synchronous=NORMAL: a commit survives a process kill (not a power cut) without an fsync per
             # checkpoint, which would cost more than the rest of an invocation.
-            await conn.execute("PRAGMA journal_mode=WAL")
+            await _while_locked(lambda: conn.execute("PRAGMA journal_mode=WAL"))
             await conn.execute("PRAGMA synchronous=NORMAL")
-            await saver.setup()
+            await _while_locked(saver.setup)
             yield saver
     elif isinstance(spec, str) and spec.startswith(("postgres://", "postgresql://")):
         try:

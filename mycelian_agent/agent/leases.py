@@ -104,9 +104,11 @@ class _SqliteLeases(ThreadLeases):
                 self._ready = True
             await conn.execute("BEGIN IMMEDIATE")
             try:
-                cursor = await conn.execute("SELECT owner, pid, host, started, acquired FROM mycelian_thread_leases "
-                                            "WHERE thread_id = ?", (thread_id,))
-                row = await cursor.fetchone()
+                # Closed at once: a statement left open keeps a read snapshot, and this connection's next write
+                # after another process's commit would fail with "database is locked" (no busy wait in WAL).
+                async with conn.execute("SELECT owner, pid, host, started, acquired FROM mycelian_thread_leases "
+                                        "WHERE thread_id = ?", (thread_id,)) as cursor:
+                    row = await cursor.fetchone()
                 if row is not None and row[0] != _owner() and (row[2] != host or _alive(row[1], row[3])):
                     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row[4]))
                     return f"process {row[1]} on {row[2]}, since {when}"
