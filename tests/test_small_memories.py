@@ -93,10 +93,26 @@ def test_a_statement_ranks_above_the_assistant_echoing_it(store: MemoryStore) ->
       ("Dev", "The dentist moved my appointment to May 10 at 2pm."),
       ("assistant", "Updated.")], "When is the dentist appointment?", 4),
 ])
-@pytest.mark.xfail(strict=True, reason="issue 24 item 2, updates: not solved yet. BM25 prefers the shorter, older "
-                   "statement; a recency tie-break (score x (1 + 0.05..0.2 x place in time)) fixed one or two of "
-                   "these and cost LoCoMo dev all@10 (BENCHMARKS.md section 3), so it was dropped")
 def test_a_later_turn_that_changes_a_fact_ranks_above_the_stale_one(store: MemoryStore, turns, query, current) -> None:
     memory, ids = _memory(store, turns)
     found = _first(store, memory, query)
     assert found[0]["entryId"] == ids[current], [e["rawEntry"] for e in found]
+
+
+@pytest.mark.parametrize(("turns", "query", "first"), [
+    # A later mention that changes nothing: the first, fuller statement stays first.
+    ([("Eve", "I adopted a dog named Rex in March."),
+      ("assistant", "Congratulations!"),
+      ("Eve", "Rex the dog loves the beach."),
+      ("assistant", "Lovely.")], "When did I adopt the dog?", 0),
+    # A change said by someone else is not this person's update of their own fact.
+    ([("Finn", "My gym class is on Tuesdays."),
+      ("Gus", "My gym class moved to Thursdays."),
+      ("assistant", "Noted both.")], "When is the gym class?", 0),
+])
+def test_only_a_stated_change_by_the_same_person_moves_above_the_first_statement(
+    store: MemoryStore, turns, query, first
+) -> None:
+    memory, ids = _memory(store, turns)
+    found = _first(store, memory, query)
+    assert found[0]["entryId"] == ids[first], [e["rawEntry"] for e in found]

@@ -25,7 +25,7 @@ from . import bm25
 from . import feedback as feedback_module
 from . import fusion
 from .placeholder import PLACEHOLDER_CONTEXT
-from .ranking import CONTEXT_DEPTH, query_terms, with_context
+from .ranking import CONTEXT_DEPTH, current_first, query_terms, with_context
 from .validation import (
     LIMITS,
     check_idempotency_key,
@@ -661,7 +661,7 @@ class MemoryStore(ABC):
         if context and hits:
             links, allowed = self._neighbours(memory_id, [seq for seq, _ in hits], after, before)
             matched = {seq: frozenset(by_stem) for seq, _, by_stem in scored}
-            hits = with_context(hits, links, allowed, depth, matched)
+            hits = current_first(with_context(hits, links, allowed, depth, matched), entries, matched)
         return hits
 
     def _feedback_terms(

@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .porter import stem
-from .ranking import ENTRY_WEIGHTS, WORD_RE, entry_dated, entry_labels
+from .ranking import ENTRY_WEIGHTS, WORD_RE, entry_dated, entry_labels, revises
 
 __all__ = ["B", "CANDIDATES", "CONVERSATION_TAGS", "K1", "EntryCache", "EntryTerms", "entry_terms", "idf", "query_stems", "score", "tokens"]
 
@@ -67,10 +67,13 @@ def query_stems(terms: Iterable[str]) -> list[str]:
 
 @dataclass(frozen=True)
 class EntryTerms:
-    """An entry as BM25 sees it: weighted frequency of each stem over its fields, token count."""
+    """An entry as BM25 sees it: weighted frequency of each stem over its fields, token count; who said it (the
+    ``speaker`` tag, else the ``role``) and whether its own text says something changed (``ranking.revises``)."""
 
     frequencies: Mapping[str, float]
     length: int
+    author: str | None = None
+    revises: bool = False
 
 
 #: Tags naming the conversation an entry belongs to, not what it says: the same words on every entry of a thread
@@ -80,6 +83,7 @@ CONVERSATION_TAGS = frozenset({"thread"})
 
 
 def entry_terms(raw_entry: str, summary: str, tags: Mapping[str, str] | str, moment: str | None) -> EntryTerms:
+    """How BM25 sees an entry (:class:`EntryTerms`) from its stored fields."""
     values = json.loads(tags) if isinstance(tags, str) else tags
     labels = entry_labels({k: v for k, v in values.items() if k not in CONVERSATION_TAGS})
     fields = (raw_entry, summary, labels, entry_dated(moment) if moment else "")
@@ -90,7 +94,9 @@ def entry_terms(raw_entry: str, summary: str, tags: Mapping[str, str] | str, mom
         length += len(words)
         for word in words:
             frequencies[word] = frequencies.get(word, 0.0) + weight
-    return EntryTerms(frequencies, length)
+    author = values.get("speaker") or values.get("role")
+    return EntryTerms(frequencies, length, author if isinstance(author, str) else None,
+                      revises(raw_entry))
 
 
 def idf(entries: int, containing: int) -> float:
