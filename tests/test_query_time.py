@@ -130,6 +130,13 @@ def test_the_reference_is_the_day_before_an_exclusive_bound() -> None:
     assert query_time.reference_date(None) is None
 
 
+def test_the_first_instant_of_the_calendar_is_no_error() -> None:
+    assert query_time.reference_date("0001-01-01T00:00:00.000000Z") == date(1, 1, 1)
+    named = parse_query_time("What did I do last year?", date(2, 3, 4))
+    assert query_time.span_bounds(named.spans[0], None, None)[0].endswith("1-01-01T00:00:00.000000Z")
+    assert not parse_query_time("What did I do yesterday?", date(1, 1, 1))
+
+
 def test_span_bounds_stay_inside_the_search_bounds() -> None:
     span = parse_query_time("in July 2023", REFERENCE).spans[0]
     assert query_time.span_bounds(span, None, None) == ("2023-06-30T23:59:59.999999Z", "2023-08-01T00:00:00.000000Z")

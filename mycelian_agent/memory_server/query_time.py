@@ -415,12 +415,16 @@ def boost(hits: Sequence[tuple[int, float]], moments: dict[int, datetime], named
     return sorted(lifted, key=lambda pair: (-pair[1], -pair[0]))
 
 
+_EARLIEST = datetime.min.replace(tzinfo=UTC)
+
+
 def reference_date(before: str | None) -> date | None:
     """The question's date a search's exclusive ``before`` bound (the server's timestamp form) implies: the day of
     the last instant before it; None without a bound (then :func:`parse_query_time` takes today)."""
     if before is None:
         return None
-    return (moment(before) - timedelta(microseconds=1)).date()
+    bound = moment(before)
+    return (bound - timedelta(microseconds=1) if bound > _EARLIEST else bound).date()
 
 
 def moment(timestamp: str) -> datetime:
@@ -430,6 +434,6 @@ def moment(timestamp: str) -> datetime:
 
 def span_bounds(span: TimeSpan, after: str | None, before: str | None) -> tuple[str, str]:
     """The exclusive ``(after, before)`` timestamps of ``span`` within a search's own bounds."""
-    start = format_timestamp(span.start - timedelta(microseconds=1))
+    start = format_timestamp(span.start - timedelta(microseconds=1) if span.start > _EARLIEST else span.start)
     end = format_timestamp(span.end)
     return (start if after is None else max(after, start)), (end if before is None else min(before, end))
