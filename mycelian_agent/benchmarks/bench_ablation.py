@@ -10,15 +10,16 @@ Each row adds one part to the row above it (categories 1-4 of the LoCoMo file(s)
 3. **+ names and dates indexed** — the ``labels`` (speaker and other tag words) and ``dated`` (the entry's date
    in words) columns of the index weigh in (:data:`~mycelian_agent.memory_server.search.ENTRY_WEIGHTS`);
 4. **+ neighbour context** — each entry takes shares of its neighbouring turns' scores;
-5. **+ query feedback** — a second search with words of the best hits (``memory_server/feedback.py``): the
-   lexical search the server runs by default;
-6. **+ dense fusion** — MiniLM vectors fused with row 5's scores (``--embeddings``; needs the ``embeddings``
+5. **+ query feedback** — a second search with words of the best hits (``memory_server/feedback.py``);
+6. **+ time named in the question** — entries inside a time the question names ("in May 2023", "two weeks before
+   August 11, 2023") lifted (``memory_server/query_time.py``): the lexical search the server runs by default;
+7. **+ dense fusion** — MiniLM vectors fused with row 6's scores (``--embeddings``; needs the ``embeddings``
    extra, else the row is skipped with a note).
 
 Re-ranking with a cross-encoder is not a row: no cross-encoder installs offline from the package registries
 (BENCHMARKS.md lists what was tried). A plain ``rank_bm25`` over the raw turns is shown for reference.
 
-The conversations are ingested twice (rows 1 and 2-6) through the normal LoCoMo runner; the rows are then searched
+The conversations are ingested twice (rows 1 and 2-7) through the normal LoCoMo runner; the rows are then searched
 in-process on the stored memories (the same Store code the server runs, without the MCP round trip), so the
 latency column is the store's entry-ranking time per question (p50).
 """
@@ -53,8 +54,9 @@ ABLATION_ROWS = (
     "2. + who and when (names, resolved dates)",
     "3. + names and dates indexed",
     "4. + neighbour context",
-    "5. + query feedback (server default)",
-    "6. + dense fusion (--embeddings)",
+    "5. + query feedback",
+    "6. + time named in the question (server default)",
+    "7. + dense fusion (--embeddings)",
 )
 _MAIN = "evidence recall, categories 1-4"
 
@@ -88,11 +90,12 @@ def _lexical(weights: Sequence[float] | None, context: bool) -> Search:
     return search
 
 
-def _ranked(feedback: bool) -> Search:
+def _ranked(feedback: bool, named_time: bool = True) -> Search:
     """The server's entry ranking (``MemoryStore.rank_entries``, what ``search_memories`` returns), with or without
-    query feedback."""
+    query feedback and the lift of a time the question names."""
     def search(store: Store, memory_id: str, question: str) -> list[dict[str, Any]]:
-        rows = store.rank_entries(memory_id, question, lexical.query_terms(question), 25, feedback=feedback)
+        rows = store.rank_entries(memory_id, question, lexical.query_terms(question), 25, feedback=feedback,
+                                  named_time=named_time)
         return [{"tags": row["tags"]} for row, _ in rows]
     return search
 
@@ -169,8 +172,9 @@ def run_ablation(out: Path, *, locomo: Sequence[str | Path], limit: int | None =
         (ABLATION_ROWS[0], *evaluate("plain", _lexical(_TEXT_ONLY_WEIGHTS, context=False))),
         (ABLATION_ROWS[1], *evaluate("agent", _lexical(_TEXT_ONLY_WEIGHTS, context=False))),
         (ABLATION_ROWS[2], *evaluate("agent", _lexical(None, context=False))),
-        (ABLATION_ROWS[3], *evaluate("agent", _ranked(feedback=False))),
-        (ABLATION_ROWS[4], *evaluate("agent", _ranked(feedback=True))),
+        (ABLATION_ROWS[3], *evaluate("agent", _ranked(feedback=False, named_time=False))),
+        (ABLATION_ROWS[4], *evaluate("agent", _ranked(feedback=True, named_time=False))),
+        (ABLATION_ROWS[5], *evaluate("agent", _ranked(feedback=True))),
     ]
     notes = []
     use_hybrid = hybrid == "on" or (hybrid == "auto" and embeddings_available())
@@ -181,11 +185,11 @@ def run_ablation(out: Path, *, locomo: Sequence[str | Path], limit: int | None =
         store = Store.open(dirs["agent"] / "memory.db", dense=dense)
         try:
             dense.backfill(store.connection)  # embedded up front, as written with --embeddings
-            rows.append((ABLATION_ROWS[5], *evaluate("agent", _ranked(feedback=True), store)))
+            rows.append((ABLATION_ROWS[6], *evaluate("agent", _ranked(feedback=True), store)))
         finally:
             store.close()
     else:
-        notes.append(f"row 6 not run: {'--hybrid off' if hybrid == 'off' else 'the embeddings extra is missing'}")
+        notes.append(f"row 7 not run: {'--hybrid off' if hybrid == 'off' else 'the embeddings extra is missing'}")
     bm25 = _bm25_reference(conversations, limit_questions)
     categories = ["overall", *sorted(rows[0][1].categories)]
     headers = ["retrieval", *(f"{c} any/all@10" for c in categories), "search p50"]

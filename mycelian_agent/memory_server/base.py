@@ -24,6 +24,7 @@ from ..limits import SEARCH_DEPTH_MAX
 from . import bm25
 from . import feedback as feedback_module
 from . import fusion
+from . import query_time
 from .placeholder import PLACEHOLDER_CONTEXT
 from .ranking import CONTEXT_DEPTH, current_first, query_terms, with_context
 from .validation import (
@@ -607,10 +608,12 @@ class MemoryStore(ABC):
         before: str | None = None,
         context: bool = True,
         feedback: bool = True,
+        named_time: bool = True,
     ) -> list[tuple[Row, float]]:
         """The memory's entries ranked for ``query`` (``terms`` from ``query_terms``): lexical hits, re-ranked with
         their neighbours' scores (``context``), joined by a second search with words of the best hits
-        (``feedback``, see ``feedback.py``), fused with dense similarities when the store has an index."""
+        (``feedback``, see ``feedback.py``), those inside a time the query names lifted (``named_time``, see
+        ``query_time.py``), fused with dense similarities when the store has an index."""
         if limit <= 0 or not terms:
             return []
         if self._dense is not None:
@@ -633,6 +636,8 @@ class MemoryStore(ABC):
                 # search would only reshuffle the top (recall@1 fell from 0.36 to 0.30 on LoCoMo dev).
                 sources = {seq for seq, _ in hits[: feedback_module.FEEDBACK_DOCS]}
                 hits = feedback_module.combine(hits, [hit for hit in second if hit[0] not in sources])
+        if named_time and hits:
+            hits = self._time_named(memory_id, query, terms, hits, depth, after, before, context, last_seq)
         if dense is not None:
             hits = fusion.fuse(hits, dense[0], dense[1], limit)
         hits = hits[:limit]
@@ -663,6 +668,28 @@ class MemoryStore(ABC):
             matched = {seq: frozenset(by_stem) for seq, _, by_stem in scored}
             hits = current_first(with_context(hits, links, allowed, depth, matched), entries, matched)
         return hits
+
+    def _time_named(
+        self, memory_id: str, query: str, terms: list[str], hits: list[tuple[int, float]], depth: int,
+        after: str | None, before: str | None, context: bool, last_seq: int,
+    ) -> list[tuple[int, float]]:
+        """``hits`` with the entries inside the times ``query`` names lifted (``query_time.py``), seen from the
+        question's date: ``before`` (exclusive) when given, else today. A single named span is also searched on its
+        own (the same ``terms``), so that its entries compete even when the whole memory's pool missed them."""
+        named = query_time.parse_query_time(query, query_time.reference_date(before))
+        if not named:
+            return hits
+        pooled = dict(hits)
+        if len(named.spans) == 1 and query_time.SPAN_SEARCH:
+            span_after, span_before = query_time.span_bounds(named.spans[0], after, before)
+            if span_after < span_before:  # (else the span lies outside the search's own bounds)
+                for seq, score in self._lexical_ranking(
+                        memory_id, terms, depth, span_after, span_before, context, last_seq):
+                    pooled[seq] = max(score, pooled.get(seq, 0.0))
+        rows = self._entry_rows(memory_id, list(pooled))
+        moments = {seq: query_time.moment(row["conversation_time"] or row["creation_time"])
+                   for seq, row in rows.items()}
+        return query_time.boost(list(pooled.items()), moments, named)[:depth]
 
     def _feedback_terms(
         self, memory_id: str, terms: list[str], hits: Sequence[tuple[int, float]], last_seq: int | None = None
