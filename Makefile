@@ -9,7 +9,9 @@ QUICKSTART_DB ?= .mycelian/quickstart.db
 LLM_CACHE ?= $(HOME)/.cache/mycelian-llm
 LOCAL_LLM_DIR ?= .mycelian/local-llm
 
-.PHONY: quickstart test install install-test embeddings bench local-llm test-local-llm clean
+LOADED_RUNS ?= 1
+
+.PHONY: quickstart test test-loaded install install-test embeddings bench local-llm test-local-llm clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +34,17 @@ quickstart: install
 ## Install test dependencies and run the test suite (the 15 slowest tests are listed at the end).
 test: install-test
 	$(BIN)/python -m pytest -q --durations=15
+
+## The suite under load (README "Testing under load"): two busy loops keep both cores occupied while the suite runs
+## LOADED_RUNS times in file order, stopping at the first failure; one line per run in test-loaded.log.
+test-loaded: install-test
+	@$(BIN)/python -c 'while 1: pass' & b1=$$!; $(BIN)/python -c 'while 1: pass' & b2=$$!; \
+	trap 'kill $$b1 $$b2 2>/dev/null' EXIT INT TERM; status=0; \
+	for i in $$(seq 1 $(LOADED_RUNS)); do \
+	  start=$$(date +%s); $(BIN)/python -m pytest -q -x -p no:randomly -p no:cacheprovider > test-loaded.out 2>&1; rc=$$?; \
+	  echo "run $$i: exit $$rc, $$(tail -1 test-loaded.out), $$(( $$(date +%s) - start )) s" | tee -a test-loaded.log; \
+	  [ $$rc -eq 0 ] || { status=$$rc; tail -40 test-loaded.out; }; \
+	done; exit $$status
 
 ## Optional dense embeddings (torch pinned first: an unpinned torch pulls several GB of CUDA wheels). Serve with
 ## --embeddings; embed an existing database once with: $(BIN)/python -m mycelian_agent.memory_server.embeddings --backfill DB

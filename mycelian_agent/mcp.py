@@ -70,6 +70,18 @@ def in_process_connection(db: str, *, embeddings: bool | str = False) -> Session
     return open_session
 
 
+def _settled(requests: set[asyncio.Future[Any]]) -> Callable[[asyncio.Future[Any]], None]:
+    """A done callback that forgets a finished request and takes its exception (a caller that was cancelled never
+    reads it)."""
+
+    def done(request: asyncio.Future[Any]) -> None:
+        requests.discard(request)
+        if not request.cancelled():
+            request.exception()
+
+    return done
+
+
 class _ServerEnded(ConnectionError):
     """The stdio server's output ended while a call waited for its answer."""
 
@@ -210,6 +222,7 @@ class MemoryConnection:
         self._failure: BaseException | None = None  # why the session's task ended on its own
         self._broken = False
         self._ended: asyncio.Event | None = None  # stdio: set when the server's output ends
+        self._requests: set[asyncio.Future[Any]] = set()  # tool calls in flight (kept until their answer comes)
         self._generation = 0
         self._lock: asyncio.Lock | None = None
         self._opened = False
@@ -425,25 +438,31 @@ class MemoryConnection:
             "are not stored twice", tool=name)
 
     async def _watched_call(self, session: ClientSession, name: str, arguments: dict[str, Any]) -> Any:
-        """``session.call_tool``, ended early when the stdio server's output ends: a request sent just as the
-        server died (after the client failed the requests in flight) would otherwise wait for its deadline."""
+        """``session.call_tool`` in a task of its own, ended early when the stdio server's output ends (a request
+        sent just as the server died, after the client failed the requests in flight, would otherwise wait for its
+        deadline).
+
+        A caller cancelled meanwhile (a web request timing out, the call timeout) leaves the request running until
+        its answer comes: the MCP client's receive loop hands an answer to its request's stream after a yield, and
+        a request cancelled in that yield closes the stream under it; the loop takes that for the connection
+        closing and ends, which closes the session for every later call (mcp 1.30, stdio and in-memory alike)."""
         ended = self._ended
-        if ended is None:
-            return await session.call_tool(name, arguments)
-        if ended.is_set():
+        if ended is not None and ended.is_set():
             raise _ServerEnded("the server process exited (its output ended)")
         call = asyncio.ensure_future(session.call_tool(name, arguments))
-        ending = asyncio.ensure_future(ended.wait())
+        self._requests.add(call)
+        call.add_done_callback(_settled(self._requests))
+        ending = asyncio.ensure_future(ended.wait()) if ended is not None else None
         try:
-            await asyncio.wait({call, ending}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({call} if ending is None else {call, ending}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            ending.cancel()
-            if not call.done():
-                call.cancel()
-                await asyncio.gather(call, return_exceptions=True)
-        if call.cancelled() or not call.done():
-            raise _ServerEnded("the server process exited (its output ended)")
-        return call.result()
+            if ending is not None:
+                ending.cancel()
+        if call.done():
+            return call.result()
+        call.cancel()  # the server's output ended: its receive loop is over, so nothing can race this
+        await asyncio.gather(call, return_exceptions=True)
+        raise _ServerEnded("the server process exited (its output ended)")
 
     def _mark_broken(self, generation: int) -> None:
         if generation == self._generation:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from datetime import datetime
 from typing import Any, Mapping, Sequence
@@ -68,6 +68,8 @@ class Invocation:
     batch_context: str | None = None  # the context document written by the ADD_ENTRIES call, for PUT_CONTEXT
     tools_in_flight: int = 0  # tool calls of one pass run concurrently: their time is counted once (the union)
     tools_since: float = 0.0
+    #: The state changes of the steps done so far, written to the checkpoint only by the invocation's last step.
+    staged: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ids(self) -> dict[str, str]:
@@ -123,6 +125,7 @@ class MycelianMemoryAgent:
         self._loop = loop
         self._invocations: dict[str, int] = {}
         self._running: dict[str, InvocationResult] = {}  # the report of each thread's invocation in progress
+        self._exits: dict[str, list[asyncio.Future[Any]]] = {}  # per thread: LangGraph's saves left running (asettle)
         self.graph = self._build_graph()
 
     # -- public API -------------------------------------------------------------------------------------------
@@ -161,7 +164,11 @@ class MycelianMemoryAgent:
         (the invoker's ``user=`` does this; it checks that a thread never changes memory).
 
         Raises a :class:`MycelianError` on any failure (an invalid message or name before anything is written); a
-        failed invocation leaves the thread's checkpoint as it was, so it can be retried (add_entry is idempotent).
+        failed or cancelled invocation leaves the thread's position, context and pending messages as they were, so
+        it can be retried: the message gets the same number and so the same idempotency key (add_entry is
+        idempotent). Only an invocation cancelled after its checkpoint was written (at its very end) has taken the
+        message in: :class:`~mycelian_agent.agent.invoker.MycelianAgentInvoker` tells that apart when the message
+        is sent again.
         """
         started = time.perf_counter()
         control = _control(control)
@@ -253,12 +260,29 @@ class MycelianMemoryAgent:
                     "tool_history": [RemoveMessage(id=REMOVE_ALL_MESSAGES)]}
         config = {"configurable": {"thread_id": thread_id}, "recursion_limit": recursion}
         context = Invocation(thread_id, self.vault_id, self.memory_id, report, incoming=incoming)
-        # durability="exit": one checkpoint per invocation, written only when it succeeds.
-        await self.graph.ainvoke(state_in, config, context=context, durability="exit")
+        # durability="exit": one checkpoint per invocation, written when the run ends. A run that fails or is
+        # cancelled also saves one (the state of its last finished step), but that holds only this invocation's
+        # input and tool flow: the thread's position and memory are staged until the last step (see _observe).
+        try:
+            await self.graph.ainvoke(state_in, config, context=context, durability="exit")
+        except asyncio.CancelledError as exc:
+            # Cancelled while LangGraph saved the run's last checkpoint: that save goes on in a task of its own,
+            # which LangGraph hands over in the error; the thread's next invocation waits for it (asettle).
+            exits = [arg for arg in exc.args if isinstance(arg, asyncio.Future) and not arg.done()]
+            if exits:
+                self._exits[thread_id] = exits
+            raise
         self._running.pop(thread_id, None)
         await self._maybe_prune(thread_id)
         report.duration_s = time.perf_counter() - started
         return report
+
+    async def asettle(self, thread_id: str, timeout: float = 30.0) -> None:
+        """Wait (at most ``timeout`` seconds) for the checkpoint save of ``thread_id``'s last invocation when that
+        invocation was cancelled during the save, so that the next read of the thread sees where it stands."""
+        exits = self._exits.pop(thread_id, None)
+        if exits:
+            await asyncio.wait(exits, timeout=timeout)
 
     def unfinished_writes(self) -> int:
         """Messages whose entry the server acknowledged in invocations that did not finish (interrupted or failed
@@ -317,6 +341,11 @@ class MycelianMemoryAgent:
             run.vault_id, run.memory_id = bound["vault_id"], bound["memory_id"]
         plan = PLANS[ControlState(state["control"])]
         index = state.get("step", 0)
+        # The thread's state as this invocation has changed it so far. The changes stay in the runtime context
+        # until the invocation ends: LangGraph saves the state of the last finished step when a run fails or is
+        # cancelled (durability "exit" included), and a position advanced there (a message counted, accepted or
+        # flushed by a run that did not finish) would give the same message the next number when it is sent again.
+        state = {**state, **run.staged}  # type: ignore[assignment]
         update: dict[str, Any] = {}
         history = state.get("tool_history") or []
         results = _last_results(history)
@@ -328,12 +357,13 @@ class MycelianMemoryAgent:
             step_update, call = await self._begin(plan[index], {**state, **update}, history, run)
             update.update(step_update)
             if call is not None:
-                return {**update, "step": index, "tool_history": [call]}
+                run.staged.update(update)
+                return {"step": index, "tool_history": [call]}
             index += 1
         usage = _totals({**state, **update})[1] + run.report.usage
         run.report.pending = len({**state, **update}.get("pending") or [])
         # The tool flow is in the report and the message is stored: clearing both keeps checkpoints small.
-        return {**update, "usage": usage.as_dict(), "message": None, "step": 0,
+        return {**run.staged, **update, "usage": usage.as_dict(), "message": None, "step": 0,
                 "tool_history": [RemoveMessage(id=REMOVE_ALL_MESSAGES)]}
 
     async def _begin(self, step: Step, state: Mapping[str, Any], history: list[BaseMessage],

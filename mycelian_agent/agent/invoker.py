@@ -19,8 +19,10 @@ batch instead of one per message, with the same cadence.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import time
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
@@ -88,6 +90,7 @@ class MycelianAgentInvoker:
         self.leases = leases if leases is not None else ThreadLeases()
         self.thread_wait = thread_wait
         self._bound: dict[str, str | None] = {}  # per thread: the memory id it is bound to (None: the agent's own)
+        self._doubts: dict[str, _Doubt] = {}  # per thread: the last call, when it failed or was cancelled
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop | None:
@@ -96,6 +99,36 @@ class MycelianAgentInvoker:
 
     def _lock(self, thread_id: str) -> asyncio.Lock:
         return self._locks.setdefault(thread_id, asyncio.Lock())
+
+    async def _settle(self, thread_id: str) -> _Doubt | None:
+        """After a call of ``thread_id`` that failed or was cancelled: wait for its checkpoint save, read the
+        thread's position again (the call may have taken its messages in before it was interrupted) and return
+        what the call sent (None when the last call ended normally)."""
+        doubt = self._doubts.get(thread_id)
+        if doubt is None:
+            return None
+        await self.agent.asettle(thread_id)
+        if thread_id in self._counts:
+            status = await self.agent.aget_thread(thread_id)
+            self._counts[thread_id] = status.accepted
+            self._pending[thread_id] = (status.pending, time.monotonic())
+            self._bound[thread_id] = status.memory_id
+        self._doubts.pop(thread_id, None)
+        return doubt
+
+    def _doubt(self, thread_id: str, start: int | None, digests: tuple[str, ...] = ()) -> None:
+        """Note that a call of ``thread_id`` ended without its report (failed or cancelled): ``start`` messages
+        were taken in before it, ``digests`` are the messages it sent (see :meth:`_taken`)."""
+        self._doubts[thread_id] = _Doubt(start, digests)
+
+    async def _taken(self, doubt: _Doubt | None, thread_id: str, digests: tuple[str, ...]) -> int:
+        """How many of ``digests`` (the messages of a call, in order) the last call of the thread already took in:
+        when that call failed or was cancelled and sent the same messages, this call is its retry, and the
+        messages it took in before it was interrupted (the thread's position moved past them) are not taken in
+        again. Any other call takes all its messages in."""
+        if doubt is None or doubt.start is None or doubt.digests != digests:
+            return 0
+        return max(0, min(len(digests), await self._count(thread_id) - doubt.start))
 
     async def _count(self, thread_id: str) -> int:
         if thread_id in self._counts:
@@ -199,9 +232,14 @@ class MycelianAgentInvoker:
         is off); the binding is kept in the checkpoint, so a resumed thread keeps it. A thread bound to another
         user raises :class:`InputError`."""
         async with self._lock(thread_id):
+            await self._settle(thread_id)
             memory = await self._memory_for(thread_id, user)
-            result = await self.agent.ainvoke(ControlState.START_SESSION, thread_id,
-                                              conversation_time=conversation_time, memory=memory)
+            try:
+                result = await self.agent.ainvoke(ControlState.START_SESSION, thread_id,
+                                                  conversation_time=conversation_time, memory=memory)
+            except BaseException:
+                self._doubt(thread_id, None)
+                raise
             self._bind(thread_id, memory)
             return result
 
@@ -225,7 +263,16 @@ class MycelianAgentInvoker:
         anything is written.
         """
         async with self._lock(thread_id):
+            doubt = await self._settle(thread_id)
             memory = await self._memory_for(thread_id, user)
+            digests = (_digest(role, content, name),)
+            if await self._taken(doubt, thread_id, digests):
+                number = doubt.start + 1  # type: ignore[union-attr, operator]
+                return InvocationResult(
+                    control=ControlState.PROCESS_MESSAGE if self.batch_size == 1 else ControlState.ACCEPT_MESSAGE,
+                    thread_id=thread_id, message_index=number, pending=self._pending.get(thread_id, (0, 0.0))[0],
+                    notes=(f"message {number} was taken in by the call that sent it before (it failed or was "
+                           "cancelled after that): not taken in again",))
             number = await self._count(thread_id) + 1
             flush = number % self.flush_every == 0
             if self.batch_size == 1:
@@ -237,8 +284,12 @@ class MycelianAgentInvoker:
                 control = (ControlState.ACCEPT_MESSAGE_AND_FLUSH if flush
                            else ControlState.ACCEPT_MESSAGE_AND_WRITE if pending + 1 >= self.batch_size or overdue
                            else ControlState.ACCEPT_MESSAGE)
-            result = await self.agent.ainvoke(control, thread_id, {"role": role, "content": content},
-                                              conversation_time, tags=tags, name=name, memory=memory)
+            try:
+                result = await self.agent.ainvoke(control, thread_id, {"role": role, "content": content},
+                                                  conversation_time, tags=tags, name=name, memory=memory)
+            except BaseException:
+                self._doubt(thread_id, number - 1, digests)
+                raise
             self._bind(thread_id, memory)
             return self._note(thread_id, result)
 
@@ -270,8 +321,14 @@ class MycelianAgentInvoker:
         checked = self.agent.check_messages(messages, conversation_time)
         results: list[InvocationResult] = []
         async with self._lock(thread_id):
+            doubt = await self._settle(thread_id)
             memory = await self._memory_for(thread_id, user)
-            done = 0
+            digests = tuple(_digest(turn["role"], turn["content"], turn.get("name")) for turn, _tags in checked)
+            done = skipped = await self._taken(doubt, thread_id, digests)
+            start = await self._count(thread_id) - done
+            if skipped:
+                _log.info("%s: messages %d-%d were taken in by the call that sent them before; not again",
+                          thread_id, start + 1, start + skipped)
             try:
                 while done < len(checked):
                     number = await self._count(thread_id)
@@ -301,8 +358,9 @@ class MycelianAgentInvoker:
                     done += take
                     if on_result is not None:
                         on_result(result)
-            except MycelianError as exc:
-                if done:
+            except BaseException as exc:
+                self._doubt(thread_id, start, digests)
+                if done and isinstance(exc, MycelianError):
                     exc.args = (f"{exc.args[0] if exc.args else exc} (messages[{done}] and after were not accepted; "
                                 f"the {done} before them were)",)
                 raise
@@ -313,8 +371,14 @@ class MycelianAgentInvoker:
         to write: no model call and no tool call. No context document is written (that is the flush cadence's
         and the session end's)."""
         async with self._lock(thread_id):
+            await self._settle(thread_id)
             await self._count(thread_id)
-            return self._note(thread_id, await self.agent.ainvoke(ControlState.WRITE_PENDING, thread_id))
+            try:
+                result = await self.agent.ainvoke(ControlState.WRITE_PENDING, thread_id)
+            except BaseException:
+                self._doubt(thread_id, None)
+                raise
+            return self._note(thread_id, result)
 
     async def aflush_all(self) -> list[InvocationResult]:
         """:meth:`aflush` every thread this invoker knows to have pending messages (e.g. before shutting down)."""
@@ -333,9 +397,15 @@ class MycelianAgentInvoker:
         """Write the pending messages (batched mode), wait for consistency and write the session's context
         document."""
         async with self._lock(thread_id):
+            await self._settle(thread_id)
             await self._count(thread_id)
-            return self._note(thread_id, await self.agent.ainvoke(ControlState.END_SESSION, thread_id,
-                                                                  conversation_time=conversation_time))
+            try:
+                result = await self.agent.ainvoke(ControlState.END_SESSION, thread_id,
+                                                  conversation_time=conversation_time)
+            except BaseException:
+                self._doubt(thread_id, None)
+                raise
+            return self._note(thread_id, result)
 
     async def asearch(self, query: str, *, user: str | None = None, top_k: int = 10,
                       after: str | datetime | None = None, before: str | datetime | None = None) -> list[MemoryHit]:
@@ -404,3 +474,19 @@ class MycelianAgentInvoker:
 def _as_mapping(turn: Mapping[str, Any], tags: Mapping[str, str]) -> dict[str, Any]:
     """A checked message (a Turn and its tags) as the mapping :meth:`MycelianMemoryAgent.aaccept_messages` takes."""
     return {**turn, "tags": dict(tags)}
+
+
+@dataclass(frozen=True)
+class _Doubt:
+    """A call of a thread that ended without its report (it failed or was cancelled): it may have taken some of its
+    messages in before it was interrupted. ``start``: the messages the thread had taken in before the call (None:
+    the call sent no messages); ``digests``: the call's messages (:func:`_digest`), in order."""
+
+    start: int | None
+    digests: tuple[str, ...]
+
+
+def _digest(role: Any, content: Any, name: Any) -> str:
+    """What identifies a message sent again after a failed or cancelled call: its role, speaker and text."""
+    text = "\x00".join(str(part) for part in (role, name or "", content))
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
