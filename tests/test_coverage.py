@@ -17,7 +17,9 @@ def store(memory_db: str):
     opened.close()
 
 
-def _store_sessions(store: MemoryStore, sessions: list[tuple[str, list[tuple[str, str]]]]) -> tuple[str, dict[str, str]]:
+def _store_sessions(
+    store: MemoryStore, sessions: list[tuple[str, list[tuple[str, str]]]]
+) -> tuple[str, dict[str, str]]:
     """Store ``(day, [(speaker, text)])`` sessions as the agent writes turns; the memory id and entry id by text."""
     vault = store.create_vault("v-coverage")["vaultId"]
     memory = store.create_memory(vault, "chat", "CHAT")["memoryId"]
