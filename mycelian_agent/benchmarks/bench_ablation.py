@@ -12,14 +12,21 @@ Each row adds one part to the row above it (categories 1-4 of the LoCoMo file(s)
 4. **+ neighbour context** — each entry takes shares of its neighbouring turns' scores;
 5. **+ query feedback** — a second search with words of the best hits (``memory_server/feedback.py``);
 6. **+ time named in the question** — entries inside a time the question names ("in May 2023", "two weeks before
-   August 11, 2023") lifted (``memory_server/query_time.py``): the lexical search the server runs by default;
-7. **+ dense fusion** — MiniLM vectors fused with row 6's scores (``--embeddings``; needs the ``embeddings``
+   August 11, 2023") lifted (``memory_server/query_time.py``);
+7. **+ names in the question** — the turns of a speaker the question names score 1.5x
+   (``memory_server/coverage.py``): the lexical search the server runs by default;
+8. **+ dense fusion** — MiniLM vectors fused with row 7's scores (``--embeddings``; needs the ``embeddings``
    extra, else the row is skipped with a note).
+
+Two rows show coverage methods tried on top of row 7 and not kept (issue 24, item 3), as re-rankings of the
+server's 50-deep ranking here: **session spread** (after the first 3 hits, each hit's score times 0.8 per hit
+already chosen from its session, turns within an hour of each other) and **term coverage** (query words that none
+of the first 5 hits holds searched again, the best 2 new hits of that search placed after the first 5).
 
 Re-ranking with a cross-encoder is not a row: no cross-encoder installs offline from the package registries
 (BENCHMARKS.md lists what was tried). A plain ``rank_bm25`` over the raw turns is shown for reference.
 
-The conversations are ingested twice (rows 1 and 2-7) through the normal LoCoMo runner; the rows are then searched
+The conversations are ingested twice (rows 1 and 2-8) through the normal LoCoMo runner; the rows are then searched
 in-process on the stored memories (the same Store code the server runs, without the MCP round trip), so the
 latency column is the store's entry-ranking time per question (p50).
 """
@@ -31,11 +38,13 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from unittest import mock
 
 from ..conversations.formats import Conversation
+from ..memory_server import bm25 as scoring
 from ..memory_server import search as lexical
 from ..memory_server.store import Store
 from ..models.extractive import text as extractive_text
@@ -55,8 +64,11 @@ ABLATION_ROWS = (
     "3. + names and dates indexed",
     "4. + neighbour context",
     "5. + query feedback",
-    "6. + time named in the question (server default)",
-    "7. + dense fusion (--embeddings)",
+    "6. + time named in the question",
+    "7. + names in the question (server default)",
+    "8. + dense fusion (--embeddings)",
+    "not kept: 7 + session spread",
+    "not kept: 7 + term coverage",
 )
 _MAIN = "evidence recall, categories 1-4"
 
@@ -90,13 +102,64 @@ def _lexical(weights: Sequence[float] | None, context: bool) -> Search:
     return search
 
 
-def _ranked(feedback: bool, named_time: bool = True) -> Search:
+def _ranked(feedback: bool, named_time: bool = True, names: bool = True) -> Search:
     """The server's entry ranking (``MemoryStore.rank_entries``, what ``search_memories`` returns), with or without
-    query feedback and the lift of a time the question names."""
+    query feedback, the lift of a time the question names and the names boost."""
     def search(store: Store, memory_id: str, question: str) -> list[dict[str, Any]]:
         rows = store.rank_entries(memory_id, question, lexical.query_terms(question), 25, feedback=feedback,
-                                  named_time=named_time)
+                                  named_time=named_time, names=names)
         return [{"tags": row["tags"]} for row, _ in rows]
+    return search
+
+
+def _moment(row: Any) -> float:
+    return datetime.fromisoformat((row["conversation_time"] or row["creation_time"]).replace("Z", "+00:00")).timestamp()
+
+
+def _session_spread(keep: int = 3, penalty: float = 0.8, gap_s: float = 3600.0) -> Search:
+    """Not kept: the server's 50-deep ranking with the hits after the first ``keep`` re-chosen greedily, each hit's
+    score times ``penalty`` per hit already chosen from its session (turns less than ``gap_s`` apart)."""
+    def search(store: Store, memory_id: str, question: str) -> list[dict[str, Any]]:
+        ranked = store.rank_entries(memory_id, question, lexical.query_terms(question), 50)
+        session: dict[int, int] = {}
+        cluster, last = -1, None
+        for moment, i in sorted((_moment(row), i) for i, (row, _) in enumerate(ranked)):
+            if last is None or moment - last > gap_s:
+                cluster += 1
+            session[i], last = cluster, moment
+        chosen = list(range(min(keep, len(ranked))))
+        counts: dict[int, int] = {}
+        for i in chosen:
+            counts[session[i]] = counts.get(session[i], 0) + 1
+        rest = list(range(len(chosen), len(ranked)))
+        while rest and len(chosen) < 25:
+            i = max(rest, key=lambda j: (ranked[j][1] * penalty ** counts.get(session[j], 0), -j))
+            rest.remove(i)
+            chosen.append(i)
+            counts[session[i]] = counts.get(session[i], 0) + 1
+        return [{"tags": ranked[i][0]["tags"]} for i in chosen]
+    return search
+
+
+def _term_coverage(top: int = 5, extra: int = 2) -> Search:
+    """Not kept: query words that none of the server's first ``top`` hits holds are searched again, and the best
+    ``extra`` new hits of that search are placed after the first ``top``."""
+    def search(store: Store, memory_id: str, question: str) -> list[dict[str, Any]]:
+        terms = lexical.query_terms(question)
+        ranked = store.rank_entries(memory_id, question, terms, 25)
+        seen: set[str] = set()
+        for row, _ in ranked[:top]:
+            seen.update(scoring.entry_terms(row["raw_entry"], row["summary"], row["tags"], None).frequencies)
+        missing = [t for t in terms if not set(scoring.tokens(t)) <= seen]
+        if missing and len(missing) < len(terms):
+            shown = {row["seq"] for row, _ in ranked[:top]}
+            second = [row for row, _ in store.rank_entries(memory_id, " ".join(missing), missing, 25)
+                      if row["seq"] not in shown][:extra]
+            added = {row["seq"] for row in second}
+            rows = [r for r, _ in ranked[:top]] + second + [r for r, _ in ranked[top:] if r["seq"] not in added]
+        else:
+            rows = [r for r, _ in ranked]
+        return [{"tags": row["tags"]} for row in rows[:25]]
     return search
 
 
@@ -172,9 +235,10 @@ def run_ablation(out: Path, *, locomo: Sequence[str | Path], limit: int | None =
         (ABLATION_ROWS[0], *evaluate("plain", _lexical(_TEXT_ONLY_WEIGHTS, context=False))),
         (ABLATION_ROWS[1], *evaluate("agent", _lexical(_TEXT_ONLY_WEIGHTS, context=False))),
         (ABLATION_ROWS[2], *evaluate("agent", _lexical(None, context=False))),
-        (ABLATION_ROWS[3], *evaluate("agent", _ranked(feedback=False, named_time=False))),
-        (ABLATION_ROWS[4], *evaluate("agent", _ranked(feedback=True, named_time=False))),
-        (ABLATION_ROWS[5], *evaluate("agent", _ranked(feedback=True))),
+        (ABLATION_ROWS[3], *evaluate("agent", _ranked(feedback=False, named_time=False, names=False))),
+        (ABLATION_ROWS[4], *evaluate("agent", _ranked(feedback=True, named_time=False, names=False))),
+        (ABLATION_ROWS[5], *evaluate("agent", _ranked(feedback=True, names=False))),
+        (ABLATION_ROWS[6], *evaluate("agent", _ranked(feedback=True))),
     ]
     notes = []
     use_hybrid = hybrid == "on" or (hybrid == "auto" and embeddings_available())
@@ -185,11 +249,13 @@ def run_ablation(out: Path, *, locomo: Sequence[str | Path], limit: int | None =
         store = Store.open(dirs["agent"] / "memory.db", dense=dense)
         try:
             dense.backfill(store.connection)  # embedded up front, as written with --embeddings
-            rows.append((ABLATION_ROWS[6], *evaluate("agent", _ranked(feedback=True), store)))
+            rows.append((ABLATION_ROWS[7], *evaluate("agent", _ranked(feedback=True), store)))
         finally:
             store.close()
     else:
-        notes.append(f"row 7 not run: {'--hybrid off' if hybrid == 'off' else 'the embeddings extra is missing'}")
+        notes.append(f"row 8 not run: {'--hybrid off' if hybrid == 'off' else 'the embeddings extra is missing'}")
+    rows.append((ABLATION_ROWS[8], *evaluate("agent", _session_spread())))
+    rows.append((ABLATION_ROWS[9], *evaluate("agent", _term_coverage())))
     bm25 = _bm25_reference(conversations, limit_questions)
     categories = ["overall", *sorted(rows[0][1].categories)]
     headers = ["retrieval", *(f"{c} any/all@10" for c in categories), "search p50"]

@@ -22,6 +22,7 @@ from typing import Any, NamedTuple, Protocol
 from ..errors import InputError, MemoryServerError
 from ..limits import SEARCH_DEPTH_MAX
 from . import bm25
+from . import coverage
 from . import feedback as feedback_module
 from . import fusion
 from . import query_time
@@ -609,11 +610,13 @@ class MemoryStore(ABC):
         context: bool = True,
         feedback: bool = True,
         named_time: bool = True,
+        names: bool = True,
     ) -> list[tuple[Row, float]]:
         """The memory's entries ranked for ``query`` (``terms`` from ``query_terms``): lexical hits, re-ranked with
         their neighbours' scores (``context``), joined by a second search with words of the best hits
         (``feedback``, see ``feedback.py``), those inside a time the query names lifted (``named_time``, see
-        ``query_time.py``), fused with dense similarities when the store has an index."""
+        ``query_time.py``), the turns of a speaker the query names raised (``names``, see ``coverage.py``), fused
+        with dense similarities when the store has an index."""
         if limit <= 0 or not terms:
             return []
         if self._dense is not None:
@@ -638,6 +641,8 @@ class MemoryStore(ABC):
                 hits = feedback_module.combine(hits, [hit for hit in second if hit[0] not in sources])
         if named_time and hits:
             hits = self._time_named(memory_id, query, terms, hits, depth, after, before, context, last_seq)
+        if names and hits:
+            hits = self._boost_named(memory_id, terms, hits)
         if dense is not None:
             hits = fusion.fuse(hits, dense[0], dense[1], limit)
         hits = hits[:limit]
@@ -690,6 +695,15 @@ class MemoryStore(ABC):
         moments = {seq: query_time.moment(row["conversation_time"] or row["creation_time"])
                    for seq, row in rows.items()}
         return query_time.boost(list(pooled.items()), moments, named)[:depth]
+
+    def _boost_named(self, memory_id: str, terms: list[str], hits: list[tuple[int, float]]) -> list[tuple[int, float]]:
+        """``coverage.boost_named_speakers`` on ``hits``, with each entry's author from the entry cache (entries not
+        in it, such as neighbours the lexical search did not find, are read once and kept)."""
+        entries = self._entry_cache.get(
+            [seq for seq, _ in hits],
+            lambda seqs: {seq: _entry_terms(row) for seq, row in self._entry_rows(memory_id, seqs).items()})
+        authors = {seq: coverage.author_stems(terms_of.author) for seq, terms_of in entries.items()}
+        return coverage.boost_named_speakers(hits, authors, bm25.query_stems(terms))
 
     def _feedback_terms(
         self, memory_id: str, terms: list[str], hits: Sequence[tuple[int, float]], last_seq: int | None = None
