@@ -72,13 +72,15 @@ async def test_the_answer_following_a_matching_question_is_found(chat) -> None:
     for minute, text in (("00", "How often do you work out with your family?"), ("01", "Three times a week!")):
         times[text] = await _add(bg, v, m, text, conversation_time=f"2024-01-10T12:{minute}:00Z")
     question, answer = times.values()
-    await _add(bg, v, m, "Unrelated chatter about the weather.", conversation_time="2024-01-10T12:02:00Z")
-    assert await _search(bg, m, "How often does John work out with his family?") == [question, answer]
+    chatter = await _add(bg, v, m, "Unrelated chatter about the weather.", conversation_time="2024-01-10T12:02:00Z")
+    # The turn two steps on takes a small share too (ranking.CONTEXT_FAR_AFTER): a topic runs over several turns.
+    assert await _search(bg, m, "How often does John work out with his family?") == [question, answer, chatter]
     # The neighbour obeys the time bounds like every result.
     assert await _search(bg, m, "work out family", before="2024-01-10T12:00:30Z") == [question]
-    # An entry's own words still come first: the neighbour only borrows a share of its score.
+    # An entry's own words still come first: the neighbour only borrows a share of its score, the turn two steps
+    # away (ranking.CONTEXT_FAR_BEFORE) a smaller one.
     weather = await _search(bg, m, "weather")
-    assert weather[0] not in (question, answer) and weather[1:] == [answer]
+    assert weather == [chatter, answer, question]
     # An entry more than an hour away is another conversation: no share.
     later = await _add(bg, v, m, "Sure.", conversation_time="2024-01-10T15:00:00Z")
     assert later not in await _search(bg, m, "weather chatter", top_ke=25)
@@ -245,3 +247,19 @@ def test_plan_counts_are_kept_until_the_database_changes(tmp_path) -> None:
     assert red() == 4 and matches() == 3
     conn.close()
     other.close()
+
+
+def test_the_turns_two_steps_away_take_smaller_shares_through_the_neighbours() -> None:
+    from mycelian_agent.memory_server import ranking
+
+    hits = [(10, 1.0)]
+    links = [(10, 9, 11, False)]
+    outer = [(9, 8, 10, False), (11, 10, 12, True)]
+    ranked = dict(ranking.with_context(hits, links, {8, 9, 10, 11, 12}, 10, outer=outer))
+    assert ranked[12] == pytest.approx(ranking.CONTEXT_FAR_AFTER)
+    assert ranked[8] == pytest.approx(ranking.CONTEXT_FAR_BEFORE)
+    assert ranked[11] == pytest.approx(ranking.CONTEXT_WEIGHT) and ranked[9] == pytest.approx(ranking.CONTEXT_BEFORE)
+    # Outside the search's bounds, past a conversation gap (no link), or without ``outer``: nothing.
+    assert 12 not in dict(ranking.with_context(hits, links, {8, 9, 10, 11}, 10, outer=outer))
+    assert 12 not in dict(ranking.with_context(hits, links, {8, 9, 10, 11, 12}, 10, outer=[(11, 10, None, True)]))
+    assert set(dict(ranking.with_context(hits, links, {8, 9, 10, 11, 12}, 10))) == {9, 10, 11}

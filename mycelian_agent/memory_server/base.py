@@ -670,8 +670,12 @@ class MemoryStore(ABC):
         hits = [(seq, value) for seq, value, _ in scored[:depth]]
         if context and hits:
             links, allowed = self._neighbours(memory_id, [seq for seq, _ in hits], after, before)
+            # The neighbours' own neighbours: the turns two steps from each hit (ranking.CONTEXT_FAR_AFTER).
+            outer, further = self._neighbours(memory_id, sorted(allowed.difference(seq for seq, _ in hits)), after,
+                                              before)
             matched = {seq: frozenset(by_stem) for seq, _, by_stem in scored}
-            hits = current_first(with_context(hits, links, allowed, depth, matched), entries, matched)
+            hits = with_context(hits, links, allowed | further, depth, matched, outer)
+            hits = current_first(hits, entries, matched)
         return hits
 
     def _time_named(
