@@ -41,7 +41,8 @@ def _server_options(func: Any) -> Any:
         click.option("--timeout", default=60.0, show_default=True, type=click.FloatRange(min=0.1),
                      help="Seconds each memory server call may take before it is retried."),
         click.option("--reconnect-wait", default=30.0, show_default=True, type=click.FloatRange(min=0),
-                     help="Seconds to wait for an HTTP memory server that went away to come back."),
+                     help="Seconds to keep trying to reconnect to an HTTP memory server that went away (refused or "
+                     "dropped connections are seen at once), then fail."),
     ]
     for option in reversed(options):
         func = option(func)
