@@ -17,11 +17,13 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.panel import Panel
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from .errors import MycelianError
+from .paths import check_store_location
 
 __all__ = ["checkpointer_spec", "cli", "main"]
 
@@ -111,6 +113,9 @@ def replay(files: tuple[Path, ...], db: str | None, server: str, token: str | No
                    max_tokens=max_tokens, batch_size=batch_size, timeout=timeout, reconnect_wait=reconnect_wait,
                    model_timeout=model_timeout, thread_wait=thread_wait)
     conversations = [c for path in files for c in load_conversations(path)]
+    if server in ("embedded", "in-process"):
+        check_store_location(db, "--db", "memory database", "memory.db")
+    check_store_location(state, "--state", "checkpoint", "state.db")
     if workers > 1:
         stats = _replay_in_workers([str(p) for p in files], workers, options)
     else:
@@ -136,7 +141,7 @@ def replay(files: tuple[Path, ...], db: str | None, server: str, token: str | No
         table.add_row(name, str(value))
     console.print(table)
     for error in stats.errors[:10]:
-        err_console.print(f"[yellow]recovered:[/] {error}")
+        err_console.print(f"[yellow]recovered:[/] {escape(str(error))}", soft_wrap=True)
 
 
 def _shard(conversations: list[Any], shard: tuple[int, int] | None) -> list[Any]:
@@ -464,6 +469,8 @@ def list_(db: str | None, server: str, token: str | None, vault: str, timeout: f
 def add(text: str, db: str | None, server: str, token: str | None, vault: str, timeout: float,
         reconnect_wait: float, memory: str, role: str, name: str | None, when: str | None, model: str) -> None:
     """Store one message TEXT in a memory (summary and tags written by the model) and print the entry."""
+    if server in ("embedded", "in-process"):
+        check_store_location(db, "--db", "memory database", "memory.db")
     from .builder import build_agent
 
     async def run() -> Any:
@@ -598,7 +605,9 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         sys.exit(130)
     except MycelianError as exc:
-        err_console.print(f"[red]error:[/] {exc}")
+        # One line however long (a log reader or a pipe gets no wrapping), and the text as it is: "[postgres]" in
+        # a message is not markup.
+        err_console.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
         sys.exit(1)
 
 

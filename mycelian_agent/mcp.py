@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import sys
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import timedelta
@@ -45,8 +46,11 @@ def embedded_connection(db: str | None = None, *, extra_args: Sequence[str] = ()
     """A stdio connection that spawns our embedded memory server on SQLite file ``db`` (None: its default)."""
     args = ["-m", "mycelian_agent.memory_server", "--transport", "stdio", *(["--db", str(db)] if db else []), *extra_args]
     connection: dict[str, Any] = {"transport": "stdio", "command": sys.executable, "args": args}
-    if env is not None:
-        connection["env"] = dict(env)
+    # The MCP SDK gives a server only a few variables (HOME, PATH, ...): PYTHONPATH is passed on so that the server
+    # imports the same package as this process (a source checkout on PYTHONPATH, not another installed copy).
+    inherited = {name: os.environ[name] for name in ("PYTHONPATH",) if os.environ.get(name)}
+    if env is not None or inherited:
+        connection["env"] = {**inherited, **(env or {})}
     return connection  # type: ignore[return-value]
 
 
@@ -106,20 +110,66 @@ class _SessionEnd:
         await self.event.wait()
 
 
+class _ServerLog:
+    """Where a spawned server's stderr goes: a temporary file, so that a server that fails to start or dies is
+    reported in the client's one error line (its last words) instead of as lines of its own before it. What the
+    server wrote is passed on to this process's stderr when the session closes, unless an error already told it."""
+
+    def __init__(self) -> None:
+        import tempfile
+
+        self.file = tempfile.TemporaryFile(mode="w+b")
+        self.told = False
+
+    def tail(self, lines: int = 1) -> str:
+        """The last ``lines`` non-empty lines the server wrote, joined with " | " ("" if none)."""
+        try:
+            self.file.flush()
+            size = self.file.seek(0, 2)
+            self.file.seek(max(0, size - 8192))
+            text = self.file.read().decode("utf-8", errors="replace")
+        except (OSError, ValueError):
+            return ""
+        return " | ".join([line.strip() for line in text.splitlines() if line.strip()][-lines:])
+
+    def close(self) -> None:
+        """Pass on what the server wrote (unless an error told it), then drop the file."""
+        try:
+            if not self.told:
+                self.file.seek(0)
+                text = self.file.read().decode("utf-8", errors="replace")
+                if text:
+                    sys.stderr.write(text)
+                    sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+        finally:
+            self.file.close()
+
+
 class _WatchedStream:
     """The read stream of a stdio session that sets ``ended`` when the server's output ends (the process exited):
     the MCP client fails the requests in flight then, but a request sent afterwards would wait for its deadline."""
 
-    def __init__(self, stream: Any, ended: _SessionEnd) -> None:
+    def __init__(self, stream: Any, ended: _SessionEnd, log: _ServerLog | None = None) -> None:
         self._stream = stream
         self._ended = ended
+        self._log = log
+
+    def _end(self) -> None:
+        if self._ended.is_set():
+            return
+        last = self._log.tail(3) if self._log is not None else ""
+        if last and self._log is not None:
+            self._log.told = True
+        self._ended.set(_OUTPUT_ENDED + (f"; its last words: {last}" if last else ""))
 
     async def __aenter__(self) -> "_WatchedStream":
         await self._stream.__aenter__()
         return self
 
     async def __aexit__(self, *exc_info: Any) -> Any:
-        self._ended.set(_OUTPUT_ENDED)
+        self._end()
         return await self._stream.__aexit__(*exc_info)
 
     def __aiter__(self) -> "_WatchedStream":
@@ -129,27 +179,29 @@ class _WatchedStream:
         try:
             return await self._stream.__anext__()
         except StopAsyncIteration:
-            self._ended.set(_OUTPUT_ENDED)
+            self._end()
             raise
 
     async def receive(self) -> Any:
         return await self._stream.receive()
 
     async def aclose(self) -> None:
-        self._ended.set(_OUTPUT_ENDED)
+        self._end()
         await self._stream.aclose()
 
 
 @asynccontextmanager
-async def _stdio_session(connection: Mapping[str, Any], ended: _SessionEnd) -> AsyncIterator[ClientSession]:
-    """A session with a server spawned over stdio (as langchain-mcp-adapters opens it), whose end is watched."""
+async def _stdio_session(connection: Mapping[str, Any], ended: _SessionEnd,
+                         log: _ServerLog) -> AsyncIterator[ClientSession]:
+    """A session with a server spawned over stdio (as langchain-mcp-adapters opens it), whose end is watched and
+    whose stderr goes to ``log``."""
     from mcp import StdioServerParameters
     from mcp.client.stdio import stdio_client
 
     params = StdioServerParameters(command=connection["command"], args=list(connection.get("args", [])),
                                    env=connection.get("env"))
-    async with stdio_client(params) as (read, write), \
-            ClientSession(_WatchedStream(read, ended), write) as session:  # type: ignore[arg-type]
+    async with stdio_client(params, errlog=log.file) as (read, write), \
+            ClientSession(_WatchedStream(read, ended, log), write) as session:  # type: ignore[arg-type]
         yield session
 
 
@@ -406,13 +458,15 @@ class MemoryConnection:
         assert self._connection is not None and self._stop is not None
         stop = self._stop
         ended = self._ended = _SessionEnd()
+        log: _ServerLog | None = None
         try:
             factory = self._connection if callable(self._connection) else None
             transport = None if factory is not None else self._connection.get("transport")  # type: ignore[union-attr]
             if factory is not None:
                 opened = factory()
             elif transport == "stdio":
-                opened = _stdio_session(self._connection, ended)  # type: ignore[arg-type]
+                log = _ServerLog()
+                opened = _stdio_session(self._connection, ended, log)  # type: ignore[arg-type]
             elif transport in ("streamable_http", "streamable-http", "http"):
                 opened = _http_session(self._connection, ended)  # type: ignore[arg-type]
             else:
@@ -438,18 +492,25 @@ class MemoryConnection:
                     self._session = None
         except BaseException as exc:  # noqa: BLE001 - reported to open() or to the next call
             if not ready.done():
-                ready.set_exception(self._connect_error(exc))
+                ready.set_exception(self._connect_error(exc, log))
             elif not isinstance(exc, (asyncio.CancelledError, GeneratorExit)):
                 self._failure = exc
             if isinstance(exc, asyncio.CancelledError):
                 raise
         finally:
             ended.set()  # calls still waiting on this session fail now
+            if log is not None:
+                log.close()
             if self._stop is stop:
                 self._session = None
 
-    def _connect_error(self, exc: BaseException) -> MemoryServerError:
-        """Why a session could not be opened, in the user's terms (a refused token is not a network problem)."""
+    def _connect_error(self, exc: BaseException, log: _ServerLog | None = None) -> MemoryServerError:
+        """Why a session could not be opened, in the user's terms (a refused token is not a network problem; a
+        spawned server that exited says why in its last words)."""
+        last = log.tail() if log is not None else ""
+        if last and log is not None:
+            log.told = True
+            return MemoryServerError(f"the embedded memory server did not start: {last}")
         status = _http_status(exc)
         where = self._describe()
         if status == 401:
