@@ -136,6 +136,7 @@ def replay(files: tuple[Path, ...], db: str | None, server: str, token: str | No
             ("model calls", usage.llm_calls), ("prompt / completion tokens", f"{usage.prompt_tokens} / {usage.completion_tokens}"),
             ("corrections / fallbacks", f"{usage.corrections} / {usage.fallbacks}"),
             ("retries: memory server / model", f"{usage.retries} / {usage.model_retries}"),
+            ("memory server reconnections", stats.reconnects),
             ("elapsed", f"{stats.elapsed_s:.2f} s ({stats.messages_per_s:.0f} messages/s)")]
     for name, value in rows:
         table.add_row(name, str(value))
@@ -207,6 +208,7 @@ async def _replay(conversations: list[Any], total: int, *, db: str | None, serve
 
                     await replay_conversation(target, conversation, stats=stats, on_message=tick)
                     progress.advance(task, stats.skipped - before)
+                    stats.reconnects = getattr(invoker.connection, "reconnects", 0)
             except (KeyboardInterrupt, asyncio.CancelledError):
                 # The message in flight counts when the server acknowledged its entry before the interruption.
                 stored = stats.messages + invoker.agent.unfinished_writes()
@@ -265,7 +267,8 @@ def _replay_in_workers(files: list[str], workers: int, options: dict[str, Any]) 
         raise MycelianError("; ".join(failed) + f" ({resume}: stored messages are not stored twice)")
     total = ReplayStats()
     for stats, _ in reports.values():
-        for name in ("conversations", "messages", "written", "skipped", "entries", "deduplicated", "contexts", "sessions"):
+        for name in ("conversations", "messages", "written", "skipped", "entries", "deduplicated", "contexts", "sessions",
+                     "reconnects"):
             setattr(total, name, getattr(total, name) + getattr(stats, name))
         total.usage += stats.usage
         total.errors.extend(stats.errors)

@@ -160,8 +160,6 @@ class _WatchedStream:
         if self._ended.is_set():
             return
         last = self._log.tail(3) if self._log is not None else ""
-        if last and self._log is not None:
-            self._log.told = True
         self._ended.set(_OUTPUT_ENDED + (f"; its last words: {last}" if last else ""))
 
     async def __aenter__(self) -> "_WatchedStream":
@@ -252,6 +250,11 @@ class _WatchedTransport(httpx.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         await self._inner.aclose()
+
+
+#: The keys of a streamable-HTTP connection :func:`_http_session` honours; a connection with others (an
+#: ``httpx_client_factory``, ``session_kwargs``) is opened by langchain-mcp-adapters as given, unwatched.
+_WATCHED_HTTP_KEYS = frozenset({"transport", "url", "headers", "timeout", "sse_read_timeout", "auth"})
 
 
 def _connection_lost(url: str, exc: BaseException) -> str:
@@ -467,7 +470,8 @@ class MemoryConnection:
             elif transport == "stdio":
                 log = _ServerLog()
                 opened = _stdio_session(self._connection, ended, log)  # type: ignore[arg-type]
-            elif transport in ("streamable_http", "streamable-http", "http"):
+            elif transport in ("streamable_http", "streamable-http", "http") \
+                    and set(self._connection) <= _WATCHED_HTTP_KEYS:  # type: ignore[arg-type]
                 opened = _http_session(self._connection, ended)  # type: ignore[arg-type]
             else:
                 opened = create_session(self._connection)  # type: ignore[arg-type]
@@ -490,6 +494,8 @@ class MemoryConnection:
                     # Seen at once: later calls fail now instead of waiting for their deadline.
                     self._failure = MemoryServerError(ended.reason)
                     self._session = None
+                    if log is not None:
+                        log.told = True  # its last words are in the reason
         except BaseException as exc:  # noqa: BLE001 - reported to open() or to the next call
             if not ready.done():
                 ready.set_exception(self._connect_error(exc, log))

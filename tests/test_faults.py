@@ -120,7 +120,9 @@ def test_http_server_killed_twice_during_replay_and_restarted_loses_nothing_and_
     summary = json.loads(out)
     raws = _raw_entries(db)
     assert sorted(raws) == sorted(texts)  # each message exactly once
-    assert summary["messages"] == len(texts) and summary["retries"] >= 2
+    # Each kill is met by a call that fails and is retried, or seen first (the session's connection broke) and met
+    # by a reconnection before the next call.
+    assert summary["messages"] == len(texts) and summary["reconnects"] >= 2
 
 
 @pytest.mark.slow
