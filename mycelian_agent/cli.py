@@ -267,8 +267,8 @@ def _replay_in_workers(files: list[str], workers: int, options: dict[str, Any]) 
         raise MycelianError("; ".join(failed) + f" ({resume}: stored messages are not stored twice)")
     total = ReplayStats()
     for stats, _ in reports.values():
-        for name in ("conversations", "messages", "written", "skipped", "entries", "deduplicated", "contexts", "sessions",
-                     "reconnects"):
+        for name in ("conversations", "messages", "written", "skipped", "entries", "deduplicated", "contexts",
+                     "sessions", "reconnects"):
             setattr(total, name, getattr(total, name) + getattr(stats, name))
         total.usage += stats.usage
         total.errors.extend(stats.errors)

@@ -60,7 +60,8 @@ async def open_checkpointer(spec: str | BaseCheckpointSaver | None = "memory") -
         if path != ":memory:":
             path = str(Path(path).expanduser())
             if Path(path).is_dir():
-                raise ConfigError(f"checkpoint store {path} is a folder, not a SQLite file (e.g. {Path(path) / 'state.db'})")
+                raise ConfigError(f"checkpoint store {path} is a folder, not a SQLite file "
+                                  f"(e.g. {Path(path) / 'state.db'})")
             make_parent_folder(path, "checkpoint store")
         import sqlite3
 

@@ -2,8 +2,8 @@
 SQLite or PostgreSQL store.
 
 Tool names, parameters, defaults and result shapes follow the upstream Mycelian memory server
-(github.com/mycelian-ai/mycelian-memory) and docs/ARCHITECTURE.md ("Memory server contract"). Every result is one text content; every failure is an MCP
-error result whose text names the problem.
+(github.com/mycelian-ai/mycelian-memory) and docs/ARCHITECTURE.md ("Memory server contract"). Every result is one
+text content; every failure is an MCP error result whose text names the problem.
 """
 
 from __future__ import annotations
