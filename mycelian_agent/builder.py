@@ -125,7 +125,7 @@ def connect(server: str = "embedded", *, db: str | Path | None = None, token: st
     else:
         target = str(Path(db).expanduser())
     if server in ("embedded", "in-process"):
-        if server == "in-process" and target is None:
+        if target is None:  # resolved here: a spawned server does not get XDG_DATA_HOME (the SDK passes few variables)
             from .memory_server.cli import default_db_path
 
             target = str(default_db_path(os.environ))
