@@ -21,7 +21,7 @@ from typing import Any, Literal
 from typing import TYPE_CHECKING
 
 from ._sync import LoopThread
-from .errors import ConfigError, MemoryServerError
+from .errors import ConfigError, MemoryServerError, make_parent_folder
 from .mcp import MemoryConnection, embedded_connection, http_connection, in_process_connection
 
 if TYPE_CHECKING:  # the agent (LangChain, LangGraph) is imported when an agent is built, not by connect()
@@ -125,12 +125,12 @@ def connect(server: str = "embedded", *, db: str | Path | None = None, token: st
     else:
         target = str(Path(db).expanduser())
     if server in ("embedded", "in-process"):
-        if server == "in-process" and target is None:
+        if target is None:  # resolved here: a spawned server does not get XDG_DATA_HOME (the SDK passes few variables)
             from .memory_server.cli import default_db_path
 
             target = str(default_db_path(os.environ))
         if target and target != ":memory:" and not is_postgres_url(target):
-            Path(target).parent.mkdir(parents=True, exist_ok=True)
+            make_parent_folder(target, "--db")
         if server == "in-process":
             return MemoryConnection(in_process_connection(target, embeddings=writes),  # type: ignore[arg-type]
                                     **limits)

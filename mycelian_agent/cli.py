@@ -17,11 +17,13 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.panel import Panel
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from .errors import MycelianError
+from .paths import check_store_location
 
 __all__ = ["checkpointer_spec", "cli", "main"]
 
@@ -41,7 +43,8 @@ def _server_options(func: Any) -> Any:
         click.option("--timeout", default=60.0, show_default=True, type=click.FloatRange(min=0.1),
                      help="Seconds each memory server call may take before it is retried."),
         click.option("--reconnect-wait", default=30.0, show_default=True, type=click.FloatRange(min=0),
-                     help="Seconds to wait for an HTTP memory server that went away to come back."),
+                     help="Seconds to keep trying to reconnect to an HTTP memory server that went away (refused or "
+                     "dropped connections are seen at once), then fail."),
     ]
     for option in reversed(options):
         func = option(func)
@@ -110,6 +113,9 @@ def replay(files: tuple[Path, ...], db: str | None, server: str, token: str | No
                    max_tokens=max_tokens, batch_size=batch_size, timeout=timeout, reconnect_wait=reconnect_wait,
                    model_timeout=model_timeout, thread_wait=thread_wait)
     conversations = [c for path in files for c in load_conversations(path)]
+    if server in ("embedded", "in-process"):
+        check_store_location(db, "--db", "memory database", "memory.db")
+    check_store_location(state, "--state", "checkpoint", "state.db")
     if workers > 1:
         stats = _replay_in_workers([str(p) for p in files], workers, options)
     else:
@@ -130,12 +136,13 @@ def replay(files: tuple[Path, ...], db: str | None, server: str, token: str | No
             ("model calls", usage.llm_calls), ("prompt / completion tokens", f"{usage.prompt_tokens} / {usage.completion_tokens}"),
             ("corrections / fallbacks", f"{usage.corrections} / {usage.fallbacks}"),
             ("retries: memory server / model", f"{usage.retries} / {usage.model_retries}"),
+            ("memory server reconnections", stats.reconnects),
             ("elapsed", f"{stats.elapsed_s:.2f} s ({stats.messages_per_s:.0f} messages/s)")]
     for name, value in rows:
         table.add_row(name, str(value))
     console.print(table)
     for error in stats.errors[:10]:
-        err_console.print(f"[yellow]recovered:[/] {error}")
+        err_console.print(f"[yellow]recovered:[/] {escape(str(error))}", soft_wrap=True)
 
 
 def _shard(conversations: list[Any], shard: tuple[int, int] | None) -> list[Any]:
@@ -201,6 +208,7 @@ async def _replay(conversations: list[Any], total: int, *, db: str | None, serve
 
                     await replay_conversation(target, conversation, stats=stats, on_message=tick)
                     progress.advance(task, stats.skipped - before)
+                    stats.reconnects = getattr(invoker.connection, "reconnects", 0)
             except (KeyboardInterrupt, asyncio.CancelledError):
                 # The message in flight counts when the server acknowledged its entry before the interruption.
                 stored = stats.messages + invoker.agent.unfinished_writes()
@@ -259,7 +267,8 @@ def _replay_in_workers(files: list[str], workers: int, options: dict[str, Any]) 
         raise MycelianError("; ".join(failed) + f" ({resume}: stored messages are not stored twice)")
     total = ReplayStats()
     for stats, _ in reports.values():
-        for name in ("conversations", "messages", "written", "skipped", "entries", "deduplicated", "contexts", "sessions"):
+        for name in ("conversations", "messages", "written", "skipped", "entries", "deduplicated", "contexts",
+                     "sessions", "reconnects"):
             setattr(total, name, getattr(total, name) + getattr(stats, name))
         total.usage += stats.usage
         total.errors.extend(stats.errors)
@@ -463,6 +472,8 @@ def list_(db: str | None, server: str, token: str | None, vault: str, timeout: f
 def add(text: str, db: str | None, server: str, token: str | None, vault: str, timeout: float,
         reconnect_wait: float, memory: str, role: str, name: str | None, when: str | None, model: str) -> None:
     """Store one message TEXT in a memory (summary and tags written by the model) and print the entry."""
+    if server in ("embedded", "in-process"):
+        check_store_location(db, "--db", "memory database", "memory.db")
     from .builder import build_agent
 
     async def run() -> Any:
@@ -597,7 +608,9 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         sys.exit(130)
     except MycelianError as exc:
-        err_console.print(f"[red]error:[/] {exc}")
+        # One line however long (a log reader or a pipe gets no wrapping), and the text as it is: "[postgres]" in
+        # a message is not markup.
+        err_console.print(f"[red]error:[/] {escape(str(exc))}", soft_wrap=True)
         sys.exit(1)
 
 

@@ -6,6 +6,8 @@ Messages name the problem and, where possible, how to fix it.
 
 from __future__ import annotations
 
+import os
+
 __all__ = [
     "MycelianError",
     "ConfigError",
@@ -16,6 +18,8 @@ __all__ = [
     "ThreadBusyError",
     "describe_cause",
     "is_transient_text",
+    "make_folder",
+    "make_parent_folder",
 ]
 
 _TRANSIENT_MARKERS = ("database is locked", "database is busy", "timed out", "timeout", "temporarily unavailable")
@@ -75,3 +79,31 @@ def is_transient_text(text: str) -> bool:
     """Whether a memory server's error message describes a failure that a retry may cure."""
     lowered = text.lower()
     return any(marker in lowered for marker in _TRANSIENT_MARKERS)
+
+
+def _mkdir_problem(folder: str | os.PathLike[str]) -> str | None:
+    """Create ``folder`` and its parents if missing; what went wrong, or None."""
+    from pathlib import Path
+
+    try:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        return "a file of that name is in the way"
+    except OSError as exc:
+        return str(exc.strerror or exc)
+    return None
+
+
+def make_folder(path: str | os.PathLike[str], what: str) -> None:
+    """Create folder ``path`` (and its parents) if missing; a :class:`ConfigError` naming ``what`` (an option such as
+    ``--out``) and the path when it cannot be (a file stands in the way, no permission, a read-only place)."""
+    if problem := _mkdir_problem(path):
+        raise ConfigError(f"{what} {path}: cannot create the folder: {problem}")
+
+
+def make_parent_folder(path: str | os.PathLike[str], what: str) -> None:
+    """Create the folder file ``path`` goes in, as :func:`make_folder` does."""
+    from pathlib import Path
+
+    if problem := _mkdir_problem(Path(path).parent):
+        raise ConfigError(f"{what} {path}: cannot create its folder {Path(path).parent}: {problem}")

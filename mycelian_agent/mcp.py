@@ -6,17 +6,25 @@ server process every time (~574 ms a call measured, against ~3.5 ms on a persist
 by the task that opened it) and loads the tools on it once. The tools call through the connection, which puts a
 deadline on every call and, over HTTP, replaces a broken session with a new one (python-sdk issue 1577: a request
 whose server died is otherwise never answered).
+
+A dead server is seen at once, not after a call's deadline: over stdio the session's read stream is watched (the
+server's output ends), over HTTP its transport (a refused or reset connection), and every call waiting on a session
+that ended fails then.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
 import sys
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from datetime import timedelta
 from typing import Any, AsyncIterator, Callable, Mapping, Sequence
 
 import anyio
+import httpx
 from typing import TYPE_CHECKING
 
 from langchain_mcp_adapters.sessions import Connection, create_session
@@ -38,8 +46,11 @@ def embedded_connection(db: str | None = None, *, extra_args: Sequence[str] = ()
     """A stdio connection that spawns our embedded memory server on SQLite file ``db`` (None: its default)."""
     args = ["-m", "mycelian_agent.memory_server", "--transport", "stdio", *(["--db", str(db)] if db else []), *extra_args]
     connection: dict[str, Any] = {"transport": "stdio", "command": sys.executable, "args": args}
-    if env is not None:
-        connection["env"] = dict(env)
+    # The MCP SDK gives a server only a few variables (HOME, PATH, ...): PYTHONPATH is passed on so that the server
+    # imports the same package as this process (a source checkout on PYTHONPATH, not another installed copy).
+    inherited = {name: os.environ[name] for name in ("PYTHONPATH",) if os.environ.get(name)}
+    if env is not None or inherited:
+        connection["env"] = {**inherited, **(env or {})}
     return connection  # type: ignore[return-value]
 
 
@@ -82,24 +93,93 @@ def _settled(requests: set[asyncio.Future[Any]]) -> Callable[[asyncio.Future[Any
     return done
 
 
+_OUTPUT_ENDED = "the server process exited (its output ended)"
+
+
 class _ServerEnded(ConnectionError):
-    """The stdio server's output ended while a call waited for its answer."""
+    """The session ended (the stdio server's output ended, an HTTP request found the server gone) while a call
+    waited for its answer, or before it was sent."""
+
+
+class _SessionEnd:
+    """Set once a session is over, with why: what a waiting call races against (:meth:`MemoryConnection._watched_call`)
+    so it fails at once instead of waiting out its deadline."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+        self.reason = "the session ended"
+
+    def set(self, reason: str | None = None) -> None:
+        if not self.event.is_set():
+            if reason:
+                self.reason = reason
+            self.event.set()
+
+    def is_set(self) -> bool:
+        return self.event.is_set()
+
+    async def wait(self) -> None:
+        await self.event.wait()
+
+
+class _ServerLog:
+    """Where a spawned server's stderr goes: a temporary file, so that a server that fails to start or dies is
+    reported in the client's one error line (its last words) instead of as lines of its own before it. What the
+    server wrote is passed on to this process's stderr when the session closes, unless an error already told it."""
+
+    def __init__(self) -> None:
+        import tempfile
+
+        self.file = tempfile.TemporaryFile(mode="w+b")
+        self.told = False
+
+    def tail(self, lines: int = 1) -> str:
+        """The last ``lines`` non-empty lines the server wrote, joined with " | " ("" if none)."""
+        try:
+            self.file.flush()
+            size = self.file.seek(0, 2)
+            self.file.seek(max(0, size - 8192))
+            text = self.file.read().decode("utf-8", errors="replace")
+        except (OSError, ValueError):
+            return ""
+        return " | ".join([line.strip() for line in text.splitlines() if line.strip()][-lines:])
+
+    def close(self) -> None:
+        """Pass on what the server wrote (unless an error told it), then drop the file."""
+        try:
+            if not self.told:
+                self.file.seek(0)
+                text = self.file.read().decode("utf-8", errors="replace")
+                if text:
+                    sys.stderr.write(text)
+                    sys.stderr.flush()
+        except (OSError, ValueError):
+            pass
+        finally:
+            self.file.close()
 
 
 class _WatchedStream:
     """The read stream of a stdio session that sets ``ended`` when the server's output ends (the process exited):
     the MCP client fails the requests in flight then, but a request sent afterwards would wait for its deadline."""
 
-    def __init__(self, stream: Any, ended: asyncio.Event) -> None:
+    def __init__(self, stream: Any, ended: _SessionEnd, log: _ServerLog | None = None) -> None:
         self._stream = stream
         self._ended = ended
+        self._log = log
+
+    def _end(self) -> None:
+        if self._ended.is_set():
+            return
+        last = self._log.tail(3) if self._log is not None else ""
+        self._ended.set(_OUTPUT_ENDED + (f"; its last words: {last}" if last else ""))
 
     async def __aenter__(self) -> "_WatchedStream":
         await self._stream.__aenter__()
         return self
 
     async def __aexit__(self, *exc_info: Any) -> Any:
-        self._ended.set()
+        self._end()
         return await self._stream.__aexit__(*exc_info)
 
     def __aiter__(self) -> "_WatchedStream":
@@ -109,28 +189,117 @@ class _WatchedStream:
         try:
             return await self._stream.__anext__()
         except StopAsyncIteration:
-            self._ended.set()
+            self._end()
             raise
 
     async def receive(self) -> Any:
         return await self._stream.receive()
 
     async def aclose(self) -> None:
-        self._ended.set()
+        self._end()
         await self._stream.aclose()
 
 
 @asynccontextmanager
-async def _stdio_session(connection: Mapping[str, Any], ended: asyncio.Event) -> AsyncIterator[ClientSession]:
-    """A session with a server spawned over stdio (as langchain-mcp-adapters opens it), whose end is watched."""
+async def _stdio_session(connection: Mapping[str, Any], ended: _SessionEnd,
+                         log: _ServerLog) -> AsyncIterator[ClientSession]:
+    """A session with a server spawned over stdio (as langchain-mcp-adapters opens it), whose end is watched and
+    whose stderr goes to ``log``."""
     from mcp import StdioServerParameters
     from mcp.client.stdio import stdio_client
 
     params = StdioServerParameters(command=connection["command"], args=list(connection.get("args", [])),
                                    env=connection.get("env"))
-    async with stdio_client(params) as (read, write), \
-            ClientSession(_WatchedStream(read, ended), write) as session:  # type: ignore[arg-type]
+    async with stdio_client(params, errlog=log.file) as (read, write), \
+            ClientSession(_WatchedStream(read, ended, log), write) as session:  # type: ignore[arg-type]
         yield session
+
+
+class _WatchedBody(httpx.AsyncByteStream):
+    """A response body whose transport failure (the server died while answering) ends the session."""
+
+    def __init__(self, stream: Any, ended: _SessionEnd, url: str) -> None:
+        self._stream = stream
+        self._ended = ended
+        self._url = url
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._stream:
+                yield chunk
+        except httpx.TimeoutException:  # a slow answer is the call deadline's business, not a dead server
+            raise
+        except httpx.TransportError as exc:
+            self._ended.set(_connection_lost(self._url, exc))
+            raise
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+
+class _WatchedTransport(httpx.AsyncBaseTransport):
+    """The HTTP session's transport: a refused or broken connection (not a timeout) ends the session at once.
+
+    The MCP SDK swallows a response stream that breaks before its answer (the request then waits for its deadline)
+    and fails its whole task group on a refused POST without answering the requests in flight; watching the
+    transport sees both."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport, ended: _SessionEnd, url: str) -> None:
+        self._inner = inner
+        self._ended = ended
+        self._url = url
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        try:
+            response = await self._inner.handle_async_request(request)
+        except httpx.TimeoutException:
+            raise
+        except httpx.TransportError as exc:
+            self._ended.set(_connection_lost(self._url, exc))
+            raise
+        response.stream = _WatchedBody(response.stream, self._ended, self._url)
+        return response
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+#: The keys of a streamable-HTTP connection :func:`_http_session` honours; a connection with others (an
+#: ``httpx_client_factory``, ``session_kwargs``) is opened by langchain-mcp-adapters as given, unwatched.
+_WATCHED_HTTP_KEYS = frozenset({"transport", "url", "headers", "timeout", "sse_read_timeout", "auth"})
+
+
+def _connection_lost(url: str, exc: BaseException) -> str:
+    return f"the connection to {url} was lost or refused ({describe_cause(exc)})"
+
+
+def _seconds(value: Any, default: float) -> float:
+    if value is None:
+        return default
+    return value.total_seconds() if isinstance(value, timedelta) else float(value)
+
+
+@asynccontextmanager
+async def _http_session(connection: Mapping[str, Any], ended: _SessionEnd) -> AsyncIterator[ClientSession]:
+    """A streamable-HTTP session (as langchain-mcp-adapters opens it) whose transport is watched: a server that
+    dies or refuses connections ends the session at once. The session is closed on the server (HTTP DELETE) only
+    while it is healthy: a dead server is not waited for again on the way out."""
+    from mcp.client.streamable_http import MCP_SESSION_ID, streamable_http_client
+
+    url = connection["url"]
+    timeout = httpx.Timeout(_seconds(connection.get("timeout"), 30.0),
+                            read=_seconds(connection.get("sse_read_timeout"), 300.0))
+    client = httpx.AsyncClient(transport=_WatchedTransport(httpx.AsyncHTTPTransport(), ended, url), timeout=timeout,
+                               headers=connection.get("headers"), auth=connection.get("auth"))
+    async with client, streamable_http_client(url, http_client=client, terminate_on_close=False) \
+            as (read, write, session_id), ClientSession(read, write) as session:
+        try:
+            yield session
+        finally:
+            if (sid := session_id()) and not ended.is_set():
+                with contextlib.suppress(Exception):
+                    with anyio.fail_after(2.0):
+                        await client.delete(url, headers={MCP_SESSION_ID: sid})
 
 
 async def _list_tools(session: ClientSession) -> list[Any]:
@@ -197,10 +366,13 @@ class MemoryConnection:
     :func:`http_connection` or :func:`in_process_connection`.
 
     Every tool call has a deadline (``call_timeout`` seconds; None: none). Over HTTP a call that times out or loses
-    the connection marks the session broken; the next call opens a new session, waiting up to ``reconnect_wait``
-    seconds for the server to come back, and the agent retries the failed call with the same arguments (so the same
-    idempotency key: nothing is stored twice). A stdio or in-process session that closed (the server exited) is not
-    retried: the error says so at once.
+    the connection (the server refuses or resets it: seen at once, also for calls in flight) marks the session
+    broken and fails as transient; the next call opens a new session, trying to connect for ``reconnect_wait``
+    seconds (every 0.1 to 1 s, the last try at the end of the window) before it fails with an error naming the URL,
+    and the agent retries the failed call with the same arguments (so the same idempotency key: nothing is stored
+    twice). Calls queued behind a window that ran out fail with it instead of waiting another. So a server that dies
+    for good is reported about ``reconnect_wait`` seconds after it died. A stdio or in-process session that closed
+    (the server exited) is not retried: the error says so at once.
     """
 
     def __init__(self, connection: Connection | SessionFactory | None = None, *, open_timeout: float = 60.0,
@@ -221,7 +393,9 @@ class MemoryConnection:
         self._stop: asyncio.Event | None = None
         self._failure: BaseException | None = None  # why the session's task ended on its own
         self._broken = False
-        self._ended: asyncio.Event | None = None  # stdio: set when the server's output ends
+        self._ended: _SessionEnd | None = None  # the current session's end (server exited, connection lost)
+        self._given_up = 0  # reconnection windows that ran out, so calls queued behind one fail with it
+        self._give_up_reason = ""
         self._requests: set[asyncio.Future[Any]] = set()  # tool calls in flight (kept until their answer comes)
         self._generation = 0
         self._lock: asyncio.Lock | None = None
@@ -299,14 +473,19 @@ class MemoryConnection:
     async def _keep_session(self, ready: asyncio.Future[None], load_tools: bool) -> None:
         assert self._connection is not None and self._stop is not None
         stop = self._stop
+        ended = self._ended = _SessionEnd()
+        log: _ServerLog | None = None
         try:
             factory = self._connection if callable(self._connection) else None
-            ended = asyncio.Event()  # the server's output ended (stdio: the process exited)
-            self._ended = ended if factory is None and self._connection.get("transport") == "stdio" else None  # type: ignore[union-attr]
+            transport = None if factory is not None else self._connection.get("transport")  # type: ignore[union-attr]
             if factory is not None:
                 opened = factory()
-            elif self._connection.get("transport") == "stdio":  # type: ignore[union-attr]
-                opened = _stdio_session(self._connection, ended)  # type: ignore[arg-type]
+            elif transport == "stdio":
+                log = _ServerLog()
+                opened = _stdio_session(self._connection, ended, log)  # type: ignore[arg-type]
+            elif transport in ("streamable_http", "streamable-http", "http") \
+                    and set(self._connection) <= _WATCHED_HTTP_KEYS:  # type: ignore[arg-type]
+                opened = _http_session(self._connection, ended)  # type: ignore[arg-type]
             else:
                 opened = create_session(self._connection)  # type: ignore[arg-type]
             async with opened as session:
@@ -326,21 +505,31 @@ class MemoryConnection:
                     ending.cancel()
                 if ended.is_set() and not stop.is_set():
                     # Seen at once: later calls fail now instead of waiting for their deadline.
-                    self._failure = MemoryServerError("the server process exited (its output ended)")
+                    self._failure = MemoryServerError(ended.reason)
                     self._session = None
+                    if log is not None:
+                        log.told = True  # its last words are in the reason
         except BaseException as exc:  # noqa: BLE001 - reported to open() or to the next call
             if not ready.done():
-                ready.set_exception(self._connect_error(exc))
+                ready.set_exception(self._connect_error(exc, log))
             elif not isinstance(exc, (asyncio.CancelledError, GeneratorExit)):
                 self._failure = exc
             if isinstance(exc, asyncio.CancelledError):
                 raise
         finally:
+            ended.set()  # calls still waiting on this session fail now
+            if log is not None:
+                log.close()
             if self._stop is stop:
                 self._session = None
 
-    def _connect_error(self, exc: BaseException) -> MemoryServerError:
-        """Why a session could not be opened, in the user's terms (a refused token is not a network problem)."""
+    def _connect_error(self, exc: BaseException, log: _ServerLog | None = None) -> MemoryServerError:
+        """Why a session could not be opened, in the user's terms (a refused token is not a network problem; a
+        spawned server that exited says why in its last words)."""
+        last = log.tail() if log is not None else ""
+        if last and log is not None:
+            log.told = True
+            return MemoryServerError(f"the embedded memory server did not start: {last}")
         status = _http_status(exc)
         where = self._describe()
         if status == 401:
@@ -411,16 +600,20 @@ class MemoryConnection:
                 "The server exited or was stopped; check its log, then run again (stored messages are not "
                 "stored twice)", tool=name)
         assert self._lock is not None
+        given_up = self._given_up
         async with self._lock:
             if self._alive():  # another call reconnected meanwhile
                 return self._session, self._generation  # type: ignore[return-value]
+            if self._given_up != given_up:
+                # Another call waited the whole window while this one queued: waiting again would double it.
+                raise MemoryServerError(f"{name} failed: {self._give_up_reason}", tool=name)
             await self._stop_task(wait=1.0)
             loop = asyncio.get_running_loop()
             deadline = loop.time() + self._reconnect_wait
             delay, last = 0.1, None
-            while True:
+            while True:  # attempts until the window closes, the last one at its end
                 left = deadline - loop.time()
-                try:
+                try:  # a refused connection fails at once; a server that accepts but never answers, within 1 s
                     await self._start(max(1.0, min(self._open_timeout, left)), load_tools=False)
                     self.reconnects += 1
                     return self._session, self._generation  # type: ignore[return-value]
@@ -428,27 +621,30 @@ class MemoryConnection:
                     if not exc.transient:  # e.g. the token is refused: waiting will not help
                         raise
                     last = exc
-                if loop.time() + delay > deadline:
+                left = deadline - loop.time()
+                if left <= 0:
                     break
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
-        raise MemoryServerError(
-            f"{name} failed: the memory server has been unreachable for {self._reconnect_wait:g}s ({self._describe()}; "
-            f"last error: {last}). Start it (or check --server and the network), then run again: stored messages "
-            "are not stored twice", tool=name)
+                await asyncio.sleep(min(delay, left))
+                delay = min(delay * 2, 1.0)
+            self._give_up_reason = (
+                f"the memory server has been unreachable for {self._reconnect_wait:g}s ({self._describe()}; last "
+                f"error: {last}). Start it (or check --server and the network), then run again: stored messages are "
+                "not stored twice")
+            self._given_up += 1
+        raise MemoryServerError(f"{name} failed: {self._give_up_reason}", tool=name)
 
-    async def _watched_call(self, session: ClientSession, name: str, arguments: dict[str, Any]) -> Any:
-        """``session.call_tool`` in a task of its own, ended early when the stdio server's output ends (a request
-        sent just as the server died, after the client failed the requests in flight, would otherwise wait for its
-        deadline).
+    async def _watched_call(self, session: ClientSession, ended: _SessionEnd | None, name: str,
+                            arguments: dict[str, Any]) -> Any:
+        """``session.call_tool`` in a task of its own, ended early when the session ends: the stdio server's output
+        ends, or an HTTP request finds the server gone (refused, reset). A request in flight then, or sent just
+        after, would otherwise wait for its deadline.
 
         A caller cancelled meanwhile (a web request timing out, the call timeout) leaves the request running until
         its answer comes: the MCP client's receive loop hands an answer to its request's stream after a yield, and
         a request cancelled in that yield closes the stream under it; the loop takes that for the connection
         closing and ends, which closes the session for every later call (mcp 1.30, stdio and in-memory alike)."""
-        ended = self._ended
         if ended is not None and ended.is_set():
-            raise _ServerEnded("the server process exited (its output ended)")
+            raise _ServerEnded(ended.reason)
         call = asyncio.ensure_future(session.call_tool(name, arguments))
         self._requests.add(call)
         call.add_done_callback(_settled(self._requests))
@@ -458,11 +654,14 @@ class MemoryConnection:
         finally:
             if ending is not None:
                 ending.cancel()
-        if call.done():
+        if call.done() and not call.cancelled():
             return call.result()
-        call.cancel()  # the server's output ended: its receive loop is over, so nothing can race this
-        await asyncio.gather(call, return_exceptions=True)
-        raise _ServerEnded("the server process exited (its output ended)")
+        if not call.done():
+            call.cancel()  # the session ended: its receive loop is over, so nothing can race this
+            await asyncio.gather(call, return_exceptions=True)
+        if ended is None:
+            return call.result()  # cancelled with its session (raises CancelledError)
+        raise _ServerEnded(ended.reason)
 
     def _mark_broken(self, generation: int) -> None:
         if generation == self._generation:
@@ -478,10 +677,11 @@ class MemoryConnection:
             raise MemoryServerError(f"{name}: arguments cannot be sent as JSON text: {describe_cause(exc)}",
                                     tool=name) from None
         session, generation = await self._usable_session(name)
+        ended = self._ended
         try:
             if self._call_timeout is None:
-                return await self._watched_call(session, name, arguments)
-            return await asyncio.wait_for(self._watched_call(session, name, arguments), self._call_timeout)
+                return await self._watched_call(session, ended, name, arguments)
+            return await asyncio.wait_for(self._watched_call(session, ended, name, arguments), self._call_timeout)
         except asyncio.TimeoutError:
             if self._reconnect:
                 self._mark_broken(generation)

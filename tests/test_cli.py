@@ -320,3 +320,16 @@ def test_read_and_edit_commands_say_what_is_wrong_in_one_line(tmp_path, cli):
     assert len(stored_raw_entries(db)) == 16  # nothing was deleted
     found = cli("search", *common, "--json", "--", "-5 degrees")
     assert found.returncode == 0 and json.loads(found.stdout) == []
+
+
+def test_the_default_database_is_the_same_for_the_embedded_server_and_the_read_commands(tmp_path, cli, monkeypatch):
+    # The spawned server gets HOME but not XDG_DATA_HOME from the MCP SDK: it wrote ~/.local/share/... while the read
+    # commands looked in $XDG_DATA_HOME ("no memory database").
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv("MYCELIAN_DB", raising=False)
+    assert cli("replay", str(EXAMPLE), "--json").returncode == 0
+    assert (tmp_path / "xdg" / "mycelian" / "memory.db").is_file()
+    assert not (tmp_path / "home").exists()
+    listed = cli("list")
+    assert listed.returncode == 0 and "quickstart-lisbon-trip" in listed.stdout

@@ -14,6 +14,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -119,7 +120,9 @@ def test_http_server_killed_twice_during_replay_and_restarted_loses_nothing_and_
     summary = json.loads(out)
     raws = _raw_entries(db)
     assert sorted(raws) == sorted(texts)  # each message exactly once
-    assert summary["messages"] == len(texts) and summary["retries"] >= 2
+    # Each kill is met by a call that fails and is retried, or seen first (the session's connection broke) and met
+    # by a reconnection before the next call.
+    assert summary["messages"] == len(texts) and summary["reconnects"] >= 2
 
 
 @pytest.mark.slow
@@ -146,6 +149,71 @@ def test_http_server_killed_for_good_fails_the_replay_with_a_clear_error_in_boun
     assert took < 60  # timeouts and the reconnect wait bound it (3 s per call, 3 s of waiting, 3 attempts)
     stored = _raw_entries(db)
     assert len(stored) == len(set(stored)) and set(stored) <= set(texts)
+
+
+def _timed_lines(stream, since: float, seen: list[tuple[float, bytes]]) -> threading.Thread:
+    """Collect ``stream``'s lines, each with the seconds from ``since`` (monotonic) to its arrival, in a thread."""
+
+    def read() -> None:
+        for line in stream:
+            seen.append((time.monotonic() - since, line))
+
+    thread = threading.Thread(target=read, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.mark.slow
+def test_http_server_killed_with_a_call_in_flight_is_reported_within_the_reconnect_wait(tmp_path: Path):
+    # The call deadline stays at its default (60 s): the dead server must be seen, not waited out. The server is
+    # stopped first so that a call is surely in flight (sent, unanswered) when it is killed.
+    db, port, log = tmp_path / "memory.db", _free_port(), tmp_path / "server.log"
+    data, texts = _conversation(tmp_path, 120)
+    wait = 3.0
+    server = _start_server(db, port, log)
+    args = ["replay", str(data), "--server", f"http://127.0.0.1:{port}/mcp", "--flush-every", "10", "--json",
+            "--reconnect-wait", f"{wait:g}"]
+    replay = subprocess.Popen([sys.executable, "-m", "mycelian_agent.cli", *args], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, start_new_session=True)
+    lines: list[tuple[float, bytes]] = []
+    try:
+        _wait_for_entries(db, 20, replay)
+        server.send_signal(signal.SIGSTOP)
+        time.sleep(0.5)
+        server.send_signal(signal.SIGKILL)
+        server.wait(timeout=30)
+        killed = time.monotonic()
+        reader = _timed_lines(replay.stderr, killed, lines)
+        replay.wait(timeout=120)
+        exited = time.monotonic() - killed
+        reader.join(timeout=10)
+    finally:
+        replay.stdout.close()
+        replay.stderr.close()
+        _stop(server)
+        if replay.poll() is None:
+            os.killpg(replay.pid, signal.SIGKILL)
+            replay.wait(timeout=30)
+    message = b"".join(line for _, line in lines).decode()
+    assert replay.returncode == 1, message[-3000:]
+    assert f"unreachable for {wait:g}s" in message and f"http://127.0.0.1:{port}/mcp" in message, message
+    assert "Traceback" not in message and "Session termination failed" not in message, message
+    reported = lines[0][0]
+    print(f"killed -> error reported {reported:.2f} s, process exited {exited:.2f} s (reconnect wait {wait:g} s)")
+    # The target is reconnect-wait + 2 s (was 60 s + the wait: the call deadline); 2 s more for a loaded machine.
+    assert reported < wait + 2 + 2, f"error reported {reported:.2f} s after the kill"
+    assert exited < wait + 2 + 10  # the interpreter's exit is slow on a busy machine, but not a deadline
+    stored = _raw_entries(db)
+    assert len(stored) == len(set(stored)) and set(stored) <= set(texts)
+
+    server = _start_server(db, port, log)  # back: running again stores the rest, each message once
+    try:
+        again = _replay(data, port, "--reconnect-wait", f"{wait:g}")
+        out, err = again.communicate(timeout=150)
+    finally:
+        _stop(server)
+    assert again.returncode == 0, err.decode()[-3000:]
+    assert sorted(_raw_entries(db)) == sorted(texts)
 
 
 async def test_a_closed_stdio_session_is_not_retried_as_transient(tmp_path: Path):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -51,6 +52,36 @@ async def test_reads_survive_an_http_server_restart_and_fail_clearly_when_it_sta
                                                         "unreachable for 8s"):
                 await invoker.asearch("bike", user="bob")
             assert time.monotonic() - started < 8 + 15  # not retried: waiting again would not help
+    finally:
+        _stop(server)
+
+
+async def test_a_search_in_flight_when_the_http_server_dies_fails_within_the_reconnect_wait(tmp_path: Path) -> None:
+    # The call deadline is the default 60 s: the dead server is seen, not waited out. Stopping the server first
+    # makes sure the search request is in flight (sent, unanswered) when it is killed.
+    db, port, log = tmp_path / "m.db", _free_port(), tmp_path / "server.log"
+    url, wait = f"http://127.0.0.1:{port}/mcp", 3.0
+    server = _start_server(db, port, log)
+    try:
+        async with build_agent(server=url, reconnect_wait=wait) as invoker:
+            await _store(invoker, "alice", ["My bike is a green Brompton."])
+            server.send_signal(signal.SIGSTOP)
+            search = asyncio.ensure_future(invoker.asearch("bike", user="alice"))
+            await asyncio.sleep(0.5)
+            assert not search.done()
+            server.send_signal(signal.SIGKILL)
+            server.wait(timeout=30)
+            killed = time.monotonic()
+            with pytest.raises(MemoryServerError, match=f"unreachable for {wait:g}s") as info:
+                await search
+            took = time.monotonic() - killed
+            print(f"killed mid-search -> error {took:.2f} s (reconnect wait {wait:g} s)")
+            assert url in str(info.value) and not info.value.transient
+            # The target is reconnect-wait + 2 s (was the 60 s call deadline first); 2 s more for a loaded machine.
+            assert took < wait + 2 + 2
+            server = _start_server(db, port, log)  # back: the same connection serves the next search
+            hits = await invoker.asearch("bike", user="alice")
+            assert [h.text for h in hits] == ["My bike is a green Brompton."]
     finally:
         _stop(server)
 

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
 from typing import Any, AsyncIterator, Awaitable, Callable
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 
-from ..errors import ConfigError
+from ..errors import ConfigError, make_parent_folder
 
 __all__ = ["open_checkpointer", "prune_thread"]
 
@@ -58,19 +58,28 @@ async def open_checkpointer(spec: str | BaseCheckpointSaver | None = "memory") -
         if not path:
             raise ConfigError("sqlite checkpointer needs a path: 'sqlite:PATH' (e.g. sqlite:.mycelian/state.db)")
         if path != ":memory:":
-            Path(path).expanduser().parent.mkdir(parents=True, exist_ok=True)
             path = str(Path(path).expanduser())
+            if Path(path).is_dir():
+                raise ConfigError(f"checkpoint store {path} is a folder, not a SQLite file "
+                                  f"(e.g. {Path(path) / 'state.db'})")
+            make_parent_folder(path, "checkpoint store")
+        import sqlite3
+
         import aiosqlite
 
-        # A 30 s busy timeout (sqlite3's default is 5 s): processes opening one new state file together take turns
-        # on its schema, and a loaded machine can hold a write lock longer than 5 s.
-        async with aiosqlite.connect(path, timeout=_SQLITE_BUSY_S) as conn:
-            saver = AsyncSqliteSaver(conn)
-            # WAL + synchronous=NORMAL: a commit survives a process kill (not a power cut) without an fsync per
-            # checkpoint, which would cost more than the rest of an invocation.
-            await _while_locked(lambda: conn.execute("PRAGMA journal_mode=WAL"))
-            await conn.execute("PRAGMA synchronous=NORMAL")
-            await _while_locked(saver.setup)
+        async with AsyncExitStack() as stack:
+            try:
+                # A 30 s busy timeout (sqlite3's default is 5 s): processes opening one new state file together take
+                # turns on its schema, and a loaded machine can hold a write lock longer than 5 s.
+                conn = await stack.enter_async_context(aiosqlite.connect(path, timeout=_SQLITE_BUSY_S))
+                saver = AsyncSqliteSaver(conn)
+                # WAL + synchronous=NORMAL: a commit survives a process kill (not a power cut) without an fsync per
+                # checkpoint, which would cost more than the rest of an invocation.
+                await _while_locked(lambda: conn.execute("PRAGMA journal_mode=WAL"))
+                await conn.execute("PRAGMA synchronous=NORMAL")
+                await _while_locked(saver.setup)
+            except sqlite3.Error as exc:
+                raise ConfigError(f"cannot open the checkpoint store {path}: {exc}") from None
             yield saver
     elif isinstance(spec, str) and spec.startswith(("postgres://", "postgresql://")):
         try:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, AsyncIterator, TypeVar
 
-from ..errors import ConfigError
+from ..errors import ConfigError, make_folder
 from ..limits import QUERY_MAX_CHARS
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -321,7 +321,7 @@ class BenchmarkRunner(ABC):
         """Connect once, ensure the vault and ``first_title``'s memory, open the checkpointer, build the agent."""
         from ..builder import build_agent
 
-        Path(self.out).mkdir(parents=True, exist_ok=True)
+        make_folder(self.out, "--out")
         db = self.db_path if self.server == "embedded" else None
         async with build_agent(self.model, self.server, db=db, token=self.token, vault=self.vault,
                                memory=first_title, checkpointer=f"sqlite:{self.state_path}",

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "QA_CONDITIONS",
     "BenchResult",
     "Target",
     "elapsed",
@@ -38,6 +39,10 @@ __all__ = [
     "summarize",
     "write_result",
 ]
+
+#: The conditions of ``bench qa`` (bench_qa.CONDITIONS), in the order they are reported: here, where the command
+#: line checks them without loading the benchmark.
+QA_CONDITIONS = ("recall", "bm25", "full", "none")
 
 
 def have_module(name: str) -> bool:

@@ -22,10 +22,13 @@ import argparse
 import asyncio
 import json
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from ..errors import ConfigError, make_folder
 
 __all__ = ["ingest_rate", "locomo_parity", "main"]
 
@@ -136,12 +139,21 @@ def main(argv: list[str] | None = None) -> int:
     parity.add_argument("--limit", type=int, default=None, help="only the first N samples")
     parity.add_argument("--lexical", action="store_true", help="servers without --embeddings: lexical search alone")
     args = parser.parse_args(argv)
+    if args.command == "parity" and not args.locomo.is_file():
+        parser.error(f"--locomo: no file at {args.locomo}")
+    from .bench_common import embeddings_available
+
+    if not embeddings_available():
+        print("error: the embeddings benchmark needs the embeddings extra: pip install 'mycelian-agent[embeddings]'",
+              file=sys.stderr)
+        return 2
     if args.command == "ingest":
         print(json.dumps(ingest_rate(args.messages), indent=2))
     else:
-        if not args.locomo.is_file():
-            parser.error(f"--locomo: no file at {args.locomo}")
-        args.out.mkdir(parents=True, exist_ok=True)
+        try:
+            make_folder(args.out, "--out")
+        except ConfigError as exc:
+            parser.error(str(exc))
         print(json.dumps(locomo_parity(args.locomo, args.out, pg_url=args.pg_url, limit=args.limit,
                                        dense=not args.lexical), indent=2))
     return 0

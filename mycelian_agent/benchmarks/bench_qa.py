@@ -38,9 +38,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..conversations.formats import LOCOMO_CATEGORIES, Conversation, Question, valid_title
-from ..errors import ConfigError
+from ..errors import ConfigError, make_folder
 from ..recall.hits import estimate_tokens, when_label
 from . import append_jsonl, progress_bar, read_jsonl, write_json
+from .bench_common import QA_CONDITIONS
 from .locomo import category_label, load_locomo
 from .metrics import answer_tokens, token_f1
 
@@ -54,7 +55,7 @@ __all__ = [
 ]
 
 #: The conditions, in the order they are reported.
-CONDITIONS = ("recall", "bm25", "full", "none")
+CONDITIONS = QA_CONDITIONS
 #: The order they run in per slice: ``full`` first (a cached prompt prefix for the next questions), ``none`` last.
 _RUN_ORDER = ("full", "bm25", "recall", "none")
 _PROMPT_OVERHEAD = 8  # chat-template tokens around two messages, for the estimate
@@ -406,7 +407,7 @@ class QABench:
         self.failures = {}
         slices = make_slices(self.locomo, self.slice_tokens)
         plan = pick_questions(slices, self.questions)
-        Path(self.out).mkdir(parents=True, exist_ok=True)
+        make_folder(self.out, "--out")
         self._check_settings()
         done = {(r["question_id"], r["condition"]) for r in read_jsonl(self.records_path)}
         todo = sum((q.question_id, c) not in done for _, qs in plan for q in qs for c in self.conditions)

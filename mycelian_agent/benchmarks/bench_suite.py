@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
+from ..errors import ConfigError, MycelianError, make_folder
 from .bench_common import BenchResult, embeddings_available, have_module, machine_info, write_result
 
 __all__ = ["BENCHMARK_NAMES", "DATA_INPUTS", "DataInput", "QUICK", "benchmark_params", "run_one", "run_suite"]
@@ -111,20 +111,20 @@ def benchmark_params(name: str, *, quick: bool = False, params: dict[str, Any] |
         raise ConfigError(f"unknown benchmark {name!r}: choose from {', '.join(BENCHMARK_NAMES)}")
     merged = dict(QUICK[name]) if quick else {}
     merged.update({k: v for k, v in (params or {}).items() if v is not None})
-    for need in DATA_INPUTS:
-        if need.benchmark == name:
-            merged[need.param] = _data_files(need, merged.get(need.param), data, quick)
     if name in ("recall", "ablation") and not have_module("rank_bm25"):
         raise ConfigError(f"{name} needs rank-bm25 for its BM25 baseline: pip install 'mycelian-agent[bench]'")
     if name == "server" and merged.get("embeddings") and not embeddings_available():
         raise ConfigError("server --embeddings needs the embeddings extra: pip install 'mycelian-agent[embeddings]'")
+    for need in DATA_INPUTS:
+        if need.benchmark == name:
+            merged[need.param] = _data_files(need, merged.get(need.param), data, quick)
     return merged
 
 
 def run_one(name: str, out: Path, *, quick: bool = False, params: dict[str, Any] | None = None,
             data: str | Path | None = None) -> BenchResult:
     """Run benchmark ``name`` (arguments as :func:`benchmark_params`) and write its JSON (and plot) into ``out``."""
-    out.mkdir(parents=True, exist_ok=True)
+    make_folder(out, "--out")
     result = _runner(name)(out, **benchmark_params(name, quick=quick, params=params, data=data))
     result.data["quick"] = quick
     write_result(result, out)
@@ -143,7 +143,7 @@ def run_suite(names: Sequence[str], out: Path, *, quick: bool = False, params: d
     prepared = {name: benchmark_params(name, quick=quick, params=(params or {}).get(name), data=data)
                 for name in names}
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    make_folder(out, "--out")
     machine = machine_info()
     started = time.perf_counter()
     summary: dict[str, Any] = {"machine": machine, "quick": quick, "benchmarks": {}, "failed": {}}
@@ -155,6 +155,9 @@ def run_suite(names: Sequence[str], out: Path, *, quick: bool = False, params: d
     for name in names:
         try:
             result = run_one(name, out, quick=quick, params=prepared[name])
+        except MycelianError as exc:  # bad input or setting: the message says it, a traceback would bury it
+            summary["failed"][name] = str(exc)
+            text = f"## {name}\n\nFAILED: {exc}\n"
         except Exception as exc:  # noqa: BLE001 - one broken benchmark must not hide the others
             summary["failed"][name] = f"{type(exc).__name__}: {exc}"
             text = f"## {name}\n\nFAILED: {type(exc).__name__}: {exc}\n\n```\n{traceback.format_exc()}```\n"

@@ -21,7 +21,7 @@ from typing import Any
 
 import click
 
-from ..errors import MycelianError
+from ..errors import MycelianError, make_folder
 from .bench_suite import BENCHMARK_NAMES
 
 __all__ = ["BENCHMARK_COMMANDS", "bench", "locomo_command", "longmemeval_command", "qa_command", "suite_command"]
@@ -160,6 +160,8 @@ def _run_suite(names: Sequence[str], options: dict[str, Any]) -> None:
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         sys.exit(130)
+    for name, problem in summary["failed"].items():  # the report went to stdout; each failure also in one line
+        click.echo(f"error: {name} failed: {problem}", err=True)
     # sys.exit, not ctx.exit: the main CLI runs click with standalone_mode=False, which swallows ctx.exit codes.
     sys.exit(1 if summary["failed"] else 0)
 
@@ -267,6 +269,11 @@ def _run_runner(make_runner: Callable[[dict[str, Any]], Any], files: tuple[Path,
     if not files and not options["report_only"]:
         raise click.UsageError("give at least one data file (or --report-only)")
     try:
+        from ..paths import check_store_location
+
+        if options["server"] == "embedded":
+            check_store_location(options["db"], "--db", "memory database", "memory.db")
+        check_store_location(options["state"], "--state", "checkpoint", "state.db")
         runner = make_runner(_runner_kwargs(options))
         report = runner.report() if options["report_only"] else runner.run(list(files))
     except MycelianError as exc:
@@ -329,12 +336,12 @@ def locomo_command(files: tuple[Path, ...], limit_questions: int | None, session
 
 
 def _conditions(_ctx: click.Context, _param: click.Parameter, text: str) -> tuple[str, ...]:
-    from .bench_qa import CONDITIONS
+    from .bench_common import QA_CONDITIONS  # not bench_qa: it loads LangChain, and options are parsed at once
 
     names = tuple(part.strip() for part in text.split(",") if part.strip())
-    unknown = [n for n in names if n not in CONDITIONS]
+    unknown = [n for n in names if n not in QA_CONDITIONS]
     if unknown or not names:
-        raise click.BadParameter(f"must be some of {','.join(CONDITIONS)}, got {text!r}")
+        raise click.BadParameter(f"must be some of {','.join(QA_CONDITIONS)}, got {text!r}")
     return names
 
 
@@ -375,8 +382,6 @@ def qa_command(data: Path | None, locomo: tuple[Path, ...], all_questions: bool,
     no memory. Scores token F1 and exact match per condition and category, prompt tokens per question and F1 per
     1k prompt tokens. Writes OUT/qa_records.jsonl (resumable: run the same command again), OUT/qa_summary.json.
     """
-    from .bench_qa import QABench, print_summary
-
     logging.basicConfig(level=logging.WARNING)
     files = list(locomo)
     if not files:
@@ -389,6 +394,17 @@ def qa_command(data: Path | None, locomo: tuple[Path, ...], all_questions: bool,
         files = [default]
     if all_questions:
         options["questions"] = None
+    from .bench_common import have_module
+
+    if "bm25" in options["conditions"] and not have_module("rank_bm25"):
+        raise click.ClickException("the bm25 condition needs rank-bm25: pip install 'mycelian-agent[bench]' (or "
+                                   "leave it out of --conditions)")
+    try:
+        make_folder(options["out"], "--out")  # before the reader and the data load
+    except MycelianError as exc:
+        raise click.ClickException(str(exc)) from None
+    from .bench_qa import QABench, print_summary
+
     try:
         bench_qa = QABench(locomo=files, echo=None if quiet else (lambda line: click.echo(line, err=True)),
                            progress=not quiet, **options)

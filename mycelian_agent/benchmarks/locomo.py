@@ -33,7 +33,7 @@ from langchain_core.language_models import BaseChatModel
 
 from ..conversations.formats import LOCOMO_CATEGORIES, Conversation, Question, iter_messages, load_conversations, valid_title
 from ..conversations.replay import ReplayStats
-from ..errors import ConfigError, InputError
+from ..errors import ConfigError, InputError, make_folder
 from ..models.resolve import model_name
 from . import (BenchmarkReport, BenchmarkRunner, MemoryHarness, append_jsonl, progress_bar, read_jsonl, report_notes,
                run_pool, write_json)
@@ -90,7 +90,7 @@ class LoCoMoRunner(BenchmarkRunner):
         """Ingest the selected samples and score their questions not yet recorded; write and return the report."""
         selected = [first_sessions(c, self.sessions) for c in self._select(load_locomo(paths))]
         qa = resolve_qa_model(self.qa_model, api_key=self.api_key, base_url=self.base_url)
-        Path(self.out).mkdir(parents=True, exist_ok=True)
+        make_folder(self.out, "--out")
         done = {r.get("question_id") for r in read_jsonl(self.records_path)}
         ingested = {r.get("sample_id") for r in read_jsonl(self.samples_path)}
         work_list = [(c, [q for q in c.questions[: self.limit_questions] if q.question_id not in done])

@@ -39,7 +39,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage, SystemMessage
 
 from ..conversations.formats import Conversation, load_conversations, valid_title
-from ..errors import ConfigError, InputError
+from ..errors import ConfigError, InputError, make_folder
 from .metrics import RecallRecord, aggregate, recall_at_k, unique_in_order
 from ..models.resolve import model_name, resolve_model
 from . import (BenchmarkReport, BenchmarkRunner, MemoryHarness, append_jsonl, progress_bar, read_jsonl, report_notes,
@@ -151,7 +151,7 @@ class SingleQuestionRunner(BenchmarkRunner):
         """Run the selected questions of ``paths`` not yet recorded; write and return the report."""
         selected = self._select(load_longmemeval(paths))
         qa = self._qa_model()
-        Path(self.out).mkdir(parents=True, exist_ok=True)
+        make_folder(self.out, "--out")
         done = {r.get("question_id") for r in read_jsonl(self.records_path)}
         pending = [c for c in selected if c.conversation_id not in done]
         started = time.perf_counter()

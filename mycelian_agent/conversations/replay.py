@@ -38,6 +38,7 @@ class ReplayStats:
     errors: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
     memories: list[str] = field(default_factory=list)  # titles (or ids) of the memories written, in order
+    reconnects: int = 0  # new sessions opened to an HTTP memory server that went away
 
     def add(self, result: InvocationResult) -> None:
         """Account one invocation."""

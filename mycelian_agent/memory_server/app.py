@@ -1,9 +1,9 @@
 """The MCP server: Mycelian's tool surface (plus deletes, idempotent add_entry and the batch write add_entries) on a
 SQLite or PostgreSQL store.
 
-Tool names, parameters, defaults and result shapes follow ``shared/reference/mycelian-mcp-tools.md`` and
-docs/ARCHITECTURE.md ("Memory server contract"). Every result is one text content; every failure is an MCP
-error result whose text names the problem.
+Tool names, parameters, defaults and result shapes follow the upstream Mycelian memory server
+(github.com/mycelian-ai/mycelian-memory) and docs/ARCHITECTURE.md ("Memory server contract"). Every result is one
+text content; every failure is an MCP error result whose text names the problem.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ Configuration is read here only: flags first, then ``MYCELIAN_DB`` / ``MYCELIAN_
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
@@ -117,6 +118,9 @@ def main(argv: Sequence[str] | None = None, prog: str = "mycelian-memory-server"
     from .app import create_server
     from .base import open_store
 
+    # One line per record, as the messages above (FastMCP would install a rich handler that wraps a record over
+    # several lines at 80 columns; logging.basicConfig keeps the first configuration).
+    logging.basicConfig(level=args.log_level.upper(), format=f"{prog}: %(levelname)s: %(message)s")
     try:
         if db != ":memory:":
             # Fail fast with a clear message (bad path, unreachable server, newer schema) instead of inside the

