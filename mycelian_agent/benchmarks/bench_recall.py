@@ -110,7 +110,7 @@ def _locomo(paths: list[Path], work: Path, limit: int | None, limit_questions: i
             "batch_size": batch_size}
     lexical_dir = work / "locomo" / "memory"
     shutil.rmtree(lexical_dir, ignore_errors=True)
-    lexical = LoCoMoRunner(out=lexical_dir, **base).run(paths)
+    lexical = LoCoMoRunner(out=lexical_dir, embeddings=False, **base).run(paths)
     main, adversarial = "evidence recall, categories 1-4", "adversarial (category 5, reported apart)"
     tables = {"memory": {k: v for k, v in lexical.tables.items()}}
     search_k = lexical.summary["search_k"]
@@ -139,7 +139,7 @@ def _longmemeval(path: Path, work: Path, workers: int, hybrid: bool, batch_size:
     lexical_dir = work / "longmemeval" / path.stem / "memory"
     shutil.rmtree(lexical_dir, ignore_errors=True)
     lexical = SingleQuestionRunner(out=lexical_dir, workers=workers, progress=False,
-                                   batch_size=batch_size).run([path])
+                                   batch_size=batch_size, embeddings=False).run([path])
     session_name, turn_name = "session recall (answer_session_ids)", "turn recall (has_answer turns)"
     tables = {"memory": dict(lexical.tables)}
     sessions: list[RecallRecord] = []

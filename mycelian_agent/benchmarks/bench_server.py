@@ -142,7 +142,7 @@ async def _measure(db: Path, vault: str, big: str, corpus: list[dict[str, Any]],
 
     from ..memory_server.testing import call_json, call_text, server_command
 
-    dense = ["--embeddings", *(["--embeddings-model", model] if model else [])] if embeddings else []
+    dense = ["--embeddings", *(["--embeddings-model", model] if model else [])] if embeddings else ["--no-embeddings"]
     command, args = server_command(db, *dense)
     params = StdioServerParameters(command=command, args=args, env=dict(os.environ))
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
@@ -221,7 +221,7 @@ def run_server(out: Path, *, entries: int = 10_000, adds: int = 1000, searches: 
     targets = HYBRID_TARGETS_MS if embeddings else TARGETS_MS
     result = BenchResult("server", {
         "params": {"entries": entries, "adds": adds, "searches": searches, "warmup": warmup,
-                   "embeddings": embeddings, "embeddings_model": model},
+                   "embeddings": embeddings, **({"embeddings_model": model} if embeddings else {})},
         "environment": {"python": platform.python_version(), "sqlite": sqlite3.sqlite_version,
                         "cpus": os.cpu_count(), "platform": platform.platform(),
                         "transport": "stdio (persistent session)", "search": search},

