@@ -101,16 +101,18 @@ async def ensure_memory(memory: MemoryConnection, vault_id: str, title: str, mem
 
 
 def connect(server: str = "embedded", *, db: str | Path | None = None, token: str | None = None,
-            embeddings: bool | str = False, timeout: float | None = 60.0, reconnect_wait: float = 30.0
-            ) -> MemoryConnection:
+            embeddings: bool | str | None = None, timeout: float | None = 60.0, reconnect_wait: float = 30.0,
+            embeddings_model: str | None = None) -> MemoryConnection:
     """A (not yet opened) connection to a memory server.
 
     ``"embedded"`` spawns our server over stdio; ``"in-process"`` runs it inside this process (no
     subprocess); an ``http(s)://`` URL reaches a remote server. ``db`` is the database of the first two: a SQLite
     file (default ``$XDG_DATA_HOME/mycelian/memory.db``) or a ``postgresql://`` URL (the ``postgres`` extra), which
-    many processes and hosts may share. ``embeddings`` (those two servers): True or ``"behind"`` starts the server
-    with ``--embeddings`` (vectors written behind each entry), ``"inline"`` with vectors written inside each entry's
-    write. ``timeout``: seconds each tool call may take (None: no limit); ``reconnect_wait``: how long an HTTP
+    many processes and hosts may share. ``embeddings`` (those two servers): None (default) leaves it to the server
+    (dense + BM25 when a dense model is installed, vectors written behind), False starts it with
+    ``--no-embeddings`` (BM25 only), True or ``"behind"`` with ``--embeddings`` (vectors written behind each
+    entry), ``"inline"`` with vectors written inside each entry's write; ``embeddings_model`` picks the dense model (``auto``, the default: the first installed of
+    ``memory_server.encoders.MODELS``). ``timeout``: seconds each tool call may take (None: no limit); ``reconnect_wait``: how long an HTTP
     connection waits for a server that went away to come back.
     """
     from .memory_server.base import is_postgres_url
@@ -132,9 +134,15 @@ def connect(server: str = "embedded", *, db: str | Path | None = None, token: st
         if target and target != ":memory:" and not is_postgres_url(target):
             make_parent_folder(target, "--db")
         if server == "in-process":
-            return MemoryConnection(in_process_connection(target, embeddings=writes),  # type: ignore[arg-type]
-                                    **limits)
-        extra = ["--embeddings", "--embeddings-writes", writes] if writes else []
+            return MemoryConnection(in_process_connection(  # type: ignore[arg-type]
+                target, embeddings=None if embeddings is None else writes or False,
+                embeddings_model=embeddings_model), **limits)
+        if embeddings is None:
+            extra = []
+        else:
+            extra = ["--embeddings", "--embeddings-writes", writes] if writes else ["--no-embeddings"]
+        if embeddings is not False and embeddings_model:
+            extra += ["--embeddings-model", embeddings_model]
         if target is not None and is_postgres_url(target):
             # Through the environment, not argv: a password in the URL stays out of the process list.
             return MemoryConnection(embedded_connection(None, extra_args=extra, env={"MYCELIAN_DB": target}),
@@ -145,8 +153,9 @@ def connect(server: str = "embedded", *, db: str | Path | None = None, token: st
     raise ConfigError(f"unknown server {server!r}: use 'embedded', 'in-process' or an http(s)://host:port/mcp URL")
 
 
-def _embeddings_writes(embeddings: bool | str) -> str | None:
-    """The server's ``--embeddings-writes`` mode for ``embeddings`` (None: no embeddings)."""
+def _embeddings_writes(embeddings: bool | str | None) -> str | None:
+    """The server's ``--embeddings-writes`` mode for ``embeddings`` (None: no embeddings, or the server's
+    default)."""
     if embeddings is True:
         return "behind"
     if embeddings is False or embeddings is None:
@@ -175,7 +184,8 @@ class AgentContext:
     prompts: PromptSet | Literal["package", "server"] | str | Path = "package"
     api_key: str | None = None
     base_url: str | None = None
-    embeddings: bool | str = False
+    embeddings: bool | str | None = None
+    embeddings_model: str | None = None
     tool_choice_mode: Literal["named", "required", "auto"] | None = None
     max_tokens: int | None = None
     batch_size: int | None = None
@@ -202,7 +212,8 @@ class AgentContext:
         try:
             memory = await stack.enter_async_context(connect(self.server, db=self.db, token=self.token,
                                                              embeddings=self.embeddings, timeout=self.timeout,
-                                                             reconnect_wait=self.reconnect_wait))
+                                                             reconnect_wait=self.reconnect_wait,
+                                                             embeddings_model=self.embeddings_model))
             vault_id = await ensure_vault(memory, self.vault)
             memory_id = await ensure_memory(memory, vault_id, self.memory, self.memory_type)
             saver = await stack.enter_async_context(open_checkpointer(self.checkpointer))
@@ -307,7 +318,7 @@ def build_agent(
     memory_type: str = "NOTES",
     create_users: bool = True,
     thread_wait: float | None = None,
-    embeddings: bool | str = False,
+    embeddings: bool | str | None = None,
     tool_choice_mode: Literal["named", "required", "auto"] | None = None,
     max_tokens: int | None = None,
     batch_size: int | None = None,
@@ -315,6 +326,7 @@ def build_agent(
     timeout: float | None = 60.0,
     reconnect_wait: float = 30.0,
     model_timeout: float | None = 120.0,
+    embeddings_model: str | None = None,
 ) -> AgentContext:
     """Everything needed to give a chat pipeline memory, as one context manager yielding the invoker.
 
@@ -331,9 +343,12 @@ def build_agent(
       SQLite or PostgreSQL, a thread has one writer: a second process writing a thread in use fails at once with
       :class:`~mycelian_agent.errors.ThreadBusyError` naming the other process, or waits for it up to
       ``thread_wait`` seconds.
-    - ``embeddings``: our server (embedded or in-process) fuses dense vectors with BM25 (the ``embeddings``
-      extra): True or ``"behind"`` (vectors written by a background thread; searches wait for them) or
-      ``"inline"`` (inside each entry's write).
+    - ``embeddings``: our server (embedded or in-process) fuses dense vectors with BM25 (the ``dense`` extra):
+      None (default) as the server's default says (``embeddings.DENSE_BY_DEFAULT``), False never (BM25 only),
+      True or ``"behind"``
+      (vectors written by a background thread; searches wait for them) or ``"inline"`` (inside each entry's
+      write); ``embeddings_model``: ``"e5-small"``, ``"minilm"`` or ``"auto"``
+      (default: the first installed, see ``memory_server/encoders.py``).
     - ``prompts``: ``"package"``, ``"server"`` (the server's ``get_default_prompts`` rules), or a directory.
     - ``tool_choice_mode``: how the tool is forced (``AgentSettings.tool_choice_mode``; overrides ``settings``):
       ``"named"`` (default), ``"required"`` for llama.cpp's server and similar endpoints, or ``"auto"``.
@@ -353,6 +368,6 @@ def build_agent(
                         checkpointer=checkpointer,
                         flush_every=flush_every,
                         settings=settings, prompts=prompts, api_key=api_key, base_url=base_url,
-                        embeddings=embeddings, tool_choice_mode=tool_choice_mode, max_tokens=max_tokens,
+                        embeddings=embeddings, embeddings_model=embeddings_model, tool_choice_mode=tool_choice_mode, max_tokens=max_tokens,
                         batch_size=batch_size, max_delay_s=max_delay_s, timeout=timeout,
                         reconnect_wait=reconnect_wait, model_timeout=model_timeout)

@@ -278,9 +278,10 @@ def _replay_in_workers(files: list[str], workers: int, options: dict[str, Any]) 
 
 
 async def _connect(db: str | None, server: str, token: str | None, timeout: float = 60.0,
-                   reconnect_wait: float = 30.0) -> Any:
+                   reconnect_wait: float = 30.0, dense: bool = False) -> Any:
     """An open connection for the read and edit commands; an embedded database must already exist (a mistyped
-    --db is reported, not created)."""
+    --db is reported, not created). ``dense``: an embedded database is searched as its server would (dense + BM25
+    when a dense model is installed)."""
     if server in ("embedded", "in-process"):
         from .memory_server.base import is_postgres_url
         from .memory_server.cli import default_db_path
@@ -294,7 +295,8 @@ async def _connect(db: str | None, server: str, token: str | None, timeout: floa
         if server == "embedded":  # the store itself, in this process: no MCP SDK or LangChain to load
             from .memory_server.local import LocalConnection
 
-            return LocalConnection.open(db if is_postgres_url(str(db or "")) else str(path))  # type: ignore[arg-type]
+            return LocalConnection.open(db if is_postgres_url(str(db or "")) else str(path),  # type: ignore[arg-type]
+                                        dense=dense)
     from .builder import connect
 
     return await connect(server, db=db, token=token, timeout=timeout, reconnect_wait=reconnect_wait).open()
@@ -311,8 +313,8 @@ async def _vault_id(connection: Any, vault: str) -> str:
 
 
 async def _open(db: str | None, server: str, token: str | None, vault: str, memory: str, timeout: float = 60.0,
-                reconnect_wait: float = 30.0) -> tuple[Any, str, str]:
-    connection = await _connect(db, server, token, timeout, reconnect_wait)
+                reconnect_wait: float = 30.0, dense: bool = False) -> tuple[Any, str, str]:
+    connection = await _connect(db, server, token, timeout, reconnect_wait, dense)
     try:
         vault_id = await _vault_id(connection, vault)
         memories = {m["title"]: m["memoryId"] for m in await connection.call_json("list_memories", {"vault_id": vault_id})}
@@ -376,7 +378,8 @@ async def _reader(db: str | None, server: str, token: str | None, vault: str, me
     read code as ``invoker.asearch`` / ``arecall``)."""
     from .recall import MemoryReader, UserDirectory
 
-    connection, vault_id, memory_id = await _open(db, server, token, vault, memory, timeout, reconnect_wait)
+    connection, vault_id, memory_id = await _open(db, server, token, vault, memory, timeout, reconnect_wait,
+                                                  dense=True)
     return MemoryReader(connection, UserDirectory(connection, vault_id, create=False), default_memory_id=memory_id,
                         default_user=memory)
 

@@ -64,19 +64,22 @@ def http_connection(url: str, *, token: str | None = None, timeout: float = 30.0
     return connection  # type: ignore[return-value]
 
 
-def in_process_connection(db: str, *, embeddings: bool | str = False) -> SessionFactory:
+def in_process_connection(db: str, *, embeddings: bool | str | None = None,
+                          embeddings_model: str | None = None) -> SessionFactory:
     """Our memory server inside this process on SQLite file ``db``, over in-memory streams: the same tools and
     checks as the embedded stdio server, without a subprocess (notebooks, tests, single-process apps).
-    ``embeddings``: False, or how vectors are written (True or ``"behind"``, ``"inline"``)."""
+    ``embeddings``: None (the server's default: on when a dense model is installed), False, or how vectors are
+    written (True or ``"behind"``, ``"inline"``); ``embeddings_model``: the dense model (None: auto)."""
 
     def open_session() -> AbstractAsyncContextManager[ClientSession]:
         from mcp.shared.memory import create_connected_server_and_client_session
 
         from .memory_server import create_server
 
-        writes = "behind" if embeddings is True else embeddings or "behind"
+        writes = embeddings if embeddings in ("behind", "inline") else "behind"
         return create_connected_server_and_client_session(
-            create_server(db, embeddings=bool(embeddings), embeddings_writes=writes))
+            create_server(db, embeddings=None if embeddings is None else bool(embeddings), embeddings_writes=writes,
+                          embeddings_model=embeddings_model))
 
     return open_session
 

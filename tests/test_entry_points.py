@@ -30,7 +30,7 @@ NO_EXTRAS = Path(__file__).resolve().parent / "no_extras"
 EXAMPLE = REPO / "examples" / "quickstart_conversation.json"
 PG_URL = "postgresql://nobody@127.0.0.1:1/nothing"  # never reached: the missing client is reported first
 INSTALL_POSTGRES = "mycelian-agent[postgres]"
-INSTALL_EMBEDDINGS = "mycelian-agent[embeddings]"
+INSTALL_EMBEDDINGS = "mycelian-agent[dense]"
 
 pytestmark = pytest.mark.timeout(300)
 

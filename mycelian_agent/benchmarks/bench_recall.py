@@ -62,8 +62,9 @@ def _top(index: Any, ids: Sequence[str], query: str, k: int) -> list[str]:
     return [ids[i] for i in order[:k]]
 
 
-def _with_embeddings(runner_cls: type) -> type:
-    """A runner subclass whose harness talks to a server started with ``--embeddings``."""
+def _with_embeddings(runner_cls: type, model: str | None = None) -> type:
+    """A runner subclass whose harness talks to a server started with ``--embeddings`` (on ``model``; None:
+    auto)."""
     from contextlib import asynccontextmanager
 
     from . import MemoryHarness
@@ -76,7 +77,7 @@ def _with_embeddings(runner_cls: type) -> type:
             Path(self.out).mkdir(parents=True, exist_ok=True)
             async with build_agent(self.model, self.server, db=self.db_path, vault=self.vault, memory=first_title,
                                    checkpointer=f"sqlite:{self.state_path}", flush_every=self.flush_every,
-                                   embeddings=True, batch_size=self.batch_size) as invoker:
+                                   embeddings=True, embeddings_model=model, batch_size=self.batch_size) as invoker:
                 yield MemoryHarness(invoker, self.flush_every)
 
     Hybrid.__name__ = f"Hybrid{runner_cls.__name__}"
@@ -91,25 +92,25 @@ def _copy_ingested(source: Path, target: Path, extra: Sequence[str] = ()) -> Non
             shutil.copy2(source / name, target / name)
 
 
-def _embed_copy(target: Path) -> None:
+def _embed_copy(target: Path, model: str | None = None) -> None:
     """Embed the copied (lexically ingested) entries up front, as an explicit backfill: the hybrid server embeds
     new entries when they are written and never the whole memory at search time."""
     from ..memory_server.embeddings import backfill_database
 
     if (target / "memory.db").exists():
-        backfill_database(str(target / "memory.db"))
+        backfill_database(str(target / "memory.db"), model)
 
 
 # ------------------------------------------------------------------------------------------------ data sets
 
 
 def _locomo(paths: list[Path], work: Path, limit: int | None, limit_questions: int | None, workers: int,
-            hybrid: bool, batch_size: int = 1) -> dict[str, Any]:
+            hybrid: bool, batch_size: int = 1, model: str | None = None) -> dict[str, Any]:
     base = {"limit": limit, "limit_questions": limit_questions, "workers": workers, "progress": False,
             "batch_size": batch_size}
     lexical_dir = work / "locomo" / "memory"
     shutil.rmtree(lexical_dir, ignore_errors=True)
-    lexical = LoCoMoRunner(out=lexical_dir, **base).run(paths)
+    lexical = LoCoMoRunner(out=lexical_dir, embeddings=False, **base).run(paths)
     main, adversarial = "evidence recall, categories 1-4", "adversarial (category 5, reported apart)"
     tables = {"memory": {k: v for k, v in lexical.tables.items()}}
     search_k = lexical.summary["search_k"]
@@ -128,16 +129,17 @@ def _locomo(paths: list[Path], work: Path, limit: int | None, limit_questions: i
     if hybrid:
         hybrid_dir = work / "locomo" / "hybrid"
         _copy_ingested(lexical_dir, hybrid_dir, ["samples.jsonl"])
-        _embed_copy(hybrid_dir)
-        tables["hybrid"] = dict(_with_embeddings(LoCoMoRunner)(out=hybrid_dir, **base).run(paths).tables)
+        _embed_copy(hybrid_dir, model)
+        tables["hybrid"] = dict(_with_embeddings(LoCoMoRunner, model)(out=hybrid_dir, **base).run(paths).tables)
     return {"tables": tables, "summary": lexical.summary, "bm25": implementation}
 
 
-def _longmemeval(path: Path, work: Path, workers: int, hybrid: bool, batch_size: int = 1) -> dict[str, Any]:
+def _longmemeval(path: Path, work: Path, workers: int, hybrid: bool, batch_size: int = 1,
+                 model: str | None = None) -> dict[str, Any]:
     lexical_dir = work / "longmemeval" / path.stem / "memory"
     shutil.rmtree(lexical_dir, ignore_errors=True)
     lexical = SingleQuestionRunner(out=lexical_dir, workers=workers, progress=False,
-                                   batch_size=batch_size).run([path])
+                                   batch_size=batch_size, embeddings=False).run([path])
     session_name, turn_name = "session recall (answer_session_ids)", "turn recall (has_answer turns)"
     tables = {"memory": dict(lexical.tables)}
     sessions: list[RecallRecord] = []
@@ -162,14 +164,22 @@ def _longmemeval(path: Path, work: Path, workers: int, hybrid: bool, batch_size:
     if hybrid:
         hybrid_dir = work / "longmemeval" / path.stem / "hybrid"
         _copy_ingested(lexical_dir, hybrid_dir)
-        _embed_copy(hybrid_dir)
-        tables["hybrid"] = dict(_with_embeddings(SingleQuestionRunner)(out=hybrid_dir, workers=workers,
+        _embed_copy(hybrid_dir, model)
+        tables["hybrid"] = dict(_with_embeddings(SingleQuestionRunner, model)(out=hybrid_dir, workers=workers,
                                                                        progress=False,
                                                                        batch_size=batch_size).run([path]).tables)
     return {"tables": tables, "summary": lexical.summary, "bm25": implementation}
 
 
 # ------------------------------------------------------------------------------------------------ reporting
+
+
+def _model_id(name: str | None) -> str:
+    """The dense model key a server started with ``--embeddings-model name`` uses (auto resolved here: the same
+    interpreter)."""
+    from ..memory_server.encoders import resolve_model
+
+    return resolve_model(name)
 
 
 def _cell(table: RecallTable | None, category: str, metric: str) -> str:
@@ -221,9 +231,9 @@ def _compare(dataset: str, level: str, tables: dict[str, dict[str, RecallTable]]
 
 def run_recall(out: Path, *, locomo: Sequence[str | Path], longmemeval: Sequence[str | Path],
                limit: int | None = None, limit_questions: int | None = None, workers: int = 3,
-               hybrid: str = "auto", batch_size: int = 1) -> BenchResult:
-    """Memory search vs BM25 (and hybrid) recall on LoCoMo and LongMemEval files. ``hybrid``: auto|on|off;
-    ``batch_size`` > 1 ingests in batched mode."""
+               hybrid: str = "auto", batch_size: int = 1, embeddings_model: str | None = None) -> BenchResult:
+    """Memory search vs BM25 (and hybrid) recall on LoCoMo and LongMemEval files. ``hybrid``: auto|on|off, on
+    ``embeddings_model`` (None: auto); ``batch_size`` > 1 ingests in batched mode."""
     started = time.perf_counter()
     locomo_paths = [Path(p) for p in locomo]
     lme_paths = [Path(p) for p in longmemeval]
@@ -238,12 +248,15 @@ def run_recall(out: Path, *, locomo: Sequence[str | Path], longmemeval: Sequence
     work = out / "work" / "recall"
     datasets: dict[str, Any] = {}
     if locomo_paths:
-        datasets["locomo"] = _locomo(locomo_paths, work, limit, limit_questions, workers, use_hybrid, batch_size)
+        datasets["locomo"] = _locomo(locomo_paths, work, limit, limit_questions, workers, use_hybrid, batch_size,
+                                     embeddings_model)
     for path in lme_paths:
-        datasets[f"longmemeval/{path.stem}"] = _longmemeval(path, work, workers, use_hybrid, batch_size)
+        datasets[f"longmemeval/{path.stem}"] = _longmemeval(path, work, workers, use_hybrid, batch_size,
+                                                                embeddings_model)
     result = BenchResult("recall", {"params": {
         "locomo": [str(p) for p in locomo_paths], "longmemeval": [str(p) for p in lme_paths], "limit": limit,
         "limit_questions": limit_questions, "ks": list(KS), "hybrid": use_hybrid, "model": "extractive",
+        "embeddings_model": _model_id(embeddings_model) if use_hybrid else None,
         "batch_size": batch_size}})
     below_all: list[dict[str, Any]] = []
     json_tables: dict[str, Any] = {}

@@ -113,7 +113,8 @@ def _ms(samples_s: list[float]) -> dict[str, float]:
     return {"n": stats["n"], **{f"{key}_ms": round(stats[key], 3) for key in ("p50", "p95", "mean", "max")}}
 
 
-def _prefill(db: Path, entries: list[dict[str, Any]], embeddings: bool) -> tuple[str, str, float]:
+def _prefill(db: Path, entries: list[dict[str, Any]], embeddings: bool, model: str | None = None
+             ) -> tuple[str, str, float]:
     from ..memory_server.store import Store
 
     started = time.perf_counter()
@@ -127,22 +128,22 @@ def _prefill(db: Path, entries: list[dict[str, Any]], embeddings: bool) -> tuple
         if embeddings:
             from ..memory_server.embeddings import load_dense_index
 
-            index = load_dense_index()
+            index = load_dense_index(model)
             if index is None:
-                raise ConfigError("server --embeddings: the embeddings extra is not installed "
-                                  "(pip install 'mycelian-agent[embeddings]')")
+                raise ConfigError(f"server --embeddings: the dense model ({model or 'auto'}) is not installed")
             index.backfill(store.connection, memory)  # batched, instead of one vector per add_entry
     return vault, memory, time.perf_counter() - started
 
 
 async def _measure(db: Path, vault: str, big: str, corpus: list[dict[str, Any]], *, adds: int, searches: int,
-                   warmup: int, embeddings: bool) -> tuple[list[float], list[float], int]:
+                   warmup: int, embeddings: bool, model: str | None = None) -> tuple[list[float], list[float], int]:
     from mcp import ClientSession, StdioServerParameters
     from mcp.client.stdio import stdio_client
 
     from ..memory_server.testing import call_json, call_text, server_command
 
-    command, args = server_command(db, *(["--embeddings"] if embeddings else []))
+    dense = ["--embeddings", *(["--embeddings-model", model] if model else [])] if embeddings else ["--no-embeddings"]
+    command, args = server_command(db, *dense)
     params = StdioServerParameters(command=command, args=args, env=dict(os.environ))
     async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
         await session.initialize()
@@ -169,8 +170,8 @@ async def _measure(db: Path, vault: str, big: str, corpus: list[dict[str, Any]],
     return add_samples, search_samples, hits
 
 
-async def _measure_reads(db: Path, vault: str, big: str, *, searches: int, warmup: int, embeddings: bool
-                         ) -> dict[str, list[float]]:
+async def _measure_reads(db: Path, vault: str, big: str, *, searches: int, warmup: int, embeddings: bool,
+                         model: str | None = None) -> dict[str, list[float]]:
     """Per query, in turn: the raw ``search_memories`` call, ``asearch`` and ``arecall`` (budget 1,500 tokens) over
     one :class:`~mycelian_agent.mcp.MemoryConnection` to the server over stdio. Interleaved, so the machine's
     load weighs on the three alike; the reader's cost is read as a ratio to the raw call."""
@@ -178,7 +179,7 @@ async def _measure_reads(db: Path, vault: str, big: str, *, searches: int, warmu
     from ..recall import MemoryReader, UserDirectory
 
     samples: dict[str, list[float]] = {name: [] for name in _READS}
-    async with connect("embedded", db=db, embeddings=embeddings) as memory:
+    async with connect("embedded", db=db, embeddings=embeddings, embeddings_model=model) as memory:
         reader = MemoryReader(memory, UserDirectory(memory, vault, create=False), default_memory_id=big)
         calls = (lambda q: memory.call_json("search_memories", {"vault_id": vault, "memory_id": big, "query": q,
                                                                 "top_ke": 10, "include_raw_entries": True}),
@@ -193,9 +194,10 @@ async def _measure_reads(db: Path, vault: str, big: str, *, searches: int, warmu
 
 
 def run_server(out: Path, *, entries: int = 10_000, adds: int = 1000, searches: int = 300, warmup: int = 20,
-               embeddings: bool = False) -> BenchResult:
+               embeddings: bool = False, embeddings_model: str | None = None) -> BenchResult:
     """Fill a memory of ``entries`` entries, start the server over stdio, time ``adds`` add_entry and
-    ``searches`` search_memories calls (after ``warmup`` unmeasured ones each)."""
+    ``searches`` search_memories calls (after ``warmup`` unmeasured ones each); with ``embeddings``, hybrid
+    search on ``embeddings_model`` (None: auto)."""
     if min(entries, adds, searches) < 1 or warmup < 0:
         raise ConfigError("server: entries, adds and searches must be >= 1 and warmup >= 0")
     started = time.perf_counter()
@@ -204,15 +206,22 @@ def run_server(out: Path, *, entries: int = 10_000, adds: int = 1000, searches: 
     work.mkdir(parents=True)
     db = work / "bench.db"
     corpus = make_corpus(entries)
-    vault, big, fill_s = _prefill(db, corpus, embeddings)
+    model = embeddings_model if embeddings else None
+    vault, big, fill_s = _prefill(db, corpus, embeddings, model)
     add_samples, search_samples, hits = asyncio.run(_measure(db, vault, big, corpus, adds=adds, searches=searches,
-                                                             warmup=warmup, embeddings=embeddings))
-    reads = asyncio.run(_measure_reads(db, vault, big, searches=searches, warmup=warmup, embeddings=embeddings))
-    search = "bm25 + dense (convex fusion)" if embeddings else "bm25"
+                                                             warmup=warmup, embeddings=embeddings, model=model))
+    reads = asyncio.run(_measure_reads(db, vault, big, searches=searches, warmup=warmup, embeddings=embeddings,
+                                       model=model))
+    if embeddings:
+        from ..memory_server.encoders import resolve_model
+
+        search = f"bm25 + dense {resolve_model(model)} (convex fusion)"
+    else:
+        search = "bm25"
     targets = HYBRID_TARGETS_MS if embeddings else TARGETS_MS
     result = BenchResult("server", {
         "params": {"entries": entries, "adds": adds, "searches": searches, "warmup": warmup,
-                   "embeddings": embeddings},
+                   "embeddings": embeddings, **({"embeddings_model": model} if embeddings else {})},
         "environment": {"python": platform.python_version(), "sqlite": sqlite3.sqlite_version,
                         "cpus": os.cpu_count(), "platform": platform.platform(),
                         "transport": "stdio (persistent session)", "search": search},

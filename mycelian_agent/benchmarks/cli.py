@@ -88,7 +88,11 @@ _OPTIONS: list[tuple[str, tuple[str, ...], dict[str, Any]]] = [
     ("server", ("--searches",), dict(type=_COUNT, help="Measured search_memories calls (300; quick 60).")),
     ("server", ("--warmup",), dict(type=click.IntRange(min=0), help="Unmeasured calls before each measurement "
                                    "(20; quick 10).")),
-    ("server", ("--embeddings",), dict(is_flag=True, help="Serve with --embeddings (needs the embeddings extra).")),
+    ("server", ("--embeddings",), dict(is_flag=True, help="Serve with --embeddings (needs a dense model).")),
+    ("recall ablation server", ("--embeddings-model",), dict(
+        type=click.Choice(["auto", "e5-small", "minilm"]), envvar="MYCELIAN_EMBEDDINGS_MODEL", show_envvar=True,
+        help="Dense model of the hybrid search (auto: the first installed of e5-small, minilm; ablation: auto = "
+             "a row for each installed).")),
 ]
 _READS_DATA = {"prompts", "recall", "ablation"}
 
@@ -136,15 +140,18 @@ def _bench_params(options: dict[str, Any]) -> dict[str, dict[str, Any]]:
                     "naive": False if get("skip_naive") else None},
         "recall": {"locomo": get("locomo") or None, "longmemeval": get("longmemeval") or None,
                    "limit": get("limit"), "limit_questions": get("limit_questions"), "hybrid": get("hybrid"),
-                   "workers": get("workers"), "batch_size": get("batch")},
+                   "workers": get("workers"), "batch_size": get("batch"),
+                   "embeddings_model": get("embeddings_model")},
         "ablation": {"locomo": get("locomo") or None, "limit": get("limit"),
-                     "limit_questions": get("limit_questions"), "hybrid": get("hybrid"), "workers": get("workers")},
+                     "limit_questions": get("limit_questions"), "hybrid": get("hybrid"), "workers": get("workers"),
+                     "embeddings_model": get("embeddings_model")},
         "throughput": {"levels": get("levels"), "messages": get("conv_messages"),
                        "latency_s": latency_ms / 1000 if latency_ms is not None else None,
                        "extractive_messages": get("extractive_messages"), "profile": get("profile") or None,
                        "batch_size": get("batch"), "flush_every": get("flush_every")},
         "server": {"entries": get("entries"), "adds": get("adds"), "searches": get("searches"),
-                   "warmup": get("warmup"), "embeddings": get("embeddings") or None},
+                   "warmup": get("warmup"), "embeddings": get("embeddings") or None,
+                   "embeddings_model": get("embeddings_model")},
     }
 
 

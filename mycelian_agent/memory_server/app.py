@@ -463,7 +463,7 @@ def create_server(
     token: str | None = None,
     prompts_dir: str | Path | None = None,
     synchronous: str = "NORMAL",
-    embeddings: bool = False,
+    embeddings: bool | None = None,
     embeddings_model: str | None = None,
     embeddings_threads: int = 0,
     embeddings_writes: str = "behind",
@@ -478,8 +478,9 @@ def create_server(
     Nothing is opened here: each MCP session (stdio, in-memory, HTTP) opens the shared database in the server's
     lifespan, and the last one closes it. ``token`` is used by :func:`create_http_app` (HTTP only).
     ``synchronous`` is ``"NORMAL"`` (survives a process kill) or ``"FULL"`` (also survives power loss).
-    ``embeddings=True`` fuses dense vectors with BM25 when the ``embeddings`` extra is installed, on
-    ``embeddings_model`` (default: the first of ``embeddings.MODELS``), batches encoded on ``embeddings_threads``
+    ``embeddings`` fuses dense vectors with BM25 (None, the default: as ``embeddings.dense_by_default()`` says;
+    False: BM25 only), on ``embeddings_model`` (default ``auto``: the first installed of
+    ``encoders.MODELS``), batches encoded on ``embeddings_threads``
     (0: one per core), vectors written ``embeddings_writes`` (``"behind"``: by a background thread after each
     write commits, ``"inline"``: inside it; see embeddings.py).
     ``host`` and ``allowed_hosts`` set the HTTP Host/Origin checks (see :func:`transport_security`).
@@ -487,10 +488,14 @@ def create_server(
     if synchronous.upper() not in SYNC_MODES:
         raise ConfigError(f"synchronous must be one of {', '.join(SYNC_MODES)} (got {synchronous!r})")
     dense_factory: Callable[[], DenseIndex | None] | None = None
-    if embeddings:
-        from .embeddings import MODELS, check_encoder_options, load_dense_index
+    if embeddings is None:
+        from .embeddings import dense_by_default
 
-        model = check_encoder_options(embeddings_model or MODELS[0], embeddings_threads, embeddings_writes)
+        embeddings = dense_by_default()
+    if embeddings:
+        from .embeddings import check_encoder_options, load_dense_index
+
+        model = check_encoder_options(embeddings_model, embeddings_threads, embeddings_writes)
         dense_factory = partial(load_dense_index, model, batch_threads=embeddings_threads, writes=embeddings_writes)
     if is_postgres_url(db_path):
         from .pg_store import require_psycopg

