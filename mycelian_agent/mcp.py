@@ -18,7 +18,9 @@ import asyncio
 import contextlib
 import json
 import os
+import signal
 import sys
+from contextvars import ContextVar
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from datetime import timedelta
 from typing import Any, AsyncIterator, Callable, Mapping, Sequence
@@ -111,6 +113,7 @@ class _SessionEnd:
     def __init__(self) -> None:
         self.event = asyncio.Event()
         self.reason = "the session ended"
+        self.processes: list[Any] = []  # stdio: the spawned server (see _watch_spawns), for its exit status
 
     def set(self, reason: str | None = None) -> None:
         if not self.event.is_set():
@@ -123,6 +126,17 @@ class _SessionEnd:
 
     async def wait(self) -> None:
         await self.event.wait()
+
+    async def explained(self) -> str:
+        """The reason, with a spawned server's exit status (waiting up to :data:`EXIT_STATUS_WAIT` for the process
+        to be reaped: its output ends a moment before)."""
+        if not self.processes or self.reason != _OUTPUT_ENDED and not self.reason.startswith(_OUTPUT_ENDED + ";"):
+            return self.reason
+        process = self.processes[-1]
+        with anyio.move_on_after(EXIT_STATUS_WAIT):
+            await process.wait()
+        status = _exit_status(process.returncode)
+        return self.reason.replace("exited", f"exited ({status})", 1) if status else self.reason
 
 
 class _ServerLog:
@@ -160,6 +174,44 @@ class _ServerLog:
             pass
         finally:
             self.file.close()
+
+
+#: The server processes spawned by the stdio sessions opened in this context (see :func:`_watch_spawns`).
+_SPAWNED: ContextVar[list[Any] | None] = ContextVar("mycelian_spawned", default=None)
+#: How long a stdio server whose output ended is given to be reaped, so that its exit status can be reported.
+EXIT_STATUS_WAIT = 1.0
+
+
+def _watch_spawns() -> None:
+    """Let :func:`_stdio_session` see the process the MCP SDK spawns (the SDK keeps it to itself), so a server that
+    dies is reported with its exit status. Wraps the SDK's spawn function once; a future SDK without it leaves the
+    report without the status."""
+    from mcp.client import stdio as sdk
+
+    spawn = getattr(sdk, "_create_platform_compatible_process", None)
+    if spawn is None or getattr(spawn, "mycelian_watched", False):
+        return
+
+    async def watched(*args: Any, **kwargs: Any) -> Any:
+        process = await spawn(*args, **kwargs)
+        spawned = _SPAWNED.get()
+        if spawned is not None:
+            spawned.append(process)
+        return process
+
+    watched.mycelian_watched = True  # type: ignore[attr-defined]
+    sdk._create_platform_compatible_process = watched
+
+
+def _exit_status(code: int | None) -> str:
+    """``"exit code 3"``, ``"killed by SIGKILL"`` (a negative code is the signal), or "" when unknown."""
+    if code is None:
+        return ""
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"killed by {signal.Signals(-code).name}"
+        return f"killed by signal {-code}"
+    return f"exit code {code}"
 
 
 class _WatchedStream:
@@ -213,9 +265,15 @@ async def _stdio_session(connection: Mapping[str, Any], ended: _SessionEnd,
 
     params = StdioServerParameters(command=connection["command"], args=list(connection.get("args", [])),
                                    env=connection.get("env"))
-    async with stdio_client(params, errlog=log.file) as (read, write), \
-            ClientSession(_WatchedStream(read, ended, log), write) as session:  # type: ignore[arg-type]
-        yield session
+    _watch_spawns()
+    async with contextlib.AsyncExitStack() as stack:
+        token = _SPAWNED.set(ended.processes)  # only while the SDK spawns the server
+        try:
+            read, write = await stack.enter_async_context(stdio_client(params, errlog=log.file))
+        finally:
+            _SPAWNED.reset(token)
+        watched = _WatchedStream(read, ended, log)
+        yield await stack.enter_async_context(ClientSession(watched, write))  # type: ignore[arg-type]
 
 
 class _WatchedBody(httpx.AsyncByteStream):
@@ -700,9 +758,12 @@ class MemoryConnection:
                 raise MemoryServerError(f"{name} failed: {describe_cause(exc)} (connection to {self._describe()} "
                                         "lost; reconnecting)", tool=name, transient=True) from exc
             if closed:
+                # The session's end says why (the server's exit status, its last words) better than the SDK's
+                # "Connection closed" that the calls in flight get.
+                why = await ended.explained() if ended is not None and ended.is_set() else describe_cause(exc)
                 raise MemoryServerError(
                     f"{name} failed: the connection to the memory server closed ({self._describe()}): "
-                    f"{describe_cause(exc)}. The server exited or was stopped; check its log, then run again "
+                    f"{why}. The server exited or was stopped; check its log, then run again "
                     "(stored messages are not stored twice)", tool=name) from exc
             raise MemoryServerError(f"{name} failed: {describe_cause(exc)}", tool=name, transient=True) from exc
 

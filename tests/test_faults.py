@@ -228,6 +228,7 @@ async def test_a_closed_stdio_session_is_not_retried_as_transient(tmp_path: Path
                 await memory.call_json("list_vaults")
                 await asyncio.sleep(0.2)
         assert not info.value.transient and time.monotonic() - started < 15
+        assert "killed by SIGKILL" in str(info.value), info.value  # the server's exit status, not only a closed pipe
 
 
 async def _list_vaults(url: str) -> list:
