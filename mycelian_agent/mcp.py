@@ -133,10 +133,34 @@ class _SessionEnd:
         if not self.processes or self.reason != _OUTPUT_ENDED and not self.reason.startswith(_OUTPUT_ENDED + ";"):
             return self.reason
         process = self.processes[-1]
+        code = None
         with anyio.move_on_after(EXIT_STATUS_WAIT):
-            await process.wait()
-        status = _exit_status(process.returncode)
+            while code is None:
+                code = _peek_exit(process.pid)
+                if code is None:
+                    if process.returncode is not None:
+                        code = process.returncode
+                    else:
+                        await anyio.sleep(0.02)
+        status = _exit_status(code)
         return self.reason.replace("exited", f"exited ({status})", 1) if status else self.reason
+
+
+def _peek_exit(pid: int) -> int | None:
+    """The exit status of child ``pid`` if it has exited, read without reaping it (``waitid`` with ``WNOWAIT``, so
+    asyncio's own waiter still gets it): a negative signal number if it was killed; None while it runs, or where
+    ``waitid`` is missing. Read as soon as the output ends because asyncio reports 255 for a child reaped before its
+    waiter thread gets to it."""
+    waitid = getattr(os, "waitid", None)
+    if waitid is None:
+        return None
+    try:
+        info = waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return None
+    if info is None:
+        return None
+    return -info.si_status if info.si_code in (os.CLD_KILLED, os.CLD_DUMPED) else info.si_status
 
 
 class _ServerLog:
