@@ -17,10 +17,11 @@ import asyncio
 import os
 import sys
 from datetime import datetime, timezone
+from pathlib import Path
 
 from langchain_core.messages import HumanMessage, SystemMessage
 
-from mycelian_agent import build_agent, resolve_model
+from mycelian_agent import MycelianError, build_agent, resolve_model
 
 
 async def answer(chat_model, recall, user_text: str) -> str:
@@ -60,12 +61,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--db", default=".mycelian/chat.db", help="memory database (SQLite file)")
     parser.add_argument("--server", default="embedded", help="'embedded' (stdio), 'in-process' or an http(s) URL")
-    parser.add_argument("--state", default=".mycelian/chat-state.db", help="SQLite checkpoint of the thread")
+    parser.add_argument("--state", default=None,
+                        help="SQLite checkpoint of the thread (default: beside --db, e.g. .mycelian/chat-state.db)")
     parser.add_argument("--user", default="chat-example", help="whose memory (letters, digits, hyphens)")
     parser.add_argument("--thread", default="chat-example", help="conversation thread id (a thread keeps its user)")
     parser.add_argument("--name", default=None, help="your name: summaries say 'Dana said ...' (default: 'the user')")
     parser.add_argument("--chat-model", default=None, help="e.g. openai:gpt-4o-mini (default: offline stand-in)")
-    asyncio.run(chat(parser.parse_args()))
+    args = parser.parse_args()
+    if args.state is None:  # the thread's checkpoint goes with its memory database
+        db = Path(args.db)
+        args.state = str(db.with_name(f"{db.stem}-state.db"))
+    try:
+        asyncio.run(chat(args))
+    except MycelianError as exc:
+        sys.exit(f"error: {exc}")
 
 
 if __name__ == "__main__":

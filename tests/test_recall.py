@@ -322,3 +322,13 @@ async def test_users_and_recall_on_each_backend(memory_db: str, tmp_path: Path) 
         assert "June 14 to June 21, flying from Amsterdam." in recall.as_prompt()
         assert "October" not in recall.as_prompt() and {h.user for h in recall.hits} == {"dana"}
         assert [h.text for h in await invoker.asearch("Lisbon October", user="eve")] == ["I fly to Lisbon in October."]
+
+
+async def test_a_thread_checkpointed_with_another_memory_database_is_refused_naming_the_likely_cause(
+        tmp_path: Path) -> None:
+    state = f"sqlite:{tmp_path / 'state.db'}"
+    async with build_agent("extractive", "in-process", db=tmp_path / "a.db", checkpointer=state) as invoker:
+        await invoker.aprocess_conversation_message("user", "I like tea.", "chat", user="alice")
+    async with build_agent("extractive", "in-process", db=tmp_path / "b.db", checkpointer=state) as invoker:
+        with pytest.raises(InputError, match="another memory database"):
+            await invoker.aprocess_conversation_message("user", "I like coffee.", "chat", user="alice")

@@ -210,7 +210,12 @@ class MycelianAgentInvoker:
             raise InputError(f"thread {thread_id!r} already holds {accepted} messages in the invoker's own memory; "
                              f"it cannot move to user {user!r}: start a new thread for that user")
         if bound is not None and bound != memory_id:
-            owner = reader.users.user_of(bound) or f"memory {bound}"
+            owner = await reader.users.owner_of(bound)
+            if owner is None:  # bound to a memory this server does not hold as a user
+                raise InputError(
+                    f"thread {thread_id!r} is bound to memory {bound}, which is not a user's memory on this memory "
+                    f"server (was its checkpoint store used with another memory database?): use the checkpoint "
+                    f"store that goes with this database, or a new thread for user {user!r}")
             raise InputError(f"thread {thread_id!r} belongs to user {owner!r}, not {user!r}: a thread keeps its "
                              "user; start a new thread for this one")
         return {"vault_id": reader.vault_id, "memory_id": memory_id, "user": user}

@@ -78,6 +78,13 @@ class UserDirectory:
         """The user whose memory is ``memory_id``, if this directory has seen it."""
         return self._users.get(memory_id)
 
+    async def owner_of(self, memory_id: str) -> str | None:
+        """The user whose memory is ``memory_id`` (the vault's memories are listed again if this directory has not
+        seen it: another process may have created it); None when it is no user's memory in the vault."""
+        if memory_id not in self._users:
+            await self._reload()
+        return self._users.get(memory_id)
+
     async def _reload(self) -> None:
         for item in await read_call(self.connection, "list_memories", {"vault_id": self.vault_id}):
             if isinstance(item, dict) and "title" in item and "memoryId" in item:
