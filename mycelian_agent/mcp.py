@@ -43,6 +43,7 @@ __all__ = ["MemoryConnection", "SessionFactory", "embedded_connection", "http_co
 #: Opens an initialised client session (an in-process server); the alternative to a langchain-mcp-adapters Connection.
 SessionFactory = Callable[[], AbstractAsyncContextManager[ClientSession]]
 
+
 def embedded_connection(db: str | None = None, *, extra_args: Sequence[str] = (),
                         env: Mapping[str, str] | None = None) -> Connection:
     """A stdio connection that spawns our embedded memory server on SQLite file ``db`` (None: its default)."""
