@@ -132,9 +132,11 @@ def _count_terms(conn: Any) -> None:
         total = term_stats.recount((r[0], r[1], r[2], r[3]) for r in rows)
         conn.execute("INSERT INTO memory_stats (memory_id, entries, tokens) VALUES (%s, %s, %s)",
                      (memory_id, total.entries, total.tokens))
-        with conn.cursor() as cursor, cursor.copy("COPY term_stats (memory_id, kind, term, entries) FROM STDIN") as copy:
+        copying = "COPY term_stats (memory_id, kind, term, entries) FROM STDIN"
+        with conn.cursor() as cursor, cursor.copy(copying) as copy:
             for kind, term, n in total.rows():
                 copy.write_row((memory_id, kind, term, n))
+    conn.execute("ANALYZE memory_stats, term_stats")  # planned from real numbers before autovacuum gets to them
 
 
 # Version 3: per-memory term statistics (term_stats.py), kept by the store in each write's transaction, so a search

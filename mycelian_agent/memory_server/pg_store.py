@@ -55,6 +55,10 @@ _ENTRY_COLUMNS = (
 _TOP = ENTRY_WEIGHTS[2]
 _RANK_WEIGHTS = "{0.1, %.4f, %.4f, 1.0}" % (ENTRY_WEIGHTS[4] / _TOP, ENTRY_WEIGHTS[1] / _TOP)
 _MOMENT = "COALESCE({0}.conversation_time, {0}.creation_time)"
+# The term_stats rows of one memory and kind for a list of terms, from parameters (memory_id, kind, terms). As a
+# join on the whole key, each term is one primary-key probe whatever the table's statistics say (`term = ANY(...)`
+# was planned as a filter over every row of the memory and kind until the table was analysed).
+_TERM_KEYS = "(memory_id, kind, term) IN (SELECT %s, %s::smallint, unnest(%s::text[]))"
 
 
 def require_psycopg() -> None:
@@ -169,7 +173,7 @@ class PostgresStore(MemoryStore):
                 self._write_statistics(conn, delta)
             finally:
                 self._joined.conn = self._joined.delta = None
-        if delta.written:  # only once committed (a rolled-back seq is never reused here, but nothing was written)
+        if delta.written:  # only once committed: a rolled-back entry was never stored
             self._entry_cache.put(delta.written)
 
     @property
@@ -200,13 +204,12 @@ class PostgresStore(MemoryStore):
             )
             if delta.entries < 0:
                 conn.execute("DELETE FROM memory_stats WHERE memory_id = %s AND entries <= 0", (memory_id,))
-            gone = [(k, t) for k, t, n in rows if n < 0]
-            if gone:
-                conn.execute(
-                    "DELETE FROM term_stats s USING unnest(%s::smallint[], %s::text[]) AS c(k, t) "
-                    "WHERE s.memory_id = %s AND s.kind = c.k AND s.term = c.t AND s.entries <= 0",
-                    ([k for k, _ in gone], [t for _, t in gone], memory_id),
-                )
+            for kind in (term_stats.STEM, term_stats.WORD):
+                gone = [t for k, t, n in rows if k == kind and n < 0]
+                if gone:
+                    conn.execute(
+                        f"DELETE FROM term_stats WHERE {_TERM_KEYS} AND entries <= 0", (memory_id, kind, gone)
+                    )
 
     @contextmanager
     def _read(self) -> Iterator[Any]:
@@ -519,20 +522,18 @@ class PostgresStore(MemoryStore):
 
     def _term_counts(self, memory_id: str, stems: Collection[str], words: Collection[str]) -> term_stats.TermCounts:
         counts = {term_stats.STEM: dict.fromkeys(stems, 0), term_stats.WORD: dict.fromkeys(words, 0)}
-        kinds = [kind for kind, terms in counts.items() for _ in terms]
-        terms = [term for found in counts.values() for term in found]
-        with self._read() as conn:
-            row = conn.execute(
-                "SELECT entries, tokens FROM memory_stats WHERE memory_id = %s", (memory_id,)
-            ).fetchone()
-            if row is not None and terms:
-                for found in conn.execute(
-                    "SELECT s.kind, s.term, s.entries FROM unnest(%s::smallint[], %s::text[]) AS c(k, t) "
-                    "JOIN term_stats s ON s.memory_id = %s AND s.kind = c.k AND s.term = c.t",
-                    (kinds, terms, memory_id),
-                ):
+        terms = f"SELECT kind, term, entries, 0 FROM term_stats WHERE {_TERM_KEYS}"
+        entries = tokens = 0
+        with self._read() as conn:  # one statement: one snapshot of both tables
+            for found in conn.execute(
+                "SELECT NULL::smallint AS kind, NULL::text AS term, entries, tokens FROM memory_stats "
+                f"WHERE memory_id = %s UNION ALL {terms} UNION ALL {terms}",
+                (memory_id, *(value for kind, found in counts.items() for value in (memory_id, kind, list(found)))),
+            ):
+                if found["kind"] is None:
+                    entries, tokens = int(found["entries"]), int(found["tokens"])
+                else:
                     counts[found["kind"]][found["term"]] = int(found["entries"])
-        entries, tokens = (0, 0) if row is None else (int(row["entries"]), int(row["tokens"]))
         return term_stats.TermCounts(entries, tokens, counts[term_stats.STEM], counts[term_stats.WORD])
 
     def _lexical_contexts(self, memory_id: str, terms: list[str], limit: int) -> list[tuple[Row, float]]:
