@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, NamedTuple, Protocol
 
@@ -26,6 +26,7 @@ from . import coverage
 from . import feedback as feedback_module
 from . import fusion
 from . import query_time
+from . import term_stats
 from .placeholder import PLACEHOLDER_CONTEXT
 from .ranking import CONTEXT_DEPTH, current_first, query_terms, with_context
 from .validation import (
@@ -51,7 +52,7 @@ __all__ = [
     "open_store",
 ]
 
-_STATISTICS_LOCK = threading.Lock()
+_ENTRY_CACHE_LOCK = threading.Lock()
 
 #: Row objects of a backend: anything indexable by column name (``sqlite3.Row``, a dict).
 Row = Mapping[str, Any]
@@ -298,13 +299,9 @@ class MemoryStore(ABC):
         """The rows of the memory's entries ``seqs``, by seq."""
 
     @abstractmethod
-    def _last_entry_seq(self, memory_id: str) -> int:
-        """The memory's highest entry seq, 0 when it has none: how the feedback statistics see new entries."""
-
-    @abstractmethod
-    def _entry_texts(self, memory_id: str, after_seq: int) -> list[feedback_module.EntryFields]:
-        """``(seq, raw_entry, summary, tags JSON, conversation time else creation time)`` of the memory's entries
-        above ``after_seq``, in seq order (the per-memory statistics of ``feedback.TermStatistics``)."""
+    def _term_counts(self, memory_id: str, stems: Collection[str], words: Collection[str]) -> term_stats.TermCounts:
+        """The memory's term statistics (``term_stats.py``, kept by every write): its entries, their BM25 tokens,
+        and the entries containing each of ``stems`` (BM25 index stems) and ``words`` (feedback words)."""
 
     @abstractmethod
     def _lexical_contexts(self, memory_id: str, terms: list[str], limit: int) -> list[tuple[Row, float]]:
@@ -398,7 +395,6 @@ class MemoryStore(ABC):
         vault_id = check_uuid("vault_id", vault_id)
         memory_id = check_uuid("memory_id", memory_id)
         count = self._delete_memory(vault_id, memory_id)
-        self._term_statistics.forget(memory_id)
         return {"memoryId": memory_id, "status": "deleted", "entries": count}
 
     # -- entries -------------------------------------------------------------------------------------------
@@ -503,7 +499,6 @@ class MemoryStore(ABC):
         entry_id = check_uuid("entry_id", entry_id)
         if not self._delete_entry(vault_id, memory_id, entry_id):
             raise MemoryServerError(f"entry {entry_id} not found in memory {memory_id}")
-        self._term_statistics.forget(memory_id)
         return {"entryId": entry_id, "status": "deleted"}
 
     # -- context -------------------------------------------------------------------------------------------
@@ -629,18 +624,17 @@ class MemoryStore(ABC):
             # rise past weaker lexical hits. Not deeper than that: the neighbour shares and the query feedback then
             # work on the same pool as without dense (a pool of 100 at limit 25 lowered recall any@10 by 0.01).
             depth = max(depth, limit * 2)
-        last_seq = self._last_entry_seq(memory_id)  # once: how both rankings and the feedback see new entries
-        hits = self._lexical_ranking(memory_id, terms, depth, after, before, context, last_seq)
+        hits = self._lexical_ranking(memory_id, terms, depth, after, before, context)
         if feedback and hits:
-            extra = self._feedback_terms(memory_id, terms, hits, last_seq)
+            extra = self._feedback_terms(memory_id, terms, hits)
             if extra:
-                second = self._lexical_ranking(memory_id, extra, depth, after, before, context, last_seq)
+                second = self._lexical_ranking(memory_id, extra, depth, after, before, context)
                 # The hits the words came from would match them best: no second score for them, or the second
                 # search would only reshuffle the top (recall@1 fell from 0.36 to 0.30 on LoCoMo dev).
                 sources = {seq for seq, _ in hits[: feedback_module.FEEDBACK_DOCS]}
                 hits = feedback_module.combine(hits, [hit for hit in second if hit[0] not in sources])
         if named_time and hits:
-            hits = self._time_named(memory_id, query, terms, hits, depth, after, before, context, last_seq)
+            hits = self._time_named(memory_id, query, terms, hits, depth, after, before, context)
         if names and hits:
             hits = self._boost_named(memory_id, terms, hits)
         if dense is not None:
@@ -651,18 +645,14 @@ class MemoryStore(ABC):
 
     def _lexical_ranking(
         self, memory_id: str, terms: list[str], depth: int, after: str | None, before: str | None, context: bool,
-        last_seq: int | None = None,
     ) -> list[tuple[int, float]]:
         """BM25 hits (``bm25.py``), re-ranked with their neighbours' scores when ``context``: up to ``depth``, best
-        first (``last_seq``: the memory's highest entry seq, read when not given)."""
+        first."""
         candidates = self._lexical_entries(memory_id, terms, depth * bm25.CANDIDATES, after, before)
         if not candidates:
             return []
         stems = bm25.query_stems(terms)
-        # The statistics first: loading them (new entries) puts those entries' terms in the cache read next.
-        count, frequencies, length = self._term_statistics.term_statistics(
-            memory_id, stems, self._last_entry_seq(memory_id) if last_seq is None else last_seq,
-            lambda after: self._entry_texts(memory_id, after))
+        count, length, frequencies, _ = self._term_counts(memory_id, stems, ())
         entries = self._entry_cache.get(
             [seq for seq, _ in candidates],
             lambda seqs: {seq: _entry_terms(row) for seq, row in self._entry_rows(memory_id, seqs).items()})
@@ -680,7 +670,7 @@ class MemoryStore(ABC):
 
     def _time_named(
         self, memory_id: str, query: str, terms: list[str], hits: list[tuple[int, float]], depth: int,
-        after: str | None, before: str | None, context: bool, last_seq: int,
+        after: str | None, before: str | None, context: bool,
     ) -> list[tuple[int, float]]:
         """``hits`` with the entries inside the times ``query`` names lifted (``query_time.py``), seen from the
         question's date: ``before`` (exclusive) when given, else today. A single named span is also searched on its
@@ -692,8 +682,7 @@ class MemoryStore(ABC):
         if len(named.spans) == 1 and query_time.SPAN_SEARCH:
             span_after, span_before = query_time.span_bounds(named.spans[0], after, before)
             if span_after < span_before:  # (else the span lies outside the search's own bounds)
-                for seq, score in self._lexical_ranking(
-                        memory_id, terms, depth, span_after, span_before, context, last_seq):
+                for seq, score in self._lexical_ranking(memory_id, terms, depth, span_after, span_before, context):
                     pooled[seq] = max(score, pooled.get(seq, 0.0))
         rows = self._entry_rows(memory_id, list(pooled))
         moments = {seq: query_time.moment(row["conversation_time"] or row["creation_time"])
@@ -709,9 +698,7 @@ class MemoryStore(ABC):
         authors = {seq: coverage.author_stems(terms_of.author) for seq, terms_of in entries.items()}
         return coverage.boost_named_speakers(hits, authors, bm25.query_stems(terms))
 
-    def _feedback_terms(
-        self, memory_id: str, terms: list[str], hits: Sequence[tuple[int, float]], last_seq: int | None = None
-    ) -> list[str]:
+    def _feedback_terms(self, memory_id: str, terms: list[str], hits: Sequence[tuple[int, float]]) -> list[str]:
         """The words of the best ``hits`` to search for next (``feedback.expansion_terms``); none in a memory of
         fewer than ``FEEDBACK_MIN_ENTRIES`` entries."""
         top = hits[: feedback_module.FEEDBACK_DOCS]
@@ -719,27 +706,16 @@ class MemoryStore(ABC):
         docs = [(feedback_module.feedback_words(f"{rows[seq]['summary']} {rows[seq]['raw_entry']}"), score)
                 for seq, score in top if seq in rows]
         words = {word for doc, _ in docs for word in doc}
-        entries, frequencies = self._term_statistics.frequencies(
-            memory_id, words, self._last_entry_seq(memory_id) if last_seq is None else last_seq,
-            lambda after: self._entry_texts(memory_id, after))
+        entries, _, _, frequencies = self._term_counts(memory_id, (), words)
         if entries < feedback_module.FEEDBACK_MIN_ENTRIES:
             return []
         return feedback_module.expansion_terms(docs, entries, frequencies, exclude=set(terms))
 
     @property
     def _entry_cache(self) -> bm25.EntryCache:
-        with _STATISTICS_LOCK:
+        # Created on first use (no work at construction); the lock keeps two threads from making two caches.
+        with _ENTRY_CACHE_LOCK:
             cache = self.__dict__.get("_bm25_entries")
             if cache is None:
                 cache = self.__dict__["_bm25_entries"] = bm25.EntryCache()
             return cache
-
-    @property
-    def _term_statistics(self) -> feedback_module.TermStatistics:
-        # Created on first use (no work at construction); the lock keeps two threads from making two caches.
-        entries = self._entry_cache  # (takes the same lock)
-        with _STATISTICS_LOCK:
-            statistics = self.__dict__.get("_feedback_statistics")
-            if statistics is None:
-                statistics = self.__dict__["_feedback_statistics"] = feedback_module.TermStatistics(entries=entries)
-            return statistics

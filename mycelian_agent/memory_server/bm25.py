@@ -9,7 +9,7 @@ FTS5 (SQLite) and ``tsvector`` (PostgreSQL) only find the candidates (the backen
 with ``tf`` the weighted count of ``t`` in the entry's fields (``ranking.ENTRY_WEIGHTS``: raw_entry 1, summary 1.5,
 labels 1, dated 0.5, the weighted term frequency of BM25F), ``len(e)`` its token count over the fields, and
 ``N``, ``n(t)``, ``avglen`` the memory's entries, those containing ``t`` and their mean length
-(``feedback.TermStatistics``, kept in step with the store). Lucene's IDF never reaches zero: FTS5's
+(``term_stats.py``, kept in the database by each write). Lucene's IDF never reaches zero: FTS5's
 ``ln((N - n + 0.5) / (n + 0.5))``, clamped to 1e-6, gives every word in more than half the entries the same
 near-zero weight, so in a 16-entry memory every score read 5e-06 and the order was noise. Statistics per memory
 (FTS5's are the whole file's) make a memory's scores independent of the other memories in the database.
@@ -145,9 +145,8 @@ CACHED_ENTRIES = 20_000
 
 class EntryCache:
     """:class:`EntryTerms` by entry seq, least recently used dropped first. Entries never change after they are
-    written (only deleted, and a deleted seq is never a candidate again, nor reused), so nothing goes stale.
-    ``feedback.TermStatistics`` puts every entry it counts here (it tokenises them anyway), so a search of a memory
-    whose statistics are loaded finds its candidates' terms here and tokenises nothing. Thread-safe."""
+    written (only deleted, and a deleted seq is never a candidate again, nor reused), so nothing goes stale: a
+    search tokenises only the candidates it has not scored before. Thread-safe."""
 
     def __init__(self, capacity: int = CACHED_ENTRIES) -> None:
         self._capacity = capacity

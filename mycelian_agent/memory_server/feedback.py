@@ -8,25 +8,18 @@ one, times the word's IDF in the memory; words matching many entries are passed 
 The second ranking, without the hits the words came from, is added at :data:`FEEDBACK_WEIGHT` of the first
 (scaled to the first's best score). Both backends share this code, so their expansions are the same words.
 
-The document frequencies come from :class:`TermStatistics`, a per-memory cache kept in step with the store.
+The document frequencies are the memory's term statistics, kept in the database by each write (``term_stats.py``).
 """
 
 from __future__ import annotations
 
 import math
 import re
-import threading
 import unicodedata
-from collections import Counter, OrderedDict
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TypeVar
-
-from . import bm25
+from collections import Counter
+from collections.abc import Collection, Mapping, Sequence
 
 from .ranking import STOPWORDS, WORD_RE
-
-T = TypeVar("T")
 
 __all__ = [
     "FEEDBACK_DOCS",
@@ -34,8 +27,6 @@ __all__ = [
     "FEEDBACK_POSTINGS",
     "FEEDBACK_TERMS",
     "FEEDBACK_WEIGHT",
-    "EntryFields",
-    "TermStatistics",
     "combine",
     "expansion_terms",
     "feedback_words",
@@ -62,9 +53,6 @@ FEEDBACK_POSTINGS = 250
 #: Smaller memories get no feedback: it assumes the top hits are a small sample of a larger memory, and in a few
 #: dozen entries they are a good part of it (the second search would return the first one's hits and neighbours).
 FEEDBACK_MIN_ENTRIES = 10 * FEEDBACK_DOCS
-#: Memories whose statistics stay cached (least recently searched dropped first).
-CACHED_MEMORIES = 64
-
 _DIGIT = re.compile(r"\d")
 
 
@@ -73,107 +61,6 @@ def feedback_words(text: str) -> list[str]:
     digits (ids, times and counters say nothing about a topic)."""
     words = WORD_RE.findall(unicodedata.normalize("NFKC", text).casefold())
     return [w for w in words if len(w) > 2 and w not in STOPWORDS and not _DIGIT.search(w)]
-
-
-#: What a backend's loader yields for each entry: ``(seq, raw_entry, summary, tags JSON, conversation time or
-#: creation time)``.
-EntryFields = tuple[int, str, str, str, str | None]
-
-
-@dataclass
-class _Counts:
-    entries: int = 0
-    last_seq: int = 0
-    frequencies: Counter[str] = field(default_factory=Counter)  # feedback words (raw entry and summary)
-    stems: Counter[str] = field(default_factory=Counter)  # BM25's index stems (every field)
-    length: int = 0  # BM25's tokens, summed over the entries
-
-    def add(self, rows: Iterable[EntryFields], keep: bm25.EntryCache | None) -> None:
-        counted: list[tuple[int, bm25.EntryTerms]] = []
-        for seq, raw_entry, summary, tags, moment in rows:
-            self.frequencies.update(set(feedback_words(f"{summary} {raw_entry}")))
-            terms = bm25.entry_terms(raw_entry, summary, tags, moment)
-            self.stems.update(terms.frequencies.keys())
-            self.length += terms.length
-            self.entries += 1
-            self.last_seq = max(self.last_seq, seq)
-            if keep is not None:
-                counted.append((seq, terms))
-                if len(counted) == 1000:  # in batches: a large memory's terms are never all held here at once
-                    keep.put(counted)
-                    counted = []
-        if keep is not None:
-            keep.put(counted)
-
-
-@dataclass
-class _Slot:
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    counts: _Counts | None = None
-
-
-class TermStatistics:
-    """Document frequencies of :func:`feedback_words` and of BM25's stems in each memory's entries, cached per
-    memory.
-
-    With ``entries``, each entry's BM25 terms, computed for the counts, are put in that cache too (``bm25.py``),
-    so a search tokenises no candidate of a memory whose statistics are loaded.
-
-    The cache follows the store without hooks into its writes: each call passes the memory's highest seq now.
-    Entries above the cached ones are read and counted; a lower one (the newest entries deleted) recounts the
-    memory. Other deletes are reported by the store (:meth:`forget`); deletes by another process go unseen until
-    the memory is recounted, leaving some frequencies a little high, which only shades the words' weights. Safe to
-    share between the store's threads: a memory being counted holds up searches of that memory only.
-    """
-
-    def __init__(self, capacity: int = CACHED_MEMORIES, entries: bm25.EntryCache | None = None) -> None:
-        self._capacity = capacity
-        self._entries = entries
-        self._memories: OrderedDict[str, _Slot] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def _read(
-        self, memory_id: str, last_seq: int, load: Callable[[int], Iterable[EntryFields]], read: Callable[[_Counts], T]
-    ) -> T:
-        with self._lock:
-            slot = self._memories.get(memory_id)
-            if slot is None:
-                slot = self._memories[memory_id] = _Slot()
-            self._memories.move_to_end(memory_id)
-            while len(self._memories) > self._capacity:
-                self._memories.popitem(last=False)
-        with slot.lock:
-            counts = slot.counts
-            if counts is None or last_seq < counts.last_seq:
-                counts = slot.counts = _Counts()
-                counts.add(load(-1), self._entries)
-            elif last_seq > counts.last_seq:
-                counts.add(load(counts.last_seq), self._entries)
-            return read(counts)
-
-    def frequencies(
-        self, memory_id: str, words: Collection[str], last_seq: int, load: Callable[[int], Iterable[EntryFields]]
-    ) -> tuple[int, dict[str, int]]:
-        """``(entries, {word: entries containing it})`` of the memory, for each of ``words``.
-
-        ``last_seq`` is the memory's highest entry seq now (0 when empty); ``load(after_seq)`` yields
-        :data:`EntryFields` of its entries above ``after_seq``, in seq order.
-        """
-        return self._read(memory_id, last_seq, load,
-                          lambda c: (c.entries, {word: c.frequencies[word] for word in words}))
-
-    def term_statistics(
-        self, memory_id: str, stems: Collection[str], last_seq: int, load: Callable[[int], Iterable[EntryFields]]
-    ) -> tuple[int, dict[str, int], int]:
-        """BM25's ``(entries, {stem: entries containing it}, tokens over all entries)`` of the memory (``bm25.py``);
-        arguments as for :meth:`frequencies`."""
-        return self._read(memory_id, last_seq, load,
-                          lambda c: (c.entries, {s: c.stems[s] for s in stems}, c.length))
-
-    def forget(self, memory_id: str) -> None:
-        """Drop a memory's statistics (an entry of it, or the memory, was deleted): recounted when next used."""
-        with self._lock:
-            self._memories.pop(memory_id, None)
 
 
 def expansion_terms(

@@ -1,15 +1,18 @@
 """The memory database schema, as numbered migrations tracked in ``PRAGMA user_version``.
 
-Each migration is a list of statements applied in one ``BEGIN IMMEDIATE`` transaction together with the new
-``user_version``, so applying is atomic and idempotent (a second process opening the same file waits, re-reads the
-version and skips what is done). Never edit a released migration; append a new one.
+Each migration is a list of steps (SQL statements, or functions of the connection for steps that need Python)
+applied in one ``BEGIN IMMEDIATE`` transaction together with the new ``user_version``, so applying is atomic and
+idempotent (a second process opening the same file waits, re-reads the version and skips what is done). Never edit
+a released migration; append a new one.
 """
 
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 
 from ..errors import MemoryServerError
+from . import term_stats
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate"]
 
@@ -145,8 +148,46 @@ _V3 = [
     f"INSERT INTO entries_fts ({_ENTRY_COLUMNS}) SELECT {_entry_values('entries')} FROM entries",
 ]
 
-#: Migration ``n`` (1-based) is ``MIGRATIONS[n - 1]``.
-MIGRATIONS: tuple[list[str], ...] = (_V1, _V2, _V3)
+
+
+def _count_terms(conn: sqlite3.Connection) -> None:
+    """Version 4, after its tables: count every memory's entries into them (``term_stats.recount``), one memory
+    at a time."""
+    memories = [row[0] for row in conn.execute("SELECT DISTINCT memory_id FROM entries ORDER BY memory_id")]
+    for memory_id in memories:
+        rows = conn.execute(
+            "SELECT raw_entry, summary, tags, coalesce(conversation_time, creation_time) FROM entries "
+            "WHERE memory_id = ? ORDER BY seq",
+            (memory_id,),
+        )
+        total = term_stats.recount((r[0], r[1], r[2], r[3]) for r in rows)
+        conn.execute("INSERT INTO memory_stats (memory_id, entries, tokens) VALUES (?, ?, ?)",
+                     (memory_id, total.entries, total.tokens))
+        conn.executemany("INSERT INTO term_stats (memory_id, kind, term, entries) VALUES (?, ?, ?, ?)",
+                         ((memory_id, kind, term, n) for kind, term, n in total.rows()))
+
+
+# Migration 4: per-memory term statistics (term_stats.py), kept by the store in each write's transaction, so a
+# search reads only the rows of its terms instead of counting the memory. Existing entries are counted here.
+_V4: list[str | Callable[[sqlite3.Connection], None]] = [
+    """CREATE TABLE memory_stats (
+        memory_id TEXT PRIMARY KEY REFERENCES memories(memory_id) ON DELETE CASCADE,
+        entries INTEGER NOT NULL,
+        tokens INTEGER NOT NULL
+    ) WITHOUT ROWID""",
+    """CREATE TABLE term_stats (
+        memory_id TEXT NOT NULL REFERENCES memories(memory_id) ON DELETE CASCADE,
+        kind INTEGER NOT NULL,
+        term TEXT NOT NULL,
+        entries INTEGER NOT NULL,
+        PRIMARY KEY (memory_id, kind, term)
+    ) WITHOUT ROWID""",
+    _count_terms,
+]
+
+#: Migration ``n`` (1-based) is ``MIGRATIONS[n - 1]``: SQL statements, or functions of the connection (run inside
+#: the migration's transaction).
+MIGRATIONS: tuple[list[str | Callable[[sqlite3.Connection], None]], ...] = (_V1, _V2, _V3, _V4)
 #: The schema version a fully migrated database has.
 SCHEMA_VERSION = len(MIGRATIONS)
 
@@ -166,7 +207,10 @@ def migrate(conn: sqlite3.Connection) -> int:
         current = conn.execute("PRAGMA user_version").fetchone()[0]
         for version in range(current + 1, SCHEMA_VERSION + 1):
             for statement in MIGRATIONS[version - 1]:
-                conn.execute(statement)
+                if callable(statement):
+                    statement(conn)
+                else:
+                    conn.execute(statement)
             # PRAGMA takes no parameters; version is an int from our own table, never user input.
             conn.execute(f"PRAGMA user_version = {int(version)}")
         conn.execute("COMMIT")

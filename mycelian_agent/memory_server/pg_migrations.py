@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import MemoryServerError
+from . import term_stats
 from .ranking import entry_dated, entry_labels, index_words
 
 __all__ = ["ADVISORY_LOCK_KEY", "ENTRY_TSV", "MIGRATIONS", "SCHEMA_VERSION", "migrate", "schema_version"]
@@ -118,9 +119,48 @@ def _reindex_non_ascii(conn: Any) -> None:
         )
 
 
+def _count_terms(conn: Any) -> None:
+    """Version 3, after its tables: count every memory's entries into them (``term_stats.recount``), one memory
+    at a time, written with COPY."""
+    memories = [row[0] for row in conn.execute("SELECT DISTINCT memory_id FROM entries ORDER BY memory_id")]
+    for memory_id in memories:
+        rows = conn.execute(
+            "SELECT raw_entry, summary, tags, COALESCE(conversation_time, creation_time) FROM entries "
+            "WHERE memory_id = %s ORDER BY seq",
+            (memory_id,),
+        ).fetchall()
+        total = term_stats.recount((r[0], r[1], r[2], r[3]) for r in rows)
+        conn.execute("INSERT INTO memory_stats (memory_id, entries, tokens) VALUES (%s, %s, %s)",
+                     (memory_id, total.entries, total.tokens))
+        copying = "COPY term_stats (memory_id, kind, term, entries) FROM STDIN"
+        with conn.cursor() as cursor, cursor.copy(copying) as copy:
+            for kind, term, n in total.rows():
+                copy.write_row((memory_id, kind, term, n))
+    conn.execute("ANALYZE memory_stats, term_stats")  # planned from real numbers before autovacuum gets to them
+
+
+# Version 3: per-memory term statistics (term_stats.py), kept by the store in each write's transaction, so a search
+# reads only the rows of its terms instead of counting the memory; existing entries are counted here. Upserts
+# rewrite a row per term on every write: a fill factor below 100 leaves room on the page for HOT updates.
+_V3: list[str | Callable[[Any], None]] = [
+    """CREATE TABLE memory_stats (
+        memory_id text PRIMARY KEY REFERENCES memories(memory_id) ON DELETE CASCADE,
+        entries bigint NOT NULL,
+        tokens bigint NOT NULL
+    ) WITH (fillfactor = 80)""",
+    f"""CREATE TABLE term_stats (
+        memory_id text NOT NULL REFERENCES memories(memory_id) ON DELETE CASCADE,
+        kind smallint NOT NULL,
+        term {_TEXT_C} NOT NULL,
+        entries integer NOT NULL,
+        PRIMARY KEY (memory_id, kind, term)
+    ) WITH (fillfactor = 80)""",
+    _count_terms,
+]
+
 #: Migration ``n`` (1-based) is ``MIGRATIONS[n - 1]``: SQL statements, or functions of the connection for steps
 #: that need Python (each one runs inside the migration's transaction).
-MIGRATIONS: tuple[list[str | Callable[[Any], None]], ...] = (_V1, [_reindex_non_ascii])
+MIGRATIONS: tuple[list[str | Callable[[Any], None]], ...] = (_V1, [_reindex_non_ascii], _V3)
 #: The schema version a fully migrated database has.
 SCHEMA_VERSION = len(MIGRATIONS)
 

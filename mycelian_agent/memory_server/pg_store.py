@@ -30,15 +30,15 @@ import json
 import math
 import threading
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import ConfigError, MemoryServerError
+from . import term_stats
 from .base import DenseIndex, MemoryStore, NewEntry, Row, memory_not_found
-from .feedback import EntryFields
 from .pg_migrations import ENTRY_TSV, migrate
 from .ranking import CONTEXT_GAP_DAYS, ENTRY_WEIGHTS, QUESTION_MARKS, entry_dated, entry_labels, index_words
 from .validation import format_timestamp
@@ -55,6 +55,10 @@ _ENTRY_COLUMNS = (
 _TOP = ENTRY_WEIGHTS[2]
 _RANK_WEIGHTS = "{0.1, %.4f, %.4f, 1.0}" % (ENTRY_WEIGHTS[4] / _TOP, ENTRY_WEIGHTS[1] / _TOP)
 _MOMENT = "COALESCE({0}.conversation_time, {0}.creation_time)"
+# The term_stats rows of one memory and kind for a list of terms, from parameters (memory_id, kind, terms). As a
+# join on the whole key, each term is one primary-key probe whatever the table's statistics say (`term = ANY(...)`
+# was planned as a filter over every row of the memory and kind until the table was analysed).
+_TERM_KEYS = "(memory_id, kind, term) IN (SELECT %s, %s::smallint, unnest(%s::text[]))"
 
 
 def require_psycopg() -> None:
@@ -154,18 +158,58 @@ class PostgresStore(MemoryStore):
         if joined is not None:  # inside _transaction on this thread (add_entries): join that transaction
             yield joined
             return
-        with self._pool.connection() as conn, conn.transaction():
+        with self._transaction() as conn:
             yield conn
 
     @contextmanager
     def _transaction(self) -> Iterator[Any]:
-        """One transaction joined by the ``_tx`` primitives this thread calls inside it."""
+        """One transaction joined by the ``_tx`` primitives this thread calls inside it; the term statistics its
+        writes change are written at its end (term_stats.py)."""
+        delta = term_stats.Delta()
         with self._pool.connection() as conn, conn.transaction():
-            self._joined.conn = conn
+            self._joined.conn, self._joined.delta = conn, delta
             try:
                 yield conn
+                self._write_statistics(conn, delta)
             finally:
-                self._joined.conn = None
+                self._joined.conn = self._joined.delta = None
+        if delta.written:  # only once committed: a rolled-back entry was never stored
+            self._entry_cache.put(delta.written)
+
+    @property
+    def _delta(self) -> term_stats.Delta:
+        """The statistics changes of this thread's open write transaction."""
+        return self._joined.delta
+
+    @staticmethod
+    def _write_statistics(conn: Any, changes: term_stats.Delta) -> None:
+        """Upsert the changed statistics rows (under the memory's row lock, which every write holds), deleting
+        those that reach zero."""
+        for memory_id, delta in changes.take():
+            conn.execute(
+                "INSERT INTO memory_stats AS s (memory_id, entries, tokens) VALUES (%s, %s, %s) "
+                "ON CONFLICT (memory_id) DO UPDATE SET entries = s.entries + EXCLUDED.entries, "
+                "tokens = s.tokens + EXCLUDED.tokens",
+                (memory_id, delta.entries, delta.tokens),
+            )
+            rows = delta.rows()
+            if not rows:
+                continue
+            kinds, terms, counts = ([row[i] for row in rows] for i in range(3))
+            conn.execute(
+                "INSERT INTO term_stats AS s (memory_id, kind, term, entries) "
+                "SELECT %s, k, t, n FROM unnest(%s::smallint[], %s::text[], %s::integer[]) AS c(k, t, n) "
+                "ON CONFLICT (memory_id, kind, term) DO UPDATE SET entries = s.entries + EXCLUDED.entries",
+                (memory_id, kinds, terms, counts),
+            )
+            if delta.entries < 0:
+                conn.execute("DELETE FROM memory_stats WHERE memory_id = %s AND entries <= 0", (memory_id,))
+            for kind in (term_stats.STEM, term_stats.WORD):
+                gone = [t for k, t, n in rows if k == kind and n < 0]
+                if gone:
+                    conn.execute(
+                        f"DELETE FROM term_stats WHERE {_TERM_KEYS} AND entries <= 0", (memory_id, kind, gone)
+                    )
 
     @contextmanager
     def _read(self) -> Iterator[Any]:
@@ -255,7 +299,8 @@ class PostgresStore(MemoryStore):
         with self._tx() as conn:
             self._require_memory(conn, vault_id, memory_id, lock=True)
             count = conn.execute("SELECT count(*) AS n FROM entries WHERE memory_id = %s", (memory_id,)).fetchone()
-            conn.execute("DELETE FROM memories WHERE memory_id = %s", (memory_id,))
+            conn.execute("DELETE FROM memories WHERE memory_id = %s", (memory_id,))  # its statistics cascade
+            self._delta.drop(memory_id)
         return int(count["n"])
 
     # -- entries -------------------------------------------------------------------------------------------
@@ -295,6 +340,8 @@ class PostgresStore(MemoryStore):
             ).fetchone()
             if row is None:  # only without the row lock's protection (kept as a second line of defence)
                 return conn.execute(by_key, (memory_id, idempotency_key)).fetchone(), False
+            counts = term_stats.entry_counts(raw_entry, summary, tags, conversation_time or now)
+            self._delta.add(memory_id, counts, seq=int(row["seq"]))
             if self._dense is not None:
                 self._dense.index_entry(conn, int(row["seq"]), memory_id, summary, raw_entry)
         return row, True
@@ -321,10 +368,17 @@ class PostgresStore(MemoryStore):
     def _delete_entry(self, vault_id: str, memory_id: str, entry_id: str) -> bool:
         with self._tx() as conn:
             self._require_memory(conn, vault_id, memory_id, lock=True)
-            deleted = conn.execute(
-                "DELETE FROM entries WHERE entry_id = %s AND memory_id = %s", (entry_id, memory_id)
+            row = conn.execute(
+                "DELETE FROM entries WHERE entry_id = %s AND memory_id = %s "
+                "RETURNING raw_entry, summary, tags, coalesce(conversation_time, creation_time) AS moment",
+                (entry_id, memory_id),
+            ).fetchone()
+            if row is None:
+                return False
+            self._delta.add(
+                memory_id, term_stats.entry_counts(row["raw_entry"], row["summary"], row["tags"], row["moment"]), -1
             )
-            return deleted.rowcount == 1
+            return True
 
     # -- context -------------------------------------------------------------------------------------------
 
@@ -466,21 +520,21 @@ class PostgresStore(MemoryStore):
             ).fetchall()
         return {int(row["seq"]): row for row in rows}
 
-    def _last_entry_seq(self, memory_id: str) -> int:
-        with self._read() as conn:
-            row = conn.execute(
-                "SELECT coalesce(max(seq), 0) AS last FROM entries WHERE memory_id = %s", (memory_id,)
-            ).fetchone()
-        return int(row["last"])
-
-    def _entry_texts(self, memory_id: str, after_seq: int) -> list[EntryFields]:
-        with self._read() as conn:
-            rows = conn.execute(
-                "SELECT seq, raw_entry, summary, tags, coalesce(conversation_time, creation_time) AS moment "
-                "FROM entries WHERE memory_id = %s AND seq > %s ORDER BY seq",
-                (memory_id, after_seq),
-            ).fetchall()
-        return [(int(r["seq"]), r["raw_entry"], r["summary"], r["tags"], r["moment"]) for r in rows]
+    def _term_counts(self, memory_id: str, stems: Collection[str], words: Collection[str]) -> term_stats.TermCounts:
+        counts = {term_stats.STEM: dict.fromkeys(stems, 0), term_stats.WORD: dict.fromkeys(words, 0)}
+        terms = f"SELECT kind, term, entries, 0 FROM term_stats WHERE {_TERM_KEYS}"
+        entries = tokens = 0
+        with self._read() as conn:  # one statement: one snapshot of both tables
+            for found in conn.execute(
+                "SELECT NULL::smallint AS kind, NULL::text AS term, entries, tokens FROM memory_stats "
+                f"WHERE memory_id = %s UNION ALL {terms} UNION ALL {terms}",
+                (memory_id, *(value for kind, found in counts.items() for value in (memory_id, kind, list(found)))),
+            ):
+                if found["kind"] is None:
+                    entries, tokens = int(found["entries"]), int(found["tokens"])
+                else:
+                    counts[found["kind"]][found["term"]] = int(found["entries"])
+        return term_stats.TermCounts(entries, tokens, counts[term_stats.STEM], counts[term_stats.WORD])
 
     def _lexical_contexts(self, memory_id: str, terms: list[str], limit: int) -> list[tuple[Row, float]]:
         with self._read() as conn:
@@ -511,6 +565,7 @@ class PostgresStore(MemoryStore):
                 "SELECT (SELECT count(*) FROM vaults) AS vaults, (SELECT count(*) FROM memories) AS memories, "
                 "(SELECT count(*) FROM entries) AS entries, (SELECT count(*) FROM contexts) AS contexts, "
                 "(SELECT count(*) FROM entry_vectors) AS entry_vectors, "
+                "(SELECT count(*) FROM memory_stats) AS memory_stats, (SELECT count(*) FROM term_stats) AS term_stats, "
                 "(SELECT count(*) FROM entries WHERE length(tsv) > 0) AS entries_fts, "
                 "(SELECT count(*) FROM contexts WHERE length(tsv) > 0) AS contexts_fts"
             ).fetchone()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -18,8 +18,8 @@ from typing import Any
 
 from ..errors import ConfigError, MemoryServerError
 from . import search as lexical
+from . import term_stats
 from .base import DenseIndex, MemoryStore, NewEntry, Row
-from .feedback import EntryFields
 from .migrations import migrate
 from .validation import format_timestamp
 
@@ -38,6 +38,7 @@ class Store(MemoryStore):
         self._plan_counts = lexical.PlanCounts()  # FTS5 counts that plan a search, until the database changes
         self._target: str | None = None  # the database's path, for connections of its own (None: in memory)
         self._mode = "NORMAL"
+        self._delta = term_stats.Delta()  # the open write transaction's statistics changes (written at its end)
 
     @classmethod
     def open(cls, path: str | Path, *, synchronous: str = "NORMAL", dense: DenseIndex | None = None) -> Store:
@@ -107,14 +108,44 @@ class Store(MemoryStore):
             yield conn
             return
         conn.execute("BEGIN IMMEDIATE")
+        self._delta = delta = term_stats.Delta()
         try:
             yield conn
+            self._write_statistics(conn)
             conn.execute("COMMIT")
         except BaseException:
             # Also after a failed COMMIT (disk full, I/O error): never leave the connection inside a transaction.
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
+        finally:
+            self._delta = term_stats.Delta()
+        # Only once committed: a rolled-back insert's seq may be given to another entry.
+        if delta.written:
+            self._entry_cache.put(delta.written)
+
+    def _write_statistics(self, conn: sqlite3.Connection) -> None:
+        """Write the transaction's term statistics changes (term_stats.py): one upsert per changed row, rows
+        that reach zero deleted."""
+        for memory_id, delta in self._delta.take():
+            conn.execute(
+                "INSERT INTO memory_stats (memory_id, entries, tokens) VALUES (?, ?, ?) ON CONFLICT (memory_id) "
+                "DO UPDATE SET entries = entries + excluded.entries, tokens = tokens + excluded.tokens",
+                (memory_id, delta.entries, delta.tokens),
+            )
+            rows = delta.rows()
+            conn.executemany(
+                "INSERT INTO term_stats (memory_id, kind, term, entries) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT (memory_id, kind, term) DO UPDATE SET entries = entries + excluded.entries",
+                [(memory_id, kind, term, n) for kind, term, n in rows],
+            )
+            if delta.entries < 0:
+                conn.execute("DELETE FROM memory_stats WHERE memory_id = ? AND entries <= 0", (memory_id,))
+            gone = [(memory_id, kind, term) for kind, term, n in rows if n < 0]
+            if gone:
+                conn.executemany(
+                    "DELETE FROM term_stats WHERE memory_id = ? AND kind = ? AND term = ? AND entries <= 0", gone
+                )
 
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         """One write transaction joined by the primitives called inside it (``_write`` nests)."""
@@ -193,7 +224,8 @@ class Store(MemoryStore):
         with self._write() as conn:
             self._require_memory(conn, vault_id, memory_id)
             count = conn.execute("SELECT count(*) FROM entries WHERE memory_id = ?", (memory_id,)).fetchone()[0]
-            conn.execute("DELETE FROM memories WHERE memory_id = ?", (memory_id,))
+            conn.execute("DELETE FROM memories WHERE memory_id = ?", (memory_id,))  # its statistics cascade
+            self._delta.drop(memory_id)
         return int(count)
 
     # -- entries -------------------------------------------------------------------------------------------
@@ -208,6 +240,7 @@ class Store(MemoryStore):
                 ).fetchone()
                 if existing is not None:
                     return existing, False
+            now = self._next_time(conn, "entries", memory_id)
             cursor = conn.execute(
                 "INSERT INTO entries (entry_id, memory_id, vault_id, creation_time, conversation_time, raw_entry, "
                 "summary, tags, idempotency_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -215,7 +248,7 @@ class Store(MemoryStore):
                     str(uuid.uuid4()),
                     memory_id,
                     vault_id,
-                    self._next_time(conn, "entries", memory_id),
+                    now,
                     conversation_time,
                     raw_entry,
                     summary,
@@ -224,6 +257,8 @@ class Store(MemoryStore):
                 ),
             )
             seq = cursor.lastrowid
+            counts = term_stats.entry_counts(raw_entry, summary, tags, conversation_time or now)
+            self._delta.add(memory_id, counts, seq=seq)
             if self._dense is not None:
                 self._dense.index_entry(conn, seq, memory_id, summary, raw_entry)
             return conn.execute("SELECT * FROM entries WHERE seq = ?", (seq,)).fetchone(), True
@@ -248,8 +283,15 @@ class Store(MemoryStore):
     def _delete_entry(self, vault_id: str, memory_id: str, entry_id: str) -> bool:
         with self._write() as conn:
             self._require_memory(conn, vault_id, memory_id)
-            deleted = conn.execute("DELETE FROM entries WHERE entry_id = ? AND memory_id = ?", (entry_id, memory_id))
-            return deleted.rowcount == 1
+            row = conn.execute(
+                "DELETE FROM entries WHERE entry_id = ? AND memory_id = ? "
+                "RETURNING raw_entry, summary, tags, coalesce(conversation_time, creation_time)",
+                (entry_id, memory_id),
+            ).fetchone()
+            if row is None:
+                return False
+            self._delta.add(memory_id, term_stats.entry_counts(row[0], row[1], row[2], row[3]), -1)
+            return True
 
     # -- context -------------------------------------------------------------------------------------------
 
@@ -288,14 +330,19 @@ class Store(MemoryStore):
         sql = f"SELECT * FROM entries WHERE memory_id = ? AND seq IN ({marks})"
         return {row["seq"]: row for row in self._conn.execute(sql, [memory_id, *seqs])}
 
-    def _last_entry_seq(self, memory_id: str) -> int:
-        sql = "SELECT coalesce(max(seq), 0) FROM entries WHERE memory_id = ?"
-        return int(self._conn.execute(sql, (memory_id,)).fetchone()[0])
-
-    def _entry_texts(self, memory_id: str, after_seq: int) -> list[EntryFields]:
-        sql = ("SELECT seq, raw_entry, summary, tags, coalesce(conversation_time, creation_time) FROM entries "
-               "WHERE memory_id = ? AND seq > ? ORDER BY seq")
-        return [(int(r[0]), r[1], r[2], r[3], r[4]) for r in self._conn.execute(sql, (memory_id, after_seq))]
+    def _term_counts(self, memory_id: str, stems: Collection[str], words: Collection[str]) -> term_stats.TermCounts:
+        conn = self._conn
+        row = conn.execute("SELECT entries, tokens FROM memory_stats WHERE memory_id = ?", (memory_id,)).fetchone()
+        found: list[dict[str, int]] = []
+        for kind, terms in ((term_stats.STEM, stems), (term_stats.WORD, words)):
+            counts = dict.fromkeys(terms, 0)
+            if row is not None and counts:
+                marks = ",".join("?" * len(counts))
+                sql = f"SELECT term, entries FROM term_stats WHERE memory_id = ? AND kind = ? AND term IN ({marks})"
+                counts.update(conn.execute(sql, [memory_id, kind, *counts]).fetchall())
+            found.append(counts)
+        entries, tokens = (0, 0) if row is None else (int(row[0]), int(row[1]))
+        return term_stats.TermCounts(entries, tokens, found[0], found[1])
 
     def _lexical_contexts(self, memory_id: str, terms: list[str], limit: int) -> list[tuple[Row, float]]:
         return lexical.search_contexts(self._conn, memory_id, terms, limit, self._plan_counts)
@@ -310,7 +357,7 @@ class Store(MemoryStore):
     # -- introspection (tests, benchmarks) -----------------------------------------------------------------
 
     def _counts(self) -> dict[str, int]:
-        tables = ("vaults", "memories", "entries", "contexts", "entry_vectors")
+        tables = ("vaults", "memories", "entries", "contexts", "entry_vectors", "memory_stats", "term_stats")
         counts = {t: self._conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in tables}
         # Contentless FTS tables cannot be counted directly; their doc-size table has one row per document.
         for fts in ("entries_fts", "contexts_fts"):
