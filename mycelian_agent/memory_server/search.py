@@ -42,6 +42,7 @@ __all__ = [
     "CONTEXT_WEIGHT",
     "ENTRY_WEIGHTS",
     "MAX_QUERY_TERMS",
+    "UNRANKED",
     "PlanCounts",
     "indexed_rows",
     "match_expression",
@@ -152,6 +153,8 @@ class _Index:
 
 _ENTRIES = _Index("entries_fts", "entries", "raw_entry summary labels dated", ENTRY_WEIGHTS)
 _CONTEXTS = _Index("contexts_fts", "contexts", "content", (0.0, 1.0))
+#: The score of a candidate returned without ranking (:func:`rank_entries`).
+UNRANKED = 1.0
 # Below this many indexed rows every query is cheap: skip the planning counts.
 _PLAN_MIN_ROWS = 1000
 
@@ -246,7 +249,17 @@ def _rank(
     by_key: bool,
     where: str,
     params: Sequence[str],
+    ordered: bool = True,
 ) -> list[tuple[int, float]]:
+    if not ordered:
+        # When the memory has no more matches than places, all of them are the answer: no bm25(), whose IDF reads
+        # every posting of every query term in the whole file (most of a search's time in a large file).
+        # CROSS JOIN: the matches drive (SQLite would otherwise walk the memory's rows and re-run the match per row).
+        sql = (f"SELECT t.seq FROM {index.fts} CROSS JOIN {index.table} t ON t.seq = {index.fts}.rowid "
+               f"WHERE {index.fts} MATCH ? AND t.memory_id = ?{where} LIMIT ?")
+        found = conn.execute(sql, [query.expression(), memory_id, *params, limit + 1]).fetchall()
+        if len(found) <= limit:
+            return [(seq, UNRANKED) for seq in sorted((row[0] for row in found), reverse=True)]
     weights = ", ".join(str(w) for w in index.weights)
     if not where:
         # Rank inside FTS5 alone, then check only the winners' memory (from the (memory_id, seq) index; rows are
@@ -295,6 +308,7 @@ def _search(
     where: str = "",
     params: Sequence[str] = (),
     counts: PlanCounts | None = None,
+    ordered: bool = True,
 ) -> list[tuple[int, float]]:
     if not terms or limit <= 0:
         return []
@@ -306,10 +320,11 @@ def _search(
         by_key = 2 * _count(conn, index.fts, f'mkey : "{memory_key(memory_id)}"', counts) < total
         pruned = prune_common_terms(conn, index.fts, terms, total, counts)
     key = memory_id if by_key else None
-    hits = _rank(conn, index, memory_id, _query(conn, index, key, pruned, total, counts), limit, by_key, where, params)
+    query = _query(conn, index, key, pruned, total, counts)
+    hits = _rank(conn, index, memory_id, query, limit, by_key, where, params, ordered)
     if len(hits) < limit and pruned != list(terms):
         query = _query(conn, index, key, terms, total, counts)
-        hits = _rank(conn, index, memory_id, query, limit, by_key, where, params)
+        hits = _rank(conn, index, memory_id, query, limit, by_key, where, params, ordered)
     return hits
 
 
@@ -329,9 +344,11 @@ def rank_entries(
     conn: sqlite3.Connection, memory_id: str, terms: Sequence[str], limit: int, where: str, params: Sequence[str],
     counts: PlanCounts | None = None,
 ) -> list[tuple[int, float]]:
-    """Plain BM25 ranking of one memory's entries within ``where`` (:func:`time_bounds`): ``(seq, score > 0)``
-    (``counts``: the connection's :class:`PlanCounts`, if it keeps them)."""
-    return _search(conn, _ENTRIES, memory_id, terms, limit, where, params, counts)
+    """The ``limit`` best of one memory's entries by FTS5's BM25 within ``where`` (:func:`time_bounds`), as
+    ``(seq, score > 0)``, in no particular order: when the memory has no more matches than ``limit`` they are all
+    returned unranked, with score :data:`UNRANKED` (``counts``: the connection's :class:`PlanCounts`, if it keeps
+    them)."""
+    return _search(conn, _ENTRIES, memory_id, terms, limit, where, params, counts, ordered=False)
 
 
 def search_entries(
