@@ -300,3 +300,22 @@ def test_ranking_by_parts_finds_the_same_rows_as_the_whole_query(tmp_path, monke
                         == search._rank(conn, search._ENTRIES, m, whole, limit, False, where, params))
     assert used > 40  # most queries took the parts path
     store.close()
+
+
+def test_a_memory_with_few_matches_gives_them_all_unranked(tmp_path) -> None:
+    # rank_entries (the server's candidates) skips bm25() when every match fits: the same set as the ranking.
+    from mycelian_agent.memory_server import search
+
+    store = Store.open(tmp_path / "few.db")
+    v = store.create_vault("v")["vaultId"]
+    m = store.create_memory(v, "m", "chat")["memoryId"]
+    store.add_entries(v, m, [{"raw_entry": f"kayak trip {i}" if i % 3 else f"river day {i}", "summary": "s"}
+                             for i in range(30)])
+    conn = store.connection
+    few = search.rank_entries(conn, m, ["kayak"], 50, "", [])
+    ranked = search._search(conn, search._ENTRIES, m, ["kayak"], 50)
+    assert {s for s, _ in few} == {s for s, _ in ranked} and len(few) == 20
+    assert {score for _, score in few} == {search.UNRANKED}
+    many = search.rank_entries(conn, m, ["kayak", "river"], 5, "", [])
+    assert many == search._search(conn, search._ENTRIES, m, ["kayak", "river"], 5)  # more matches: ranked
+    store.close()
