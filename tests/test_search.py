@@ -263,3 +263,59 @@ def test_the_turns_two_steps_away_take_smaller_shares_through_the_neighbours() -
     assert 12 not in dict(ranking.with_context(hits, links, {8, 9, 10, 11}, 10, outer=outer))
     assert 12 not in dict(ranking.with_context(hits, links, {8, 9, 10, 11, 12}, 10, outer=[(11, 10, None, True)]))
     assert set(dict(ranking.with_context(hits, links, {8, 9, 10, 11, 12}, 10))) == {9, 10, 11}
+
+
+def test_ranking_by_parts_finds_the_same_rows_as_the_whole_query(tmp_path, monkeypatch) -> None:
+    # A memory that fills the file is ranked by parts (search._Query) when its terms match many rows: the same
+    # rows and scores as one OR query, with and without time bounds, for queries of 2 to 4 live terms.
+    import random
+
+    from mycelian_agent.memory_server import search
+
+    rng = random.Random(4)
+    words = "apple river stone cloud maple violet harbor lantern copper meadow".split()
+    store = Store.open(tmp_path / "parts.db")
+    v = store.create_vault("v")["vaultId"]
+    m = store.create_memory(v, "m", "chat")["memoryId"]
+    for batch in range(12):
+        store.add_entries(v, m, [
+            {"raw_entry": " ".join(rng.choices(words, k=rng.randint(2, 9))),
+             "summary": " ".join(rng.choices(words, k=rng.randint(1, 4))),
+             "conversation_time": f"2024-03-{1 + (batch * 100 + i) % 28:02d}T10:00:00Z"}
+            for i in range(100)])
+    monkeypatch.setattr(search, "_PARTS_MIN_POSTINGS", 1)
+    conn = store.connection
+    counts = search.PlanCounts()
+    total = search.indexed_rows(conn, "entries_fts")
+    used = 0
+    for _ in range(40):
+        terms = rng.sample([*words, "absent"], rng.randint(2, 5))
+        for after, before in ((None, None), ("2024-03-05T00:00:00.000000Z", "2024-03-20T00:00:00.000000Z")):
+            where, params = search.time_bounds(after, before)
+            parts = search._query(conn, search._ENTRIES, None, terms, total, counts)
+            whole = search._Query(None, tuple(terms), search._ENTRIES.columns)
+            used += parts.bounds is not None
+            for limit in (5, 50):
+                assert (search._rank(conn, search._ENTRIES, m, parts, limit, False, where, params)
+                        == search._rank(conn, search._ENTRIES, m, whole, limit, False, where, params))
+    assert used > 40  # most queries took the parts path
+    store.close()
+
+
+def test_a_memory_with_few_matches_gives_them_all_unranked(tmp_path) -> None:
+    # rank_entries (the server's candidates) skips bm25() when every match fits: the same set as the ranking.
+    from mycelian_agent.memory_server import search
+
+    store = Store.open(tmp_path / "few.db")
+    v = store.create_vault("v")["vaultId"]
+    m = store.create_memory(v, "m", "chat")["memoryId"]
+    store.add_entries(v, m, [{"raw_entry": f"kayak trip {i}" if i % 3 else f"river day {i}", "summary": "s"}
+                             for i in range(30)])
+    conn = store.connection
+    few = search.rank_entries(conn, m, ["kayak"], 50, "", [])
+    ranked = search._search(conn, search._ENTRIES, m, ["kayak"], 50)
+    assert {s for s, _ in few} == {s for s, _ in ranked} and len(few) == 20
+    assert {score for _, score in few} == {search.UNRANKED}
+    many = search.rank_entries(conn, m, ["kayak", "river"], 5, "", [])
+    assert many == search._search(conn, search._ENTRIES, m, ["kayak", "river"], 5)  # more matches: ranked
+    store.close()

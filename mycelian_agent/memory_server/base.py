@@ -283,8 +283,9 @@ class MemoryStore(ABC):
     def _lexical_entries(
         self, memory_id: str, terms: list[str], limit: int, after: str | None, before: str | None
     ) -> list[tuple[int, float]]:
-        """The index's own lexical ranking of the memory's entries: ``(seq, score > 0)``, best first (the
-        candidates that ``bm25.py`` re-scores)."""
+        """The ``limit`` best of the memory's entries by the index's own lexical ranking: ``(seq, score > 0)``, the
+        candidates that ``bm25.py`` re-scores and re-orders (so in any order: SQLite returns a memory that has no
+        more matches than ``limit`` unranked)."""
 
     @abstractmethod
     def _neighbours(

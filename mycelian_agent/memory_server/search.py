@@ -18,9 +18,11 @@ re-checks exactly.
 
 from __future__ import annotations
 
+import math
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from itertools import combinations
 from dataclasses import dataclass, replace
 
 from .ranking import (
@@ -40,6 +42,7 @@ __all__ = [
     "CONTEXT_WEIGHT",
     "ENTRY_WEIGHTS",
     "MAX_QUERY_TERMS",
+    "UNRANKED",
     "PlanCounts",
     "indexed_rows",
     "match_expression",
@@ -150,20 +153,113 @@ class _Index:
 
 _ENTRIES = _Index("entries_fts", "entries", "raw_entry summary labels dated", ENTRY_WEIGHTS)
 _CONTEXTS = _Index("contexts_fts", "contexts", "content", (0.0, 1.0))
+#: The score of a candidate returned without ranking (:func:`rank_entries`).
+UNRANKED = 1.0
 # Below this many indexed rows every query is cheap: skip the planning counts.
 _PLAN_MIN_ROWS = 1000
+
+
+#: FTS5 bm25()'s term-frequency saturation: a term adds less than ``idf * (k1 + 1)`` to any row's score.
+_FTS5_K1 = 1.2
+#: A memory that fills most of the file is ranked by parts (:class:`_Query`) when its query's terms have at least
+#: this many postings and at most :data:`_PARTS_MAX_TERMS` terms (2**n - 1 parts at most).
+_PARTS_MIN_POSTINGS = 2000
+_PARTS_MAX_TERMS = 4
+
+Ranker = Callable[[str, int], list[tuple[int, float]]]
+
+
+@dataclass(frozen=True)
+class _Query:
+    """One FTS5 query of a search: the terms (any of them, in ``columns``), ANDed with the memory's ``key`` unless
+    None; with ``bounds`` (each term's upper bound on its share of FTS5's bm25 score) it is ranked by parts.
+
+    FTS5's bm25 of a row depends only on the query's phrases and the row, not on how the query combines them, and
+    a phrase the row lacks adds exactly 0.0. So the rows holding exactly the terms ``S`` (``AND(S) NOT OR(others)``)
+    get from a query of that shape the very scores, bit for bit, that the whole OR query gives them; and none of
+    them scores above the sum of the bounds of ``S``. Parts are ranked from the highest such sum down, and the
+    rest is skipped once a part's sum is below the ``limit``-th score found: the same top rows, without scoring
+    every row that holds only a common term (in a memory of 100,000 entries most of a query's matches)."""
+
+    key: str | None
+    terms: tuple[str, ...]
+    columns: str
+    bounds: tuple[float, ...] | None = None
+
+    def expression(self) -> str:
+        """The whole query's MATCH text."""
+        return match_expression(self.key, self.terms, self.columns)
+
+    def _part(self, subset: Sequence[str]) -> str:
+        others = [term for term in self.terms if term not in subset]
+        body = f"{{{self.columns}}} : (" + " AND ".join(f'"{term}"' for term in subset) + ")"
+        if others:
+            body = f"({body}) NOT ({{{self.columns}}} : (" + " OR ".join(f'"{term}"' for term in others) + "))"
+        return body if self.key is None else f'mkey : "{memory_key(self.key)}" AND ({body})'
+
+    def top(self, run: Ranker, limit: int) -> list[tuple[int, float]]:
+        """The first ``limit`` ``(rowid, rank)`` rows of the whole query, ordered by ``rank, rowid DESC``, where
+        ``run(expression, limit)`` gives them for one MATCH expression."""
+        if self.bounds is None:
+            return list(run(self.expression(), limit))
+        bound = dict(zip(self.terms, self.bounds, strict=True))
+        parts = sorted(
+            ((sum(bound[t] for t in subset), subset)
+             for size in range(len(self.terms), 0, -1) for subset in combinations(self.terms, size)),
+            key=lambda part: -part[0])
+        found: list[tuple[int, float]] = []
+        for most, subset in parts:
+            # (1e-9: the bound is summed here, the scores in C; a part is skipped only when clearly below.)
+            if len(found) >= limit and most * (1 + 1e-9) < -found[limit - 1][1]:
+                break
+            found = sorted([*found, *run(self._part(subset), limit)], key=lambda hit: (hit[1], -hit[0]))[:limit]
+        return found
+
+
+def _fts5_idf(rows: int, containing: int) -> float:
+    # FTS5 bm25()'s IDF (fts5_aux.c), clamped the same way.
+    value = math.log((rows - containing + 0.5) / (containing + 0.5))
+    return value if value > 0.0 else 1e-6
+
+
+def _query(
+    conn: sqlite3.Connection, index: _Index, key: str | None, terms: Sequence[str], total: int,
+    counts: PlanCounts | None,
+) -> _Query:
+    """The FTS5 query of ``terms``, ranked by parts when the memory is most of the file (``key`` None) and the
+    terms match many rows (:class:`_Query`)."""
+    query = _Query(key, tuple(terms), index.columns)
+    if key is not None or total < _PLAN_MIN_ROWS or not 2 <= len(terms) <= 3 * _PARTS_MAX_TERMS:
+        return query
+    found = {term: _count(conn, index.fts, f'{{{index.columns}}} : "{term}"', counts) for term in terms}
+    # A term in no row adds exactly 0.0 to every score and matches nothing: leaving it out changes no result.
+    live = tuple(term for term in terms if found[term])
+    if not 2 <= len(live) <= _PARTS_MAX_TERMS or sum(found[t] for t in live) < _PARTS_MIN_POSTINGS:
+        return query
+    bounds = tuple(_fts5_idf(total, found[term]) * (_FTS5_K1 + 1.0) for term in live)
+    return _Query(key, live, index.columns, bounds)
 
 
 def _rank(
     conn: sqlite3.Connection,
     index: _Index,
     memory_id: str,
-    expr: str,
+    query: _Query,
     limit: int,
     by_key: bool,
     where: str,
     params: Sequence[str],
+    ordered: bool = True,
 ) -> list[tuple[int, float]]:
+    if not ordered:
+        # When the memory has no more matches than places, all of them are the answer: no bm25(), whose IDF reads
+        # every posting of every query term in the whole file (most of a search's time in a large file).
+        # CROSS JOIN: the matches drive (SQLite would otherwise walk the memory's rows and re-run the match per row).
+        sql = (f"SELECT t.seq FROM {index.fts} CROSS JOIN {index.table} t ON t.seq = {index.fts}.rowid "
+               f"WHERE {index.fts} MATCH ? AND t.memory_id = ?{where} LIMIT ?")
+        found = conn.execute(sql, [query.expression(), memory_id, *params, limit + 1]).fetchall()
+        if len(found) <= limit:
+            return [(seq, UNRANKED) for seq in sorted((row[0] for row in found), reverse=True)]
     weights = ", ".join(str(w) for w in index.weights)
     if not where:
         # Rank inside FTS5 alone, then check only the winners' memory (from the (memory_id, seq) index; rows are
@@ -171,11 +267,9 @@ def _rank(
         # Without the key filter other memories' rows may take places, so fetch extra and fall back to the exact
         # join below if too few of this memory's rows remain.
         depth = limit if by_key else limit * 4
-        ranked = conn.execute(
-            f"SELECT rowid, bm25({index.fts}, {weights}) AS rank FROM {index.fts} WHERE {index.fts} MATCH ? "
-            "ORDER BY rank, rowid DESC LIMIT ?",
-            (expr, depth),
-        ).fetchall()
+        sql = (f"SELECT rowid, bm25({index.fts}, {weights}) AS rank FROM {index.fts} WHERE {index.fts} MATCH ? "
+               "ORDER BY rank, rowid DESC LIMIT ?")
+        ranked = query.top(lambda expr, k: conn.execute(sql, (expr, k)).fetchall(), depth)
         mine: set[int] = set()
         if ranked:
             marks = ",".join("?" * len(ranked))
@@ -189,7 +283,8 @@ def _rank(
         f"JOIN {index.table} t ON t.seq = {index.fts}.rowid "
         f"WHERE {index.fts} MATCH ? AND t.memory_id = ?{where} ORDER BY rank, t.seq DESC LIMIT ?"
     )
-    return [(seq, -float(rank)) for seq, rank in conn.execute(sql, [expr, memory_id, *params, limit])]
+    ranked = query.top(lambda expr, k: conn.execute(sql, [expr, memory_id, *params, k]).fetchall(), limit)
+    return [(seq, -float(rank)) for seq, rank in ranked]
 
 
 def _rows(
@@ -213,6 +308,7 @@ def _search(
     where: str = "",
     params: Sequence[str] = (),
     counts: PlanCounts | None = None,
+    ordered: bool = True,
 ) -> list[tuple[int, float]]:
     if not terms or limit <= 0:
         return []
@@ -224,9 +320,11 @@ def _search(
         by_key = 2 * _count(conn, index.fts, f'mkey : "{memory_key(memory_id)}"', counts) < total
         pruned = prune_common_terms(conn, index.fts, terms, total, counts)
     key = memory_id if by_key else None
-    hits = _rank(conn, index, memory_id, match_expression(key, pruned, index.columns), limit, by_key, where, params)
+    query = _query(conn, index, key, pruned, total, counts)
+    hits = _rank(conn, index, memory_id, query, limit, by_key, where, params, ordered)
     if len(hits) < limit and pruned != list(terms):
-        hits = _rank(conn, index, memory_id, match_expression(key, terms, index.columns), limit, by_key, where, params)
+        query = _query(conn, index, key, terms, total, counts)
+        hits = _rank(conn, index, memory_id, query, limit, by_key, where, params, ordered)
     return hits
 
 
@@ -246,9 +344,11 @@ def rank_entries(
     conn: sqlite3.Connection, memory_id: str, terms: Sequence[str], limit: int, where: str, params: Sequence[str],
     counts: PlanCounts | None = None,
 ) -> list[tuple[int, float]]:
-    """Plain BM25 ranking of one memory's entries within ``where`` (:func:`time_bounds`): ``(seq, score > 0)``
-    (``counts``: the connection's :class:`PlanCounts`, if it keeps them)."""
-    return _search(conn, _ENTRIES, memory_id, terms, limit, where, params, counts)
+    """The ``limit`` best of one memory's entries by FTS5's BM25 within ``where`` (:func:`time_bounds`), as
+    ``(seq, score > 0)``, in no particular order: when the memory has no more matches than ``limit`` they are all
+    returned unranked, with score :data:`UNRANKED` (``counts``: the connection's :class:`PlanCounts`, if it keeps
+    them)."""
+    return _search(conn, _ENTRIES, memory_id, terms, limit, where, params, counts, ordered=False)
 
 
 def search_entries(
