@@ -280,10 +280,13 @@ class MemoryStore(ABC):
 
     @abstractmethod
     def _lexical_entries(
-        self, memory_id: str, terms: list[str], limit: int, after: str | None, before: str | None
+        self, memory_id: str, terms: list[str], limit: int, after: str | None, before: str | None, *,
+        statistics: Callable[[Sequence[str]], tuple[int, dict[str, int], int]] | None = None,
     ) -> list[tuple[int, float]]:
         """The index's own lexical ranking of the memory's entries: ``(seq, score > 0)``, best first (the
-        candidates that ``bm25.py`` re-scores)."""
+        candidates that ``bm25.py`` re-scores). ``statistics(stems)``, when given, is BM25's ``(entries,
+        {stem: entries containing it}, tokens)`` of the memory (what ``bm25.rank`` uses), for a backend whose index
+        does not keep them; it may read the database, so call it before taking a connection."""
 
     @abstractmethod
     def _neighbours(
@@ -655,14 +658,19 @@ class MemoryStore(ABC):
     ) -> list[tuple[int, float]]:
         """BM25 hits (``bm25.py``), re-ranked with their neighbours' scores when ``context``: up to ``depth``, best
         first (``last_seq``: the memory's highest entry seq, read when not given)."""
-        candidates = self._lexical_entries(memory_id, terms, depth * bm25.CANDIDATES, after, before)
+        last_seq = self._last_entry_seq(memory_id) if last_seq is None else last_seq
+
+        def statistics(stems: Sequence[str]) -> tuple[int, dict[str, int], int]:
+            return self._term_statistics.term_statistics(
+                memory_id, stems, last_seq, lambda after: self._entry_texts(memory_id, after))
+
+        candidates = self._lexical_entries(memory_id, terms, depth * bm25.CANDIDATES, after, before,
+                                           statistics=statistics)
         if not candidates:
             return []
         stems = bm25.query_stems(terms)
         # The statistics first: loading them (new entries) puts those entries' terms in the cache read next.
-        count, frequencies, length = self._term_statistics.term_statistics(
-            memory_id, stems, self._last_entry_seq(memory_id) if last_seq is None else last_seq,
-            lambda after: self._entry_texts(memory_id, after))
+        count, frequencies, length = statistics(stems)
         entries = self._entry_cache.get(
             [seq for seq, _ in candidates],
             lambda seqs: {seq: _entry_terms(row) for seq, row in self._entry_rows(memory_id, seqs).items()})
