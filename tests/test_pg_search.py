@@ -90,7 +90,7 @@ def test_document_frequencies_from_bm25_statistics_match_the_index_counts(pg_url
         texts = [f"Day {i}: {kinds[i % 3]}" for i in range(60)]
         memory = _fill(store, vault, "trips", texts)
         _fill(store, vault, "other", ["kayak kayak kayak"] * 30)
-        terms = ["kayak", "trip", "walking", "quiet"]
+        terms = ["kayak", "trip", "walking", "quiet", "kayak-trip"]  # the last: three lexemes, two stems, counted
         last = store._last_entry_seq(memory)
         known = store._known(terms, lambda stems: store._term_statistics.term_statistics(
             memory, stems, last, lambda after: store._entry_texts(memory, after)))
@@ -98,7 +98,8 @@ def test_document_frequencies_from_bm25_statistics_match_the_index_counts(pg_url
             lexemes_of = store._lexemes(conn, terms)
             from_statistics = store._frequencies(conn, "entries", memory, lexemes_of, known)
             counted = store._frequencies(conn, "entries", memory, lexemes_of, None)
-        assert from_statistics == counted == (60, {"kayak": 20, "trip": 20, "walk": 20, "quiet": 20})
+        assert from_statistics == counted == (
+            60, {"kayak": 20, "trip": 20, "walk": 20, "quiet": 20, "kayak-trip": 0})
     finally:
         store.close()
 

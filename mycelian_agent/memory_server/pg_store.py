@@ -411,22 +411,23 @@ class PostgresStore(MemoryStore):
     def _counted_frequencies(
         conn: Any, table: str, memory_id: str, lexemes: Sequence[str], total: int | None
     ) -> tuple[int, dict[str, int]]:
-        """``(rows of the memory, {lexeme: rows holding it})`` counted in ``table`` (each count stops at half the
-        memory: beyond that the IDF is clamped anyway)."""
-        if total is None:
-            total = int(conn.execute(f"SELECT count(*) AS n FROM {table} WHERE memory_id = %s", (memory_id,))
-                        .fetchone()["n"])
-        if not lexemes:
-            return total, {}
-        cap = total // 2 + 1
-        counts = ", ".join(
-            f"(SELECT count(*) FROM (SELECT 1 FROM {table} WHERE memory_id = %s AND tsv @@ %s::tsquery LIMIT %s) x)"
-            f" AS d{i}"
+        """``(rows of the memory, {lexeme: rows holding it})`` counted in ``table``. Given ``total``, each count
+        stops at half the memory (beyond that the IDF is clamped anyway, and the term is common either way);
+        without, the memory's rows are counted in the same statement and the counts are whole (one round trip: the
+        contexts of a memory, few rows)."""
+        cap = "" if total is None else " LIMIT %s"
+        counts = [
+            f"(SELECT count(*) FROM (SELECT 1 FROM {table} WHERE memory_id = %s AND tsv @@ %s::tsquery{cap}) x) AS d{i}"
             for i in range(len(lexemes))
-        )
-        found = conn.execute(
-            f"SELECT {counts}", [value for lexeme in lexemes for value in (memory_id, _tsquery(lexeme), cap)]
-        ).fetchone()
+        ]
+        values: list[Any] = [value for lexeme in lexemes for value in (memory_id, _tsquery(lexeme))]
+        if total is None:
+            counts.append(f"(SELECT count(*) FROM {table} WHERE memory_id = %s) AS total")
+            values.append(memory_id)
+        else:
+            values = [value for k in range(0, len(values), 2) for value in (*values[k : k + 2], total // 2 + 1)]
+        found = conn.execute(f"SELECT {', '.join(counts)}", values).fetchone()
+        total = int(found["total"]) if total is None else total
         return total, {lexeme: int(found[f"d{i}"]) for i, lexeme in enumerate(lexemes)}
 
     def _frequencies(
