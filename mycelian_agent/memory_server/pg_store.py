@@ -524,15 +524,17 @@ class PostgresStore(MemoryStore):
         newest = min(NEWEST_ROWS, max(limit, total * BOUNDED_ROWS // max(1, sum(n for n, _ in ordered))))
         # The newest rows: their seqs from the (memory_id, seq) index alone, then each row by its key. (Read
         # whole, the planner walks the primary key down through every newer memory's rows, or scans every match of
-        # the lexemes, its row estimates not knowing that a memory's rows are a run of seqs.)
+        # the lexemes, its row estimates not knowing that a memory's rows are a run of seqs.) A row in both parts
+        # counts once.
         recent = (f"SELECT t.seq, t.tsv FROM (SELECT r.seq FROM {table} r WHERE r.memory_id = %s "
                   f"ORDER BY r.seq DESC LIMIT %s) n JOIN {table} t ON t.seq = n.seq "
-                  f"WHERE t.tsv @@ %s::tsquery AND NOT t.tsv @@ %s::tsquery{where}")
+                  f"WHERE t.tsv @@ %s::tsquery{where}")
         pick = f"SELECT t.seq, t.tsv FROM {table} t WHERE t.memory_id = %s AND t.tsv @@ %s::tsquery{where} LIMIT %s"
         return conn.execute(
-            f"SELECT t.seq, ({score}) AS score FROM (({pick}) UNION ALL ({recent})) t "
-            "ORDER BY score DESC, t.seq DESC LIMIT %s",
-            [*scoring, memory_id, both, *params, BOUNDED_ROWS, memory_id, newest, anyone, both, *params, limit],
+            f"SELECT * FROM (SELECT DISTINCT ON (t.seq) t.seq, ({score}) AS score "
+            f"FROM (({pick}) UNION ALL ({recent})) t "
+            "ORDER BY t.seq) s ORDER BY score DESC, seq DESC LIMIT %s",
+            [*scoring, memory_id, both, *params, BOUNDED_ROWS, memory_id, newest, anyone, *params, limit],
         ).fetchall()
 
     @staticmethod
