@@ -132,6 +132,12 @@ def test_a_query_matching_many_rows_ranks_a_bounded_part_of_them(pg_url: str,
         assert bounded[0]["summary"] == texts[0]
         newest = {t for t in texts[-30:]}
         assert sum(e["summary"] in newest for e in bounded[1:]) >= 5
+        # Time bounds far from the newest rows: the bounded part finds too few inside them, so every match ranks.
+        oldest = store.list_entries(vault, memory, limit=50, after="2000-01-01T00:00:00Z")["entries"]
+        before = oldest[40]["creationTime"]
+        early = store.search(memory, "harbour kayak", top_ke=10, before=before)["entries"]
+        assert early[0]["summary"] == texts[0] and len(early) == 10
+        assert all(e["creationTime"] < before for e in early)
         with store._read() as conn:  # each part is bounded: conjunction rows + newest rows at most
             ranked = store._rank(conn, "entries", memory, ["harbour", "kayak"], 200)
         assert 1 <= len(ranked) <= 10 + 30

@@ -495,10 +495,13 @@ class PostgresStore(MemoryStore):
         candidates = [rare] if rare and len(rare) < len(queries) else []
         candidates.append(list(zip(frequencies, queries, strict=True)))
         for matching in candidates:
+            rows = []
             if sum(n for n, _ in matching) > EXACT_ROWS:
                 rows = self._rank_bounded(conn, table, memory_id, matching, total, score, scoring, limit, where,
                                           params)
-            else:
+            # Every match when the bounded part found too few inside the time bounds (a span far from the newest
+            # rows: costly on a large memory, as the time filter reads each match from the heap).
+            if not rows or (where and len(rows) < limit):
                 rows = conn.execute(
                     f"SELECT t.seq, ({score}) AS score FROM {table} t WHERE t.memory_id = %s AND t.tsv @@ %s::tsquery"
                     f"{where} ORDER BY score DESC, t.seq DESC LIMIT %s",
@@ -524,8 +527,8 @@ class PostgresStore(MemoryStore):
         newest = min(NEWEST_ROWS, max(limit, total * BOUNDED_ROWS // max(1, sum(n for n, _ in ordered))))
         # The newest rows: their seqs from the (memory_id, seq) index alone, then each row by its key. (Read
         # whole, the planner walks the primary key down through every newer memory's rows, or scans every match of
-        # the lexemes, its row estimates not knowing that a memory's rows are a run of seqs.) A row in both parts
-        # counts once.
+        # the lexemes, its row estimates not knowing that a memory's rows are a run of seqs; the same with the time
+        # bounds inside.) A row in both parts counts once.
         recent = (f"SELECT t.seq, t.tsv FROM (SELECT r.seq FROM {table} r WHERE r.memory_id = %s "
                   f"ORDER BY r.seq DESC LIMIT %s) n JOIN {table} t ON t.seq = n.seq "
                   f"WHERE t.tsv @@ %s::tsquery{where}")
