@@ -75,6 +75,7 @@ def test_version_2_indexes_words_beside_non_ascii_characters(pg_fresh_url: str,
         v1.setattr(migrations, "SCHEMA_VERSION", 1)
         v1.setattr(pg_store, "index_words", lambda text: text)
         v1.setattr(pg_store.PostgresStore, "_write_statistics", staticmethod(lambda conn, delta: delta.take()))
+        v1.setattr(pg_store.PostgresStore, "_known", staticmethod(lambda terms, statistics: None))  # (no tables)
         store = PostgresStore.open(pg_fresh_url, pool_size=1)
         vault = store.create_vault("home")["vaultId"]
         memory = store.create_memory(vault, "trips", "NOTES")["memoryId"]

@@ -281,11 +281,14 @@ class MemoryStore(ABC):
 
     @abstractmethod
     def _lexical_entries(
-        self, memory_id: str, terms: list[str], limit: int, after: str | None, before: str | None
+        self, memory_id: str, terms: list[str], limit: int, after: str | None, before: str | None, *,
+        statistics: Callable[[Sequence[str]], tuple[int, dict[str, int], int]] | None = None,
     ) -> list[tuple[int, float]]:
         """The ``limit`` best of the memory's entries by the index's own lexical ranking: ``(seq, score > 0)``, the
         candidates that ``bm25.py`` re-scores and re-orders (so in any order: SQLite returns a memory that has no
-        more matches than ``limit`` unranked)."""
+        more matches than ``limit`` unranked). ``statistics(stems)``, when given, is BM25's ``(entries,
+        {stem: entries containing it}, tokens)`` of the memory (what ``bm25.rank`` uses), for a backend whose index
+        does not keep them; it may read the database, so call it before taking a connection."""
 
     @abstractmethod
     def _neighbours(
@@ -649,11 +652,23 @@ class MemoryStore(ABC):
     ) -> list[tuple[int, float]]:
         """BM25 hits (``bm25.py``), re-ranked with their neighbours' scores when ``context``: up to ``depth``, best
         first."""
-        candidates = self._lexical_entries(memory_id, terms, depth * bm25.CANDIDATES, after, before)
+        stems = bm25.query_stems(terms)
+        read: list[term_stats.TermCounts] = []  # the memory's counts of ``stems``, read once when first needed
+
+        def statistics(wanted: Sequence[str]) -> tuple[int, dict[str, int], int]:
+            if not read:
+                read.append(self._term_counts(memory_id, sorted(set(stems) | set(wanted)), ()))
+            known = read[0]
+            missing = [stem for stem in wanted if stem not in known.stems]
+            if missing:
+                known.stems.update(self._term_counts(memory_id, missing, ()).stems)
+            return known.entries, {stem: known.stems[stem] for stem in wanted}, known.tokens
+
+        candidates = self._lexical_entries(memory_id, terms, depth * bm25.CANDIDATES, after, before,
+                                           statistics=statistics)
         if not candidates:
             return []
-        stems = bm25.query_stems(terms)
-        count, length, frequencies, _ = self._term_counts(memory_id, stems, ())
+        count, frequencies, length = statistics(stems)
         entries = self._entry_cache.get(
             [seq for seq, _ in candidates],
             lambda seqs: {seq: _entry_terms(row) for seq, row in self._entry_rows(memory_id, seqs).items()})

@@ -14,8 +14,13 @@ shapes results exactly as for SQLite). Several servers and workers may share one
 Ranking (:meth:`PostgresStore._lexical_entries`): the ``tsvector`` of an entry carries the summary (weight A), the
 text and the labels (B) and the date in words (C), mapped from ``ranking.ENTRY_WEIGHTS``. Each query lexeme ``t``
 scores ``idf(t) * ts_rank(weights, tsv, t, 1)`` summed over the lexemes: BM25's IDF (from the memory's document
-frequencies, read from the GIN index) times PostgreSQL's saturating, length-normalised term weight — the shape of
-BM25, so the neighbour scoring and cut-offs tuned on SQLite carry over (recall parity: tests/test_postgres.py).
+frequencies) times PostgreSQL's saturating, length-normalised term weight — the shape of BM25, so the neighbour
+scoring and cut-offs tuned on SQLite carry over (recall parity: tests/test_postgres.py). The frequencies come from
+one call, :meth:`PostgresStore._frequencies`: BM25's own statistics of the memory where a query word is one Porter
+stem and one lexeme (no query counts them), else counts in the index. The GIN index on ``(memory_id, tsv)``
+(``btree_gin``; pg_migrations.py) reads only the memory's postings. ``ts_rank`` reads each scored row from the heap,
+so a query matching more than :data:`EXACT_ROWS` rows (a large memory's common words) ranks a bounded part of them
+(:meth:`PostgresStore._rank_bounded`): every LoCoMo-sized memory is ranked whole, as before.
 
 Dense vectors (``--embeddings``): float32 bytes in ``entry_vectors`` (bytea), written in the entry's transaction and
 scored by an exact scan in the server process, exactly as on SQLite (``embeddings.DenseVectors`` serves both). No
@@ -27,10 +32,11 @@ packages here).
 from __future__ import annotations
 
 import json
+import logging
 import math
 import threading
 import uuid
-from collections.abc import Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -39,7 +45,8 @@ from urllib.parse import urlsplit, urlunsplit
 from ..errors import ConfigError, MemoryServerError
 from . import term_stats
 from .base import DenseIndex, MemoryStore, NewEntry, Row, memory_not_found
-from .pg_migrations import ENTRY_TSV, migrate
+from .bm25 import tokens
+from .pg_migrations import ENTRY_TSV, MEMORY_INDEX_STATEMENTS, has_memory_index, migrate
 from .ranking import CONTEXT_GAP_DAYS, ENTRY_WEIGHTS, QUESTION_MARKS, entry_dated, entry_labels, index_words
 from .validation import format_timestamp
 
@@ -59,6 +66,17 @@ _MOMENT = "COALESCE({0}.conversation_time, {0}.creation_time)"
 # join on the whole key, each term is one primary-key probe whatever the table's statistics say (`term = ANY(...)`
 # was planned as a filter over every row of the memory and kind until the table was analysed).
 _TERM_KEYS = "(memory_id, kind, term) IN (SELECT %s, %s::smallint, unnest(%s::text[]))"
+#: A ranking whose candidate lexemes match at most this many of the memory's rows scores every one of them (exact:
+#: every LoCoMo-sized memory); above, :meth:`PostgresStore._rank_bounded` scores a bounded part.
+EXACT_ROWS = 2000
+#: The bounded ranking's parts: rows holding the two rarest lexemes scored at most, and the matches among the
+#: newest rows aimed at (reading at most NEWEST_ROWS rows).
+BOUNDED_ROWS = 400
+NEWEST_ROWS = 2000
+# Query terms whose lexemes a store keeps (cleared when full: a few hundred KB).
+_CACHED_TERMS = 10_000
+# BM25's entry count and document frequencies, by query term (the terms that are one Porter stem).
+_Known = tuple[int, dict[str, int]]
 
 
 def require_psycopg() -> None:
@@ -84,6 +102,23 @@ def one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split())
 
 
+_log = logging.getLogger(__name__)
+_said_no_memory_index = False
+
+
+def _say_no_memory_index() -> None:
+    # Once per process: every store opened on such a database would say the same.
+    global _said_no_memory_index
+    if not _said_no_memory_index:
+        _said_no_memory_index = True
+        _log.warning(
+            "the memory database has no search index by memory (CREATE EXTENSION btree_gin was refused: it needs "
+            "the CREATE right on the database): searches read every memory's postings and slow down as the "
+            "database grows; as an administrator run CREATE EXTENSION btree_gin; then %s",
+            "; ".join(MEMORY_INDEX_STATEMENTS),
+        )
+
+
 def _tsquery(lexeme: str) -> str:
     return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
 
@@ -102,6 +137,8 @@ class PostgresStore(MemoryStore):
         self.concurrency = pool_size
         self._dense = dense
         self._joined = threading.local()  # the connection of this thread's open _transaction, if any
+        self._lexeme_cache: dict[str, list[str]] = {}
+        self._lexeme_lock = threading.Lock()
 
     @classmethod
     def open(
@@ -121,6 +158,8 @@ class PostgresStore(MemoryStore):
         try:
             with psycopg.connect(url, autocommit=True, connect_timeout=int(timeout)) as conn:
                 migrate(conn)
+                if not has_memory_index(conn):
+                    _say_no_memory_index()
         except psycopg.OperationalError as exc:
             raise MemoryServerError(
                 f"cannot connect to the memory database {shown}: {one_line(exc)} "
@@ -402,14 +441,83 @@ class PostgresStore(MemoryStore):
 
     # -- search --------------------------------------------------------------------------------------------
 
+    def _lexemes(self, conn: Any, terms: Sequence[str]) -> dict[str, list[str]]:
+        """Each term's lexemes (the ``mycelian`` configuration's, as the index holds them), kept per store (the
+        configuration is the schema's: a term's lexemes do not change), so a search asks only for new words."""
+        with self._lexeme_lock:
+            known = {term: self._lexeme_cache[term] for term in terms if term in self._lexeme_cache}
+        missing = [term for term in terms if term not in known]
+        if missing:
+            rows = conn.execute(
+                "SELECT t AS term, tsvector_to_array(to_tsvector('mycelian', t)) AS lexemes "
+                "FROM unnest(%s::text[]) AS t",
+                (missing,),
+            ).fetchall()
+            found = {row["term"]: list(row["lexemes"]) for row in rows}
+            with self._lexeme_lock:
+                if len(self._lexeme_cache) + len(found) > _CACHED_TERMS:
+                    self._lexeme_cache.clear()
+                self._lexeme_cache.update(found)
+            known.update(found)
+        return known
+
     @staticmethod
-    def _lexemes(conn: Any, terms: Sequence[str]) -> list[str]:
-        rows = conn.execute(
-            "SELECT DISTINCT unnest(tsvector_to_array(to_tsvector('mycelian', t))) AS lexeme "
-            "FROM unnest(%s::text[]) AS t",
-            (list(terms),),
-        ).fetchall()
-        return sorted(row["lexeme"] for row in rows)
+    def _counted_frequencies(
+        conn: Any, table: str, memory_id: str, lexemes: Sequence[str], total: int | None
+    ) -> tuple[int, dict[str, int]]:
+        """``(rows of the memory, {lexeme: rows holding it})`` counted in ``table``. Given ``total``, each count
+        stops at half the memory (beyond that the IDF is clamped anyway, and the term is common either way);
+        without, the memory's rows are counted in the same statement and the counts are whole (one round trip: the
+        contexts of a memory, few rows)."""
+        cap = "" if total is None else " LIMIT %s"
+        counts = [
+            f"(SELECT count(*) FROM (SELECT 1 FROM {table} WHERE memory_id = %s AND tsv @@ %s::tsquery{cap}) x) AS d{i}"
+            for i in range(len(lexemes))
+        ]
+        values: list[Any] = [value for lexeme in lexemes for value in (memory_id, _tsquery(lexeme))]
+        if total is None:
+            counts.append(f"(SELECT count(*) FROM {table} WHERE memory_id = %s) AS total")
+            values.append(memory_id)
+        else:
+            values = [value for k in range(0, len(values), 2) for value in (*values[k : k + 2], total // 2 + 1)]
+        found = conn.execute(f"SELECT {', '.join(counts)}", values).fetchone()
+        total = int(found["total"]) if total is None else total
+        return total, {lexeme: int(found[f"d{i}"]) for i, lexeme in enumerate(lexemes)}
+
+    def _frequencies(
+        self, conn: Any, table: str, memory_id: str, lexemes_of: dict[str, list[str]], known: _Known | None
+    ) -> tuple[int, dict[str, int]]:
+        """The one source of a ranking's document frequencies: ``(rows of the memory, {lexeme: rows holding it})``.
+        A lexeme that is a term's only lexeme, of a term whose only stem ``known`` (BM25's statistics) counts, takes
+        that count (the Snowball lexeme and the Porter stem of one word name the same rows but for the words the
+        two stemmers conflate differently); the others are counted in the index."""
+        frequencies: dict[str, int] = {}
+        total = None
+        if known is not None:
+            total, by_term = known
+            for term, lexemes in lexemes_of.items():
+                if len(lexemes) == 1 and term in by_term:
+                    frequencies[lexemes[0]] = max(frequencies.get(lexemes[0], 0), by_term[term])
+        missing = sorted({lexeme for lexemes in lexemes_of.values() for lexeme in lexemes} - frequencies.keys())
+        if missing or total is None:
+            total, counted = self._counted_frequencies(conn, table, memory_id, missing, total)
+            frequencies.update(counted)
+        return total, frequencies
+
+    @staticmethod
+    def _known(
+        terms: Sequence[str], statistics: Callable[[Sequence[str]], tuple[int, dict[str, int], int]] | None
+    ) -> _Known | None:
+        # BM25's counts of the terms that are one stem each, by term.
+        if statistics is None:
+            return None
+        stem_of = {}
+        for term in terms:
+            stems = tokens(term)
+            if len(stems) == 1:
+                stem_of[term] = stems[0]
+        entries, by_stem, _ = statistics(sorted(set(stem_of.values())))
+        return entries, {term: by_stem.get(stem, 0) for term, stem in stem_of.items()}
 
     def _rank(
         self,
@@ -420,43 +528,71 @@ class PostgresStore(MemoryStore):
         limit: int,
         where: str = "",
         params: Sequence[Any] = (),
+        known: _Known | None = None,
     ) -> list[tuple[int, float]]:
         """BM25-shaped ranking of a memory's rows of ``table`` (see the module docstring)."""
-        lexemes = self._lexemes(conn, terms)
-        if not lexemes or limit <= 0:
+        if limit <= 0:
             return []
+        lexemes_of = self._lexemes(conn, terms)
+        lexemes = sorted({lexeme for found in lexemes_of.values() for lexeme in found})
+        if not lexemes:
+            return []
+        total, by_lexeme = self._frequencies(conn, table, memory_id, lexemes_of, known)
+        frequencies = [by_lexeme[lexeme] for lexeme in lexemes]
         queries = [_tsquery(lexeme) for lexeme in lexemes]
-        total = int(conn.execute(f"SELECT count(*) AS n FROM {table} WHERE memory_id = %s", (memory_id,))
-                    .fetchone()["n"])
-        # Document frequencies, counted up to half the memory: beyond that the IDF is clamped anyway, and
-        # counting every match of a very common term is the costly part of a search.
-        cap = total // 2 + 1
-        counts = ", ".join(
-            f"(SELECT count(*) FROM (SELECT 1 FROM {table} WHERE memory_id = %s AND tsv @@ %s::tsquery LIMIT %s) x)"
-            f" AS d{i}"
-            for i in range(len(queries))
-        )
-        found = conn.execute(
-            f"SELECT {counts}", [value for q in queries for value in (memory_id, q, cap)]
-        ).fetchone()
-        frequencies = [int(found[f"d{i}"]) for i in range(len(queries))]
         weights = [_idf(total, n) for n in frequencies]
         score = " + ".join(f"%s * ts_rank('{_RANK_WEIGHTS}', t.tsv, %s::tsquery, 1)" for _ in queries)
         scoring = [value for w, q in zip(weights, queries, strict=True) for value in (w, q)]
         # Like search.prune_common_terms on SQLite: terms in half the memory or more (IDF ~0) still score, but do
         # not make rows candidates, unless the rarer terms find too few rows.
-        rare = [q for q, n in zip(queries, frequencies, strict=True) if 2 * n < total]
+        rare = [(n, q) for q, n in zip(queries, frequencies, strict=True) if 2 * n < total]
         candidates = [rare] if rare and len(rare) < len(queries) else []
-        candidates.append(queries)
+        candidates.append(list(zip(frequencies, queries, strict=True)))
         for matching in candidates:
-            rows = conn.execute(
-                f"SELECT t.seq, ({score}) AS score FROM {table} t WHERE t.memory_id = %s AND t.tsv @@ %s::tsquery"
-                f"{where} ORDER BY score DESC, t.seq DESC LIMIT %s",
-                [*scoring, memory_id, " | ".join(matching), *params, limit],
-            ).fetchall()
+            rows = []
+            if sum(n for n, _ in matching) > EXACT_ROWS:
+                rows = self._rank_bounded(conn, table, memory_id, matching, total, score, scoring, limit, where,
+                                          params)
+            # Every match when the bounded part found too few inside the time bounds (a span far from the newest
+            # rows: costly on a large memory, as the time filter reads each match from the heap).
+            if not rows or (where and len(rows) < limit):
+                rows = conn.execute(
+                    f"SELECT t.seq, ({score}) AS score FROM {table} t WHERE t.memory_id = %s AND t.tsv @@ %s::tsquery"
+                    f"{where} ORDER BY score DESC, t.seq DESC LIMIT %s",
+                    [*scoring, memory_id, " | ".join(q for _, q in matching), *params, limit],
+                ).fetchall()
             if len(rows) >= limit:
                 break
         return [(int(row["seq"]), float(row["score"])) for row in rows if row["score"] > 0]
+
+    @staticmethod
+    def _rank_bounded(
+        conn: Any, table: str, memory_id: str, matching: Sequence[tuple[int, str]], total: int, score: str,
+        scoring: Sequence[Any], limit: int, where: str, params: Sequence[Any],
+    ) -> list[Any]:
+        """The ranking of a query matching more than :data:`EXACT_ROWS` rows, from a bounded part of them (each
+        row scored is read from the heap): up to :data:`BOUNDED_ROWS` holding both of the two rarest lexemes (the
+        rows a term-at-a-time ranking puts first), and those holding any lexeme among the memory's newest rows, as
+        many rows as hold :data:`BOUNDED_ROWS` matches if the lexemes are spread evenly (at most
+        :data:`NEWEST_ROWS`)."""
+        ordered = sorted(matching)
+        both = " & ".join(q for _, q in ordered[:2])
+        anyone = " | ".join(q for _, q in ordered)
+        newest = min(NEWEST_ROWS, max(limit, total * BOUNDED_ROWS // max(1, sum(n for n, _ in ordered))))
+        # The newest rows: their seqs from the (memory_id, seq) index alone, then each row by its key. (Read
+        # whole, the planner walks the primary key down through every newer memory's rows, or scans every match of
+        # the lexemes, its row estimates not knowing that a memory's rows are a run of seqs; the same with the time
+        # bounds inside.) A row in both parts counts once.
+        recent = (f"SELECT t.seq, t.tsv FROM (SELECT r.seq FROM {table} r WHERE r.memory_id = %s "
+                  f"ORDER BY r.seq DESC LIMIT %s) n JOIN {table} t ON t.seq = n.seq "
+                  f"WHERE t.tsv @@ %s::tsquery{where}")
+        pick = f"SELECT t.seq, t.tsv FROM {table} t WHERE t.memory_id = %s AND t.tsv @@ %s::tsquery{where} LIMIT %s"
+        return conn.execute(
+            f"SELECT * FROM (SELECT DISTINCT ON (t.seq) t.seq, ({score}) AS score "
+            f"FROM (({pick}) UNION ALL ({recent})) t "
+            "ORDER BY t.seq) s ORDER BY score DESC, seq DESC LIMIT %s",
+            [*scoring, memory_id, both, *params, BOUNDED_ROWS, memory_id, newest, anyone, *params, limit],
+        ).fetchall()
 
     @staticmethod
     def _time_bounds(after: str | None, before: str | None) -> tuple[str, list[str]]:
@@ -469,11 +605,13 @@ class PostgresStore(MemoryStore):
         return where, params
 
     def _lexical_entries(
-        self, memory_id: str, terms: list[str], limit: int, after: str | None, before: str | None
+        self, memory_id: str, terms: list[str], limit: int, after: str | None, before: str | None, *,
+        statistics: Callable[[Sequence[str]], tuple[int, dict[str, int], int]] | None = None,
     ) -> list[tuple[int, float]]:
         where, params = self._time_bounds(after, before)
+        known = self._known(terms, statistics)  # before taking a connection: it may read entries on one
         with self._read() as conn:
-            return self._rank(conn, "entries", memory_id, terms, limit, where, params)
+            return self._rank(conn, "entries", memory_id, terms, limit, where, params, known)
 
     def _neighbours(
         self, memory_id: str, seqs: Sequence[int], after: str | None, before: str | None

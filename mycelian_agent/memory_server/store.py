@@ -312,8 +312,10 @@ class Store(MemoryStore):
     # -- search (FTS5 BM25: search.py) ---------------------------------------------------------------------
 
     def _lexical_entries(
-        self, memory_id: str, terms: list[str], limit: int, after: str | None, before: str | None
+        self, memory_id: str, terms: list[str], limit: int, after: str | None, before: str | None, *,
+        statistics: Any = None,
     ) -> list[tuple[int, float]]:
+        # FTS5 keeps its own document frequencies: ``statistics`` is not needed.
         where, params = lexical.time_bounds(after, before)
         return lexical.rank_entries(self._conn, memory_id, terms, limit, where, params, self._plan_counts)
 

@@ -1,0 +1,148 @@
+"""PostgreSQL search by memory: the two-column GIN index (``btree_gin``) and its fallback, the document
+frequencies taken from BM25's statistics, and the bounded ranking of queries matching many rows.
+
+Against a real throwaway cluster (conftest.py ``pg_cluster``), as tests/test_postgres.py.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from mycelian_agent.memory_server import pg_store
+from mycelian_agent.memory_server.pg_migrations import MEMORY_INDEX, SCHEMA_VERSION
+from mycelian_agent.memory_server.pg_store import PostgresStore
+
+psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
+
+
+def _query(url: str, sql: str, *params: object) -> list[tuple]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        cursor = conn.execute(sql, params or None)
+        return cursor.fetchall() if cursor.description is not None else []
+
+
+def _indexes(url: str, table: str) -> set[str]:
+    return {name for (name,) in _query(url, "SELECT indexname FROM pg_indexes WHERE tablename = %s", table)}
+
+
+def _fill(store: PostgresStore, vault: str, title: str, texts: list[str]) -> str:
+    memory = store.create_memory(vault, title, "NOTES")["memoryId"]
+    for k in range(0, len(texts), 100):
+        store.add_entries(vault, memory, [{"raw_entry": t, "summary": t} for t in texts[k : k + 100]])
+    return memory
+
+
+def test_migration_indexes_entries_and_contexts_by_memory(pg_fresh_url: str) -> None:
+    PostgresStore.open(pg_fresh_url, pool_size=1).close()
+    assert _query(pg_fresh_url, "SELECT extname FROM pg_extension WHERE extname = 'btree_gin'") == [("btree_gin",)]
+    assert MEMORY_INDEX in _indexes(pg_fresh_url, "entries") and "entries_tsv" not in _indexes(pg_fresh_url, "entries")
+    assert "contexts_memory_tsv" in _indexes(pg_fresh_url, "contexts")
+    assert "contexts_tsv" not in _indexes(pg_fresh_url, "contexts")
+    columns = _query(pg_fresh_url, "SELECT indexdef FROM pg_indexes WHERE indexname = %s", MEMORY_INDEX)
+    assert columns == [("CREATE INDEX entries_memory_tsv ON public.entries USING gin (memory_id, tsv)",)]
+
+
+def test_without_the_extension_right_the_single_column_indexes_stay_and_it_is_said_once(
+        pg_cluster, pg_fresh_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """A role that may create tables but not extensions (no CREATE right on the database): the migration still
+    completes, search still works, and the store says once per process what an administrator can do."""
+    role = "mycelian_limited"
+    database = pg_fresh_url.rsplit("/", 1)[1]
+    _query(pg_cluster.url(), f"DROP ROLE IF EXISTS {role}")
+    _query(pg_cluster.url(), f"CREATE ROLE {role} LOGIN")
+    try:
+        _query(pg_fresh_url, f"GRANT CREATE ON SCHEMA public TO {role}")
+        _query(pg_fresh_url, f"REVOKE CREATE ON DATABASE {database} FROM PUBLIC")
+        limited = pg_fresh_url.replace(f"{pg_cluster.user}@", f"{role}@")
+        monkeypatch.setattr(pg_store, "_said_no_memory_index", False)
+        with caplog.at_level(logging.WARNING, logger=pg_store.__name__):
+            store = PostgresStore.open(limited, pool_size=1)
+            PostgresStore.open(limited, pool_size=1).close()
+        said = [r.getMessage() for r in caplog.records if "btree_gin" in r.getMessage()]
+        assert len(said) == 1 and "CREATE EXTENSION btree_gin" in said[0]
+        try:
+            assert _query(pg_fresh_url, "SELECT max(version) FROM mycelian_schema") == [(SCHEMA_VERSION,)]
+            assert _query(pg_fresh_url, "SELECT extname FROM pg_extension WHERE extname = 'btree_gin'") == []
+            assert "entries_tsv" in _indexes(pg_fresh_url, "entries")
+            assert MEMORY_INDEX not in _indexes(pg_fresh_url, "entries")
+            vault = store.create_vault("home")["vaultId"]
+            memory = _fill(store, vault, "trips", ["We took the kayak out.", "The paddle is ashore."])
+            store.put_context(vault, memory, "Plans: kayak weekend")
+            found = store.search(memory, "kayak", top_ke=5)
+            assert found["entries"][0]["summary"] == "We took the kayak out."
+            assert [c["context"] for c in found["contexts"]] == ["Plans: kayak weekend"]
+        finally:
+            store.close()
+    finally:
+        _query(pg_cluster.url(), f"DROP DATABASE IF EXISTS {database} WITH (FORCE)")
+        _query(pg_cluster.url(), f"DROP ROLE IF EXISTS {role}")
+
+
+def test_document_frequencies_from_bm25_statistics_match_the_index_counts(pg_url: str) -> None:
+    """The frequencies the ranking takes from BM25's statistics (Porter stems) are the index's own counts for
+    words both stemmers agree on; another memory's entries count in neither."""
+    store = PostgresStore.open(pg_url, pool_size=1)
+    try:
+        vault = store.create_vault("home")["vaultId"]
+        kinds = ("the kayak trip", "a quiet walking day", "rest")
+        texts = [f"Day {i}: {kinds[i % 3]}" for i in range(60)]
+        memory = _fill(store, vault, "trips", texts)
+        _fill(store, vault, "other", ["kayak kayak kayak"] * 30)
+        terms = ["kayak", "trip", "walking", "quiet", "kayak-trip"]  # the last: three lexemes, two stems, counted
+
+        def statistics(stems: list[str]) -> tuple[int, dict[str, int], int]:
+            counts = store._term_counts(memory, stems, ())
+            return counts.entries, counts.stems, counts.tokens
+
+        known = store._known(terms, statistics)
+        with store._read() as conn:
+            lexemes_of = store._lexemes(conn, terms)
+            from_statistics = store._frequencies(conn, "entries", memory, lexemes_of, known)
+            counted = store._frequencies(conn, "entries", memory, lexemes_of, None)
+        assert from_statistics == counted == (
+            60, {"kayak": 20, "trip": 20, "walk": 20, "quiet": 20, "kayak-trip": 0})
+    finally:
+        store.close()
+
+
+def test_a_query_matching_many_rows_ranks_a_bounded_part_of_them(pg_url: str,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Above EXACT_ROWS matches, the rows holding the two rarest words and the newest matches are ranked: an old
+    entry holding both words is still found, and the newest single-word matches fill the rest."""
+    store = PostgresStore.open(pg_url, pool_size=1)
+    try:
+        vault = store.create_vault("home")["vaultId"]
+        kinds = ("the harbour is calm", "the kayak needs wax", "nothing happened")
+        texts = ["The harbour kayak race was won by Ines."] + [f"Note {i}: {kinds[i % 3]}." for i in range(300)]
+        memory = _fill(store, vault, "notes", texts)
+        exact = store.search(memory, "harbour kayak", top_ke=10)["entries"]
+        assert exact[0]["summary"] == texts[0]
+        monkeypatch.setattr(pg_store, "EXACT_ROWS", 40)
+        monkeypatch.setattr(pg_store, "BOUNDED_ROWS", 10)
+        monkeypatch.setattr(pg_store, "NEWEST_ROWS", 30)
+        statements: list[str] = []
+        real = psycopg.Connection.execute
+
+        def seen(self, query, params=None, **kwargs):  # type: ignore[no-untyped-def]
+            statements.append(str(query))
+            return real(self, query, params, **kwargs)
+
+        monkeypatch.setattr(psycopg.Connection, "execute", seen)
+        bounded = store.search(memory, "harbour kayak", top_ke=10)["entries"]
+        assert any("UNION ALL" in s for s in statements)  # the bounded ranking ran
+        assert bounded[0]["summary"] == texts[0]
+        newest = {t for t in texts[-30:]}
+        assert sum(e["summary"] in newest for e in bounded[1:]) >= 5
+        # Time bounds far from the newest rows: the bounded part finds too few inside them, so every match ranks.
+        oldest = store.list_entries(vault, memory, limit=50, after="2000-01-01T00:00:00Z")["entries"]
+        before = oldest[40]["creationTime"]
+        early = store.search(memory, "harbour kayak", top_ke=10, before=before)["entries"]
+        assert early[0]["summary"] == texts[0] and len(early) == 10
+        assert all(e["creationTime"] < before for e in early)
+        with store._read() as conn:  # each part is bounded: conjunction rows + newest rows at most
+            ranked = store._rank(conn, "entries", memory, ["harbour", "kayak"], 200)
+        assert 1 <= len(ranked) <= 10 + 30
+    finally:
+        store.close()
