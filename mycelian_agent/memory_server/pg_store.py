@@ -17,16 +17,16 @@ scores ``idf(t) * ts_rank(weights, tsv, t, 1)`` summed over the lexemes: BM25's 
 frequencies, read from the GIN index) times PostgreSQL's saturating, length-normalised term weight — the shape of
 BM25, so the neighbour scoring and cut-offs tuned on SQLite carry over (recall parity: tests/test_postgres.py).
 
-Dense vectors (``--embeddings``): float32 bytes in ``entry_vectors`` (bytea), written in the entry's transaction and
-scored by an exact scan in the server process, exactly as on SQLite (``embeddings.DenseVectors`` serves both). No
-pgvector: the fusion normalises by the median cosine of the whole memory, so it needs every similarity, which an
-approximate index does not give, and the exact scan works on any PostgreSQL (pgvector is not in Debian's
-packages here).
+Dense vectors (``--embeddings``): float32 bytes in ``entry_vectors`` (bytea), scored by an exact scan in the server
+process as on SQLite (``embeddings.DenseVectors`` serves both); when the database has pgvector (or this role can
+create it), also a ``vector`` column with an HNSW index, which answers the dense side of a search in a large memory
+(``pg_vectors.py``). Which path serves is said once per database when the store opens.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 import threading
 import uuid
@@ -39,6 +39,8 @@ from urllib.parse import urlsplit, urlunsplit
 from ..errors import ConfigError, MemoryServerError
 from .base import DenseIndex, MemoryStore, NewEntry, Row, memory_not_found
 from .feedback import EntryFields
+from .fusion import DenseHits
+from . import pg_vectors
 from .pg_migrations import ENTRY_TSV, migrate
 from .ranking import CONTEXT_GAP_DAYS, ENTRY_WEIGHTS, QUESTION_MARKS, entry_dated, entry_labels, index_words
 from .validation import format_timestamp
@@ -55,6 +57,7 @@ _ENTRY_COLUMNS = (
 _TOP = ENTRY_WEIGHTS[2]
 _RANK_WEIGHTS = "{0.1, %.4f, %.4f, 1.0}" % (ENTRY_WEIGHTS[4] / _TOP, ENTRY_WEIGHTS[1] / _TOP)
 _MOMENT = "COALESCE({0}.conversation_time, {0}.creation_time)"
+_log = logging.getLogger(__name__)
 
 
 def require_psycopg() -> None:
@@ -78,6 +81,22 @@ def redact_url(url: str) -> str:
 def one_line(exc: BaseException) -> str:
     """An exception's message on one line (libpq's messages carry newlines and tabs)."""
     return " ".join(str(exc).split())
+
+
+_said: set[tuple[str, bool]] = set()
+
+
+def _say_dense_path(shown: str, vectors: pg_vectors.Availability, hnsw_min: int | None) -> None:
+    """Log which dense path serves the database (once per database and path in a process: sessions reopen it)."""
+    if (shown, vectors.available) in _said:
+        return
+    _said.add((shown, vectors.available))
+    if vectors.available:
+        _log.info("dense search on %s: pgvector %s, an HNSW index for memories of %s+ vectors (smaller ones: the "
+                  "exact scan)", shown, vectors.version, hnsw_min)
+    else:
+        _log.warning("dense search on %s: the exact scan in the server process (slow for memories of 100k "
+                     "entries) because %s", shown, vectors.reason)
 
 
 def _tsquery(lexeme: str) -> str:
@@ -114,9 +133,12 @@ class PostgresStore(MemoryStore):
         if pool_size < 1:
             raise ConfigError(f"pool_size must be at least 1 (got {pool_size})")
         shown = redact_url(url)
+        vectors = None
         try:
             with psycopg.connect(url, autocommit=True, connect_timeout=int(timeout)) as conn:
                 migrate(conn)
+                if dense is not None:
+                    vectors = pg_vectors.prepare(conn)
         except psycopg.OperationalError as exc:
             raise MemoryServerError(
                 f"cannot connect to the memory database {shown}: {one_line(exc)} "
@@ -135,6 +157,11 @@ class PostgresStore(MemoryStore):
         )
         pool.open(wait=True, timeout=timeout)
         store = cls(pool, url=url, pool_size=pool_size, dense=dense)
+        if dense is not None and vectors is not None:
+            _say_dense_path(shown, vectors, getattr(dense, "hnsw_min", None))
+            use = getattr(dense, "use_pgvector", None)
+            if use is not None:
+                use(vectors.available)
         if dense is not None:
             try:
                 dense.attach(store.maintenance_connection)
@@ -501,6 +528,13 @@ class PostgresStore(MemoryStore):
             return None
         with self._read() as conn:
             return self._dense.similarities(conn, memory_id, query, after, before)
+
+    def _dense_hits(
+        self, memory_id: str, query: str, k: int, after: str | None, before: str | None
+    ) -> DenseHits | None:
+        if self._dense is None:
+            return None
+        return self._dense.hits(self._read, memory_id, query, k, after, before)
 
     # -- introspection (tests, benchmarks) -----------------------------------------------------------------
 
