@@ -690,7 +690,8 @@ def backfill_database(target: str, name: str | None = encoders.AUTO, *, batch_th
     from .base import open_store
 
     index = require_dense_index(name, batch_threads=batch_threads, writes="inline")
-    store = open_store(target)
+    # Opened with the index: on PostgreSQL with pgvector, the vectors go to its column too.
+    store = open_store(target, dense_factory=lambda: index)
     try:
         with store.maintenance_connection() as conn:
             return index.backfill(conn)
