@@ -135,3 +135,10 @@ def test_a_role_that_cannot_create_the_extension_falls_back(pgvector_cluster, ca
         assert index.searches == {"hnsw": 0, "scan": 1}
     said = [r.getMessage() for r in caplog.records if "dense search on" in r.getMessage()]
     assert len(said) == 1 and "cannot create it" in said[0] and "as a superuser" in said[0]
+
+
+def test_the_server_start_names_the_dense_path(pg_url: str, pgvector_url: str, monkeypatch) -> None:
+    monkeypatch.setattr(pg_store, "_said", set())
+    assert pg_store.announce_dense_path(pg_url, 10_000) == "dense: exact scan (no pgvector)"
+    assert pg_store.announce_dense_path(pgvector_url, 10_000).startswith("dense: pgvector 0.8")
+    assert "HNSW for memories of 10000+ vectors" in pg_store.announce_dense_path(pgvector_url, 10_000)

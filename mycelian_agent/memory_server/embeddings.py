@@ -638,11 +638,12 @@ def _transaction(conn: Connection) -> Iterator[None]:
 # ------------------------------------------------------------------------------------------------ loading
 
 
-def require_dense_index(name: str | None = encoders.AUTO, *, batch_threads: int = 0, writes: str = WRITE_MODES[0]
-                        ) -> DenseVectors:
+def require_dense_index(name: str | None = encoders.AUTO, *, batch_threads: int = 0, writes: str = WRITE_MODES[0],
+                        hnsw_min: int = HNSW_MIN) -> DenseVectors:
     """The dense index on packaged model ``name`` (see :func:`encoders.load_encoder`; ``auto``: the first
-    installed), writing vectors ``writes`` (one of :data:`WRITE_MODES`); :class:`ConfigError` naming the install
-    command if the model's package is missing."""
+    installed), writing vectors ``writes`` (one of :data:`WRITE_MODES`), searching memories of ``hnsw_min`` vectors
+    or more through pgvector's HNSW index where there is one; :class:`ConfigError` naming the install command if
+    the model's package is missing."""
     key = encoders.resolve_model(check_encoder_options(name, batch_threads, writes))
     try:
         encoder = encoders.load_encoder(key, batch_threads=batch_threads)
@@ -650,7 +651,7 @@ def require_dense_index(name: str | None = encoders.AUTO, *, batch_threads: int 
         raise ConfigError(f"dense embeddings ({key}) need a package that is not installed ({exc}): "
                           f"{encoders.INSTALL_HINTS[key]}") from exc
     return DenseVectors(encoder.passages, model=encoder.model, write_behind=writes == "behind",
-                        queries=encoder.queries)
+                        queries=encoder.queries, hnsw_min=hnsw_min)
 
 
 def dense_by_default() -> bool:
@@ -672,11 +673,11 @@ def dense_by_default() -> bool:
 _said_lexical = False
 
 
-def load_dense_index(name: str | None = encoders.AUTO, *, batch_threads: int = 0, writes: str = WRITE_MODES[0]
-                     ) -> DenseVectors | None:
+def load_dense_index(name: str | None = encoders.AUTO, *, batch_threads: int = 0, writes: str = WRITE_MODES[0],
+                     hnsw_min: int = HNSW_MIN) -> DenseVectors | None:
     """The dense index on the packaged model (CPU), or None (with a warning) if its package is missing."""
     try:
-        return require_dense_index(name, batch_threads=batch_threads, writes=writes)
+        return require_dense_index(name, batch_threads=batch_threads, writes=writes, hnsw_min=hnsw_min)
     except ConfigError as exc:
         if not isinstance(exc.__cause__, ImportError):
             raise
@@ -720,6 +721,11 @@ def add_encoder_options(parser: argparse.ArgumentParser, *, writes: bool = False
                         help="behind: a background thread embeds entries in batches after they commit (searches "
                         "wait for their memory's); inline: inside each entry's write (env "
                         f"MYCELIAN_EMBEDDINGS_WRITES; default {WRITE_MODES[0]})")
+    parser.add_argument("--embeddings-hnsw-min", type=_count, metavar="N",
+                        default=env.get("MYCELIAN_EMBEDDINGS_HNSW_MIN") or str(HNSW_MIN),
+                        help="PostgreSQL with pgvector: memories of N vectors or more are searched through the HNSW "
+                        "index, smaller ones by the exact scan (env MYCELIAN_EMBEDDINGS_HNSW_MIN; default "
+                        f"{HNSW_MIN})")
 
 
 def _write_mode(value: str) -> str:
@@ -727,6 +733,16 @@ def _write_mode(value: str) -> str:
     if mode not in WRITE_MODES:
         raise argparse.ArgumentTypeError(f"expected one of {', '.join(WRITE_MODES)}, got {value!r}")
     return mode
+
+
+def _count(value: str) -> int:
+    try:
+        count = int(value)
+    except ValueError:
+        count = -1
+    if count < 0:
+        raise argparse.ArgumentTypeError(f"expected a count of 0 or more, got {value!r}")
+    return count
 
 
 def _threads(value: str) -> int:

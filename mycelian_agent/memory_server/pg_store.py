@@ -45,7 +45,7 @@ from .pg_migrations import ENTRY_TSV, migrate
 from .ranking import CONTEXT_GAP_DAYS, ENTRY_WEIGHTS, QUESTION_MARKS, entry_dated, entry_labels, index_words
 from .validation import format_timestamp
 
-__all__ = ["INSTALL_HINT", "PostgresStore", "one_line", "redact_url", "require_psycopg"]
+__all__ = ["INSTALL_HINT", "PostgresStore", "announce_dense_path", "one_line", "redact_url", "require_psycopg"]
 
 #: What to install when psycopg is missing.
 INSTALL_HINT = "pip install 'mycelian-agent[postgres]'"
@@ -84,6 +84,26 @@ def one_line(exc: BaseException) -> str:
 
 
 _said: set[tuple[str, bool]] = set()
+
+
+def announce_dense_path(url: str, hnsw_min: int) -> str:
+    """At a server's start (``--embeddings`` on ``url``): migrate the database and prepare it for pgvector if it can
+    be had (``pg_vectors.prepare``), log which dense path serves (once, as a store's open would) and return it in a few
+    words for the startup line."""
+    require_psycopg()
+    import psycopg
+
+    shown = redact_url(url)
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            migrate(conn)
+            vectors = pg_vectors.prepare(conn)
+    except psycopg.Error as exc:
+        raise MemoryServerError(f"cannot prepare the memory database {shown}: {one_line(exc)}") from exc
+    _say_dense_path(shown, vectors, hnsw_min)
+    if vectors.available:
+        return f"dense: pgvector {vectors.version} HNSW for memories of {hnsw_min}+ vectors"
+    return "dense: exact scan (no pgvector)"
 
 
 def _say_dense_path(shown: str, vectors: pg_vectors.Availability, hnsw_min: int | None) -> None:
