@@ -120,8 +120,9 @@ def _time_searches(store: Any, memory: str, queries: list[str], warmup: int) -> 
 
 
 def run_dense_pg(out: Path, *, entries: int = 100_000, other: int = 100_000, searches: int = 100,
-                 warmup: int = 10) -> dict[str, Any]:
-    """Load, then time the three kinds of search (see the module docstring); results also go to OUT."""
+                 warmup: int = 10, hnsw_min: int | None = None) -> dict[str, Any]:
+    """Load, then time the kinds of search (see the module docstring); results also go to OUT. ``hnsw_min``: the
+    index's memory size threshold (default ``embeddings.HNSW_MIN``; tests use a small memory)."""
     from ..errors import ConfigError
     from ..memory_server.base import open_store
     from ..memory_server import pg_vectors
@@ -144,7 +145,8 @@ def run_dense_pg(out: Path, *, entries: int = 100_000, other: int = 100_000, sea
         vault, memory, results["load"] = _load(url, entries, other)
         queries = make_queries(warmup + searches)
         def hnsw() -> DenseVectors:
-            return DenseVectors(_RandomQueries(), model=MODEL, write_behind=False)
+            return DenseVectors(_RandomQueries(), model=MODEL, write_behind=False,
+                                **({} if hnsw_min is None else {"hnsw_min": hnsw_min}))
 
         # The HNSW search list (ef_search) is at least EF_SEARCH_MIN: the default, and longer ones for the
         # latency a better recall costs.
