@@ -33,6 +33,7 @@ import hashlib
 import json
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -284,13 +285,30 @@ def main(argv: list[str] | None = None) -> int:
                         "the exact scan and the index on its questions (with --locomo) instead")
     parser.add_argument("--locomo", type=Path, default=None)
     args = parser.parse_args(argv)
+    import importlib.util
+
+    from ..errors import ConfigError, make_folder
+
+    for module, extra in (("psycopg", "postgres"), ("numpy", "dense")):
+        if importlib.util.find_spec(module) is None:
+            print(f"error: the dense PostgreSQL benchmark needs {module}: pip install 'mycelian-agent[{extra}]'",
+                  file=sys.stderr)
+            return 2
+    try:
+        make_folder(args.out, "--out")
+    except ConfigError as exc:
+        parser.error(str(exc))
     if args.parity_db:
         if args.locomo is None or not args.locomo.is_file():
             parser.error("--parity-db needs --locomo FILE (the LoCoMo file the database was filled from)")
         print(json.dumps(hnsw_parity(args.parity_db, args.locomo, args.out), indent=2))
         return 0
-    results = run_dense_pg(args.out, entries=args.entries, other=args.other, searches=args.searches,
-                           warmup=args.warmup, vectors=args.vectors)
+    try:
+        results = run_dense_pg(args.out, entries=args.entries, other=args.other, searches=args.searches,
+                               warmup=args.warmup, vectors=args.vectors)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     print(_markdown(results))
     return 0
 
