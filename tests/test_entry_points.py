@@ -176,6 +176,7 @@ def _cases(p: Paths) -> list[Case]:
         Case(("-m", "mycelian_agent.benchmarks.bench_embeddings", "parity", "--locomo", str(p.folder)),
              (str(p.folder),)),
         Case(("-m", "mycelian_agent.benchmarks.bench_scaleout", "--out", out()), (INSTALL_POSTGRES,)),
+        Case(("-m", "mycelian_agent.benchmarks.bench_dense_pg", "--out", out()), (INSTALL_POSTGRES,)),
     ]
     if os.geteuid() != 0:  # root reads any file: /proc/self/mem above stands for the unreadable file there
         cases.append(Case(_cli("replay", "/proc/self/mem"), ("/proc/self/mem",)))

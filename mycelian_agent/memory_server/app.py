@@ -467,6 +467,7 @@ def create_server(
     embeddings_model: str | None = None,
     embeddings_threads: int = 0,
     embeddings_writes: str = "behind",
+    embeddings_hnsw_min: int | None = None,
     host: str = "127.0.0.1",
     port: int = DEFAULT_PORT,
     log_level: str = "WARNING",
@@ -482,7 +483,8 @@ def create_server(
     False: BM25 only), on ``embeddings_model`` (default ``auto``: the first installed of
     ``encoders.MODELS``), batches encoded on ``embeddings_threads``
     (0: one per core), vectors written ``embeddings_writes`` (``"behind"``: by a background thread after each
-    write commits, ``"inline"``: inside it; see embeddings.py).
+    write commits, ``"inline"``: inside it; see embeddings.py), memories of ``embeddings_hnsw_min`` vectors or more
+    searched through pgvector's HNSW index on a PostgreSQL database that has it (None: ``embeddings.HNSW_MIN``).
     ``host`` and ``allowed_hosts`` set the HTTP Host/Origin checks (see :func:`transport_security`).
     """
     if synchronous.upper() not in SYNC_MODES:
@@ -493,10 +495,11 @@ def create_server(
 
         embeddings = dense_by_default()
     if embeddings:
-        from .embeddings import check_encoder_options, load_dense_index
+        from .embeddings import HNSW_MIN, check_encoder_options, load_dense_index
 
         model = check_encoder_options(embeddings_model, embeddings_threads, embeddings_writes)
-        dense_factory = partial(load_dense_index, model, batch_threads=embeddings_threads, writes=embeddings_writes)
+        dense_factory = partial(load_dense_index, model, batch_threads=embeddings_threads, writes=embeddings_writes,
+                                hnsw_min=HNSW_MIN if embeddings_hnsw_min is None else embeddings_hnsw_min)
     if is_postgres_url(db_path):
         from .pg_store import require_psycopg
 

@@ -91,8 +91,20 @@ class DenseIndex(Protocol):
         after: str | None = None,
         before: str | None = None,
     ) -> tuple[list[int], Any]:
-        """``(seqs, cosines)`` of the memory's embedded entries (-inf outside the time bounds); see fusion.py.
+        """``(seqs, cosines)`` of the memory's embedded entries (-inf outside the time bounds), by an exact scan.
         Called after :meth:`settle`."""
+
+    def hits(
+        self,
+        connect: Callable[[], AbstractContextManager[Any]],
+        memory_id: str,
+        query: str,
+        k: int,
+        after: str | None = None,
+        before: str | None = None,
+    ) -> fusion.DenseHits | None:
+        """The dense side of a search (``fusion.DenseHits``): the ``k`` nearest entries and the memory's typical
+        cosine (``connect()``: the store's connection). Called after :meth:`settle`."""
 
     def attach(self, connect: Callable[[], AbstractContextManager[Any]] | None) -> None:
         """Called once the store is open: ``connect()`` gives a connection of the index's own (None: none can be
@@ -341,6 +353,12 @@ class MemoryStore(ABC):
         self, memory_id: str, query: str, after: str | None, before: str | None
     ) -> tuple[list[int], Any] | None:
         """``(seqs, cosines)`` from a dense index, or None when the store has none."""
+        return None
+
+    def _dense_hits(
+        self, memory_id: str, query: str, k: int, after: str | None, before: str | None
+    ) -> fusion.DenseHits | None:
+        """The dense side of a search from the store's index (see :meth:`DenseIndex.hits`), None without one."""
         return None
 
     @abstractmethod
@@ -621,9 +639,10 @@ class MemoryStore(ABC):
         if self._dense is not None:
             # Before any connection is taken: the writer may need one of the pool's to finish.
             self._dense.settle(memory_id)
-        dense = self._dense_similarities(memory_id, query, after, before)
+        # The dense side first, as the catch-up of entries without a vector should see the memory just settled.
+        dense = self._dense_hits(memory_id, query, limit * fusion.DENSE_CANDIDATES, after, before)
         depth = max(limit, CONTEXT_DEPTH) if context else limit
-        if dense is not None:
+        if self._dense is not None:
             # Fusion needs a lexical list deeper than the final cut so that an entry the dense side favours can
             # rise past weaker lexical hits. Not deeper than that: the neighbour shares and the query feedback then
             # work on the same pool as without dense (a pool of 100 at limit 25 lowered recall any@10 by 0.01).
@@ -641,8 +660,8 @@ class MemoryStore(ABC):
             hits = self._time_named(memory_id, query, terms, hits, depth, after, before, context)
         if names and hits:
             hits = self._boost_named(memory_id, terms, hits)
-        if dense is not None:
-            hits = fusion.fuse(hits, dense[0], dense[1], limit)
+        if self._dense is not None:
+            hits = fusion.fuse(hits, dense, limit)
         hits = hits[:limit]
         rows = self._entry_rows(memory_id, [seq for seq, _ in hits])
         return [(rows[seq], score) for seq, score in hits if seq in rows]

@@ -118,7 +118,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "mycelian-memory-server"
         return 2
 
     from .app import create_server
-    from .base import open_store
+    from .base import is_postgres_url, open_store
 
     # One line per record, as the messages above (FastMCP would install a rich handler that wraps a record over
     # several lines at 80 columns; logging.basicConfig keeps the first configuration).
@@ -128,6 +128,11 @@ def main(argv: Sequence[str] | None = None, prog: str = "mycelian-memory-server"
             # Fail fast with a clear message (bad path, unreachable server, newer schema) instead of inside the
             # first session; this also migrates a new database.
             open_store(db, synchronous=args.sync.upper(), pool_size=1).close()
+        dense_path = ""
+        if is_postgres_url(db) and (args.embeddings or (args.embeddings is None and dense_by_default())):
+            from .pg_store import announce_dense_path
+
+            dense_path = "; " + announce_dense_path(db, args.embeddings_hnsw_min)
         server = create_server(
             db,
             token=token or None,
@@ -136,6 +141,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "mycelian-memory-server"
             embeddings_model=args.embeddings_model,
             embeddings_threads=args.embeddings_threads,
             embeddings_writes=args.embeddings_writes,
+            embeddings_hnsw_min=args.embeddings_hnsw_min,
             host=args.host,
             port=args.port,
             log_level=args.log_level,
@@ -167,7 +173,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "mycelian-memory-server"
             from .pg_store import redact_url
 
             print(
-                f"mycelian-memory-server: serving http://{args.host}:{args.port}/mcp (db {redact_url(db)}; {auth})",
+                f"mycelian-memory-server: serving http://{args.host}:{args.port}/mcp (db {redact_url(db)}; {auth}"
+                f"{dense_path})",
                 file=sys.stderr,
             )
             uvicorn.run(create_http_app(server, tokens=tokens), host=args.host, port=args.port, log_level=args.log_level)

@@ -36,8 +36,9 @@ from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
-from . import encoders
+from . import encoders, fusion
 from .encoders import Encode
+from .fusion import DenseHits
 from .vector_writer import VectorWriter
 
 if TYPE_CHECKING:
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CATCHUP_LIMIT",
     "DENSE_BY_DEFAULT",
+    "HNSW_MIN",
     "WRITE_MODES",
     "DenseVectors",
     "add_encoder_options",
@@ -63,6 +65,10 @@ __all__ = [
 DENSE_BY_DEFAULT = False
 #: A search embeds at most this many of its memory's missing entries; more need :meth:`DenseVectors.backfill`.
 CATCHUP_LIMIT = 16
+#: On PostgreSQL with pgvector, memories of at least this many vectors are searched through the HNSW index; smaller
+#: ones by the exact scan, which is exact and costs a few milliseconds there (the index is shared by every memory, so
+#: a small memory is a needle that its filtered scan would look long for).
+HNSW_MIN = 10_000
 #: How vectors are written (``--embeddings-writes``): by a background thread after the entry commits (the
 #: default), or inside the entry's own transaction.
 WRITE_MODES = ("behind", "inline")
@@ -105,7 +111,7 @@ class DenseVectors:
     """
 
     def __init__(self, encode: Encode, *, model: str = "custom", write_behind: bool = True,
-                 queries: Encode | None = None) -> None:
+                 queries: Encode | None = None, hnsw_min: int = HNSW_MIN) -> None:
         import numpy
 
         self._np = numpy
@@ -120,6 +126,13 @@ class DenseVectors:
         self._warned: set[str] = set()
         #: Entries embedded by searches (the small catch-up); tests check it stays 0 for embedded memories.
         self.embedded_at_search = 0
+        #: Memories of at least this many vectors use the HNSW index when the database has pgvector.
+        self.hnsw_min = hnsw_min
+        self._pgvector = False
+        self._indexed: set[int] = set()  # dimensions whose HNSW index exists
+        self._large: dict[str, _LargeMemory] = {}  # memories searched through the HNSW index
+        #: Searches answered by the HNSW index, and by the exact scan (tests, benchmarks).
+        self.searches = {"hnsw": 0, "scan": 0}
 
     def _vectors(self, texts: Sequence[str]) -> np.ndarray:
         return self._np.asarray(self._encode(list(texts)), dtype=self._np.float32)
@@ -137,6 +150,43 @@ class DenseVectors:
         """
         del raw_entry  # part of the signature: another index may embed it
         return summary
+
+    def use_pgvector(self, available: bool) -> None:
+        """Called by a PostgreSQL store when it opens: whether its database has pgvector (``pg_vectors.prepare``).
+        With it, vectors are also written to the ``embedding`` column and large memories are searched through the
+        HNSW index."""
+        self._pgvector = available
+
+    def _pg_vectors(self, conn: Connection) -> bool:
+        return self._pgvector and not isinstance(conn, sqlite3.Connection)
+
+    def _index_dimension(self, conn: Connection, dimension: int) -> None:
+        """Before a transaction writes vectors of ``dimension`` to ``entry_vectors``: their HNSW index exists."""
+        if dimension not in self._indexed:
+            from . import pg_vectors
+
+            pg_vectors.ensure_index(conn, dimension)
+            self._indexed.add(dimension)
+
+    def _upsert_sql(self, conn: Connection, *, from_entry: bool) -> str:
+        """The statement writing one vector: parameters ``(seq, memory_id, model, *vector values)``, or with
+        ``from_entry`` ``(model, *vector values, seq, entry_id)``, taking the seq and memory from the entry's row so
+        that a vector is stored only while its entry (seq and id) is there."""
+        pg = self._pg_vectors(conn)
+        columns = "seq, memory_id, model, vector" + (", embedding" if pg else "")
+        values = "?, ?" + (", ?::vector" if pg else "")
+        source = (f"SELECT seq, memory_id, {values} FROM entries WHERE seq = ? AND entry_id = ?" if from_entry
+                  else f"VALUES (?, ?, {values})")
+        update = "memory_id = excluded.memory_id, model = excluded.model, vector = excluded.vector" + (
+            ", embedding = excluded.embedding" if pg else "")
+        return f"INSERT INTO entry_vectors ({columns}) {source} ON CONFLICT (seq) DO UPDATE SET {update}"
+
+    def _vector_values(self, conn: Connection, vector: Any) -> tuple[Any, ...]:
+        if self._pg_vectors(conn):
+            from .pg_vectors import vector_literal
+
+            return (vector.tobytes(), vector_literal(vector))
+        return (vector.tobytes(),)
 
     # -- writing ---------------------------------------------------------------------------------------------
 
@@ -218,12 +268,12 @@ class DenseVectors:
                 if not pairs:
                     return 0
                 rows, vectors = [row for row, _ in pairs], [vec for _, vec in pairs]
+                if self._pg_vectors(conn):
+                    self._index_dimension(conn, len(vectors[0]))
             _executemany(
                 conn,
-                "INSERT INTO entry_vectors (seq, memory_id, model, vector) SELECT seq, memory_id, ?, ? FROM entries "
-                "WHERE seq = ? AND entry_id = ? ON CONFLICT (seq) DO UPDATE SET memory_id = excluded.memory_id, "
-                "model = excluded.model, vector = excluded.vector",
-                [(self.model, vec.tobytes(), row["seq"], row["entry_id"])
+                self._upsert_sql(conn, from_entry=True),
+                [(self.model, *self._vector_values(conn, vec), row["seq"], row["entry_id"])
                  for row, vec in zip(rows, vectors, strict=True)],
             )
             stored = {int(r["seq"]) for r in _execute(
@@ -244,11 +294,13 @@ class DenseVectors:
         if not items:
             return
         vectors = self._vectors([text for _, _, text in items])
+        if self._pg_vectors(conn):
+            self._index_dimension(conn, len(vectors[0]))
         _executemany(
             conn,
-            "INSERT INTO entry_vectors (seq, memory_id, model, vector) VALUES (?, ?, ?, ?) ON CONFLICT (seq) "
-            "DO UPDATE SET memory_id = excluded.memory_id, model = excluded.model, vector = excluded.vector",
-            [(seq, memory_id, self.model, vec.tobytes()) for (seq, memory_id, _), vec in zip(items, vectors, strict=True)],
+            self._upsert_sql(conn, from_entry=False),
+            [(seq, memory_id, self.model, *self._vector_values(conn, vec))
+             for (seq, memory_id, _), vec in zip(items, vectors, strict=True)],
         )
 
     def index_entry(self, conn: Connection, seq: int, memory_id: str, summary: str, raw_entry: str) -> None:
@@ -381,13 +433,145 @@ class DenseVectors:
         after: str | None = None,
         before: str | None = None,
     ) -> tuple[list[int], Any]:
-        """``(seqs, cosines)`` of every embedded entry of ``memory_id`` within the time bounds (others -inf). Call
-        :meth:`settle` first, before taking ``conn``, for the memory's queued entries to be among them."""
-        seqs, matrix = self._matrix(conn, memory_id, self._catch_up(conn, memory_id))
+        """``(seqs, cosines)`` of every embedded entry of ``memory_id`` within the time bounds (others -inf), by the
+        exact scan. Call :meth:`settle` first, before taking ``conn``, for the memory's queued entries to be among
+        them."""
+        return self._scan(conn, memory_id, self._query_vector(query), after, before,
+                          self._catch_up(conn, memory_id))
+
+    def hits(
+        self,
+        connect: Callable[[], AbstractContextManager[Connection]],
+        memory_id: str,
+        query: str,
+        k: int,
+        after: str | None = None,
+        before: str | None = None,
+    ) -> DenseHits | None:
+        """The dense side of a search for the fusion (``fusion.DenseHits``): the ``k`` entries of ``memory_id``
+        nearest to ``query`` within the time bounds and the memory's typical cosine, and how to get the cosines of
+        other entries (the lexical candidates, later); None when no entry has a vector. ``connect()`` gives the
+        store's connection (entered again for those cosines if they need the database). On PostgreSQL with
+        pgvector, a memory of at least :attr:`hnsw_min` vectors is answered by the HNSW index, else by the exact
+        scan. Call :meth:`settle` first."""
+        vector = self._query_vector(query)
+        with connect() as conn:
+            if self._pg_vectors(conn):
+                large = self._large.get(memory_id)
+                if large is None:
+                    count = self._catch_up(conn, memory_id)
+                    if count >= self.hnsw_min and self._index_ready(conn, len(vector)):
+                        large = self._large[memory_id] = _LargeMemory(self._last_seq(conn, memory_id), count)
+                        with self._cache_lock:
+                            self._cache.pop(memory_id, None)  # the exact scan's matrix is not needed any more
+                else:
+                    self._catch_up_after(conn, memory_id, large)
+                    count = large.size
+                if large is not None:
+                    self.searches["hnsw"] += 1
+                    return self._hnsw_hits(conn, connect, memory_id, vector, k, after, before, large)
+            else:
+                count = self._catch_up(conn, memory_id)
+            self.searches["scan"] += 1
+            return fusion.scan_hits(*self._scan(conn, memory_id, vector, after, before, count), k)
+
+    def _index_ready(self, conn: Connection, dimension: int) -> bool:
+        if dimension not in self._indexed:
+            from .pg_vectors import index_ready
+
+            if not index_ready(conn, dimension):
+                return False
+            self._indexed.add(dimension)
+        return True
+
+    @staticmethod
+    def _last_seq(conn: Connection, memory_id: str) -> int:
+        return int(_execute(conn, "SELECT coalesce(max(seq), 0) AS last FROM entries WHERE memory_id = ?",
+                            (memory_id,)).fetchone()["last"])
+
+    def _catch_up_after(self, conn: Connection, memory_id: str, large: _LargeMemory) -> None:
+        """The catch-up of a memory searched through the index: only its entries above the last seq checked are
+        looked at (counting a 100k-entry memory's entries and vectors at every search costs more than the search),
+        and those without a vector are embedded when they are few (else a warning, once)."""
+        rows = _execute(
+            conn,
+            "SELECT e.seq AS seq, v.seq IS NULL AS missing FROM entries e LEFT JOIN entry_vectors v ON v.seq = e.seq "
+            "AND v.model = ? WHERE e.memory_id = ? AND e.seq > ? ORDER BY e.seq",
+            (self.model, memory_id, large.checked),
+        ).fetchall()
+        if not rows:
+            return
+        missing = [int(row["seq"]) for row in rows if row["missing"]]
+        if self._writer is not None:
+            held = self._writer.holding(missing)
+            missing = [seq for seq in missing if seq not in held]
+        if missing and len(missing) <= CATCHUP_LIMIT:
+            marks = ",".join("?" * len(missing))
+            texts = _execute(conn, "SELECT seq, entry_id, memory_id, summary, raw_entry FROM entries "
+                                   f"WHERE seq IN ({marks}) ORDER BY seq", missing).fetchall()
+            try:
+                self._store_missing(conn, texts)
+                self.embedded_at_search += len(texts)
+            except Exception:
+                _log.exception("could not embed %d entries of memory %s at search time", len(texts), memory_id)
+        elif missing and memory_id not in self._warned:
+            self._warned.add(memory_id)
+            _log.warning("memory %s has %d new entries without vectors: dense search leaves them out (`python -m "
+                         "mycelian_agent.memory_server.embeddings --backfill DB` embeds them)", memory_id,
+                         len(missing))
+        large.checked = int(rows[-1]["seq"])
+        large.size += len(rows)
+
+    def _hnsw_hits(self, conn: Connection, connect: Callable[[], AbstractContextManager[Connection]],
+                   memory_id: str, vector: Any, k: int, after: str | None, before: str | None,
+                   large: _LargeMemory) -> DenseHits | None:
+        from . import pg_vectors
+
+        np = self._np
+        if large.sample is None or large.size > large.sampled * 1.5:
+            rows = pg_vectors.sample(conn, memory_id, self.model, fusion.SAMPLE)
+            large.sample = (self._stack([raw for _, raw, _ in rows]), [moment for _, _, moment in rows])
+            large.sampled = large.size
+        near = pg_vectors.nearest(conn, memory_id, self.model, vector, k, after, before)
+        if not near:
+            return None
+        values = self._cosines(near, vector)
+        order = sorted(values, key=lambda seq: (-values[seq], -seq))
+        matrix, moments = large.sample
+        inside = [i for i, moment in enumerate(moments)
+                  if (after is None or moment > after) and (before is None or moment < before)]
+        if inside:
+            typical = float(np.median((matrix[inside] @ vector).astype(np.float64)))
+        else:  # no sampled entry inside the bounds: the cosines at hand
+            typical = float(np.median(list(values.values())))
+
+        def more(seqs: Sequence[int]) -> dict[int, float]:
+            # The lexical candidates are inside the bounds already (the lexical search applies them).
+            with connect() as again:
+                return self._cosines(pg_vectors.vectors_of(again, self.model, seqs), vector)
+
+        return DenseHits(values, order, typical, more, "hnsw")
+
+    def _cosines(self, rows: Sequence[tuple[int, bytes]], vector: Any) -> dict[int, float]:
+        """seq -> cosine with ``vector`` of ``(seq, float32 bytes)`` rows, computed as the exact scan does."""
+        if not rows:
+            return {}
+        cosines = self._stack([raw for _, raw in rows]) @ vector
+        return {seq: float(cosine) for (seq, _), cosine in zip(rows, cosines, strict=True)}
+
+    def _stack(self, raws: Sequence[bytes]) -> Any:
+        np = self._np
+        if not raws:
+            return np.zeros((0, 0), dtype=np.float32)
+        return np.frombuffer(b"".join(raws), dtype=np.float32).reshape(len(raws), -1)
+
+    def _scan(self, conn: Connection, memory_id: str, vector: Any, after: str | None, before: str | None,
+              count: int) -> tuple[list[int], Any]:
+        seqs, matrix = self._matrix(conn, memory_id, count)
         np = self._np
         if not seqs:
             return [], np.zeros(0, dtype=np.float32)
-        scores = matrix @ self._query_vector(query)
+        scores = matrix @ vector
         if after is not None or before is not None:
             moment = "COALESCE(conversation_time, creation_time)"
             where, params = "", [memory_id]
@@ -400,6 +584,17 @@ class DenseVectors:
             mask = np.fromiter((seq in allowed for seq in seqs), dtype=bool, count=len(seqs))
             scores = np.where(mask, scores, -np.inf)
         return seqs, scores
+
+
+class _LargeMemory:
+    """A memory searched through the HNSW index: the last entry seq its catch-up checked, its size as this process
+    knows it (entries), and its sample (vectors and moments, for the typical cosine) with the size it was taken at."""
+
+    def __init__(self, checked: int, size: int) -> None:
+        self.checked = checked
+        self.size = size
+        self.sample: tuple[Any, list[str]] | None = None
+        self.sampled = 0
 
 
 # ------------------------------------------------------------------------------------------------ both backends
@@ -443,11 +638,12 @@ def _transaction(conn: Connection) -> Iterator[None]:
 # ------------------------------------------------------------------------------------------------ loading
 
 
-def require_dense_index(name: str | None = encoders.AUTO, *, batch_threads: int = 0, writes: str = WRITE_MODES[0]
-                        ) -> DenseVectors:
+def require_dense_index(name: str | None = encoders.AUTO, *, batch_threads: int = 0, writes: str = WRITE_MODES[0],
+                        hnsw_min: int = HNSW_MIN) -> DenseVectors:
     """The dense index on packaged model ``name`` (see :func:`encoders.load_encoder`; ``auto``: the first
-    installed), writing vectors ``writes`` (one of :data:`WRITE_MODES`); :class:`ConfigError` naming the install
-    command if the model's package is missing."""
+    installed), writing vectors ``writes`` (one of :data:`WRITE_MODES`), searching memories of ``hnsw_min`` vectors
+    or more through pgvector's HNSW index where there is one; :class:`ConfigError` naming the install command if
+    the model's package is missing."""
     key = encoders.resolve_model(check_encoder_options(name, batch_threads, writes))
     try:
         encoder = encoders.load_encoder(key, batch_threads=batch_threads)
@@ -455,7 +651,7 @@ def require_dense_index(name: str | None = encoders.AUTO, *, batch_threads: int 
         raise ConfigError(f"dense embeddings ({key}) need a package that is not installed ({exc}): "
                           f"{encoders.INSTALL_HINTS[key]}") from exc
     return DenseVectors(encoder.passages, model=encoder.model, write_behind=writes == "behind",
-                        queries=encoder.queries)
+                        queries=encoder.queries, hnsw_min=hnsw_min)
 
 
 def dense_by_default() -> bool:
@@ -477,11 +673,11 @@ def dense_by_default() -> bool:
 _said_lexical = False
 
 
-def load_dense_index(name: str | None = encoders.AUTO, *, batch_threads: int = 0, writes: str = WRITE_MODES[0]
-                     ) -> DenseVectors | None:
+def load_dense_index(name: str | None = encoders.AUTO, *, batch_threads: int = 0, writes: str = WRITE_MODES[0],
+                     hnsw_min: int = HNSW_MIN) -> DenseVectors | None:
     """The dense index on the packaged model (CPU), or None (with a warning) if its package is missing."""
     try:
-        return require_dense_index(name, batch_threads=batch_threads, writes=writes)
+        return require_dense_index(name, batch_threads=batch_threads, writes=writes, hnsw_min=hnsw_min)
     except ConfigError as exc:
         if not isinstance(exc.__cause__, ImportError):
             raise
@@ -495,7 +691,8 @@ def backfill_database(target: str, name: str | None = encoders.AUTO, *, batch_th
     from .base import open_store
 
     index = require_dense_index(name, batch_threads=batch_threads, writes="inline")
-    store = open_store(target)
+    # Opened with the index: on PostgreSQL with pgvector, the vectors go to its column too.
+    store = open_store(target, dense_factory=lambda: index)
     try:
         with store.maintenance_connection() as conn:
             return index.backfill(conn)
@@ -524,6 +721,11 @@ def add_encoder_options(parser: argparse.ArgumentParser, *, writes: bool = False
                         help="behind: a background thread embeds entries in batches after they commit (searches "
                         "wait for their memory's); inline: inside each entry's write (env "
                         f"MYCELIAN_EMBEDDINGS_WRITES; default {WRITE_MODES[0]})")
+    parser.add_argument("--embeddings-hnsw-min", type=_count, metavar="N",
+                        default=env.get("MYCELIAN_EMBEDDINGS_HNSW_MIN") or str(HNSW_MIN),
+                        help="PostgreSQL with pgvector: memories of N vectors or more are searched through the HNSW "
+                        "index, smaller ones by the exact scan (env MYCELIAN_EMBEDDINGS_HNSW_MIN; default "
+                        f"{HNSW_MIN})")
 
 
 def _write_mode(value: str) -> str:
@@ -531,6 +733,16 @@ def _write_mode(value: str) -> str:
     if mode not in WRITE_MODES:
         raise argparse.ArgumentTypeError(f"expected one of {', '.join(WRITE_MODES)}, got {value!r}")
     return mode
+
+
+def _count(value: str) -> int:
+    try:
+        count = int(value)
+    except ValueError:
+        count = -1
+    if count < 0:
+        raise argparse.ArgumentTypeError(f"expected a count of 0 or more, got {value!r}")
+    return count
 
 
 def _threads(value: str) -> int:

@@ -10,20 +10,30 @@ needs one weight):
 
 - ``lex(e)`` = BM25(e) / max BM25 over the candidates (0 when the entry has no lexical score): in [0, 1].
 - ``dense(e)`` = how far e's cosine stands above the memory's typical cosine, relative to the best one:
-  ``clip((cos(e) - median) / (max - median), 0, 1)``. Half the memory gets 0, so dense similarity that any
+  ``clip((cos(e) - typical) / (best - typical), 0, 1)``. Half the memory gets 0, so dense similarity that any
   entry has (shared topic of the whole conversation, the static model's common-word bias) adds nothing; only
   entries that are unusually close to the query gain.
 
 With ``LEXICAL_SHARE`` well above one half an entry with a clear lexical lead keeps it; the dense side reorders
 lexical near-ties and lifts an entry BM25 missed only above weak lexical matches.
+
+The fusion needs no more than a few cosines (:class:`DenseHits`): the query's nearest entries (which give the best
+cosine and the dense candidates), the cosines of the lexical candidates, and the typical cosine. The typical cosine
+is the median over a fixed sample of the memory (:data:`SAMPLE` entries picked by a hash of their seq,
+:func:`sample_order`), not over every entry, so an approximate index (pgvector's HNSW, ``pg_vectors.py``) that
+returns only the nearest entries fuses exactly as the exact scan does. A memory of at most :data:`SAMPLE` entries is
+its own sample (the median of every cosine, as before); in a larger one the sample median's standard error is about
+``1.25 * sd / sqrt(SAMPLE)``, a few thousandths of a cosine for e5-small, whose cosines spread over ~0.05.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["DENSE_CANDIDATES", "LEXICAL_SHARE", "fuse"]
+__all__ = ["DENSE_CANDIDATES", "LEXICAL_SHARE", "SAMPLE", "DenseHits", "fuse", "fuse_scan", "sample_order",
+           "scan_hits"]
 
 #: Weight of the normalised lexical score (the dense side gets the rest). Set from the LoCoMo recall benchmark, in
 #: process on one ingested copy (BENCHMARKS.md §3), any@10 / all@10 against the lexical 0.812 / 0.708: 0.85 0.809 /
@@ -42,9 +52,119 @@ __all__ = ["DENSE_CANDIDATES", "LEXICAL_SHARE", "fuse"]
 LEXICAL_SHARE = 0.95
 #: Entries the dense side adds as candidates beyond the lexical ones (its nearest), per result requested.
 DENSE_CANDIDATES = 2
+#: Entries of a memory whose cosines give its typical cosine (the median): the first in :func:`sample_order`.
+SAMPLE = 256
+# Knuth's multiplicative hash (2^32 / golden ratio): spreads consecutive seqs over the sample order. Written so that
+# SQL (bigint arithmetic, seq < 3.4e9) and numpy compute the same key.
+_HASH_MULTIPLIER = 2654435761
+_HASH_MODULUS = 1 << 32
+#: ``sample_order``'s key in PostgreSQL, for a bigint seq column ``{0}``.
+SAMPLE_KEY_SQL = f"mod({{0}} * {_HASH_MULTIPLIER}, {_HASH_MODULUS})"
+
+
+@dataclass
+class DenseHits:
+    """What the fusion needs from the dense side of one search.
+
+    ``cosines``: seq -> cosine of the query's nearest entries (within the search's time bounds); ``nearest``: those
+    seqs, best first; ``typical``: the typical cosine of the memory (the median over its sample, see the module
+    docstring); ``more(seqs)``: the cosines of other entries (the lexical candidates; those without a vector or
+    outside the bounds are left out), asked for once the lexical ranking is known."""
+
+    cosines: Mapping[int, float]
+    nearest: Sequence[int]
+    typical: float
+    more: Callable[[Sequence[int]], Mapping[int, float]] | None = None
+    #: Which path answered (``scan`` or ``hnsw``): logs and tests.
+    path: str = field(default="scan")
+
+    @property
+    def best(self) -> float | None:
+        """The best cosine within the bounds (the nearest entry's), None when no entry has one."""
+        return self.cosines[self.nearest[0]] if self.nearest else None
+
+
+def sample_order(seqs: Any) -> Any:
+    """The order (a numpy index array) in which entries with seqs ``seqs`` enter a memory's sample: by a hash of
+    the seq, so any subset of a memory samples the same way and SQL (:data:`SAMPLE_KEY_SQL`) agrees."""
+    import numpy as np
+
+    keys = (np.asarray(seqs, dtype=np.int64) * _HASH_MULTIPLIER) % _HASH_MODULUS
+    return np.lexsort((np.asarray(seqs, dtype=np.int64), keys))
+
+
+def scan_hits(seqs: Sequence[int], cosines: Any, k: int) -> DenseHits | None:
+    """:class:`DenseHits` from an exact scan: ``cosines`` of every entry ``seqs`` of the memory (a numpy vector; -inf
+    outside the search's bounds), with the ``k`` nearest. None when no entry is inside the bounds."""
+    import numpy as np
+
+    cosines = np.asarray(cosines, dtype=np.float64)
+    finite = np.isfinite(cosines)
+    if not len(seqs) or not finite.any():
+        return None
+    sample = sample_order(seqs)[:SAMPLE]
+    inside = cosines[sample][finite[sample]]
+    # Bounds that leave no sampled entry: the median of every entry inside them.
+    typical = float(np.median(inside if len(inside) else cosines[finite]))
+    k = min(max(k, 1), int(finite.sum()))
+    masked = np.where(finite, cosines, -np.inf)
+    top = np.argpartition(-masked, k - 1)[:k]
+    top = top[np.lexsort((-np.asarray(seqs)[top], -masked[top]))]  # best first; ties: the later entry
+    values = {int(seqs[i]): float(cosines[i]) for i in top}
+    position = _positions(seqs)
+
+    def more(wanted: Sequence[int]) -> dict[int, float]:
+        found = {}
+        for seq in wanted:
+            i = position(seq)
+            if i is not None and finite[i]:
+                found[int(seq)] = float(cosines[i])
+        return found
+
+    return DenseHits(values, [int(seqs[i]) for i in top], typical, more, "scan")
 
 
 def fuse(
+    lexical: Sequence[tuple[int, float]],
+    dense: DenseHits | None,
+    limit: int,
+    *,
+    lexical_share: float = LEXICAL_SHARE,
+    dense_candidates: int | None = None,
+) -> list[tuple[int, float]]:
+    """Fuse ``lexical`` ``(seq, score)`` hits (score > 0, best first) with ``dense`` → ``(seq, fused score)`` best
+    first, ``limit`` at most. Candidates: every lexical hit, and the ``dense_candidates`` (default ``limit *``
+    :data:`DENSE_CANDIDATES`) nearest entries."""
+    if limit <= 0:
+        return []
+    if dense is None or dense.best is None:
+        return [(seq, score) for seq, score in lexical[:limit]]
+    best_cosine, typical = dense.best, dense.typical
+    spread = best_cosine - typical
+    cosines = dict(dense.cosines)
+    unknown = [seq for seq, _ in lexical if seq not in cosines]
+    if unknown and dense.more is not None:
+        cosines.update(dense.more(unknown))
+
+    def share(seq: int) -> float:
+        cosine = cosines.get(seq)
+        if cosine is None or spread <= 0:
+            return 0.0
+        return min(1.0, max(0.0, (cosine - typical) / spread))
+
+    candidates = {seq: score for seq, score in lexical}
+    extra = limit * DENSE_CANDIDATES if dense_candidates is None else dense_candidates
+    for seq in dense.nearest[:max(extra, 0)]:
+        candidates.setdefault(seq, 0.0)
+    best = max(candidates.values(), default=0.0)
+    fused = {
+        seq: lexical_share * (score / best if best > 0 else 0.0) + (1.0 - lexical_share) * share(seq)
+        for seq, score in candidates.items()
+    }
+    return sorted(fused.items(), key=lambda pair: (-pair[1], -pair[0]))[:limit]
+
+
+def fuse_scan(
     lexical: Sequence[tuple[int, float]],
     seqs: Sequence[int],
     cosines: Any,
@@ -53,42 +173,11 @@ def fuse(
     lexical_share: float = LEXICAL_SHARE,
     dense_candidates: int | None = None,
 ) -> list[tuple[int, float]]:
-    """Fuse ``lexical`` ``(seq, score)`` hits (score > 0, best first) with the dense ``cosines`` of ``seqs`` (a
-    numpy vector; -inf for entries outside the search's bounds) → ``(seq, fused score)`` best first, ``limit``
-    at most. Candidates: every lexical hit, and the ``dense_candidates`` nearest entries."""
-    import numpy as np
-
-    if limit <= 0:
-        return []
-    cosines = np.asarray(cosines, dtype=np.float64)
-    finite = np.isfinite(cosines)
-    if not len(seqs) or not finite.any():
-        return [(seq, score) for seq, score in lexical[:limit]]
-    valid = cosines[finite]
-    top, middle = float(valid.max()), float(np.median(valid))
-    spread = top - middle
-    position = _positions(seqs)
-
-    def dense(seq: int) -> float:
-        i = position(seq)
-        if i is None or not finite[i] or spread <= 0:
-            return 0.0
-        return min(1.0, max(0.0, (float(cosines[i]) - middle) / spread))
-
-    candidates = {seq: score for seq, score in lexical}
+    """:func:`fuse` with the dense side from an exact scan (``cosines`` of every entry ``seqs``; see
+    :func:`scan_hits`)."""
     extra = limit * DENSE_CANDIDATES if dense_candidates is None else dense_candidates
-    if extra > 0:
-        k = min(extra, len(seqs))
-        order = np.argpartition(-np.where(finite, cosines, -np.inf), k - 1)[:k]
-        for i in order:
-            if finite[i]:
-                candidates.setdefault(seqs[i], 0.0)
-    best = max(candidates.values(), default=0.0)
-    fused = {
-        seq: lexical_share * (score / best if best > 0 else 0.0) + (1.0 - lexical_share) * dense(seq)
-        for seq, score in candidates.items()
-    }
-    return sorted(fused.items(), key=lambda pair: (-pair[1], -pair[0]))[:limit]
+    hits = scan_hits(seqs, cosines, extra)
+    return fuse(lexical, hits, limit, lexical_share=lexical_share, dense_candidates=dense_candidates)
 
 
 def _positions(seqs: Sequence[int]) -> Callable[[int], int | None]:

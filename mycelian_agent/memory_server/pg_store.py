@@ -22,11 +22,10 @@ stem and one lexeme (no query counts them), else counts in the index. The GIN in
 so a query matching more than :data:`EXACT_ROWS` rows (a large memory's common words) ranks a bounded part of them
 (:meth:`PostgresStore._rank_bounded`): every LoCoMo-sized memory is ranked whole, as before.
 
-Dense vectors (``--embeddings``): float32 bytes in ``entry_vectors`` (bytea), written in the entry's transaction and
-scored by an exact scan in the server process, exactly as on SQLite (``embeddings.DenseVectors`` serves both). No
-pgvector: the fusion normalises by the median cosine of the whole memory, so it needs every similarity, which an
-approximate index does not give, and the exact scan works on any PostgreSQL (pgvector is not in Debian's
-packages here).
+Dense vectors (``--embeddings``): float32 bytes in ``entry_vectors`` (bytea), scored by an exact scan in the server
+process as on SQLite (``embeddings.DenseVectors`` serves both); when the database has pgvector (or this role can
+create it), also a ``vector`` column with an HNSW index, which answers the dense side of a search in a large memory
+(``pg_vectors.py``). Which path serves is said once per database when the store opens.
 """
 
 from __future__ import annotations
@@ -45,12 +44,14 @@ from urllib.parse import urlsplit, urlunsplit
 from ..errors import ConfigError, MemoryServerError
 from . import term_stats
 from .base import DenseIndex, MemoryStore, NewEntry, Row, memory_not_found
+from . import pg_vectors
 from .bm25 import tokens
+from .fusion import DenseHits
 from .pg_migrations import ENTRY_TSV, MEMORY_INDEX_STATEMENTS, has_memory_index, migrate
 from .ranking import CONTEXT_GAP_DAYS, ENTRY_WEIGHTS, QUESTION_MARKS, entry_dated, entry_labels, index_words
 from .validation import format_timestamp
 
-__all__ = ["INSTALL_HINT", "PostgresStore", "one_line", "redact_url", "require_psycopg"]
+__all__ = ["INSTALL_HINT", "PostgresStore", "announce_dense_path", "one_line", "redact_url", "require_psycopg"]
 
 #: What to install when psycopg is missing.
 INSTALL_HINT = "pip install 'mycelian-agent[postgres]'"
@@ -119,6 +120,42 @@ def _say_no_memory_index() -> None:
         )
 
 
+_said: set[tuple[str, bool]] = set()
+
+
+def announce_dense_path(url: str, hnsw_min: int) -> str:
+    """At a server's start (``--embeddings`` on ``url``): migrate the database and prepare it for pgvector if it can
+    be had (``pg_vectors.prepare``), log which dense path serves (once, as a store's open would) and return it in a few
+    words for the startup line."""
+    require_psycopg()
+    import psycopg
+
+    shown = redact_url(url)
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            migrate(conn)
+            vectors = pg_vectors.prepare(conn)
+    except psycopg.Error as exc:
+        raise MemoryServerError(f"cannot prepare the memory database {shown}: {one_line(exc)}") from exc
+    _say_dense_path(shown, vectors, hnsw_min)
+    if vectors.available:
+        return f"dense: pgvector {vectors.version} HNSW for memories of {hnsw_min}+ vectors"
+    return "dense: exact scan (no pgvector)"
+
+
+def _say_dense_path(shown: str, vectors: pg_vectors.Availability, hnsw_min: int | None) -> None:
+    """Log which dense path serves the database (once per database and path in a process: sessions reopen it)."""
+    if (shown, vectors.available) in _said:
+        return
+    _said.add((shown, vectors.available))
+    if vectors.available:
+        _log.info("dense search on %s: pgvector %s, an HNSW index for memories of %s+ vectors (smaller ones: the "
+                  "exact scan)", shown, vectors.version, hnsw_min)
+    else:
+        _log.warning("dense search on %s: the exact scan in the server process (slow for memories of 100k "
+                     "entries) because %s", shown, vectors.reason)
+
+
 def _tsquery(lexeme: str) -> str:
     return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
 
@@ -155,11 +192,14 @@ class PostgresStore(MemoryStore):
         if pool_size < 1:
             raise ConfigError(f"pool_size must be at least 1 (got {pool_size})")
         shown = redact_url(url)
+        vectors = None
         try:
             with psycopg.connect(url, autocommit=True, connect_timeout=int(timeout)) as conn:
                 migrate(conn)
                 if not has_memory_index(conn):
                     _say_no_memory_index()
+                if dense is not None:
+                    vectors = pg_vectors.prepare(conn)
         except psycopg.OperationalError as exc:
             raise MemoryServerError(
                 f"cannot connect to the memory database {shown}: {one_line(exc)} "
@@ -178,6 +218,11 @@ class PostgresStore(MemoryStore):
         )
         pool.open(wait=True, timeout=timeout)
         store = cls(pool, url=url, pool_size=pool_size, dense=dense)
+        if dense is not None and vectors is not None:
+            _say_dense_path(shown, vectors, getattr(dense, "hnsw_min", None))
+            use = getattr(dense, "use_pgvector", None)
+            if use is not None:
+                use(vectors.available)
         if dense is not None:
             try:
                 dense.attach(store.maintenance_connection)
@@ -693,6 +738,13 @@ class PostgresStore(MemoryStore):
             return None
         with self._read() as conn:
             return self._dense.similarities(conn, memory_id, query, after, before)
+
+    def _dense_hits(
+        self, memory_id: str, query: str, k: int, after: str | None, before: str | None
+    ) -> DenseHits | None:
+        if self._dense is None:
+            return None
+        return self._dense.hits(self._read, memory_id, query, k, after, before)
 
     # -- introspection (tests, benchmarks) -----------------------------------------------------------------
 

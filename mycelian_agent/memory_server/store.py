@@ -11,7 +11,7 @@ import json
 import sqlite3
 import uuid
 from collections.abc import Collection, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -20,6 +20,7 @@ from ..errors import ConfigError, MemoryServerError
 from . import search as lexical
 from . import term_stats
 from .base import DenseIndex, MemoryStore, NewEntry, Row
+from .fusion import DenseHits
 from .migrations import migrate
 from .validation import format_timestamp
 
@@ -355,6 +356,13 @@ class Store(MemoryStore):
         if self._dense is None:
             return None
         return self._dense.similarities(self._conn, memory_id, query, after, before)
+
+    def _dense_hits(
+        self, memory_id: str, query: str, k: int, after: str | None, before: str | None
+    ) -> DenseHits | None:
+        if self._dense is None:
+            return None
+        return self._dense.hits(lambda: nullcontext(self._conn), memory_id, query, k, after, before)
 
     # -- introspection (tests, benchmarks) -----------------------------------------------------------------
 
