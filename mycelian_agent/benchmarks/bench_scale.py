@@ -252,9 +252,8 @@ def _run_backend(db: _Database, work: Path, *, memories: int, per_memory: int, c
                                      warmup=warmup, adds=adds))
                 result["checkpoints"].append(row)
                 progress.say(f"{name}: {loaded:,} entries in {m + 1} memories, loaded at {row['load']['entries_per_s']:,.0f} "
-                     f"entries/s ({load_s:.0f} s), {row['bytes_per_entry']:,.0f} B/entry; search p50 "
-                     f"{row['search_stdio']['p50_ms']:.2f} ms stdio, {row['search_in_process']['p50_ms']:.2f} ms "
-                     "in process")
+                     f"entries/s ({load_s:.0f} s), {row['bytes_per_entry']:,.0f} B/entry; search p50/p95 "
+                     f"{_p(row['search_stdio'])} ms stdio, {_p(row['search_in_process'])} ms in process")
                 segment_start, segment_s = loaded, 0.0
         if big_memory:
             corpus = make_corpus(big_memory, seed=memories + 1)
@@ -270,8 +269,9 @@ def _run_backend(db: _Database, work: Path, *, memories: int, per_memory: int, c
                                     **_searches(db.target, store.create_vault("adds-big")["vaultId"], [big],
                                                 searches=searches, warmup=warmup, adds=adds)}
             echo(f"{name}: one memory of {big_memory:,} entries loaded at "
-                 f"{result['big_memory']['load']['entries_per_s']:,.0f} entries/s; search p50 "
-                 f"{result['big_memory']['search_stdio']['p50_ms']:.2f} ms stdio")
+                 f"{result['big_memory']['load']['entries_per_s']:,.0f} entries/s; search p50/p95 "
+                 f"{_p(result['big_memory']['search_stdio'])} ms stdio, "
+                 f"{_p(result['big_memory']['search_in_process'])} ms in process")
     finally:
         store.close()
     ingestion = []
@@ -280,6 +280,7 @@ def _run_backend(db: _Database, work: Path, *, memories: int, per_memory: int, c
         echo(f"{name}: replay --workers {count} of {len(files)} conversations x {messages} messages")
         row = _replay(files, db.target, count, state=db.state(work, f"state_w{count}"), vault=f"ingest-w{count}")
         ingestion.append(row)
+        echo(f"{name}: {row['messages_per_s']} messages/s with {count} workers")
     for row in ingestion:
         row["speedup"] = round(row["messages_per_s"] / ingestion[0]["messages_per_s"], 2)
     result["ingestion"] = ingestion
@@ -382,6 +383,7 @@ def run_scale(out: Path, *, backends: Sequence[str] = BACKENDS, memories: int = 
             finally:
                 if not keep_work:
                     db.drop()
+            (out / "scale.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")  # so far
     finally:
         if cluster is not None:
             if keep_work:
