@@ -55,7 +55,7 @@ class _Progress:
 
     def __init__(self, label: str, total: int, echo: Echo, *, interval: float = 30.0) -> None:
         self.label, self.total, self.echo, self.interval = label, total, echo, interval
-        self.done = 0
+        self.done = self.shown_done = 0
         self.started = self.shown = time.perf_counter()
         self._bar: Any = None
         self._task: Any = None
@@ -91,10 +91,12 @@ class _Progress:
         if self._bar is not None:
             self._bar.update(self._task, advance=count, rate=f"{rate:,.0f}")
         elif now - self.shown >= self.interval:
-            self.shown = now
-            left = (self.total - self.done) / rate if rate else 0.0
-            self.echo(f"{self.label}: {self.done:,} of {self.total:,} entries, {rate:,.0f} entries/s, "
-                      f"~{left / 60:.1f} min left")
+            # The remaining time from the rate since the last line: the overall one counts the checkpoints' pauses.
+            recent = (self.done - self.shown_done) / (now - self.shown)
+            self.shown, self.shown_done = now, self.done
+            left = (self.total - self.done) / recent if recent else 0.0
+            self.echo(f"{self.label}: {self.done:,} of {self.total:,} entries, {recent:,.0f} entries/s now "
+                      f"({rate:,.0f} overall), ~{left / 60:.1f} min left")
 
 
 def _load_memory(store: Any, vault: str, title: str, corpus: list[dict[str, Any]], progress: _Progress) -> str:
