@@ -478,8 +478,8 @@ def scale_command(backend: str, checkpoints: tuple[int, ...], workers: tuple[int
     time search in small memories at each checkpoint (over stdio and in process), then in one big memory; the
     loading rate, the database's size per entry, and replay ingestion with 1, 2, 4 workers.
 
-    Writes OUT/scale.json and prints one table (BENCHMARKS.md, "Growth"). The full size (1M entries, both
-    backends) takes about an hour on 2 cores; try --memories 20 first.
+    Writes OUT/scale.json and prints one table (BENCHMARKS.md §11). The full size (1.1M entries, both backends)
+    takes 35-60 minutes on 2 cores; try --memories 20 --big-memory 10000 first.
     """
     from .bench_common import have_module
 
