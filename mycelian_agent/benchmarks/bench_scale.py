@@ -223,7 +223,7 @@ def _run_backend(db: _Database, work: Path, *, memories: int, per_memory: int, c
     started = time.perf_counter()
     name, total = db.backend, memories * per_memory
     marks = sorted({c for c in checkpoints if 0 < c < total} | {total})
-    first_count = max(1, marks[0] // per_memory)
+    first_count = min(memories, -(-marks[0] // per_memory))  # memories loaded by the first checkpoint
     picks = sorted({round(k * (first_count - 1) / max(searched - 1, 1)) for k in range(searched)})
     result: dict[str, Any] = {"engine": db.server_version(), "checkpoints": []}
     store = open_store(db.target, pool_size=1)
@@ -241,7 +241,7 @@ def _run_backend(db: _Database, work: Path, *, memories: int, per_memory: int, c
                 load_s += spent
                 segment_s += spent
                 loaded = (m + 1) * per_memory
-                if loaded not in marks and loaded < total:
+                if loaded < marks[len(result["checkpoints"])]:  # a checkpoint: the first memory that reaches it
                     continue
                 size = db.size()
                 row = {"entries": loaded, "memories": m + 1,
@@ -253,9 +253,10 @@ def _run_backend(db: _Database, work: Path, *, memories: int, per_memory: int, c
                 row.update(_searches(db.target, adds_vault, [ids[p] for p in picks], searches=searches,
                                      warmup=warmup, adds=adds))
                 result["checkpoints"].append(row)
-                progress.say(f"{name}: {loaded:,} entries in {m + 1} memories, loaded at {row['load']['entries_per_s']:,.0f} "
-                     f"entries/s ({load_s:.0f} s), {row['bytes_per_entry']:,.0f} B/entry; search p50/p95 "
-                     f"{_p(row['search_stdio'])} ms stdio, {_p(row['search_in_process'])} ms in process")
+                progress.say(f"{name}: {loaded:,} entries in {m + 1} memories, loaded at "
+                             f"{row['load']['entries_per_s']:,.0f} entries/s ({load_s:.0f} s), "
+                             f"{row['bytes_per_entry']:,.0f} B/entry; search p50/p95 {_p(row['search_stdio'])} ms "
+                             f"stdio, {_p(row['search_in_process'])} ms in process")
                 segment_start, segment_s = loaded, 0.0
         if big_memory:
             corpus = make_corpus(big_memory, seed=memories + 1)
@@ -333,10 +334,10 @@ def run_scale(out: Path, *, backends: Sequence[str] = BACKENDS, memories: int = 
               conversations: int = 8, messages: int = 120, pg_url: str | None = None, keep_work: bool = False,
               echo: Echo | None = None) -> dict[str, Any]:
     """Run the growth benchmark (see the module docstring) and return its results, also written to
-    ``OUT/scale.json``. ``checkpoints`` are total entries (rounded down to whole memories; the full load is always
-    one); ``workers`` empty skips ingestion; ``big_memory`` 0 skips the big memory. The databases are in
-    ``OUT/work`` (SQLite) and on a throwaway cluster (or on ``pg_url``'s server, dropped at the end), removed
-    unless ``keep_work``."""
+    ``OUT/scale.json``. ``checkpoints`` are total entries (taken at the first whole memory that reaches one; the
+    full load is always one); ``workers`` empty skips ingestion; ``big_memory`` 0 skips the big memory. The
+    databases are in ``OUT/work`` (SQLite) and on a throwaway cluster (or on ``pg_url``'s server, dropped at the
+    end), removed unless ``keep_work``."""
     import json
 
     unknown = [b for b in backends if b not in BACKENDS]
