@@ -162,6 +162,9 @@ def _cases(p: Paths) -> list[Case]:
         Case(_cli("bench", "qa", *no_bm25, "--locomo", locomo, "--out", "/dev/full"), ("/dev/full",)),
         Case(_cli("bench", "qa", "--reader", "extractive", "--locomo", locomo, "--out", out()),
              ("mycelian-agent[bench]",)),
+        Case(_cli("bench", "scale", "--out", out()), (INSTALL_POSTGRES, "--backend sqlite")),
+        Case(_cli("bench", "scale", "--backend", "sqlite", "--out", "/dev/full"), ("/dev/full",)),
+        Case(_cli("bench", "scale", "--backend", "sqlite", "--out", str(p.under_file)), (str(p.under_file),)),
         # the local model: bad folders only (a good one would download the model)
         Case(_cli("local-llm", "install", "--dir", "/dev/full"), ("/dev/full",)),
         Case(_cli("local-llm", "install", "--dir", str(p.under_file)), (str(p.under_file),)),

@@ -30,6 +30,17 @@ from .bench_server import _measure, _ms, make_corpus
 __all__ = ["main", "run_scaleout"]
 
 
+def _new_database(cluster: Any, pg_url: str | None, name: str) -> str:
+    """Create database ``name`` on the throwaway ``cluster``, else on the server of ``pg_url``; its URL."""
+    if cluster is not None:
+        return str(cluster.create_database(name))
+    import psycopg
+
+    with psycopg.connect(pg_url, autocommit=True) as conn:  # type: ignore[arg-type]
+        conn.execute(f'CREATE DATABASE "{name}"')
+    return pg_url.rsplit("/", 1)[0] + "/" + name  # type: ignore[union-attr]
+
+
 def _prefill(target: str, corpus: list[dict[str, Any]], *, embeddings: bool = False) -> tuple[str, str, float]:
     from ..memory_server.base import open_store
     from ..memory_server.embeddings import backfill_database
@@ -66,9 +77,12 @@ def _conversations(directory: Path, count: int, messages: int) -> list[Path]:
     return paths
 
 
-def _replay(files: list[Path], url: str, workers: int) -> dict[str, Any]:
-    command = [sys.executable, "-m", "mycelian_agent.cli", "replay", *map(str, files), "--db", url, "--state", url,
-               "--vault", "scaleout", "--workers", str(workers), "--json"]
+def _replay(files: list[Path], url: str, workers: int, *, state: str | None = None,
+            vault: str = "scaleout") -> dict[str, Any]:
+    """``mycelian-agent replay --workers N`` of ``files`` into ``url`` (checkpoints in ``state``, default the same
+    database), timed by wall clock: messages, wall seconds, messages/s."""
+    command = [sys.executable, "-m", "mycelian_agent.cli", "replay", *map(str, files), "--db", url,
+               "--state", state or url, "--vault", vault, "--workers", str(workers), "--json"]
     started = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, timeout=3600)
     wall = time.perf_counter() - started
@@ -89,13 +103,7 @@ def run_scaleout(out: Path, *, entries: int = 10_000, adds: int = 500, searches:
     cluster = None if pg_url else TemporaryCluster.start()
 
     def database(name: str) -> str:
-        if cluster is not None:
-            return cluster.create_database(name)
-        import psycopg
-
-        with psycopg.connect(pg_url, autocommit=True) as conn:  # type: ignore[arg-type]
-            conn.execute(f'CREATE DATABASE "{name}"')
-        return pg_url.rsplit("/", 1)[0] + "/" + name  # type: ignore[union-attr]
+        return _new_database(cluster, pg_url, name)
 
     suffix = str(int(time.time()))
     results: dict[str, Any] = {

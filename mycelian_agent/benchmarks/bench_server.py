@@ -16,6 +16,7 @@ import random
 import shutil
 import sqlite3
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -136,7 +137,10 @@ def _prefill(db: Path, entries: list[dict[str, Any]], embeddings: bool, model: s
 
 
 async def _measure(db: Path, vault: str, big: str, corpus: list[dict[str, Any]], *, adds: int, searches: int,
-                   warmup: int, embeddings: bool, model: str | None = None) -> tuple[list[float], list[float], int]:
+                   warmup: int, embeddings: bool, model: str | None = None,
+                   memories: Sequence[str] = ()) -> tuple[list[float], list[float], int]:
+    """``add_entry`` times (into a new memory of ``vault``) and ``search_memories`` times over one stdio session:
+    queries go to ``big``, or to ``memories`` in turn when given (``bench scale``: several small memories)."""
     from mcp import ClientSession, StdioServerParameters
     from mcp.client.stdio import stdio_client
 
@@ -160,10 +164,11 @@ async def _measure(db: Path, vault: str, big: str, corpus: list[dict[str, Any]],
         # Unmeasured: with --embeddings the adds' vectors are written behind; searches are timed once they are in.
         await call_text(session, "await_consistency", memory_id=memory["memoryId"])
         search_samples, hits = [], 0
+        searched = list(memories) or [big]
         for i, query in enumerate(make_queries(warmup + searches)):
             started = time.perf_counter()
-            found = await call_json(session, "search_memories", memory_id=big, query=query, top_ke=TOP_KE,
-                                    top_kc=TOP_KC)
+            found = await call_json(session, "search_memories", memory_id=searched[i % len(searched)], query=query,
+                                    top_ke=TOP_KE, top_kc=TOP_KC)
             if i >= warmup:
                 search_samples.append(time.perf_counter() - started)
                 hits += found["count"] > 0

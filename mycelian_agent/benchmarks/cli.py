@@ -5,6 +5,7 @@
     mycelian-agent bench longmemeval FILE... --out OUT           LongMemEval runner (resumable)
     mycelian-agent bench locomo FILE... --out OUT                LoCoMo runner (resumable)
     mycelian-agent bench qa --data DIR --reader openai:M --out OUT   reader F1 from recall / BM25 / full / none
+    mycelian-agent bench scale --out OUT                         search as one database grows to 1M entries
 
 The scripts in ``runners/`` call these commands. Only click is imported here: each command imports its benchmark
 when it runs, so ``--help`` and option errors come back at once.
@@ -24,7 +25,8 @@ import click
 from ..errors import MycelianError, make_folder
 from .bench_suite import BENCHMARK_NAMES
 
-__all__ = ["BENCHMARK_COMMANDS", "bench", "locomo_command", "longmemeval_command", "qa_command", "suite_command"]
+__all__ = ["BENCHMARK_COMMANDS", "bench", "locomo_command", "longmemeval_command", "qa_command", "scale_command",
+           "suite_command"]
 
 _CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
 _FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
@@ -429,6 +431,76 @@ def qa_command(data: Path | None, locomo: tuple[Path, ...], all_questions: bool,
         sys.exit(1)
 
 
+# ------------------------------------------------------------------------------------------------ growth
+
+
+def _workers(_ctx: click.Context, _param: click.Parameter, text: str) -> tuple[int, ...]:
+    try:
+        counts = tuple(int(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise click.BadParameter(f"must look like 1,2,4 (or 0: no ingestion), got {text!r}") from None
+    if any(c < 0 for c in counts):
+        raise click.BadParameter(f"must be positive integers (or 0: no ingestion), got {text!r}")
+    return tuple(c for c in counts if c > 0)
+
+
+@click.command("scale", context_settings=_CONTEXT,
+               short_help="Growth: search in small memories as one database grows to 1M entries; SQLite, PostgreSQL.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("bench-out/scale"),
+              show_default=True, help="Output folder: scale.json (and work/, the SQLite databases, while it runs).")
+@click.option("--backend", type=click.Choice(["sqlite", "postgres", "both"]), default="both", show_default=True,
+              help="Which store(s) to grow.")
+@click.option("--memories", type=_COUNT, default=1000, show_default=True, help="Memories loaded.")
+@click.option("--entries-per-memory", type=_COUNT, default=1000, show_default=True, help="Entries in each.")
+@click.option("--checkpoints", default="10000,100000", show_default=True, callback=_levels, metavar="N,N,...",
+              help="Total entries at which search is timed (whole memories; the full load is always one).")
+@click.option("--big-memory", type=click.IntRange(min=0), default=100_000, show_default=True,
+              help="Then one memory of this many entries, searched alone (0: none).")
+@click.option("--search-memories", type=_COUNT, default=5, show_default=True,
+              help="Small memories searched in turn at each checkpoint (the same ones each time).")
+@click.option("--searches", type=_COUNT, default=200, show_default=True, help="Timed searches per measurement.")
+@click.option("--warmup", type=click.IntRange(min=0), default=20, show_default=True,
+              help="Unmeasured calls before each measurement.")
+@click.option("--adds", type=click.IntRange(min=0), default=100, show_default=True,
+              help="Timed add_entry calls over stdio at each checkpoint (into a fresh memory).")
+@click.option("--workers", default="1,2,4", show_default=True, callback=_workers, metavar="N,N,...",
+              help="Replay worker counts of the ingestion run (first = baseline; 0: none).")
+@click.option("--conversations", type=_COUNT, default=8, show_default=True, help="Conversations replayed.")
+@click.option("--messages", type=click.IntRange(min=2), default=120, show_default=True,
+              help="Messages per replayed conversation.")
+@click.option("--pg-url", default=None, help="A PostgreSQL server to use (its databases are made and dropped here; "
+              "default: a throwaway cluster).")
+@click.option("--keep-work", is_flag=True, help="Keep the databases (and a throwaway cluster running).")
+@click.option("--json", "as_json", is_flag=True, help="Print scale.json instead of the table.")
+def scale_command(backend: str, checkpoints: tuple[int, ...], workers: tuple[int, ...], as_json: bool,
+                  **options: Any) -> None:
+    """Grow one database to MEMORIES x ENTRIES-PER-MEMORY entries through the store's bulk path (add_entries) and
+    time search in small memories at each checkpoint (over stdio and in process), then in one big memory; the
+    loading rate, the database's size per entry, and replay ingestion with 1, 2, 4 workers.
+
+    Writes OUT/scale.json and prints one table (BENCHMARKS.md §11). The full size (1.1M entries, both backends)
+    takes 35-60 minutes on 2 cores; try --memories 20 --big-memory 10000 first.
+    """
+    from .bench_common import have_module
+
+    backends = ("sqlite", "postgres") if backend == "both" else (backend,)
+    if "postgres" in backends and not have_module("psycopg"):
+        raise click.ClickException("--backend postgres needs PostgreSQL's client: pip install "
+                                   "'mycelian-agent[postgres]' (or --backend sqlite)")
+    try:
+        make_folder(options["out"], "--out")
+        from .bench_scale import markdown, run_scale
+
+        results = run_scale(options.pop("out"), backends=backends, checkpoints=checkpoints, workers=workers,
+                            **options)
+    except MycelianError as exc:
+        raise click.ClickException(str(exc)) from None
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+    click.echo(json.dumps(results, indent=2) if as_json else markdown(results))
+
+
 # ------------------------------------------------------------------------------------------------ the group
 
 
@@ -455,11 +527,13 @@ def bench() -> None:
       mycelian-agent bench suite --quick --data DIR --out OUT         all of them
       mycelian-agent bench longmemeval FILE... --out OUT              a runner (resumable: run it again)
       mycelian-agent bench qa --data DIR --reader openai:M --out OUT  what a reader answers from memory
+      mycelian-agent bench scale --memories 20 --out OUT              search as one database grows (SQLite, PostgreSQL)
 
     DIR is the folder holding locomo/ and longmemeval/ (or set MYCELIAN_DATA). Results and how to read them:
     BENCHMARKS.md.
     """
 
 
-for _command in (*BENCHMARK_COMMANDS.values(), suite_command, longmemeval_command, locomo_command, qa_command):
+for _command in (*BENCHMARK_COMMANDS.values(), suite_command, longmemeval_command, locomo_command, qa_command,
+                 scale_command):
     bench.add_command(_command)
