@@ -146,3 +146,22 @@ def test_a_query_matching_many_rows_ranks_a_bounded_part_of_them(pg_url: str,
         assert 1 <= len(ranked) <= 10 + 30
     finally:
         store.close()
+
+
+def test_a_bounded_ranking_keeps_every_row_of_a_rare_word(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Above EXACT_ROWS matches, an old entry holding only the query's rarest word (not the common one) is still
+    ranked: every row of the rarest words that fit in BOUNDED_ROWS is scored, not only rows holding both words."""
+    store = PostgresStore.open(pg_url, pool_size=1)
+    try:
+        vault = store.create_vault("home")["vaultId"]
+        texts = ["I'm flying to Lisbon on May 3rd."] + [f"Note {i}: the trip budget is fine." for i in range(300)]
+        memory = _fill(store, vault, "notes", texts)
+        monkeypatch.setattr(pg_store, "EXACT_ROWS", 40)
+        monkeypatch.setattr(pg_store, "BOUNDED_ROWS", 10)
+        monkeypatch.setattr(pg_store, "NEWEST_ROWS", 30)
+        with store._read() as conn:
+            ranked = store._rank(conn, "entries", memory, ["lisbon", "trip"], 10)
+        first = store._entry_rows(memory, [ranked[0][0]])[ranked[0][0]]
+        assert first["summary"] == texts[0]
+    finally:
+        store.close()

@@ -70,8 +70,9 @@ _TERM_KEYS = "(memory_id, kind, term) IN (SELECT %s, %s::smallint, unnest(%s::te
 #: A ranking whose candidate lexemes match at most this many of the memory's rows scores every one of them (exact:
 #: every LoCoMo-sized memory); above, :meth:`PostgresStore._rank_bounded` scores a bounded part.
 EXACT_ROWS = 2000
-#: The bounded ranking's parts: rows holding the two rarest lexemes scored at most, and the matches among the
-#: newest rows aimed at (reading at most NEWEST_ROWS rows).
+#: The bounded ranking's parts: rows holding the rarest lexemes scored at most (every row of as many of the
+#: rarest as fit, else rows holding the two rarest), and the matches among the newest rows aimed at (reading at
+#: most NEWEST_ROWS rows).
 BOUNDED_ROWS = 400
 NEWEST_ROWS = 2000
 # Query terms whose lexemes a store keeps (cleared when full: a few hundred KB).
@@ -616,12 +617,20 @@ class PostgresStore(MemoryStore):
         scoring: Sequence[Any], limit: int, where: str, params: Sequence[Any],
     ) -> list[Any]:
         """The ranking of a query matching more than :data:`EXACT_ROWS` rows, from a bounded part of them (each
-        row scored is read from the heap): up to :data:`BOUNDED_ROWS` holding both of the two rarest lexemes (the
-        rows a term-at-a-time ranking puts first), and those holding any lexeme among the memory's newest rows, as
-        many rows as hold :data:`BOUNDED_ROWS` matches if the lexemes are spread evenly (at most
-        :data:`NEWEST_ROWS`)."""
+        row scored is read from the heap): every row holding one of the rarest lexemes, as many of them as hold at
+        most :data:`BOUNDED_ROWS` rows together (the rows a term-at-a-time ranking puts first, ranked exactly: "I'm
+        flying to Lisbon" for "when is the Lisbon trip" in a memory where "trip" is common); when even the rarest
+        is in more rows, up to :data:`BOUNDED_ROWS` holding both of the two rarest; and those holding any lexeme
+        among the memory's newest rows, as many rows as hold :data:`BOUNDED_ROWS` matches if the lexemes are spread
+        evenly (at most :data:`NEWEST_ROWS`)."""
         ordered = sorted(matching)
-        both = " & ".join(q for _, q in ordered[:2])
+        rarest, held = [], 0
+        for n, q in ordered:
+            if held + n > BOUNDED_ROWS:
+                break
+            rarest.append(q)
+            held += n
+        both = " | ".join(rarest) if rarest else " & ".join(q for _, q in ordered[:2])
         anyone = " | ".join(q for _, q in ordered)
         newest = min(NEWEST_ROWS, max(limit, total * BOUNDED_ROWS // max(1, sum(n for n, _ in ordered))))
         # The newest rows: their seqs from the (memory_id, seq) index alone, then each row by its key. (Read
