@@ -155,6 +155,34 @@ def test_concurrent_writes_with_one_idempotency_key_store_one_entry(pg_url: str)
             store.close()
 
 
+def test_concurrent_bulk_writes_keep_one_memory_in_commit_order(pg_url: str) -> None:
+    """Two stores writing batches into one memory at once: a batch locks the memory once and times its entries from
+    the last one it wrote, so every entry's creation time is still after every earlier commit's (seq order =
+    creation-time order, all distinct: exact list_entries cursors)."""
+    stores = [PostgresStore.open(pg_url, pool_size=2) for _ in range(2)]
+    try:
+        vault = stores[0].create_vault("bulk")["vaultId"]
+        memory = stores[0].create_memory(vault, "m", "chat")["memoryId"]
+
+        def write(store: PostgresStore, batch: int) -> dict:
+            items = [{"raw_entry": f"batch {batch} item {i}", "summary": "s", "idempotency_key": f"b{batch}-{i}"}
+                     for i in range(25)]
+            return store.add_entries(vault, memory, items)
+
+        async def run() -> list[dict]:
+            return await asyncio.gather(*(asyncio.to_thread(write, stores[b % 2], b) for b in range(12)))
+
+        assert sum(r["stored"] for r in asyncio.run(run())) == 300
+        with stores[0]._read() as conn:
+            rows = conn.execute("SELECT creation_time FROM entries WHERE memory_id = %s ORDER BY seq",
+                                (memory,)).fetchall()
+        times = [row["creation_time"] for row in rows]
+        assert len(times) == 300 and times == sorted(times) and len(set(times)) == 300
+    finally:
+        for store in stores:
+            store.close()
+
+
 # -- the agent end to end: embedded server process on Postgres, Postgres checkpoints ---------------------------
 
 

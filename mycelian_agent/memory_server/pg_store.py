@@ -252,12 +252,14 @@ class PostgresStore(MemoryStore):
         writes change are written at its end (term_stats.py)."""
         delta = term_stats.Delta()
         with self._pool.connection() as conn, conn.transaction():
-            self._joined.conn, self._joined.delta = conn, delta
+            # (vault_id, memory_id) -> the creation time of the entry this transaction last wrote there: the memory's
+            # row lock is held from its first write to the commit, so a bulk write locks and reads it once.
+            self._joined.conn, self._joined.delta, self._joined.appended = conn, delta, {}
             try:
                 yield conn
                 self._write_statistics(conn, delta)
             finally:
-                self._joined.conn = self._joined.delta = None
+                self._joined.conn = self._joined.delta = self._joined.appended = None
         if delta.written:  # only once committed: a rolled-back entry was never stored
             self._entry_cache.put(delta.written)
 
@@ -310,9 +312,13 @@ class PostgresStore(MemoryStore):
     @staticmethod
     def _next_time(conn: Any, table: str, memory_id: str) -> str:
         # Strictly increasing per memory (the caller holds the memory's row lock).
-        now = datetime.now(UTC)
         last = conn.execute(f"SELECT max(creation_time) AS t FROM {table} WHERE memory_id = %s", (memory_id,))
-        value = last.fetchone()["t"]
+        return PostgresStore._time_after(last.fetchone()["t"])
+
+    @staticmethod
+    def _time_after(value: str | None) -> str:
+        """Now, or a microsecond after ``value`` (a stored creation time) if that is not earlier."""
+        now = datetime.now(UTC)
         if value is not None:
             previous = datetime.strptime(value, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
             if now <= previous:
@@ -394,12 +400,18 @@ class PostgresStore(MemoryStore):
         raw_entry, summary, tags, conversation_time, idempotency_key = entry
         by_key = f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE memory_id = %s AND idempotency_key = %s"
         with self._tx() as conn:
-            self._require_memory(conn, vault_id, memory_id, lock=True)
+            appended = self._joined.appended
+            previous = appended.get((vault_id, memory_id))
+            if previous is None:
+                self._require_memory(conn, vault_id, memory_id, lock=True)
             if idempotency_key is not None:
                 existing = conn.execute(by_key, (memory_id, idempotency_key)).fetchone()
                 if existing is not None:
                     return existing, False
-            now = self._next_time(conn, "entries", memory_id)
+            if previous is None:
+                now = self._next_time(conn, "entries", memory_id)
+            else:  # the lock is held since this transaction's first write here: no other entry came in between
+                now = self._time_after(previous)
             values = {
                 "entry_id": str(uuid.uuid4()),
                 "memory_id": memory_id,
@@ -425,6 +437,7 @@ class PostgresStore(MemoryStore):
             ).fetchone()
             if row is None:  # only without the row lock's protection (kept as a second line of defence)
                 return conn.execute(by_key, (memory_id, idempotency_key)).fetchone(), False
+            appended[(vault_id, memory_id)] = now
             counts = term_stats.entry_counts(raw_entry, summary, tags, conversation_time or now)
             self._delta.add(memory_id, counts, seq=int(row["seq"]))
             if self._dense is not None:
