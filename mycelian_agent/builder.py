@@ -112,10 +112,10 @@ def connect(server: str = "embedded", *, db: str | Path | None = None, token: st
     (dense + BM25 when a dense model is installed, vectors written behind), False starts it with
     ``--no-embeddings`` (BM25 only), True or ``"behind"`` with ``--embeddings`` (vectors written behind each
     entry), ``"inline"`` with vectors written inside each entry's write; ``embeddings_model`` picks the dense model (``auto``, the default: the first installed of
-    ``memory_server.encoders.MODELS``). ``timeout``: seconds each tool call may take (None: no limit); ``reconnect_wait``: how long an HTTP
+    ``memory_server.retrieval.dense.encoders.MODELS``). ``timeout``: seconds each tool call may take (None: no limit); ``reconnect_wait``: how long an HTTP
     connection waits for a server that went away to come back.
     """
-    from .memory_server.base import is_postgres_url
+    from mycelian_agent.memory_server.storage import is_postgres_url
 
     writes = _embeddings_writes(embeddings)
 
@@ -348,7 +348,7 @@ def build_agent(
       True or ``"behind"``
       (vectors written by a background thread; searches wait for them) or ``"inline"`` (inside each entry's
       write); ``embeddings_model``: ``"e5-small"``, ``"minilm"`` or ``"auto"``
-      (default: the first installed, see ``memory_server/encoders.py``).
+      (default: the first installed, see ``memory_server/retrieval/dense/encoders.py``).
     - ``prompts``: ``"package"``, ``"server"`` (the server's ``get_default_prompts`` rules), or a directory.
     - ``tool_choice_mode``: how the tool is forced (``AgentSettings.tool_choice_mode``; overrides ``settings``):
       ``"named"`` (default), ``"required"`` for llama.cpp's server and similar endpoints, or ``"auto"``.

@@ -153,7 +153,7 @@ def _shard(conversations: list[Any], shard: tuple[int, int] | None) -> list[Any]
 
 def checkpointer_spec(state: str | Path | None) -> str:
     """The checkpointer of ``--state``: a postgresql:// URL as is, a file as ``sqlite:FILE``, none in memory."""
-    from .memory_server.base import is_postgres_url
+    from mycelian_agent.memory_server.storage import is_postgres_url
 
     if not state:
         return "memory"
@@ -283,7 +283,7 @@ async def _connect(db: str | None, server: str, token: str | None, timeout: floa
     --db is reported, not created). ``dense``: an embedded database is searched as its server would (dense + BM25
     when a dense model is installed)."""
     if server in ("embedded", "in-process"):
-        from .memory_server.base import is_postgres_url
+        from mycelian_agent.memory_server.storage import is_postgres_url
         from .memory_server.cli import default_db_path
 
         path = Path(db).expanduser() if db else default_db_path(os.environ)
@@ -293,7 +293,7 @@ async def _connect(db: str | None, server: str, token: str | None, timeout: floa
             raise MycelianError(f"no memory database at {path}: check --db (or MYCELIAN_DB); `mycelian-agent replay` "
                                 "or `add` creates one")
         if server == "embedded":  # the store itself, in this process: no MCP SDK or LangChain to load
-            from .memory_server.local import LocalConnection
+            from mycelian_agent.memory_server.server.local import LocalConnection
 
             return LocalConnection.open(db if is_postgres_url(str(db or "")) else str(path),  # type: ignore[arg-type]
                                         dense=dense)
@@ -539,7 +539,7 @@ def export(db: str | None, server: str, token: str | None, vault: str, timeout: 
                 if not page.get("next_after"):
                     break
                 page = await connection.call_json("list_entries", {**ids, "limit": 50, "after": page["next_after"]})
-            from .memory_server.placeholder import is_placeholder_context
+            from mycelian_agent.memory_server.storage.placeholder import is_placeholder_context
 
             context = await connection.call("get_context", ids)
             return {"vault": {"vaultId": vault_id, "title": vault},

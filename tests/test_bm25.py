@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sqlite3
 
-from mycelian_agent.memory_server import bm25
-from mycelian_agent.memory_server.porter import stem
+from mycelian_agent.memory_server.retrieval import bm25
+from mycelian_agent.memory_server.text.porter import stem
 
 _WORDS = (
     "caresses ponies ties caress cats feed agreed plastered bled motoring sing conflated troubled sized hopping "
@@ -47,7 +47,7 @@ def test_weighted_fields_and_the_thread_tag() -> None:
 def test_a_search_tokenises_no_entry_the_store_wrote(tmp_path, monkeypatch) -> None:
     # A write tokenises its entry for the term statistics (term_stats.py) and puts its terms in the store's entry
     # cache once committed, so a search never tokenises a candidate written through this store.
-    from mycelian_agent.memory_server.store import Store
+    from mycelian_agent.memory_server.storage.sqlite.store import Store
 
     store = Store.open(tmp_path / "m.db")
     try:

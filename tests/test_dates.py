@@ -10,7 +10,7 @@ from mycelian_agent import dates
 from mycelian_agent.conversations import formats
 from mycelian_agent.dates import MONTHS, month_number, normalise_time, parse_rfc3339, to_rfc3339
 from mycelian_agent.errors import InputError
-from mycelian_agent.memory_server import validation
+from mycelian_agent.memory_server.storage import validation
 from mycelian_agent.models.extractive.text import conversation_date
 
 # ---------------------------------------------------------------------------------------------------- to_rfc3339

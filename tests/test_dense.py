@@ -15,10 +15,12 @@ import pytest
 np = pytest.importorskip("numpy")
 
 from mycelian_agent.errors import ConfigError, InputError, MemoryServerError  # noqa: E402
-from mycelian_agent.memory_server import embeddings, encoders, fusion  # noqa: E402
-from mycelian_agent.memory_server.embeddings import DenseVectors, require_dense_index  # noqa: E402
-from mycelian_agent.memory_server.base import open_store  # noqa: E402
-from mycelian_agent.memory_server.store import Store  # noqa: E402
+from mycelian_agent.memory_server.retrieval.dense import index as embeddings  # noqa: E402
+from mycelian_agent.memory_server.retrieval.dense import encoders  # noqa: E402
+from mycelian_agent.memory_server.retrieval import fusion  # noqa: E402
+from mycelian_agent.memory_server.retrieval.dense.index import DenseVectors, require_dense_index  # noqa: E402
+from mycelian_agent.memory_server.storage import open_store  # noqa: E402
+from mycelian_agent.memory_server.storage.sqlite.store import Store  # noqa: E402
 from dense_stub import CountingEncoder  # noqa: E402
 from dense_stub import memory_of as _memory  # noqa: E402
 

@@ -11,9 +11,9 @@ import pytest
 np = pytest.importorskip("numpy")
 
 from mycelian_agent.errors import ConfigError  # noqa: E402
-from mycelian_agent.memory_server import encoders  # noqa: E402
-from mycelian_agent.memory_server.embeddings import DenseVectors  # noqa: E402
-from mycelian_agent.memory_server.store import Store  # noqa: E402
+from mycelian_agent.memory_server.retrieval.dense import encoders  # noqa: E402
+from mycelian_agent.memory_server.retrieval.dense.index import DenseVectors  # noqa: E402
+from mycelian_agent.memory_server.storage.sqlite.store import Store  # noqa: E402
 from dense_stub import CountingEncoder, memory_of  # noqa: E402
 
 

@@ -173,7 +173,7 @@ def _cases(p: Paths) -> list[Case]:
         Case(_cli("local-llm", "xllamacpp-server", "--model", missing()), ("xllamacpp", "local-llm install")),
         Case(("-m", "mycelian_agent.models.local_llm", "install", "--dir", str(p.under_file)), (str(p.under_file),)),
         # the other python -m modules
-        Case(("-m", "mycelian_agent.memory_server.embeddings", "--backfill", str(p.db)), (INSTALL_EMBEDDINGS,)),
+        Case(("-m", "mycelian_agent.memory_server.retrieval.dense.index", "--backfill", str(p.db)), (INSTALL_EMBEDDINGS,)),
         Case(("-m", "mycelian_agent.benchmarks.bench_embeddings", "ingest", "--messages", "2"),
              (INSTALL_EMBEDDINGS,)),
         Case(("-m", "mycelian_agent.benchmarks.bench_embeddings", "parity", "--locomo", str(p.folder)),
@@ -337,7 +337,7 @@ def test_the_docs_refer_only_to_files_a_clone_has(doc: str) -> None:
         if not target or re.match(r"[a-z][a-z0-9+.-]*:", target) or re.match(r"[A-Z]+/", target):
             continue  # a URL, an anchor in the page, or a placeholder (OUT/summary.json)
         found = False
-        for base in ((REPO / doc).parent, REPO, REPO / "mycelian_agent"):  # memory_server/app.py: in the package
+        for base in ((REPO / doc).parent, REPO, REPO / "mycelian_agent"):  # memory_server/server/app.py: in the package
             path = (base / target).resolve()
             if not path.is_relative_to(REPO) or not path.exists():
                 continue

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from mycelian_agent.memory_server.feedback import (
+from mycelian_agent.memory_server.retrieval.feedback import (
     combine,
     expansion_terms,
     feedback_words,

@@ -11,8 +11,8 @@ import pytest
 
 np = pytest.importorskip("numpy")
 
-from mycelian_agent.memory_server.embeddings import DenseVectors, load_dense_index  # noqa: E402
-from mycelian_agent.memory_server.store import Store  # noqa: E402
+from mycelian_agent.memory_server.retrieval.dense.index import DenseVectors, load_dense_index  # noqa: E402
+from mycelian_agent.memory_server.storage.sqlite.store import Store  # noqa: E402
 from dense_stub import CountingEncoder  # noqa: E402
 
 @contextlib.contextmanager

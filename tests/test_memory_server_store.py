@@ -9,16 +9,16 @@ from pathlib import Path
 import pytest
 
 from mycelian_agent.errors import ConfigError, InputError, MemoryServerError
-from mycelian_agent.memory_server.migrations import MIGRATIONS, SCHEMA_VERSION
-from mycelian_agent.memory_server.search import (
+from mycelian_agent.memory_server.storage.sqlite.migrations import MIGRATIONS, SCHEMA_VERSION
+from mycelian_agent.memory_server.storage.sqlite.lexical import (
     ENTRY_WEIGHTS,
     MAX_QUERY_TERMS,
     match_expression,
     query_terms,
     search_entries,
 )
-from mycelian_agent.memory_server.store import Store
-from mycelian_agent.memory_server.validation import parse_rfc3339
+from mycelian_agent.memory_server.storage.sqlite.store import Store
+from mycelian_agent.memory_server.storage.validation import parse_rfc3339
 
 
 def test_migrations_are_numbered_idempotent_and_resume(tmp_path: Path) -> None:

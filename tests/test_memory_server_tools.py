@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from mycelian_agent.memory_server import PLACEHOLDER_CONTEXT, create_server, is_placeholder_context
-from mycelian_agent.memory_server.base import MemoryStore
-from mycelian_agent.memory_server.store import Store
+from mycelian_agent.memory_server.storage.base import MemoryStore
+from mycelian_agent.memory_server.storage.sqlite.store import Store
 from mycelian_agent.memory_server.testing import BackgroundSession, call_json, call_text
 from mycelian_agent.prompt_files import PROMPT_NAMES, read_prompt
 

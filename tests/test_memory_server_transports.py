@@ -23,7 +23,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from mycelian_agent.memory_server import create_server
 from mycelian_agent.memory_server.cli import default_db_path, main
-from mycelian_agent.memory_server.store import Store
+from mycelian_agent.memory_server.storage.sqlite.store import Store
 from mycelian_agent.memory_server.testing import BackgroundSession, call_json, serve_http, server_command
 
 INIT = {
@@ -207,7 +207,7 @@ def test_cli_passes_the_embeddings_options_to_the_server(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from mycelian_agent.errors import ConfigError
-    from mycelian_agent.memory_server import app
+    from mycelian_agent.memory_server.server import app
 
     seen: dict[str, object] = {}
 
@@ -243,7 +243,7 @@ def test_importing_the_package_is_light() -> None:
 
 
 def test_an_embeddings_server_lets_torch_threads_sleep_unless_told_otherwise(tmp_path: Path, monkeypatch) -> None:
-    from mycelian_agent.memory_server.app import MemoryServer
+    from mycelian_agent.memory_server.server.app import MemoryServer
     from mycelian_agent.memory_server.cli import main
 
     seen: list[str | None] = []

@@ -10,9 +10,9 @@ import logging
 
 import pytest
 
-from mycelian_agent.memory_server import pg_store
-from mycelian_agent.memory_server.pg_migrations import MEMORY_INDEX, SCHEMA_VERSION
-from mycelian_agent.memory_server.pg_store import PostgresStore
+from mycelian_agent.memory_server.storage.postgres import store as pg_store
+from mycelian_agent.memory_server.storage.postgres.migrations import MEMORY_INDEX, SCHEMA_VERSION
+from mycelian_agent.memory_server.storage.postgres.store import PostgresStore
 
 psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
 

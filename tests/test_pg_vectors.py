@@ -11,9 +11,10 @@ import pytest
 
 np = pytest.importorskip("numpy")
 
-from mycelian_agent.memory_server import pg_store, pg_vectors  # noqa: E402
-from mycelian_agent.memory_server.base import open_store  # noqa: E402
-from mycelian_agent.memory_server.embeddings import DenseVectors, require_dense_index  # noqa: E402
+from mycelian_agent.memory_server.storage.postgres import store as pg_store  # noqa: E402
+from mycelian_agent.memory_server.storage.postgres import vectors as pg_vectors  # noqa: E402
+from mycelian_agent.memory_server.storage import open_store  # noqa: E402
+from mycelian_agent.memory_server.retrieval.dense.index import DenseVectors, require_dense_index  # noqa: E402
 from dense_stub import CountingEncoder  # noqa: E402
 from dense_stub import memory_of as _memory  # noqa: E402
 

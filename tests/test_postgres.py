@@ -20,8 +20,8 @@ import pytest
 from mycelian_agent import build_agent
 from mycelian_agent.builder import connect, ensure_memory, ensure_vault
 from mycelian_agent.errors import ConfigError, MemoryServerError
-from mycelian_agent.memory_server.pg_migrations import SCHEMA_VERSION
-from mycelian_agent.memory_server.pg_store import PostgresStore, redact_url, require_psycopg
+from mycelian_agent.memory_server.storage.postgres.migrations import SCHEMA_VERSION
+from mycelian_agent.memory_server.storage.postgres.store import PostgresStore, redact_url, require_psycopg
 
 psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
 
@@ -38,7 +38,7 @@ def _query(url: str, sql: str, *params: object) -> list[tuple]:
 
 
 def test_processes_migrating_at_once_all_succeed(pg_fresh_url: str) -> None:
-    code = "import sys; from mycelian_agent.memory_server.pg_store import PostgresStore; " \
+    code = "import sys; from mycelian_agent.memory_server.storage.postgres.store import PostgresStore; " \
            "PostgresStore.open(sys.argv[1], pool_size=1).close()"
     procs = [subprocess.Popen([sys.executable, "-c", code, pg_fresh_url], stderr=subprocess.PIPE, text=True)
              for _ in range(4)]
@@ -67,8 +67,8 @@ def test_version_2_indexes_words_beside_non_ascii_characters(pg_fresh_url: str,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """Under lc_ctype=C (the test cluster's locale) PostgreSQL's parser glues non-ASCII punctuation to words:
     version 1 indexed "\u201ckayak\u201d" as one token. Version 2 re-indexes such rows; new rows are split first."""
-    import mycelian_agent.memory_server.pg_migrations as migrations
-    import mycelian_agent.memory_server.pg_store as pg_store
+    import mycelian_agent.memory_server.storage.postgres.migrations as migrations
+    import mycelian_agent.memory_server.storage.postgres.store as pg_store
 
     texts = ("We took the \u201ckayak\u201d out\u2026", "Where is the canoe\uff1f", "The paddle is ashore.")
     with monkeypatch.context() as v1:  # a database written by version 1: the raw text went to to_tsvector

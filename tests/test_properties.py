@@ -23,9 +23,9 @@ from mycelian_agent.conversations.formats import iter_messages, parse_conversati
 from mycelian_agent.errors import InputError
 from mycelian_agent.limits import RAW_ENTRY_MAX_CHARS, SUMMARY_MAX_CHARS, TAG_VALUE_MAX_CHARS, clip_tags, split_oversize
 from mycelian_agent.memory_server import create_server
-from mycelian_agent.memory_server.store import Store
+from mycelian_agent.memory_server.storage.sqlite.store import Store
 from mycelian_agent.memory_server.testing import BackgroundSession
-from mycelian_agent.memory_server.validation import (
+from mycelian_agent.memory_server.storage.validation import (
     check_idempotency_key, check_tags, check_text, check_title, parse_rfc3339,
 )
 

@@ -235,7 +235,7 @@ async def test_recall_carries_the_users_standing_facts_even_when_no_word_matches
 
 
 def test_notes_take_matching_items_then_standing_facts_never_the_unmatched_timeline() -> None:
-    from mycelian_agent.memory_server.placeholder import PLACEHOLDER_CONTEXT
+    from mycelian_agent.memory_server.storage.placeholder import PLACEHOLDER_CONTEXT
     from mycelian_agent.recall.notes import select_notes
 
     document = """# Conversation context

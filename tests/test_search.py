@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from mycelian_agent.memory_server import create_server
-from mycelian_agent.memory_server.migrations import MIGRATIONS, SCHEMA_VERSION
-from mycelian_agent.memory_server.store import Store
+from mycelian_agent.memory_server.storage.sqlite.migrations import MIGRATIONS, SCHEMA_VERSION
+from mycelian_agent.memory_server.storage.sqlite.store import Store
 from mycelian_agent.memory_server.testing import BackgroundSession, call_json
 
 
@@ -221,7 +221,7 @@ async def test_offset_pages_through_one_ranking(chat, count: int) -> None:
 def test_plan_counts_are_kept_until_the_database_changes(tmp_path) -> None:
     # The FTS5 counts that plan a search are read once while nothing changes; a write by this connection or a
     # commit by another drops them.
-    from mycelian_agent.memory_server.search import PlanCounts
+    from mycelian_agent.memory_server.storage.sqlite.lexical import PlanCounts
 
     path = tmp_path / "c.db"
     conn, other = sqlite3.connect(path), sqlite3.connect(path)
@@ -250,7 +250,7 @@ def test_plan_counts_are_kept_until_the_database_changes(tmp_path) -> None:
 
 
 def test_the_turns_two_steps_away_take_smaller_shares_through_the_neighbours() -> None:
-    from mycelian_agent.memory_server import ranking
+    from mycelian_agent.memory_server.retrieval import ranking
 
     hits = [(10, 1.0)]
     links = [(10, 9, 11, False)]
@@ -270,7 +270,7 @@ def test_ranking_by_parts_finds_the_same_rows_as_the_whole_query(tmp_path, monke
     # rows and scores as one OR query, with and without time bounds, for queries of 2 to 4 live terms.
     import random
 
-    from mycelian_agent.memory_server import search
+    from mycelian_agent.memory_server.storage.sqlite import lexical as search
 
     rng = random.Random(4)
     words = "apple river stone cloud maple violet harbor lantern copper meadow".split()
@@ -304,7 +304,7 @@ def test_ranking_by_parts_finds_the_same_rows_as_the_whole_query(tmp_path, monke
 
 def test_a_memory_with_few_matches_gives_them_all_unranked(tmp_path) -> None:
     # rank_entries (the server's candidates) skips bm25() when every match fits: the same set as the ranking.
-    from mycelian_agent.memory_server import search
+    from mycelian_agent.memory_server.storage.sqlite import lexical as search
 
     store = Store.open(tmp_path / "few.db")
     v = store.create_vault("v")["vaultId"]

@@ -155,7 +155,7 @@ async def test_a_limited_token_sees_and_changes_only_its_own_vaults() -> None:
 
 def test_tokens_files_are_checked_with_the_file_and_the_problem(tmp_path: Path, capsys) -> None:
     from mycelian_agent.errors import ConfigError
-    from mycelian_agent.memory_server.access import load_tokens_file
+    from mycelian_agent.memory_server.server.access import load_tokens_file
 
     path = tmp_path / "tokens.json"
     for content, problem in (("{", "not JSON"), ('{"tokens": {}}', "at least one token"),

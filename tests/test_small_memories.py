@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from mycelian_agent.memory_server.base import MemoryStore, open_store
+from mycelian_agent.memory_server.storage.base import MemoryStore
+
+from mycelian_agent.memory_server.storage import open_store
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 
 from mycelian_agent.errors import MemoryServerError
-from mycelian_agent.memory_server import term_stats
-from mycelian_agent.memory_server.base import MemoryStore, open_store
-from mycelian_agent.memory_server.term_stats import STEM, WORD
+from mycelian_agent.memory_server.storage import term_stats
+from mycelian_agent.memory_server.storage.base import MemoryStore
+from mycelian_agent.memory_server.storage import open_store
+from mycelian_agent.memory_server.storage.term_stats import STEM, WORD
 
 
 def _stored(store: MemoryStore) -> tuple[dict[str, tuple[int, int]], dict[tuple[str, int, str], int]]:
@@ -165,12 +166,12 @@ def _before_term_stats(monkeypatch: pytest.MonkeyPatch, migrations: Any, store_c
 def test_the_migration_counts_the_entries_already_stored(backend: str, tmp_path: Path, request: pytest.FixtureRequest,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     if backend == "sqlite":
-        from mycelian_agent.memory_server import migrations
-        from mycelian_agent.memory_server.store import Store as store_class
+        from mycelian_agent.memory_server.storage.sqlite import migrations
+        from mycelian_agent.memory_server.storage.sqlite.store import Store as store_class
         target = str(tmp_path / "old.db")
     else:
-        from mycelian_agent.memory_server import pg_migrations as migrations
-        from mycelian_agent.memory_server.pg_store import PostgresStore as store_class
+        from mycelian_agent.memory_server.storage.postgres import migrations
+        from mycelian_agent.memory_server.storage.postgres.store import PostgresStore as store_class
         target = request.getfixturevalue("pg_fresh_url")
     with _before_term_stats(monkeypatch, migrations, store_class), \
             contextlib.closing(open_store(target, pool_size=1)) as old:

@@ -17,10 +17,10 @@ import pytest
 np = pytest.importorskip("numpy")
 
 from mycelian_agent.errors import ConfigError  # noqa: E402
-from mycelian_agent.memory_server import vector_writer  # noqa: E402
-from mycelian_agent.memory_server.base import open_store  # noqa: E402
-from mycelian_agent.memory_server.embeddings import DenseVectors  # noqa: E402
-from mycelian_agent.memory_server.store import Store  # noqa: E402
+from mycelian_agent.memory_server.retrieval.dense import writer as vector_writer  # noqa: E402
+from mycelian_agent.memory_server.storage import open_store  # noqa: E402
+from mycelian_agent.memory_server.retrieval.dense.index import DenseVectors  # noqa: E402
+from mycelian_agent.memory_server.storage.sqlite.store import Store  # noqa: E402
 from dense_stub import CountingEncoder  # noqa: E402
 from dense_stub import memory_of as _memory  # noqa: E402
 
@@ -135,7 +135,7 @@ def test_a_failed_batch_is_logged_and_tried_again(db_target: str, caplog, quick_
     encoder = FailsFirst(RuntimeError("encoder out of memory"))
     index = DenseVectors(encoder, model="fake")
     with contextlib.closing(open_store(db_target, dense_factory=lambda: index)) as store, \
-            caplog.at_level(logging.ERROR, logger="mycelian_agent.memory_server.vector_writer"):
+            caplog.at_level(logging.ERROR, logger="mycelian_agent.memory_server.retrieval.dense.writer"):
         v, m = _memory(store)
         store.add_entries(v, m, [{"raw_entry": f"entry {i}", "summary": f"bought car {i}"} for i in range(3)])
         assert index.writer.wait_idle(WAIT)
@@ -279,7 +279,7 @@ def test_an_in_memory_database_writes_vectors_inline(target: str) -> None:
 
 def test_the_write_mode_is_checked_where_it_is_given(monkeypatch, capsys) -> None:
     from mycelian_agent.builder import connect
-    from mycelian_agent.memory_server.app import create_server
+    from mycelian_agent.memory_server.server.app import create_server
     from mycelian_agent.memory_server.cli import build_parser
 
     with pytest.raises(ConfigError, match="embeddings writes must be one of behind, inline"):
@@ -298,8 +298,8 @@ async def test_the_await_consistency_tool_waits_for_the_vectors(tmp_path, monkey
     import asyncio
     import sqlite3
 
-    from mycelian_agent.memory_server import encoders
-    from mycelian_agent.memory_server.app import create_server
+    from mycelian_agent.memory_server.retrieval.dense import encoders
+    from mycelian_agent.memory_server.server.app import create_server
     from mycelian_agent.memory_server.testing import call_json, call_text, in_memory_session
 
     encoder = GatedEncoder()

@@ -103,7 +103,7 @@ async def open_checkpointer(spec: str | BaseCheckpointSaver | None = "memory") -
                     await saver.conn.execute("SELECT pg_advisory_unlock(%s)", (_SETUP_LOCK,))
                 yield saver
         except OperationalError as exc:
-            from ..memory_server.pg_store import one_line, redact_url
+            from mycelian_agent.memory_server.storage.postgres.store import one_line, redact_url
 
             raise ConfigError(f"cannot open the Postgres checkpointer {redact_url(spec)}: {one_line(exc)} "
                               "(check that PostgreSQL is running and the URL)") from exc

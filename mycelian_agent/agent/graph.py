@@ -37,7 +37,7 @@ from .._sync import run_sync
 from ..dates import normalise_time
 from ..errors import InputError, MemoryServerError, MycelianError, describe_cause, is_transient_text
 from ..limits import ADD_ENTRIES_MAX_ITEMS, TAG_VALUE_MAX_CHARS, clip_tags, name_problem, split_oversize, unicode_problem
-from ..memory_server.placeholder import is_placeholder_context
+from mycelian_agent.memory_server.storage.placeholder import is_placeholder_context
 from ..models.extractive import ExtractiveChatModel
 from .checkpointers import prune_thread
 from .control import PLANS, ControlState, Step

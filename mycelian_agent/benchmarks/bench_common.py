@@ -55,7 +55,7 @@ def have_module(name: str) -> bool:
 
 def embeddings_available() -> bool:
     """Whether a dense model's package can be imported here (a spawned server uses this interpreter)."""
-    from ..memory_server.encoders import installed_models
+    from mycelian_agent.memory_server.retrieval.dense.encoders import installed_models
 
     return bool(installed_models())
 

@@ -89,9 +89,9 @@ def _load(url: str, entries: int, other: int, kind: str) -> tuple[str, str, dict
     """Write the memory through the store, copy part of it into a second memory, and COPY random vectors in."""
     import numpy as np
 
-    from ..memory_server.base import open_store
-    from ..memory_server.embeddings import DenseVectors
-    from ..memory_server.pg_vectors import _create_index, vector_literal
+    from mycelian_agent.memory_server.storage import open_store
+    from mycelian_agent.memory_server.retrieval.dense.index import DenseVectors
+    from mycelian_agent.memory_server.storage.postgres.vectors import _create_index, vector_literal
 
     timings: dict[str, float] = {}
     started = time.perf_counter()
@@ -157,10 +157,10 @@ def run_dense_pg(out: Path, *, entries: int = 100_000, other: int = 100_000, sea
     """Load, then time the kinds of search (see the module docstring); results also go to OUT. ``hnsw_min``: the
     index's memory size threshold (default ``embeddings.HNSW_MIN``; tests use a small memory)."""
     from ..errors import ConfigError
-    from ..memory_server.base import open_store
-    from ..memory_server import pg_vectors
-    from ..memory_server.embeddings import DenseVectors
-    from ..memory_server.pg_cluster import TemporaryCluster, find_pgvector_bindir
+    from mycelian_agent.memory_server.storage import open_store
+    from ..memory_server.storage.postgres import vectors as pg_vectors
+    from mycelian_agent.memory_server.retrieval.dense.index import DenseVectors
+    from mycelian_agent.memory_server.storage.postgres.cluster import TemporaryCluster, find_pgvector_bindir
 
     bindir = find_pgvector_bindir()
     if bindir is None:
@@ -222,8 +222,8 @@ def run_dense_pg(out: Path, *, entries: int = 100_000, other: int = 100_000, sea
 
 def hnsw_parity(url: str, locomo: Path, out: Path) -> dict[str, Any]:
     """Compare the exact scan and the index on LoCoMo questions (see the module docstring); also written to OUT."""
-    from ..memory_server.base import open_store
-    from ..memory_server.embeddings import require_dense_index
+    from mycelian_agent.memory_server.storage import open_store
+    from mycelian_agent.memory_server.retrieval.dense.index import require_dense_index
 
     conversations = json.loads(locomo.read_text())
     stores = {}

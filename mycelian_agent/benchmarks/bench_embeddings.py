@@ -59,7 +59,7 @@ async def _ingest(messages: list[dict[str, str]], writes: str, batch: int, db: P
 
 
 def _entries_and_vectors(db: Path) -> tuple[int, int]:
-    from ..memory_server.store import Store
+    from mycelian_agent.memory_server.storage.sqlite.store import Store
 
     store = Store.open(db)
     try:
@@ -95,7 +95,7 @@ def locomo_parity(locomo: Path, out: Path, *, pg_url: str | None = None, limit: 
                   workers: int = 3, dense: bool = True) -> dict[str, Any]:
     """LoCoMo recall with vectors written at ingestion (lexical search alone without ``dense``), SQLite vs
     PostgreSQL (``pg_url``: an empty database)."""
-    from ..memory_server.pg_cluster import TemporaryCluster
+    from mycelian_agent.memory_server.storage.postgres.cluster import TemporaryCluster
     from .bench_recall import _with_embeddings
     from .locomo import LoCoMoRunner
 

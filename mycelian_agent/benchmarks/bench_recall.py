@@ -95,7 +95,7 @@ def _copy_ingested(source: Path, target: Path, extra: Sequence[str] = ()) -> Non
 def _embed_copy(target: Path, model: str | None = None) -> None:
     """Embed the copied (lexically ingested) entries up front, as an explicit backfill: the hybrid server embeds
     new entries when they are written and never the whole memory at search time."""
-    from ..memory_server.embeddings import backfill_database
+    from mycelian_agent.memory_server.retrieval.dense.index import backfill_database
 
     if (target / "memory.db").exists():
         backfill_database(str(target / "memory.db"), model)
@@ -177,7 +177,7 @@ def _longmemeval(path: Path, work: Path, workers: int, hybrid: bool, batch_size:
 def _model_id(name: str | None) -> str:
     """The dense model key a server started with ``--embeddings-model name`` uses (auto resolved here: the same
     interpreter)."""
-    from ..memory_server.encoders import resolve_model
+    from mycelian_agent.memory_server.retrieval.dense.encoders import resolve_model
 
     return resolve_model(name)
 

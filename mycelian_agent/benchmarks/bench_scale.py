@@ -117,7 +117,7 @@ def _load_memory(store: Any, vault: str, title: str, corpus: list[dict[str, Any]
 def _search_in_process(target: str, memories: Sequence[str], *, searches: int, warmup: int
                        ) -> tuple[list[float], int]:
     """``MemoryStore.search`` times over ``memories`` in turn (a store of its own, as a server process has)."""
-    from ..memory_server.base import open_store
+    from mycelian_agent.memory_server.storage import open_store
 
     samples, hits = [], 0
     store = open_store(target, pool_size=1)
@@ -217,7 +217,7 @@ def _rate(entries: int, seconds: float) -> float:
 def _run_backend(db: _Database, work: Path, *, memories: int, per_memory: int, checkpoints: Sequence[int],
                  big_memory: int, searched: int, searches: int, warmup: int, adds: int, workers: Sequence[int],
                  conversations: int, messages: int, echo: Echo) -> dict[str, Any]:
-    from ..memory_server.base import open_store
+    from mycelian_agent.memory_server.storage import open_store
     from .bench_scaleout import _conversations, _replay
 
     started = time.perf_counter()
@@ -371,7 +371,7 @@ def run_scale(out: Path, *, backends: Sequence[str] = BACKENDS, memories: int = 
     try:
         for backend in backends:
             if backend == "postgres" and pg_url is None and cluster is None:
-                from ..memory_server.pg_cluster import TemporaryCluster
+                from mycelian_agent.memory_server.storage.postgres.cluster import TemporaryCluster
 
                 cluster = TemporaryCluster.start()
             db = _Database(backend, work, cluster, pg_url, str(int(time.time())))

@@ -116,7 +116,7 @@ def _ms(samples_s: list[float]) -> dict[str, float]:
 
 def _prefill(db: Path, entries: list[dict[str, Any]], embeddings: bool, model: str | None = None
              ) -> tuple[str, str, float]:
-    from ..memory_server.store import Store
+    from mycelian_agent.memory_server.storage.sqlite.store import Store
 
     started = time.perf_counter()
     with contextlib.closing(Store.open(db)) as store:
@@ -127,7 +127,7 @@ def _prefill(db: Path, entries: list[dict[str, Any]], embeddings: bool, model: s
         for k in range(0, len(entries), 500):
             store.put_context(vault, memory, "## Facts\n" + "\n".join(f"- {e['summary']}" for e in entries[k : k + 40]))
         if embeddings:
-            from ..memory_server.embeddings import load_dense_index
+            from mycelian_agent.memory_server.retrieval.dense.index import load_dense_index
 
             index = load_dense_index(model)
             if index is None:
@@ -218,7 +218,7 @@ def run_server(out: Path, *, entries: int = 10_000, adds: int = 1000, searches: 
     reads = asyncio.run(_measure_reads(db, vault, big, searches=searches, warmup=warmup, embeddings=embeddings,
                                        model=model))
     if embeddings:
-        from ..memory_server.encoders import resolve_model
+        from mycelian_agent.memory_server.retrieval.dense.encoders import resolve_model
 
         search = f"bm25 + dense {resolve_model(model)} (convex fusion)"
     else:

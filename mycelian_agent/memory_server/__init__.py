@@ -3,7 +3,7 @@
 Importing this package is cheap (no FastMCP, no SQLite work): the server pieces load on first use.
 
 - :func:`create_server` builds the FastMCP server for a database path or ``postgresql://`` URL (:func:`open_store`
-  opens the store itself: :class:`MemoryStore`, SQLite's :class:`Store` or ``pg_store.PostgresStore``); :func:`create_http_app` wraps it as a
+  opens the store itself: :class:`MemoryStore`, SQLite's :class:`Store` or ``storage.postgres.PostgresStore``); :func:`create_http_app` wraps it as a
   Starlette app (streamable HTTP at ``/mcp``, optional bearer token); ``mycelian-memory-server`` is the CLI.
 - :data:`PLACEHOLDER_CONTEXT` / :func:`is_placeholder_context`: the context a new memory answers, and how clients
   recognise it (ours and upstream's wording).
@@ -24,13 +24,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .placeholder import PLACEHOLDER_CONTEXT, is_placeholder_context
+from mycelian_agent.memory_server.storage.placeholder import PLACEHOLDER_CONTEXT, is_placeholder_context
 
 if TYPE_CHECKING:
-    from .app import MemoryServer, create_server
-    from .base import MemoryStore, open_store
-    from .http_app import create_http_app
-    from .store import Store
+    from mycelian_agent.memory_server.server.app import MemoryServer, create_server
+    from mycelian_agent.memory_server.storage.base import MemoryStore
+    from mycelian_agent.memory_server.storage import open_store
+    from mycelian_agent.memory_server.transport.http_app import create_http_app
+    from mycelian_agent.memory_server.storage.sqlite.store import Store
 
 __all__ = [
     "PLACEHOLDER_CONTEXT",
@@ -44,12 +45,12 @@ __all__ = [
 ]
 
 _LAZY = {
-    "create_server": ("app", "create_server"),
-    "MemoryServer": ("app", "MemoryServer"),
-    "create_http_app": ("http_app", "create_http_app"),
-    "Store": ("store", "Store"),
-    "MemoryStore": ("base", "MemoryStore"),
-    "open_store": ("base", "open_store"),
+    "create_server": ("server.app", "create_server"),
+    "MemoryServer": ("server.app", "MemoryServer"),
+    "create_http_app": ("transport.http_app", "create_http_app"),
+    "Store": ("storage.sqlite.store", "Store"),
+    "MemoryStore": ("storage.base", "MemoryStore"),
+    "open_store": ("storage", "open_store"),
 }
 
 

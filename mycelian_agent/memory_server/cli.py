@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from ..errors import MycelianError
-from .embeddings import add_encoder_options, dense_by_default
+from mycelian_agent.memory_server.retrieval.dense.index import add_encoder_options, dense_by_default
 
 __all__ = ["build_parser", "default_db_path", "main"]
 
@@ -99,7 +99,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "mycelian-memory-server"
               file=sys.stderr)
     tokens = None
     if tokens_file and args.transport == "http":
-        from .access import load_tokens_file
+        from mycelian_agent.memory_server.server.access import load_tokens_file
 
         try:
             tokens = load_tokens_file(tokens_file)
@@ -117,8 +117,8 @@ def main(argv: Sequence[str] | None = None, prog: str = "mycelian-memory-server"
         )
         return 2
 
-    from .app import create_server
-    from .base import is_postgres_url, open_store
+    from mycelian_agent.memory_server.server.app import create_server
+    from mycelian_agent.memory_server.storage import is_postgres_url, open_store
 
     # One line per record, as the messages above (FastMCP would install a rich handler that wraps a record over
     # several lines at 80 columns; logging.basicConfig keeps the first configuration).
@@ -130,7 +130,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "mycelian-memory-server"
             open_store(db, synchronous=args.sync.upper(), pool_size=1).close()
         dense_path = ""
         if is_postgres_url(db) and (args.embeddings or (args.embeddings is None and dense_by_default())):
-            from .pg_store import announce_dense_path
+            from mycelian_agent.memory_server.storage.postgres.store import announce_dense_path
 
             dense_path = "; " + announce_dense_path(db, args.embeddings_hnsw_min)
         server = create_server(
@@ -158,11 +158,15 @@ def main(argv: Sequence[str] | None = None, prog: str = "mycelian-memory-server"
         env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     try:
         if args.transport == "stdio":
-            server.run("stdio")
+            import anyio
+
+            from mycelian_agent.memory_server.transport.stdio import serve_stdio
+
+            anyio.run(serve_stdio, server)
         else:
             import uvicorn
 
-            from .http_app import create_http_app
+            from mycelian_agent.memory_server.transport.http_app import create_http_app
 
             auth = "bearer token required" if token or tokens else "no authentication"
             if tokens:
@@ -170,7 +174,7 @@ def main(argv: Sequence[str] | None = None, prog: str = "mycelian-memory-server"
             if not token and not tokens and not loopback:
                 print(f"mycelian-memory-server: warning: --insecure: serving {args.host} with no authentication",
                       file=sys.stderr)
-            from .pg_store import redact_url
+            from mycelian_agent.memory_server.storage.postgres.store import redact_url
 
             print(
                 f"mycelian-memory-server: serving http://{args.host}:{args.port}/mcp (db {redact_url(db)}; {auth}"

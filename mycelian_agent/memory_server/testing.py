@@ -18,9 +18,9 @@ from mcp import ClientSession
 from mcp.shared.memory import create_connected_server_and_client_session
 
 from ..errors import MemoryServerError
-from .access import TokenScopes
-from .app import MemoryServer
-from .runtime import StoreRunner
+from mycelian_agent.memory_server.server.access import TokenScopes
+from mycelian_agent.memory_server.server.app import MemoryServer
+from mycelian_agent.memory_server.server.runtime import StoreRunner
 
 __all__ = ["BackgroundSession", "call_json", "call_text", "in_memory_session", "serve_http", "server_command"]
 
@@ -84,10 +84,10 @@ class BackgroundSession:
 async def serve_http(server: MemoryServer, *, token: str | None = None, host: str = "127.0.0.1",
                      tokens: TokenScopes | None = None) -> AsyncIterator[str]:
     """Serve ``server`` with uvicorn on a free ``host`` port inside this event loop; yield the ``/mcp`` URL.
-    ``token``/``tokens`` as for :func:`~mycelian_agent.memory_server.http_app.create_http_app`."""
+    ``token``/``tokens`` as for :func:`~mycelian_agent.memory_server.transport.http_app.create_http_app`."""
     import uvicorn
 
-    from .http_app import create_http_app
+    from mycelian_agent.memory_server.transport.http_app import create_http_app
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

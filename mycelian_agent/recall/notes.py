@@ -13,8 +13,8 @@ from __future__ import annotations
 import math
 import re
 
-from ..memory_server.placeholder import is_placeholder_context
-from ..memory_server.ranking import WORD_RE, query_terms
+from mycelian_agent.memory_server.storage.placeholder import is_placeholder_context
+from mycelian_agent.memory_server.retrieval.ranking import WORD_RE, query_terms
 
 __all__ = ["context_items", "select_notes"]
 

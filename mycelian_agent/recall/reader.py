@@ -25,7 +25,7 @@ from typing import Any
 from ..dates import normalise_time
 from ..errors import InputError, MemoryServerError
 from ..limits import QUERY_MAX_CHARS
-from ..memory_server.ranking import WORD_RE
+from mycelian_agent.memory_server.retrieval.ranking import WORD_RE
 from .hits import MemoryHit, Recall, RecalledTurn, estimate_tokens, render_recall
 from .notes import select_notes
 from .retry import read_call

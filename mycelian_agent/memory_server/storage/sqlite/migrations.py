@@ -11,8 +11,8 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 
-from ..errors import MemoryServerError
-from . import term_stats
+from mycelian_agent.errors import MemoryServerError
+from mycelian_agent.memory_server.storage import term_stats
 
 __all__ = ["MIGRATIONS", "SCHEMA_VERSION", "migrate"]
 

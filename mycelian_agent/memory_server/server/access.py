@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, InputError
-from .validation import check_title
+from mycelian_agent.errors import ConfigError, InputError
+from mycelian_agent.memory_server.storage.validation import check_title
 
 __all__ = ["ALL_VAULTS", "SCOPE_KEY", "TokenScopes", "load_tokens_file", "vaults_of"]
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .. import limits
-from ..dates import format_timestamp, parse_rfc3339
-from ..errors import InputError
+from mycelian_agent import limits
+from mycelian_agent.dates import format_timestamp, parse_rfc3339
+from mycelian_agent.errors import InputError
 
 __all__ = [
     "LIMITS",

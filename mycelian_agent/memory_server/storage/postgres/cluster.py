@@ -23,7 +23,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from ..errors import ConfigError
+from mycelian_agent.errors import ConfigError
 
 __all__ = ["TemporaryCluster", "find_bindir", "find_pgvector_bindir"]
 

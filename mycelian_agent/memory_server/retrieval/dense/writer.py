@@ -177,7 +177,7 @@ class VectorWriter:
         left = self.pending()
         if self._thread.is_alive() or left:
             _log.warning("stopped with %d entries not yet embedded: they are embedded at the next start "
-                         "(or by `python -m mycelian_agent.memory_server.embeddings --backfill DB`)", left)
+                         "(or by `python -m mycelian_agent.memory_server.retrieval.dense.index --backfill DB`)", left)
 
     # -- the thread ------------------------------------------------------------------------------------------
 

@@ -27,8 +27,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from .porter import stem
-from .ranking import ENTRY_WEIGHTS, WORD_RE, entry_dated, entry_labels, revises
+from mycelian_agent.memory_server.text.porter import stem
+from mycelian_agent.memory_server.retrieval.ranking import ENTRY_WEIGHTS, WORD_RE, entry_dated, entry_labels, revises
 
 __all__ = ["B", "CANDIDATES", "CONVERSATION_TAGS", "K1", "EntryCache", "EntryTerms", "entry_terms", "idf", "query_stems", "score", "tokens"]
 

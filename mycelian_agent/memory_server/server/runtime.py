@@ -21,7 +21,9 @@ from typing import Any, TypeVar
 
 import anyio
 
-from .base import DenseIndex, MemoryStore, open_store
+from mycelian_agent.memory_server.storage.base import DenseIndex, MemoryStore
+
+from mycelian_agent.memory_server.storage import open_store
 
 __all__ = ["StoreHandle", "StoreRunner"]
 

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from itertools import combinations
 from dataclasses import dataclass, replace
 
-from .ranking import (
+from mycelian_agent.memory_server.retrieval.ranking import (
     CONTEXT_BEFORE,
     CONTEXT_DEPTH,
     CONTEXT_GAP_DAYS,

@@ -28,8 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .fusion import SAMPLE_KEY_SQL
-from .pg_migrations import ADVISORY_LOCK_KEY
+from mycelian_agent.memory_server.retrieval.fusion import SAMPLE_KEY_SQL
+from mycelian_agent.memory_server.storage.postgres.migrations import ADVISORY_LOCK_KEY
 
 __all__ = ["EF_SEARCH_MIN", "HOW_TO_GET", "Availability", "ensure_index", "index_name", "index_ready", "nearest",
            "prepare", "sample", "vector_literal", "vectors_of"]

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from functools import lru_cache
 
-from .bm25 import tokens
+from mycelian_agent.memory_server.retrieval.bm25 import tokens
 
 __all__ = ["NAME_BOOST", "author_stems", "boost_named_speakers"]
 

@@ -1,6 +1,6 @@
 """The SQLite store behind the memory server (synchronous; one connection, used from one thread).
 
-It implements the primitives of :class:`~mycelian_agent.memory_server.base.MemoryStore`, which validates the
+It implements the primitives of :class:`~mycelian_agent.memory_server.storage.base.MemoryStore`, which validates the
 arguments and shapes the results of the tool contract (docs/ARCHITECTURE.md, "Memory server contract"). Each
 primitive is one transaction; failures leave the database unchanged.
 """
@@ -16,13 +16,13 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, MemoryServerError
-from . import search as lexical
-from . import term_stats
-from .base import DenseIndex, MemoryStore, NewEntry, Row
-from .fusion import DenseHits
-from .migrations import migrate
-from .validation import format_timestamp
+from mycelian_agent.errors import ConfigError, MemoryServerError
+from mycelian_agent.memory_server.storage.sqlite import lexical
+from mycelian_agent.memory_server.storage import term_stats
+from mycelian_agent.memory_server.storage.base import DenseIndex, MemoryStore, NewEntry, Row
+from mycelian_agent.memory_server.retrieval.fusion import DenseHits
+from mycelian_agent.memory_server.storage.sqlite.migrations import migrate
+from mycelian_agent.memory_server.storage.validation import format_timestamp
 
 __all__ = ["SYNC_MODES", "Store"]
 

@@ -15,8 +15,8 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from .access import SCOPE_KEY, TokenScopes
-from .app import MemoryServer
+from mycelian_agent.memory_server.server.access import SCOPE_KEY, TokenScopes
+from mycelian_agent.memory_server.server.app import MemoryServer
 
 __all__ = ["BearerTokenMiddleware", "JsonBodyMiddleware", "create_http_app"]
 

@@ -1,4 +1,4 @@
-"""stdin/stdout as asyncio pipes, for the stdio transport.
+"""The stdio transport: :func:`serve_stdio` serves one MCP session over stdin/stdout, driven by the event loop.
 
 ``mcp``'s default stdio transport reads and writes through ``anyio.wrap_file``: a worker-thread round trip for
 every line read, write and flush, which costs more than an ``add_entry`` itself. When stdin and stdout are pipes
@@ -12,7 +12,10 @@ import os
 import stat
 from typing import BinaryIO
 
-__all__ = ["PipeLines", "PipeWriter", "open_stdio_pipes"]
+from mcp.server.fastmcp import FastMCP
+from mcp.server.stdio import stdio_server
+
+__all__ = ["PipeLines", "PipeWriter", "open_stdio_pipes", "serve_stdio"]
 
 # One JSON-RPC message per line; a 64 KiB context can triple when JSON-escaped, so allow far more than that.
 _MAX_LINE = 64 * 1024 * 1024
@@ -75,3 +78,15 @@ async def open_stdio_pipes(stdin_fd: int = 0, stdout_fd: int = 1) -> tuple[PipeL
         stdout.close()
         return None
     return PipeLines(reader), PipeWriter(asyncio.StreamWriter(transport, protocol, None, loop))
+
+
+async def serve_stdio(server: FastMCP) -> None:
+    """Serve one session of ``server`` over stdin/stdout (mcp's threaded transport where they are not pipes)."""
+    pipes = await open_stdio_pipes()
+    if pipes is None:
+        await server.run_stdio_async()
+        return
+    lines, writer = pipes
+    # Same as FastMCP.run_stdio_async, with our stdin/stdout (stdio_server accepts them for this purpose).
+    async with stdio_server(stdin=lines, stdout=writer) as (read_stream, write_stream):  # type: ignore[arg-type]
+        await server._mcp_server.run(read_stream, write_stream, server._mcp_server.create_initialization_options())

@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
-from ..dates import MONTHS, format_timestamp, month_number
+from mycelian_agent.dates import MONTHS, format_timestamp, month_number
 
 __all__ = [
     "SPAN_SEARCH", "TIME_BOOST", "QueryTime", "TimeSpan", "boost", "moment", "parse_query_time", "reference_date",

@@ -28,9 +28,9 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import MemoryServerError
-from . import term_stats
-from .ranking import entry_dated, entry_labels, index_words
+from mycelian_agent.errors import MemoryServerError
+from mycelian_agent.memory_server.storage import term_stats
+from mycelian_agent.memory_server.retrieval.ranking import entry_dated, entry_labels, index_words
 
 __all__ = [
     "ADVISORY_LOCK_KEY",

@@ -19,7 +19,7 @@ import unicodedata
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 
-from .ranking import STOPWORDS, WORD_RE
+from mycelian_agent.memory_server.retrieval.ranking import STOPWORDS, WORD_RE
 
 __all__ = [
     "FEEDBACK_DOCS",

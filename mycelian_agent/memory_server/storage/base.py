@@ -6,8 +6,7 @@ context, query feedback, optional dense fusion). A backend implements the small 
 each one transaction. Failures raise :class:`~mycelian_agent.errors.InputError` (bad argument) or
 :class:`~mycelian_agent.errors.MemoryServerError` (unknown id, conflict) and leave the database unchanged.
 
-:func:`open_store` picks the backend from the target: a ``postgresql://`` (or ``postgres://``) URL, else a
-SQLite path.
+The interface names no backend: :func:`mycelian_agent.memory_server.storage.open_store` picks one from the target.
 """
 
 from __future__ import annotations
@@ -19,17 +18,17 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, NamedTuple, Protocol
 
-from ..errors import InputError, MemoryServerError
-from ..limits import SEARCH_DEPTH_MAX
-from . import bm25
-from . import coverage
-from . import feedback as feedback_module
-from . import fusion
-from . import query_time
-from . import term_stats
-from .placeholder import PLACEHOLDER_CONTEXT
-from .ranking import CONTEXT_DEPTH, current_first, query_terms, with_context
-from .validation import (
+from mycelian_agent.errors import InputError, MemoryServerError
+from mycelian_agent.limits import SEARCH_DEPTH_MAX
+from mycelian_agent.memory_server.retrieval import bm25
+from mycelian_agent.memory_server.retrieval import coverage
+from mycelian_agent.memory_server.retrieval import feedback as feedback_module
+from mycelian_agent.memory_server.retrieval import fusion
+from mycelian_agent.memory_server.retrieval import query_time
+from mycelian_agent.memory_server.storage import term_stats
+from mycelian_agent.memory_server.storage.placeholder import PLACEHOLDER_CONTEXT
+from mycelian_agent.memory_server.retrieval.ranking import CONTEXT_DEPTH, current_first, query_terms, with_context
+from mycelian_agent.memory_server.storage.validation import (
     LIMITS,
     check_idempotency_key,
     check_memory_type,
@@ -118,29 +117,6 @@ class DenseIndex(Protocol):
 
     def close(self) -> None:
         """Finish and release what :meth:`attach` started (called before the store's connections close)."""
-
-
-def is_postgres_url(target: object) -> bool:
-    """Whether ``target`` names a PostgreSQL database (a ``postgresql://`` or ``postgres://`` URL)."""
-    return isinstance(target, str) and target.startswith(POSTGRES_SCHEMES)
-
-
-def open_store(
-    target: str,
-    *,
-    synchronous: str = "NORMAL",
-    dense_factory: Callable[[], DenseIndex | None] | None = None,
-    pool_size: int = 4,
-) -> MemoryStore:
-    """Open the store ``target`` names: a PostgreSQL URL, or a SQLite path (``":memory:"`` allowed)."""
-    dense = dense_factory() if dense_factory is not None else None
-    if is_postgres_url(target):
-        from .pg_store import PostgresStore
-
-        return PostgresStore.open(target, pool_size=pool_size, dense=dense)
-    from .store import Store
-
-    return Store.open(target, synchronous=synchronous, dense=dense)
 
 
 def entry_json(row: Row) -> dict[str, Any]:

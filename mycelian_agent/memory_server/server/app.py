@@ -21,20 +21,19 @@ from typing import Annotated, Any
 from mcp.server.fastmcp import Context, FastMCP
 from mcp.server.fastmcp.exceptions import ToolError
 from mcp.server.fastmcp.tools import Tool
-from mcp.server.stdio import stdio_server
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from typing_extensions import NotRequired, TypedDict
 
-from ..errors import ConfigError, InputError
-from ..limits import ADD_ENTRIES_MAX_ITEMS, RAW_ENTRY_MAX_CHARS, SEARCH_DEPTH_MAX, SUMMARY_MAX_CHARS, TAGS_MAX_KEYS
-from ..prompt_files import PROMPT_NAMES, read_prompt
-from .runtime import StoreHandle, StoreRunner
-from .stdio import open_stdio_pipes
-from .access import vaults_of
-from .base import DenseIndex, MemoryStore, is_postgres_url
-from .store import SYNC_MODES
+from mycelian_agent.errors import ConfigError, InputError
+from mycelian_agent.limits import ADD_ENTRIES_MAX_ITEMS, RAW_ENTRY_MAX_CHARS, SEARCH_DEPTH_MAX, SUMMARY_MAX_CHARS, TAGS_MAX_KEYS
+from mycelian_agent.prompt_files import PROMPT_NAMES, read_prompt
+from mycelian_agent.memory_server.server.runtime import StoreHandle, StoreRunner
+from mycelian_agent.memory_server.server.access import vaults_of
+from mycelian_agent.memory_server.storage.base import DenseIndex, MemoryStore
+from mycelian_agent.memory_server.storage import is_postgres_url
+from mycelian_agent.memory_server.storage.sqlite.store import SYNC_MODES
 
 __all__ = ["DEFAULT_PORT", "PROMPTS_VERSION", "AppContext", "MemoryServer", "create_server", "transport_security"]
 
@@ -117,17 +116,6 @@ class MemoryServer(FastMCP[AppContext]):
         titles = {v["vaultId"]: v["title"] for v in await runner.call(MemoryStore.list_vaults)}
         if titles.get(vault_id) not in allowed:
             raise ToolError(f"vault {vault_id} not found")
-
-    async def run_stdio_async(self) -> None:
-        """Serve one session over stdin/stdout; pipes are driven by the event loop (see ``stdio.py``)."""
-        pipes = await open_stdio_pipes()
-        if pipes is None:
-            await super().run_stdio_async()
-            return
-        lines, writer = pipes
-        # Same as FastMCP.run_stdio_async, with our stdin/stdout (stdio_server accepts them for this purpose).
-        async with stdio_server(stdin=lines, stdout=writer) as (read_stream, write_stream):  # type: ignore[arg-type]
-            await self._mcp_server.run(read_stream, write_stream, self._mcp_server.create_initialization_options())
 
     @asynccontextmanager
     async def hold(self) -> AsyncIterator[StoreRunner]:
@@ -491,17 +479,17 @@ def create_server(
         raise ConfigError(f"synchronous must be one of {', '.join(SYNC_MODES)} (got {synchronous!r})")
     dense_factory: Callable[[], DenseIndex | None] | None = None
     if embeddings is None:
-        from .embeddings import dense_by_default
+        from mycelian_agent.memory_server.retrieval.dense.index import dense_by_default
 
         embeddings = dense_by_default()
     if embeddings:
-        from .embeddings import HNSW_MIN, check_encoder_options, load_dense_index
+        from mycelian_agent.memory_server.retrieval.dense.index import HNSW_MIN, check_encoder_options, load_dense_index
 
         model = check_encoder_options(embeddings_model, embeddings_threads, embeddings_writes)
         dense_factory = partial(load_dense_index, model, batch_threads=embeddings_threads, writes=embeddings_writes,
                                 hnsw_min=HNSW_MIN if embeddings_hnsw_min is None else embeddings_hnsw_min)
     if is_postgres_url(db_path):
-        from .pg_store import require_psycopg
+        from mycelian_agent.memory_server.storage.postgres.store import require_psycopg
 
         require_psycopg()
     handle = StoreHandle(db_path, synchronous=synchronous.upper(), dense_factory=dense_factory)

@@ -16,7 +16,7 @@ connection cannot see) embeds each entry inside its own write transaction instea
 Entries without a vector (an older database, a lexical-only writer, a crash before the writer got to them) are
 embedded in the background when a write-behind store opens, or by an explicit backfill::
 
-    python -m mycelian_agent.memory_server.embeddings --backfill path/to/memory.db
+    python -m mycelian_agent.memory_server.retrieval.dense.index --backfill path/to/memory.db
 
 A search embeds at most :data:`CATCHUP_LIMIT` missing entries of its memory on the fly (a few entries written by
 a lexical-only writer: tens of milliseconds); a larger gap is searched with the vectors present and a warning, so a
@@ -35,11 +35,12 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError
-from . import encoders, fusion
-from .encoders import Encode
-from .fusion import DenseHits
-from .vector_writer import VectorWriter
+from mycelian_agent.errors import ConfigError
+from mycelian_agent.memory_server.retrieval.dense import encoders
+from mycelian_agent.memory_server.retrieval import fusion
+from mycelian_agent.memory_server.retrieval.dense.encoders import Encode
+from mycelian_agent.memory_server.retrieval.fusion import DenseHits
+from mycelian_agent.memory_server.retrieval.dense.writer import VectorWriter
 
 if TYPE_CHECKING:
     import numpy as np
@@ -95,7 +96,7 @@ def check_encoder_options(name: str | None, batch_threads: int, writes: str = WR
 
 
 class DenseVectors:
-    """A :class:`~mycelian_agent.memory_server.base.DenseIndex` over unit vectors from ``encode``.
+    """A :class:`~mycelian_agent.memory_server.storage.base.DenseIndex` over unit vectors from ``encode``.
 
     ``encode(texts)`` returns one L2-normalised float32 row per entry text; ``queries(texts)`` the same for search
     queries (default: ``encode``; e5 prefixes the two kinds differently). ``model`` is recorded with every vector;
@@ -163,7 +164,7 @@ class DenseVectors:
     def _index_dimension(self, conn: Connection, dimension: int) -> None:
         """Before a transaction writes vectors of ``dimension`` to ``entry_vectors``: their HNSW index exists."""
         if dimension not in self._indexed:
-            from . import pg_vectors
+            from mycelian_agent.memory_server.storage.postgres import vectors as pg_vectors
 
             pg_vectors.ensure_index(conn, dimension)
             self._indexed.add(dimension)
@@ -183,7 +184,7 @@ class DenseVectors:
 
     def _vector_values(self, conn: Connection, vector: Any) -> tuple[Any, ...]:
         if self._pg_vectors(conn):
-            from .pg_vectors import vector_literal
+            from mycelian_agent.memory_server.storage.postgres.vectors import vector_literal
 
             return (vector.tobytes(), vector_literal(vector))
         return (vector.tobytes(),)
@@ -391,7 +392,7 @@ class DenseVectors:
             self._warned.add(memory_id)
             _log.warning("memory %s has %d entries without vectors: dense search uses the %d embedded ones (the "
                          "writer embeds those written without one when the store opens; `python -m "
-                         "mycelian_agent.memory_server.embeddings --backfill DB` embeds them at once)",
+                         "mycelian_agent.memory_server.retrieval.dense.index --backfill DB` embeds them at once)",
                          memory_id, gap, vectors)
         return vectors
 
@@ -477,7 +478,7 @@ class DenseVectors:
 
     def _index_ready(self, conn: Connection, dimension: int) -> bool:
         if dimension not in self._indexed:
-            from .pg_vectors import index_ready
+            from mycelian_agent.memory_server.storage.postgres.vectors import index_ready
 
             if not index_ready(conn, dimension):
                 return False
@@ -517,7 +518,7 @@ class DenseVectors:
         elif missing and memory_id not in self._warned:
             self._warned.add(memory_id)
             _log.warning("memory %s has %d new entries without vectors: dense search leaves them out (`python -m "
-                         "mycelian_agent.memory_server.embeddings --backfill DB` embeds them)", memory_id,
+                         "mycelian_agent.memory_server.retrieval.dense.index --backfill DB` embeds them)", memory_id,
                          len(missing))
         large.checked = int(rows[-1]["seq"])
         large.size += len(rows)
@@ -525,7 +526,7 @@ class DenseVectors:
     def _hnsw_hits(self, conn: Connection, connect: Callable[[], AbstractContextManager[Connection]],
                    memory_id: str, vector: Any, k: int, after: str | None, before: str | None,
                    large: _LargeMemory) -> DenseHits | None:
-        from . import pg_vectors
+        from mycelian_agent.memory_server.storage.postgres import vectors as pg_vectors
 
         np = self._np
         if large.sample is None or large.size > large.sampled * 1.5:
@@ -688,7 +689,7 @@ def load_dense_index(name: str | None = encoders.AUTO, *, batch_threads: int = 0
 def backfill_database(target: str, name: str | None = encoders.AUTO, *, batch_threads: int = 0) -> int:
     """Embed every entry of the memory database ``target`` (a SQLite path or a ``postgresql://`` URL) that has no
     vector of the model yet; return the count."""
-    from .base import open_store
+    from mycelian_agent.memory_server.storage import open_store
 
     index = require_dense_index(name, batch_threads=batch_threads, writes="inline")
     # Opened with the index: on PostgreSQL with pgvector, the vectors go to its column too.
@@ -757,7 +758,7 @@ def _threads(value: str) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m mycelian_agent.memory_server.embeddings",
+        prog="python -m mycelian_agent.memory_server.retrieval.dense.index",
         description="Dense vectors of the memory server's entries.",
     )
     parser.add_argument("--backfill", metavar="DB", required=True,

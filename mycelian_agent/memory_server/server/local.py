@@ -15,8 +15,9 @@ from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
-from ..errors import InputError, MycelianError
-from .base import MemoryStore, open_store
+from mycelian_agent.errors import InputError, MycelianError
+from mycelian_agent.memory_server.storage.base import MemoryStore
+from mycelian_agent.memory_server.storage import open_store
 
 __all__ = ["LOCAL_TOOLS", "LocalConnection"]
 
@@ -47,7 +48,7 @@ class LocalConnection:
         search finds missing are written inline, no background writer for a one-shot command)."""
         dense_factory = None
         if dense:
-            from .embeddings import dense_by_default, load_dense_index
+            from mycelian_agent.memory_server.retrieval.dense.index import dense_by_default, load_dense_index
 
             if dense_by_default():
                 dense_factory = partial(load_dense_index, writes="inline")

@@ -1,6 +1,6 @@
 """The PostgreSQL store behind the memory server: a psycopg 3 connection pool, one transaction per primitive.
 
-It implements the primitives of :class:`~mycelian_agent.memory_server.base.MemoryStore` (which validates and
+It implements the primitives of :class:`~mycelian_agent.memory_server.storage.base.MemoryStore` (which validates and
 shapes results exactly as for SQLite). Several servers and workers may share one database:
 
 - every write to a memory first locks that memory's row (``FOR UPDATE``), so its entries' creation times stay
@@ -41,15 +41,15 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from ..errors import ConfigError, MemoryServerError
-from . import term_stats
-from .base import DenseIndex, MemoryStore, NewEntry, Row, memory_not_found
-from . import pg_vectors
-from .bm25 import tokens
-from .fusion import DenseHits
-from .pg_migrations import ENTRY_TSV, MEMORY_INDEX_STATEMENTS, has_memory_index, migrate
-from .ranking import CONTEXT_GAP_DAYS, ENTRY_WEIGHTS, QUESTION_MARKS, entry_dated, entry_labels, index_words
-from .validation import format_timestamp
+from mycelian_agent.errors import ConfigError, MemoryServerError
+from mycelian_agent.memory_server.storage import term_stats
+from mycelian_agent.memory_server.storage.base import DenseIndex, MemoryStore, NewEntry, Row, memory_not_found
+from mycelian_agent.memory_server.storage.postgres import vectors as pg_vectors
+from mycelian_agent.memory_server.retrieval.bm25 import tokens
+from mycelian_agent.memory_server.retrieval.fusion import DenseHits
+from mycelian_agent.memory_server.storage.postgres.migrations import ENTRY_TSV, MEMORY_INDEX_STATEMENTS, has_memory_index, migrate
+from mycelian_agent.memory_server.retrieval.ranking import CONTEXT_GAP_DAYS, ENTRY_WEIGHTS, QUESTION_MARKS, entry_dated, entry_labels, index_words
+from mycelian_agent.memory_server.storage.validation import format_timestamp
 
 __all__ = ["INSTALL_HINT", "PostgresStore", "announce_dense_path", "one_line", "redact_url", "require_psycopg"]
 

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ConfigError
+from mycelian_agent.errors import ConfigError
 
 if TYPE_CHECKING:
     import numpy as np

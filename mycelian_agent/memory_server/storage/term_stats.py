@@ -2,7 +2,7 @@
 
 BM25 (``bm25.py``) needs a memory's entry count ``N``, the entries containing each index stem ``n(t)`` and the
 tokens over all entries (for the mean length); the query feedback (``feedback.py``) needs the entries containing
-each :func:`~mycelian_agent.memory_server.feedback.feedback_words` word. Both backends keep them in two tables,
+each :func:`~mycelian_agent.memory_server.retrieval.feedback.feedback_words` word. Both backends keep them in two tables,
 written in the same transaction as the entries they count, so a search reads only the rows of its own terms:
 
 - ``memory_stats (memory_id, entries, tokens)``: one row per memory holding entries;
@@ -26,8 +26,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from . import bm25
-from .feedback import feedback_words
+from mycelian_agent.memory_server.retrieval import bm25
+from mycelian_agent.memory_server.retrieval.feedback import feedback_words
 
 __all__ = ["STEM", "WORD", "Delta", "EntryCounts", "MemoryDelta", "TermCounts", "entry_counts", "recount"]
 
