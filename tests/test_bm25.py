@@ -6,6 +6,7 @@ import sqlite3
 
 from mycelian_agent.memory_server.retrieval import bm25
 from mycelian_agent.memory_server.text.porter import stem
+from mycelian_agent.memory_server.retrieval import search
 
 _WORDS = (
     "caresses ponies ties caress cats feed agreed plastered bled motoring sing conflated troubled sized hopping "
@@ -48,21 +49,23 @@ def test_a_search_tokenises_no_entry_the_store_wrote(tmp_path, monkeypatch) -> N
     # A write tokenises its entry for the term statistics (term_stats.py) and puts its terms in the store's entry
     # cache once committed, so a search never tokenises a candidate written through this store.
     from mycelian_agent.memory_server.storage.sqlite.store import Store
+    from mycelian_agent.memory_server.text import analysis
 
     store = Store.open(tmp_path / "m.db")
     try:
         vault = store.create_vault("v")["vaultId"]
         memory = store.create_memory(vault, "m", "CHAT")["memoryId"]
         seen: list[str] = []
-        original = bm25.entry_terms
-        monkeypatch.setattr(bm25, "entry_terms", lambda raw, *rest: seen.append(raw) or original(raw, *rest))
+        original = analysis.entry_terms
+        monkeypatch.setattr(analysis, "entry_terms",
+                            lambda raw, *rest, **options: seen.append(raw) or original(raw, *rest, **options))
         for i in range(6):
             store.add_entry(vault, memory, raw_entry=f"We ran {i} miles by the river", summary=f"Ana ran {i} miles")
         assert len(seen) == 6  # once each, by the write
-        first = store.search(memory, "river miles", top_ke=5)
+        first = search(store, memory, "river miles", top_ke=5)
         assert first["count"] == 5 and len(seen) == 6
         store.add_entry(vault, memory, raw_entry="A new river walk", summary="Ana walked by the river")
-        assert store.search(memory, "river walk", top_ke=5)["entries"][0]["summary"] == "Ana walked by the river"
+        assert search(store, memory, "river walk", top_ke=5)["entries"][0]["summary"] == "Ana walked by the river"
         assert seen[6:] == ["A new river walk"]
     finally:
         store.close()

@@ -10,6 +10,7 @@ from mycelian_agent.memory_server.storage.base import MemoryStore
 from mycelian_agent.memory_server.storage import open_store
 from mycelian_agent.memory_server.retrieval.coverage import boost_named_speakers
 from mycelian_agent.memory_server.retrieval.ranking import query_terms
+from mycelian_agent.memory_server.retrieval import rank_entries, search
 
 
 @pytest.fixture
@@ -56,7 +57,7 @@ CONVERSATION = [
 
 
 def _top(store: MemoryStore, memory: str, query: str, k: int, names: bool = True) -> list[str]:
-    rows = store.rank_entries(memory, query, query_terms(query), k, names=names)
+    rows = rank_entries(store, memory, query, query_terms(query), k, names=names)
     return [row["entry_id"] for row, _ in rows]
 
 
@@ -69,7 +70,7 @@ def test_the_named_persons_turns_from_two_sessions_both_come_first(store: Memory
     assert set(_top(store, memory, question, 2, names=False)) != evidence
     assert set(_top(store, memory, question, 2)) == evidence
     # The same through the search tool (scores still ordered, a factor on BM25's scale).
-    found = store.search(memory, question, top_ke=2)["entries"]
+    found = search(store, memory, question, top_ke=2)["entries"]
     assert {e["entryId"] for e in found} == evidence
     assert found[0]["score"] >= found[1]["score"] > 0
 

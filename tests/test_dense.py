@@ -21,6 +21,7 @@ from mycelian_agent.memory_server.retrieval import fusion  # noqa: E402
 from mycelian_agent.memory_server.retrieval.dense.index import DenseVectors, require_dense_index  # noqa: E402
 from mycelian_agent.memory_server.storage import open_store  # noqa: E402
 from mycelian_agent.memory_server.storage.sqlite.store import Store  # noqa: E402
+from mycelian_agent.memory_server.retrieval import search  # noqa: E402
 from dense_stub import CountingEncoder  # noqa: E402
 from dense_stub import memory_of as _memory  # noqa: E402
 
@@ -60,7 +61,7 @@ def test_vectors_are_written_by_add_entry_and_none_at_search(db_target: str, wri
         store.await_consistency(m)
         assert store.counts()["entry_vectors"] == 2
         assert encoder.texts == 2
-        found = store.search(m, "automobile purchase", top_ke=2)
+        found = search(store, m, "automobile purchase", top_ke=2)
         assert found["entries"][0]["entryId"] == car
         assert encoder.texts == 3  # only the query was encoded
         assert index.embedded_at_search == 0
@@ -74,7 +75,7 @@ def test_vectors_are_written_by_add_entry_and_none_at_search(db_target: str, wri
         assert store.counts()["entry_vectors"] == 2
         seqs, _ = store._dense_similarities(m, "automobile", None, None)
         assert len(seqs) == 2
-        assert car not in [e["entryId"] for e in store.search(m, "automobile purchase", top_ke=3)["entries"]]
+        assert car not in [e["entryId"] for e in search(store, m, "automobile purchase", top_ke=3)["entries"]]
 
 
 def test_add_entries_embeds_its_batch_in_one_encoder_call_all_or_none(db_target: str, writes: str) -> None:
@@ -98,7 +99,7 @@ def test_add_entries_embeds_its_batch_in_one_encoder_call_all_or_none(db_target:
         assert store.counts()["entry_vectors"] == 4 and store.counts()["entries"] == 4
         assert store.add_entries(v, m, items)["deduplicated"] == 4  # a retry: nothing new to embed
         assert encoder.calls == [4]
-        top = store.search(m, "automobile", top_ke=1)["entries"][0]
+        top = search(store, m, "automobile", top_ke=1)["entries"][0]
         assert top["summary"] == "car" and index.embedded_at_search == 0 and encoder.calls == [4, 1]
 
 
@@ -111,7 +112,7 @@ def test_dense_side_respects_the_time_bounds(db_target: str) -> None:
         store.await_consistency(m)  # vectors are written behind; a search settles by itself
         seqs, cosines = store._dense_similarities(m, "dog", "2023-06-01T00:00:00Z", None)
         assert len(seqs) == 2 and sorted(np.isfinite(cosines)) == [False, True]
-        found = store.search(m, "dog", top_ke=2, after="2023-06-01T00:00:00Z")["entries"]
+        found = search(store, m, "dog", top_ke=2, after="2023-06-01T00:00:00Z")["entries"]
         assert [e["entryId"] for e in found] == [late["entryId"]]
 
 
@@ -124,19 +125,19 @@ def test_explicit_backfill_embeds_an_older_database_in_batches(db_target: str) -
     index = DenseVectors(encoder, model="fake", write_behind=False)  # behind, the writer would embed them at once
     with contextlib.closing(open_store(db_target, dense_factory=lambda: index)) as store:
         # The gap is larger than the catch-up limit: the search does not embed the memory, it warns.
-        store.search(m, "puppy", top_ke=3)
+        search(store, m, "puppy", top_ke=3)
         assert store.counts()["entry_vectors"] == 0
         assert index.embedded_at_search == 0
         with store.maintenance_connection() as conn:
             assert index.backfill(conn) == embeddings.CATCHUP_LIMIT + 5
             assert index.backfill(conn, m) == 0  # idempotent
         assert store.counts()["entry_vectors"] == embeddings.CATCHUP_LIMIT + 5
-        assert len(store.search(m, "puppy", top_ke=3)["entries"]) == 3
+        assert len(search(store, m, "puppy", top_ke=3)["entries"]) == 3
         assert index.embedded_at_search == 0
         # A small gap (a few entries from a lexical-only writer) is embedded by the search itself.
         with contextlib.closing(open_store(db_target)) as plain:
             plain.add_entry(v, m, "the puppy slept", "sleep")
-        store.search(m, "puppy", top_ke=3)
+        search(store, m, "puppy", top_ke=3)
         assert index.embedded_at_search == 1
         assert store.counts()["entry_vectors"] == embeddings.CATCHUP_LIMIT + 6
 
@@ -173,13 +174,13 @@ def test_concurrent_searches_share_one_index_on_postgres(request: pytest.Fixture
         for i in range(40):
             store.add_entry(v, m, f"entry {i} mentions the {words[i % 4]}", f"e{i} {words[i % 4]}")
 
-        def search(i: int) -> str:
+        def top(i: int) -> str:
             if i % 5 == 0:
                 store.add_entry(v, m, f"late entry {i} about the hound", f"late {i} hound")
-            return store.search(m, "puppy", top_ke=1)["entries"][0]["summary"]
+            return search(store, m, "puppy", top_ke=1)["entries"][0]["summary"]
 
         with ThreadPoolExecutor(4) as pool:
-            tops = list(pool.map(search, range(20)))
+            tops = list(pool.map(top, range(20)))
         assert all("dog" in top or "hound" in top for top in tops)
         store.await_consistency(m)
         assert store.counts()["entry_vectors"] == 44
@@ -248,7 +249,7 @@ def test_real_packaged_model_embeds_at_write_time() -> None:
         texts = ["I adopted a kitten from the shelter", "The quarterly tax report is due Friday"]
         ids = [store.add_entry(v, m, t, t)["entryId"] for t in texts]
         assert store.counts()["entry_vectors"] == 2
-        assert store.search(m, "kitten adoption", top_ke=2)["entries"][0]["entryId"] == ids[0]
+        assert search(store, m, "kitten adoption", top_ke=2)["entries"][0]["entryId"] == ids[0]
         assert index.embedded_at_search == 0
 
 

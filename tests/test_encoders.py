@@ -14,6 +14,7 @@ from mycelian_agent.errors import ConfigError  # noqa: E402
 from mycelian_agent.memory_server.retrieval.dense import encoders  # noqa: E402
 from mycelian_agent.memory_server.retrieval.dense.index import DenseVectors  # noqa: E402
 from mycelian_agent.memory_server.storage.sqlite.store import Store  # noqa: E402
+from mycelian_agent.memory_server.retrieval import search  # noqa: E402
 from dense_stub import CountingEncoder, memory_of  # noqa: E402
 
 
@@ -54,7 +55,7 @@ def test_queries_and_entries_go_through_their_own_encoder() -> None:
         v, m = memory_of(store)
         car = store.add_entry(v, m, "I bought a new car", "bought car")["entryId"]
         store.add_entry(v, m, "My puppy chewed the sofa", "puppy")
-        assert store.search(m, "automobile", top_ke=1)["entries"][0]["entryId"] == car
+        assert search(store, m, "automobile", top_ke=1)["entries"][0]["entryId"] == car
     assert (entries.texts, queries.texts) == (2, 1)
 
 

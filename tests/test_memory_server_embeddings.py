@@ -13,6 +13,7 @@ np = pytest.importorskip("numpy")
 
 from mycelian_agent.memory_server.retrieval.dense.index import DenseVectors, load_dense_index  # noqa: E402
 from mycelian_agent.memory_server.storage.sqlite.store import Store  # noqa: E402
+from mycelian_agent.memory_server.retrieval import search  # noqa: E402
 from dense_stub import CountingEncoder  # noqa: E402
 
 @contextlib.contextmanager
@@ -31,14 +32,14 @@ def test_dense_side_finds_synonyms_and_fuses_with_bm25() -> None:
         car = store.add_entry(v, m, "I bought a new car last week", "bought car")["entryId"]
         store.add_entry(v, m, "My puppy chewed the sofa", "puppy")
         store.add_entry(v, m, "We flew to Paris in May", "trip")
-        found = store.search(m, "automobile purchase", top_ke=2)
+        found = search(store, m, "automobile purchase", top_ke=2)
         assert found["entries"][0]["entryId"] == car  # no shared word: only the dense side can find it
         assert store.counts()["entry_vectors"] == 3
-        both = store.search(m, "car", top_ke=3)
+        both = search(store, m, "car", top_ke=3)
         assert both["entries"][0]["entryId"] == car
         scores = [e["score"] for e in both["entries"]]
         assert scores == sorted(scores, reverse=True)
-        assert store.search(m, "?!", top_ke=3)["entries"] == []  # no word tokens: no entries, dense or not
+        assert search(store, m, "?!", top_ke=3)["entries"] == []  # no word tokens: no entries, dense or not
 
 
 def test_backfill_cache_delete_and_time_bounds(tmp_path) -> None:
@@ -49,15 +50,15 @@ def test_backfill_cache_delete_and_time_bounds(tmp_path) -> None:
         old = plain.add_entry(v, m, "The dog barked", "dog", conversation_time="2024-01-01T00:00:00Z")["entryId"]
     with dense_store(db) as store:
         new = store.add_entry(v, m, "A hound howled", "hound", conversation_time="2024-06-01T00:00:00Z")["entryId"]
-        assert {e["entryId"] for e in store.search(m, "puppy", top_ke=5)["entries"]} == {old, new}
+        assert {e["entryId"] for e in search(store, m, "puppy", top_ke=5)["entries"]} == {old, new}
         assert store.counts()["entry_vectors"] == 2  # the old entry was embedded on first search
         later = store.add_entry(v, m, "Another dog story", "dog", conversation_time="2024-07-01T00:00:00Z")
-        assert len(store.search(m, "puppy", top_ke=5)["entries"]) == 3  # cached matrix grew by its tail
-        bounded = store.search(m, "puppy", top_ke=5, after="2024-05-01T00:00:00Z", before="2024-06-15T00:00:00Z")
+        assert len(search(store, m, "puppy", top_ke=5)["entries"]) == 3  # cached matrix grew by its tail
+        bounded = search(store, m, "puppy", top_ke=5, after="2024-05-01T00:00:00Z", before="2024-06-15T00:00:00Z")
         assert [e["entryId"] for e in bounded["entries"]] == [new]
         store.delete_entry(v, m, later["entryId"])
         assert store.counts()["entry_vectors"] == 2
-        assert {e["entryId"] for e in store.search(m, "puppy", top_ke=5)["entries"]} == {old, new}
+        assert {e["entryId"] for e in search(store, m, "puppy", top_ke=5)["entries"]} == {old, new}
 
 
 def test_missing_extra_falls_back_to_lexical(monkeypatch: pytest.MonkeyPatch, caplog) -> None:
@@ -82,5 +83,5 @@ def test_real_minilm_model_ranks_by_meaning() -> None:
             "We hiked up the mountain at sunrise",
         ]
         ids = [store.add_entry(v, m, t, t)["entryId"] for t in texts]
-        found = store.search(m, "feline pet adoption", top_ke=3)
+        found = search(store, m, "feline pet adoption", top_ke=3)
         assert found["entries"][0]["entryId"] == ids[0]

@@ -10,9 +10,11 @@ import logging
 
 import pytest
 
+from mycelian_agent.memory_server.storage.postgres import lexical as pg_lexical
 from mycelian_agent.memory_server.storage.postgres import store as pg_store
 from mycelian_agent.memory_server.storage.postgres.migrations import MEMORY_INDEX, SCHEMA_VERSION
 from mycelian_agent.memory_server.storage.postgres.store import PostgresStore
+from mycelian_agent.memory_server.retrieval import search
 
 psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
 
@@ -70,7 +72,7 @@ def test_without_the_extension_right_the_single_column_indexes_stay_and_it_is_sa
             vault = store.create_vault("home")["vaultId"]
             memory = _fill(store, vault, "trips", ["We took the kayak out.", "The paddle is ashore."])
             store.put_context(vault, memory, "Plans: kayak weekend")
-            found = store.search(memory, "kayak", top_ke=5)
+            found = search(store, memory, "kayak", top_ke=5)
             assert found["entries"][0]["summary"] == "We took the kayak out."
             assert [c["context"] for c in found["contexts"]] == ["Plans: kayak weekend"]
         finally:
@@ -93,14 +95,14 @@ def test_document_frequencies_from_bm25_statistics_match_the_index_counts(pg_url
         terms = ["kayak", "trip", "walking", "quiet", "kayak-trip"]  # the last: three lexemes, two stems, counted
 
         def statistics(stems: list[str]) -> tuple[int, dict[str, int], int]:
-            counts = store._term_counts(memory, stems, ())
+            counts = store.term_counts(memory, stems, ())
             return counts.entries, counts.stems, counts.tokens
 
-        known = store._known(terms, statistics)
+        known = pg_lexical.known(terms, statistics)
         with store._read() as conn:
-            lexemes_of = store._lexemes(conn, terms)
-            from_statistics = store._frequencies(conn, "entries", memory, lexemes_of, known)
-            counted = store._frequencies(conn, "entries", memory, lexemes_of, None)
+            lexemes_of = store._lexicon.lexemes(conn, terms)
+            from_statistics = pg_lexical.frequencies(conn, "entries", memory, lexemes_of, known)
+            counted = pg_lexical.frequencies(conn, "entries", memory, lexemes_of, None)
         assert from_statistics == counted == (
             60, {"kayak": 20, "trip": 20, "walk": 20, "quiet": 20, "kayak-trip": 0})
     finally:
@@ -117,11 +119,11 @@ def test_a_query_matching_many_rows_ranks_a_bounded_part_of_them(pg_url: str,
         kinds = ("the harbour is calm", "the kayak needs wax", "nothing happened")
         texts = ["The harbour kayak race was won by Ines."] + [f"Note {i}: {kinds[i % 3]}." for i in range(300)]
         memory = _fill(store, vault, "notes", texts)
-        exact = store.search(memory, "harbour kayak", top_ke=10)["entries"]
+        exact = search(store, memory, "harbour kayak", top_ke=10)["entries"]
         assert exact[0]["summary"] == texts[0]
-        monkeypatch.setattr(pg_store, "EXACT_ROWS", 40)
-        monkeypatch.setattr(pg_store, "BOUNDED_ROWS", 10)
-        monkeypatch.setattr(pg_store, "NEWEST_ROWS", 30)
+        monkeypatch.setattr(pg_lexical, "EXACT_ROWS", 40)
+        monkeypatch.setattr(pg_lexical, "BOUNDED_ROWS", 10)
+        monkeypatch.setattr(pg_lexical, "NEWEST_ROWS", 30)
         statements: list[str] = []
         real = psycopg.Connection.execute
 
@@ -130,7 +132,7 @@ def test_a_query_matching_many_rows_ranks_a_bounded_part_of_them(pg_url: str,
             return real(self, query, params, **kwargs)
 
         monkeypatch.setattr(psycopg.Connection, "execute", seen)
-        bounded = store.search(memory, "harbour kayak", top_ke=10)["entries"]
+        bounded = search(store, memory, "harbour kayak", top_ke=10)["entries"]
         assert any("UNION ALL" in s for s in statements)  # the bounded ranking ran
         assert bounded[0]["summary"] == texts[0]
         newest = {t for t in texts[-30:]}
@@ -138,11 +140,11 @@ def test_a_query_matching_many_rows_ranks_a_bounded_part_of_them(pg_url: str,
         # Time bounds far from the newest rows: the bounded part finds too few inside them, so every match ranks.
         oldest = store.list_entries(vault, memory, limit=50, after="2000-01-01T00:00:00Z")["entries"]
         before = oldest[40]["creationTime"]
-        early = store.search(memory, "harbour kayak", top_ke=10, before=before)["entries"]
+        early = search(store, memory, "harbour kayak", top_ke=10, before=before)["entries"]
         assert early[0]["summary"] == texts[0] and len(early) == 10
         assert all(e["creationTime"] < before for e in early)
         with store._read() as conn:  # each part is bounded: conjunction rows + newest rows at most
-            ranked = store._rank(conn, "entries", memory, ["harbour", "kayak"], 200)
+            ranked = pg_lexical.rank(conn, store._lexicon, "entries", memory, ["harbour", "kayak"], 200)
         assert 1 <= len(ranked) <= 10 + 30
     finally:
         store.close()
@@ -156,12 +158,12 @@ def test_a_bounded_ranking_keeps_every_row_of_a_rare_word(pg_url: str, monkeypat
         vault = store.create_vault("home")["vaultId"]
         texts = ["I'm flying to Lisbon on May 3rd."] + [f"Note {i}: the trip budget is fine." for i in range(300)]
         memory = _fill(store, vault, "notes", texts)
-        monkeypatch.setattr(pg_store, "EXACT_ROWS", 40)
-        monkeypatch.setattr(pg_store, "BOUNDED_ROWS", 10)
-        monkeypatch.setattr(pg_store, "NEWEST_ROWS", 30)
+        monkeypatch.setattr(pg_lexical, "EXACT_ROWS", 40)
+        monkeypatch.setattr(pg_lexical, "BOUNDED_ROWS", 10)
+        monkeypatch.setattr(pg_lexical, "NEWEST_ROWS", 30)
         with store._read() as conn:
-            ranked = store._rank(conn, "entries", memory, ["lisbon", "trip"], 10)
-        first = store._entry_rows(memory, [ranked[0][0]])[ranked[0][0]]
+            ranked = pg_lexical.rank(conn, store._lexicon, "entries", memory, ["lisbon", "trip"], 10)
+        first = store.entry_rows(memory, [ranked[0][0]])[ranked[0][0]]
         assert first["summary"] == texts[0]
     finally:
         store.close()

@@ -15,6 +15,7 @@ from mycelian_agent.memory_server.storage.postgres import store as pg_store  # n
 from mycelian_agent.memory_server.storage.postgres import vectors as pg_vectors  # noqa: E402
 from mycelian_agent.memory_server.storage import open_store  # noqa: E402
 from mycelian_agent.memory_server.retrieval.dense.index import DenseVectors, require_dense_index  # noqa: E402
+from mycelian_agent.memory_server.retrieval import search  # noqa: E402
 from dense_stub import CountingEncoder  # noqa: E402
 from dense_stub import memory_of as _memory  # noqa: E402
 
@@ -33,7 +34,7 @@ def path(request: pytest.FixtureRequest) -> tuple[str, str]:
 
 
 def _search(store, memory: str, query: str, k: int = 5, **bounds: str) -> list[str]:
-    return [e["summary"] for e in store.search(memory, query, top_ke=k, **bounds)["entries"]]
+    return [e["summary"] for e in search(store, memory, query, top_ke=k, **bounds)["entries"]]
 
 
 def test_paraphrased_questions_rank_alike_on_both_paths_and_on_sqlite(path, tmp_path) -> None:

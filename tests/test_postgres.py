@@ -22,6 +22,7 @@ from mycelian_agent.builder import connect, ensure_memory, ensure_vault
 from mycelian_agent.errors import ConfigError, MemoryServerError
 from mycelian_agent.memory_server.storage.postgres.migrations import SCHEMA_VERSION
 from mycelian_agent.memory_server.storage.postgres.store import PostgresStore, redact_url, require_psycopg
+from mycelian_agent.memory_server.retrieval import search
 
 psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
 
@@ -67,6 +68,7 @@ def test_version_2_indexes_words_beside_non_ascii_characters(pg_fresh_url: str,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """Under lc_ctype=C (the test cluster's locale) PostgreSQL's parser glues non-ASCII punctuation to words:
     version 1 indexed "\u201ckayak\u201d" as one token. Version 2 re-indexes such rows; new rows are split first."""
+    import mycelian_agent.memory_server.storage.postgres.lexical as pg_lexical
     import mycelian_agent.memory_server.storage.postgres.migrations as migrations
     import mycelian_agent.memory_server.storage.postgres.store as pg_store
 
@@ -75,7 +77,7 @@ def test_version_2_indexes_words_beside_non_ascii_characters(pg_fresh_url: str,
         v1.setattr(migrations, "SCHEMA_VERSION", 1)
         v1.setattr(pg_store, "index_words", lambda text: text)
         v1.setattr(pg_store.PostgresStore, "_write_statistics", staticmethod(lambda conn, delta: delta.take()))
-        v1.setattr(pg_store.PostgresStore, "_known", staticmethod(lambda terms, statistics: None))  # (no tables)
+        v1.setattr(pg_lexical, "known", lambda terms, statistics: None)  # (no tables)
         store = PostgresStore.open(pg_fresh_url, pool_size=1)
         vault = store.create_vault("home")["vaultId"]
         memory = store.create_memory(vault, "trips", "NOTES")["memoryId"]
@@ -84,7 +86,7 @@ def test_version_2_indexes_words_beside_non_ascii_characters(pg_fresh_url: str,
         store.put_context(vault, memory, "Plans: \u201ckayak\u201d weekend")
 
         def found(query: str) -> tuple[list[str], list[str]]:
-            result = store.search(memory, query, top_ke=5)
+            result = search(store, memory, query, top_ke=5)
             return [e["summary"] for e in result["entries"]], [c["context"] for c in result["contexts"]]
 
         assert found("kayak") == ([], [])

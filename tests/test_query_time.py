@@ -13,6 +13,7 @@ from mycelian_agent.memory_server.retrieval import query_time
 from mycelian_agent.memory_server.storage.base import MemoryStore
 from mycelian_agent.memory_server.storage import open_store
 from mycelian_agent.memory_server.retrieval.query_time import QueryTime, TimeSpan, boost, parse_query_time
+from mycelian_agent.memory_server.retrieval import search
 
 # A Sunday: "last weekend" is the one before (12-13 August), "last week" Monday 7 to Sunday 13 August.
 REFERENCE = date(2023, 8, 20)
@@ -197,7 +198,7 @@ _DAYS = [day for day, _ in _YEAR]
 
 
 def _search(store: MemoryStore, memory_id: str, query: str, before: str | None) -> list[dict]:
-    return store.search(memory_id, query, top_ke=12, include_raw_entries=True, before=before)["entries"]
+    return search(store, memory_id, query, top_ke=12, include_raw_entries=True, before=before)["entries"]
 
 
 # (question, the question's date as the search's `before` bound or None, the turn expected first, whether the words
@@ -237,9 +238,9 @@ def test_a_question_naming_a_time_finds_that_times_turn_first(store: MemoryStore
 def test_a_question_asking_for_a_time_ranks_as_before(store: MemoryStore, monkeypatch) -> None:
     memory_id, _ = _memory(store, _YEAR)
     query = "When did I run my first half marathon?"
-    found = store.search(memory_id, query, top_ke=12)["entries"]
+    found = search(store, memory_id, query, top_ke=12)["entries"]
     monkeypatch.setattr(query_time, "boost", lambda *args: pytest.fail("no time is named"))
-    assert store.search(memory_id, query, top_ke=12)["entries"] == found
+    assert search(store, memory_id, query, top_ke=12)["entries"] == found
 
 
 def test_a_named_span_is_searched_alone_when_the_pool_misses_it(store: MemoryStore, monkeypatch) -> None:
@@ -250,15 +251,15 @@ def test_a_named_span_is_searched_alone_when_the_pool_misses_it(store: MemorySto
     days.append(("2024-03-12", "Quick thoughts on the trip budget and the hotel costs, written on the train home."))
     memory_id, ids = _memory(store, days, title="budget")
     query = "What did I say about the budget last month?"
-    found = store.search(memory_id, query, top_ke=5, before="2024-04-10T00:00:00Z")["entries"]
+    found = search(store, memory_id, query, top_ke=5, before="2024-04-10T00:00:00Z")["entries"]
     assert found[0]["entryId"] == ids[-1], [e["conversationTime"][:10] for e in found]
     monkeypatch.setattr(query_time, "SPAN_SEARCH", False)
-    found = store.search(memory_id, query, top_ke=25, before="2024-04-10T00:00:00Z")["entries"]
+    found = search(store, memory_id, query, top_ke=25, before="2024-04-10T00:00:00Z")["entries"]
     assert ids[-1] not in {e["entryId"] for e in found}
 
 
 def test_a_named_time_without_entries_changes_nothing(store: MemoryStore) -> None:
     memory_id, _ = _memory(store, _YEAR)
-    plain = store.search(memory_id, "What did I cook?", top_ke=12)["entries"]
-    named = store.search(memory_id, "What did I cook in 2019?", top_ke=12)["entries"]
+    plain = search(store, memory_id, "What did I cook?", top_ke=12)["entries"]
+    named = search(store, memory_id, "What did I cook in 2019?", top_ke=12)["entries"]
     assert [e["entryId"] for e in named] == [e["entryId"] for e in plain]

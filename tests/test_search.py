@@ -16,6 +16,7 @@ from mycelian_agent.memory_server import create_server
 from mycelian_agent.memory_server.storage.sqlite.migrations import MIGRATIONS, SCHEMA_VERSION
 from mycelian_agent.memory_server.storage.sqlite.store import Store
 from mycelian_agent.memory_server.testing import BackgroundSession, call_json
+from mycelian_agent.memory_server.retrieval import search
 
 
 @pytest.fixture
@@ -189,14 +190,14 @@ def test_a_schema_2_database_upgrades_in_place(tmp_path: Path) -> None:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
         memory, vault = "22222222-2222-4222-8222-222222222222", "11111111-1111-4111-8111-111111111111"
         # The old rows were re-indexed with their names and dates.
-        found = store.search(memory, "Caroline in May 2023", top_ke=1)["entries"]
+        found = search(store, memory, "Caroline in May 2023", top_ke=1)["entries"]
         assert [e["entryId"] for e in found] == ["33333330-3333-4333-8333-333333333333"]
-        assert store.search(memory, "stemmed: paints", top_ke=1)["count"] == 1
+        assert search(store, memory, "stemmed: paints", top_ke=1)["count"] == 1
         # And they leave the index cleanly: the delete trigger recomputes the values it indexed.
         store.delete_entry(vault, memory, "33333330-3333-4333-8333-333333333333")
         conn.execute("INSERT INTO entries_fts (entries_fts) VALUES ('integrity-check')")
         assert store.counts()["entries_fts"] == len(rows) - 1
-        assert store.search(memory, "Caroline sunsets", top_ke=5)["count"] == 0
+        assert search(store, memory, "Caroline sunsets", top_ke=5)["count"] == 0
     with contextlib.closing(Store.open(db)) as store:  # a second open finds nothing to do
         assert store.connection.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
 
@@ -266,11 +267,11 @@ def test_the_turns_two_steps_away_take_smaller_shares_through_the_neighbours() -
 
 
 def test_ranking_by_parts_finds_the_same_rows_as_the_whole_query(tmp_path, monkeypatch) -> None:
-    # A memory that fills the file is ranked by parts (search._Query) when its terms match many rows: the same
+    # A memory that fills the file is ranked by parts (lexical._Query) when its terms match many rows: the same
     # rows and scores as one OR query, with and without time bounds, for queries of 2 to 4 live terms.
     import random
 
-    from mycelian_agent.memory_server.storage.sqlite import lexical as search
+    from mycelian_agent.memory_server.storage.sqlite import lexical
 
     rng = random.Random(4)
     words = "apple river stone cloud maple violet harbor lantern copper meadow".split()
@@ -283,28 +284,28 @@ def test_ranking_by_parts_finds_the_same_rows_as_the_whole_query(tmp_path, monke
              "summary": " ".join(rng.choices(words, k=rng.randint(1, 4))),
              "conversation_time": f"2024-03-{1 + (batch * 100 + i) % 28:02d}T10:00:00Z"}
             for i in range(100)])
-    monkeypatch.setattr(search, "_PARTS_MIN_POSTINGS", 1)
+    monkeypatch.setattr(lexical, "_PARTS_MIN_POSTINGS", 1)
     conn = store.connection
-    counts = search.PlanCounts()
-    total = search.indexed_rows(conn, "entries_fts")
+    counts = lexical.PlanCounts()
+    total = lexical.indexed_rows(conn, "entries_fts")
     used = 0
     for _ in range(40):
         terms = rng.sample([*words, "absent"], rng.randint(2, 5))
         for after, before in ((None, None), ("2024-03-05T00:00:00.000000Z", "2024-03-20T00:00:00.000000Z")):
-            where, params = search.time_bounds(after, before)
-            parts = search._query(conn, search._ENTRIES, None, terms, total, counts)
-            whole = search._Query(None, tuple(terms), search._ENTRIES.columns)
+            where, params = lexical.time_bounds(after, before)
+            parts = lexical._query(conn, lexical._ENTRIES, None, terms, total, counts)
+            whole = lexical._Query(None, tuple(terms), lexical._ENTRIES.columns)
             used += parts.bounds is not None
             for limit in (5, 50):
-                assert (search._rank(conn, search._ENTRIES, m, parts, limit, False, where, params)
-                        == search._rank(conn, search._ENTRIES, m, whole, limit, False, where, params))
+                assert (lexical._rank(conn, lexical._ENTRIES, m, parts, limit, False, where, params)
+                        == lexical._rank(conn, lexical._ENTRIES, m, whole, limit, False, where, params))
     assert used > 40  # most queries took the parts path
     store.close()
 
 
 def test_a_memory_with_few_matches_gives_them_all_unranked(tmp_path) -> None:
     # rank_entries (the server's candidates) skips bm25() when every match fits: the same set as the ranking.
-    from mycelian_agent.memory_server.storage.sqlite import lexical as search
+    from mycelian_agent.memory_server.storage.sqlite import lexical
 
     store = Store.open(tmp_path / "few.db")
     v = store.create_vault("v")["vaultId"]
@@ -312,10 +313,10 @@ def test_a_memory_with_few_matches_gives_them_all_unranked(tmp_path) -> None:
     store.add_entries(v, m, [{"raw_entry": f"kayak trip {i}" if i % 3 else f"river day {i}", "summary": "s"}
                              for i in range(30)])
     conn = store.connection
-    few = search.rank_entries(conn, m, ["kayak"], 50, "", [])
-    ranked = search._search(conn, search._ENTRIES, m, ["kayak"], 50)
+    few = lexical.rank_entries(conn, m, ["kayak"], 50, "", [])
+    ranked = lexical._search(conn, lexical._ENTRIES, m, ["kayak"], 50)
     assert {s for s, _ in few} == {s for s, _ in ranked} and len(few) == 20
-    assert {score for _, score in few} == {search.UNRANKED}
-    many = search.rank_entries(conn, m, ["kayak", "river"], 5, "", [])
-    assert many == search._search(conn, search._ENTRIES, m, ["kayak", "river"], 5)  # more matches: ranked
+    assert {score for _, score in few} == {lexical.UNRANKED}
+    many = lexical.rank_entries(conn, m, ["kayak", "river"], 5, "", [])
+    assert many == lexical._search(conn, lexical._ENTRIES, m, ["kayak", "river"], 5)  # more matches: ranked
     store.close()

@@ -12,6 +12,7 @@ import pytest
 from mycelian_agent.memory_server.storage.base import MemoryStore
 
 from mycelian_agent.memory_server.storage import open_store
+from mycelian_agent.memory_server.retrieval import search
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -43,7 +44,7 @@ def _memory(store: MemoryStore, turns: list[tuple[str, str]], *, day: str = "202
 
 
 def _first(store: MemoryStore, memory: tuple[str, str], query: str, k: int = 5) -> list[dict]:
-    return store.search(memory[1], query, top_ke=k, include_raw_entries=True)["entries"]
+    return search(store, memory[1], query, top_ke=k, include_raw_entries=True)["entries"]
 
 
 def test_quickstart_trip_dates_come_first(store: MemoryStore) -> None:

@@ -16,6 +16,7 @@ from mycelian_agent.memory_server.storage import term_stats
 from mycelian_agent.memory_server.storage.base import MemoryStore
 from mycelian_agent.memory_server.storage import open_store
 from mycelian_agent.memory_server.storage.term_stats import STEM, WORD
+from mycelian_agent.memory_server.retrieval import search
 
 
 def _stored(store: MemoryStore) -> tuple[dict[str, tuple[int, int]], dict[tuple[str, int, str], int]]:
@@ -108,13 +109,13 @@ def test_every_kind_of_write_keeps_the_statistics_equal_to_a_recount(memory_db: 
         store.delete_memory(vault, gone)
         assert gone not in _stored(store)[0] and not any(key[0] == gone for key in _stored(store)[1])
         _assert_counted(store)
-        counts = store._term_counts(kept, ["river", "retriev", "nowhere"], ["river", "adopted"])
+        counts = store.term_counts(kept, ["river", "retriev", "nowhere"], ["river", "adopted"])
         assert counts == (11, _stored(store)[0][kept][1], {"river": 11, "retriev": 11, "nowhere": 0},
                           {"river": 11, "adopted": 0})
         for entry in store.list_entries(vault, kept, limit=50)["entries"]:
             store.delete_entry(vault, kept, entry["entryId"])
         assert _stored(store) == ({}, {})
-        assert store._term_counts(kept, ["river"], ["river"]) == (0, 0, {"river": 0}, {"river": 0})
+        assert store.term_counts(kept, ["river"], ["river"]) == (0, 0, {"river": 0}, {"river": 0})
     finally:
         store.close()
 
@@ -135,15 +136,15 @@ def test_two_stores_on_one_database_see_each_others_writes(shared_db: str) -> No
         ids = [one.add_entry(vault, memory, f"Note {i} about the garden and roses", f"garden note {i}")["entryId"]
                for i in range(60)]
         one.add_entry(vault, memory, "The kayak trip is on Sunday", "kayak trip")
-        assert two.search(memory, "kayak", top_ke=1)["entries"][0]["summary"] == "kayak trip"
-        before = one.search(memory, "garden roses", top_ke=5)
+        assert search(two, memory, "kayak", top_ke=1)["entries"][0]["summary"] == "kayak trip"
+        before = search(one, memory, "garden roses", top_ke=5)
         for entry_id in ids[:40]:  # deleted by the other store
             two.delete_entry(vault, memory, entry_id)
-        assert one._term_counts(memory, ["garden"], ["roses"]) == two._term_counts(memory, ["garden"], ["roses"])
-        assert one._term_counts(memory, ["garden"], ["roses"])[0] == 21
+        assert one.term_counts(memory, ["garden"], ["roses"]) == two.term_counts(memory, ["garden"], ["roses"])
+        assert one.term_counts(memory, ["garden"], ["roses"])[0] == 21
         with contextlib.closing(open_store(shared_db, pool_size=1)) as fresh:
-            assert one.search(memory, "garden roses", top_ke=5) == fresh.search(memory, "garden roses", top_ke=5)
-        assert one.search(memory, "garden roses", top_ke=5) != before
+            assert search(one, memory, "garden roses", top_ke=5) == search(fresh, memory, "garden roses", top_ke=5)
+        assert search(one, memory, "garden roses", top_ke=5) != before
         _assert_counted(one)
 
 
@@ -185,7 +186,7 @@ def test_the_migration_counts_the_entries_already_stored(backend: str, tmp_path:
     with contextlib.closing(open_store(target, pool_size=1)) as store:
         stored = _stored(store)
         assert stored == _recounted(store) and set(stored[0]) == set(memories[:2])
-        assert store._term_counts(memories[1], ["boat", "cafe"], ["trains"]) == (21, stored[0][memories[1]][1],
+        assert store.term_counts(memories[1], ["boat", "cafe"], ["trains"]) == (21, stored[0][memories[1]][1],
                                                                                   {"boat": 14, "cafe": 21},
                                                                                   {"trains": 7})
         store.add_entry(vault, memories[2], "now counted as it is written", "counted")

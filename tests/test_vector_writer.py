@@ -21,6 +21,7 @@ from mycelian_agent.memory_server.retrieval.dense import writer as vector_writer
 from mycelian_agent.memory_server.storage import open_store  # noqa: E402
 from mycelian_agent.memory_server.retrieval.dense.index import DenseVectors  # noqa: E402
 from mycelian_agent.memory_server.storage.sqlite.store import Store  # noqa: E402
+from mycelian_agent.memory_server.retrieval import search  # noqa: E402
 from dense_stub import CountingEncoder  # noqa: E402
 from dense_stub import memory_of as _memory  # noqa: E402
 
@@ -79,12 +80,12 @@ def test_a_write_returns_before_its_vector_and_a_search_waits_for_it(db_target: 
             car = run(store.add_entry, v, m, "I bought a new car last week", "bought car")["entryId"]  # not gated
             assert encoder.entered.wait(WAIT)  # the writer holds the entry, inside the encoder
             assert run(store.counts)["entry_vectors"] == 0 and index.writer.pending(m) == 1
-            search = owner.submit(store.search, m, "automobile", top_ke=1)
+            found = owner.submit(search, store, m, "automobile", top_ke=1)
             with pytest.raises(FutureTimeout):
-                search.result(0.3)  # waiting for the memory's queued vector
+                found.result(0.3)  # waiting for the memory's queued vector
             encoder.open()
             # "automobile" shares no word with the entry: only its vector can find it.
-            assert [e["entryId"] for e in search.result(WAIT)["entries"]] == [car]
+            assert [e["entryId"] for e in found.result(WAIT)["entries"]] == [car]
             assert index.embedded_at_search == 0 and index.writer.pending() == 0 and index.writer.written == 1
         finally:
             encoder.open()
@@ -106,7 +107,7 @@ def test_entries_committed_without_a_vector_are_embedded_in_the_background_at_op
         assert index.writer.wait_idle(WAIT)
         assert store.counts()["entry_vectors"] == 71 and index.writer.written == 71
         assert max(encoder.calls) <= 32  # the backlog goes in small batches, so new writes never wait long
-        assert store.search(m, "puppy", top_ke=1)["entries"][0]["entryId"] == late["entryId"]
+        assert search(store, m, "puppy", top_ke=1)["entries"][0]["entryId"] == late["entryId"]
 
 
 def test_an_entry_deleted_while_the_writer_encodes_it_gets_no_vector(db_target: str) -> None:
@@ -123,7 +124,7 @@ def test_an_entry_deleted_while_the_writer_encodes_it_gets_no_vector(db_target: 
         assert store.counts()["entry_vectors"] == 1 and index.writer.failures == 0
         seqs, _ = store._dense_similarities(m, "dog", None, None)
         assert len(seqs) == 1
-        assert store.search(m, "hound", top_ke=1)["entries"][0]["entryId"] == kept
+        assert search(store, m, "hound", top_ke=1)["entries"][0]["entryId"] == kept
 
 
 @pytest.fixture
@@ -163,7 +164,7 @@ def test_an_entry_the_encoder_cannot_take_is_given_up_alone(db_target: str, capl
         assert index.writer.failures == 1 and store.counts()["entry_vectors"] == 2
         assert "gave up embedding entry seq" in caplog.text and f"after {vector_writer.ATTEMPTS} tries" in caplog.text
         # The search's catch-up fails on the same text: logged, and the search goes on with the vectors present.
-        found = store.search(m, "automobile", top_ke=1)["entries"]
+        found = search(store, m, "automobile", top_ke=1)["entries"]
         assert found[0]["summary"] == "car" and "could not embed 1 entries of memory" in caplog.text
 
 
@@ -180,7 +181,7 @@ def test_a_writer_whose_thread_died_hands_writes_back_to_the_inline_path(tmp_pat
         assert store.counts()["entry_vectors"] == 0
         store.add_entry(v, m, "the puppy slept", "puppy slept")  # inline now
         assert store.counts()["entry_vectors"] == 1
-        assert store.search(m, "automobile", top_ke=1)["entries"][0]["summary"] == "bought car"  # the catch-up
+        assert search(store, m, "automobile", top_ke=1)["entries"][0]["summary"] == "bought car"  # the catch-up
         assert store.counts()["entry_vectors"] == 2
 
 

@@ -3,12 +3,12 @@
 Each row adds one part to the row above it (categories 1-4 of the LoCoMo file(s), the extractive model):
 
 1. **plain entries, plain BM25** — entries written without speaker names and with relative dates left as they are,
-   searched by BM25 over the raw text and the summary only (the porter stemmer stays on: it is the index's
-   tokenizer);
+   searched by the server's BM25 (``retrieval/bm25.py``) over the raw text and the summary only (the ``labels``
+   and ``dated`` fields weigh 0; the porter stemmer stays on: it is the index's tokenizer), no other step;
 2. **+ who and when** — the entries as the agent writes them: summaries name the speaker ("Caroline said …") and
    put absolute dates beside relative ones; same search;
 3. **+ names and dates indexed** — the ``labels`` (speaker and other tag words) and ``dated`` (the entry's date
-   in words) columns of the index weigh in (:data:`~mycelian_agent.memory_server.storage.sqlite.lexical.ENTRY_WEIGHTS`);
+   in words) fields weigh in (:data:`~mycelian_agent.memory_server.text.analysis.ENTRY_WEIGHTS`);
 4. **+ neighbour context** — each entry takes shares of its neighbouring turns' scores;
 5. **+ query feedback** — a second search with words of the best hits (``memory_server/retrieval/feedback.py``);
 6. **+ time named in the question** — entries inside a time the question names ("in May 2023", "two weeks before
@@ -28,8 +28,9 @@ Re-ranking with a cross-encoder is not a row: no cross-encoder installs offline 
 (BENCHMARKS.md lists what was tried). A plain ``rank_bm25`` over the raw turns is shown for reference.
 
 The conversations are ingested twice (rows 1 and 2-8) through the normal LoCoMo runner; the rows are then searched
-in-process on the stored memories (the same Store code the server runs, without the MCP round trip), so the
-latency column is the store's entry-ranking time per question (p50).
+in-process on the stored memories with the server's own entry ranking (``retrieval.rank_entries``, its steps
+switched off and on; without the MCP round trip), so the latency column is the entry-ranking time per question
+(p50).
 """
 
 from __future__ import annotations
@@ -45,9 +46,9 @@ from typing import Any
 from unittest import mock
 
 from ..conversations.formats import Conversation
-from ..memory_server.retrieval import bm25 as scoring
-from ..memory_server.storage.sqlite import lexical
-from mycelian_agent.memory_server.storage.sqlite.store import Store
+from ..memory_server.retrieval import rank_entries
+from ..memory_server.storage.sqlite.store import Store
+from ..memory_server.text import analysis
 from ..models.extractive import text as extractive_text
 from .bench_common import BenchResult, embeddings_available, md_table, save_plot
 from .bench_recall import KS, _top, bm25_ranker
@@ -96,22 +97,21 @@ def _without_names(conversation: Conversation) -> Conversation:
 Search = Callable[[Store, str, str], list[dict[str, Any]]]
 
 
-def _lexical(weights: Sequence[float] | None, context: bool) -> Search:
+def _ranked(feedback: bool = True, named_time: bool = True, names: bool = True, *, context: bool = True,
+            weights: Sequence[float] | None = None) -> Search:
+    """The server's entry ranking (``retrieval.rank_entries``, what ``search_memories`` returns) with some of its
+    steps off: neighbour context, query feedback, the lift of a time the question names, the names boost; and
+    ``weights`` in place of the index's field weights."""
     def search(store: Store, memory_id: str, question: str) -> list[dict[str, Any]]:
-        terms = lexical.query_terms(question)
-        rows = lexical.search_entries(store.connection, memory_id, terms, 25, context=context, weights=weights)
+        rows = rank_entries(store, memory_id, question, analysis.query_terms(question), 25, context=context,
+                            feedback=feedback, named_time=named_time, names=names, weights=weights)
         return [{"tags": row["tags"]} for row, _ in rows]
     return search
 
 
-def _ranked(feedback: bool, named_time: bool = True, names: bool = True) -> Search:
-    """The server's entry ranking (``MemoryStore.rank_entries``, what ``search_memories`` returns), with or without
-    query feedback, the lift of a time the question names and the names boost."""
-    def search(store: Store, memory_id: str, question: str) -> list[dict[str, Any]]:
-        rows = store.rank_entries(memory_id, question, lexical.query_terms(question), 25, feedback=feedback,
-                                  named_time=named_time, names=names)
-        return [{"tags": row["tags"]} for row, _ in rows]
-    return search
+def _plain(weights: Sequence[float] | None) -> Search:
+    """Rows 1-3: BM25 alone (no neighbours, feedback, time or names), with ``weights`` for the index's fields."""
+    return _ranked(False, False, False, context=False, weights=weights)
 
 
 def _moment(row: Any) -> float:
@@ -122,7 +122,7 @@ def _session_spread(keep: int = 3, penalty: float = 0.8, gap_s: float = 3600.0) 
     """Not kept: the server's 50-deep ranking with the hits after the first ``keep`` re-chosen greedily, each hit's
     score times ``penalty`` per hit already chosen from its session (turns less than ``gap_s`` apart)."""
     def search(store: Store, memory_id: str, question: str) -> list[dict[str, Any]]:
-        ranked = store.rank_entries(memory_id, question, lexical.query_terms(question), 50)
+        ranked = rank_entries(store, memory_id, question, analysis.query_terms(question), 50)
         session: dict[int, int] = {}
         cluster, last = -1, None
         for moment, i in sorted((_moment(row), i) for i, (row, _) in enumerate(ranked)):
@@ -147,15 +147,15 @@ def _term_coverage(top: int = 5, extra: int = 2) -> Search:
     """Not kept: query words that none of the server's first ``top`` hits holds are searched again, and the best
     ``extra`` new hits of that search are placed after the first ``top``."""
     def search(store: Store, memory_id: str, question: str) -> list[dict[str, Any]]:
-        terms = lexical.query_terms(question)
-        ranked = store.rank_entries(memory_id, question, terms, 25)
+        terms = analysis.query_terms(question)
+        ranked = rank_entries(store, memory_id, question, terms, 25)
         seen: set[str] = set()
         for row, _ in ranked[:top]:
-            seen.update(scoring.entry_terms(row["raw_entry"], row["summary"], row["tags"], None).frequencies)
-        missing = [t for t in terms if not set(scoring.tokens(t)) <= seen]
+            seen.update(analysis.entry_terms(row["raw_entry"], row["summary"], row["tags"], None).frequencies)
+        missing = [t for t in terms if not set(analysis.tokens(t)) <= seen]
         if missing and len(missing) < len(terms):
             shown = {row["seq"] for row, _ in ranked[:top]}
-            second = [row for row, _ in store.rank_entries(memory_id, " ".join(missing), missing, 25)
+            second = [row for row, _ in rank_entries(store, memory_id, " ".join(missing), missing, 25)
                       if row["seq"] not in shown][:extra]
             added = {row["seq"] for row in second}
             rows = [r for r, _ in ranked[:top]] + second + [r for r, _ in ranked[top:] if r["seq"] not in added]
@@ -223,7 +223,7 @@ def run_ablation(out: Path, *, locomo: Sequence[str | Path], limit: int | None =
     paths = [Path(p) for p in locomo]
     work = out / "work" / "ablation"
     # Ingested lexically (rows 1-5 search without vectors; row 6 embeds the stored entries up front).
-    base = {"limit": limit, "limit_questions": limit_questions, "workers": workers, "progress": False,
+    base: dict[str, Any] = {"limit": limit, "limit_questions": limit_questions, "workers": workers, "progress": False,
             "embeddings": False}
     dirs = {"plain": work / "plain-entries", "agent": work / "agent-entries"}
     for directory in dirs.values():
@@ -236,10 +236,10 @@ def run_ablation(out: Path, *, locomo: Sequence[str | Path], limit: int | None =
     def evaluate(name: str, search: Search, store: Store | None = None) -> tuple[RecallTable, float]:
         return _evaluate(dirs[name] / "memory.db", samples[name], conversations, limit_questions, search, store)
 
-    rows: list[tuple[str, RecallTable, float | None]] = [
-        (ABLATION_ROWS[0], *evaluate("plain", _lexical(_TEXT_ONLY_WEIGHTS, context=False))),
-        (ABLATION_ROWS[1], *evaluate("agent", _lexical(_TEXT_ONLY_WEIGHTS, context=False))),
-        (ABLATION_ROWS[2], *evaluate("agent", _lexical(None, context=False))),
+    rows: list[tuple[str, RecallTable, float]] = [
+        (ABLATION_ROWS[0], *evaluate("plain", _plain(_TEXT_ONLY_WEIGHTS))),
+        (ABLATION_ROWS[1], *evaluate("agent", _plain(_TEXT_ONLY_WEIGHTS))),
+        (ABLATION_ROWS[2], *evaluate("agent", _plain(None))),
         (ABLATION_ROWS[3], *evaluate("agent", _ranked(feedback=False, named_time=False, names=False))),
         (ABLATION_ROWS[4], *evaluate("agent", _ranked(feedback=True, named_time=False, names=False))),
         (ABLATION_ROWS[5], *evaluate("agent", _ranked(feedback=True, names=False))),

@@ -38,6 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..memory_server.retrieval import search
 from .bench_server import _ms, make_corpus, make_queries
 
 __all__ = ["main", "run_dense_pg"]
@@ -138,11 +139,11 @@ def _load(url: str, entries: int, other: int, kind: str) -> tuple[str, str, dict
 
 def _time_searches(store: Any, memory: str, queries: list[str], warmup: int) -> dict[str, Any]:
     for query in queries[:warmup]:
-        store.search(memory, query, top_ke=10)
+        search(store, memory, query, top_ke=10)
     samples, dense = [], []
     for query in queries[warmup:]:
         started = time.perf_counter()
-        store.search(memory, query, top_ke=10)
+        search(store, memory, query, top_ke=10)
         samples.append(time.perf_counter() - started)
     if store._dense is not None:
         for query in queries[warmup:]:
@@ -242,7 +243,7 @@ def hnsw_parity(url: str, locomo: Path, out: Path) -> dict[str, Any]:
                 for name, (_, store) in stores.items():
                     hits = store._dense_hits(memory, qa["question"], 20, None, None)
                     nearest[name] = set(hits.nearest) if hits else set()
-                    top[name] = [e["entryId"] for e in store.search(memory, qa["question"], top_ke=10)["entries"]]
+                    top[name] = [e["entryId"] for e in search(store, memory, qa["question"], top_ke=10)["entries"]]
                 overlap.append(len(nearest["exact"] & nearest["hnsw"]) / max(1, len(nearest["exact"])))
                 same_top10 += top["exact"] == top["hnsw"]
                 same_top1 += top["exact"][:1] == top["hnsw"][:1]

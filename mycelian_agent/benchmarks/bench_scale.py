@@ -116,7 +116,8 @@ def _load_memory(store: Any, vault: str, title: str, corpus: list[dict[str, Any]
 
 def _search_in_process(target: str, memories: Sequence[str], *, searches: int, warmup: int
                        ) -> tuple[list[float], int]:
-    """``MemoryStore.search`` times over ``memories`` in turn (a store of its own, as a server process has)."""
+    """``retrieval.search`` times over ``memories`` in turn (a store of its own, as a server process has)."""
+    from mycelian_agent.memory_server.retrieval import search
     from mycelian_agent.memory_server.storage import open_store
 
     samples, hits = [], 0
@@ -124,7 +125,7 @@ def _search_in_process(target: str, memories: Sequence[str], *, searches: int, w
     try:
         for i, query in enumerate(make_queries(warmup + searches)):
             started = time.perf_counter()
-            found = store.search(memories[i % len(memories)], query, top_ke=TOP_KE, top_kc=TOP_KC)
+            found = search(store, memories[i % len(memories)], query, top_ke=TOP_KE, top_kc=TOP_KC)
             if i >= warmup:
                 samples.append(time.perf_counter() - started)
                 hits += found["count"] > 0

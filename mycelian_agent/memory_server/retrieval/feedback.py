@@ -14,12 +14,10 @@ The document frequencies are the memory's term statistics, kept in the database 
 from __future__ import annotations
 
 import math
-import re
-import unicodedata
 from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 
-from mycelian_agent.memory_server.retrieval.ranking import STOPWORDS, WORD_RE
+from mycelian_agent.memory_server.text.analysis import feedback_words
 
 __all__ = [
     "FEEDBACK_DOCS",
@@ -53,14 +51,6 @@ FEEDBACK_POSTINGS = 250
 #: Smaller memories get no feedback: it assumes the top hits are a small sample of a larger memory, and in a few
 #: dozen entries they are a good part of it (the second search would return the first one's hits and neighbours).
 FEEDBACK_MIN_ENTRIES = 10 * FEEDBACK_DOCS
-_DIGIT = re.compile(r"\d")
-
-
-def feedback_words(text: str) -> list[str]:
-    """The words of ``text`` that may join a query: case-folded, no stop words, no words under 3 letters or with
-    digits (ids, times and counters say nothing about a topic)."""
-    words = WORD_RE.findall(unicodedata.normalize("NFKC", text).casefold())
-    return [w for w in words if len(w) > 2 and w not in STOPWORDS and not _DIGIT.search(w)]
 
 
 def expansion_terms(
@@ -78,7 +68,7 @@ def expansion_terms(
     if not hits or limit <= 0 or entries <= 0:
         return []
     best = hits[0][1]
-    weight: Counter[str] = Counter()
+    weight: dict[str, float] = {}
     for words, score in hits:
         if not words or best <= 0:
             continue
@@ -86,7 +76,7 @@ def expansion_terms(
         for word, count in Counter(words).items():
             frequency = frequencies.get(word, 0)
             if frequency:
-                weight[word] += count * share * math.log(entries / frequency)
+                weight[word] = weight.get(word, 0.0) + count * share * math.log(entries / frequency)
     chosen: list[str] = []
     read = 0
     for word, value in sorted(weight.items(), key=lambda pair: (-pair[1], pair[0])):

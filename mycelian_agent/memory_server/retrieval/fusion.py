@@ -17,7 +17,7 @@ needs one weight):
 With ``LEXICAL_SHARE`` well above one half an entry with a clear lexical lead keeps it; the dense side reorders
 lexical near-ties and lifts an entry BM25 missed only above weak lexical matches.
 
-The fusion needs no more than a few cosines (:class:`DenseHits`): the query's nearest entries (which give the best
+The fusion needs no more than a few cosines (:class:`DenseHits`, a row type of ``storage/rows.py``): the query's nearest entries (which give the best
 cosine and the dense candidates), the cosines of the lexical candidates, and the typical cosine. The typical cosine
 is the median over a fixed sample of the memory (:data:`SAMPLE` entries picked by a hash of their seq,
 :func:`sample_order`), not over every entry, so an approximate index (pgvector's HNSW, ``pg_vectors.py``) that
@@ -28,12 +28,18 @@ its own sample (the median of every cosine, as before); in a larger one the samp
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
 from typing import Any
 
-__all__ = ["DENSE_CANDIDATES", "LEXICAL_SHARE", "SAMPLE", "DenseHits", "fuse", "fuse_scan", "sample_order",
-           "scan_hits"]
+from mycelian_agent.memory_server.storage.rows import (
+    SAMPLE_HASH_MODULUS as _HASH_MODULUS,
+    SAMPLE_HASH_MULTIPLIER as _HASH_MULTIPLIER,
+    SAMPLE_KEY_SQL,
+    DenseHits,
+)
+
+__all__ = ["DENSE_CANDIDATES", "LEXICAL_SHARE", "SAMPLE", "SAMPLE_KEY_SQL", "DenseHits", "fuse", "fuse_scan",
+           "sample_order", "scan_hits"]
 
 #: Weight of the normalised lexical score (the dense side gets the rest). Set from the LoCoMo recall benchmark, in
 #: process on one ingested copy (BENCHMARKS.md §3), any@10 / all@10 against the lexical 0.812 / 0.708: 0.85 0.809 /
@@ -54,34 +60,6 @@ LEXICAL_SHARE = 0.95
 DENSE_CANDIDATES = 2
 #: Entries of a memory whose cosines give its typical cosine (the median): the first in :func:`sample_order`.
 SAMPLE = 256
-# Knuth's multiplicative hash (2^32 / golden ratio): spreads consecutive seqs over the sample order. Written so that
-# SQL (bigint arithmetic, seq < 3.4e9) and numpy compute the same key.
-_HASH_MULTIPLIER = 2654435761
-_HASH_MODULUS = 1 << 32
-#: ``sample_order``'s key in PostgreSQL, for a bigint seq column ``{0}``.
-SAMPLE_KEY_SQL = f"mod({{0}} * {_HASH_MULTIPLIER}, {_HASH_MODULUS})"
-
-
-@dataclass
-class DenseHits:
-    """What the fusion needs from the dense side of one search.
-
-    ``cosines``: seq -> cosine of the query's nearest entries (within the search's time bounds); ``nearest``: those
-    seqs, best first; ``typical``: the typical cosine of the memory (the median over its sample, see the module
-    docstring); ``more(seqs)``: the cosines of other entries (the lexical candidates; those without a vector or
-    outside the bounds are left out), asked for once the lexical ranking is known."""
-
-    cosines: Mapping[int, float]
-    nearest: Sequence[int]
-    typical: float
-    more: Callable[[Sequence[int]], Mapping[int, float]] | None = None
-    #: Which path answered (``scan`` or ``hnsw``): logs and tests.
-    path: str = field(default="scan")
-
-    @property
-    def best(self) -> float | None:
-        """The best cosine within the bounds (the nearest entry's), None when no entry has one."""
-        return self.cosines[self.nearest[0]] if self.nearest else None
 
 
 def sample_order(seqs: Any) -> Any:

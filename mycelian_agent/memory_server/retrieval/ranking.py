@@ -1,17 +1,32 @@
-"""Ranking pieces shared by every storage backend: query terms, neighbouring-turn context, derived index columns.
+"""Neighbouring-turn context: each hit's score shared with the turns around it, echoes kept below their source, a
+stated change lifted above what it revises.
 
-The SQLite store finds candidates with FTS5 (``search.py``), the PostgreSQL store with ``tsvector`` (``pg_store.py``);
-both score them with ``bm25.py`` and feed the hits through :func:`with_context` here, so the scoring and the
-neighbour shares are one piece of code.
+Both backends find candidates (``storage``) and score them with ``bm25.py``; the pipeline (``pipeline.py``) feeds
+the hits through :func:`with_context` and :func:`current_first` here, so the neighbour shares are one piece of code.
+The text rules these lean on (query terms, question marks, the conversation gap, the index columns) are in
+``text/analysis.py``, re-exported here for callers that knew them as ranking's.
 """
 
 from __future__ import annotations
 
-import json
-import re
-import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
+
+from mycelian_agent.memory_server.storage.rows import Link
+from mycelian_agent.memory_server.text.analysis import (
+    CONTEXT_GAP_DAYS,
+    ENTRY_WEIGHTS,
+    MAX_QUERY_TERMS,
+    QUESTION_MARKS,
+    REVISION_WORDS,
+    STOPWORDS,
+    WORD_RE,
+    entry_dated,
+    entry_labels,
+    index_words,
+    query_terms,
+    revises,
+)
 
 __all__ = [
     "CONTEXT_AFTER_QUESTION",
@@ -22,30 +37,23 @@ __all__ = [
     "CONTEXT_GAP_DAYS",
     "CONTEXT_WEIGHT",
     "ECHO_BELOW",
-    "REVISION_LIFT",
-    "REVISION_WORDS",
     "ENTRY_WEIGHTS",
     "MAX_QUERY_TERMS",
     "QUESTION_MARKS",
+    "REVISION_LIFT",
+    "REVISION_WORDS",
     "STOPWORDS",
     "WORD_RE",
+    "Link",
+    "current_first",
     "entry_dated",
     "entry_labels",
     "index_words",
-    "current_first",
     "query_terms",
     "revises",
     "with_context",
 ]
 
-#: At most this many distinct terms of a query are searched (long queries stay fast).
-MAX_QUERY_TERMS = 48
-#: Column weights of the entry index ``(mkey, raw_entry, summary, labels, dated)``: the summary is written for
-#: retrieval; ``labels`` (tag values such as the speaker's name) weighs like the text, so a question naming a
-#: person finds that person's own turns, which rarely contain their name; ``dated`` (the entry's date in words)
-#: weighs half, a tie-breaker for questions that name a day or month. SQLite passes them to ``bm25()``; PostgreSQL
-#: maps them to the tsvector weights A (summary), B (raw_entry, labels) and C (dated).
-ENTRY_WEIGHTS = (0.0, 1.0, 1.5, 1.0, 0.5)
 #: Share of an entry's lexical score given to the entry that follows it in its memory when the entry asks something
 #: (its text holds one of :data:`QUESTION_MARKS`): the next turn is then most often the answer, which rarely
 #: repeats the question's words ("What inspired you?" -> "I painted this after I visited a LGBTQ center").
@@ -65,84 +73,12 @@ CONTEXT_BEFORE = 0.25
 #: any@1 lower, 0.869 / 0.744 at 0.25 / 0); BENCHMARKS.md section 3.
 CONTEXT_FAR_AFTER = 0.25
 CONTEXT_FAR_BEFORE = 0.1
-#: Characters that make an entry a question for :data:`CONTEXT_AFTER_QUESTION` (ASCII, full-width, Arabic).
-QUESTION_MARKS = "?\uff1f\u061f"
-#: Neighbours further apart in time (conversation time, else creation time) than this are another conversation.
-CONTEXT_GAP_DAYS = 1 / 24
 #: An echo of a statement (see :func:`with_context`) scores at most this share of the statement's score.
 ECHO_BELOW = 0.99
-#: Words by which a person says that something they said before has changed ("Quick update: I moved, my new
-#: address is ...", "The dinner is cancelled", "The dentist moved my appointment to May 10"). General English, not
-#: the evaluation data's vocabulary; matched as whole words of the entry's own text (not its summary), in the
-#: forms that report a change: "changes" and "change" also name things ("positive changes"), "changed" rarely does.
-REVISION_WORDS = frozenset(
-    "update updated changed moved cancelled canceled rescheduled postponed instead switched anymore delayed "
-    "replaced".split()  # noqa: SIM905
-)
 #: A revision (see :func:`current_first`) is lifted to this multiple of the score of the statement it revises.
 REVISION_LIFT = 1.01
 #: Lexical hits whose neighbours are considered (the re-ranked pool; at least the requested limit).
 CONTEXT_DEPTH = 50
-
-# Letters and digits only: operators, quotes and punctuation can never reach an index's query language.
-WORD_RE = re.compile(r"[^\W_]+")
-
-#: Dropped from a query only when it has other terms: OR-ing them matches nearly every entry, which costs time and
-#: adds almost nothing to BM25 (their IDF is tiny). Never feedback words either (``feedback.py``).
-STOPWORDS = frozenset(
-    """a about above after again against all am an and any are as at be because been before being below between
-    both but by can could did do does doing down during each few for from further had has have having he her
-    here hers herself him himself his how i if in into is it its itself just me more most my myself no nor not
-    of off on once only or other our ours ourselves out over own same she should so some such than that the
-    their theirs them themselves then there these they this those through to too under until up very was we
-    were what when where which while who whom why will with would you your yours yourself yourselves s t d ll
-    m re ve""".split()  # noqa: SIM905 (a list literal would be 60 lines)
-)
-_MONTHS = "January February March April May June July August September October November December".split()
-_DIGIT = re.compile(r"\d")
-
-
-def query_terms(query: str) -> list[str]:
-    """The distinct word tokens of ``query`` (case-folded, stop words dropped when others remain), in order."""
-    words = WORD_RE.findall(unicodedata.normalize("NFKC", query).casefold())
-    seen: dict[str, None] = dict.fromkeys(words)
-    content = [w for w in seen if w not in STOPWORDS]
-    return (content or list(seen))[:MAX_QUERY_TERMS]
-
-
-def revises(text: str) -> bool:
-    """Whether ``text`` says that something changed (one of :data:`REVISION_WORDS`)."""
-    return any(word in REVISION_WORDS for word in WORD_RE.findall(text.casefold()))
-
-
-def index_words(text: str) -> str:
-    """The word tokens of ``text`` (:data:`WORD_RE`, the queries' own rule), space-joined: what the PostgreSQL store
-    hands to ``to_tsvector``. Under ``lc_ctype=C`` PostgreSQL's parser counts every non-ASCII character as a
-    letter, gluing curly quotes, dashes, ellipses and full-width punctuation to the words beside them
-    ("\u201ckayak\u201d" would be one token that a search for kayak never finds); split here, the index holds the
-    same words whatever the cluster's locale."""
-    return " ".join(WORD_RE.findall(text))
-
-
-def entry_labels(tags: Mapping[str, str] | str) -> str:
-    """The ``labels`` column of an entry: its tag values without digits (speaker names, topics), space-joined.
-
-    Identifiers and counters (ids, turn numbers, session keys) carry digits and would only add noise. Same rule as
-    SQLite's migration 3 (``json_each(tags) ... NOT GLOB '*[0-9]*'``). ``tags`` may be the stored JSON text.
-    """
-    values = json.loads(tags) if isinstance(tags, str) else tags
-    return " ".join(v for v in values.values() if isinstance(v, str) and not _DIGIT.search(v))
-
-
-def entry_dated(moment: str) -> str:
-    """The ``dated`` column: a normalised timestamp's date in words (``2023-05-08T...`` -> ``8 May 2023``)."""
-    month = int(moment[5:7])
-    name = _MONTHS[month - 1] if 1 <= month <= 12 else ""
-    return f"{int(moment[8:10])} {name} {moment[:4]}"
-
-
-Link = tuple[int, int | None, int | None, bool]
-
 
 def with_context(
     hits: Sequence[tuple[int, float]],
@@ -203,8 +139,13 @@ def with_context(
 class Revisable(Protocol):
     """What :func:`current_first` reads of an entry (``bm25.EntryTerms`` has it)."""
 
-    author: str | None
-    revises: bool
+    @property
+    def author(self) -> str | None:
+        """Who wrote the entry (its ``speaker`` tag, else its ``role``)."""
+
+    @property
+    def revises(self) -> bool:
+        """Whether the entry's own text says something changed."""
 
 
 def current_first(

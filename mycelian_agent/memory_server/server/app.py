@@ -31,6 +31,7 @@ from mycelian_agent.limits import ADD_ENTRIES_MAX_ITEMS, RAW_ENTRY_MAX_CHARS, SE
 from mycelian_agent.prompt_files import PROMPT_NAMES, read_prompt
 from mycelian_agent.memory_server.server.runtime import StoreHandle, StoreRunner
 from mycelian_agent.memory_server.server.access import vaults_of
+from mycelian_agent.memory_server.retrieval.pipeline import search
 from mycelian_agent.memory_server.storage.base import DenseIndex, MemoryStore
 from mycelian_agent.memory_server.storage import is_postgres_url
 from mycelian_agent.memory_server.storage.sqlite.store import SYNC_MODES
@@ -333,7 +334,7 @@ async def search_memories(
     [{context, timestamp, score}]}, sorted by score (higher is better); with offset, the places past the 50th
     continue one deeper ranking, each entry once."""
     result = await _app(ctx).store.call(
-        MemoryStore.search,
+        search,
         memory_id,
         query,
         top_ke,

@@ -16,12 +16,14 @@ from functools import partial
 from typing import Any
 
 from mycelian_agent.errors import InputError, MycelianError
+from mycelian_agent.memory_server.retrieval.pipeline import search
 from mycelian_agent.memory_server.storage.base import MemoryStore
 from mycelian_agent.memory_server.storage import open_store
 
 __all__ = ["LOCAL_TOOLS", "LocalConnection"]
 
-#: Tool name -> the store method that implements it (same argument names, same result).
+#: Tool name -> the store method (or, for search, retrieval's function of a store) that implements it (same argument
+#: names, same result).
 LOCAL_TOOLS: Mapping[str, Callable[..., Any]] = {
     "list_vaults": MemoryStore.list_vaults,
     "list_memories": MemoryStore.list_memories,
@@ -29,7 +31,7 @@ LOCAL_TOOLS: Mapping[str, Callable[..., Any]] = {
     "list_entries": MemoryStore.list_entries,
     "get_entry": MemoryStore.get_entry,
     "get_context": MemoryStore.get_context,
-    "search_memories": MemoryStore.search,
+    "search_memories": search,
     "delete_entry": MemoryStore.delete_entry,
     "delete_memory": MemoryStore.delete_memory,
 }

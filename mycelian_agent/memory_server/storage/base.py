@@ -1,78 +1,74 @@
 """The storage interface of the memory server: one validating front, two backends (SQLite, PostgreSQL).
 
-:class:`MemoryStore` holds everything the tool contract says that does not depend on the database: argument
-checks, the JSON shapes of results, the idempotency-key rule, the search pipeline (query terms, neighbouring-turn
-context, query feedback, optional dense fusion). A backend implements the small set of ``_primitive`` methods below,
-each one transaction. Failures raise :class:`~mycelian_agent.errors.InputError` (bad argument) or
+:class:`MemoryStore` holds everything the tool contract says about storing that does not depend on the database:
+argument checks, the JSON shapes of results, the idempotency-key rule. A backend implements the abstract methods
+below, each one transaction. Failures raise :class:`~mycelian_agent.errors.InputError` (bad argument) or
 :class:`~mycelian_agent.errors.MemoryServerError` (unknown id, conflict) and leave the database unchanged.
 
-The interface names no backend: :func:`mycelian_agent.memory_server.storage.open_store` picks one from the target.
+Searching is retrieval's (``retrieval/pipeline.py``): it takes a store and asks it, through the public reads of
+the "search reads" section (:data:`SEARCH_READS`), for a memory's lexical candidates, term statistics, neighbouring
+entries, entry rows and analysed terms, ranked context snapshots and the dense side's hits. Storage imports nothing
+above it (``text/`` only). The interface names no backend: :func:`mycelian_agent.memory_server.storage.open_store`
+picks one from the target.
 """
 
 from __future__ import annotations
 
-import json
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any, NamedTuple, Protocol
+from typing import Any, Protocol
 
 from mycelian_agent.errors import InputError, MemoryServerError
-from mycelian_agent.limits import SEARCH_DEPTH_MAX
-from mycelian_agent.memory_server.retrieval import bm25
-from mycelian_agent.memory_server.retrieval import coverage
-from mycelian_agent.memory_server.retrieval import feedback as feedback_module
-from mycelian_agent.memory_server.retrieval import fusion
-from mycelian_agent.memory_server.retrieval import query_time
 from mycelian_agent.memory_server.storage import term_stats
+from mycelian_agent.memory_server.storage.entry_cache import EntryCache
 from mycelian_agent.memory_server.storage.placeholder import PLACEHOLDER_CONTEXT
-from mycelian_agent.memory_server.retrieval.ranking import CONTEXT_DEPTH, current_first, query_terms, with_context
+from mycelian_agent.memory_server.storage.rows import ENTRY_FIELDS, DenseHits, Link, NewEntry, Row, entry_json, memory_json
 from mycelian_agent.memory_server.storage.validation import (
     LIMITS,
-    check_idempotency_key,
+    check_entry,
+    check_entry_item,
     check_memory_type,
     check_optional_text,
-    check_tags,
     check_text,
     check_title,
     check_uuid,
     parse_rfc3339,
 )
+from mycelian_agent.memory_server.text import analysis
+from mycelian_agent.memory_server.text.analysis import EntryTerms
 
 __all__ = [
     "ENTRY_FIELDS",
     "POSTGRES_SCHEMES",
+    "SEARCH_READS",
+    "DenseHits",
     "DenseIndex",
+    "Link",
     "MemoryStore",
     "NewEntry",
     "Row",
-    "is_postgres_url",
-    "open_store",
+    "Statistics",
+    "entry_json",
+    "memory_json",
+    "memory_not_found",
 ]
 
 _ENTRY_CACHE_LOCK = threading.Lock()
 
-#: Row objects of a backend: anything indexable by column name (``sqlite3.Row``, a dict).
-Row = Mapping[str, Any]
 #: URL prefixes that select the PostgreSQL backend.
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
-#: The fields of one ``add_entries`` item (``raw_entry`` and ``summary`` required), as for ``add_entry``.
-ENTRY_FIELDS = ("raw_entry", "summary", "tags", "conversation_time", "idempotency_key")
-
-
-class NewEntry(NamedTuple):
-    """One entry to append, validated (``add_entry``'s arguments after the ids)."""
-
-    raw_entry: str
-    summary: str
-    tags: dict[str, str]
-    conversation_time: str | None
-    idempotency_key: str | None
+#: What retrieval asks a store for (the public reads of :class:`MemoryStore`'s "search reads" section); each is
+#: covered by ``tests/conformance`` on every backend.
+SEARCH_READS = ("check_memory", "lexical_candidates", "term_counts", "entry_rows", "entry_terms", "neighbour_links",
+                "entries_within", "ranked_contexts", "latest_context", "has_dense", "dense_hits")
+#: BM25's statistics of a memory for some stems: ``(entries, {stem: entries containing it}, tokens)``.
+Statistics = Callable[[Sequence[str]], tuple[int, dict[str, int], int]]
 
 
 class DenseIndex(Protocol):
-    """What a store needs from an optional dense (embedding) index; see ``embeddings.py``. ``conn`` is the
+    """What a store needs from an optional dense (embedding) index; see ``retrieval/dense/``. ``conn`` is the
     backend's connection (sqlite3 or psycopg), inside the caller's transaction for writes."""
 
     def index_entry(self, conn: Any, seq: int, memory_id: str, summary: str, raw_entry: str) -> None:
@@ -101,8 +97,8 @@ class DenseIndex(Protocol):
         k: int,
         after: str | None = None,
         before: str | None = None,
-    ) -> fusion.DenseHits | None:
-        """The dense side of a search (``fusion.DenseHits``): the ``k`` nearest entries and the memory's typical
+    ) -> DenseHits | None:
+        """The dense side of a search (:class:`DenseHits`): the ``k`` nearest entries and the memory's typical
         cosine (``connect()``: the store's connection). Called after :meth:`settle`."""
 
     def attach(self, connect: Callable[[], AbstractContextManager[Any]] | None) -> None:
@@ -119,76 +115,10 @@ class DenseIndex(Protocol):
         """Finish and release what :meth:`attach` started (called before the store's connections close)."""
 
 
-def entry_json(row: Row) -> dict[str, Any]:
-    """The entry object of the tool contract."""
-    entry: dict[str, Any] = {
-        "entryId": row["entry_id"],
-        "memoryId": row["memory_id"],
-        "vaultId": row["vault_id"],
-        "creationTime": row["creation_time"],
-    }
-    if row["conversation_time"] is not None:
-        entry["conversationTime"] = row["conversation_time"]
-    entry["rawEntry"] = row["raw_entry"]
-    entry["summary"] = row["summary"]
-    entry["tags"] = json.loads(row["tags"])
-    return entry
-
-
-def memory_json(row: Row) -> dict[str, Any]:
-    """The memory object of the tool contract."""
-    return {
-        "memoryId": row["memory_id"],
-        "vaultId": row["vault_id"],
-        "title": row["title"],
-        "description": row["description"],
-        "memoryType": row["memory_type"],
-        "creationTime": row["creation_time"],
-    }
-
-
-def _score(value: float) -> float:
-    # Six significant digits: lexical scores on small memories are tiny, so fixed decimals would erase the order.
-    return float(f"{value:.6g}")
-
-
-def _entry_terms(row: Row) -> bm25.EntryTerms:
-    moment = row["conversation_time"] or row["creation_time"]
-    return bm25.entry_terms(row["raw_entry"], row["summary"], row["tags"], moment)
-
-
 def memory_not_found(memory_id: str, vault_id: str | None) -> MemoryServerError:
     """The error for a memory that is not there (in ``vault_id`` when given)."""
     where = f" in vault {vault_id}" if vault_id is not None else ""
     return MemoryServerError(f"memory {memory_id} not found{where}")
-
-
-def _new_entry(
-    raw_entry: Any, summary: Any, tags: Any, conversation_time: Any, idempotency_key: Any
-) -> NewEntry:
-    """The checked arguments of one entry (``add_entry``'s rules)."""
-    return NewEntry(
-        check_text("raw_entry", raw_entry, LIMITS["raw_entry"]),
-        check_text("summary", summary, LIMITS["summary"]),
-        check_tags(tags),
-        parse_rfc3339("conversation_time", conversation_time),
-        check_idempotency_key(idempotency_key),
-    )
-
-
-def _new_item(index: int, item: Any) -> NewEntry:
-    """Item ``index`` of an ``add_entries`` call, checked; errors name the item."""
-    if not isinstance(item, Mapping):
-        raise InputError(f"entries[{index}] must be an object with raw_entry and summary (got {type(item).__name__})")
-    unknown = [key for key in item if key not in ENTRY_FIELDS]
-    missing = [key for key in ENTRY_FIELDS[:2] if key not in item]
-    if unknown or missing:
-        problems = [f"unknown field {k!r}" for k in unknown] + [f"missing required field {k!r}" for k in missing]
-        raise InputError(f"entries[{index}]: {'; '.join(problems)} (fields: {', '.join(ENTRY_FIELDS)})")
-    try:
-        return _new_entry(*(item.get(key) for key in ENTRY_FIELDS))
-    except InputError as exc:
-        raise InputError(f"entries[{index}]: {exc}") from None
 
 
 def _check_same_entry(row: Row, inserted: bool, entry: NewEntry, memory_id: str) -> None:
@@ -264,42 +194,6 @@ class MemoryStore(ABC):
         """Store a context snapshot (the memory must exist); return its timestamp."""
 
     @abstractmethod
-    def _latest_context(self, memory_id: str) -> Row | None:
-        """``content, creation_time`` of the newest snapshot, or None."""
-
-    @abstractmethod
-    def _lexical_entries(
-        self, memory_id: str, terms: list[str], limit: int, after: str | None, before: str | None, *,
-        statistics: Callable[[Sequence[str]], tuple[int, dict[str, int], int]] | None = None,
-    ) -> list[tuple[int, float]]:
-        """The ``limit`` best of the memory's entries by the index's own lexical ranking: ``(seq, score > 0)``, the
-        candidates that ``bm25.py`` re-scores and re-orders (so in any order: SQLite returns a memory that has no
-        more matches than ``limit`` unranked). ``statistics(stems)``, when given, is BM25's ``(entries,
-        {stem: entries containing it}, tokens)`` of the memory (what ``bm25.rank`` uses), for a backend whose index
-        does not keep them; it may read the database, so call it before taking a connection."""
-
-    @abstractmethod
-    def _neighbours(
-        self, memory_id: str, seqs: Sequence[int], after: str | None, before: str | None
-    ) -> tuple[list[tuple[int, int | None, int | None, bool]], set[int]]:
-        """``(links, allowed)`` for :func:`ranking.with_context`: each seq's previous and next entry in the memory
-        within ``CONTEXT_GAP_DAYS`` and whether the entry asks something (``ranking.QUESTION_MARKS`` in its raw
-        text), and the seqs (given and neighbours) inside the time bounds."""
-
-    @abstractmethod
-    def _entry_rows(self, memory_id: str, seqs: Sequence[int]) -> dict[int, Row]:
-        """The rows of the memory's entries ``seqs``, by seq."""
-
-    @abstractmethod
-    def _term_counts(self, memory_id: str, stems: Collection[str], words: Collection[str]) -> term_stats.TermCounts:
-        """The memory's term statistics (``term_stats.py``, kept by every write): its entries, their BM25 tokens,
-        and the entries containing each of ``stems`` (BM25 index stems) and ``words`` (feedback words)."""
-
-    @abstractmethod
-    def _lexical_contexts(self, memory_id: str, terms: list[str], limit: int) -> list[tuple[Row, float]]:
-        """Context snapshots ranked against ``terms``: ``(row with content, creation_time; score)``."""
-
-    @abstractmethod
     def _counts(self) -> dict[str, int]:
         """Row counts of every table and index."""
 
@@ -333,7 +227,7 @@ class MemoryStore(ABC):
 
     def _dense_hits(
         self, memory_id: str, query: str, k: int, after: str | None, before: str | None
-    ) -> fusion.DenseHits | None:
+    ) -> DenseHits | None:
         """The dense side of a search from the store's index (see :meth:`DenseIndex.hits`), None without one."""
         return None
 
@@ -410,7 +304,7 @@ class MemoryStore(ABC):
         """Append an entry; with ``idempotency_key``, a retry returns the stored entry (``deduplicated``)."""
         vault_id = check_uuid("vault_id", vault_id)
         memory_id = check_uuid("memory_id", memory_id)
-        entry = _new_entry(raw_entry, summary, tags, conversation_time, idempotency_key)
+        entry = check_entry(raw_entry, summary, tags, conversation_time, idempotency_key)
         row, inserted = self._append_entry(vault_id, memory_id, entry)
         _check_same_entry(row, inserted, entry, memory_id)
         if inserted and self._dense is not None:
@@ -433,7 +327,7 @@ class MemoryStore(ABC):
             raise InputError(f"entries must be a list of entry objects (got {type(entries).__name__})")
         if not 1 <= len(entries) <= most:
             raise InputError(f"entries must hold 1 to {most} entries (got {len(entries)})")
-        items = [_new_item(index, item) for index, item in enumerate(entries)]
+        items = [check_entry_item(index, item) for index, item in enumerate(entries)]
         self._memory_row(vault_id, memory_id)
         answers = []
         inserted_seqs = []
@@ -514,219 +408,94 @@ class MemoryStore(ABC):
         vault_id = check_uuid("vault_id", vault_id)
         memory_id = check_uuid("memory_id", memory_id)
         self._memory_row(vault_id, memory_id)
-        row = self._latest_context(memory_id)
+        row = self.latest_context(memory_id)
         return PLACEHOLDER_CONTEXT if row is None else row["content"]
 
-    # -- search --------------------------------------------------------------------------------------------
+    # -- search reads: what retrieval asks (SEARCH_READS; arguments already validated by the caller) -----------
 
-    def search(
-        self,
-        memory_id: str,
-        query: str,
-        top_ke: int = 5,
-        top_kc: int = 2,
-        include_raw_entries: bool = False,
-        *,
-        after: str | None = None,
-        before: str | None = None,
-        vault_id: str | None = None,
-        offset: int = 0,
-    ) -> dict[str, Any]:
-        """Entries and context snapshots of one memory ranked against ``query``.
-
-        ``offset`` skips the first entries of the ranking (paging: ``offset + top_ke`` at most
-        :data:`~mycelian_agent.limits.SEARCH_DEPTH_MAX`); the context snapshots are the same on every page.
-        All pages join into one ranking, each entry once: the first ``ranking.CONTEXT_DEPTH`` (50) places are the
-        ranking of a 50-deep pool (what every ordinary search returns a prefix of), and deeper places continue with
-        the rest of a ``SEARCH_DEPTH_MAX``-deep ranking (scores there may exceed the 50th's: neighbour shares and
-        query feedback see more candidates).
-        """
-        memory_id = check_uuid("memory_id", memory_id)
-        if vault_id is not None:
-            vault_id = check_uuid("vault_id", vault_id)
-        query = check_text("query", query, LIMITS["query"])
-        for name, value, low, high in (("top_ke", top_ke, 0, 25), ("top_kc", top_kc, 1, 10),
-                                       ("offset", offset, 0, SEARCH_DEPTH_MAX - 25)):
-            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-                raise InputError(f"{name} must be an integer from {low} to {high} (got {value!r})")
-        if not isinstance(include_raw_entries, bool):
-            raise InputError(f"include_raw_entries must be a boolean (got {include_raw_entries!r})")
-        after = parse_rfc3339("after", after)
-        before = parse_rfc3339("before", before)
-        self._memory_row(vault_id, memory_id)
-        terms = query_terms(query)
-        entries = []
-        depth = offset + top_ke if top_ke else 0
-        ranked = self.rank_entries(memory_id, query, terms, min(depth, CONTEXT_DEPTH), after=after, before=before)
-        if depth > CONTEXT_DEPTH:
-            # A pool as deep as this page would reorder the first places (and one as deep as the next page would
-            # reorder this one), so deep pages continue the 50-deep ranking from one fixed, deepest pool.
-            shown = {row["seq"] for row, _ in ranked}
-            deeper = self.rank_entries(memory_id, query, terms, SEARCH_DEPTH_MAX, after=after, before=before)
-            ranked += [(row, score) for row, score in deeper if row["seq"] not in shown]
-        for row, score in ranked[offset:depth]:
-            item: dict[str, Any] = {"entryId": row["entry_id"], "summary": row["summary"]}
-            if include_raw_entries:
-                item["rawEntry"] = row["raw_entry"]
-            item["score"] = _score(score)
-            item["creationTime"] = row["creation_time"]
-            if row["conversation_time"] is not None:
-                item["conversationTime"] = row["conversation_time"]
-            item["tags"] = json.loads(row["tags"])
-            entries.append(item)
-        contexts = (
-            [
-                {"context": row["content"], "timestamp": row["creation_time"], "score": _score(score)}
-                for row, score in self._lexical_contexts(memory_id, terms, top_kc)
-            ]
-            if terms
-            else []
-        )
-        latest = self._latest_context(memory_id)
-        return {
-            "entries": entries,
-            "count": len(entries),
-            "latestContext": PLACEHOLDER_CONTEXT if latest is None else latest["content"],
-            "latestContextTimestamp": None if latest is None else latest["creation_time"],
-            "contexts": contexts,
-        }
-
-    def rank_entries(
-        self,
-        memory_id: str,
-        query: str,
-        terms: list[str],
-        limit: int,
-        *,
-        after: str | None = None,
-        before: str | None = None,
-        context: bool = True,
-        feedback: bool = True,
-        named_time: bool = True,
-        names: bool = True,
-    ) -> list[tuple[Row, float]]:
-        """The memory's entries ranked for ``query`` (``terms`` from ``query_terms``): lexical hits, re-ranked with
-        their neighbours' scores (``context``), joined by a second search with words of the best hits
-        (``feedback``, see ``feedback.py``), those inside a time the query names lifted (``named_time``, see
-        ``query_time.py``), the turns of a speaker the query names raised (``names``, see ``coverage.py``), fused
-        with dense similarities when the store has an index."""
-        if limit <= 0 or not terms:
-            return []
-        if self._dense is not None:
-            # Before any connection is taken: the writer may need one of the pool's to finish.
-            self._dense.settle(memory_id)
-        # The dense side first, as the catch-up of entries without a vector should see the memory just settled.
-        dense = self._dense_hits(memory_id, query, limit * fusion.DENSE_CANDIDATES, after, before)
-        depth = max(limit, CONTEXT_DEPTH) if context else limit
-        if self._dense is not None:
-            # Fusion needs a lexical list deeper than the final cut so that an entry the dense side favours can
-            # rise past weaker lexical hits. Not deeper than that: the neighbour shares and the query feedback then
-            # work on the same pool as without dense (a pool of 100 at limit 25 lowered recall any@10 by 0.01).
-            depth = max(depth, limit * 2)
-        hits = self._lexical_ranking(memory_id, terms, depth, after, before, context)
-        if feedback and hits:
-            extra = self._feedback_terms(memory_id, terms, hits)
-            if extra:
-                second = self._lexical_ranking(memory_id, extra, depth, after, before, context)
-                # The hits the words came from would match them best: no second score for them, or the second
-                # search would only reshuffle the top (recall@1 fell from 0.36 to 0.30 on LoCoMo dev).
-                sources = {seq for seq, _ in hits[: feedback_module.FEEDBACK_DOCS]}
-                hits = feedback_module.combine(hits, [hit for hit in second if hit[0] not in sources])
-        if named_time and hits:
-            hits = self._time_named(memory_id, query, terms, hits, depth, after, before, context)
-        if names and hits:
-            hits = self._boost_named(memory_id, terms, hits)
-        if self._dense is not None:
-            hits = fusion.fuse(hits, dense, limit)
-        hits = hits[:limit]
-        rows = self._entry_rows(memory_id, [seq for seq, _ in hits])
-        return [(rows[seq], score) for seq, score in hits if seq in rows]
-
-    def _lexical_ranking(
-        self, memory_id: str, terms: list[str], depth: int, after: str | None, before: str | None, context: bool,
+    @abstractmethod
+    def lexical_candidates(
+        self, memory_id: str, terms: list[str], limit: int, after: str | None, before: str | None, *,
+        statistics: Statistics | None = None,
     ) -> list[tuple[int, float]]:
-        """BM25 hits (``bm25.py``), re-ranked with their neighbours' scores when ``context``: up to ``depth``, best
-        first."""
-        stems = bm25.query_stems(terms)
-        read: list[term_stats.TermCounts] = []  # the memory's counts of ``stems``, read once when first needed
+        """The ``limit`` best of the memory's entries for the query words ``terms`` by the index's own lexical
+        ranking, within the exclusive time bounds: ``(seq, score > 0)``, the candidates that retrieval's BM25
+        re-scores and re-orders (so in any order: SQLite returns a memory that has no more matches than ``limit``
+        unranked). ``statistics(stems)``, when given, is BM25's ``(entries, {stem: entries containing it}, tokens)``
+        of the memory, for a backend whose index does not keep them; it may read the database, so call it before
+        taking a connection."""
 
-        def statistics(wanted: Sequence[str]) -> tuple[int, dict[str, int], int]:
-            if not read:
-                read.append(self._term_counts(memory_id, sorted(set(stems) | set(wanted)), ()))
-            known = read[0]
-            missing = [stem for stem in wanted if stem not in known.stems]
-            if missing:
-                known.stems.update(self._term_counts(memory_id, missing, ()).stems)
-            return known.entries, {stem: known.stems[stem] for stem in wanted}, known.tokens
+    @abstractmethod
+    def term_counts(self, memory_id: str, stems: Collection[str], words: Collection[str]) -> term_stats.TermCounts:
+        """The memory's term statistics (``term_stats.py``, kept by every write): its entries, their BM25 tokens,
+        and the entries containing each of ``stems`` (BM25 index stems) and ``words`` (feedback words; 0 for a term
+        in none)."""
 
-        candidates = self._lexical_entries(memory_id, terms, depth * bm25.CANDIDATES, after, before,
-                                           statistics=statistics)
-        if not candidates:
-            return []
-        count, frequencies, length = statistics(stems)
-        entries = self._entry_cache.get(
-            [seq for seq, _ in candidates],
-            lambda seqs: {seq: _entry_terms(row) for seq, row in self._entry_rows(memory_id, seqs).items()})
-        scored = bm25.rank(list(entries.items()), stems, count, frequencies, length)
-        hits = [(seq, value) for seq, value, _ in scored[:depth]]
-        if context and hits:
-            links, allowed = self._neighbours(memory_id, [seq for seq, _ in hits], after, before)
-            # The neighbours' own neighbours: the turns two steps from each hit (ranking.CONTEXT_FAR_AFTER).
-            outer, further = self._neighbours(memory_id, sorted(allowed.difference(seq for seq, _ in hits)), after,
-                                              before)
-            matched = {seq: frozenset(by_stem) for seq, _, by_stem in scored}
-            hits = with_context(hits, links, allowed | further, depth, matched, outer)
-            hits = current_first(hits, entries, matched)
-        return hits
+    @abstractmethod
+    def entry_rows(self, memory_id: str, seqs: Sequence[int]) -> dict[int, Row]:
+        """The rows of the memory's entries ``seqs``, by seq (seqs not in the memory left out)."""
 
-    def _time_named(
-        self, memory_id: str, query: str, terms: list[str], hits: list[tuple[int, float]], depth: int,
-        after: str | None, before: str | None, context: bool,
-    ) -> list[tuple[int, float]]:
-        """``hits`` with the entries inside the times ``query`` names lifted (``query_time.py``), seen from the
-        question's date: ``before`` (exclusive) when given, else today. A single named span is also searched on its
-        own (the same ``terms``), so that its entries compete even when the whole memory's pool missed them."""
-        named = query_time.parse_query_time(query, query_time.reference_date(before))
-        if not named:
-            return hits
-        pooled = dict(hits)
-        if len(named.spans) == 1 and query_time.SPAN_SEARCH:
-            span_after, span_before = query_time.span_bounds(named.spans[0], after, before)
-            if span_after < span_before:  # (else the span lies outside the search's own bounds)
-                for seq, score in self._lexical_ranking(memory_id, terms, depth, span_after, span_before, context):
-                    pooled[seq] = max(score, pooled.get(seq, 0.0))
-        rows = self._entry_rows(memory_id, list(pooled))
-        moments = {seq: query_time.moment(row["conversation_time"] or row["creation_time"])
-                   for seq, row in rows.items()}
-        return query_time.boost(list(pooled.items()), moments, named)[:depth]
+    def entry_terms(
+        self, memory_id: str, seqs: Sequence[int], *, weights: Sequence[float] | None = None
+    ) -> dict[int, EntryTerms]:
+        """How BM25 sees the memory's entries ``seqs`` (``text.analysis.entry_terms``), by seq: from the entry cache
+        (which writes fill), else from their rows. ``weights`` (one per index column, as ``ENTRY_WEIGHTS``) analyses
+        them afresh with other field weights, past the cache."""
+        if weights is not None:
+            fields = weights[1:]
+            return {seq: _entry_terms(row, fields) for seq, row in self.entry_rows(memory_id, seqs).items()}
 
-    def _boost_named(self, memory_id: str, terms: list[str], hits: list[tuple[int, float]]) -> list[tuple[int, float]]:
-        """``coverage.boost_named_speakers`` on ``hits``, with each entry's author from the entry cache (entries not
-        in it, such as neighbours the lexical search did not find, are read once and kept)."""
-        entries = self._entry_cache.get(
-            [seq for seq, _ in hits],
-            lambda seqs: {seq: _entry_terms(row) for seq, row in self._entry_rows(memory_id, seqs).items()})
-        authors = {seq: coverage.author_stems(terms_of.author) for seq, terms_of in entries.items()}
-        return coverage.boost_named_speakers(hits, authors, bm25.query_stems(terms))
+        def load(missing: list[int]) -> dict[int, EntryTerms]:
+            return {seq: _entry_terms(row) for seq, row in self.entry_rows(memory_id, missing).items()}
 
-    def _feedback_terms(self, memory_id: str, terms: list[str], hits: Sequence[tuple[int, float]]) -> list[str]:
-        """The words of the best ``hits`` to search for next (``feedback.expansion_terms``); none in a memory of
-        fewer than ``FEEDBACK_MIN_ENTRIES`` entries."""
-        top = hits[: feedback_module.FEEDBACK_DOCS]
-        rows = self._entry_rows(memory_id, [seq for seq, _ in top])
-        docs = [(feedback_module.feedback_words(f"{rows[seq]['summary']} {rows[seq]['raw_entry']}"), score)
-                for seq, score in top if seq in rows]
-        words = {word for doc, _ in docs for word in doc}
-        entries, _, _, frequencies = self._term_counts(memory_id, (), words)
-        if entries < feedback_module.FEEDBACK_MIN_ENTRIES:
-            return []
-        return feedback_module.expansion_terms(docs, entries, frequencies, exclude=set(terms))
+        return self._entry_cache.get(list(seqs), load)
+
+    @abstractmethod
+    def neighbour_links(self, memory_id: str, seqs: Sequence[int]) -> list[Link]:
+        """Each of the memory's entries ``seqs`` as a :data:`~.rows.Link`: its previous and next entry in the memory
+        within ``CONTEXT_GAP_DAYS`` (None where there is none) and whether it asks something (one of
+        ``QUESTION_MARKS`` in its raw text)."""
+
+    @abstractmethod
+    def entries_within(self, memory_id: str, seqs: Collection[int], after: str | None, before: str | None) -> set[int]:
+        """Those of the memory's entries ``seqs`` whose moment (conversation time, else creation time) lies inside
+        the exclusive bounds (``storage.query.time_bounds``)."""
+
+    @abstractmethod
+    def ranked_contexts(self, memory_id: str, terms: list[str], limit: int) -> list[tuple[Row, float]]:
+        """The memory's context snapshots ranked against the query words ``terms``, best first: ``(row with
+        content, creation_time; score > 0)``."""
+
+    @abstractmethod
+    def latest_context(self, memory_id: str) -> Row | None:
+        """``content, creation_time`` of the memory's newest context snapshot, or None."""
 
     @property
-    def _entry_cache(self) -> bm25.EntryCache:
+    def has_dense(self) -> bool:
+        """Whether the store has a dense index (its searches fuse :meth:`dense_hits`)."""
+        return self._dense is not None
+
+    def dense_hits(
+        self, memory_id: str, query: str, k: int, after: str | None, before: str | None
+    ) -> DenseHits | None:
+        """The dense side of a search (:class:`~.rows.DenseHits`: the ``k`` entries nearest to ``query`` within the
+        bounds, the memory's typical cosine), once every committed entry of the memory has its vector; None without
+        a dense index. Call it before the lexical reads: settling may need a connection of the store's pool."""
+        if self._dense is None:
+            return None
+        self._dense.settle(memory_id)
+        return self._dense_hits(memory_id, query, k, after, before)
+
+    @property
+    def _entry_cache(self) -> EntryCache:
         # Created on first use (no work at construction); the lock keeps two threads from making two caches.
         with _ENTRY_CACHE_LOCK:
             cache = self.__dict__.get("_bm25_entries")
             if cache is None:
-                cache = self.__dict__["_bm25_entries"] = bm25.EntryCache()
+                cache = self.__dict__["_bm25_entries"] = EntryCache()
             return cache
+
+
+def _entry_terms(row: Row, weights: Sequence[float] | None = None) -> EntryTerms:
+    moment = row["conversation_time"] or row["creation_time"]
+    return analysis.entry_terms(row["raw_entry"], row["summary"], row["tags"], moment, weights=weights)

@@ -2,7 +2,7 @@
 
 BM25 (``bm25.py``) needs a memory's entry count ``N``, the entries containing each index stem ``n(t)`` and the
 tokens over all entries (for the mean length); the query feedback (``feedback.py``) needs the entries containing
-each :func:`~mycelian_agent.memory_server.retrieval.feedback.feedback_words` word. Both backends keep them in two tables,
+each :func:`~mycelian_agent.memory_server.text.analysis.feedback_words` word. Both backends keep them in two tables,
 written in the same transaction as the entries they count, so a search reads only the rows of its own terms:
 
 - ``memory_stats (memory_id, entries, tokens)``: one row per memory holding entries;
@@ -15,7 +15,7 @@ just before the transaction commits (a bulk ``add_entries`` writes each of its t
 are deleted, and a deleted memory's rows go with it (foreign keys, ``ON DELETE CASCADE``), so the tables always
 equal :func:`recount` of the entries: tests compare the two.
 
-The counts depend on the tokenisers (``bm25.entry_terms``, ``feedback_words``): a change to either needs a
+The counts depend on the tokenisers (``text.analysis.entry_terms``, ``feedback_words``): a change to either needs a
 migration that recounts (the backfill of SQLite migration 4 / PostgreSQL migration 3 is :func:`recount`).
 """
 
@@ -26,12 +26,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from mycelian_agent.memory_server.retrieval import bm25
-from mycelian_agent.memory_server.retrieval.feedback import feedback_words
+from mycelian_agent.memory_server.text import analysis
+from mycelian_agent.memory_server.text.analysis import EntryTerms, feedback_words
 
 __all__ = ["STEM", "WORD", "Delta", "EntryCounts", "MemoryDelta", "TermCounts", "entry_counts", "recount"]
 
-#: ``term_stats.kind`` of a BM25 index stem (``bm25.entry_terms``: every field, Porter-stemmed).
+#: ``term_stats.kind`` of a BM25 index stem (``analysis.entry_terms``: every field, Porter-stemmed).
 STEM = 0
 #: ``term_stats.kind`` of a query-feedback word (``feedback.feedback_words`` of summary and raw entry).
 WORD = 1
@@ -44,7 +44,7 @@ class EntryCounts(NamedTuple):
     tokens: int
     stems: frozenset[str]
     words: frozenset[str]
-    terms: bm25.EntryTerms
+    terms: EntryTerms
 
 
 class TermCounts(NamedTuple):
@@ -60,7 +60,7 @@ class TermCounts(NamedTuple):
 def entry_counts(raw_entry: str, summary: str, tags: Mapping[str, str] | str, moment: str | None) -> EntryCounts:
     """The :class:`EntryCounts` of an entry from its stored fields (``moment``: conversation time, else creation
     time), exactly as search would see it."""
-    terms = bm25.entry_terms(raw_entry, summary, tags, moment)
+    terms = analysis.entry_terms(raw_entry, summary, tags, moment)
     words = frozenset(feedback_words(f"{summary} {raw_entry}"))
     return EntryCounts(terms.length, frozenset(terms.frequencies), words, terms)
 
@@ -94,7 +94,7 @@ class Delta:
 
     def __init__(self) -> None:
         self.memories: dict[str, MemoryDelta] = {}
-        self.written: list[tuple[int, bm25.EntryTerms]] = []
+        self.written: list[tuple[int, EntryTerms]] = []
 
     def add(self, memory_id: str, counts: EntryCounts, sign: int = 1, seq: int | None = None) -> None:
         """Count one entry of ``memory_id`` in (``sign`` 1; ``seq``: the inserted entry's) or out (-1)."""

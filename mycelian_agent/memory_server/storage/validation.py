@@ -8,14 +8,18 @@ broke; the MCP layer turns it into an error result. Timestamps are normalised to
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from mycelian_agent import limits
 from mycelian_agent.dates import format_timestamp, parse_rfc3339
 from mycelian_agent.errors import InputError
+from mycelian_agent.memory_server.storage.rows import ENTRY_FIELDS, NewEntry
 
 __all__ = [
     "LIMITS",
+    "check_entry",
+    "check_entry_item",
     "check_idempotency_key",
     "check_memory_type",
     "check_optional_text",
@@ -133,3 +137,31 @@ def check_idempotency_key(value: str | None) -> str | None:
     if not isinstance(value, str) or not value.strip() or len(value) > LIMITS["idempotency_key"]:
         raise InputError(f"idempotency_key must be 1-{LIMITS['idempotency_key']} characters (got {_show(value)})")
     return _valid_unicode("idempotency_key", value)
+
+
+def check_entry(
+    raw_entry: Any, summary: Any, tags: Any, conversation_time: Any, idempotency_key: Any
+) -> NewEntry:
+    """The checked arguments of one entry (``add_entry``'s rules)."""
+    return NewEntry(
+        check_text("raw_entry", raw_entry, LIMITS["raw_entry"]),
+        check_text("summary", summary, LIMITS["summary"]),
+        check_tags(tags),
+        parse_rfc3339("conversation_time", conversation_time),
+        check_idempotency_key(idempotency_key),
+    )
+
+
+def check_entry_item(index: int, item: Any) -> NewEntry:
+    """Item ``index`` of an ``add_entries`` call, checked; errors name the item."""
+    if not isinstance(item, Mapping):
+        raise InputError(f"entries[{index}] must be an object with raw_entry and summary (got {type(item).__name__})")
+    unknown = [key for key in item if key not in ENTRY_FIELDS]
+    missing = [key for key in ENTRY_FIELDS[:2] if key not in item]
+    if unknown or missing:
+        problems = [f"unknown field {k!r}" for k in unknown] + [f"missing required field {k!r}" for k in missing]
+        raise InputError(f"entries[{index}]: {'; '.join(problems)} (fields: {', '.join(ENTRY_FIELDS)})")
+    try:
+        return check_entry(*(item.get(key) for key in ENTRY_FIELDS))
+    except InputError as exc:
+        raise InputError(f"entries[{index}]: {exc}") from None

@@ -25,12 +25,12 @@ by an exact scan in the server (``embeddings.DenseVectors``).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from mycelian_agent.errors import MemoryServerError
 from mycelian_agent.memory_server.storage import term_stats
-from mycelian_agent.memory_server.retrieval.ranking import entry_dated, entry_labels, index_words
+from mycelian_agent.memory_server.text.analysis import entry_dated, entry_labels, index_words
 
 __all__ = [
     "ADVISORY_LOCK_KEY",
@@ -105,7 +105,7 @@ _V1 = [
 ]
 
 #: An entry's ``tsvector`` from the parameters ``summary_words``, ``raw_words``, ``labels`` and ``dated`` (each
-#: passed through ``ranking.index_words``): the summary weighs A, the text and the speaker's name B, the date C.
+#: passed through ``analysis.index_words``): the summary weighs A, the text and the speaker's name B, the date C.
 ENTRY_TSV = (
     "setweight(to_tsvector('mycelian', %(summary_words)s), 'A') "
     "|| setweight(to_tsvector('mycelian', %(raw_words)s), 'B') "
@@ -114,7 +114,7 @@ ENTRY_TSV = (
 
 
 def _reindex_non_ascii(conn: Any) -> None:
-    """Version 2: index the word tokens (``ranking.index_words``) of every entry and context holding a non-ASCII
+    """Version 2: index the word tokens (``analysis.index_words``) of every entry and context holding a non-ASCII
     character. Version 1 passed the raw text to ``to_tsvector``, which under ``lc_ctype=C`` glued such characters
     to the words beside them; ASCII-only rows tokenise the same either way and are left alone."""
     non_ascii = "octet_length({0}) <> char_length({0})"
@@ -215,7 +215,7 @@ def has_memory_index(conn: Any) -> bool:
 
 #: Migration ``n`` (1-based) is ``MIGRATIONS[n - 1]``: SQL statements, or functions of the connection for steps
 #: that need Python (each one runs inside the migration's transaction).
-MIGRATIONS: tuple[list[str | Callable[[Any], None]], ...] = (_V1, [_reindex_non_ascii], _V3, [_index_by_memory])
+MIGRATIONS: tuple[Sequence[str | Callable[[Any], None]], ...] = (_V1, [_reindex_non_ascii], _V3, [_index_by_memory])
 #: The schema version a fully migrated database has.
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -11,16 +11,10 @@ shapes results exactly as for SQLite). Several servers and workers may share one
   ``ensure_memory`` then use the winner's);
 - each write is one transaction: stored whole or not at all.
 
-Ranking (:meth:`PostgresStore._lexical_entries`): the ``tsvector`` of an entry carries the summary (weight A), the
-text and the labels (B) and the date in words (C), mapped from ``ranking.ENTRY_WEIGHTS``. Each query lexeme ``t``
-scores ``idf(t) * ts_rank(weights, tsv, t, 1)`` summed over the lexemes: BM25's IDF (from the memory's document
-frequencies) times PostgreSQL's saturating, length-normalised term weight — the shape of BM25, so the neighbour
-scoring and cut-offs tuned on SQLite carry over (recall parity: tests/test_postgres.py). The frequencies come from
-one call, :meth:`PostgresStore._frequencies`: BM25's own statistics of the memory where a query word is one Porter
-stem and one lexeme (no query counts them), else counts in the index. The GIN index on ``(memory_id, tsv)``
-(``btree_gin``; pg_migrations.py) reads only the memory's postings. ``ts_rank`` reads each scored row from the heap,
-so a query matching more than :data:`EXACT_ROWS` rows (a large memory's common words) ranks a bounded part of them
-(:meth:`PostgresStore._rank_bounded`): every LoCoMo-sized memory is ranked whole, as before.
+The ``tsvector`` search (candidates, contexts, neighbours) is ``lexical.py``, the schema ``migrations.py``, pgvector
+``vectors.py``. What is left is one module because it is one set of rules: every primitive below takes its
+connection from the same pool, joins the same per-thread transaction and holds the same memory row lock, and the
+term statistics its writes change are written by the transaction that holds them.
 
 Dense vectors (``--embeddings``): float32 bytes in ``entry_vectors`` (bytea), scored by an exact scan in the server
 process as on SQLite (``embeddings.DenseVectors`` serves both); when the database has pgvector (or this role can
@@ -32,10 +26,9 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import threading
 import uuid
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -43,13 +36,27 @@ from urllib.parse import urlsplit, urlunsplit
 
 from mycelian_agent.errors import ConfigError, MemoryServerError
 from mycelian_agent.memory_server.storage import term_stats
-from mycelian_agent.memory_server.storage.base import DenseIndex, MemoryStore, NewEntry, Row, memory_not_found
+from mycelian_agent.memory_server.storage.base import (
+    DenseIndex,
+    Link,
+    MemoryStore,
+    NewEntry,
+    Row,
+    Statistics,
+    memory_not_found,
+)
+from mycelian_agent.memory_server.storage.postgres import lexical
 from mycelian_agent.memory_server.storage.postgres import vectors as pg_vectors
-from mycelian_agent.memory_server.retrieval.bm25 import tokens
-from mycelian_agent.memory_server.retrieval.fusion import DenseHits
-from mycelian_agent.memory_server.storage.postgres.migrations import ENTRY_TSV, MEMORY_INDEX_STATEMENTS, has_memory_index, migrate
-from mycelian_agent.memory_server.retrieval.ranking import CONTEXT_GAP_DAYS, ENTRY_WEIGHTS, QUESTION_MARKS, entry_dated, entry_labels, index_words
+from mycelian_agent.memory_server.storage.postgres.migrations import (
+    ENTRY_TSV,
+    MEMORY_INDEX_STATEMENTS,
+    has_memory_index,
+    migrate,
+)
+from mycelian_agent.memory_server.storage.query import time_bounds
+from mycelian_agent.memory_server.storage.rows import DenseHits
 from mycelian_agent.memory_server.storage.validation import format_timestamp
+from mycelian_agent.memory_server.text.analysis import entry_dated, entry_labels, index_words
 
 __all__ = ["INSTALL_HINT", "PostgresStore", "announce_dense_path", "one_line", "redact_url", "require_psycopg"]
 
@@ -59,27 +66,10 @@ INSTALL_HINT = "pip install 'mycelian-agent[postgres]'"
 _ENTRY_COLUMNS = (
     "seq, entry_id, memory_id, vault_id, creation_time, conversation_time, raw_entry, summary, tags, idempotency_key"
 )
-# ts_rank's weights are {D, C, B, A}, each at most 1: ENTRY_WEIGHTS scaled by the summary's (the largest).
-_TOP = ENTRY_WEIGHTS[2]
-_RANK_WEIGHTS = "{0.1, %.4f, %.4f, 1.0}" % (ENTRY_WEIGHTS[4] / _TOP, ENTRY_WEIGHTS[1] / _TOP)
-_MOMENT = "COALESCE({0}.conversation_time, {0}.creation_time)"
 # The term_stats rows of one memory and kind for a list of terms, from parameters (memory_id, kind, terms). As a
 # join on the whole key, each term is one primary-key probe whatever the table's statistics say (`term = ANY(...)`
 # was planned as a filter over every row of the memory and kind until the table was analysed).
 _TERM_KEYS = "(memory_id, kind, term) IN (SELECT %s, %s::smallint, unnest(%s::text[]))"
-#: A ranking whose candidate lexemes match at most this many of the memory's rows scores every one of them (exact:
-#: every LoCoMo-sized memory); above, :meth:`PostgresStore._rank_bounded` scores a bounded part.
-EXACT_ROWS = 2000
-#: The bounded ranking's parts: rows holding the rarest lexemes scored at most (every row of as many of the
-#: rarest as fit, else rows holding the two rarest), and the matches among the newest rows aimed at (reading at
-#: most NEWEST_ROWS rows).
-BOUNDED_ROWS = 400
-NEWEST_ROWS = 2000
-# Query terms whose lexemes a store keeps (cleared when full: a few hundred KB).
-_CACHED_TERMS = 10_000
-# BM25's entry count and document frequencies, by query term (the terms that are one Porter stem).
-_Known = tuple[int, dict[str, int]]
-
 
 def require_psycopg() -> None:
     """Raise :class:`ConfigError` naming the install command unless psycopg 3 and psycopg_pool import."""
@@ -157,15 +147,6 @@ def _say_dense_path(shown: str, vectors: pg_vectors.Availability, hnsw_min: int 
                      "entries) because %s", shown, vectors.reason)
 
 
-def _tsquery(lexeme: str) -> str:
-    return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
-
-
-def _idf(total: int, found: int) -> float:
-    # FTS5's BM25 IDF, clamped the same way: terms in half the documents or more weigh almost nothing.
-    return max(1e-6, math.log((total - found + 0.5) / (found + 0.5)))
-
-
 class PostgresStore(MemoryStore):
     """The PostgreSQL memory database. Create with :meth:`open`; every primitive is one transaction."""
 
@@ -175,8 +156,7 @@ class PostgresStore(MemoryStore):
         self.concurrency = pool_size
         self._dense = dense
         self._joined = threading.local()  # the connection of this thread's open _transaction, if any
-        self._lexeme_cache: dict[str, list[str]] = {}
-        self._lexeme_lock = threading.Lock()
+        self._lexicon = lexical.Lexicon()  # the lexemes of the query terms seen
 
     @classmethod
     def open(
@@ -491,231 +471,37 @@ class PostgresStore(MemoryStore):
             )
         return now
 
-    def _latest_context(self, memory_id: str) -> Row | None:
+    def latest_context(self, memory_id: str) -> Row | None:
         with self._read() as conn:
             return conn.execute(
                 "SELECT content, creation_time FROM contexts WHERE memory_id = %s ORDER BY seq DESC LIMIT 1",
                 (memory_id,),
             ).fetchone()
 
-    # -- search --------------------------------------------------------------------------------------------
+    # -- search reads (tsvector candidates, contexts, neighbours: lexical.py) -------------------------------
 
-    def _lexemes(self, conn: Any, terms: Sequence[str]) -> dict[str, list[str]]:
-        """Each term's lexemes (the ``mycelian`` configuration's, as the index holds them), kept per store (the
-        configuration is the schema's: a term's lexemes do not change), so a search asks only for new words."""
-        with self._lexeme_lock:
-            known = {term: self._lexeme_cache[term] for term in terms if term in self._lexeme_cache}
-        missing = [term for term in terms if term not in known]
-        if missing:
-            rows = conn.execute(
-                "SELECT t AS term, tsvector_to_array(to_tsvector('mycelian', t)) AS lexemes "
-                "FROM unnest(%s::text[]) AS t",
-                (missing,),
-            ).fetchall()
-            found = {row["term"]: list(row["lexemes"]) for row in rows}
-            with self._lexeme_lock:
-                if len(self._lexeme_cache) + len(found) > _CACHED_TERMS:
-                    self._lexeme_cache.clear()
-                self._lexeme_cache.update(found)
-            known.update(found)
-        return known
-
-    @staticmethod
-    def _counted_frequencies(
-        conn: Any, table: str, memory_id: str, lexemes: Sequence[str], total: int | None
-    ) -> tuple[int, dict[str, int]]:
-        """``(rows of the memory, {lexeme: rows holding it})`` counted in ``table``. Given ``total``, each count
-        stops at half the memory (beyond that the IDF is clamped anyway, and the term is common either way);
-        without, the memory's rows are counted in the same statement and the counts are whole (one round trip: the
-        contexts of a memory, few rows)."""
-        cap = "" if total is None else " LIMIT %s"
-        counts = [
-            f"(SELECT count(*) FROM (SELECT 1 FROM {table} WHERE memory_id = %s AND tsv @@ %s::tsquery{cap}) x) AS d{i}"
-            for i in range(len(lexemes))
-        ]
-        values: list[Any] = [value for lexeme in lexemes for value in (memory_id, _tsquery(lexeme))]
-        if total is None:
-            counts.append(f"(SELECT count(*) FROM {table} WHERE memory_id = %s) AS total")
-            values.append(memory_id)
-        else:
-            values = [value for k in range(0, len(values), 2) for value in (*values[k : k + 2], total // 2 + 1)]
-        found = conn.execute(f"SELECT {', '.join(counts)}", values).fetchone()
-        total = int(found["total"]) if total is None else total
-        return total, {lexeme: int(found[f"d{i}"]) for i, lexeme in enumerate(lexemes)}
-
-    def _frequencies(
-        self, conn: Any, table: str, memory_id: str, lexemes_of: dict[str, list[str]], known: _Known | None
-    ) -> tuple[int, dict[str, int]]:
-        """The one source of a ranking's document frequencies: ``(rows of the memory, {lexeme: rows holding it})``.
-        A lexeme that is a term's only lexeme, of a term whose only stem ``known`` (BM25's statistics) counts, takes
-        that count (the Snowball lexeme and the Porter stem of one word name the same rows but for the words the
-        two stemmers conflate differently); the others are counted in the index."""
-        frequencies: dict[str, int] = {}
-        total = None
-        if known is not None:
-            total, by_term = known
-            for term, lexemes in lexemes_of.items():
-                if len(lexemes) == 1 and term in by_term:
-                    frequencies[lexemes[0]] = max(frequencies.get(lexemes[0], 0), by_term[term])
-        missing = sorted({lexeme for lexemes in lexemes_of.values() for lexeme in lexemes} - frequencies.keys())
-        if missing or total is None:
-            total, counted = self._counted_frequencies(conn, table, memory_id, missing, total)
-            frequencies.update(counted)
-        return total, frequencies
-
-    @staticmethod
-    def _known(
-        terms: Sequence[str], statistics: Callable[[Sequence[str]], tuple[int, dict[str, int], int]] | None
-    ) -> _Known | None:
-        # BM25's counts of the terms that are one stem each, by term.
-        if statistics is None:
-            return None
-        stem_of = {}
-        for term in terms:
-            stems = tokens(term)
-            if len(stems) == 1:
-                stem_of[term] = stems[0]
-        entries, by_stem, _ = statistics(sorted(set(stem_of.values())))
-        return entries, {term: by_stem.get(stem, 0) for term, stem in stem_of.items()}
-
-    def _rank(
-        self,
-        conn: Any,
-        table: str,
-        memory_id: str,
-        terms: Sequence[str],
-        limit: int,
-        where: str = "",
-        params: Sequence[Any] = (),
-        known: _Known | None = None,
-    ) -> list[tuple[int, float]]:
-        """BM25-shaped ranking of a memory's rows of ``table`` (see the module docstring)."""
-        if limit <= 0:
-            return []
-        lexemes_of = self._lexemes(conn, terms)
-        lexemes = sorted({lexeme for found in lexemes_of.values() for lexeme in found})
-        if not lexemes:
-            return []
-        total, by_lexeme = self._frequencies(conn, table, memory_id, lexemes_of, known)
-        frequencies = [by_lexeme[lexeme] for lexeme in lexemes]
-        queries = [_tsquery(lexeme) for lexeme in lexemes]
-        weights = [_idf(total, n) for n in frequencies]
-        score = " + ".join(f"%s * ts_rank('{_RANK_WEIGHTS}', t.tsv, %s::tsquery, 1)" for _ in queries)
-        scoring = [value for w, q in zip(weights, queries, strict=True) for value in (w, q)]
-        # Like search.prune_common_terms on SQLite: terms in half the memory or more (IDF ~0) still score, but do
-        # not make rows candidates, unless the rarer terms find too few rows.
-        rare = [(n, q) for q, n in zip(queries, frequencies, strict=True) if 2 * n < total]
-        candidates = [rare] if rare and len(rare) < len(queries) else []
-        candidates.append(list(zip(frequencies, queries, strict=True)))
-        for matching in candidates:
-            rows = []
-            if sum(n for n, _ in matching) > EXACT_ROWS:
-                rows = self._rank_bounded(conn, table, memory_id, matching, total, score, scoring, limit, where,
-                                          params)
-            # Every match when the bounded part found too few inside the time bounds (a span far from the newest
-            # rows: costly on a large memory, as the time filter reads each match from the heap).
-            if not rows or (where and len(rows) < limit):
-                rows = conn.execute(
-                    f"SELECT t.seq, ({score}) AS score FROM {table} t WHERE t.memory_id = %s AND t.tsv @@ %s::tsquery"
-                    f"{where} ORDER BY score DESC, t.seq DESC LIMIT %s",
-                    [*scoring, memory_id, " | ".join(q for _, q in matching), *params, limit],
-                ).fetchall()
-            if len(rows) >= limit:
-                break
-        return [(int(row["seq"]), float(row["score"])) for row in rows if row["score"] > 0]
-
-    @staticmethod
-    def _rank_bounded(
-        conn: Any, table: str, memory_id: str, matching: Sequence[tuple[int, str]], total: int, score: str,
-        scoring: Sequence[Any], limit: int, where: str, params: Sequence[Any],
-    ) -> list[Any]:
-        """The ranking of a query matching more than :data:`EXACT_ROWS` rows, from a bounded part of them (each
-        row scored is read from the heap): every row holding one of the rarest lexemes, as many of them as hold at
-        most :data:`BOUNDED_ROWS` rows together (the rows a term-at-a-time ranking puts first, ranked exactly: "I'm
-        flying to Lisbon" for "when is the Lisbon trip" in a memory where "trip" is common); when even the rarest
-        is in more rows, up to :data:`BOUNDED_ROWS` holding both of the two rarest; and those holding any lexeme
-        among the memory's newest rows, as many rows as hold :data:`BOUNDED_ROWS` matches if the lexemes are spread
-        evenly (at most :data:`NEWEST_ROWS`)."""
-        ordered = sorted(matching)
-        rarest, held = [], 0
-        for n, q in ordered:
-            if held + n > BOUNDED_ROWS:
-                break
-            rarest.append(q)
-            held += n
-        both = " | ".join(rarest) if rarest else " & ".join(q for _, q in ordered[:2])
-        anyone = " | ".join(q for _, q in ordered)
-        newest = min(NEWEST_ROWS, max(limit, total * BOUNDED_ROWS // max(1, sum(n for n, _ in ordered))))
-        # The newest rows: their seqs from the (memory_id, seq) index alone, then each row by its key. (Read
-        # whole, the planner walks the primary key down through every newer memory's rows, or scans every match of
-        # the lexemes, its row estimates not knowing that a memory's rows are a run of seqs; the same with the time
-        # bounds inside.) A row in both parts counts once.
-        recent = (f"SELECT t.seq, t.tsv FROM (SELECT r.seq FROM {table} r WHERE r.memory_id = %s "
-                  f"ORDER BY r.seq DESC LIMIT %s) n JOIN {table} t ON t.seq = n.seq "
-                  f"WHERE t.tsv @@ %s::tsquery{where}")
-        pick = f"SELECT t.seq, t.tsv FROM {table} t WHERE t.memory_id = %s AND t.tsv @@ %s::tsquery{where} LIMIT %s"
-        return conn.execute(
-            f"SELECT * FROM (SELECT DISTINCT ON (t.seq) t.seq, ({score}) AS score "
-            f"FROM (({pick}) UNION ALL ({recent})) t "
-            "ORDER BY t.seq) s ORDER BY score DESC, seq DESC LIMIT %s",
-            [*scoring, memory_id, both, *params, BOUNDED_ROWS, memory_id, newest, anyone, *params, limit],
-        ).fetchall()
-
-    @staticmethod
-    def _time_bounds(after: str | None, before: str | None) -> tuple[str, list[str]]:
-        where, params = "", []
-        moment = _MOMENT.format("t")
-        if after is not None:
-            where, params = f"{where} AND {moment} > %s", [*params, after]
-        if before is not None:
-            where, params = f"{where} AND {moment} < %s", [*params, before]
-        return where, params
-
-    def _lexical_entries(
+    def lexical_candidates(
         self, memory_id: str, terms: list[str], limit: int, after: str | None, before: str | None, *,
-        statistics: Callable[[Sequence[str]], tuple[int, dict[str, int], int]] | None = None,
+        statistics: Statistics | None = None,
     ) -> list[tuple[int, float]]:
-        where, params = self._time_bounds(after, before)
-        known = self._known(terms, statistics)  # before taking a connection: it may read entries on one
+        where, params = time_bounds(after, before, mark="%s")
+        known = lexical.known(terms, statistics)  # before taking a connection: it may read entries on one
         with self._read() as conn:
-            return self._rank(conn, "entries", memory_id, terms, limit, where, params, known)
+            return lexical.rank(conn, self._lexicon, "entries", memory_id, terms, limit, where, params, known)
 
-    def _neighbours(
-        self, memory_id: str, seqs: Sequence[int], after: str | None, before: str | None
-    ) -> tuple[list[tuple[int, int | None, int | None, bool]], set[int]]:
+    def neighbour_links(self, memory_id: str, seqs: Sequence[int]) -> list[Link]:
         if not seqs:
-            return [], set()
-        gap = CONTEXT_GAP_DAYS * 86400.0
-        asks = " OR ".join("strpos(e.raw_entry, %s) > 0" for _ in QUESTION_MARKS)
-        near = (
-            f"abs(extract(epoch FROM ({_MOMENT.format('{0}')}::timestamptz - {_MOMENT.format('e')}::timestamptz)))"
-            f" <= {gap!r}"
-        )
-        sql = (
-            f"SELECT e.seq, p.seq AS previous, n.seq AS following, ({asks}) AS asks FROM entries e "
-            f"LEFT JOIN LATERAL (SELECT x.seq FROM entries x WHERE x.memory_id = e.memory_id AND x.seq < e.seq "
-            f"ORDER BY x.seq DESC LIMIT 1) px ON true LEFT JOIN entries p ON p.seq = px.seq AND {near.format('p')} "
-            f"LEFT JOIN LATERAL (SELECT x.seq FROM entries x WHERE x.memory_id = e.memory_id AND x.seq > e.seq "
-            f"ORDER BY x.seq LIMIT 1) nx ON true LEFT JOIN entries n ON n.seq = nx.seq AND {near.format('n')} "
-            f"WHERE e.seq = ANY(%s) AND e.memory_id = %s"
-        )
-        where, params = self._time_bounds(after, before)
-        given = set(seqs)
+            return []
         with self._read() as conn:
-            links = [
-                (int(r["seq"]), r["previous"], r["following"], bool(r["asks"]))
-                for r in conn.execute(sql, (*QUESTION_MARKS, list(seqs), memory_id)).fetchall()
-            ]
-            allowed = given | {n for _, previous, following, _ in links for n in (previous, following) if n is not None}
-            outside = allowed - given
-            if where and outside:  # neighbours outside the time bounds do not count
-                rows = conn.execute(
-                    f"SELECT t.seq FROM entries t WHERE t.seq = ANY(%s){where}", [list(outside), *params]
-                ).fetchall()
-                allowed = given | {int(r["seq"]) for r in rows}
-        return links, allowed
+            return lexical.neighbour_links(conn, memory_id, seqs)
 
-    def _entry_rows(self, memory_id: str, seqs: Sequence[int]) -> dict[int, Row]:
+    def entries_within(self, memory_id: str, seqs: Collection[int], after: str | None, before: str | None) -> set[int]:
+        if not seqs:
+            return set()
+        with self._read() as conn:
+            return lexical.entries_within(conn, memory_id, seqs, after, before)
+
+    def entry_rows(self, memory_id: str, seqs: Sequence[int]) -> dict[int, Row]:
         if not seqs:
             return {}
         with self._read() as conn:
@@ -725,7 +511,7 @@ class PostgresStore(MemoryStore):
             ).fetchall()
         return {int(row["seq"]): row for row in rows}
 
-    def _term_counts(self, memory_id: str, stems: Collection[str], words: Collection[str]) -> term_stats.TermCounts:
+    def term_counts(self, memory_id: str, stems: Collection[str], words: Collection[str]) -> term_stats.TermCounts:
         counts = {term_stats.STEM: dict.fromkeys(stems, 0), term_stats.WORD: dict.fromkeys(words, 0)}
         terms = f"SELECT kind, term, entries, 0 FROM term_stats WHERE {_TERM_KEYS}"
         entries = tokens = 0
@@ -741,9 +527,9 @@ class PostgresStore(MemoryStore):
                     counts[found["kind"]][found["term"]] = int(found["entries"])
         return term_stats.TermCounts(entries, tokens, counts[term_stats.STEM], counts[term_stats.WORD])
 
-    def _lexical_contexts(self, memory_id: str, terms: list[str], limit: int) -> list[tuple[Row, float]]:
+    def ranked_contexts(self, memory_id: str, terms: list[str], limit: int) -> list[tuple[Row, float]]:
         with self._read() as conn:
-            ranked = self._rank(conn, "contexts", memory_id, terms, limit)
+            ranked = lexical.rank(conn, self._lexicon, "contexts", memory_id, terms, limit)
             if not ranked:
                 return []
             rows = conn.execute(

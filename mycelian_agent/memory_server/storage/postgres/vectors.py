@@ -28,8 +28,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from mycelian_agent.memory_server.retrieval.fusion import SAMPLE_KEY_SQL
 from mycelian_agent.memory_server.storage.postgres.migrations import ADVISORY_LOCK_KEY
+from mycelian_agent.memory_server.storage.query import time_bounds
+from mycelian_agent.memory_server.storage.rows import SAMPLE_KEY_SQL
 
 __all__ = ["EF_SEARCH_MIN", "HOW_TO_GET", "Availability", "ensure_index", "index_name", "index_ready", "nearest",
            "prepare", "sample", "vector_literal", "vectors_of"]
@@ -160,12 +161,7 @@ def nearest(conn: Any, memory_id: str, model: str, query: Any, k: int, after: st
     ``ef_search`` candidates until ``k`` rows of this memory are found (or ``hnsw.max_scan_tuples`` is reached).
     With ``explain``, the query plan's lines instead (as ``(0, line)`` pairs: tests, benchmarks)."""
     d = len(query)
-    where, params = "", []
-    moment = "COALESCE(e.conversation_time, e.creation_time)"
-    if after is not None:
-        where, params = f"{where} AND {moment} > %s", [*params, after]
-    if before is not None:
-        where, params = f"{where} AND {moment} < %s", [*params, before]
+    where, params = time_bounds(after, before, alias="e", mark="%s")
     bounded = f" AND EXISTS (SELECT 1 FROM entries e WHERE e.seq = v.seq{where})" if where else ""
     with conn.transaction():
         # enable_sort off: a memory's rows through the (memory_id, model) index and a sort by distance is the

@@ -1,14 +1,12 @@
-"""Lexical search over entries and context snapshots (SQLite FTS5, BM25); fusion with dense results is in fusion.py.
+"""The SQLite backend's lexical SQL: FTS5 candidates for entries, ranked context snapshots, neighbouring entries.
 
-The server's entry search takes only its candidates from here (``rank_entries``, FTS5's ``bm25()`` order, cut at the
-pool) and scores them with ``bm25.py`` (per-memory statistics, an IDF that never reaches zero); ``search_entries``
-(FTS5's own scores) serves the ablation benchmark's plain-BM25 rows, ``search_contexts`` the context snapshots.
+The entry search takes only its candidates from here (:func:`rank_entries`, FTS5's ``bm25()`` order, cut at the
+pool); retrieval scores them (``retrieval/bm25.py``: per-memory statistics, an IDF that never reaches zero).
+:func:`search_contexts` ranks the context snapshots with FTS5's own scores.
 
 Entries are indexed (migration 3) with the porter stemmer over ``unicode61 remove_diacritics 2``, in columns
 ``raw_entry``, ``summary``, ``labels`` (tag values without digits: speaker names, topics) and ``dated`` (the entry's
-date in words, "8 May 2023"), weighted by :data:`ENTRY_WEIGHTS`. Each entry's BM25 score then takes shares of its
-neighbours' in the memory (``ranking.with_context``): in a conversation the answer follows the question that carries
-the query's words.
+date in words, "8 May 2023"), weighted by :data:`ENTRY_WEIGHTS`.
 
 Any user text is a valid query: the FTS5 expression is built here from word tokens only, each one quoted, so FTS5
 operators and SQL fragments in the query are just words (or nothing). Both FTS tables carry a ``mkey`` column —
@@ -22,37 +20,25 @@ import math
 import sqlite3
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from itertools import combinations
-from dataclasses import dataclass, replace
 
-from mycelian_agent.memory_server.retrieval.ranking import (
-    CONTEXT_BEFORE,
-    CONTEXT_DEPTH,
-    CONTEXT_GAP_DAYS,
-    CONTEXT_WEIGHT,
-    ENTRY_WEIGHTS,
-    MAX_QUERY_TERMS,
-    QUESTION_MARKS,
-    query_terms,
-    with_context,
-)
+from mycelian_agent.memory_server.storage.query import prune_common, time_bounds
+from mycelian_agent.memory_server.storage.rows import Link
+from mycelian_agent.memory_server.text.analysis import CONTEXT_GAP_DAYS, ENTRY_WEIGHTS, QUESTION_MARKS
 
 __all__ = [
-    "CONTEXT_BEFORE",
-    "CONTEXT_WEIGHT",
     "ENTRY_WEIGHTS",
-    "MAX_QUERY_TERMS",
     "UNRANKED",
     "PlanCounts",
+    "entries_within",
     "indexed_rows",
     "match_expression",
     "memory_key",
-    "neighbours",
+    "neighbour_links",
     "prune_common_terms",
-    "query_terms",
     "rank_entries",
     "search_contexts",
-    "search_entries",
     "time_bounds",
 ]
 
@@ -123,16 +109,10 @@ class PlanCounts:
 def prune_common_terms(
     conn: sqlite3.Connection, table: str, terms: Sequence[str], total: int, counts: PlanCounts | None = None
 ) -> list[str]:
-    """Drop the terms found in at least half of the ``total`` indexed rows (unless every term is that common).
-
-    FTS5's bm25 clamps the IDF of such terms to 1e-6, so they cannot change the order of rows that match another
-    term; they only make every such row a candidate to score. Callers fall back to all terms when the pruned
-    query finds too few rows, so results are the same, only faster.
-    """
-    if total == 0 or len(terms) < 2:
-        return list(terms)
-    kept = [term for term in terms if 2 * _count(conn, table, f'"{term}"', counts) < total]
-    return kept or list(terms)
+    """``storage.query.prune_common`` with FTS5's counts: the terms in fewer than half of the ``total`` indexed
+    rows (FTS5's bm25 clamps the IDF of the others to 1e-6, so they cannot change the order of rows that match
+    another term)."""
+    return prune_common(terms, lambda term: _count(conn, table, f'"{term}"', counts), total)
 
 
 def match_expression(memory_id: str | None, terms: Sequence[str], columns: str) -> str:
@@ -328,18 +308,6 @@ def _search(
     return hits
 
 
-def time_bounds(after: str | None, before: str | None) -> tuple[str, list[str]]:
-    """The SQL condition (on alias ``t``) and parameters of exclusive bounds on an entry's conversation time, or
-    its creation time for entries without one."""
-    where, params = "", []
-    moment = "COALESCE(t.conversation_time, t.creation_time)"
-    if after is not None:
-        where, params = f"{where} AND {moment} > ?", [*params, after]
-    if before is not None:
-        where, params = f"{where} AND {moment} < ?", [*params, before]
-    return where, params
-
-
 def rank_entries(
     conn: sqlite3.Connection, memory_id: str, terms: Sequence[str], limit: int, where: str, params: Sequence[str],
     counts: PlanCounts | None = None,
@@ -351,47 +319,11 @@ def rank_entries(
     return _search(conn, _ENTRIES, memory_id, terms, limit, where, params, counts, ordered=False)
 
 
-def search_entries(
-    conn: sqlite3.Connection,
-    memory_id: str,
-    terms: Sequence[str],
-    limit: int,
-    *,
-    after: str | None = None,
-    before: str | None = None,
-    context: bool = True,
-    weights: Sequence[float] | None = None,
-) -> list[tuple[sqlite3.Row, float]]:
-    """Entries of one memory ranked by BM25, best first, as ``(row, score)`` with score > 0 (higher = better).
-
-    With ``context`` (the default) each entry's score also takes shares of its neighbours' (see
-    ``ranking.with_context``); without, it is plain BM25. ``weights`` replaces :data:`ENTRY_WEIGHTS` (the ablation
-    benchmark turns columns off with it).
-
-    ``after`` / ``before`` (normalised timestamps, exclusive) bound the conversation time, or the creation time
-    of entries without one.
-    """
-    where, params = time_bounds(after, before)
-    index = _ENTRIES if weights is None else replace(_ENTRIES, weights=tuple(weights))
-    if len(index.weights) != len(_ENTRIES.weights):
-        raise ValueError(f"weights: one per column of {_ENTRIES.fts} ({len(_ENTRIES.weights)}), got {weights!r}")
-    if not context:
-        return _rows(conn, "entries", memory_id, _search(conn, index, memory_id, terms, limit, where, params))
-    hits = _search(conn, index, memory_id, terms, max(limit, CONTEXT_DEPTH), where, params)
-    if hits:
-        links, allowed = neighbours(conn, [seq for seq, _ in hits], where, params)
-        hits = with_context(hits, links, allowed, limit)
-    return _rows(conn, "entries", memory_id, hits)
-
-
-def neighbours(
-    conn: sqlite3.Connection, seqs: Sequence[int], where: str, params: Sequence[str]
-) -> tuple[list[tuple[int, int | None, int | None, bool]], set[int]]:
-    """``(links, allowed)`` for ``ranking.with_context``: each entry's previous and next entry in its memory
-    within an hour (the same conversation) and whether it asks something (a question mark in its text), and which
-    of all these entries lie inside ``where`` (:func:`time_bounds`)."""
+def neighbour_links(conn: sqlite3.Connection, memory_id: str, seqs: Sequence[int]) -> list[Link]:
+    """Each of the memory's entries ``seqs`` with its previous and next entry in the memory within
+    ``CONTEXT_GAP_DAYS`` (the same conversation) and whether it asks something (``QUESTION_MARKS`` in its text)."""
     if not seqs:
-        return [], set()
+        return []
     marks = ",".join("?" * len(seqs))
     moment = "julianday(COALESCE({0}.conversation_time, {0}.creation_time))"
     near = f"abs({moment.format('x')} - {moment.format('e')}) <= {CONTEXT_GAP_DAYS!r}"
@@ -401,18 +333,22 @@ def neighbours(
         f"WHERE p.memory_id = e.memory_id AND p.seq < e.seq) AND {near}), "
         f"(SELECT x.seq FROM entries x WHERE x.seq = (SELECT min(n.seq) FROM entries n "
         f"WHERE n.memory_id = e.memory_id AND n.seq > e.seq) AND {near}), {asks} "
-        f"FROM entries e WHERE e.seq IN ({marks})",
-        [*QUESTION_MARKS, *seqs],
+        f"FROM entries e WHERE e.seq IN ({marks}) AND e.memory_id = ?",
+        [*QUESTION_MARKS, *seqs, memory_id],
     ).fetchall()
-    links = [(seq, previous, following, bool(asking)) for seq, previous, following, asking in rows]
-    given = set(seqs)
-    allowed = given | {n for _, previous, following, _ in links for n in (previous, following) if n is not None}
-    outside = allowed - given
-    if where and outside:  # neighbours outside the time bounds do not count
-        marks = ",".join("?" * len(outside))
-        sql = f"SELECT t.seq FROM entries t WHERE t.seq IN ({marks}){where}"
-        allowed = given | {seq for (seq,) in conn.execute(sql, [*outside, *params])}
-    return links, allowed
+    return [(seq, previous, following, bool(asking)) for seq, previous, following, asking in rows]
+
+
+def entries_within(
+    conn: sqlite3.Connection, memory_id: str, seqs: Sequence[int], after: str | None, before: str | None
+) -> set[int]:
+    """Those of the memory's entries ``seqs`` whose moment lies inside the exclusive bounds."""
+    if not seqs:
+        return set()
+    where, params = time_bounds(after, before)
+    marks = ",".join("?" * len(seqs))
+    sql = f"SELECT t.seq FROM entries t WHERE t.memory_id = ? AND t.seq IN ({marks}){where}"
+    return {seq for (seq,) in conn.execute(sql, [memory_id, *seqs, *params])}
 
 
 def search_contexts(

@@ -11,16 +11,16 @@ import json
 import sqlite3
 import uuid
 from collections.abc import Collection, Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 from mycelian_agent.errors import ConfigError, MemoryServerError
-from mycelian_agent.memory_server.storage.sqlite import lexical
 from mycelian_agent.memory_server.storage import term_stats
-from mycelian_agent.memory_server.storage.base import DenseIndex, MemoryStore, NewEntry, Row
-from mycelian_agent.memory_server.retrieval.fusion import DenseHits
+from mycelian_agent.memory_server.storage.base import DenseIndex, Link, MemoryStore, NewEntry, Row, Statistics
+from mycelian_agent.memory_server.storage.rows import DenseHits
+from mycelian_agent.memory_server.storage.sqlite import lexical
 from mycelian_agent.memory_server.storage.sqlite.migrations import migrate
 from mycelian_agent.memory_server.storage.validation import format_timestamp
 
@@ -148,7 +148,7 @@ class Store(MemoryStore):
                     "DELETE FROM term_stats WHERE memory_id = ? AND kind = ? AND term = ? AND entries <= 0", gone
                 )
 
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
+    def _transaction(self) -> AbstractContextManager[sqlite3.Connection]:
         """One write transaction joined by the primitives called inside it (``_write`` nests)."""
         return self._write()
 
@@ -258,6 +258,8 @@ class Store(MemoryStore):
                 ),
             )
             seq = cursor.lastrowid
+            if seq is None:  # (never after an INSERT into a rowid table)
+                raise MemoryServerError(f"the new entry of memory {memory_id} got no row id")
             counts = term_stats.entry_counts(raw_entry, summary, tags, conversation_time or now)
             self._delta.add(memory_id, counts, seq=seq)
             if self._dense is not None:
@@ -305,35 +307,35 @@ class Store(MemoryStore):
             )
         return now
 
-    def _latest_context(self, memory_id: str) -> Row | None:
+    def latest_context(self, memory_id: str) -> Row | None:
         return self._conn.execute(
             "SELECT content, creation_time FROM contexts WHERE memory_id = ? ORDER BY seq DESC LIMIT 1", (memory_id,)
         ).fetchone()
 
-    # -- search (FTS5 BM25: search.py) ---------------------------------------------------------------------
+    # -- search reads (FTS5 candidates and contexts: lexical.py) ------------------------------------------
 
-    def _lexical_entries(
+    def lexical_candidates(
         self, memory_id: str, terms: list[str], limit: int, after: str | None, before: str | None, *,
-        statistics: Any = None,
+        statistics: Statistics | None = None,
     ) -> list[tuple[int, float]]:
         # FTS5 keeps its own document frequencies: ``statistics`` is not needed.
         where, params = lexical.time_bounds(after, before)
         return lexical.rank_entries(self._conn, memory_id, terms, limit, where, params, self._plan_counts)
 
-    def _neighbours(
-        self, memory_id: str, seqs: Sequence[int], after: str | None, before: str | None
-    ) -> tuple[list[tuple[int, int | None, int | None, bool]], set[int]]:
-        where, params = lexical.time_bounds(after, before)
-        return lexical.neighbours(self._conn, seqs, where, params)
+    def neighbour_links(self, memory_id: str, seqs: Sequence[int]) -> list[Link]:
+        return lexical.neighbour_links(self._conn, memory_id, seqs)
 
-    def _entry_rows(self, memory_id: str, seqs: Sequence[int]) -> dict[int, Row]:
+    def entries_within(self, memory_id: str, seqs: Collection[int], after: str | None, before: str | None) -> set[int]:
+        return lexical.entries_within(self._conn, memory_id, list(seqs), after, before)
+
+    def entry_rows(self, memory_id: str, seqs: Sequence[int]) -> dict[int, Row]:
         if not seqs:
             return {}
         marks = ",".join("?" * len(seqs))
         sql = f"SELECT * FROM entries WHERE memory_id = ? AND seq IN ({marks})"
         return {row["seq"]: row for row in self._conn.execute(sql, [memory_id, *seqs])}
 
-    def _term_counts(self, memory_id: str, stems: Collection[str], words: Collection[str]) -> term_stats.TermCounts:
+    def term_counts(self, memory_id: str, stems: Collection[str], words: Collection[str]) -> term_stats.TermCounts:
         conn = self._conn
         row = conn.execute("SELECT entries, tokens FROM memory_stats WHERE memory_id = ?", (memory_id,)).fetchone()
         found: list[dict[str, int]] = []
@@ -347,8 +349,8 @@ class Store(MemoryStore):
         entries, tokens = (0, 0) if row is None else (int(row[0]), int(row[1]))
         return term_stats.TermCounts(entries, tokens, found[0], found[1])
 
-    def _lexical_contexts(self, memory_id: str, terms: list[str], limit: int) -> list[tuple[Row, float]]:
-        return lexical.search_contexts(self._conn, memory_id, terms, limit, self._plan_counts)
+    def ranked_contexts(self, memory_id: str, terms: list[str], limit: int) -> list[tuple[Row, float]]:
+        return list(lexical.search_contexts(self._conn, memory_id, terms, limit, self._plan_counts))
 
     def _dense_similarities(
         self, memory_id: str, query: str, after: str | None, before: str | None

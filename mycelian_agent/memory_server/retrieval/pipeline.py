@@ -1,0 +1,262 @@
+"""The search pipeline: the order in which a question's ranking is built, from a store's reads, on either backend.
+
+Named for what it holds: each step is its own module (``bm25.py`` scores, ``ranking.py`` shares scores with
+neighbouring turns, ``feedback.py`` searches again with the best hits' words, ``query_time.py`` lifts a time the
+question names, ``coverage.py`` raises a named speaker's turns, ``fusion.py`` mixes in the dense side); this module
+only chains them, and shapes the ``search_memories`` result. It takes any
+:class:`~mycelian_agent.memory_server.storage.base.MemoryStore` and asks it only through the store's search reads
+(``storage.base.SEARCH_READS``: candidates, term statistics, entry rows and terms, neighbour links, time bounds,
+contexts, dense hits), so the way down is server -> retrieval -> storage and a new backend needs no code here.
+
+:func:`search` is the ``search_memories`` tool (arguments checked, results shaped); :func:`rank_entries` the entry
+ranking under it, whose switches (``context``, ``feedback``, ``named_time``, ``names``, ``weights``) turn steps off
+for the ablation benchmark.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from mycelian_agent.errors import InputError
+from mycelian_agent.limits import SEARCH_DEPTH_MAX
+from mycelian_agent.memory_server.retrieval import bm25, coverage, feedback as feedback_module, fusion, query_time
+from mycelian_agent.memory_server.retrieval.ranking import CONTEXT_DEPTH, current_first, with_context
+from mycelian_agent.memory_server.storage import term_stats
+from mycelian_agent.memory_server.storage.base import MemoryStore, Row
+from mycelian_agent.memory_server.storage.placeholder import PLACEHOLDER_CONTEXT
+from mycelian_agent.memory_server.storage.rows import Link
+from mycelian_agent.memory_server.storage.validation import LIMITS, check_text, check_uuid, parse_rfc3339
+from mycelian_agent.memory_server.text.analysis import query_stems, query_terms
+
+__all__ = ["rank_entries", "search"]
+
+Hits = list[tuple[int, float]]
+
+
+def _score(value: float) -> float:
+    # Six significant digits: lexical scores on small memories are tiny, so fixed decimals would erase the order.
+    return float(f"{value:.6g}")
+
+
+def search(
+    store: MemoryStore,
+    memory_id: str,
+    query: str,
+    top_ke: int = 5,
+    top_kc: int = 2,
+    include_raw_entries: bool = False,
+    *,
+    after: str | None = None,
+    before: str | None = None,
+    vault_id: str | None = None,
+    offset: int = 0,
+) -> dict[str, Any]:
+    """Entries and context snapshots of one memory ranked against ``query`` (the ``search_memories`` tool).
+
+    ``offset`` skips the first entries of the ranking (paging: ``offset + top_ke`` at most
+    :data:`~mycelian_agent.limits.SEARCH_DEPTH_MAX`); the context snapshots are the same on every page.
+    All pages join into one ranking, each entry once: the first ``ranking.CONTEXT_DEPTH`` (50) places are the
+    ranking of a 50-deep pool (what every ordinary search returns a prefix of), and deeper places continue with
+    the rest of a ``SEARCH_DEPTH_MAX``-deep ranking (scores there may exceed the 50th's: neighbour shares and
+    query feedback see more candidates).
+    """
+    memory_id = check_uuid("memory_id", memory_id)
+    if vault_id is not None:
+        vault_id = check_uuid("vault_id", vault_id)
+    query = check_text("query", query, LIMITS["query"])
+    for name, value, low, high in (("top_ke", top_ke, 0, 25), ("top_kc", top_kc, 1, 10),
+                                   ("offset", offset, 0, SEARCH_DEPTH_MAX - 25)):
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise InputError(f"{name} must be an integer from {low} to {high} (got {value!r})")
+    if not isinstance(include_raw_entries, bool):
+        raise InputError(f"include_raw_entries must be a boolean (got {include_raw_entries!r})")
+    after = parse_rfc3339("after", after)
+    before = parse_rfc3339("before", before)
+    store.check_memory(memory_id, vault_id)
+    terms = query_terms(query)
+    entries = []
+    depth = offset + top_ke if top_ke else 0
+    ranked = rank_entries(store, memory_id, query, terms, min(depth, CONTEXT_DEPTH), after=after, before=before)
+    if depth > CONTEXT_DEPTH:
+        # A pool as deep as this page would reorder the first places (and one as deep as the next page would
+        # reorder this one), so deep pages continue the 50-deep ranking from one fixed, deepest pool.
+        shown = {row["seq"] for row, _ in ranked}
+        deeper = rank_entries(store, memory_id, query, terms, SEARCH_DEPTH_MAX, after=after, before=before)
+        ranked += [(row, score) for row, score in deeper if row["seq"] not in shown]
+    for row, score in ranked[offset:depth]:
+        item: dict[str, Any] = {"entryId": row["entry_id"], "summary": row["summary"]}
+        if include_raw_entries:
+            item["rawEntry"] = row["raw_entry"]
+        item["score"] = _score(score)
+        item["creationTime"] = row["creation_time"]
+        if row["conversation_time"] is not None:
+            item["conversationTime"] = row["conversation_time"]
+        item["tags"] = json.loads(row["tags"])
+        entries.append(item)
+    contexts = (
+        [
+            {"context": row["content"], "timestamp": row["creation_time"], "score": _score(score)}
+            for row, score in store.ranked_contexts(memory_id, terms, top_kc)
+        ]
+        if terms
+        else []
+    )
+    latest = store.latest_context(memory_id)
+    return {
+        "entries": entries,
+        "count": len(entries),
+        "latestContext": PLACEHOLDER_CONTEXT if latest is None else latest["content"],
+        "latestContextTimestamp": None if latest is None else latest["creation_time"],
+        "contexts": contexts,
+    }
+
+
+def rank_entries(
+    store: MemoryStore,
+    memory_id: str,
+    query: str,
+    terms: list[str],
+    limit: int,
+    *,
+    after: str | None = None,
+    before: str | None = None,
+    context: bool = True,
+    feedback: bool = True,
+    named_time: bool = True,
+    names: bool = True,
+    weights: Sequence[float] | None = None,
+) -> list[tuple[Row, float]]:
+    """The memory's entries ranked for ``query`` (``terms`` from ``query_terms``), best first, ``limit`` at most:
+    lexical hits scored by BM25, re-ranked with their neighbours' scores (``context``), joined by a second search
+    with words of the best hits (``feedback``, see ``feedback.py``), those inside a time the query names lifted
+    (``named_time``, see ``query_time.py``), the turns of a speaker the query names raised (``names``, see
+    ``coverage.py``), fused with dense similarities when the store has an index. ``weights`` replaces the index
+    column weights BM25 weighs each field's terms by (``ENTRY_WEIGHTS``; the ablation turns fields off with it)."""
+    if limit <= 0 or not terms:
+        return []
+    # The dense side first (it settles the memory's vectors before any connection is taken), as the catch-up of
+    # entries without a vector should see the memory just settled.
+    dense = store.dense_hits(memory_id, query, limit * fusion.DENSE_CANDIDATES, after, before)
+    depth = max(limit, CONTEXT_DEPTH) if context else limit
+    if store.has_dense:
+        # Fusion needs a lexical list deeper than the final cut so that an entry the dense side favours can
+        # rise past weaker lexical hits. Not deeper than that: the neighbour shares and the query feedback then
+        # work on the same pool as without dense (a pool of 100 at limit 25 lowered recall any@10 by 0.01).
+        depth = max(depth, limit * 2)
+    hits = _lexical_ranking(store, memory_id, terms, depth, after, before, context, weights)
+    if feedback and hits:
+        extra = _feedback_terms(store, memory_id, terms, hits)
+        if extra:
+            second = _lexical_ranking(store, memory_id, extra, depth, after, before, context, weights)
+            # The hits the words came from would match them best: no second score for them, or the second
+            # search would only reshuffle the top (recall@1 fell from 0.36 to 0.30 on LoCoMo dev).
+            sources = {seq for seq, _ in hits[: feedback_module.FEEDBACK_DOCS]}
+            hits = feedback_module.combine(hits, [hit for hit in second if hit[0] not in sources])
+    if named_time and hits:
+        hits = _time_named(store, memory_id, query, terms, hits, depth, after, before, context, weights)
+    if names and hits:
+        hits = _boost_named(store, memory_id, terms, hits)
+    if store.has_dense:
+        hits = fusion.fuse(hits, dense, limit)
+    hits = hits[:limit]
+    rows = store.entry_rows(memory_id, [seq for seq, _ in hits])
+    return [(rows[seq], score) for seq, score in hits if seq in rows]
+
+
+def _lexical_ranking(
+    store: MemoryStore, memory_id: str, terms: list[str], depth: int, after: str | None, before: str | None,
+    context: bool, weights: Sequence[float] | None = None,
+) -> Hits:
+    """BM25 hits (``bm25.py``), re-ranked with their neighbours' scores when ``context``: up to ``depth``, best
+    first."""
+    stems = query_stems(terms)
+    read: list[term_stats.TermCounts] = []  # the memory's counts of ``stems``, read once when first needed
+
+    def statistics(wanted: Sequence[str]) -> tuple[int, dict[str, int], int]:
+        if not read:
+            read.append(store.term_counts(memory_id, sorted(set(stems) | set(wanted)), ()))
+        known = read[0]
+        missing = [stem for stem in wanted if stem not in known.stems]
+        if missing:
+            known.stems.update(store.term_counts(memory_id, missing, ()).stems)
+        return known.entries, {stem: known.stems[stem] for stem in wanted}, known.tokens
+
+    candidates = store.lexical_candidates(memory_id, terms, depth * bm25.CANDIDATES, after, before,
+                                          statistics=statistics)
+    if not candidates:
+        return []
+    count, frequencies, length = statistics(stems)
+    entries = store.entry_terms(memory_id, [seq for seq, _ in candidates], weights=weights)
+    scored = bm25.rank(list(entries.items()), stems, count, frequencies, length)
+    hits = [(seq, value) for seq, value, _ in scored[:depth]]
+    if context and hits:
+        links, allowed = _neighbours(store, memory_id, [seq for seq, _ in hits], after, before)
+        # The neighbours' own neighbours: the turns two steps from each hit (ranking.CONTEXT_FAR_AFTER).
+        outer, further = _neighbours(store, memory_id, sorted(allowed.difference(seq for seq, _ in hits)), after,
+                                     before)
+        matched = {seq: frozenset(by_stem) for seq, _, by_stem in scored}
+        hits = with_context(hits, links, allowed | further, depth, matched, outer)
+        hits = current_first(hits, entries, matched)
+    return hits
+
+
+def _neighbours(
+    store: MemoryStore, memory_id: str, seqs: Sequence[int], after: str | None, before: str | None
+) -> tuple[list[Link], set[int]]:
+    """``(links, allowed)`` for :func:`ranking.with_context`: the links of ``seqs`` and the seqs (given and their
+    neighbours) that may be returned: the given ones, and the neighbours inside the time bounds."""
+    if not seqs:
+        return [], set()
+    links = store.neighbour_links(memory_id, seqs)
+    given = set(seqs)
+    allowed = given | {n for _, previous, following, _ in links for n in (previous, following) if n is not None}
+    outside = allowed - given
+    if (after is not None or before is not None) and outside:  # neighbours outside the time bounds do not count
+        allowed = given | store.entries_within(memory_id, outside, after, before)
+    return links, allowed
+
+
+def _time_named(
+    store: MemoryStore, memory_id: str, query: str, terms: list[str], hits: Hits, depth: int,
+    after: str | None, before: str | None, context: bool, weights: Sequence[float] | None,
+) -> Hits:
+    """``hits`` with the entries inside the times ``query`` names lifted (``query_time.py``), seen from the
+    question's date: ``before`` (exclusive) when given, else today. A single named span is also searched on its
+    own (the same ``terms``), so that its entries compete even when the whole memory's pool missed them."""
+    named = query_time.parse_query_time(query, query_time.reference_date(before))
+    if not named:
+        return hits
+    pooled = dict(hits)
+    if len(named.spans) == 1 and query_time.SPAN_SEARCH:
+        span_after, span_before = query_time.span_bounds(named.spans[0], after, before)
+        if span_after < span_before:  # (else the span lies outside the search's own bounds)
+            for seq, score in _lexical_ranking(store, memory_id, terms, depth, span_after, span_before, context,
+                                               weights):
+                pooled[seq] = max(score, pooled.get(seq, 0.0))
+    rows = store.entry_rows(memory_id, list(pooled))
+    moments = {seq: query_time.moment(row["conversation_time"] or row["creation_time"]) for seq, row in rows.items()}
+    return query_time.boost(list(pooled.items()), moments, named)[:depth]
+
+
+def _boost_named(store: MemoryStore, memory_id: str, terms: list[str], hits: Hits) -> Hits:
+    """``coverage.boost_named_speakers`` on ``hits``, with each entry's author from the store's entry terms (entries
+    not in its cache, such as neighbours the lexical search did not find, are read once and kept)."""
+    entries = store.entry_terms(memory_id, [seq for seq, _ in hits])
+    authors = {seq: coverage.author_stems(terms_of.author) for seq, terms_of in entries.items()}
+    return coverage.boost_named_speakers(hits, authors, query_stems(terms))
+
+
+def _feedback_terms(store: MemoryStore, memory_id: str, terms: list[str], hits: Sequence[tuple[int, float]]) -> list[str]:
+    """The words of the best ``hits`` to search for next (``feedback.expansion_terms``); none in a memory of
+    fewer than ``FEEDBACK_MIN_ENTRIES`` entries."""
+    top = hits[: feedback_module.FEEDBACK_DOCS]
+    rows = store.entry_rows(memory_id, [seq for seq, _ in top])
+    docs = [(feedback_module.feedback_words(f"{rows[seq]['summary']} {rows[seq]['raw_entry']}"), score)
+            for seq, score in top if seq in rows]
+    words = {word for doc, _ in docs for word in doc}
+    entries, _, _, frequencies = store.term_counts(memory_id, (), words)
+    if entries < feedback_module.FEEDBACK_MIN_ENTRIES:
+        return []
+    return feedback_module.expansion_terms(docs, entries, frequencies, exclude=set(terms))

@@ -1,0 +1,260 @@
+"""The PostgreSQL backend's lexical SQL: ``tsvector`` candidates for entries, ranked context snapshots, neighbours.
+
+Ranking (:func:`rank`): the ``tsvector`` of an entry carries the summary (weight A), the text and the labels (B) and
+the date in words (C), mapped from ``ENTRY_WEIGHTS``. Each query lexeme ``t`` scores ``idf(t) * ts_rank(weights,
+tsv, t, 1)`` summed over the lexemes: BM25's IDF (from the memory's document frequencies) times PostgreSQL's
+saturating, length-normalised term weight — the shape of BM25, so the neighbour scoring and cut-offs tuned on SQLite
+carry over (recall parity: tests/test_postgres.py). The frequencies come from one call, :func:`frequencies`: BM25's
+own statistics of the memory where a query word is one Porter stem and one lexeme (no query counts them), else
+counts in the index. The GIN index on ``(memory_id, tsv)`` (``btree_gin``; migrations.py) reads only the memory's
+postings. ``ts_rank`` reads each scored row from the heap, so a query matching more than :data:`EXACT_ROWS` rows (a
+large memory's common words) ranks a bounded part of them (:func:`rank_bounded`): every LoCoMo-sized memory is
+ranked whole.
+
+Every function takes a psycopg connection (rows as dicts) from the store; :class:`Lexicon` is the store's cache of
+query terms' lexemes.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Collection, Sequence
+from typing import Any
+
+from mycelian_agent.memory_server.storage.query import MOMENT, prune_common, time_bounds
+from mycelian_agent.memory_server.storage.rows import Link
+from mycelian_agent.memory_server.text.analysis import CONTEXT_GAP_DAYS, ENTRY_WEIGHTS, QUESTION_MARKS, tokens
+
+__all__ = ["BOUNDED_ROWS", "EXACT_ROWS", "NEWEST_ROWS", "Known", "Lexicon", "entries_within", "frequencies", "known",
+           "neighbour_links", "rank", "rank_bounded"]
+
+# ts_rank's weights are {D, C, B, A}, each at most 1: ENTRY_WEIGHTS scaled by the summary's (the largest).
+_TOP = ENTRY_WEIGHTS[2]
+_RANK_WEIGHTS = "{0.1, %.4f, %.4f, 1.0}" % (ENTRY_WEIGHTS[4] / _TOP, ENTRY_WEIGHTS[1] / _TOP)
+#: A ranking whose candidate lexemes match at most this many of the memory's rows scores every one of them (exact:
+#: every LoCoMo-sized memory); above, :func:`rank_bounded` scores a bounded part.
+EXACT_ROWS = 2000
+#: The bounded ranking's parts: rows holding the rarest lexemes scored at most (every row of as many of the
+#: rarest as fit, else rows holding the two rarest), and the matches among the newest rows aimed at (reading at
+#: most NEWEST_ROWS rows).
+BOUNDED_ROWS = 400
+NEWEST_ROWS = 2000
+# Query terms whose lexemes a store keeps (cleared when full: a few hundred KB).
+_CACHED_TERMS = 10_000
+#: BM25's entry count and document frequencies, by query term (the terms that are one Porter stem).
+Known = tuple[int, dict[str, int]]
+
+
+def _tsquery(lexeme: str) -> str:
+    return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def _idf(total: int, found: int) -> float:
+    # FTS5's BM25 IDF, clamped the same way: terms in half the documents or more weigh almost nothing.
+    return max(1e-6, math.log((total - found + 0.5) / (found + 0.5)))
+
+
+class Lexicon:
+    """Each query term's lexemes (the ``mycelian`` configuration's, as the index holds them), kept per store (the
+    configuration is the schema's: a term's lexemes do not change), so a search asks only for new words."""
+
+    def __init__(self) -> None:
+        self._cache: dict[str, list[str]] = {}
+        self._lock = threading.Lock()
+
+    def lexemes(self, conn: Any, terms: Sequence[str]) -> dict[str, list[str]]:
+        """``{term: its lexemes}`` for ``terms`` (asking the database only for terms not seen before)."""
+        with self._lock:
+            found = {term: self._cache[term] for term in terms if term in self._cache}
+        missing = [term for term in terms if term not in found]
+        if missing:
+            rows = conn.execute(
+                "SELECT t AS term, tsvector_to_array(to_tsvector('mycelian', t)) AS lexemes "
+                "FROM unnest(%s::text[]) AS t",
+                (missing,),
+            ).fetchall()
+            new = {row["term"]: list(row["lexemes"]) for row in rows}
+            with self._lock:
+                if len(self._cache) + len(new) > _CACHED_TERMS:
+                    self._cache.clear()
+                self._cache.update(new)
+            found.update(new)
+        return found
+
+
+def _counted_frequencies(
+    conn: Any, table: str, memory_id: str, lexemes: Sequence[str], total: int | None
+) -> tuple[int, dict[str, int]]:
+    """``(rows of the memory, {lexeme: rows holding it})`` counted in ``table``. Given ``total``, each count stops
+    at half the memory (beyond that the IDF is clamped anyway, and the term is common either way); without, the
+    memory's rows are counted in the same statement and the counts are whole (one round trip: the contexts of a
+    memory, few rows)."""
+    cap = "" if total is None else " LIMIT %s"
+    counts = [
+        f"(SELECT count(*) FROM (SELECT 1 FROM {table} WHERE memory_id = %s AND tsv @@ %s::tsquery{cap}) x) AS d{i}"
+        for i in range(len(lexemes))
+    ]
+    values: list[Any] = [value for lexeme in lexemes for value in (memory_id, _tsquery(lexeme))]
+    if total is None:
+        counts.append(f"(SELECT count(*) FROM {table} WHERE memory_id = %s) AS total")
+        values.append(memory_id)
+    else:
+        values = [value for k in range(0, len(values), 2) for value in (*values[k : k + 2], total // 2 + 1)]
+    found = conn.execute(f"SELECT {', '.join(counts)}", values).fetchone()
+    total = int(found["total"]) if total is None else total
+    return total, {lexeme: int(found[f"d{i}"]) for i, lexeme in enumerate(lexemes)}
+
+
+def frequencies(
+    conn: Any, table: str, memory_id: str, lexemes_of: dict[str, list[str]], known_counts: Known | None
+) -> tuple[int, dict[str, int]]:
+    """The one source of a ranking's document frequencies: ``(rows of the memory, {lexeme: rows holding it})``.
+    A lexeme that is a term's only lexeme, of a term whose only stem ``known_counts`` (BM25's statistics, from
+    :func:`known`) counts, takes that count (the Snowball lexeme and the Porter stem of one word name the same rows
+    but for the words the two stemmers conflate differently); the others are counted in the index."""
+    found: dict[str, int] = {}
+    total = None
+    if known_counts is not None:
+        total, by_term = known_counts
+        for term, lexemes in lexemes_of.items():
+            if len(lexemes) == 1 and term in by_term:
+                found[lexemes[0]] = max(found.get(lexemes[0], 0), by_term[term])
+    missing = sorted({lexeme for lexemes in lexemes_of.values() for lexeme in lexemes} - found.keys())
+    if missing or total is None:
+        total, counted = _counted_frequencies(conn, table, memory_id, missing, total)
+        found.update(counted)
+    return total, found
+
+
+def known(terms: Sequence[str], statistics: Any) -> Known | None:
+    """BM25's counts of the ``terms`` that are one Porter stem each, by term, from ``statistics``
+    (``storage.base.Statistics``; None: no counts). Call it before taking a connection: it may read on one."""
+    if statistics is None:
+        return None
+    stem_of = {}
+    for term in terms:
+        stems = tokens(term)
+        if len(stems) == 1:
+            stem_of[term] = stems[0]
+    entries, by_stem, _ = statistics(sorted(set(stem_of.values())))
+    return entries, {term: by_stem.get(stem, 0) for term, stem in stem_of.items()}
+
+
+def rank(
+    conn: Any,
+    lexicon: Lexicon,
+    table: str,
+    memory_id: str,
+    terms: Sequence[str],
+    limit: int,
+    where: str = "",
+    params: Sequence[Any] = (),
+    known_counts: Known | None = None,
+) -> list[tuple[int, float]]:
+    """BM25-shaped ranking of a memory's rows of ``table`` (see the module docstring), within ``where``
+    (``storage.query.time_bounds`` on alias ``t``): ``(seq, score > 0)``, best first."""
+    if limit <= 0:
+        return []
+    lexemes_of = lexicon.lexemes(conn, terms)
+    lexemes = sorted({lexeme for found in lexemes_of.values() for lexeme in found})
+    if not lexemes:
+        return []
+    total, by_lexeme = frequencies(conn, table, memory_id, lexemes_of, known_counts)
+    counts = [by_lexeme[lexeme] for lexeme in lexemes]
+    queries = [_tsquery(lexeme) for lexeme in lexemes]
+    weights = [_idf(total, n) for n in counts]
+    score = " + ".join(f"%s * ts_rank('{_RANK_WEIGHTS}', t.tsv, %s::tsquery, 1)" for _ in queries)
+    scoring = [value for w, q in zip(weights, queries, strict=True) for value in (w, q)]
+    # Terms in half the memory or more (IDF ~0) still score, but do not make rows candidates, unless the rarer
+    # terms find too few rows.
+    every = list(zip(counts, queries, strict=True))
+    rare = prune_common(every, lambda pair: pair[0], total)
+    candidates = [rare, every] if rare != every else [every]
+    rows: list[Any] = []
+    for matching in candidates:
+        rows = []
+        if sum(n for n, _ in matching) > EXACT_ROWS:
+            rows = rank_bounded(conn, table, memory_id, matching, total, score, scoring, limit, where, params)
+        # Every match when the bounded part found too few inside the time bounds (a span far from the newest
+        # rows: costly on a large memory, as the time filter reads each match from the heap).
+        if not rows or (where and len(rows) < limit):
+            rows = conn.execute(
+                f"SELECT t.seq, ({score}) AS score FROM {table} t WHERE t.memory_id = %s AND t.tsv @@ %s::tsquery"
+                f"{where} ORDER BY score DESC, t.seq DESC LIMIT %s",
+                [*scoring, memory_id, " | ".join(q for _, q in matching), *params, limit],
+            ).fetchall()
+        if len(rows) >= limit:
+            break
+    return [(int(row["seq"]), float(row["score"])) for row in rows if row["score"] > 0]
+
+
+def rank_bounded(
+    conn: Any, table: str, memory_id: str, matching: Sequence[tuple[int, str]], total: int, score: str,
+    scoring: Sequence[Any], limit: int, where: str, params: Sequence[Any],
+) -> list[Any]:
+    """The ranking of a query matching more than :data:`EXACT_ROWS` rows, from a bounded part of them (each row
+    scored is read from the heap): every row holding one of the rarest lexemes, as many of them as hold at most
+    :data:`BOUNDED_ROWS` rows together (the rows a term-at-a-time ranking puts first, ranked exactly: "I'm flying
+    to Lisbon" for "when is the Lisbon trip" in a memory where "trip" is common); when even the rarest is in more
+    rows, up to :data:`BOUNDED_ROWS` holding both of the two rarest; and those holding any lexeme among the
+    memory's newest rows, as many rows as hold :data:`BOUNDED_ROWS` matches if the lexemes are spread evenly (at
+    most :data:`NEWEST_ROWS`)."""
+    ordered = sorted(matching)
+    rarest, held = [], 0
+    for n, q in ordered:
+        if held + n > BOUNDED_ROWS:
+            break
+        rarest.append(q)
+        held += n
+    both = " | ".join(rarest) if rarest else " & ".join(q for _, q in ordered[:2])
+    anyone = " | ".join(q for _, q in ordered)
+    newest = min(NEWEST_ROWS, max(limit, total * BOUNDED_ROWS // max(1, sum(n for n, _ in ordered))))
+    # The newest rows: their seqs from the (memory_id, seq) index alone, then each row by its key. (Read whole,
+    # the planner walks the primary key down through every newer memory's rows, or scans every match of the
+    # lexemes, its row estimates not knowing that a memory's rows are a run of seqs; the same with the time bounds
+    # inside.) A row in both parts counts once.
+    recent = (f"SELECT t.seq, t.tsv FROM (SELECT r.seq FROM {table} r WHERE r.memory_id = %s "
+              f"ORDER BY r.seq DESC LIMIT %s) n JOIN {table} t ON t.seq = n.seq "
+              f"WHERE t.tsv @@ %s::tsquery{where}")
+    pick = f"SELECT t.seq, t.tsv FROM {table} t WHERE t.memory_id = %s AND t.tsv @@ %s::tsquery{where} LIMIT %s"
+    rows: list[Any] = conn.execute(
+        f"SELECT * FROM (SELECT DISTINCT ON (t.seq) t.seq, ({score}) AS score "
+        f"FROM (({pick}) UNION ALL ({recent})) t "
+        "ORDER BY t.seq) s ORDER BY score DESC, seq DESC LIMIT %s",
+        [*scoring, memory_id, both, *params, BOUNDED_ROWS, memory_id, newest, anyone, *params, limit],
+    ).fetchall()
+    return rows
+
+
+def neighbour_links(conn: Any, memory_id: str, seqs: Sequence[int]) -> list[Link]:
+    """Each of the memory's entries ``seqs`` with its previous and next entry in the memory within
+    ``CONTEXT_GAP_DAYS`` and whether it asks something (``QUESTION_MARKS`` in its raw text)."""
+    if not seqs:
+        return []
+    gap = CONTEXT_GAP_DAYS * 86400.0
+    asks = " OR ".join("strpos(e.raw_entry, %s) > 0" for _ in QUESTION_MARKS)
+    near = (f"abs(extract(epoch FROM ({MOMENT.format('{0}')}::timestamptz - {MOMENT.format('e')}::timestamptz)))"
+            f" <= {gap!r}")
+    sql = (
+        f"SELECT e.seq, p.seq AS previous, n.seq AS following, ({asks}) AS asks FROM entries e "
+        f"LEFT JOIN LATERAL (SELECT x.seq FROM entries x WHERE x.memory_id = e.memory_id AND x.seq < e.seq "
+        f"ORDER BY x.seq DESC LIMIT 1) px ON true LEFT JOIN entries p ON p.seq = px.seq AND {near.format('p')} "
+        f"LEFT JOIN LATERAL (SELECT x.seq FROM entries x WHERE x.memory_id = e.memory_id AND x.seq > e.seq "
+        f"ORDER BY x.seq LIMIT 1) nx ON true LEFT JOIN entries n ON n.seq = nx.seq AND {near.format('n')} "
+        f"WHERE e.seq = ANY(%s) AND e.memory_id = %s"
+    )
+    return [
+        (int(r["seq"]), r["previous"], r["following"], bool(r["asks"]))
+        for r in conn.execute(sql, (*QUESTION_MARKS, list(seqs), memory_id)).fetchall()
+    ]
+
+
+def entries_within(conn: Any, memory_id: str, seqs: Collection[int], after: str | None, before: str | None) -> set[int]:
+    """Those of the memory's entries ``seqs`` whose moment lies inside the exclusive bounds."""
+    if not seqs:
+        return set()
+    where, params = time_bounds(after, before, mark="%s")
+    sql = f"SELECT t.seq FROM entries t WHERE t.memory_id = %s AND t.seq = ANY(%s){where}"
+    rows = conn.execute(sql, [memory_id, list(seqs), *params]).fetchall()
+    return {int(r["seq"]) for r in rows}
