@@ -304,8 +304,8 @@ def _relative_spans(match: re.Match[str], reference: date) -> Spans:
         year = reference.year - (1 if last else 0)
         return [(date(year, 1, 1), date(year + 1, 1, 1))]
     if what in _SEASONS:
-        first, months = _SEASONS[what]
-        for year in _years(reference, first):
+        first_month = _SEASONS[what][0]
+        for year in _years(reference, first_month):
             start, stop = _season(year, what)
             if which == "this" or stop <= end:  # "last summer": the latest one that is over
                 return [(start, stop)]
@@ -331,7 +331,7 @@ Resolver = Callable[[re.Match[str], date], Spans]
 def _resolvers() -> list[tuple[re.Pattern[str], Resolver]]:
     def absolute_day(match: re.Match[str], _reference: date) -> Spans:
         found = _anchor(match.groupdict())
-        moment = _valid(*found) if found and found[0] is not None else None  # type: ignore[misc]
+        moment = _valid(found[0], found[1], found[2]) if found and found[0] is not None else None
         return [_day(moment)] if moment else []
 
     def month_year(match: re.Match[str], ref: date) -> Spans:

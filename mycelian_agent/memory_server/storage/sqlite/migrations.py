@@ -9,7 +9,7 @@ a released migration; append a new one.
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from mycelian_agent.errors import MemoryServerError
 from mycelian_agent.memory_server.storage import term_stats
@@ -187,7 +187,7 @@ _V4: list[str | Callable[[sqlite3.Connection], None]] = [
 
 #: Migration ``n`` (1-based) is ``MIGRATIONS[n - 1]``: SQL statements, or functions of the connection (run inside
 #: the migration's transaction).
-MIGRATIONS: tuple[list[str | Callable[[sqlite3.Connection], None]], ...] = (_V1, _V2, _V3, _V4)
+MIGRATIONS: tuple[Sequence[str | Callable[[sqlite3.Connection], None]], ...] = (_V1, _V2, _V3, _V4)
 #: The schema version a fully migrated database has.
 SCHEMA_VERSION = len(MIGRATIONS)
 
