@@ -13,7 +13,7 @@ Per backend (a SQLite file in OUT/work, and a database of a throwaway PostgreSQL
    PostgreSQL: ``pg_database_size``) per entry, and time ``search_memories`` in small memories: the same
    ``search_memories`` memories (spread over those loaded by the first checkpoint) queried in turn, over one stdio
    session (``bench_server._measure``, which also times ``add_entry`` into a fresh memory) and in process
-   (``MemoryStore.search``). The growth ratio is the last checkpoint's p50 over the first's.
+   (``retrieval.search``). The growth ratio is the last checkpoint's p50 over the first's.
 3. Load one **big memory** of ``big_memory`` entries into the same database, and time search in it the same way.
 4. **Ingestion**: ``mycelian-agent replay --workers N`` (``bench_scaleout._replay``) of the same synthetic
    conversations into the grown database, N = ``workers``, each into a vault of its own with fresh checkpoints.

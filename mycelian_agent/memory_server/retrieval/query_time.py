@@ -2,7 +2,7 @@
 
 :func:`parse_query_time` finds the expressions of a query that name a time and resolves each one, against the
 question's date (``reference``), into spans of conversation time; :func:`boost` lifts the hits whose entry falls in
-one of them. The store's search calls both (``base.MemoryStore.rank_entries``); this module does no I/O.
+one of them. The search pipeline calls both (``pipeline.rank_entries``); this module does no I/O.
 
 Only expressions that *name* a time act: "When did Caroline go to the support group?" asks for a time and names
 none, so it is left alone, as are recurrences ("on Tuesdays"), bare weekdays ("on Friday"), vague words

@@ -5,11 +5,9 @@ argument checks, the JSON shapes of results, the idempotency-key rule. A backend
 below, each one transaction. Failures raise :class:`~mycelian_agent.errors.InputError` (bad argument) or
 :class:`~mycelian_agent.errors.MemoryServerError` (unknown id, conflict) and leave the database unchanged.
 
-Searching is retrieval's (``retrieval/pipeline.py``): it takes a store and asks it, through the public reads of
-the "search reads" section (:data:`SEARCH_READS`), for a memory's lexical candidates, term statistics, neighbouring
-entries, entry rows and analysed terms, ranked context snapshots and the dense side's hits. Storage imports nothing
-above it (``text/`` only). The interface names no backend: :func:`mycelian_agent.memory_server.storage.open_store`
-picks one from the target.
+Searching is retrieval's (``retrieval/pipeline.py``): it asks a store only through its search reads
+(:data:`SEARCH_READS`: candidates, statistics, neighbours, rows, contexts, dense hits). Storage imports nothing above
+it (``text/`` only); the interface names no backend (``storage.open_store`` picks one).
 """
 
 from __future__ import annotations
@@ -131,7 +129,8 @@ def _check_same_entry(row: Row, inserted: bool, entry: NewEntry, memory_id: str)
 
 
 class MemoryStore(ABC):
-    """The memory database behind the tools. Public methods validate, then call one backend primitive."""
+    """The memory database behind the tools. Public methods validate, then call one backend primitive; the search
+    reads (:data:`SEARCH_READS`, at the end) are what retrieval asks of a store, with arguments it already checked."""
 
     #: How many calls the runtime may run at once on this store (1: one connection, one thread).
     concurrency: int = 1

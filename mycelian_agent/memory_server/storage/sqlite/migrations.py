@@ -143,7 +143,7 @@ _V3 = [
         INSERT INTO entries_fts (entries_fts, {_ENTRY_COLUMNS}) VALUES ('delete', {_entry_values("old")});
         INSERT INTO entries_fts ({_ENTRY_COLUMNS}) VALUES ({_entry_values("new")});
     END""",
-    # An entry's neighbours in its memory (search adds their scores: see search.py, _with_context).
+    # An entry's neighbours in its memory (search adds their scores: see retrieval/ranking.py, with_context).
     "CREATE INDEX entries_by_seq ON entries (memory_id, seq)",
     f"INSERT INTO entries_fts ({_ENTRY_COLUMNS}) SELECT {_entry_values('entries')} FROM entries",
 ]
