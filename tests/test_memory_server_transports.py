@@ -243,11 +243,15 @@ def test_importing_the_package_is_light() -> None:
 
 
 def test_an_embeddings_server_lets_torch_threads_sleep_unless_told_otherwise(tmp_path: Path, monkeypatch) -> None:
-    from mycelian_agent.memory_server.server.app import MemoryServer
     from mycelian_agent.memory_server.cli import main
+    from mycelian_agent.memory_server.transport import stdio
 
     seen: list[str | None] = []
-    monkeypatch.setattr(MemoryServer, "run", lambda self, transport: seen.append(os.environ.get("OMP_WAIT_POLICY")))
+
+    async def serve(server: object) -> None:
+        seen.append(os.environ.get("OMP_WAIT_POLICY"))
+
+    monkeypatch.setattr(stdio, "serve_stdio", serve)
     monkeypatch.setenv("OMP_WAIT_POLICY", "unset-at-teardown")  # registers the restore of the variable's absence
     monkeypatch.delenv("OMP_WAIT_POLICY")
     assert main(["--db", str(tmp_path / "m.db")]) == 0
