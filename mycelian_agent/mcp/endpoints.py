@@ -25,7 +25,8 @@ SessionFactory = Callable[[], AbstractAsyncContextManager[ClientSession]]
 def embedded_connection(db: str | None = None, *, extra_args: Sequence[str] = (),
                         env: Mapping[str, str] | None = None) -> StdioConnection:
     """A stdio connection that spawns our embedded memory server on SQLite file ``db`` (None: its default)."""
-    args = ["-m", "mycelian_agent.memory_server", "--transport", "stdio", *(["--db", str(db)] if db else []), *extra_args]
+    args = ["-m", "mycelian_agent.memory_server", "--transport", "stdio", *(["--db", str(db)] if db else []),
+            *extra_args]
     connection = StdioConnection(transport="stdio", command=sys.executable, args=args)
     # The MCP SDK gives a server only a few variables (HOME, PATH, ...): PYTHONPATH is passed on so that the server
     # imports the same package as this process (a source checkout on PYTHONPATH, not another installed copy). This

@@ -18,7 +18,8 @@ from mcp import ClientSession
 from ..errors import describe_cause
 from .session_end import SessionEnd
 
-__all__ = ["HTTP_TRANSPORTS", "WATCHED_HTTP_KEYS", "WatchedBody", "WatchedTransport", "connection_lost", "http_session", "seconds"]
+__all__ = ["HTTP_TRANSPORTS", "WATCHED_HTTP_KEYS", "WatchedBody", "WatchedTransport", "connection_lost", "http_session",
+           "seconds"]
 
 
 class WatchedBody(httpx.AsyncByteStream):
