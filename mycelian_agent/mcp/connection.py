@@ -192,6 +192,10 @@ class MemoryConnection:
             return self
         if self._connection is None:
             raise ConfigError("MemoryConnection needs a connection (see embedded_connection / http_connection)")
+        if not callable(self._connection) and "transport" not in self._connection:
+            keys = ", ".join(map(repr, self._connection)) or "none"  # not the values: headers may hold a token
+            raise ConfigError(f"the connection has no 'transport' key (keys: {keys}; see embedded_connection / "
+                              "http_connection)")
         self._lock = asyncio.Lock()
         await self._start(self._open_timeout, load_tools=True)
         self._opened = True
