@@ -108,6 +108,9 @@ def test_contexts_the_newest_is_current_and_each_is_searchable(store: MemoryStor
     assert (found["entries"], found["count"]) == ([], 0)
     assert [c["context"] for c in found["contexts"]] == ["## Facts\n- has a cat"] and found["contexts"][0]["score"] > 0
     assert (found["latestContext"], found["latestContextTimestamp"]) == ("## Facts\n- likes jazz", puts[2]["timestamp"])
+    # Only the snapshots that match, best first, however many are asked for.
+    assert [c["context"] for c in search(store, m, "tomatoes garden", top_kc=3)["contexts"]] == [
+        "## Facts\n- grows tomatoes in the garden"]
 
 
 def test_list_entries_pages_newest_first_before_and_oldest_first_after(store: MemoryStore) -> None:
