@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from conformance import COUNT_KEYS, Backend, all_entries, assert_statistics_recount, ids, search
 
-from mycelian_agent.errors import MemoryServerError
+from mycelian_agent.errors import InputError, MemoryServerError
 from mycelian_agent.memory_server import PLACEHOLDER_CONTEXT, MemoryStore
 
 UNKNOWN = "00000000-0000-4000-8000-000000000000"
@@ -134,6 +134,49 @@ def test_list_entries_pages_newest_first_before_and_oldest_first_after(store: Me
         assert page["next_before"] is None
         cursor = page["next_after"]
     assert forward == made[1:]
+
+
+def _write_texts(store: MemoryStore, texts: list[str]) -> None:
+    """Each text, as an entry's raw text, summary and tag, a context and a memory's description, is stored and read
+    back exactly, or refused as input naming the argument with nothing written; never another error."""
+    v, m = _memory(store)
+    for number, text in enumerate(texts):
+        writes: list[tuple[str, Callable[[], Any], Callable[[Any], Any], Any]] = [
+            ("raw_entry", lambda: store.add_entry(v, m, text, text[:2000], {"k": text[:500]}),
+             lambda added: (lambda e: (e["rawEntry"], e["summary"], e["tags"]))(
+                 store.get_entry(v, m, added["entryId"])),
+             (text, text[:2000], {"k": text[:500]})),
+            ("content", lambda: store.put_context(v, m, text[:2000]), lambda _: store.get_context(v, m), text[:2000]),
+            ("description", lambda: store.create_memory(v, f"text-{number}", "CHAT", text[:1000]),
+             lambda made: store.get_memory(v, made["memoryId"])["description"], text[:1000]),
+        ]
+        for argument, write, read, expected in writes:
+            before = store.snapshot()
+            try:
+                written = write()
+            except InputError as exc:
+                assert argument in str(exc) and store.snapshot() == before
+                continue
+            assert read(written) == expected, (argument, text[:40])
+
+
+def test_any_text_is_stored_whole(store: MemoryStore) -> None:
+    _write_texts(store, ["tab\there, CR\r, bell\x07, DEL\x7f", "emoji \U0001f600, e\u0301, \u2028, \ufeff",
+                         "x" * 9000])
+
+
+def test_a_nul_character_is_stored_whole_or_refused_by_name(backend: Backend, store: MemoryStore,
+                                                           request: pytest.FixtureRequest) -> None:
+    if backend.name == "postgres":
+        import psycopg
+
+        request.applymarker(pytest.mark.xfail(
+            strict=True, raises=psycopg.DataError,
+            reason="PostgreSQL text cannot hold NUL (U+0000): psycopg.DataError escapes from add_entry (raw_entry, "
+                   "summary, idempotency_key), put_context, create_vault and create_memory (description) instead of "
+                   "an InputError, where SQLite stores the text; a validation rule for every backend (refuse NUL by "
+                   "the argument's name, as lone surrogates are) would fix it"))
+    _write_texts(store, ["a\x00b kayak"])
 
 
 # -- idempotency keys --------------------------------------------------------------------------------------------
