@@ -10,7 +10,6 @@ back to the extractive model, so a message is never dropped because a model misb
 from __future__ import annotations
 
 import asyncio
-
 import hashlib
 import json
 import re
@@ -18,14 +17,13 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
-from functools import cache
-from typing import Any, Literal, get_args
+from functools import cache, lru_cache
+from typing import Annotated, Any, Literal, get_args
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langchain_core.utils.function_calling import convert_to_openai_tool
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
 from ..errors import ToolCallError, describe_cause
@@ -84,6 +82,9 @@ def _check_tags(value: Any) -> dict[str, str]:
 _SUMMARY_DESCRIPTION = f"Retrieval-oriented summary, at most {SUMMARY_TARGET_CHARS} chars."
 _TAGS_DESCRIPTION = ('Short string tags of this message, e.g. {"topic": "<its topic words>", '
                      '"kind": "<fact|plan|preference|event|question>"}.')
+#: The two fields the model writes for each entry, checked alike wherever they appear (one entry or a batch item).
+Summary = Annotated[str, BeforeValidator(_check_summary), Field(description=_SUMMARY_DESCRIPTION)]
+Tags = Annotated[dict[str, str], BeforeValidator(_check_tags), Field(description=_TAGS_DESCRIPTION)]
 
 
 class AddEntryArgs(BaseModel):
@@ -92,18 +93,8 @@ class AddEntryArgs(BaseModel):
 
     model_config = ConfigDict(title="add_entry", extra="ignore")
 
-    summary: str = Field(description=_SUMMARY_DESCRIPTION)
-    tags: dict[str, str] = Field(description=_TAGS_DESCRIPTION)
-
-    @field_validator("summary", mode="before")
-    @classmethod
-    def _summary(cls, value: Any) -> str:
-        return _check_summary(value)
-
-    @field_validator("tags", mode="before")
-    @classmethod
-    def _tags(cls, value: Any) -> dict[str, str]:
-        return _check_tags(value)
+    summary: Summary
+    tags: Tags
 
 
 class EntryItem(BaseModel):
@@ -112,8 +103,8 @@ class EntryItem(BaseModel):
     model_config = ConfigDict(title="entry", extra="ignore")
 
     item: int = Field(description='The number of the message, as in <message item="...">.')
-    summary: str = Field(description=_SUMMARY_DESCRIPTION)
-    tags: dict[str, str] = Field(description=_TAGS_DESCRIPTION)
+    summary: Summary
+    tags: Tags
 
     @field_validator("item", mode="before")
     @classmethod
@@ -123,16 +114,6 @@ class EntryItem(BaseModel):
         if isinstance(value, bool) or not isinstance(value, int):
             raise _unusable("the item number was missing or not an integer")
         return value
-
-    @field_validator("summary", mode="before")
-    @classmethod
-    def _summary(cls, value: Any) -> str:
-        return _check_summary(value)
-
-    @field_validator("tags", mode="before")
-    @classmethod
-    def _tags(cls, value: Any) -> dict[str, str]:
-        return _check_tags(value)
 
 
 class AddEntriesArgs(BaseModel):
