@@ -1,6 +1,6 @@
 """The memory agent: a checkpointed LangGraph ``StateGraph`` (``observe`` ⇄ ``tools``) driven by a ControlState.
 
-- ``control``: the four controls; ``steps``: the sequence of steps each control runs (data, read at a glance);
+- ``control``: the controls and the sequence of steps each runs (``PLANS``: data, read at a glance);
 - ``state``: the bounded checkpointed state; ``report``: the typed report of one invocation and usage totals;
 - ``model_tools``: what the model may write (one pydantic model per tool) and how its replies are checked;
 - ``prompts``: the two prompts; ``graph``: the agent itself (the graph, its public calls, tool execution);
