@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Literal, Mapping
 from ._sync import LoopThread
 from .errors import ConfigError, MemoryServerError, make_parent_folder
 from .mcp import MemoryConnection, embedded_connection, http_connection, in_process_connection
+from .recall.users import create_or_find
 
 if TYPE_CHECKING:  # the agent (LangChain, LangGraph) is imported when an agent is built, not by connect()
     from langchain_core.language_models import BaseChatModel
@@ -41,22 +42,11 @@ def _is_uuid(text: str) -> bool:
     return True
 
 
-def _lost_race(exc: MemoryServerError) -> bool:
-    return "already exists" in str(exc)
-
-
 async def _find_or_create(find: Callable[[], Awaitable[str | None]], create: Callable[[], Awaitable[str]]) -> str:
-    """The id ``find`` returns, else the id of what ``create`` makes. Safe when several processes do this at once: the
-    one whose create loses the race ("already exists") reads the winner's instead of failing."""
+    """The id ``find`` returns, else the id of what ``create`` makes (a create that loses a race with another
+    process reads the winner's: :func:`~mycelian_agent.recall.users.create_or_find`)."""
     found = await find()
-    if found is not None:
-        return found
-    try:
-        return await create()
-    except MemoryServerError as exc:
-        if not _lost_race(exc) or (found := await find()) is None:
-            raise
-        return found
+    return found if found is not None else await create_or_find(create, find)
 
 
 async def ensure_vault(memory: MemoryConnection, vault: str, description: str = "") -> str:

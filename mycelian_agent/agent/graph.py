@@ -84,18 +84,18 @@ class MycelianMemoryAgent:
         missing = [name for name in _REQUIRED_TOOLS if name not in self._tools]
         if missing:
             raise MemoryServerError(f"the memory server lacks tool(s) {', '.join(missing)}; is it a Mycelian server?")
-        # Upstream Mycelian has no idempotency keys; send one only where the server declares it.
-        self._server_idempotency = "idempotency_key" in declared_params(self._tools["add_entry"])
-        self._consistency_vault = "vault_id" in declared_params(self._tools["await_consistency"])
-        # Our server's batch write (one transaction per call); a server without it gets one add_entry per entry.
-        self._server_bulk = self._server_idempotency and "add_entries" in self._tools
         s = self.settings
         writer = ToolArgumentWriter(model, self.fallback_model, max_corrections=s.max_corrections,
                                     fallback_on_model_error=s.fallback_on_model_error,
                                     context_max_chars=s.context_max_chars, tool_choice_mode=s.tool_choice_mode,
                                     model_attempts=s.model_attempts, model_backoff_s=s.model_backoff_s)
-        self._steps = StepRunner(s, self.prompts, writer, idempotency=self._server_idempotency,
-                                 bulk=self._server_bulk, consistency_vault=self._consistency_vault)
+        # Upstream Mycelian has no idempotency keys; send one only where the server declares it.
+        idempotency = "idempotency_key" in declared_params(self._tools["add_entry"])
+        self._steps = StepRunner(
+            s, self.prompts, writer, idempotency=idempotency,
+            # Our server's batch write (one transaction per call); a server without it gets one add_entry per entry.
+            bulk=idempotency and "add_entries" in self._tools,
+            consistency_vault="vault_id" in declared_params(self._tools["await_consistency"]))
         self._loop = loop
         self._invocations: dict[str, int] = {}
         self._running: dict[str, InvocationResult] = {}  # the report of each thread's invocation in progress

@@ -231,27 +231,33 @@ def call_from_text(tool_name: str, text: str) -> tuple[dict[str, Any] | None, st
     return None, None
 
 
+def _reply_call(tool_name: str, reply: BaseMessage) -> tuple[Any, str | None, bool]:
+    """``(arguments, problem, from_text)``: the unchecked arguments of the reply's ``tool_name`` call (a tool call,
+    or failing that a call written as JSON text, ``from_text=True``), or None and the problem to tell the model."""
+    calls = [c for c in getattr(reply, "tool_calls", []) or [] if c.get("name") == tool_name]
+    if calls:
+        return calls[0].get("args") or {}, None, False
+    content = reply.content if isinstance(reply.content, str) else "".join(
+        part.get("text", "") if isinstance(part, Mapping) else str(part) for part in reply.content or [])
+    others = [c.get("name") for c in getattr(reply, "tool_calls", []) or []]
+    parsed, text_problem = call_from_text(tool_name, content) if content.strip() and not others else (None, None)
+    if parsed is not None:
+        return parsed, None, True
+    invalid = getattr(reply, "invalid_tool_calls", []) or []
+    if invalid:
+        return None, f"the {tool_name} call had invalid arguments ({invalid[0].get('error') or 'not JSON'})", False
+    if others:
+        return None, f"it called {', '.join(map(str, others))} instead of {tool_name}", False
+    return None, text_problem or f"it contained no {tool_name} tool call", False
+
+
 def read_reply(tool_name: str, reply: BaseMessage, context_max_chars: int,
                ) -> tuple[dict[str, Any] | None, str | None, bool]:
     """``(arguments, problem, from_text)``: the model-owned arguments of a reply (a tool call, or failing that a
     call written as JSON text, ``from_text=True``), or the problem to tell the model."""
-    calls = [c for c in getattr(reply, "tool_calls", []) or [] if c.get("name") == tool_name]
-    from_text = False
-    if calls:
-        raw = calls[0].get("args") or {}
-    else:
-        content = reply.content if isinstance(reply.content, str) else "".join(
-            part.get("text", "") if isinstance(part, Mapping) else str(part) for part in reply.content or [])
-        others = [c.get("name") for c in getattr(reply, "tool_calls", []) or []]
-        parsed, text_problem = call_from_text(tool_name, content) if content.strip() and not others else (None, None)
-        if parsed is None:
-            invalid = getattr(reply, "invalid_tool_calls", []) or []
-            if invalid:
-                return None, f"the {tool_name} call had invalid arguments ({invalid[0].get('error') or 'not JSON'})", False
-            if others:
-                return None, f"it called {', '.join(map(str, others))} instead of {tool_name}", False
-            return None, text_problem or f"it contained no {tool_name} tool call", False
-        raw, from_text = parsed, True
+    raw, problem, from_text = _reply_call(tool_name, reply)
+    if raw is None:
+        return None, problem, False
     try:
         args = MODEL_TOOLS[tool_name].model_validate(raw, context={"max_chars": context_max_chars})
     except ValidationError as exc:
@@ -278,23 +284,10 @@ def read_batch_reply(tool_name: str, reply: BaseMessage, expected: Sequence[int]
     """Read a reply to an ``add_entries[_and_context]`` prompt item by item: a bad item (missing summary, unknown
     item number, ...) is a problem of its own and leaves the others usable."""
     reading = BatchReading()
-    calls = [c for c in getattr(reply, "tool_calls", []) or [] if c.get("name") == tool_name]
-    if calls:
-        raw: Any = calls[0].get("args") or {}
-    else:
-        content = reply.content if isinstance(reply.content, str) else "".join(
-            part.get("text", "") if isinstance(part, Mapping) else str(part) for part in reply.content or [])
-        others = [c.get("name") for c in getattr(reply, "tool_calls", []) or []]
-        raw, problem = call_from_text(tool_name, content) if content.strip() and not others else (None, None)
-        if raw is None:
-            invalid = getattr(reply, "invalid_tool_calls", []) or []
-            if invalid:
-                problem = f"the {tool_name} call had invalid arguments ({invalid[0].get('error') or 'not JSON'})"
-            elif others:
-                problem = f"it called {', '.join(map(str, others))} instead of {tool_name}"
-            reading.problems.append(problem or f"it contained no {tool_name} tool call")
-            return reading
-        reading.from_text = True
+    raw, problem, reading.from_text = _reply_call(tool_name, reply)
+    if raw is None:
+        reading.problems.append(problem or f"it contained no {tool_name} tool call")
+        return reading
     entries = raw.get("entries") if isinstance(raw, Mapping) else None
     if not isinstance(entries, list):
         reading.problems.append("the entries list was missing" if entries is None else "entries must be a list")

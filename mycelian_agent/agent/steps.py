@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
@@ -30,6 +31,7 @@ from .tool_results import count_results, record_stored, tool_text
 __all__ = ["StepRunner"]
 
 
+@dataclass(frozen=True)
 class StepRunner:
     """The steps of the agent's plans over one model writer and one server's tools (shared by every memory the
     agent writes to: the memory of an invocation is in its :class:`Invocation`).
@@ -39,14 +41,12 @@ class StepRunner:
     vault too.
     """
 
-    def __init__(self, settings: AgentSettings, prompts: PromptSet, writer: ToolArgumentWriter, *,
-                 idempotency: bool, bulk: bool, consistency_vault: bool) -> None:
-        self.settings = settings
-        self.prompts = prompts
-        self._writer = writer
-        self._server_idempotency = idempotency
-        self._server_bulk = bulk
-        self._consistency_vault = consistency_vault
+    settings: AgentSettings
+    prompts: PromptSet
+    writer: ToolArgumentWriter
+    idempotency: bool
+    bulk: bool
+    consistency_vault: bool
 
     async def begin(self, step: Step, state: Mapping[str, Any], history: list[BaseMessage],
                     run: Invocation) -> tuple[dict[str, Any], AIMessage | None]:
@@ -67,7 +67,7 @@ class StepRunner:
         if step is Step.AWAIT_CONSISTENCY:
             # Upstream's await_consistency takes the memory alone; ours also takes the vault, which a token limited
             # to some vaults needs.
-            ids = run.ids if self._consistency_vault else {"memory_id": run.memory_id}
+            ids = run.ids if self.consistency_vault else {"memory_id": run.memory_id}
             return {}, direct_call(("await_consistency", ids))
         if step is Step.PUT_CONTEXT:
             if not state.get("since_flush") and self.settings.skip_empty_flush:
@@ -136,7 +136,7 @@ class StepRunner:
             context=state.get("context", ""), part=(part + 1, len(parts)),
             recent_message_chars=self.settings.recent_message_chars, context_chars=self.settings.entry_context_chars,
         )
-        written = await self._writer.write("add_entry", prompt, run.report)
+        written = await self.writer.write("add_entry", prompt, run.report)
         code_tags = {"role": message["role"], "thread": run.thread_id[:TAG_VALUE_MAX_CHARS], "msg": str(number),
                      **speaker_tag(message)}
         if len(parts) > 1:
@@ -145,7 +145,7 @@ class StepRunner:
                                 "tags": entry_tags(written["tags"], state.get("message_tags") or {}, code_tags)}
         if message.get("conversation_time"):
             args["conversation_time"] = message["conversation_time"]
-        if self._server_idempotency:
+        if self.idempotency:
             args["idempotency_key"] = idempotency_key(run.thread_id, number, message["content"], part, len(parts))
         return direct_call(("add_entry", args))
 
@@ -261,7 +261,7 @@ class StepRunner:
                 with_context=context_too, since_flush=since, earlier=max(0, len(since) - len(pending)),
                 max_chars=s.context_max_chars, message_chars=s.flush_message_chars, note=note)
 
-        written, context = await self._writer.write_batch(build, list(by_number), run.report, with_context=with_context)
+        written, context = await self.writer.write_batch(build, list(by_number), run.report, with_context=with_context)
         run.batch_context = context
         calls = []
         for number, (message, part, parts) in keys.items():
@@ -274,11 +274,11 @@ class StepRunner:
                                     "tags": entry_tags(written[number]["tags"], message.get("tags") or {}, code_tags)}
             if message.get("conversation_time"):
                 args["conversation_time"] = message["conversation_time"]
-            if self._server_idempotency:
+            if self.idempotency:
                 args["idempotency_key"] = idempotency_key(run.thread_id, message["number"], message["content"], part,
                                                           parts)
             calls.append(("add_entry", args))
-        if self._server_bulk:  # one transaction per call: all of its entries or none
+        if self.bulk:  # one transaction per call: all of its entries or none
             bulk = [{k: v for k, v in args.items() if k not in ("vault_id", "memory_id")} for _, args in calls]
             return direct_call(*(("add_entries", {**run.ids, "entries": bulk[i:i + ADD_ENTRIES_MAX_ITEMS]})
                                  for i in range(0, len(bulk), ADD_ENTRIES_MAX_ITEMS)))
@@ -301,5 +301,5 @@ class StepRunner:
             messages=(state.get("window") if s.flush_from_history else state.get("since_flush")) or [],
             max_chars=s.context_max_chars, message_chars=s.flush_message_chars,
         )
-        written = await self._writer.write("put_context", prompt, run.report)
+        written = await self.writer.write("put_context", prompt, run.report)
         return direct_call(("put_context", {**run.ids, "content": written["content"]}))

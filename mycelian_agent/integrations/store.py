@@ -83,6 +83,7 @@ from ..limits import (
     TITLE_MAX_CHARS,
     unicode_problem,
 )
+from ..recall.users import create_or_find
 from ._common import memory_parts
 
 __all__ = ["MycelianStore", "namespace_title", "KEY_TAG", "FIELD_TAG", "CREATED_TAG"]
@@ -329,22 +330,23 @@ class _Namespaces:
         async with self.lock:
             if title in self.ids:
                 return
-            try:
+
+            async def create() -> str:
                 created = await self.store._call("create_memory_in_vault", {
                     "title": title, "memory_type": self.store._memory_type,
                     "description": _MARKER + json.dumps(list(namespace))})
-            except MemoryServerError as exc:
-                if "already exists" not in str(exc):
-                    raise
+                memory_id = str(created["memoryId"])
+                self.ids[title] = memory_id
+                self.spaces[memory_id] = namespace
+                if len(namespace) == 1:  # a user's memory: the invoker's user directory learns it
+                    self.store._reader.users.remember(title, memory_id)
+                return memory_id
+
+            async def find() -> str | None:
                 await self.reload()  # created by another process meanwhile
-                if title not in self.ids:
-                    raise
-                return
-            memory_id = str(created["memoryId"])
-            self.ids[title] = memory_id
-            self.spaces[memory_id] = namespace
-            if len(namespace) == 1:  # a user's memory: the invoker's user directory learns it
-                self.store._reader.users.remember(title, memory_id)
+                return self.ids.get(title)
+
+            await create_or_find(create, find)
 
     async def matching(self, prefix: tuple[str, ...]) -> list[tuple[str, tuple[str, ...]]]:
         """``(memory id, namespace)`` of every memory whose namespace starts with ``prefix``."""
