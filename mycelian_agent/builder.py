@@ -415,13 +415,13 @@ def build_agent(
       timeout) is retried by the agent (``AgentSettings.model_attempts``, counted as ``model_retries``), then the
       fallback model writes the step.
     """
-    given = {"server": server, "db": db, "token": token, "embeddings": embeddings,
-             "embeddings_model": embeddings_model, "timeout": timeout, "reconnect_wait": reconnect_wait}
+    given = ConnectionSettings(server=server, db=db, token=token, embeddings=embeddings,
+                               embeddings_model=embeddings_model, timeout=timeout, reconnect_wait=reconnect_wait)
     if connection is None:
-        connection = ConnectionSettings(**given)
+        connection = given
     else:
         defaults = ConnectionSettings()
-        clashing = [key for key, value in given.items() if value != getattr(defaults, key)]
+        clashing = [f.name for f in fields(given) if getattr(given, f.name) != getattr(defaults, f.name)]
         if clashing:
             raise ConfigError(f"build_agent: give the connection either as connection=ConnectionSettings(...) or as "
                               f"keywords, not both (also given: {', '.join(clashing)})")

@@ -21,7 +21,7 @@ from datetime import datetime
 from typing import Any, Mapping, Sequence
 
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessage, ChatMessage, RemoveMessage
+from langchain_core.messages import AIMessage, BaseMessage, ChatMessage, RemoveMessage
 from langchain_core.tools import BaseTool
 from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
@@ -295,23 +295,23 @@ class MycelianMemoryAgent:
         # until the invocation ends: LangGraph saves the state of the last finished step when a run fails or is
         # cancelled (durability "exit" included), and a position advanced there (a message counted, accepted or
         # flushed by a run that did not finish) would give the same message the next number when it is sent again.
-        state = {**state, **run.staged}  # type: ignore[assignment]
+        current: dict[str, Any] = {**state, **run.staged}
         update: dict[str, Any] = {}
-        history = state.get("tool_history") or []
+        history: list[BaseMessage] = current.get("tool_history") or []
         results = last_results(history)
         if results:
             run.report.tool_calls += tuple(m.name or "" for m in results)
-            update, again = await self._steps.absorb(plan[index], state, history, results, run)
+            update, again = await self._steps.absorb(plan[index], current, history, results, run)
             index += 0 if again else 1
         while index < len(plan):
-            step_update, call = await self._steps.begin(plan[index], {**state, **update}, history, run)
+            step_update, call = await self._steps.begin(plan[index], {**current, **update}, history, run)
             update.update(step_update)
             if call is not None:
                 run.staged.update(update)
                 return {"step": index, "tool_history": [call]}
             index += 1
-        usage = thread_totals({**state, **update})[1] + run.report.usage
-        run.report.pending = len({**state, **update}.get("pending") or [])
+        usage = thread_totals({**current, **update})[1] + run.report.usage
+        run.report.pending = len({**current, **update}.get("pending") or [])
         # The tool flow is in the report and the message is stored: clearing both keeps checkpoints small.
         return {**run.staged, **update, "usage": usage.as_dict(), "message": None, "step": 0,
                 "tool_history": [RemoveMessage(id=REMOVE_ALL_MESSAGES)]}

@@ -51,7 +51,9 @@ def parse_control(value: ControlState | str) -> ControlState:
 
 def to_turn(to_process: Any, conversation_time: str | None, name: Any = None) -> Turn:
     """The message to store, checked once here, at the agent's public edge."""
-    given = None
+    role: object
+    content: object
+    given: object = None
     if isinstance(to_process, ChatMessage):
         role, content, given = to_process.role, to_process.content, to_process.name
     elif isinstance(to_process, Mapping):
@@ -65,7 +67,7 @@ def to_turn(to_process: Any, conversation_time: str | None, name: Any = None) ->
     if name is not None and given is not None and name != given:
         raise InputError(f"two speaker names for one message: name={name!r} but to_process has {given!r}")
     name = name if name is not None else given
-    if role not in ROLES:
+    if not isinstance(role, str) or role not in ROLES:
         raise InputError(f"unknown role {role!r}: a message's role must be one of {', '.join(ROLES)}")
     if not isinstance(content, str):
         raise InputError(f"message content must be a string, got {type(content).__name__}")

@@ -25,7 +25,7 @@ from .invocation import Invocation, bump_progress, inherit_time, plain_turn, spe
 from .model_tools import ToolArgumentWriter, direct_call, entry_tags, idempotency_key
 from .prompts import BatchItem, PromptSet, build_add_entries_prompt, build_add_entry_prompt, build_put_context_prompt
 from .settings import AgentSettings
-from .state import AgentState, PendingTurn, Turn
+from .state import PendingTurn, Turn
 from .tool_results import count_results, record_stored, tool_text
 
 __all__ = ["StepRunner"]
@@ -48,7 +48,7 @@ class StepRunner:
     bulk: bool
     consistency_vault: bool
 
-    async def begin(self, step: Step, state: Mapping[str, Any], history: list[BaseMessage],
+    async def begin(self, step: Step, state: Mapping[str, Any], history: Sequence[BaseMessage],
                     run: Invocation) -> tuple[dict[str, Any], AIMessage | None]:
         """The state update and tool calls that start ``step`` (no calls: the step is done or skipped)."""
         if step is Step.READ_MEMORY:
@@ -85,7 +85,7 @@ class StepRunner:
             return {"session_open": False, "progress": bump_progress(state, sessions_ended=1)}, None
         raise MycelianError(f"memory agent: step {step.value} has no start")
 
-    async def absorb(self, step: Step, state: AgentState, history: list[BaseMessage], results: list[ToolMessage],
+    async def absorb(self, step: Step, state: Mapping[str, Any], history: Sequence[BaseMessage], results: list[ToolMessage],
                      run: Invocation) -> tuple[dict[str, Any], bool]:
         """The state update from ``step``'s tool results, and whether the step runs again (another part)."""
         if step is Step.READ_MEMORY:
@@ -105,7 +105,7 @@ class StepRunner:
 
     # -- the steps ----------------------------------------------------------------------------------------------
 
-    def _after_read(self, state: AgentState, results: list[ToolMessage]) -> dict[str, Any]:
+    def _after_read(self, state: Mapping[str, Any], results: list[ToolMessage]) -> dict[str, Any]:
         by_name = {m.name: tool_text(m) for m in results}
         context = by_name.get("get_context", "")
         context = "" if is_placeholder_context(context) else context
@@ -137,19 +137,28 @@ class StepRunner:
             recent_message_chars=self.settings.recent_message_chars, context_chars=self.settings.entry_context_chars,
         )
         written = await self.writer.write("add_entry", prompt, run.report)
+        return direct_call(("add_entry", self._entry_args(run, message, number, (part, len(parts)), parts[part],
+                                                           written, state.get("message_tags") or {})))
+
+    def _entry_args(self, run: Invocation, message: Mapping[str, Any], number: int, part: tuple[int, int],
+                    text: str, written: Mapping[str, Any], given_tags: Mapping[str, str]) -> dict[str, Any]:
+        """The add_entry arguments of part ``part`` (index, count) of message ``number``: the model's summary and tags
+        (``written``) around what code owns: identifiers, the verbatim ``text``, the time, the caller's and code's
+        tags, the idempotency key."""
+        index, count = part
         code_tags = {"role": message["role"], "thread": run.thread_id[:TAG_VALUE_MAX_CHARS], "msg": str(number),
                      **speaker_tag(message)}
-        if len(parts) > 1:
-            code_tags["part"] = f"{part + 1}/{len(parts)}"
-        args: dict[str, Any] = {**run.ids, "raw_entry": parts[part], "summary": written["summary"],
-                                "tags": entry_tags(written["tags"], state.get("message_tags") or {}, code_tags)}
+        if count > 1:
+            code_tags["part"] = f"{index + 1}/{count}"
+        args: dict[str, Any] = {**run.ids, "raw_entry": text, "summary": written["summary"],
+                                "tags": entry_tags(written["tags"], given_tags, code_tags)}
         if message.get("conversation_time"):
             args["conversation_time"] = message["conversation_time"]
         if self.idempotency:
-            args["idempotency_key"] = idempotency_key(run.thread_id, number, message["content"], part, len(parts))
-        return direct_call(("add_entry", args))
+            args["idempotency_key"] = idempotency_key(run.thread_id, number, message["content"], index, count)
+        return args
 
-    def _after_entry(self, state: AgentState, stored_parts: int, results: list[ToolMessage],
+    def _after_entry(self, state: Mapping[str, Any], stored_parts: int, results: list[ToolMessage],
                      run: Invocation) -> tuple[dict[str, Any], bool]:
         record_stored(results, run)
         message: Turn = state["message"]
@@ -264,20 +273,10 @@ class StepRunner:
         written, context = await self.writer.write_batch(build, list(by_number), run.report, with_context=with_context)
         run.batch_context = context
         calls = []
-        for number, (message, part, parts) in keys.items():
-            code_tags = {"role": message["role"], "thread": run.thread_id[:TAG_VALUE_MAX_CHARS],
-                         "msg": str(message["number"]), **speaker_tag(message)}
-            if parts > 1:
-                code_tags["part"] = f"{part + 1}/{parts}"
-            args: dict[str, Any] = {**run.ids, "raw_entry": by_number[number].content,
-                                    "summary": written[number]["summary"],
-                                    "tags": entry_tags(written[number]["tags"], message.get("tags") or {}, code_tags)}
-            if message.get("conversation_time"):
-                args["conversation_time"] = message["conversation_time"]
-            if self.idempotency:
-                args["idempotency_key"] = idempotency_key(run.thread_id, message["number"], message["content"], part,
-                                                          parts)
-            calls.append(("add_entry", args))
+        for number, (message, part, count) in keys.items():
+            calls.append(("add_entry", self._entry_args(run, message, message["number"], (part, count),
+                                                        by_number[number].content, written[number],
+                                                        message.get("tags") or {})))
         if self.bulk:  # one transaction per call: all of its entries or none
             bulk = [{k: v for k, v in args.items() if k not in ("vault_id", "memory_id")} for _, args in calls]
             return direct_call(*(("add_entries", {**run.ids, "entries": bulk[i:i + ADD_ENTRIES_MAX_ITEMS]})
@@ -285,7 +284,7 @@ class StepRunner:
         run.batch_entries += len(calls)
         return direct_call(*calls)
 
-    def _after_entries(self, state: AgentState, results: list[ToolMessage], run: Invocation) -> dict[str, Any]:
+    def _after_entries(self, state: Mapping[str, Any], results: list[ToolMessage], run: Invocation) -> dict[str, Any]:
         deduplicated = run.report.deduplicated
         stored = record_stored(results, run)
         fresh = stored - (run.report.deduplicated - deduplicated)  # parts stored anew

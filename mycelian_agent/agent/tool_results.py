@@ -4,7 +4,7 @@ and a tool call's failure as a :class:`~mycelian_agent.errors.MemoryServerError`
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from langchain_core.messages import BaseMessage, ToolMessage
 from langchain_core.tools import BaseTool
@@ -39,7 +39,7 @@ def is_transient(exc: BaseException) -> bool:
     return isinstance(exc, MemoryServerError) and exc.transient
 
 
-def last_results(history: list[BaseMessage]) -> list[ToolMessage]:
+def last_results(history: Sequence[BaseMessage]) -> list[ToolMessage]:
     """The tool results of the last tools pass (those after the last AIMessage)."""
     results: list[ToolMessage] = []
     for message in reversed(history):
@@ -49,7 +49,7 @@ def last_results(history: list[BaseMessage]) -> list[ToolMessage]:
     return results[::-1]
 
 
-def count_results(history: list[BaseMessage], tool: str) -> int:
+def count_results(history: Sequence[BaseMessage], tool: str) -> int:
     return sum(1 for m in history if isinstance(m, ToolMessage) and m.name == tool)
 
 

@@ -575,7 +575,8 @@ class MycelianStore(BaseStore):
             if isinstance(op, GetOp):
                 results.append(await self._get(op))
             elif isinstance(op, PutOp):
-                results.append(await self._put(op))
+                await self._put(op)
+                results.append(None)
             elif isinstance(op, SearchOp):
                 results.append(await self._search(op))
             elif isinstance(op, ListNamespacesOp):

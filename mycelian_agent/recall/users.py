@@ -126,15 +126,15 @@ class UserDirectory:
                 raise InputError(f"unknown user {user!r}: vault {self.vault_id} has no memory titled {user!r} and "
                                  "user creation is off (build_agent(create_users=True) creates users on first use)")
 
-            async def create() -> str:
+            async def create_memory() -> str:
                 created = await self.connection.call_json("create_memory_in_vault", {
                     "vault_id": self.vault_id, "title": user, "memory_type": self.memory_type,
                     "description": f"long-term memory of user {user}"})
                 self.remember(user, str(created["memoryId"]))
                 return self._ids[user]
 
-            async def find() -> str | None:
+            async def reread() -> str | None:
                 await self._reload()  # created by another process meanwhile
                 return self._ids.get(user)
 
-            return await create_or_find(create, find)
+            return await create_or_find(create_memory, reread)
