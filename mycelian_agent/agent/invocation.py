@@ -86,5 +86,5 @@ def plain_turn(message: Mapping[str, Any], limit: int | None) -> Turn:
     turn = Turn(role=message["role"], content=_clip(message["content"], limit))
     for key in ("conversation_time", "name"):
         if message.get(key):
-            turn[key] = message[key]  # type: ignore[literal-required]
+            turn[key] = message[key]
     return turn

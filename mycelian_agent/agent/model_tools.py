@@ -462,8 +462,8 @@ class ToolArgumentWriter:
             args, problem, from_text = read_reply(tool_name, reply, self.context_max_chars)
             if from_text:
                 report.notes += (f"{tool_name}: {TEXT_CALL_NOTE}" + ("" if problem is None else f" (unusable: {problem})"),)
-            if problem is None:
-                return args  # type: ignore[return-value]
+            if args is not None:
+                return args
             report.errors += (f"{tool_name}: reply unusable: {problem}",)
             if attempt == self.max_corrections:
                 break
@@ -475,9 +475,9 @@ class ToolArgumentWriter:
         report.usage += Usage(fallbacks=1)
         reply = await self._ask(self.fallback_model, tool_name, prompt, report)
         args, problem = validate_reply(tool_name, reply, self.context_max_chars)
-        if problem is not None:
+        if args is None:
             raise ToolCallError(f"neither the model nor the fallback produced a usable {tool_name} call: {problem}")
-        return args  # type: ignore[return-value]
+        return args
 
 
     async def write_batch(self, build: Callable[[Sequence[int], bool, str], list[BaseMessage]],

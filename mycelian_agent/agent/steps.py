@@ -165,7 +165,10 @@ class StepRunner:
         parts = len(split_parts(message["content"], self.settings.entry_max_chars))
         if stored_parts < parts:
             return {}, True
-        run.report.written += (run.report.message_index,)  # type: ignore[operator]
+        number = run.report.message_index
+        if number is None:  # set by the step's first call (_entry_call)
+            raise MycelianError("memory agent: ADD_ENTRY stored a message that has no number")
+        run.report.written += (number,)
         fresh = int(run.report.deduplicated < parts)
         update = {**self._remembered(state, [message], run, fresh),
                   "progress": bump_progress(state, messages=1, entries=parts)}
@@ -203,7 +206,7 @@ class StepRunner:
         number = thread_totals(state)[0].messages + len(pending) + 1
         run.report.message_index = number
         run.report.accepted += (number,)
-        entry = PendingTurn(**message, number=number,  # type: ignore[typeddict-item]
+        entry = PendingTurn(**message, number=number,
                             tags=dict(state.get("message_tags") or {}), accepted_at=time.time())
         update = {"message": message, "pending": [*pending, entry]}
         if message.get("conversation_time"):
@@ -226,8 +229,8 @@ class StepRunner:
             if message.get("conversation_time"):
                 last_time = message["conversation_time"]
             number += 1
-            pending.append(PendingTurn(**message, number=number, tags=tags, accepted_at=now))  # type: ignore[typeddict-item]
-            run.report.accepted += (number,)  # type: ignore[operator]
+            pending.append(PendingTurn(**message, number=number, tags=tags, accepted_at=now))
+            run.report.accepted += (number,)
         run.report.message_index = number
         if inherited:
             run.report.notes += (f"{inherited} message(s) sent without a time: stored with the session's time (the "

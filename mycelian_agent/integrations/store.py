@@ -192,15 +192,19 @@ def _value(entry: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
     return key, decoded if isinstance(decoded, dict) else {"text": raw}
 
 
-def _item(entry: Mapping[str, Any], namespace: tuple[str, ...], *, search: bool = False,
-          score: float | None = None) -> Item:
+def _item_fields(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """The key, value and times of the item an entry stores (the creation time of its first version)."""
     key, value = _value(entry)
-    updated = _time(entry["creationTime"])
     created = _time(str((entry.get("tags") or {}).get(CREATED_TAG) or entry["creationTime"]))
-    if search:
-        return SearchItem(namespace=namespace, key=key, value=value, created_at=created, updated_at=updated,
-                          score=score)
-    return Item(value=value, key=key, namespace=namespace, created_at=created, updated_at=updated)
+    return {"key": key, "value": value, "created_at": created, "updated_at": _time(entry["creationTime"])}
+
+
+def _item(entry: Mapping[str, Any], namespace: tuple[str, ...]) -> Item:
+    return Item(namespace=namespace, **_item_fields(entry))
+
+
+def _search_item(entry: Mapping[str, Any], namespace: tuple[str, ...], score: float | None = None) -> SearchItem:
+    return SearchItem(namespace=namespace, score=score, **_item_fields(entry))
 
 
 _OPERATORS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte")
@@ -486,13 +490,13 @@ class MycelianStore(BaseStore):
             await self._delete_entries(memory_id, versions)
             index.forget(key, versions)
 
-    async def _ranked(self, memory_id: str, namespace: tuple[str, ...], query: str, depth: int) -> list[Item]:
+    async def _ranked(self, memory_id: str, namespace: tuple[str, ...], query: str, depth: int) -> list[SearchItem]:
         declared = self._search_params()
         if "offset" not in declared:
             depth = min(depth, _SEARCH_PAGE)
         async with self._lock(memory_id):
             index = await self._index(memory_id)
-            items: list[Item] = []
+            items: list[SearchItem] = []
             offset = 0
             while offset < depth:
                 top = min(_SEARCH_PAGE, depth - offset)
@@ -503,7 +507,7 @@ class MycelianStore(BaseStore):
                 if offset:
                     args["offset"] = offset
                 entries = (await self._connection.call_json("search_memories", args)).get("entries") or []
-                items += [_item(entry, namespace, search=True, score=float(entry.get("score", 0.0)))
+                items += [_search_item(entry, namespace, score=float(entry.get("score", 0.0)))
                           for entry in entries if index.current(entry)]
                 if len(entries) < top:
                     break
@@ -511,10 +515,10 @@ class MycelianStore(BaseStore):
         return items
 
     async def _recent(self, memory_id: str, namespace: tuple[str, ...], need: int,
-                      wanted: Mapping[str, Any] | None) -> list[Item]:
+                      wanted: Mapping[str, Any] | None) -> list[SearchItem]:
         async with self._lock(memory_id):
             index = await self._index(memory_id)
-            items: list[Item] = []
+            items: list[SearchItem] = []
             before: str | None = None
             while len(items) < need:
                 args: dict[str, Any] = {"memory_id": memory_id, "limit": _PAGE}
@@ -523,7 +527,7 @@ class MycelianStore(BaseStore):
                 page = await self._call("list_entries", args)
                 for entry in page.get("entries") or []:  # newest first
                     if index.current(entry):
-                        item = _item(entry, namespace, search=True)
+                        item = _search_item(entry, namespace)
                         if _matches(item.value, wanted):
                             items.append(item)
                 before = page.get("next_before")
@@ -551,14 +555,14 @@ class MycelianStore(BaseStore):
         targets = await self._spaces.matching(prefix)
         if query:
             depth = need if not op.filter else min(SEARCH_DEPTH_MAX, max(50, 4 * need))
-            found = await asyncio.gather(*(self._ranked(m, ns, query, depth) for m, ns in targets))
-            merged = sorted((item for items in found for item in items if _matches(item.value, op.filter)),
-                            key=lambda item: -(item.score or 0.0))  # type: ignore[attr-defined]
+            ranked = await asyncio.gather(*(self._ranked(m, ns, query, depth) for m, ns in targets))
+            merged = sorted((item for items in ranked for item in items if _matches(item.value, op.filter)),
+                            key=lambda item: -(item.score or 0.0))
         else:
-            found = await asyncio.gather(*(self._recent(m, ns, need, op.filter) for m, ns in targets))
-            merged = sorted((item for items in found for item in items), key=lambda item: item.updated_at,
+            recent = await asyncio.gather(*(self._recent(m, ns, need, op.filter) for m, ns in targets))
+            merged = sorted((item for items in recent for item in items), key=lambda item: item.updated_at,
                             reverse=True)
-        return merged[op.offset:need]  # type: ignore[return-value]
+        return merged[op.offset:need]
 
     async def _list_namespaces(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
         conditions = tuple(op.match_conditions or ())

@@ -392,9 +392,10 @@ def summarize_message(
     chosen = _select(sentences, personal, max(budget, 60))
 
     rewritten = [third_person(s, who) for s in chosen] if personal else []
-    if rewritten and all(r and who.lower() in r.lower() and not r.endswith("?") and not _SECOND_PERSON.search(r)
-                         for r in rewritten):  # "you" would lose its referent without "<who> said:"
-        body = " ".join(rewritten)  # type: ignore[arg-type]
+    readable = [r for r in rewritten if r and who.lower() in r.lower() and not r.endswith("?")
+                and not _SECOND_PERSON.search(r)]  # "you" would lose its referent without "<who> said:"
+    if rewritten and len(readable) == len(rewritten):
+        body = " ".join(readable)
         if day and not body.startswith(who):  # "The user ..." / "Last week, the user ...": mid-sentence now
             body = body[0].lower() + body[1:]
         text = f"{on_day}, {body}" if day else body
