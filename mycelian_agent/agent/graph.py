@@ -37,13 +37,13 @@ from .checkpointers import prune_thread
 from .control import PLANS, ControlState, Step
 from .inputs import MESSAGE_KEYS, check_messages, check_thread, checked_tags, memory_binding, parse_control, to_turn
 from .invocation import Invocation, thread_totals
-from .model_tools import ToolArgumentWriter
 from .prompts import PromptSet
 from .report import InvocationResult, ThreadStatus, Usage
 from .settings import AgentSettings
 from .state import AgentState, Turn
 from .steps import StepRunner
 from .tool_results import declared_params, execute_checked, is_transient, last_results
+from .writer import ToolArgumentWriter
 
 __all__ = ["MESSAGE_KEYS", "MycelianMemoryAgent", "Invocation"]
 

@@ -4,7 +4,7 @@ make.
 :meth:`StepRunner.begin` emits a step's calls as an AIMessage (none: the step is done or skipped) and
 :meth:`StepRunner.absorb` takes in its results. Direct calls (get_context, list_entries, await_consistency) are built
 in code; add_entry, add_entries and put_context arguments come from the model through the
-:class:`~mycelian_agent.agent.model_tools.ToolArgumentWriter`. Code owns every identifier and the verbatim text.
+:class:`~mycelian_agent.agent.writer.ToolArgumentWriter`. Code owns every identifier and the verbatim text.
 The graph that runs the steps is in :mod:`~mycelian_agent.agent.graph`.
 """
 
@@ -22,11 +22,12 @@ from ..limits import ADD_ENTRIES_MAX_ITEMS, TAG_VALUE_MAX_CHARS
 from ..memory_server.placeholder import is_placeholder_context
 from .control import PLANS, ControlState, Step
 from .invocation import Invocation, bump_progress, inherit_time, plain_turn, speaker_tag, split_parts, thread_totals
-from .model_tools import ToolArgumentWriter, direct_call, entry_tags, idempotency_key
+from .model_tools import direct_call, entry_tags, idempotency_key
 from .prompts import BatchItem, PromptSet, build_add_entries_prompt, build_add_entry_prompt, build_put_context_prompt
 from .settings import AgentSettings
 from .state import PendingTurn, Turn
 from .tool_results import count_results, record_stored, tool_text
+from .writer import ToolArgumentWriter
 
 __all__ = ["StepRunner"]
 
