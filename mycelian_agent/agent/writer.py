@@ -89,21 +89,12 @@ class ToolArgumentWriter:
             try:
                 reply = await self._ask_retrying(tool_name, messages, report)
             except Exception as exc:  # provider errors come in many types
-                if unreadable_output(exc) and attempt < self.max_corrections:
-                    # The server could not turn the model's output into a tool call (llama.cpp: HTTP 500 "output
-                    # does not match the expected ... format", e.g. JSON in a code fence): re-prompt, as for a
-                    # reply without a call; the output itself never reached us.
-                    report.errors += (f"{tool_name}: reply unusable: the server could not read it as a call "
-                                      f"({describe_cause(exc)})",)
-                    report.usage += Usage(llm_calls=1, corrections=1)
-                    messages += [HumanMessage(f"The server could not read your reply as a `{tool_name}` call. Reply "
-                                              f'with only the JSON object {{"name": "{tool_name}", "arguments": '
-                                              "{...}}, with no code fence and no other text.")]
-                    continue
-                if not self.fallback_on_model_error:
-                    raise ToolCallError(f"the model failed while writing {tool_name}: {describe_cause(exc)}") from exc
-                report.errors += (f"model error on {tool_name}: {describe_cause(exc)}",)
-                break
+                if not self._correctable(tool_name, exc, attempt, report):
+                    break
+                messages += [HumanMessage(f"The server could not read your reply as a `{tool_name}` call. Reply "
+                                          f'with only the JSON object {{"name": "{tool_name}", "arguments": '
+                                          "{...}}, with no code fence and no other text.")]
+                continue
             report.usage += Usage.of_reply(reply)
             args, problem, from_text = read_reply(tool_name, reply, self.context_max_chars)
             if from_text:
@@ -125,6 +116,21 @@ class ToolArgumentWriter:
             raise ToolCallError(f"neither the model nor the fallback produced a usable {tool_name} call: {problem}")
         return args
 
+    def _correctable(self, tool_name: str, exc: Exception, attempt: int, report: InvocationResult) -> bool:
+        """Whether the model's failure ``exc`` at ``attempt`` is answered by a re-prompt (True) or by the fallback
+        model (False, recorded); raises :class:`ToolCallError` when model errors do not fall back."""
+        if unreadable_output(exc) and attempt < self.max_corrections:
+            # The server could not turn the model's output into a tool call (llama.cpp: HTTP 500 "output does not
+            # match the expected ... format", e.g. JSON in a code fence): re-prompt, as for a reply without a call;
+            # the output itself never reached us.
+            report.errors += (f"{tool_name}: reply unusable: the server could not read it as a call "
+                              f"({describe_cause(exc)})",)
+            report.usage += Usage(llm_calls=1, corrections=1)
+            return True
+        if not self.fallback_on_model_error:
+            raise ToolCallError(f"the model failed while writing {tool_name}: {describe_cause(exc)}") from exc
+        report.errors += (f"model error on {tool_name}: {describe_cause(exc)}",)
+        return False
 
     async def write_batch(self, build: Callable[[Sequence[int], bool, str], list[BaseMessage]],
                           items: Sequence[int], report: InvocationResult, *, with_context: bool = False,
@@ -147,17 +153,11 @@ class ToolArgumentWriter:
             try:
                 reply = await self._ask(self.model, tool_name, build(missing, ask_context, note), report)
             except Exception as exc:  # provider errors come in many types
-                if unreadable_output(exc) and attempt < self.max_corrections:
-                    report.errors += (f"{tool_name}: reply unusable: the server could not read it as a call "
-                                      f"({describe_cause(exc)})",)
-                    report.usage += Usage(llm_calls=1, corrections=1)
-                    note = (f"The server could not read your reply as a `{tool_name}` call. Reply with only the "
-                            f'JSON object {{"name": "{tool_name}", "arguments": {{...}}}}, with no code fence.')
-                    continue
-                if not self.fallback_on_model_error:
-                    raise ToolCallError(f"the model failed while writing {tool_name}: {describe_cause(exc)}") from exc
-                report.errors += (f"model error on {tool_name}: {describe_cause(exc)}",)
-                break
+                if not self._correctable(tool_name, exc, attempt, report):
+                    break
+                note = (f"The server could not read your reply as a `{tool_name}` call. Reply with only the "
+                        f'JSON object {{"name": "{tool_name}", "arguments": {{...}}}}, with no code fence.')
+                continue
             report.usage += Usage.of_reply(reply)
             reading = read_batch_reply(tool_name, reply, missing, self.context_max_chars)
             if reading.from_text:
