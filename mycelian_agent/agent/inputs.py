@@ -98,8 +98,8 @@ def memory_binding(memory: Mapping[str, str] | None) -> dict[str, Any]:
 
 def check_messages(messages: Sequence[ChatMessage | Mapping[str, Any]],
                    conversation_time: str | datetime | None = None) -> list[tuple[Turn, dict[str, str]]]:
-    """Check every message of ``messages`` (see :meth:`MycelianMemoryAgent.aaccept_messages`): ``(turn, tags)`` each, or raise
-    :class:`InputError` naming the first bad one."""
+    """Check every message of ``messages`` (see :meth:`MycelianMemoryAgent.aaccept_messages`): ``(turn, tags)``
+    each, or raise :class:`InputError` naming the first bad one."""
     if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
         raise InputError(f"messages must be a list of messages, got {type(messages).__name__}")
     if not messages:

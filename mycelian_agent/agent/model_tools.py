@@ -162,7 +162,8 @@ def tool_choice(tool_name: str, mode: ToolChoiceMode | str) -> str:
     raise ValueError(f"tool_choice_mode must be one of {', '.join(TOOL_CHOICE_MODES)}; got {mode!r}")
 
 
-def entry_tags(model_tags: Mapping[str, str], input_tags: Mapping[str, str], code_tags: Mapping[str, str]) -> dict[str, str]:
+def entry_tags(model_tags: Mapping[str, str], input_tags: Mapping[str, str],
+               code_tags: Mapping[str, str]) -> dict[str, str]:
     """The tags stored with an entry: code-owned tags win over the input's, the input's over the model's; the
     model's are cut to the room left under the server's key limit."""
     inputs = {k: v for k, v in input_tags.items() if k not in code_tags}

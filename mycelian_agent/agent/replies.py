@@ -16,8 +16,8 @@ from pydantic import ValidationError
 
 from .model_tools import MODEL_TOOLS, EntryItem, PutContextArgs
 
-__all__ = ["BatchReading", "TEXT_CALL_NOTE", "call_from_text", "read_batch_reply", "read_reply", "transient_model_error",
-           "unreadable_output", "validate_reply"]
+__all__ = ["BatchReading", "TEXT_CALL_NOTE", "call_from_text", "read_batch_reply", "read_reply",
+           "transient_model_error", "unreadable_output", "validate_reply"]
 
 #: The note recorded (``"<tool>: " + TEXT_CALL_NOTE``) for each reply whose call was read from its text.
 TEXT_CALL_NOTE = "call read from the reply text (no tool call)"
@@ -168,7 +168,8 @@ def read_batch_reply(tool_name: str, reply: BaseMessage, expected: Sequence[int]
     return reading
 
 
-def validate_reply(tool_name: str, reply: BaseMessage, context_max_chars: int) -> tuple[dict[str, Any] | None, str | None]:
+def validate_reply(tool_name: str, reply: BaseMessage,
+                   context_max_chars: int) -> tuple[dict[str, Any] | None, str | None]:
     """The model-owned arguments of a reply (a tool call or a call written as JSON text), or the problem to tell
     the model."""
     args, problem, _from_text = read_reply(tool_name, reply, context_max_chars)

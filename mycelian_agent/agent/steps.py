@@ -86,8 +86,8 @@ class StepRunner:
             return {"session_open": False, "progress": bump_progress(state, sessions_ended=1)}, None
         raise MycelianError(f"memory agent: step {step.value} has no start")
 
-    async def absorb(self, step: Step, state: Mapping[str, Any], history: Sequence[BaseMessage], results: list[ToolMessage],
-                     run: Invocation) -> tuple[dict[str, Any], bool]:
+    async def absorb(self, step: Step, state: Mapping[str, Any], history: Sequence[BaseMessage],
+                     results: list[ToolMessage], run: Invocation) -> tuple[dict[str, Any], bool]:
         """The state update from ``step``'s tool results, and whether the step runs again (another part)."""
         if step is Step.READ_MEMORY:
             return self._after_read(state, results), False

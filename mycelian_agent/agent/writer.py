@@ -15,7 +15,8 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from ..errors import ToolCallError, describe_cause
 from .model_tools import ToolChoiceMode, tool_choice, tool_schema
-from .replies import TEXT_CALL_NOTE, read_batch_reply, read_reply, transient_model_error, unreadable_output, validate_reply
+from .replies import (TEXT_CALL_NOTE, read_batch_reply, read_reply, transient_model_error, unreadable_output,
+                      validate_reply)
 from .report import InvocationResult, Usage
 
 __all__ = ["TEXT_CALL_STOP", "ToolArgumentWriter"]
@@ -98,7 +99,8 @@ class ToolArgumentWriter:
             report.usage += Usage.of_reply(reply)
             args, problem, from_text = read_reply(tool_name, reply, self.context_max_chars)
             if from_text:
-                report.notes += (f"{tool_name}: {TEXT_CALL_NOTE}" + ("" if problem is None else f" (unusable: {problem})"),)
+                unusable = "" if problem is None else f" (unusable: {problem})"
+                report.notes += (f"{tool_name}: {TEXT_CALL_NOTE}{unusable}",)
             if args is not None:
                 return args
             report.errors += (f"{tool_name}: reply unusable: {problem}",)
