@@ -165,7 +165,7 @@ async def _replay(conversations: list[Any], total: int, *, db: str | None, serve
                   state: str | Path | None, tool_choice: str = "named", max_tokens: int | None = None,
                   batch_size: int = 1, timeout: float | None = 60.0, reconnect_wait: float = 30.0,
                   model_timeout: float | None = 120.0, thread_wait: float | None = None, quiet: bool = False) -> Any:
-    from .builder import build_agent, ensure_memory
+    from .builder import ConnectionSettings, build_agent, ensure_memory
     from .conversations.formats import valid_title
     from .agent.invoker import MycelianAgentInvoker
     from .conversations.replay import ReplayStats, replay_conversation
@@ -175,11 +175,12 @@ async def _replay(conversations: list[Any], total: int, *, db: str | None, serve
         return stats
     checkpointer = checkpointer_spec(state)
     first_memory = memory or valid_title(conversations[0].conversation_id)
-    async with build_agent(model, server, db=db, token=token, vault=vault, memory=first_memory,
+    connection = ConnectionSettings.from_env(os.environ, server=server, db=db, token=token, timeout=timeout,
+                                             reconnect_wait=reconnect_wait)
+    async with build_agent(model, connection=connection, vault=vault, memory=first_memory,
                            checkpointer=checkpointer, flush_every=flush_every, api_key=api_key,
                            base_url=base_url, tool_choice_mode=tool_choice,  # type: ignore[arg-type]
-                           max_tokens=max_tokens, batch_size=batch_size, timeout=timeout,
-                           reconnect_wait=reconnect_wait, model_timeout=model_timeout,
+                           max_tokens=max_tokens, batch_size=batch_size, model_timeout=model_timeout,
                            thread_wait=thread_wait) as invoker:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TextColumn("{task.fields[rate]} msg/s"), TimeElapsedColumn(),
@@ -297,9 +298,10 @@ async def _connect(db: str | None, server: str, token: str | None, timeout: floa
 
             return LocalConnection.open(db if is_postgres_url(str(db or "")) else str(path),  # type: ignore[arg-type]
                                         dense=dense)
-    from .builder import connect
+    from .builder import ConnectionSettings, open_connection
 
-    return await connect(server, db=db, token=token, timeout=timeout, reconnect_wait=reconnect_wait).open()
+    return await open_connection(ConnectionSettings.from_env(os.environ, server=server, db=db, token=token,
+                                                             timeout=timeout, reconnect_wait=reconnect_wait)).open()
 
 
 async def _vault_id(connection: Any, vault: str) -> str:
@@ -477,11 +479,13 @@ def add(text: str, db: str | None, server: str, token: str | None, vault: str, t
     """Store one message TEXT in a memory (summary and tags written by the model) and print the entry."""
     if server in ("embedded", "in-process"):
         check_store_location(db, "--db", "memory database", "memory.db")
-    from .builder import build_agent
+    from .builder import ConnectionSettings, build_agent
+
+    connection = ConnectionSettings.from_env(os.environ, server=server, db=db, token=token, timeout=timeout,
+                                             reconnect_wait=reconnect_wait)
 
     async def run() -> Any:
-        async with build_agent(model, server, db=db, token=token, vault=vault, memory=memory, timeout=timeout,
-                               reconnect_wait=reconnect_wait) as invoker:
+        async with build_agent(model, connection=connection, vault=vault, memory=memory) as invoker:
             result = await invoker.aprocess_conversation_message(role, text, f"cli-{memory}", when, name=name)
             ids = {"vault_id": invoker.agent.vault_id, "memory_id": invoker.agent.memory_id}
             return [await invoker.connection.call_json("get_entry", {**ids, "entry_id": e}) for e in result.entry_ids]
