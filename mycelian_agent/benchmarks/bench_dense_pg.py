@@ -33,6 +33,7 @@ import json
 import os
 import platform
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +74,7 @@ class _RandomQueries:
     def __init__(self, kind: str = "random") -> None:
         self.kind = kind
 
-    def __call__(self, texts: list[str]) -> Any:
+    def __call__(self, texts: Sequence[str]) -> Any:
         import numpy as np
 
         rows = []
@@ -157,7 +158,7 @@ def run_dense_pg(out: Path, *, entries: int = 100_000, other: int = 100_000, sea
     from ..errors import ConfigError
     from mycelian_agent.memory_server.storage import open_store
     from ..memory_server.storage.postgres import vectors as pg_vectors
-    from mycelian_agent.memory_server.retrieval.dense.index import DenseVectors
+    from mycelian_agent.memory_server.retrieval.dense.index import HNSW_MIN, DenseVectors
     from mycelian_agent.memory_server.storage.postgres.cluster import TemporaryCluster, find_pgvector_bindir
 
     bindir = find_pgvector_bindir()
@@ -178,7 +179,7 @@ def run_dense_pg(out: Path, *, entries: int = 100_000, other: int = 100_000, sea
 
         def hnsw() -> DenseVectors:
             return DenseVectors(_RandomQueries(vectors), model=MODEL, write_behind=False,
-                                **({} if hnsw_min is None else {"hnsw_min": hnsw_min}))
+                                hnsw_min=HNSW_MIN if hnsw_min is None else hnsw_min)
 
         # The HNSW search list (ef_search) is at least EF_SEARCH_MIN: the default, and longer ones for the
         # latency a better recall costs.
@@ -194,10 +195,9 @@ def run_dense_pg(out: Path, *, entries: int = 100_000, other: int = 100_000, sea
             try:
                 with contextlib.closing(open_store(url, pool_size=2, dense_factory=factory)) as store:
                     results["latency"][mode] = _time_searches(store, memory, queries, warmup)
-                    if store._dense is not None:
+                    if isinstance(store._dense, DenseVectors):
                         results["latency"][mode]["paths"] = dict(store._dense.searches)
-                        nearest[mode] = [list(store._dense_hits(memory, q, 20, None, None).nearest)
-                                         for q in queries[warmup:]]
+                        nearest[mode] = [_nearest(store, memory, q) for q in queries[warmup:]]
             finally:
                 pg_vectors.EF_SEARCH_MIN = default_ef
             if ef is not None:
@@ -210,12 +210,25 @@ def run_dense_pg(out: Path, *, entries: int = 100_000, other: int = 100_000, sea
             sizes = conn.execute(
                 "SELECT pg_total_relation_size('entry_vectors'), pg_relation_size(%s), "
                 "(SELECT count(*) FROM entry_vectors)", (f"entry_vectors_hnsw_{DIMENSION}",)).fetchone()
+        if sizes is None:  # an aggregate query always returns a row
+            raise RuntimeError("PostgreSQL returned no sizes")
         results["sizes"] = {"entry_vectors_total_mb": round(sizes[0] / 2**20, 1),
                             "hnsw_index_mb": round(sizes[1] / 2**20, 1), "vectors": sizes[2]}
     finally:
         cluster.stop()
     (out / "dense_pg.json").write_text(json.dumps(results, indent=2))
     return results
+
+
+def _nearest(store: Any, memory: str, query: str) -> list[int]:
+    """The dense side's 20 nearest entries (seqs) for ``query`` in ``memory``."""
+    hits = store._dense_hits(memory, query, 20, None, None)
+    return list(hits.nearest) if hits is not None else []
+
+
+def _always(index: Any) -> Any:
+    """A dense factory that returns ``index`` (the stores share one encoder)."""
+    return lambda: index
 
 
 def hnsw_parity(url: str, locomo: Path, out: Path) -> dict[str, Any]:
@@ -227,7 +240,7 @@ def hnsw_parity(url: str, locomo: Path, out: Path) -> dict[str, Any]:
     stores = {}
     for name, threshold in (("exact", 10**12), ("hnsw", 0)):
         index = require_dense_index("e5-small", writes="inline", hnsw_min=threshold)
-        stores[name] = (index, open_store(url, pool_size=2, dense_factory=lambda index=index: index))
+        stores[name] = (index, open_store(url, pool_size=2, dense_factory=_always(index)))
     try:
         reader = stores["exact"][1]
         memories = {row["title"]: row["memoryId"] for vault in reader.list_vaults()

@@ -113,7 +113,7 @@ class QATurn:
 
 def slice_turns(conversation: Conversation) -> list[QATurn]:
     """Every turn of ``conversation`` in order, dated, with its speaker."""
-    turns = []
+    turns: list[QATurn] = []
     for session in conversation.sessions:
         for message in session.messages:
             speaker = message.name or message.tags.get("speaker") or message.role

@@ -142,8 +142,8 @@ def _embed_copy(target: Path, model: str | None = None) -> None:
 
 def _locomo(paths: list[Path], work: Path, limit: int | None, limit_questions: int | None, workers: int,
             hybrid: bool, batch_size: int = 1, model: str | None = None) -> dict[str, Any]:
-    base = {"limit": limit, "limit_questions": limit_questions, "workers": workers, "progress": False,
-            "batch_size": batch_size}
+    base: dict[str, Any] = {"limit": limit, "limit_questions": limit_questions, "workers": workers,
+                            "progress": False, "batch_size": batch_size}
     lexical_dir = work / "locomo" / "memory"
     shutil.rmtree(lexical_dir, ignore_errors=True)
     lexical = LoCoMoRunner(out=lexical_dir, embeddings=False, **base).run(paths)

@@ -244,7 +244,7 @@ def _run_backend(db: _Database, work: Path, *, memories: int, per_memory: int, c
                 if loaded < marks[len(result["checkpoints"])]:  # a checkpoint: the first memory that reaches it
                     continue
                 size = db.size()
-                row = {"entries": loaded, "memories": m + 1,
+                row: dict[str, Any] = {"entries": loaded, "memories": m + 1,
                        "load": {"seconds": round(load_s, 1), "entries_per_s": _rate(loaded, load_s),
                                 "segment_entries": loaded - segment_start,
                                 "segment_entries_per_s": _rate(loaded - segment_start, segment_s)},

@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from langchain_core.language_models import BaseChatModel
 
     from ..agent.invoker import MycelianAgentInvoker
+    from ..agent.model_tools import ToolChoiceMode
     from ..conversations.formats import Conversation
     from ..conversations.replay import ReplayStats
     from ..mcp import MemoryConnection
@@ -121,7 +122,7 @@ class MemoryHarness:
         ``before`` bounds the conversation time where the server supports it), and its time."""
         from ..recall import MemoryReader
 
-        reader = MemoryReader(self.connection, self.base.reader.users, default_memory_id=memory_id)
+        reader = MemoryReader(self.connection, self.base._reader().users, default_memory_id=memory_id)
         started = time.perf_counter()
         found = await reader.arecall(query[:QUERY_MAX_CHARS], budget_tokens=budget_tokens, top_k=min(25, top_k),
                                      before=before)
@@ -162,7 +163,7 @@ class BenchmarkRunner(ABC):
     model: "str | BaseChatModel | None" = "extractive"
     api_key: str | None = None
     base_url: str | None = None
-    tool_choice_mode: str | None = None
+    tool_choice_mode: "ToolChoiceMode | None" = None
     max_tokens: int | None = None
     model_timeout: float | None = 120.0
     flush_every: int = 6

@@ -54,7 +54,8 @@ def main(argv: list[str] | None = None) -> None:
         if not exc.option_name.startswith("--"):
             # `search "-5 degrees"`: a query (or a message) that starts with a dash reads as an option.
             command = exc.ctx.command_path if exc.ctx else "mycelian-agent COMMAND"
-            exc.message += f" (if that is text starting with '-', put it after '--': {command} [OPTIONS] -- \"TEXT\")"
+            exc = click.NoSuchOption(exc.option_name, exc.message + " (if that is text starting with '-', put it "
+                                     f"after '--': {command} [OPTIONS] -- \"TEXT\")", exc.possibilities, exc.ctx)
         exc.show()
         sys.exit(exc.exit_code)
     except click.ClickException as exc:

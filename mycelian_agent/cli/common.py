@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import click
@@ -94,7 +95,7 @@ async def open_memory(db: str | None, server: str, token: str | None, vault: str
 
 def read_options(func: Any) -> Any:
     """The QUERY argument and the options of the read commands (``search``, ``recall``)."""
-    options = [
+    options: list[Callable[[Any], Any]] = [
         click.argument("query"),
         server_options,
         click.option("--memory", required=True, help="Memory title (a user) or id."),

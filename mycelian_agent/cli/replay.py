@@ -224,7 +224,7 @@ def _replay_in_workers(files: list[str], workers: int, options: dict[str, Any]) 
         for process in processes:
             process.join()
         results.close()
-    failed = [f"worker {k}/{workers}: " + (reports[k][1] if k in reports else f"exit code {processes[k].exitcode}")
+    failed = [f"worker {k}/{workers}: " + (reports[k][1] or "" if k in reports else f"exit code {processes[k].exitcode}")
               for k in range(workers) if k not in reports or reports[k][1] is not None]
     if failed:
         resume = "run the same command again to resume" if options.get("state") else "run again to finish"

@@ -129,7 +129,7 @@ def _bench_params(options: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def _run_suite(names: Sequence[str], options: dict[str, Any]) -> None:
-    from .bench_suite import run_suite
+    from ..bench_suite import run_suite
 
     logging.basicConfig(level=logging.WARNING)
     with reported():
@@ -163,7 +163,7 @@ def _suite(names: tuple[str, ...], **options: Any) -> None:
     _run_suite(list(names or BENCHMARK_NAMES), options)
 
 
-_suite.__doc__ += f"\n    {_OUTPUTS}\n"
+_suite.__doc__ = (_suite.__doc__ or "") + f"\n    {_OUTPUTS}\n"
 suite_command = click.command("suite", context_settings=CONTEXT, short_help="Several benchmarks in order (all by default).")(
     _suite_options(BENCHMARK_NAMES, click.argument("names", nargs=-1, type=click.Choice(BENCHMARK_NAMES),
                                                    metavar="[NAME]...")(_suite)))
