@@ -7,7 +7,8 @@ Where things are:
   :mod:`.bench_common` — what those benchmarks share (results, tables, plots, percentiles, generated chat).
 - :mod:`.runner` — what the runners share (memory harness, options, worker pool, report);
   :mod:`.records` — item selection (``limit``, ``shard``) and the output files; :mod:`.metrics` — recall@k, F1.
-- :mod:`.locomo`, :mod:`.longmemeval` — the two runners.
+- :mod:`.locomo`, :mod:`.longmemeval` — the two runners; :mod:`.bench_qa` — what a reader answers from memory
+  (:mod:`.qa_slices` the slices it asks about, :mod:`.qa_report` its tables).
 
 Names are loaded when first used: ``import mycelian_agent.benchmarks`` loads nothing heavy.
 """

@@ -99,7 +99,7 @@ def locomo_parity(locomo: Path, out: Path, *, pg_url: str | None = None, limit: 
     cluster = None if pg_url else TemporaryCluster.start()
     results: dict[str, Any] = {}
     try:
-        target = pg_url or cluster.create_database(  # type: ignore[union-attr]
+        target = pg_url if cluster is None else cluster.create_database(
             "embeddings_parity" if dense else "lexical_parity")
         for name, db in (("sqlite", None), ("postgres", target)):
             # The runner resumes from the records it finds: a folder left by an earlier run would be reported as

@@ -105,7 +105,7 @@ def _with_embeddings(runner_cls: type, model: str | None = None) -> type:
 
     from .runner import MemoryHarness
 
-    class Hybrid(runner_cls):  # type: ignore[misc, valid-type]
+    class Hybrid(runner_cls):
         @asynccontextmanager
         async def open_harness(self, first_title: str) -> Any:
             from ..builder import build_agent
@@ -235,13 +235,14 @@ def _categories(table: RecallTable) -> list[str]:
 
 
 def _compare(dataset: str, level: str, tables: dict[str, dict[str, RecallTable]]) -> tuple[str, list[dict[str, Any]]]:
+    """The table of ``level`` comparing the methods (``level`` is in both the memory's and BM25's tables), and
+    where a method's recall@10 is below BM25's."""
     methods = [m for m in ("memory", "bm25", "hybrid") if level in tables.get(m, {})]
-    memory = tables["memory"].get(level)
-    bm25 = tables["bm25"].get(level)
-    categories = _categories(memory or bm25)  # type: ignore[arg-type]
-    rows, below = [], []
-    for category in categories:
-        row = (memory or bm25).overall if category == "overall" else (memory or bm25).categories[category]  # type: ignore[union-attr]
+    memory, bm25 = tables["memory"][level], tables["bm25"][level]
+    rows: list[list[Any]] = []
+    below: list[dict[str, Any]] = []
+    for category in _categories(memory):
+        row = memory.overall if category == "overall" else memory.categories[category]
         if not row.count:
             continue
         cells = [category, row.count]
@@ -251,7 +252,7 @@ def _compare(dataset: str, level: str, tables: dict[str, dict[str, RecallTable]]
         for method in [m for m in methods if m != "bm25"]:
             mine = tables[method][level]
             mine_row = mine.overall if category == "overall" else mine.categories.get(category)
-            base_row = bm25.overall if category == "overall" else bm25.categories.get(category)  # type: ignore[union-attr]
+            base_row = bm25.overall if category == "overall" else bm25.categories.get(category)
             if mine_row is None or base_row is None or not mine_row.count:
                 continue
             for metric in ("any", "all"):

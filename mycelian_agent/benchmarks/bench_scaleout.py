@@ -33,11 +33,13 @@ def _new_database(cluster: Any, pg_url: str | None, name: str) -> str:
     """Create database ``name`` on the throwaway ``cluster``, else on the server of ``pg_url``; its URL."""
     if cluster is not None:
         return str(cluster.create_database(name))
+    if pg_url is None:
+        raise ValueError("a database needs a throwaway cluster or pg_url")
     import psycopg
 
-    with psycopg.connect(pg_url, autocommit=True) as conn:  # type: ignore[arg-type]
+    with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
-    return pg_url.rsplit("/", 1)[0] + "/" + name  # type: ignore[union-attr]
+    return pg_url.rsplit("/", 1)[0] + "/" + name
 
 
 def _prefill(target: str, corpus: list[dict[str, Any]], *, embeddings: bool = False) -> tuple[str, str, float]:
@@ -118,7 +120,7 @@ def run_scaleout(out: Path, *, entries: int = 10_000, adds: int = 500, searches:
             Path(f"{sqlite_path}{suffix_}").unlink(missing_ok=True)
         for backend, target in (("sqlite", str(sqlite_path)), ("postgres", database(f"latency_{suffix}"))):
             vault, big, fill_s = _prefill(target, corpus, embeddings=embeddings)
-            add_s, search_s, hits = asyncio.run(_measure(target, vault, big, corpus, adds=adds,  # type: ignore[arg-type]
+            add_s, search_s, hits = asyncio.run(_measure(target, vault, big, corpus, adds=adds,
                                                          searches=searches, warmup=warmup, embeddings=embeddings))
             results["latency"][backend] = {"prefill_s": round(fill_s, 1), "add_entry": _ms(add_s),
                                            "search_memories": {**_ms(search_s), "queries_with_hits": hits}}

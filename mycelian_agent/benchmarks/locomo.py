@@ -201,7 +201,7 @@ class LoCoMoRunner(BenchmarkRunner):
             "model": model_name(self.model),
             "top_k": self.top_k,
             "search_k": self.search_k,
-            "shard": f"{self.shard[0]}/{self.shard[1]}" if self.shard else None,  # type: ignore[index]
+            "shard": self.shard_label,
             "recall": {"categories_1_4": tables[main_name].as_dict(),
                        "adversarial": tables[adversarial_name].as_dict() if adversarial_name in tables else None},
             "evidence_ids_missing_from_conversation": sum(len(r["evidence_missing"]) for r in records),

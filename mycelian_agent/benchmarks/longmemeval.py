@@ -256,7 +256,7 @@ class SingleQuestionRunner(BenchmarkRunner):
             "qa_model": model_name(self.qa_model) if self.qa_model is not None else None,
             "top_k": self.top_k,
             "search_k": self.search_k,
-            "shard": f"{self.shard[0]}/{self.shard[1]}" if self.shard else None,  # type: ignore[index]
+            "shard": self.shard_label,
             "recall": {"session": tables["session recall (answer_session_ids)"].as_dict(),
                        "turn": tables["turn recall (has_answer turns)"].as_dict()},
             "ingestion": ingestion_totals([r["ingestion"] for r in records]),

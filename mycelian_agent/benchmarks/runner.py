@@ -198,6 +198,12 @@ class BenchmarkRunner(ABC):
         return Path(self.state).expanduser() if self.state is not None else Path(self.out) / "state.db"
 
     @property
+    def shard_label(self) -> str | None:
+        """``"i/n"`` when this run handles one shard, else None."""
+        shard = parse_shard(self.shard)
+        return f"{shard[0]}/{shard[1]}" if shard else None
+
+    @property
     def records_path(self) -> Path:
         """``<out>/records.jsonl``: one line per finished item."""
         return Path(self.out) / "records.jsonl"
@@ -219,7 +225,7 @@ class BenchmarkRunner(ABC):
         """Start a run: no failures yet, and this run's conversations (``limit`` then ``shard``, by id)."""
         self.failures = {}
         return select_items(conversations, lambda c: c.conversation_id, limit=self.limit,
-                            shard=self.shard)  # type: ignore[arg-type]
+                            shard=parse_shard(self.shard))
 
     @asynccontextmanager
     async def open_harness(self, first_title: str) -> AsyncIterator[MemoryHarness]:

@@ -59,8 +59,7 @@ async def connect(db: str | None, server: str, token: str | None, timeout: float
         if server == "embedded":  # the store itself, in this process: no MCP SDK or LangChain to load
             from ..memory_server.server.local import LocalConnection
 
-            return LocalConnection.open(db if is_postgres_url(str(db or "")) else str(path),  # type: ignore[arg-type]
-                                        dense=dense)
+            return LocalConnection.open(db if db and is_postgres_url(db) else str(path), dense=dense)
     from ..builder import connect as connect_server
 
     return await connect_server(server, db=db, token=token, timeout=timeout, reconnect_wait=reconnect_wait).open()

@@ -7,7 +7,7 @@ import asyncio
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import click
 from rich.markup import escape
@@ -17,6 +17,9 @@ from rich.table import Table
 from ..errors import MycelianError
 from ..paths import check_store_location
 from .common import console, err_console, server_options
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..agent.model_tools import ToolChoiceMode
 
 __all__ = ["checkpointer_spec", "replay"]
 
@@ -72,10 +75,12 @@ def replay(files: tuple[Path, ...], db: str | None, server: str, token: str | No
     parsed = parse_shard(shard)
     if parsed is not None and workers > 1:
         raise click.UsageError("--shard and --workers do not combine: use one (--workers N runs shards 0/N..N-1/N)")
-    options = dict(db=db, server=server, token=token, vault=vault, memory=memory, model=model, api_key=api_key,
-                   base_url=base_url, flush_every=flush_every, state=state, tool_choice=tool_choice,
-                   max_tokens=max_tokens, batch_size=batch_size, timeout=timeout, reconnect_wait=reconnect_wait,
-                   model_timeout=model_timeout, thread_wait=thread_wait)
+    # click.Choice admits only the modes; the cast tells the type checker what click checked.
+    options: dict[str, Any] = dict(
+        db=db, server=server, token=token, vault=vault, memory=memory, model=model, api_key=api_key,
+        base_url=base_url, flush_every=flush_every, state=state, tool_choice=cast("ToolChoiceMode", tool_choice),
+        max_tokens=max_tokens, batch_size=batch_size, timeout=timeout, reconnect_wait=reconnect_wait,
+        model_timeout=model_timeout, thread_wait=thread_wait)
     conversations = [c for path in files for c in load_conversations(path)]
     if server in ("embedded", "in-process"):
         check_store_location(db, "--db", "memory database", "memory.db")
@@ -85,7 +90,7 @@ def replay(files: tuple[Path, ...], db: str | None, server: str, token: str | No
     else:
         conversations = _shard(conversations, parsed)
         total = sum(c.message_count for c in conversations)
-        stats = asyncio.run(_replay(conversations, total, **options))  # type: ignore[arg-type]
+        stats = asyncio.run(_replay(conversations, total, **options))
     if as_json:
         click.echo(json.dumps(stats.as_dict(), indent=2))
         return
@@ -126,7 +131,7 @@ def checkpointer_spec(state: str | Path | None) -> str:
 
 async def _replay(conversations: list[Any], total: int, *, db: str | None, server: str, token: str | None, vault: str,
                   memory: str | None, model: str, api_key: str | None, base_url: str | None, flush_every: int,
-                  state: str | Path | None, tool_choice: str = "named", max_tokens: int | None = None,
+                  state: str | Path | None, tool_choice: ToolChoiceMode = "named", max_tokens: int | None = None,
                   batch_size: int = 1, timeout: float | None = 60.0, reconnect_wait: float = 30.0,
                   model_timeout: float | None = 120.0, thread_wait: float | None = None, quiet: bool = False) -> Any:
     from ..builder import build_agent, ensure_memory
@@ -141,7 +146,7 @@ async def _replay(conversations: list[Any], total: int, *, db: str | None, serve
     first_memory = memory or valid_title(conversations[0].conversation_id)
     async with build_agent(model, server, db=db, token=token, vault=vault, memory=first_memory,
                            checkpointer=checkpointer, flush_every=flush_every, api_key=api_key,
-                           base_url=base_url, tool_choice_mode=tool_choice,  # type: ignore[arg-type]
+                           base_url=base_url, tool_choice_mode=tool_choice,
                            max_tokens=max_tokens, batch_size=batch_size, timeout=timeout,
                            reconnect_wait=reconnect_wait, model_timeout=model_timeout,
                            thread_wait=thread_wait) as invoker:
