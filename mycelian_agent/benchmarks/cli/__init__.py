@@ -25,7 +25,8 @@ from .runners import locomo_command, longmemeval_command, qa_command
 from .stores import dense_pg_command, embeddings_group, scale_command, scaleout_command
 from .suite import BENCHMARK_COMMANDS, suite_command
 
-__all__ = ["BENCHMARK_COMMANDS", "bench"]
+__all__ = ["BENCHMARK_COMMANDS", "bench", "dense_pg_command", "embeddings_group", "locomo_command",
+           "longmemeval_command", "qa_command", "scale_command", "scaleout_command", "suite_command"]
 
 
 class _BenchGroup(click.Group):
