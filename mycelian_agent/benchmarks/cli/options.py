@@ -7,12 +7,13 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import click
 
 from ...errors import MycelianError
 
-__all__ = ["CONTEXT", "COUNT", "FILE", "levels", "reported", "worker_counts"]
+__all__ = ["CONTEXT", "COUNT", "FILE", "levels", "reported", "warmup_option", "worker_counts"]
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
 FILE = click.Path(exists=True, dir_okay=False, path_type=Path)
@@ -41,6 +42,12 @@ def worker_counts(_ctx: click.Context, _param: click.Parameter, text: str) -> tu
     if any(c < 0 for c in counts):
         raise click.BadParameter(f"must be positive integers (or 0: no ingestion), got {text!r}")
     return tuple(c for c in counts if c > 0)
+
+
+def warmup_option(default: int) -> Any:
+    """``--warmup N``: unmeasured calls before each timed measurement."""
+    return click.option("--warmup", type=click.IntRange(min=0), default=default, show_default=True,
+                        help="Unmeasured calls before each measurement.")
 
 
 @contextmanager

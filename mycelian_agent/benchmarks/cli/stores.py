@@ -4,6 +4,7 @@ index) and ``bench embeddings`` (ingestion with vectors; LoCoMo recall per backe
 
 from __future__ import annotations
 
+import importlib
 import json
 from pathlib import Path
 from typing import Any
@@ -11,11 +12,21 @@ from typing import Any
 import click
 
 from ...errors import make_folder
-from .options import CONTEXT, COUNT, FILE, levels, reported, worker_counts
+from .options import CONTEXT, COUNT, FILE, levels, reported, warmup_option, worker_counts
 
 __all__ = ["dense_pg_command", "embeddings_group", "scale_command", "scaleout_command"]
 
 _OUT = click.Path(file_okay=False, path_type=Path)
+
+
+def _run_and_print(module: str, function: str, out: Path, as_json: bool, **options: Any) -> None:
+    """Make ``out``, run benchmark ``module``'s ``function(out, **options)`` (imported now: benchmarks load heavy
+    libraries) and print its results as JSON or as the module's ``markdown`` tables."""
+    with reported():
+        make_folder(out, "--out")
+        benchmark = importlib.import_module(f"..{module}", __package__)
+        results = getattr(benchmark, function)(out, **options)
+    click.echo(json.dumps(results, indent=2) if as_json else benchmark.markdown(results))
 
 
 def _require(what: str, modules: dict[str, str], otherwise: str = "") -> None:
@@ -43,8 +54,7 @@ def _require(what: str, modules: dict[str, str], otherwise: str = "") -> None:
 @click.option("--search-memories", type=COUNT, default=5, show_default=True,
               help="Small memories searched in turn at each checkpoint (the same ones each time).")
 @click.option("--searches", type=COUNT, default=200, show_default=True, help="Timed searches per measurement.")
-@click.option("--warmup", type=click.IntRange(min=0), default=20, show_default=True,
-              help="Unmeasured calls before each measurement.")
+@warmup_option(20)
 @click.option("--adds", type=click.IntRange(min=0), default=100, show_default=True,
               help="Timed add_entry calls over stdio at each checkpoint (into a fresh memory).")
 @click.option("--workers", default="1,2,4", show_default=True, callback=worker_counts, metavar="N,N,...",
@@ -68,13 +78,8 @@ def scale_command(backend: str, checkpoints: tuple[int, ...], workers: tuple[int
     backends = ("sqlite", "postgres") if backend == "both" else (backend,)
     if "postgres" in backends:
         _require("--backend postgres", {"psycopg": "postgres"}, "(or --backend sqlite)")
-    with reported():
-        make_folder(options["out"], "--out")
-        from ..bench_scale import markdown, run_scale
-
-        results = run_scale(options.pop("out"), backends=backends, checkpoints=checkpoints, workers=workers,
-                            **options)
-    click.echo(json.dumps(results, indent=2) if as_json else markdown(results))
+    _run_and_print("bench_scale", "run_scale", options.pop("out"), as_json, backends=backends,
+                   checkpoints=checkpoints, workers=workers, **options)
 
 
 @click.command("scaleout", context_settings=CONTEXT,
@@ -84,8 +89,7 @@ def scale_command(backend: str, checkpoints: tuple[int, ...], workers: tuple[int
 @click.option("--entries", type=COUNT, default=10_000, show_default=True, help="Entries in the searched memory.")
 @click.option("--adds", type=COUNT, default=500, show_default=True, help="Timed add_entry calls.")
 @click.option("--searches", type=COUNT, default=200, show_default=True, help="Timed search_memories calls.")
-@click.option("--warmup", type=click.IntRange(min=0), default=20, show_default=True,
-              help="Unmeasured calls before each measurement.")
+@warmup_option(20)
 @click.option("--conversations", type=COUNT, default=8, show_default=True, help="Conversations replayed.")
 @click.option("--messages", type=click.IntRange(min=2), default=120, show_default=True,
               help="Messages per replayed conversation.")
@@ -103,12 +107,7 @@ def scaleout_command(out: Path, workers: tuple[int, ...], as_json: bool, **optio
     Writes OUT/scaleout.json and prints the tables (BENCHMARKS.md, scaling out).
     """
     _require("bench scaleout", {"psycopg": "postgres"})
-    with reported():
-        make_folder(out, "--out")
-        from ..bench_scaleout import markdown, run_scaleout
-
-        results = run_scaleout(out, workers=workers, **options)
-    click.echo(json.dumps(results, indent=2) if as_json else markdown(results))
+    _run_and_print("bench_scaleout", "run_scaleout", out, as_json, workers=workers, **options)
 
 
 @click.command("dense-pg", context_settings=CONTEXT,
@@ -119,8 +118,7 @@ def scaleout_command(out: Path, workers: tuple[int, ...], as_json: bool, **optio
 @click.option("--other", type=click.IntRange(min=0), default=100_000, show_default=True,
               help="Entries copied into a second memory (the HNSW index is shared by every memory).")
 @click.option("--searches", type=COUNT, default=100, show_default=True, help="Timed searches per path.")
-@click.option("--warmup", type=click.IntRange(min=0), default=10, show_default=True,
-              help="Unmeasured searches before each measurement.")
+@warmup_option(10)
 @click.option("--vectors", type=click.Choice(["random", "clustered"]), default="random", show_default=True,
               help="Random unit vectors (the hard case for a graph index), or clustered ones shaped like sentence "
               "embeddings.")
