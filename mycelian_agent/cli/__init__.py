@@ -32,13 +32,13 @@ def _add_commands() -> None:
     # Each module imports only click and rich at the top; a command imports what it runs when it runs.
     from ..benchmarks.cli import bench
     from ..memory_server.cli import embeddings_group, serve_command
-    from ..models.local_llm import _click_group
+    from ..models.local_llm.cli import local_llm
     from . import memory, replay
 
     for command in (replay.replay, memory.add, memory.delete, memory.export, memory.list_, memory.recall,
                     memory.search, memory.show, serve_command, embeddings_group, bench):
         cli.add_command(command)
-    cli.add_command(_click_group())  # local-llm
+    cli.add_command(local_llm)
 
 
 _add_commands()

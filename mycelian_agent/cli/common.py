@@ -60,9 +60,10 @@ async def connect(db: str | None, server: str, token: str | None, timeout: float
             from ..memory_server.server.local import LocalConnection
 
             return LocalConnection.open(db if db and is_postgres_url(db) else str(path), dense=dense)
-    from ..builder import connect as connect_server
+    from ..builder import ConnectionSettings, open_connection
 
-    return await connect_server(server, db=db, token=token, timeout=timeout, reconnect_wait=reconnect_wait).open()
+    return await open_connection(ConnectionSettings.from_env(os.environ, server=server, db=db, token=token,
+                                                             timeout=timeout, reconnect_wait=reconnect_wait)).open()
 
 
 async def find_vault(connection: Any, vault: str) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -144,11 +145,13 @@ def add(text: str, db: str | None, server: str, token: str | None, vault: str, t
     """Store one message TEXT in a memory (summary and tags written by the model) and print the entry."""
     if server in ("embedded", "in-process"):
         check_store_location(db, "--db", "memory database", "memory.db")
-    from ..builder import build_agent
+    from ..builder import ConnectionSettings, build_agent
+
+    connection = ConnectionSettings.from_env(os.environ, server=server, db=db, token=token, timeout=timeout,
+                                             reconnect_wait=reconnect_wait)
 
     async def run() -> Any:
-        async with build_agent(model, server, db=db, token=token, vault=vault, memory=memory, timeout=timeout,
-                               reconnect_wait=reconnect_wait) as invoker:
+        async with build_agent(model, connection=connection, vault=vault, memory=memory) as invoker:
             result = await invoker.aprocess_conversation_message(role, text, f"cli-{memory}", when, name=name)
             ids = {"vault_id": invoker.agent.vault_id, "memory_id": invoker.agent.memory_id}
             return [await invoker.connection.call_json("get_entry", {**ids, "entry_id": e}) for e in result.entry_ids]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
@@ -134,7 +135,7 @@ async def _replay(conversations: list[Any], total: int, *, db: str | None, serve
                   state: str | Path | None, tool_choice: ToolChoiceMode = "named", max_tokens: int | None = None,
                   batch_size: int = 1, timeout: float | None = 60.0, reconnect_wait: float = 30.0,
                   model_timeout: float | None = 120.0, thread_wait: float | None = None, quiet: bool = False) -> Any:
-    from ..builder import build_agent, ensure_memory
+    from ..builder import ConnectionSettings, build_agent, ensure_memory
     from ..conversations.formats import valid_title
     from ..agent.invoker import MycelianAgentInvoker
     from ..conversations.replay import ReplayStats, replay_conversation
@@ -144,12 +145,12 @@ async def _replay(conversations: list[Any], total: int, *, db: str | None, serve
         return stats
     checkpointer = checkpointer_spec(state)
     first_memory = memory or valid_title(conversations[0].conversation_id)
-    async with build_agent(model, server, db=db, token=token, vault=vault, memory=first_memory,
+    connection = ConnectionSettings.from_env(os.environ, server=server, db=db, token=token, timeout=timeout,
+                                             reconnect_wait=reconnect_wait)
+    async with build_agent(model, connection=connection, vault=vault, memory=first_memory,
                            checkpointer=checkpointer, flush_every=flush_every, api_key=api_key,
-                           base_url=base_url, tool_choice_mode=tool_choice,
-                           max_tokens=max_tokens, batch_size=batch_size, timeout=timeout,
-                           reconnect_wait=reconnect_wait, model_timeout=model_timeout,
-                           thread_wait=thread_wait) as invoker:
+                           base_url=base_url, tool_choice_mode=tool_choice, max_tokens=max_tokens,
+                           batch_size=batch_size, model_timeout=model_timeout, thread_wait=thread_wait) as invoker:
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                       TextColumn("{task.fields[rate]} msg/s"), TimeElapsedColumn(),
                       console=err_console, transient=False,
