@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Literal, Mapping
 
 from ._sync import LoopThread
 from .errors import ConfigError, MemoryServerError, make_parent_folder
+from .paths import default_db_path
 from .mcp import MemoryConnection, embedded_connection, http_connection, in_process_connection
 from .recall.users import create_or_find
 
@@ -106,8 +107,8 @@ class ConnectionSettings:
     - ``server``: ``"embedded"`` (our server spawned over stdio), ``"in-process"`` (inside this process) or an
       ``http(s)://`` URL of a Mycelian server (``token``: its bearer token).
     - ``db``: the database of the first two: a SQLite file or a ``postgresql://`` URL; None:
-      :func:`~mycelian_agent.memory_server.cli.default_db_path` of no environment
-      (``~/.local/share/mycelian/memory.db``; :meth:`from_env` honours ``MYCELIAN_DB`` and ``XDG_DATA_HOME``).
+      :func:`~mycelian_agent.paths.default_db_path` (``$XDG_DATA_HOME/mycelian/memory.db``, by default
+      ``~/.local/share/mycelian/memory.db``, the file the commands use; :meth:`from_env` adds ``MYCELIAN_DB``).
     - ``embeddings`` (the first two): None leaves it to the server (dense + BM25 when a dense model is installed,
       vectors written behind), False BM25 only, True or ``"behind"`` vectors written behind each entry,
       ``"inline"`` inside each entry's write; ``embeddings_model``: the dense model (None: ``auto``).
@@ -136,8 +137,6 @@ class ConnectionSettings:
         ``XDG_DATA_HOME`` (``$XDG_DATA_HOME/mycelian/memory.db``). ``environ`` is passed in (``os.environ`` at the
         edge): resolving the default database here means a spawned server, which gets few variables, uses the same
         file as the command's own reads."""
-        from .memory_server.cli import default_db_path
-
         unknown = set(given) - {f.name for f in fields(cls)}
         if unknown:
             raise ConfigError(f"unknown connection setting(s) {', '.join(sorted(unknown))}")
@@ -152,10 +151,9 @@ class ConnectionSettings:
     def database(self) -> str:
         """The database of an embedded or in-process server: ``db`` as given (a path expanded), or the default."""
         from .memory_server.storage import is_postgres_url
-        from .memory_server.cli import default_db_path
 
         if self.db is None:
-            return str(default_db_path({}))
+            return str(default_db_path())
         if str(self.db) == ":memory:" or is_postgres_url(str(self.db)):
             return str(self.db)
         return str(Path(self.db).expanduser())

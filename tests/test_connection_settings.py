@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from mycelian_agent import ConfigError, ConnectionSettings, build_agent
-from mycelian_agent.memory_server.cli import default_db_path
+from mycelian_agent.paths import default_db_path
 
 
 def test_from_env_takes_flags_first_then_the_environment() -> None:
@@ -21,7 +21,7 @@ def test_from_env_takes_flags_first_then_the_environment() -> None:
 
 def test_the_default_database_follows_xdg_data_home_only_through_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_DATA_HOME", "/somewhere/else")  # the library must not see it
-    assert ConnectionSettings().database() == str(default_db_path({}))
+    assert ConnectionSettings().database() == str(default_db_path())
     assert ConnectionSettings.from_env({"XDG_DATA_HOME": "/data"}).database() == "/data/mycelian/memory.db"
     assert ConnectionSettings.from_env({}, server="http://h/mcp").db is None  # a remote server has no database
     assert ConnectionSettings(db="~/m.db").database() == str(Path("~/m.db").expanduser())

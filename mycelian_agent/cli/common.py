@@ -48,7 +48,7 @@ async def connect(db: str | None, server: str, token: str | None, timeout: float
     when a dense model is installed)."""
     if server in ("embedded", "in-process"):
         from ..memory_server.storage import is_postgres_url
-        from ..memory_server.cli import default_db_path
+        from ..paths import default_db_path
 
         path = Path(db).expanduser() if db else default_db_path(os.environ)
         if path.is_dir():

@@ -14,26 +14,20 @@ from __future__ import annotations
 import logging
 import os
 import sys
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 import click
 
 from ..errors import ConfigError, MycelianError
+from ..paths import default_db_path
 from .retrieval.dense import encoders
 from .retrieval.dense.index import HNSW_MIN, WRITE_MODES, dense_by_default
 
-__all__ = ["default_db_path", "embeddings_group", "encoder_options", "main", "serve_command"]
+__all__ = ["embeddings_group", "encoder_options", "main", "serve_command"]
 
 _CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
 _SERVER = "mycelian-memory-server"
-
-
-def default_db_path(env: Mapping[str, str]) -> Path:
-    """``$XDG_DATA_HOME/mycelian/memory.db``, or ``~/.local/share/mycelian/memory.db`` without XDG_DATA_HOME."""
-    base = env.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "mycelian" / "memory.db"
 
 
 def encoder_options(*, writes: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
