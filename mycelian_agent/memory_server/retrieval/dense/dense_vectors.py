@@ -21,6 +21,7 @@ from mycelian_agent.memory_server.retrieval import fusion
 from mycelian_agent.memory_server.retrieval.dense.encoders import Encode
 from mycelian_agent.memory_server.retrieval.dense.writer import VectorWriter
 from mycelian_agent.memory_server.retrieval.fusion import DenseHits
+from mycelian_agent.memory_server.storage import entry_vectors
 from mycelian_agent.memory_server.storage.vectors import ApproximateIndex, EntryVectors, Row
 
 if TYPE_CHECKING:
@@ -100,11 +101,9 @@ class DenseVectors:
         del raw_entry  # part of the signature: another index may embed it
         return summary
 
-    @property
-    def _db(self) -> EntryVectors:
-        if self._storage is None:
-            raise ConfigError("this dense index is not attached to a store: open a store with it (dense_factory)")
-        return self._storage
+    def _db(self, conn: Connection) -> EntryVectors:
+        # The attached store's vector SQL; on a connection of a store opened without this index, its backend's.
+        return self._storage if self._storage is not None else entry_vectors(conn)
 
     # -- writing ---------------------------------------------------------------------------------------------
 
@@ -160,7 +159,7 @@ class DenseVectors:
         if not seqs:
             return 0
         with connect() as conn:
-            rows = self._db.entry_texts(conn, seqs)
+            rows = self._db(conn).entry_texts(conn, seqs)
         if not rows:
             return 0
         vectors = self._encode_rows(rows)
@@ -171,17 +170,17 @@ class DenseVectors:
         return self._vectors([self.entry_text(row["summary"], row["raw_entry"]) for row in rows])
 
     def _store_vectors(self, conn: Connection, rows: Sequence[Row], vectors: np.ndarray) -> int:
-        return self._db.store(conn, self.model, [(int(row["seq"]), row["entry_id"]) for row in rows], vectors)
+        return self._db(conn).store(conn, self.model, [(int(row["seq"]), row["entry_id"]) for row in rows], vectors)
 
     def _missing_seqs(self, conn: Connection) -> list[tuple[int, str]]:
-        return self._db.unembedded_seqs(conn, self.model)
+        return self._db(conn).unembedded_seqs(conn, self.model)
 
     def index_entries(self, conn: Connection, items: Sequence[tuple[int, str, str]]) -> None:
         """Embed ``(seq, memory_id, text)`` items in one batch and store their vectors (caller's transaction)."""
         if not items:
             return
         vectors = self._vectors([text for _, _, text in items])
-        self._db.insert(conn, self.model, [(seq, memory_id) for seq, memory_id, _ in items], vectors)
+        self._db(conn).insert(conn, self.model, [(seq, memory_id) for seq, memory_id, _ in items], vectors)
 
     def index_entry(self, conn: Connection, seq: int, memory_id: str, summary: str, raw_entry: str) -> None:
         """Embed one new entry and store its vector (inside the caller's transaction); inside :meth:`batch`, at
@@ -221,7 +220,7 @@ class DenseVectors:
     def backfill(self, conn: Connection, memory_id: str | None = None) -> int:
         """Embed the entries (of ``memory_id``, or of every memory) that have no vector of this model yet, in
         batches of one transaction each; return how many were embedded."""
-        rows = self._db.unembedded(conn, self.model, memory_id)
+        rows = self._db(conn).unembedded(conn, self.model, memory_id)
         if rows:
             _log.info("embedding %d entries without a %s vector", len(rows), self.model)
             self._store_missing(conn, rows)
@@ -231,7 +230,7 @@ class DenseVectors:
 
     def _catch_up(self, conn: Connection, memory_id: str) -> int:
         """Embed the memory's entries without a vector when they are few; return how many vectors it has."""
-        db = self._db
+        db = self._db(conn)
         vectors = db.vector_count(conn, self.model, memory_id)
         gap = db.entry_count(conn, memory_id) - vectors
         if gap <= 0:
@@ -259,7 +258,7 @@ class DenseVectors:
         return vectors
 
     def _load(self, conn: Connection, memory_id: str, after_seq: int) -> tuple[list[int], np.ndarray]:
-        rows = self._db.vectors_after(conn, self.model, memory_id, after_seq)
+        rows = self._db(conn).vectors_after(conn, self.model, memory_id, after_seq)
         return [seq for seq, _ in rows], self._stack([raw for _, raw in rows])
 
     def _matrix(self, conn: Connection, memory_id: str, count: int) -> tuple[list[int], np.ndarray]:
@@ -310,14 +309,15 @@ class DenseVectors:
         pgvector, a memory of at least :attr:`hnsw_min` vectors is answered by the HNSW index, else by the exact
         scan. Call :meth:`settle` first."""
         vector = self._query_vector(query)
-        approximate = self._db.approximate
         with connect() as conn:
+            db = self._db(conn)
+            approximate = db.approximate
             if approximate is not None:
                 large = self._large.get(memory_id)
                 if large is None:
                     count = self._catch_up(conn, memory_id)
                     if count >= self.hnsw_min and approximate.ready(conn, len(vector)):
-                        large = self._large[memory_id] = _LargeMemory(self._db.last_seq(conn, memory_id), count)
+                        large = self._large[memory_id] = _LargeMemory(db.last_seq(conn, memory_id), count)
                         with self._cache_lock:
                             self._cache.pop(memory_id, None)  # the exact scan's matrix is not needed any more
                 else:
@@ -335,7 +335,7 @@ class DenseVectors:
         """The catch-up of a memory searched through the index: only its entries above the last seq checked are
         looked at (counting a 100k-entry memory's entries and vectors at every search costs more than the search),
         and those without a vector are embedded when they are few (else a warning, once)."""
-        rows = self._db.unembedded_after(conn, self.model, memory_id, large.checked)
+        rows = self._db(conn).unembedded_after(conn, self.model, memory_id, large.checked)
         if not rows:
             return
         missing = [seq for seq, without in rows if without]
@@ -343,7 +343,7 @@ class DenseVectors:
             held = self._writer.holding(missing)
             missing = [seq for seq in missing if seq not in held]
         if missing and len(missing) <= CATCHUP_LIMIT:
-            texts = self._db.entry_texts(conn, missing)
+            texts = self._db(conn).entry_texts(conn, missing)
             try:
                 self._store_missing(conn, texts)
                 self.embedded_at_search += len(texts)
@@ -405,7 +405,7 @@ class DenseVectors:
             return [], np.zeros(0, dtype=np.float32)
         scores = matrix @ vector
         if after is not None or before is not None:
-            allowed = self._db.inside(conn, memory_id, after, before)
+            allowed = self._db(conn).inside(conn, memory_id, after, before)
             mask = np.fromiter((seq in allowed for seq in seqs), dtype=bool, count=len(seqs))
             scores = np.where(mask, scores, -np.inf)
         return seqs, scores
