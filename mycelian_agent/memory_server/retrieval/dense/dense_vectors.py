@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from mycelian_agent.errors import ConfigError
 from mycelian_agent.memory_server.retrieval import fusion
 from mycelian_agent.memory_server.retrieval.dense.encoders import Encode
-from mycelian_agent.memory_server.retrieval.dense.writer import VectorWriter
+from mycelian_agent.memory_server.retrieval.dense.writer import Connect, VectorWriter
 from mycelian_agent.memory_server.retrieval.fusion import DenseHits
 from mycelian_agent.memory_server.storage import entry_vectors
 from mycelian_agent.memory_server.storage.vectors import ApproximateIndex, EntryVectors, Row
@@ -42,8 +42,6 @@ _log = logging.getLogger(__name__)
 
 #: A store's connection: ``sqlite3.Connection`` or ``psycopg.Connection`` (rows readable by column name).
 Connection = Any
-#: ``connect()`` -> a context manager yielding a connection of the store's.
-Connect = Callable[[], AbstractContextManager[Connection]]
 
 
 class DenseVectors:
