@@ -143,6 +143,21 @@ def test_explicit_backfill_embeds_an_older_database_in_batches(db_target: str) -
         assert store.counts()["entry_vectors"] == embeddings.CATCHUP_LIMIT + 6
 
 
+def test_an_index_backfills_a_store_opened_without_it(db_target: str) -> None:
+    # As bench server and bench ablation embed a filled memory: the index takes its backend's SQL from the connection.
+    index = DenseVectors(CountingEncoder(), model="fake", write_behind=False)
+    with contextlib.closing(open_store(db_target)) as plain:
+        v, m = _memory(plain)
+        for word in ("car", "puppy"):
+            plain.add_entry(v, m, f"a note about the {word}", word)
+        with plain.maintenance_connection() as conn:
+            assert index.backfill(conn, m) == 2 and index.backfill(conn) == 0
+        assert plain.counts()["entry_vectors"] == 2
+    with contextlib.closing(open_store(db_target, dense_factory=lambda: index)) as store:
+        assert store.search(m, "automobile", top_ke=1)["entries"][0]["summary"] == "car"
+        assert index.embedded_at_search == 0
+
+
 def test_backfill_database_entry_point(db_target: str, monkeypatch: pytest.MonkeyPatch) -> None:
     with contextlib.closing(open_store(db_target)) as plain:
         v, m = _memory(plain)

@@ -111,7 +111,7 @@ def test_concurrent_writes_with_one_idempotency_key_store_one_entry(backend: Bac
 class _Exploding:
     """A dense index (``base.DenseIndex``) whose write inside the entry's transaction fails."""
 
-    def attach(self, connect: Any) -> None:
+    def attach(self, vectors: Any, connect: Any) -> None:
         pass
 
     def similarities(self, conn: Any, memory_id: str, query: str, after: str | None = None,

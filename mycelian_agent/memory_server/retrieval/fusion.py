@@ -20,8 +20,9 @@ lexical near-ties and lifts an entry BM25 missed only above weak lexical matches
 The fusion needs no more than a few cosines (:class:`DenseHits`): the query's nearest entries (which give the best
 cosine and the dense candidates), the cosines of the lexical candidates, and the typical cosine. The typical cosine
 is the median over a fixed sample of the memory (:data:`SAMPLE` entries picked by a hash of their seq,
-:func:`sample_order`), not over every entry, so an approximate index (pgvector's HNSW, ``pg_vectors.py``) that
-returns only the nearest entries fuses exactly as the exact scan does. A memory of at most :data:`SAMPLE` entries is
+:func:`sample_order`, defined in ``storage/vectors.py`` next to its SQL), not over every entry, so an approximate
+index (pgvector's HNSW, ``storage/postgres/vectors.py``) that returns only the nearest entries fuses exactly as the
+exact scan does. A memory of at most :data:`SAMPLE` entries is
 its own sample (the median of every cosine, as before); in a larger one the sample median's standard error is about
 ``1.25 * sd / sqrt(SAMPLE)``, a few thousandths of a cosine for e5-small, whose cosines spread over ~0.05.
 """
@@ -31,6 +32,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+# The sample's order is storage's (a database picks the same sample by SQL): re-exported here for the fusion's users.
+from mycelian_agent.memory_server.storage.vectors import sample_order
 
 __all__ = ["DENSE_CANDIDATES", "LEXICAL_SHARE", "SAMPLE", "DenseHits", "fuse", "fuse_scan", "sample_order",
            "scan_hits"]
@@ -54,12 +58,6 @@ LEXICAL_SHARE = 0.95
 DENSE_CANDIDATES = 2
 #: Entries of a memory whose cosines give its typical cosine (the median): the first in :func:`sample_order`.
 SAMPLE = 256
-# Knuth's multiplicative hash (2^32 / golden ratio): spreads consecutive seqs over the sample order. Written so that
-# SQL (bigint arithmetic, seq < 3.4e9) and numpy compute the same key.
-_HASH_MULTIPLIER = 2654435761
-_HASH_MODULUS = 1 << 32
-#: ``sample_order``'s key in PostgreSQL, for a bigint seq column ``{0}``.
-SAMPLE_KEY_SQL = f"mod({{0}} * {_HASH_MULTIPLIER}, {_HASH_MODULUS})"
 
 
 @dataclass
@@ -82,15 +80,6 @@ class DenseHits:
     def best(self) -> float | None:
         """The best cosine within the bounds (the nearest entry's), None when no entry has one."""
         return self.cosines[self.nearest[0]] if self.nearest else None
-
-
-def sample_order(seqs: Any) -> Any:
-    """The order (a numpy index array) in which entries with seqs ``seqs`` enter a memory's sample: by a hash of
-    the seq, so any subset of a memory samples the same way and SQL (:data:`SAMPLE_KEY_SQL`) agrees."""
-    import numpy as np
-
-    keys = (np.asarray(seqs, dtype=np.int64) * _HASH_MULTIPLIER) % _HASH_MODULUS
-    return np.lexsort((np.asarray(seqs, dtype=np.int64), keys))
 
 
 def scan_hits(seqs: Sequence[int], cosines: Any, k: int) -> DenseHits | None:

@@ -27,6 +27,7 @@ from mycelian_agent.memory_server.retrieval import fusion
 from mycelian_agent.memory_server.retrieval import query_time
 from mycelian_agent.memory_server.storage import term_stats
 from mycelian_agent.memory_server.storage.placeholder import PLACEHOLDER_CONTEXT
+from mycelian_agent.memory_server.storage.vectors import EntryVectors
 from mycelian_agent.memory_server.retrieval.ranking import CONTEXT_DEPTH, current_first, query_terms, with_context
 from mycelian_agent.memory_server.storage.validation import (
     LIMITS,
@@ -72,8 +73,10 @@ class NewEntry(NamedTuple):
 
 
 class DenseIndex(Protocol):
-    """What a store needs from an optional dense (embedding) index; see ``embeddings.py``. ``conn`` is the
-    backend's connection (sqlite3 or psycopg), inside the caller's transaction for writes."""
+    """What a store needs from an optional dense (embedding) index; see ``retrieval/dense``. ``conn`` is the
+    backend's connection (sqlite3 or psycopg), inside the caller's transaction for writes. The index reads and
+    writes vectors only through the :class:`~mycelian_agent.memory_server.storage.vectors.EntryVectors` the store
+    gives it (:meth:`attach`)."""
 
     def index_entry(self, conn: Any, seq: int, memory_id: str, summary: str, raw_entry: str) -> None:
         """Store the vector of one new entry (inside the caller's transaction); the index decides what text of
@@ -105,9 +108,9 @@ class DenseIndex(Protocol):
         """The dense side of a search (``fusion.DenseHits``): the ``k`` nearest entries and the memory's typical
         cosine (``connect()``: the store's connection). Called after :meth:`settle`."""
 
-    def attach(self, connect: Callable[[], AbstractContextManager[Any]] | None) -> None:
-        """Called once the store is open: ``connect()`` gives a connection of the index's own (None: none can be
-        given), for writing vectors behind the entries' transactions."""
+    def attach(self, vectors: EntryVectors, connect: Callable[[], AbstractContextManager[Any]] | None) -> None:
+        """Called once the store is open: ``vectors`` is the backend's vector SQL; ``connect()`` gives a connection
+        of the index's own (None: none can be given), for writing vectors behind the entries' transactions."""
 
     def entries_written(self, memory_id: str, seqs: Sequence[int]) -> None:
         """Called after a write commits, with the seqs of the entries it inserted."""
@@ -325,17 +328,40 @@ class MemoryStore(ABC):
         """Every row of every table in a stable order, and the counts (tests: a refused call changes nothing)."""
         return {"rows": self._snapshot(), "counts": self._counts()}
 
+    # -- the dense index (optional) -------------------------------------------------------------------------
+
+    @abstractmethod
+    def _read(self) -> AbstractContextManager[Any]:
+        """A connection for reads outside any write (a search's), as a context manager."""
+
+    def _attach_dense(self, vectors: EntryVectors, connect: Callable[[], AbstractContextManager[Any]] | None) -> None:
+        """Called by the backend's ``open`` once the store is ready: hand the dense index (if any) the backend's
+        vector SQL and ``connect`` (connections of the index's own; None: none can be given). Should the index
+        refuse, the store's connections are released and the error raised."""
+        if self._dense is None:
+            return
+        try:
+            self._dense.attach(vectors, connect)
+        except BaseException:
+            self._close()
+            raise
+
     def _dense_similarities(
         self, memory_id: str, query: str, after: str | None, before: str | None
     ) -> tuple[list[int], Any] | None:
-        """``(seqs, cosines)`` from a dense index, or None when the store has none."""
-        return None
+        """``(seqs, cosines)`` from a dense index (see :meth:`DenseIndex.similarities`), None without one."""
+        if self._dense is None:
+            return None
+        with self._read() as conn:
+            return self._dense.similarities(conn, memory_id, query, after, before)
 
     def _dense_hits(
         self, memory_id: str, query: str, k: int, after: str | None, before: str | None
     ) -> fusion.DenseHits | None:
         """The dense side of a search from the store's index (see :meth:`DenseIndex.hits`), None without one."""
-        return None
+        if self._dense is None:
+            return None
+        return self._dense.hits(self._read, memory_id, query, k, after, before)
 
     @abstractmethod
     def maintenance_connection(self) -> AbstractContextManager[Any]:
