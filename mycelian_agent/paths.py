@@ -1,18 +1,32 @@
-"""Early checks of the store locations a command is given (``--db``, ``--state``): one that cannot work is refused in
-one line before the agent's modules load (~1.5 s) or a server starts, instead of deep inside them."""
+"""Where stores live: the default memory database, and early checks of the locations a command is given (``--db``,
+``--state``): one that cannot work is refused in one line before the agent's modules load (~1.5 s) or a server
+starts, instead of deep inside them."""
 
 from __future__ import annotations
 
 import importlib.util
+import os
+from collections.abc import Mapping
 from pathlib import Path
 
 from .errors import ConfigError, make_parent_folder
 
-__all__ = ["check_store_location"]
+__all__ = ["check_store_location", "default_db_path"]
 
 _POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 #: What a postgresql:// memory database or checkpointer imports (the postgres extra).
 _POSTGRES_MODULES = ("psycopg", "psycopg_pool", "langgraph.checkpoint.postgres")
+
+
+def default_db_path(env: Mapping[str, str] | None = None) -> Path:
+    """``$XDG_DATA_HOME/mycelian/memory.db``, or ``~/.local/share/mycelian/memory.db`` without XDG_DATA_HOME.
+
+    ``env`` None reads the process environment. XDG_DATA_HOME is the platform's answer to where a user's data goes,
+    as HOME is for ``Path.home()``, not a setting of ours: every caller (the commands, a program calling
+    ``build_agent()`` without ``db``) must resolve it the same way, or a program and the CLI would use two files.
+    """
+    base = (os.environ if env is None else env).get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "mycelian" / "memory.db"
 
 
 def _missing_module(names: tuple[str, ...]) -> str | None:

@@ -150,7 +150,7 @@ def test_quick_suite_runs_every_benchmark_and_writes_sane_json(data, tmp_path: P
     assert lme["bm25"]["session recall (answer_session_ids)"]["overall"]["recall_any@10"] == 1.0
     assert isinstance(recall["below_bm25"], list) and recall["params"]["hybrid"] is False
     assert any("hybrid dense+BM25 search not run" in note for note in recall["notes"])
-    assert any("BM25 baseline = rank_bm25.BM25Okapi" in note for note in recall["notes"])
+    assert any("BM25 baseline = BM25 Okapi (rank_bm25's formula)" in note for note in recall["notes"])
 
     throughput = json.loads((out / "throughput.json").read_text())
     scaling = throughput["scaling"]
@@ -192,24 +192,37 @@ def test_quick_suite_runs_every_benchmark_and_writes_sane_json(data, tmp_path: P
                    for name in summary["benchmarks"])
 
 
-def test_without_the_bench_extras_recall_is_refused_and_the_rest_falls_back(data, tmp_path: Path, monkeypatch):
+def test_without_the_bench_extras_the_benchmarks_fall_back(data, tmp_path: Path, monkeypatch):
     for name in ("matplotlib", "rank_bm25", "tiktoken"):
         monkeypatch.setitem(sys.modules, name, None)  # import fails, find_spec raises: as if not installed
     out = tmp_path / "out"
-    # "bench prompts recall" is the suite with both; recall's missing package stops it before anything runs.
-    refused = run("prompts", "recall", "--out", out, "--lme", data["lme"], "--locomo", data["locomo"],
-                  "--longmemeval", data["lme"])
-    assert refused.exit_code == 1
-    assert refused.output == ("Error: recall needs rank-bm25 for its BM25 baseline: "
-                              "pip install 'mycelian-agent[bench]'\n")
-    assert not out.exists()
-
     assert run("prompts", "--out", out, "--lme", data["lme"], "--sessions", "1").exit_code == 0
     prompts = json.loads((out / "prompts.json").read_text())
     assert prompts["params"]["exact_tokens"] is False and prompts["params"]["tokenizer"].startswith("ESTIMATE")
     assert prompts["runs"]["ours"]["total_tokens"] > 0
     assert prompts["plots"] == [] and any("plot skipped: matplotlib is not installed" in n for n in prompts["notes"])
     assert not list(out.glob("*.png"))
+
+
+def test_recall_runs_on_the_locomo_file_alone_with_rates_from_wall_time(data, tmp_path: Path, monkeypatch):
+    """``bench recall --locomo FILE``: no LongMemEval data and no rank-bm25 needed; messages/s is the messages over
+    the run's wall time (per-item times overlap with several workers)."""
+    monkeypatch.setitem(sys.modules, "rank_bm25", None)
+    two = dict(LOCOMO[0], sample_id="tiny-2")
+    locomo = tmp_path / "locomo_two.json"
+    locomo.write_text(json.dumps([LOCOMO[0], two]), encoding="utf-8")
+    out = tmp_path / "out"
+    result = run("recall", "--locomo", locomo, "--hybrid", "off", "--workers", "2", "--out", out)
+    assert result.exit_code == 0, result.output
+    recall = json.loads((out / "recall.json").read_text())
+    assert list(recall["tables"]) == ["locomo"] and recall["params"]["longmemeval"] == []
+    assert recall["tables"]["locomo"]["bm25"]["evidence recall, categories 1-4"]["overall"]["count"] == 6
+    ingestion = recall["tables"]["locomo"]["ingestion"]
+    assert ingestion["messages"] == 12 and ingestion["messages_per_s"] == pytest.approx(
+        ingestion["messages"] / ingestion["wall_s"], rel=0.01)
+    note = next(n for n in recall["notes"] if n.startswith("locomo: BM25 baseline"))
+    assert f"ingested 12 messages in {ingestion['wall_s']:.1f} s wall with 2 workers" in note
+    assert f"({ingestion['messages_per_s']:.1f} messages/s)" in note
 
 
 def _data_dir(root: Path, *files: str) -> Path:
@@ -231,7 +244,7 @@ def test_missing_data_is_one_line_naming_the_option(data, tmp_path: Path):
     result = run("prompts", "--out", out, env={"MYCELIAN_DATA": str(empty)})
     assert result.exit_code == 1 and len(result.output.splitlines()) == 1
     assert f"{empty / 'longmemeval' / 'longmemeval_s_1q.json'} not found; pass --lme FILE or --data DIR" in result.output
-    # Explicit files override --data; the ones not given still come from it.
+    # With --data, the files not given come from it: a folder without them names what is missing.
     only_locomo = _data_dir(tmp_path / "d1", "locomo/locomo_dev3.json")
     result = run("recall", "--out", out, "--data", only_locomo)
     assert result.exit_code == 1 and "recall needs LongMemEval data" in result.output
@@ -316,9 +329,19 @@ def test_bm25_baseline_is_okapi_with_the_usual_parameters():
     query = tokenize("Which puppy did I adopt, a golden retriever?")
     index, name = bm25_ranker(texts)
     scores = list(index.get_scores(query))
-    assert name == "rank_bm25.BM25Okapi"
+    assert name == "BM25 Okapi (rank_bm25's formula)"
     assert scores == pytest.approx(_okapi([tokenize(t) for t in texts], query))
     assert scores.index(max(scores)) == 0 and scores[2] == scores[4] == 0.0
+
+
+def test_bm25_baseline_scores_are_rank_bm25s_to_the_bit():
+    rank_bm25 = pytest.importorskip("rank_bm25")
+    texts = [t["text"] for session in ("session_1", "session_2") for t in LOCOMO[0]["conversation"][session]]
+    texts += ["golden golden retriever", "", "Lisbon Lisbon Lisbon in spring", "the pottery vase is blue"]
+    corpus = [tokenize(t) for t in texts]
+    ours, theirs = bm25_ranker(texts)[0], rank_bm25.BM25Okapi(corpus)
+    for question in [qa["question"] for qa in LOCOMO[0]["qa"]] + ["golden golden Lisbon vase", "nothing here"]:
+        assert ours.get_scores(tokenize(question)) == list(theirs.get_scores(tokenize(question)))
 
 
 def test_token_counting_and_percentiles():

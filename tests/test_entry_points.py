@@ -3,7 +3,7 @@ in one line (no traceback) and exits non-zero.
 
 The commands run as real processes (``python -m ...``, the console scripts' own entry functions) with
 ``tests/no_extras`` first on PYTHONPATH: its ``sitecustomize`` makes the extras' packages (torch, numpy,
-psycopg, matplotlib, rank_bm25, pyinstrument, ...) unimportable, as in a ``pip install mycelian-agent`` without
+psycopg, matplotlib, pyinstrument, ...) unimportable, as in a ``pip install mycelian-agent`` without
 extras, so one test environment holding every extra also tests the install without them. The bad paths: a missing
 folder, a folder where a file is expected, a file where a folder is expected, /dev/full (writes fail with ENOSPC)
 and an unreadable file. The walk covers the whole ``mycelian-agent`` command tree and every module of the package
@@ -91,7 +91,7 @@ def _cases(p: Paths) -> list[Case]:
     db = ("--db", str(p.db))
     ex, lme, locomo = str(EXAMPLE), str(p.longmemeval), str(p.locomo)
     memory = ("--memory", "quickstart-lisbon-trip")
-    no_bm25 = ("--reader", "extractive", "--conditions", "recall,full,none")  # bm25 needs the bench extra
+    reader = ("--reader", "extractive")
     numbers = iter(range(1000))
 
     def missing() -> str:  # a path in a folder that does not exist (one per case: some commands create it)
@@ -145,9 +145,9 @@ def _cases(p: Paths) -> list[Case]:
         Case(_cli("bench", "prompts", "--quick", "--data", m := missing(), "--out", out()), (m,)),
         Case(_cli("bench", "prompts", "--quick", "--lme", str(p.unreadable), "--out", out()), (str(p.unreadable),)),
         Case(_cli("bench", "prompts", "--quick", "--lme", lme, "--out", "/dev/full"), ("/dev/full",)),
-        Case(_cli("bench", "recall", "--quick", "--data", str(p.data), "--out", out()), ("mycelian-agent[bench]",)),
+        Case(_cli("bench", "recall", "--quick", "--data", str(p.data), "--out", out()), (str(p.data), "--locomo")),
         Case(_cli("bench", "recall", "--quick", "--locomo", str(p.folder), "--out", out()), (str(p.folder),)),
-        Case(_cli("bench", "ablation", "--quick", "--locomo", locomo, "--out", out()), ("mycelian-agent[bench]",)),
+        Case(_cli("bench", "ablation", "--quick", "--locomo", str(p.unreadable), "--out", out()), (str(p.unreadable),)),
         Case(_cli("bench", "throughput", "--quick", "--out", "/dev/full"), ("/dev/full",)),
         Case(_cli("bench", "server", "--quick", "--out", str(p.under_file)), (str(p.under_file),)),
         Case(_cli("bench", "server", "--quick", "--embeddings", "--out", out()), (INSTALL_EMBEDDINGS,)),
@@ -158,13 +158,17 @@ def _cases(p: Paths) -> list[Case]:
         Case(_cli("bench", "locomo", str(p.folder), "--out", out()), (str(p.folder),)),
         Case(_cli("bench", "locomo", locomo, "--out", out(), "--state", str(p.folder)), (str(p.folder),)),
         Case(_cli("bench", "qa", "--reader", "extractive", "--data", m := missing(), "--out", out()), (m,)),
-        Case(_cli("bench", "qa", *no_bm25, "--locomo", str(p.unreadable), "--out", out()), (str(p.unreadable),)),
-        Case(_cli("bench", "qa", *no_bm25, "--locomo", locomo, "--out", "/dev/full"), ("/dev/full",)),
-        Case(_cli("bench", "qa", "--reader", "extractive", "--locomo", locomo, "--out", out()),
-             ("mycelian-agent[bench]",)),
+        Case(_cli("bench", "qa", *reader, "--locomo", str(p.unreadable), "--out", out()), (str(p.unreadable),)),
+        Case(_cli("bench", "qa", *reader, "--locomo", locomo, "--out", "/dev/full"), ("/dev/full",)),
         Case(_cli("bench", "scale", "--out", out()), (INSTALL_POSTGRES, "--backend sqlite")),
         Case(_cli("bench", "scale", "--backend", "sqlite", "--out", "/dev/full"), ("/dev/full",)),
         Case(_cli("bench", "scale", "--backend", "sqlite", "--out", str(p.under_file)), (str(p.under_file),)),
+        Case(_cli("bench", "scaleout", "--out", out()), (INSTALL_POSTGRES,)),
+        Case(_cli("bench", "dense-pg", "--out", out()), (INSTALL_POSTGRES,)),
+        Case(_cli("bench", "embeddings", "ingest", "--messages", "2"), (INSTALL_EMBEDDINGS,)),
+        Case(_cli("bench", "embeddings", "parity", "--locomo", str(p.folder)), (str(p.folder),)),
+        Case(_cli("bench", "embeddings", "parity", "--locomo", locomo, "--lexical", "--out", out()),
+             (INSTALL_POSTGRES,)),
         # the local model: bad folders only (a good one would download the model)
         Case(_cli("local-llm", "install", "--dir", "/dev/full"), ("/dev/full",)),
         Case(_cli("local-llm", "install", "--dir", str(p.under_file)), (str(p.under_file),)),
@@ -172,14 +176,8 @@ def _cases(p: Paths) -> list[Case]:
         Case(_cli("local-llm", "serve", "--dir", str(p.under_file), "--port", "0"), (str(p.under_file),)),
         Case(_cli("local-llm", "xllamacpp-server", "--model", missing()), ("xllamacpp", "local-llm install")),
         Case(("-m", "mycelian_agent.models.local_llm", "install", "--dir", str(p.under_file)), (str(p.under_file),)),
-        # the other python -m modules
-        Case(("-m", "mycelian_agent.memory_server.retrieval.dense.index", "--backfill", str(p.db)), (INSTALL_EMBEDDINGS,)),
-        Case(("-m", "mycelian_agent.benchmarks.bench_embeddings", "ingest", "--messages", "2"),
-             (INSTALL_EMBEDDINGS,)),
-        Case(("-m", "mycelian_agent.benchmarks.bench_embeddings", "parity", "--locomo", str(p.folder)),
-             (str(p.folder),)),
-        Case(("-m", "mycelian_agent.benchmarks.bench_scaleout", "--out", out()), (INSTALL_POSTGRES,)),
-        Case(("-m", "mycelian_agent.benchmarks.bench_dense_pg", "--out", out()), (INSTALL_POSTGRES,)),
+        # dense vectors of a database
+        Case(_cli("embeddings", "backfill", str(p.db)), (INSTALL_EMBEDDINGS,)),
     ]
     if os.geteuid() != 0:  # root reads any file: /proc/self/mem above stands for the unreadable file there
         cases.append(Case(_cli("replay", "/proc/self/mem"), ("/proc/self/mem",)))

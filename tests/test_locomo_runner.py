@@ -99,6 +99,9 @@ async def test_resume_ingests_once_and_scores_only_new_questions(data: Path, tmp
     out = tmp_path / "out"
     first = await LoCoMoRunner(out=out, limit_questions=2).arun([data])
     assert first.summary["this_run"]["questions"] == 2 and first.summary["this_run"]["messages"] == 5
+    run = first.summary["this_run"]  # the rate is the run's: messages over its wall time
+    assert run["messages_per_s"] == pytest.approx(5 / run["wall_s"], rel=0.01)
+    assert first.summary["ingestion"]["messages"] == 5 and "messages_per_s" not in first.summary["ingestion"]
     second = await LoCoMoRunner(out=out).arun([data])
     assert second.summary["this_run"]["questions"] == 2 and second.summary["this_run"]["messages"] == 0
     third = await LoCoMoRunner(out=out).arun([data])

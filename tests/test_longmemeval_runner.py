@@ -195,7 +195,7 @@ async def test_resume_skips_done_questions_and_stores_each_message_once(data: Pa
     report = await runner(out, workers=2).arun([data])
     assert report.summary["this_run"]["questions"] == 2  # q1 was skipped
     report = await runner(out, workers=2).arun([data])
-    assert report.summary["this_run"] == {"questions": 0, "messages": 0, "selected": 3,
+    assert report.summary["this_run"] == {"questions": 0, "messages": 0, "selected": 3, "messages_per_s": None,
                                           "wall_s": report.summary["this_run"]["wall_s"]}
     assert sorted(r["question_id"] for r in read_jsonl(out / "records.jsonl")) == sorted(MESSAGES)
     assert len((out / "hypotheses.jsonl").read_text().splitlines()) == 3

@@ -22,7 +22,8 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 from mycelian_agent.memory_server import create_server
-from mycelian_agent.memory_server.cli import default_db_path, main
+from mycelian_agent.memory_server.cli import main
+from mycelian_agent.paths import default_db_path
 from mycelian_agent.memory_server.storage.sqlite.store import Store
 from mycelian_agent.memory_server.testing import BackgroundSession, call_json, serve_http, server_command
 
@@ -196,11 +197,15 @@ async def test_sigkill_between_writes_loses_no_acknowledged_write(tmp_path: Path
 def test_cli_defaults_and_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert default_db_path({"XDG_DATA_HOME": "/data"}) == Path("/data/mycelian/memory.db")
     assert default_db_path({}) == Path.home() / ".local/share/mycelian/memory.db"
-    with pytest.raises(SystemExit) as exit_info:
-        main(["--help"])
-    assert exit_info.value.code == 0
+    assert main(["--help"]) == 0
     out = capsys.readouterr().out
     assert all(flag in out for flag in ("--transport", "--host", "--port", "--db", "--token", "--sync"))
+    assert out.startswith("Usage: mycelian-memory-server [OPTIONS]")
+    # mycelian-memory-server is the serve command of the mycelian-agent tree, alone: the same flags.
+    from mycelian_agent.cli import cli
+    from mycelian_agent.memory_server.cli import embeddings_group, serve_command
+
+    assert cli.commands["serve"] is serve_command and cli.commands["embeddings"] is embeddings_group
 
 
 def test_cli_passes_the_embeddings_options_to_the_server(
@@ -243,11 +248,15 @@ def test_importing_the_package_is_light() -> None:
 
 
 def test_an_embeddings_server_lets_torch_threads_sleep_unless_told_otherwise(tmp_path: Path, monkeypatch) -> None:
-    from mycelian_agent.memory_server.server.app import MemoryServer
     from mycelian_agent.memory_server.cli import main
+    from mycelian_agent.memory_server.transport import stdio
 
     seen: list[str | None] = []
-    monkeypatch.setattr(MemoryServer, "run", lambda self, transport: seen.append(os.environ.get("OMP_WAIT_POLICY")))
+
+    async def serve(server: object) -> None:
+        seen.append(os.environ.get("OMP_WAIT_POLICY"))
+
+    monkeypatch.setattr(stdio, "serve_stdio", serve)
     monkeypatch.setenv("OMP_WAIT_POLICY", "unset-at-teardown")  # registers the restore of the variable's absence
     monkeypatch.delenv("OMP_WAIT_POLICY")
     assert main(["--db", str(tmp_path / "m.db")]) == 0

@@ -11,7 +11,8 @@ from click.testing import CliRunner
 from langchain_core.messages import AIMessage
 
 from mycelian_agent import build_agent, resolve_model
-from mycelian_agent.agent.model_tools import TEXT_CALL_NOTE, call_from_text, tool_choice, validate_reply
+from mycelian_agent.agent.model_tools import tool_choice
+from mycelian_agent.agent.replies import TEXT_CALL_NOTE, call_from_text, validate_reply
 from mycelian_agent.agent.settings import AgentSettings
 from mycelian_agent.errors import ConfigError
 from openai_stub import OpenAIStub, text_reply, tool_call_reply

@@ -147,14 +147,14 @@ def test_the_server_start_names_the_dense_path(pg_url: str, pgvector_url: str, m
 
 
 def test_dense_pg_benchmark_times_every_path(pgvector_cluster, tmp_path) -> None:
-    from mycelian_agent.benchmarks.bench_dense_pg import _markdown, run_dense_pg
+    from mycelian_agent.benchmarks.bench_dense_pg import markdown, run_dense_pg
 
     results = run_dense_pg(tmp_path, entries=200, other=50, searches=3, warmup=1, hnsw_min=0)
     latency = results["latency"]
     assert latency["exact"]["paths"] == {"hnsw": 0, "scan": 1 + 3 + 3}  # warm-up, timed, the dense side alone
     assert all(row["paths"]["scan"] == 0 for mode, row in latency.items() if mode.startswith("hnsw"))
     assert set(results["hnsw_recall_at_20"]) == {m for m in latency if m.startswith("hnsw")}
-    assert results["sizes"]["vectors"] == 250 and "| lexical |" in _markdown(results)
+    assert results["sizes"]["vectors"] == 250 and "| lexical |" in markdown(results)
 
 
 def test_hnsw_parity_compares_both_paths_on_locomo_questions(pgvector_url: str, tmp_path) -> None:

@@ -1,8 +1,8 @@
-"""Lexical search through the real server: stemming, names from tags, dates in words, neighbour context, the
-schema 3 upgrade of an existing database, and any text as a safe query.
+"""SQLite's lexical search: the schema 3 upgrade of an existing database, the FTS5 plan counts, ranking by parts, a
+memory with few matches; and the neighbours' shares in ``ranking.with_context``.
 
-Tests using ``chat`` run on SQLite and on PostgreSQL (the ``memory_db`` fixture, conftest.py): both backends share
-the ranking code, and each builds its own index and neighbour query."""
+What search promises on every backend (stems, names from tags, dates in words, neighbour context, time bounds,
+paging, any text as a safe query) is tests/conformance/test_conformance_search.py."""
 
 from __future__ import annotations
 
@@ -12,152 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from mycelian_agent.memory_server import create_server
 from mycelian_agent.memory_server.storage.sqlite.migrations import MIGRATIONS, SCHEMA_VERSION
-from mycelian_agent.memory_server.storage.sqlite.store import Store
-from mycelian_agent.memory_server.testing import BackgroundSession, call_json
 from mycelian_agent.memory_server.retrieval import search
-
-
-@pytest.fixture
-async def chat(memory_db: str):
-    bg = await BackgroundSession.start(create_server(memory_db))
-    s = bg.session
-    v = (await call_json(s, "create_vault", title="home"))["vaultId"]
-    m = (await call_json(s, "create_memory_in_vault", vault_id=v, title="chat", memory_type="NOTES"))["memoryId"]
-    yield bg, v, m
-    await bg.aclose()
-
-
-async def _add(bg: BackgroundSession, v: str, m: str, text: str, **extra) -> str:
-    entry = await call_json(bg.session, "add_entry", vault_id=v, memory_id=m, raw_entry=text, summary=text, **extra)
-    return entry["entryId"]
-
-
-async def _search(bg: BackgroundSession, m: str, query: str, **options) -> list[str]:
-    found = await call_json(bg.session, "search_memories", memory_id=m, query=query, **options)
-    return [e["entryId"] for e in found["entries"]]
-
-
-async def test_stemmed_words_match(chat) -> None:
-    bg, v, m = chat
-    runs = await _add(bg, v, m, "She was running two marathons.")
-    await _add(bg, v, m, "The weather was nice.")
-    assert (await _search(bg, m, "Does she run a marathon?"))[0] == runs
-
-
-async def test_a_name_is_found_through_the_speaker_tag(chat) -> None:
-    bg, v, m = chat
-    # A speaker's own turns rarely contain their name; the other speaker's turns do.
-    await _add(bg, v, m, "Nice! Caroline, that sounds lovely.", tags={"speaker": "Melanie"})
-    await _add(bg, v, m, "I painted the kitchen.", tags={"speaker": "Melanie"})
-    for i in range(6):  # enough entries that BM25's IDF tells rare words from common ones (and no neighbours)
-        await _add(bg, v, m, f"Filler line {i}.", tags={"speaker": "Melanie"})
-    hers = await _add(bg, v, m, "I painted a sunset last week.", tags={"speaker": "Caroline", "dia_id": "D1:3"})
-    assert (await _search(bg, m, "What did Caroline paint?"))[0] == hers
-    # Tag values with digits (ids, counters) are not words of the entry.
-    assert await _search(bg, m, "d1") == []
-
-
-async def test_the_date_is_searchable_in_words(chat) -> None:
-    bg, v, m = chat
-    may = await _add(bg, v, m, "We went to the museum.", conversation_time="2023-05-08T13:56:00Z")
-    await _add(bg, v, m, "We went to the park.", conversation_time="2023-07-20T10:00:00Z")
-    assert await _search(bg, m, "May", top_ke=1) == [may]
-    assert (await _search(bg, m, "Where did we go on 8 May, 2023?"))[0] == may
-
-
-async def test_the_answer_following_a_matching_question_is_found(chat) -> None:
-    bg, v, m = chat
-    times = {}
-    for minute, text in (("00", "How often do you work out with your family?"), ("01", "Three times a week!")):
-        times[text] = await _add(bg, v, m, text, conversation_time=f"2024-01-10T12:{minute}:00Z")
-    question, answer = times.values()
-    chatter = await _add(bg, v, m, "Unrelated chatter about the weather.", conversation_time="2024-01-10T12:02:00Z")
-    # The turn two steps on takes a small share too (ranking.CONTEXT_FAR_AFTER): a topic runs over several turns.
-    assert await _search(bg, m, "How often does John work out with his family?") == [question, answer, chatter]
-    # The neighbour obeys the time bounds like every result.
-    assert await _search(bg, m, "work out family", before="2024-01-10T12:00:30Z") == [question]
-    # An entry's own words still come first: the neighbour only borrows a share of its score, the turn two steps
-    # away (ranking.CONTEXT_FAR_BEFORE) a smaller one.
-    weather = await _search(bg, m, "weather")
-    assert weather == [chatter, answer, question]
-    # An entry more than an hour away is another conversation: no share.
-    later = await _add(bg, v, m, "Sure.", conversation_time="2024-01-10T15:00:00Z")
-    assert later not in await _search(bg, m, "weather chatter", top_ke=25)
-
-
-async def test_the_turn_after_a_question_takes_a_larger_share_than_the_turn_after_a_statement(chat) -> None:
-    bg, v, m = chat
-
-    async def conversation(memory: str, turns: tuple[str, ...]) -> list[str]:
-        # Two exchanges three hours apart: no shares between them.
-        return [await _add(bg, v, memory, text, conversation_time=f"2024-01-10T{12 + 3 * (i // 2)}:0{i % 2}:00Z")
-                for i, text in enumerate(turns)]
-
-    # The two matching turns have the same words; their followers share none with the query. With one share for
-    # every follower the two would tie (and the newer, the statement's follower, would come first).
-    asked, answer, stated, follower = await conversation(
-        m, ("Did you paint the lake?", "Yes, last summer.", "I paint the lake.", "Then we had dinner."))
-    found = await _search(bg, m, "paint lake", top_ke=4)
-    assert set(found[:2]) == {asked, stated} and found[2:] == [answer, follower]
-    # A full-width question mark asks too.
-    other = (await call_json(bg.session, "create_memory_in_vault", vault_id=v, title="cjk", memory_type="NOTES"))[
-        "memoryId"
-    ]
-    asked, answer, stated, follower = await conversation(
-        other, ("Did you paint the lake\uff1f", "Yes, last summer.", "I paint the lake.", "Then we had dinner."))
-    assert (await _search(bg, other, "paint lake", top_ke=4))[2:] == [answer, follower]
-
-
-async def test_neighbours_never_cross_memories(chat) -> None:
-    bg, v, m = chat
-    other = (await call_json(bg.session, "create_memory_in_vault", vault_id=v, title="other", memory_type="NOTES"))[
-        "memoryId"
-    ]
-    mine = []
-    for i in range(4):  # interleaved: every neighbour by sequence number belongs to the other memory
-        mine.append(await _add(bg, v, m, f"kayak trip number {i}"))
-        await _add(bg, v, other, f"secret reply {i}")
-    found = await _search(bg, m, "kayak", top_ke=25)
-    assert set(found) == set(mine)
-
-
-@pytest.mark.parametrize(
-    ("query", "finds"),
-    [
-        ('NEAR("kayak" trip) AND OR NOT *x* ^y col:z', True),
-        ("'); DROP TABLE entries;--", False),
-        ('mkey : "m0" OR labels : kayak', True),
-        ("kayak\x00trip", True),
-        ("{raw_entry summary} : kayak*", True),
-        ('"*(){}^:-_', False),
-    ],
-)
-async def test_any_text_is_a_safe_query(chat, query: str, finds: bool) -> None:
-    bg, v, m = chat
-    kayak = await _add(bg, v, m, "A kayak trip.", tags={"speaker": "Jon"})
-    found = await call_json(bg.session, "search_memories", memory_id=m, query=query)
-    assert [e["entryId"] for e in found["entries"]] == ([kayak] if finds else [])
-    if finds:
-        assert set(found["entries"][0]) == {"entryId", "summary", "score", "creationTime", "tags"}
-    assert await _search(bg, m, "kayak") == [kayak]  # the table is intact
-
-
-async def test_deleted_entries_leave_the_index(chat) -> None:
-    bg, v, m = chat
-    gone = await _add(bg, v, m, "walrus", tags={"speaker": "Ann"}, conversation_time="2023-05-08T13:56:00Z")
-    kept = await _add(bg, v, m, "walrus", tags={"speaker": "Ann"})
-    await call_json(bg.session, "delete_entry", vault_id=v, memory_id=m, entry_id=gone)
-    assert await _search(bg, m, "walrus Ann May", top_ke=25) == [kept]
-
-    def check(store: Store) -> dict[str, int]:
-        if isinstance(store, Store):  # SQLite's own check of the FTS index against its content
-            store.connection.execute("INSERT INTO entries_fts (entries_fts) VALUES ('integrity-check')")
-        return store.counts()
-
-    counts = await bg.runner.call(check)
-    assert counts["entries"] == counts["entries_fts"] == 1
+from mycelian_agent.memory_server.storage.sqlite.store import Store
 
 
 def test_a_schema_2_database_upgrades_in_place(tmp_path: Path) -> None:
@@ -200,23 +57,6 @@ def test_a_schema_2_database_upgrades_in_place(tmp_path: Path) -> None:
         assert search(store, memory, "Caroline sunsets", top_ke=5)["count"] == 0
     with contextlib.closing(Store.open(db)) as store:  # a second open finds nothing to do
         assert store.connection.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
-
-
-@pytest.mark.parametrize("count", [30, 60])  # 60: enough entries for query feedback (feedback.py)
-async def test_offset_pages_through_one_ranking(chat, count: int) -> None:
-    bg, v, m = chat
-    topics = ("basil", "slugs", "compost", "sunlight", "seedlings", "frost", "mulch")
-    for i in range(count):
-        await _add(bg, v, m, f"Garden note {i}: the tomatoes need water, {topics[i % 7]}" + " again" * (i % 5),
-                   conversation_time=f"2024-{1 + i // 28:02d}-{1 + i % 28:02d}T10:00:00Z")
-    deep = await _search(bg, m, "tomatoes water", top_ke=25)
-    pages = []
-    for offset in range(0, count + 10, 10):
-        pages += await _search(bg, m, "tomatoes water", top_ke=10, offset=offset)
-    assert pages[:25] == deep and len(pages) == count == len(set(pages))
-    assert await _search(bg, m, "tomatoes water", top_ke=10, offset=count) == []
-    with pytest.raises(Exception, match="offset"):
-        await _search(bg, m, "tomatoes water", top_ke=10, offset=-1)
 
 
 def test_plan_counts_are_kept_until_the_database_changes(tmp_path) -> None:

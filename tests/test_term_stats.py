@@ -1,5 +1,6 @@
-"""Per-memory term statistics (term_stats.py) on both backends: kept equal to a recount from scratch by every kind of
-write, backfilled by the migration that adds them, and shared by every store on one database."""
+"""Per-memory term statistics (term_stats.py): counting and deltas, and the migration that backfills them on both
+backends. That every write keeps them equal to a recount, and that every store on one database shares them, is in
+tests/conformance (every backend)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,10 @@ from typing import Any
 
 import pytest
 
-from mycelian_agent.errors import MemoryServerError
 from mycelian_agent.memory_server.storage import term_stats
 from mycelian_agent.memory_server.storage.base import MemoryStore
 from mycelian_agent.memory_server.storage import open_store
 from mycelian_agent.memory_server.storage.term_stats import STEM, WORD
-from mycelian_agent.memory_server.retrieval import search
 
 
 def _stored(store: MemoryStore) -> tuple[dict[str, tuple[int, int]], dict[tuple[str, int, str], int]]:
@@ -74,78 +73,6 @@ def test_a_delta_nets_out_and_forgets_a_deleted_memory() -> None:
     [(memory, change)] = delta.take()
     assert memory == "m" and change.entries == 1 and (STEM, "golden", 1) in change.rows()
     assert delta.take() == [] and [seq for seq, _ in delta.written] == [3]
-
-
-def test_every_kind_of_write_keeps_the_statistics_equal_to_a_recount(memory_db: str) -> None:
-    store = open_store(memory_db, pool_size=2)
-    try:
-        vault = store.create_vault("stats")["vaultId"]
-        kept = store.create_memory(vault, "kept", "CHAT")["memoryId"]
-        gone = store.create_memory(vault, "gone", "CHAT")["memoryId"]
-        first = store.add_entry(vault, kept, "I adopted a golden retriever", "User adopted a dog",
-                                {"speaker": "Ana"}, "2024-05-03T10:00:00Z", idempotency_key="k1")
-        retry = store.add_entry(vault, kept, "I adopted a golden retriever", "User adopted a dog",
-                                {"speaker": "Ana"}, "2024-05-03T10:00:00Z", idempotency_key="k1")
-        assert retry["deduplicated"]
-        _assert_counted(store)
-        batch = [{"raw_entry": f"Walked the retriever by the river, day {i}", "summary": f"Walk {i} by the river",
-                  "tags": {"speaker": "Ana" if i % 2 else "Ben"}, "idempotency_key": f"b{i}"} for i in range(12)]
-        batch.append(dict(batch[3]))  # the same key twice in one call: stored once
-        added = store.add_entries(vault, kept, batch)
-        assert (added["stored"], added["deduplicated"]) == (12, 1)
-        assert store.add_entries(vault, kept, batch)["stored"] == 0  # the whole call retried
-        store.add_entries(vault, gone, batch[:5])
-        _assert_counted(store)
-        stored = _stored(store)
-        # A call refused part-way (a key reused with another text) stores nothing and counts nothing.
-        with pytest.raises(MemoryServerError, match="conflicts"):
-            store.add_entries(vault, kept, [{"raw_entry": "a new line about kayaks", "summary": "kayaks"},
-                                            {**batch[0], "raw_entry": "something else"}])
-        assert _stored(store) == stored
-        store.delete_entry(vault, kept, first["entryId"])
-        store.delete_entry(vault, kept, added["entries"][5]["entryId"])
-        _assert_counted(store)
-        assert _stored(store)[1].get((kept, WORD, "adopted")) is None  # its only entry deleted: no zero row
-        store.delete_memory(vault, gone)
-        assert gone not in _stored(store)[0] and not any(key[0] == gone for key in _stored(store)[1])
-        _assert_counted(store)
-        counts = store.term_counts(kept, ["river", "retriev", "nowhere"], ["river", "adopted"])
-        assert counts == (11, _stored(store)[0][kept][1], {"river": 11, "retriev": 11, "nowhere": 0},
-                          {"river": 11, "adopted": 0})
-        for entry in store.list_entries(vault, kept, limit=50)["entries"]:
-            store.delete_entry(vault, kept, entry["entryId"])
-        assert _stored(store) == ({}, {})
-        assert store.term_counts(kept, ["river"], ["river"]) == (0, 0, {"river": 0}, {"river": 0})
-    finally:
-        store.close()
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def shared_db(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A database file or URL that two stores can open at once."""
-    if request.param == "sqlite":
-        return str(tmp_path / "shared.db")
-    return request.getfixturevalue("pg_url")
-
-
-def test_two_stores_on_one_database_see_each_others_writes(shared_db: str) -> None:
-    with contextlib.closing(open_store(shared_db, pool_size=2)) as one, \
-            contextlib.closing(open_store(shared_db, pool_size=2)) as two:
-        vault = one.create_vault("shared")["vaultId"]
-        memory = one.create_memory(vault, "m", "CHAT")["memoryId"]
-        ids = [one.add_entry(vault, memory, f"Note {i} about the garden and roses", f"garden note {i}")["entryId"]
-               for i in range(60)]
-        one.add_entry(vault, memory, "The kayak trip is on Sunday", "kayak trip")
-        assert search(two, memory, "kayak", top_ke=1)["entries"][0]["summary"] == "kayak trip"
-        before = search(one, memory, "garden roses", top_ke=5)
-        for entry_id in ids[:40]:  # deleted by the other store
-            two.delete_entry(vault, memory, entry_id)
-        assert one.term_counts(memory, ["garden"], ["roses"]) == two.term_counts(memory, ["garden"], ["roses"])
-        assert one.term_counts(memory, ["garden"], ["roses"])[0] == 21
-        with contextlib.closing(open_store(shared_db, pool_size=1)) as fresh:
-            assert search(one, memory, "garden roses", top_ke=5) == search(fresh, memory, "garden roses", top_ke=5)
-        assert search(one, memory, "garden roses", top_ke=5) != before
-        _assert_counted(one)
 
 
 @contextlib.contextmanager

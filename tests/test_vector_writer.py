@@ -279,20 +279,21 @@ def test_an_in_memory_database_writes_vectors_inline(target: str) -> None:
 
 
 def test_the_write_mode_is_checked_where_it_is_given(monkeypatch, capsys) -> None:
+    from click.testing import CliRunner
+
     from mycelian_agent.builder import connect
+    from mycelian_agent.memory_server.cli import serve_command
     from mycelian_agent.memory_server.server.app import create_server
-    from mycelian_agent.memory_server.cli import build_parser
 
     with pytest.raises(ConfigError, match="embeddings writes must be one of behind, inline"):
         create_server(":memory:", embeddings=True, embeddings_writes="later")
     with pytest.raises(ConfigError, match="embeddings must be True, False, 'behind' or 'inline'"):
         connect("embedded", db=":memory:", embeddings="later")
-    parser = build_parser("mycelian-memory-server")
-    assert parser.parse_args(["--embeddings-writes", "Inline"]).embeddings_writes == "inline"
-    monkeypatch.setenv("MYCELIAN_EMBEDDINGS_WRITES", "sometimes")  # the fallback is checked like the flag
-    with pytest.raises(SystemExit) as exit_info:
-        build_parser("mycelian-memory-server").parse_args([])
-    assert exit_info.value.code == 2 and "--embeddings-writes" in capsys.readouterr().err
+    context = serve_command.make_context("mycelian-memory-server", ["--embeddings-writes", "Inline"])
+    assert context.params["embeddings_writes"] == "inline"
+    # The environment variable is checked like the flag.
+    refused = CliRunner().invoke(serve_command, [], env={"MYCELIAN_EMBEDDINGS_WRITES": "sometimes"})
+    assert refused.exit_code == 2 and "--embeddings-writes" in refused.output and "sometimes" in refused.output
 
 
 async def test_the_await_consistency_tool_waits_for_the_vectors(tmp_path, monkeypatch) -> None:

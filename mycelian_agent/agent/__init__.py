@@ -1,9 +1,13 @@
 """The memory agent: a checkpointed LangGraph ``StateGraph`` (``observe`` ⇄ ``tools``) driven by a ControlState.
 
-- ``control``: the four controls; ``steps``: the sequence of steps each control runs (data, read at a glance);
+- ``control``: the controls and the sequence of steps each runs (``PLANS``: data, read at a glance);
 - ``state``: the bounded checkpointed state; ``report``: the typed report of one invocation and usage totals;
-- ``model_tools``: what the model may write (one pydantic model per tool) and how its replies are checked;
-- ``prompts``: the two prompts; ``graph``: the agent itself; ``invoker``: counting, flush cadence, sessions;
+- ``model_tools``: what the model may write (one pydantic model per tool) and the arguments code owns;
+  ``replies``: how a model's reply is read and checked; ``writer``: asking the model, with corrections and fallback;
+- ``prompts``: the two prompts; ``graph``: the agent itself (the graph, its public calls, tool execution);
+- ``steps``: what each step does (its tool calls, the state update from their results); ``inputs``: what callers
+  give, checked at the edge; ``invocation``: one invocation's runtime context; ``tool_results``: the server's answers;
+- ``invoker``: counting, flush cadence, sessions;
 - ``checkpointers``: "memory" | "sqlite:PATH" | "postgresql://…" and pruning.
 
 Public names are exported from :mod:`mycelian_agent`; this package imports nothing at import time.

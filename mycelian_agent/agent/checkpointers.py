@@ -86,22 +86,27 @@ async def open_checkpointer(spec: str | BaseCheckpointSaver | None = "memory") -
             from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
         except ImportError:
             raise ConfigError("the Postgres checkpointer needs: pip install 'mycelian-agent[postgres]'") from None
-        from psycopg import OperationalError
+        from psycopg import AsyncConnection, OperationalError
 
         try:
-            async with AsyncPostgresSaver.from_conn_string(spec) as saver:
+            async with AsyncPostgresSaver.from_conn_string(spec) as pg_saver:
                 # LangGraph's setup() is not safe to run from several processes at once (CREATE TABLE IF NOT
                 # EXISTS and its version rows race): N workers starting together take turns on an advisory lock.
                 # Polled with pg_try_advisory_lock, never waited for inside a statement: setup() runs CREATE INDEX
                 # CONCURRENTLY, which waits for every open transaction, a blocked lock wait included (a deadlock).
-                while not (await (await saver.conn.execute("SELECT pg_try_advisory_lock(%s) AS got",
-                                                           (_SETUP_LOCK,))).fetchone())["got"]:
+                pg_conn = pg_saver.conn
+                assert isinstance(pg_conn, AsyncConnection)  # from_conn_string opens one connection, not a pool
+                while True:
+                    row = await (await pg_conn.execute("SELECT pg_try_advisory_lock(%s) AS got",
+                                                       (_SETUP_LOCK,))).fetchone()
+                    if row is not None and row["got"]:
+                        break
                     await asyncio.sleep(0.05)
                 try:
-                    await saver.setup()
+                    await pg_saver.setup()
                 finally:
-                    await saver.conn.execute("SELECT pg_advisory_unlock(%s)", (_SETUP_LOCK,))
-                yield saver
+                    await pg_conn.execute("SELECT pg_advisory_unlock(%s)", (_SETUP_LOCK,))
+                yield pg_saver
         except OperationalError as exc:
             from mycelian_agent.memory_server.storage.postgres.store import one_line, redact_url
 
@@ -152,8 +157,8 @@ def _prune_in_memory(saver: InMemorySaver, thread_id: str) -> None:
         checkpoint = saver.serde.loads_typed(checkpoints[newest][0])
         keep_versions.update((thread_id, namespace, channel, version)
                              for channel, version in checkpoint["channel_versions"].items())
-    for key in [k for k in saver.blobs if k[0] == thread_id and k not in keep_versions]:
-        del saver.blobs[key]
+    for blob_key in [k for k in saver.blobs if k[0] == thread_id and k not in keep_versions]:
+        del saver.blobs[blob_key]
 
 
 _PG_NEWEST = ("(SELECT max(n.checkpoint_id) FROM checkpoints n WHERE n.thread_id = {t}.thread_id "

@@ -271,8 +271,8 @@ class MycelianAgentInvoker:
             doubt = await self._settle(thread_id)
             memory = await self._memory_for(thread_id, user)
             digests = (_digest(role, content, name),)
-            if await self._taken(doubt, thread_id, digests):
-                number = doubt.start + 1  # type: ignore[union-attr, operator]
+            if doubt is not None and doubt.start is not None and await self._taken(doubt, thread_id, digests):
+                number = doubt.start + 1
                 return InvocationResult(
                     control=ControlState.PROCESS_MESSAGE if self.batch_size == 1 else ControlState.ACCEPT_MESSAGE,
                     thread_id=thread_id, message_index=number, pending=self._pending.get(thread_id, (0, 0.0))[0],

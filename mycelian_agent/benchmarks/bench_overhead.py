@@ -156,7 +156,7 @@ def run_overhead(out: Path, *, messages: int = 2000, window: int = 100, naive_bu
                    "checkpointer": "sqlite", "sessions": 1},
         "runs": {r["mode"]: r for r in runs},
     })
-    empty = {"windows": []}
+    empty: dict[str, Any] = {"windows": []}
     result.tables.append(("Per-message framework time (ms) and checkpoint size, by window",
                           _table(ours, naive_run or empty)))
     result.tables.append(("Where a message's time goes (all messages of each run)", _breakdown_table(runs)))

@@ -5,7 +5,7 @@ One reader model answers the same LoCoMo questions under four conditions, in one
 - ``recall``: the memory's recall block. Each slice is replayed with the extractive model into a memory of its own
   (our server in process, ``<out>/memory.db``), then ``invoker.arecall(question, budget_tokens=B)``; the block is
   ``Recall.as_prompt()``.
-- ``bm25``: the top ``bm25_k`` raw turns of the slice by BM25 (``rank_bm25``), in time order.
+- ``bm25``: the top ``bm25_k`` raw turns of the slice by BM25 (``bench_recall.OkapiBM25``), in time order.
 - ``full``: the whole slice, clipped to ``context_tokens`` (the oldest turns go first).
 - ``none``: no memory.
 
@@ -33,17 +33,19 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..conversations.formats import LOCOMO_CATEGORIES, Conversation, Question, valid_title
+from ..conversations.formats import LOCOMO_CATEGORIES, Question
 from ..errors import ConfigError, make_folder
 from ..recall.hits import estimate_tokens, when_label
-from . import append_jsonl, progress_bar, read_jsonl, write_json
+from .records import append_jsonl, read_jsonl, write_json
+from .runner import progress_bar
 from .bench_common import QA_CONDITIONS
-from .locomo import category_label, load_locomo
 from .metrics import answer_tokens, token_f1
+from .qa_report import markdown_tables, print_summary, summarize
+from .qa_slices import QASlice, QATurn, make_slices, pick_questions, slice_conversation, slice_turns
 
 if TYPE_CHECKING:  # pragma: no cover
     from langchain_core.language_models import BaseChatModel
@@ -70,137 +72,6 @@ The conversation date of each line is given in brackets at its start, then the s
 - If the memory does not hold the answer, give your best short guess."""
 
 
-# ------------------------------------------------------------------------------------------------ slices
-
-
-@dataclass(frozen=True)
-class QASlice:
-    """Consecutive whole sessions of one LoCoMo sample and the questions answerable from them alone.
-
-    ``conversation`` holds the slice's sessions and its kept questions; ``question_date`` is the date of the
-    session after the slice (None for the sample's last slice); ``tokens`` the estimated size of its turn lines.
-    """
-
-    slice_id: str
-    sample_id: str
-    conversation: Conversation
-    question_date: str | None
-    tokens: int
-
-    @property
-    def title(self) -> str:
-        """The memory title (and thread id) of the slice."""
-        return valid_title(self.slice_id.replace("/", "-"))
-
-    def describe(self) -> dict[str, Any]:
-        """JSON-ready: id, sessions, size, question date and the number of kept questions."""
-        sessions = self.conversation.sessions
-        return {"slice_id": self.slice_id, "sessions": [s.session_id for s in sessions],
-                "messages": self.conversation.message_count, "tokens": self.tokens,
-                "question_date": self.question_date, "questions": len(self.conversation.questions)}
-
-
-@dataclass(frozen=True)
-class QATurn:
-    """One turn of a slice as the reader sees it: ``line`` is ``[date] speaker: words``."""
-
-    position: int
-    dia_id: str
-    text: str
-    line: str
-
-
-def slice_turns(conversation: Conversation) -> list[QATurn]:
-    """Every turn of ``conversation`` in order, dated, with its speaker."""
-    turns = []
-    for session in conversation.sessions:
-        for message in session.messages:
-            speaker = message.name or message.tags.get("speaker") or message.role
-            turns.append(QATurn(len(turns), message.tags.get("dia_id", ""), message.content,
-                                f"[{when_label(session.conversation_time)}] {speaker}: {message.content}"))
-    return turns
-
-
-def slice_conversation(conversation: Conversation, slice_tokens: int) -> list[QASlice]:
-    """Cut a LoCoMo sample into slices of consecutive whole sessions of at most ``slice_tokens`` tokens (estimated
-    over the dated turn lines; a larger session is a slice of its own), each with the questions of categories 1-4
-    whose evidence turns all lie inside it."""
-    if slice_tokens < 1:
-        raise ConfigError(f"slice_tokens must be >= 1, got {slice_tokens}")
-    groups: list[list[int]] = []
-    size = 0
-    for index, session in enumerate(conversation.sessions):
-        tokens = sum(estimate_tokens(t.line) + 1 for t in slice_turns(replace(conversation, sessions=(session,))))
-        if groups and groups[-1] and size + tokens <= slice_tokens:
-            groups[-1].append(index)
-            size += tokens
-        else:
-            groups.append([index])
-            size = tokens
-    slices = []
-    for group in groups:
-        sessions = tuple(conversation.sessions[i] for i in group)
-        ids = {m.tags.get("dia_id") for s in sessions for m in s.messages}
-        questions = tuple(q for q in conversation.questions
-                          if q.category in LOCOMO_CATEGORIES and not q.is_abstention
-                          and q.evidence and set(q.evidence) <= ids)
-        after = group[-1] + 1
-        part = replace(conversation, sessions=sessions, questions=questions)
-        slices.append(QASlice(
-            slice_id=f"{conversation.conversation_id}/s{group[0] + 1}-{group[-1] + 1}",
-            sample_id=conversation.conversation_id, conversation=part,
-            question_date=conversation.sessions[after].conversation_time if after < len(conversation.sessions)
-            else None,
-            tokens=sum(estimate_tokens(t.line) + 1 for t in slice_turns(part))))
-    return slices
-
-
-def make_slices(paths: Sequence[str | os.PathLike[str]], slice_tokens: int) -> list[QASlice]:
-    """The slices of every LoCoMo sample of ``paths``, in file order."""
-    return [s for conversation in load_locomo(paths) for s in slice_conversation(conversation, slice_tokens)]
-
-
-def _interleaved(questions: Sequence[Question], start: int) -> list[Question]:
-    """``questions`` with their categories taking turns (file order within a category), the first turn going to
-    the ``start``-th category (modulo their number): so that a few questions per slice still cover them all."""
-    by_category: dict[str, list[Question]] = {}
-    for question in questions:
-        by_category.setdefault(question.category, []).append(question)
-    names = sorted(by_category)
-    if not names:
-        return []
-    names = names[start % len(names):] + names[:start % len(names)]
-    order: list[Question] = []
-    for depth in range(max(len(v) for v in by_category.values())):
-        order += [by_category[name][depth] for name in names if depth < len(by_category[name])]
-    return order
-
-
-def pick_questions(slices: Sequence[QASlice], limit: int | None) -> list[tuple[QASlice, list[Question]]]:
-    """Up to ``limit`` questions (all: None), taken round-robin over the slices (one question of every slice,
-    then a second, ...; within a slice the categories take turns, starting with a different one per slice),
-    grouped back by slice in slice order; slices left without a question are dropped. Raises
-    :class:`ConfigError` when the slices hold no question."""
-    if limit is not None and limit < 1:
-        raise ConfigError(f"questions must be >= 1, got {limit}")
-    total = sum(len(s.conversation.questions) for s in slices)
-    if not total:
-        raise ConfigError(f"no questions: the {len(slices)} slice(s) hold no question of categories 1-4 whose "
-                          "evidence lies inside one slice; raise --slice-tokens or give other LoCoMo files")
-    wanted = total if limit is None else min(limit, total)
-    taken: dict[int, int] = {}
-    depth = 0
-    while sum(taken.values()) < wanted:
-        for index, piece in enumerate(slices):
-            if sum(taken.values()) >= wanted:
-                break
-            if depth < len(piece.conversation.questions):
-                taken[index] = taken.get(index, 0) + 1
-        depth += 1
-    return [(piece, _interleaved(piece.conversation.questions, i)[:taken[i]]) for i, piece in enumerate(slices)
-            if taken.get(i)]
-
-
 # ------------------------------------------------------------------------------------------------ memory blocks
 
 _BM25_HEADING = "Conversation excerpts found by keyword search (oldest first; [date] speaker: words):"
@@ -209,7 +80,7 @@ _NONE_BLOCK = "(no memory is available)"
 
 
 def bm25_block(turns: Sequence[QATurn], question: str, k: int = 10) -> str:
-    """The ``k`` turns BM25 ranks highest for ``question`` (``rank_bm25.BM25Okapi`` over lower-cased words; ties in
+    """The ``k`` turns BM25 ranks highest for ``question`` (``bench_recall.OkapiBM25`` over lower-cased words; ties in
     time order), shown in time order."""
     from .bench_recall import bm25_ranker, tokenize
 
@@ -518,117 +389,3 @@ class QABench:
         summary["settings"].pop("prompt", None)
         write_json(Path(self.out) / "qa_summary.json", summary)
         return summary
-
-
-# ------------------------------------------------------------------------------------------------ the summary
-
-
-def _mean(values: Sequence[float]) -> float | None:
-    return round(sum(values) / len(values), 4) if values else None
-
-
-def _row(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    prompt = _mean([r["prompt_tokens"] for r in records])
-    f1 = _mean([r["f1"] for r in records])
-    sources = sorted({r["prompt_tokens_source"] for r in records})
-    return {"n": len(records), "f1": f1, "em": _mean([float(r["em"]) for r in records]),
-            "prompt_tokens": round(prompt, 1) if prompt is not None else None,
-            "prompt_tokens_source": "+".join(sources) or None,
-            "block_tokens": _mean([r["block_tokens"] for r in records]),
-            "f1_per_1k_prompt_tokens": round(1000 * f1 / prompt, 4) if f1 is not None and prompt else None,
-            "evidence_shown": _mean([float(r["evidence_shown"]) for r in records]),
-            "seconds": _mean([r["seconds"] for r in records])}
-
-
-def summarize(records: Sequence[dict[str, Any]], conditions: Sequence[str] = CONDITIONS) -> dict[str, Any]:
-    """Scores per condition and per category over the questions answered under every one of ``conditions``
-    (``paired``), the records held per condition, and the target: recall F1 >= full F1 at <= 20% of its prompt
-    tokens (None unless both ran)."""
-    by_condition: dict[str, dict[str, dict[str, Any]]] = {c: {} for c in conditions}
-    for record in records:
-        if record["condition"] in by_condition:
-            by_condition[record["condition"]][record["question_id"]] = record
-    paired = set.intersection(*(set(held) for held in by_condition.values())) if by_condition else set()
-    rows = {c: _row([held[q] for q in sorted(paired)]) for c, held in by_condition.items()}
-    categories: dict[str, dict[str, Any]] = {}
-    for label in sorted({category_label(by_condition[conditions[0]][q]["category"]) for q in paired}):
-        categories[label] = {c: _row([r for q in sorted(paired) if category_label((r := held[q])["category"])
-                                      == label]) for c, held in by_condition.items()}
-    target = None
-    recall, full = rows.get("recall"), rows.get("full")
-    if recall and full and recall["n"]:
-        share = recall["prompt_tokens"] / full["prompt_tokens"] if full["prompt_tokens"] else None
-        target = {"goal": "recall F1 >= full F1 at <= 20% of full's prompt tokens",
-                  "recall_f1": recall["f1"], "full_f1": full["f1"],
-                  "prompt_token_share": round(share, 4) if share is not None else None,
-                  "f1_met": recall["f1"] >= full["f1"], "tokens_met": share is not None and share <= 0.2}
-        target["met"] = target["f1_met"] and target["tokens_met"]
-    return {"questions_paired": len(paired), "records": {c: len(h) for c, h in by_condition.items()},
-            "conditions": rows, "categories": categories, "target": target}
-
-
-def _fmt(value: Any, digits: int = 3) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
-
-
-def _tables(summary: dict[str, Any]) -> tuple[list[str], list[list[str]], list[str], list[list[str]]]:
-    head = ["condition", "n", "F1", "EM", "prompt tokens/q", "block tokens/q", "F1 per 1k prompt tokens",
-            "evidence shown", "s/answer"]
-    rows = [[name, str(row["n"]), _fmt(row["f1"]), _fmt(row["em"]),
-             _fmt(row["prompt_tokens"], 0) + (" (est.)" if row["prompt_tokens_source"] == "estimate" else ""),
-             _fmt(row["block_tokens"], 0), _fmt(row["f1_per_1k_prompt_tokens"]), _fmt(row["evidence_shown"], 2),
-             _fmt(row["seconds"], 1)] for name, row in summary["conditions"].items()]
-    conditions = list(summary["conditions"])
-    cat_head = ["category", "n", *(f"{c} F1" for c in conditions)]
-    cat_rows = [[label, str(next(iter(cells.values()))["n"]), *(_fmt(cells[c]["f1"]) for c in conditions)]
-                for label, cells in summary["categories"].items()]
-    return head, rows, cat_head, cat_rows
-
-
-def _target_line(summary: dict[str, Any]) -> str | None:
-    target = summary.get("target")
-    if not target:
-        return None
-    return (f"target ({target['goal']}): recall F1 {_fmt(target['recall_f1'])} vs full {_fmt(target['full_f1'])}, "
-            f"prompt tokens {_fmt((target['prompt_token_share'] or 0) * 100, 1)}% of full -> "
-            + ("MET" if target["met"] else "MISSED"))
-
-
-def markdown_tables(summary: dict[str, Any]) -> str:
-    """The condition and category tables as Markdown, then the target line."""
-    head, rows, cat_head, cat_rows = _tables(summary)
-
-    def table(h: list[str], r: list[list[str]]) -> list[str]:
-        return ["| " + " | ".join(h) + " |", "|" + "---|" * len(h), *("| " + " | ".join(x) + " |" for x in r)]
-
-    lines = table(head, rows) + [""] + table(cat_head, cat_rows)
-    target = _target_line(summary)
-    return "\n".join(lines + (["", target] if target else []))
-
-
-def print_summary(summary: dict[str, Any], console: Any = None) -> None:
-    """Print the condition and category tables (rich), the target and any failures."""
-    from rich.console import Console
-    from rich.table import Table
-
-    if console is None:
-        console = Console()
-        if not console.is_terminal:  # a log file: rich's default 80 columns would fold the table
-            console = Console(width=140)
-    head, rows, cat_head, cat_rows = _tables(summary)
-    for title, h, r in ((f"QA: {summary['reader']}, {summary['questions_paired']} questions answered under every "
-                         "condition", head, rows), ("F1 per category", cat_head, cat_rows)):
-        table = Table(title=title, title_justify="left")
-        for index, name in enumerate(h):
-            table.add_column(name, justify="left" if index == 0 else "right")
-        for row in r:
-            table.add_row(*row)
-        console.print(table)
-    target = _target_line(summary)
-    if target:
-        console.print(target)
-    if summary.get("failed"):
-        console.print(f"FAILED ({len(summary['failed'])}; run the same command again to retry): "
-                      + "; ".join(f"{k}: {v}" for k, v in list(summary["failed"].items())[:5]))

@@ -3,11 +3,11 @@
 The LoCoMo and LongMemEval runners of this package ingest the data (extractive model, embedded server) and score
 recall from ``search_memories`` with each question (their own recall computation, unchanged). In the same run:
 
-- **BM25 baseline**: ``rank_bm25.BM25Okapi`` over the raw turns of the same conversation (lower-cased ``\\w+``
-  tokens, nothing else), queried with the question; its top ``search_k`` turns are scored exactly like the
-  memory's top ``search_k`` entries (the same distinct-id rule, the same date bound for LongMemEval). On
-  LongMemEval both rankings are extended until they hold k distinct sessions (LongMemEval's rule): the memory's
-  by paging ``search_memories`` (``offset``), BM25's by ranking every turn.
+- **BM25 baseline**: BM25 Okapi (``rank_bm25.BM25Okapi``'s formula, :class:`OkapiBM25`) over the raw turns of
+  the same conversation (lower-cased ``\\w+`` tokens, nothing else), queried with the question; its top
+  ``search_k`` turns are scored exactly like the memory's top ``search_k`` entries (the same distinct-id rule, the
+  same date bound for LongMemEval). On LongMemEval both rankings are extended until they hold k distinct sessions
+  (LongMemEval's rule): the memory's by paging ``search_memories`` (``offset``), BM25's by ranking every turn.
 - **hybrid** (when the ``embeddings`` extra is importable): the same memories searched by a server started with
   ``--embeddings`` (dense MiniLM vectors fused with BM25). It reuses the lexical run's memory database (a copy),
   so entries are identical and only the search differs.
@@ -19,9 +19,11 @@ below BM25's.
 
 from __future__ import annotations
 
+import math
 import re
 import shutil
 import time
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -37,7 +39,7 @@ from .bench_common import (
 from .locomo import LoCoMoRunner, category_label, load_locomo
 from .longmemeval import SingleQuestionRunner, load_longmemeval, search_bound
 
-__all__ = ["bm25_ranker", "run_recall", "tokenize"]
+__all__ = ["OkapiBM25", "bm25_ranker", "run_recall", "tokenize"]
 
 KS = (1, 5, 10)
 _TOKEN = re.compile(r"\w+")
@@ -48,12 +50,46 @@ def tokenize(text: str) -> list[str]:
     return _TOKEN.findall(text.lower())
 
 
-def bm25_ranker(texts: Sequence[str]) -> tuple[Any, str]:
-    """A ``rank_bm25.BM25Okapi`` index over ``texts`` (``.get_scores(tokens)``, defaults k1=1.5, b=0.75,
-    epsilon=0.25) and its name for the report."""
-    from rank_bm25 import BM25Okapi
+class OkapiBM25:
+    """BM25 Okapi over tokenised ``corpus`` as ``rank_bm25.BM25Okapi`` computes it (k1=1.5, b=0.75, an idf below
+    zero raised to ``epsilon`` x the mean idf), written out so the baseline needs no package outside the base install;
+    ``tests/test_bench.py`` checks it against ``rank_bm25`` where that is installed."""
 
-    return BM25Okapi([tokenize(t) for t in texts]), "rank_bm25.BM25Okapi"
+    def __init__(self, corpus: Sequence[Sequence[str]], k1: float = 1.5, b: float = 0.75,
+                 epsilon: float = 0.25) -> None:
+        self.k1, self.b = k1, b
+        self.doc_freqs = [Counter(doc) for doc in corpus]
+        self.doc_len = [len(doc) for doc in corpus]
+        self.avgdl = sum(self.doc_len) / len(corpus)
+        documents: Counter[str] = Counter()
+        for frequencies in self.doc_freqs:
+            documents.update(frequencies.keys())
+        # The same operations in the same order as rank_bm25, so scores (and the ties they break) are identical.
+        self.idf = {word: math.log(len(corpus) - n + 0.5) - math.log(n + 0.5) for word, n in documents.items()}
+        total = 0.0
+        for idf in self.idf.values():  # a plain loop: sum() of floats is compensated from Python 3.12 on
+            total += idf
+        floor = epsilon * (total / len(self.idf)) if self.idf else 0.0
+        for word, idf in self.idf.items():
+            if idf < 0:
+                self.idf[word] = floor
+
+    def get_scores(self, query: Sequence[str]) -> list[float]:
+        """The score of every document for ``query`` (a token repeated in the query counts again)."""
+        k1, b, avgdl = self.k1, self.b, self.avgdl
+        scores = [0.0] * len(self.doc_len)
+        for token in query:
+            idf = self.idf.get(token) or 0
+            for i, (frequencies, length) in enumerate(zip(self.doc_freqs, self.doc_len)):
+                tf = frequencies.get(token) or 0
+                scores[i] += idf * (tf * (k1 + 1) / (tf + k1 * (1 - b + b * length / avgdl)))
+        return scores
+
+
+def bm25_ranker(texts: Sequence[str]) -> tuple[OkapiBM25, str]:
+    """A BM25 Okapi index over ``texts`` (:class:`OkapiBM25`; ``.get_scores(tokens)``) and its name for the
+    report."""
+    return OkapiBM25([tokenize(t) for t in texts]), "BM25 Okapi (rank_bm25's formula)"
 
 
 def _top(index: Any, ids: Sequence[str], query: str, k: int) -> list[str]:
@@ -67,9 +103,9 @@ def _with_embeddings(runner_cls: type, model: str | None = None) -> type:
     auto)."""
     from contextlib import asynccontextmanager
 
-    from . import MemoryHarness
+    from .runner import MemoryHarness
 
-    class Hybrid(runner_cls):  # type: ignore[misc, valid-type]
+    class Hybrid(runner_cls):
         @asynccontextmanager
         async def open_harness(self, first_title: str) -> Any:
             from ..builder import build_agent
@@ -106,8 +142,8 @@ def _embed_copy(target: Path, model: str | None = None) -> None:
 
 def _locomo(paths: list[Path], work: Path, limit: int | None, limit_questions: int | None, workers: int,
             hybrid: bool, batch_size: int = 1, model: str | None = None) -> dict[str, Any]:
-    base = {"limit": limit, "limit_questions": limit_questions, "workers": workers, "progress": False,
-            "batch_size": batch_size}
+    base: dict[str, Any] = {"limit": limit, "limit_questions": limit_questions, "workers": workers,
+                            "progress": False, "batch_size": batch_size}
     lexical_dir = work / "locomo" / "memory"
     shutil.rmtree(lexical_dir, ignore_errors=True)
     lexical = LoCoMoRunner(out=lexical_dir, embeddings=False, **base).run(paths)
@@ -199,13 +235,14 @@ def _categories(table: RecallTable) -> list[str]:
 
 
 def _compare(dataset: str, level: str, tables: dict[str, dict[str, RecallTable]]) -> tuple[str, list[dict[str, Any]]]:
+    """The table of ``level`` comparing the methods (``level`` is in both the memory's and BM25's tables), and
+    where a method's recall@10 is below BM25's."""
     methods = [m for m in ("memory", "bm25", "hybrid") if level in tables.get(m, {})]
-    memory = tables["memory"].get(level)
-    bm25 = tables["bm25"].get(level)
-    categories = _categories(memory or bm25)  # type: ignore[arg-type]
-    rows, below = [], []
-    for category in categories:
-        row = (memory or bm25).overall if category == "overall" else (memory or bm25).categories[category]  # type: ignore[union-attr]
+    memory, bm25 = tables["memory"][level], tables["bm25"][level]
+    rows: list[list[Any]] = []
+    below: list[dict[str, Any]] = []
+    for category in _categories(memory):
+        row = memory.overall if category == "overall" else memory.categories[category]
         if not row.count:
             continue
         cells = [category, row.count]
@@ -215,7 +252,7 @@ def _compare(dataset: str, level: str, tables: dict[str, dict[str, RecallTable]]
         for method in [m for m in methods if m != "bm25"]:
             mine = tables[method][level]
             mine_row = mine.overall if category == "overall" else mine.categories.get(category)
-            base_row = bm25.overall if category == "overall" else bm25.categories.get(category)  # type: ignore[union-attr]
+            base_row = bm25.overall if category == "overall" else bm25.categories.get(category)
             if mine_row is None or base_row is None or not mine_row.count:
                 continue
             for metric in ("any", "all"):
@@ -264,7 +301,9 @@ def run_recall(out: Path, *, locomo: Sequence[str | Path], longmemeval: Sequence
     for dataset, info in datasets.items():
         json_tables[dataset] = {m: {lvl: t.as_dict() for lvl, t in levels.items()}
                                 for m, levels in info["tables"].items()}
-        json_tables[dataset]["ingestion"] = info["summary"].get("ingestion")
+        run = info["summary"]["this_run"]
+        json_tables[dataset]["ingestion"] = {**info["summary"]["ingestion"], "wall_s": run.get("wall_s"),
+                                             "messages_per_s": run.get("messages_per_s")}
         for level in info["tables"]["memory"]:
             if level not in info["tables"]["bm25"]:
                 continue
@@ -284,7 +323,10 @@ def run_recall(out: Path, *, locomo: Sequence[str | Path], longmemeval: Sequence
                     r = None if t is None else (t.overall if category == "overall" else t.categories.get(category))
                     values[method] = r.recall_any(10) if r is not None and r.count else None
                 plot_rows.append((f"{dataset.split('/')[-1][:18]} {level.split(' ')[0]}: {category}", values))
-        notes.append(f"{dataset}: BM25 baseline = {info['bm25']}; ingestion {info['summary'].get('ingestion')}")
+        rate = run.get("messages_per_s")
+        notes.append(f"{dataset}: BM25 baseline = {info['bm25']}; ingested {run.get('messages', 0)} messages in "
+                     f"{run.get('wall_s', 0):.1f} s wall with {workers} workers, questions included"
+                     + (f" ({rate:.1f} messages/s)" if rate else ""))
     result.data["tables"] = json_tables
     result.data["below_bm25"] = below_all
     memory_below = [b for b in below_all if b["method"] == "memory"]

@@ -138,7 +138,7 @@ def _searches(target: str, vault: str, memories: Sequence[str], *, searches: int
               ) -> dict[str, Any]:
     """Search (stdio and in process) and add_entry (stdio, into a memory of ``vault``) latency, as ``_ms`` dicts."""
     corpus = make_corpus(64, seed=3)  # what the timed add_entry calls write
-    add_s, search_s, hits = asyncio.run(_measure(target, vault, memories[0], corpus,  # type: ignore[arg-type]
+    add_s, search_s, hits = asyncio.run(_measure(target, vault, memories[0], corpus,
                                                  adds=adds, searches=searches, warmup=warmup, embeddings=False,
                                                  memories=memories))
     local_s, local_hits = _search_in_process(target, memories, searches=searches, warmup=warmup)
@@ -245,7 +245,7 @@ def _run_backend(db: _Database, work: Path, *, memories: int, per_memory: int, c
                 if loaded < marks[len(result["checkpoints"])]:  # a checkpoint: the first memory that reaches it
                     continue
                 size = db.size()
-                row = {"entries": loaded, "memories": m + 1,
+                row: dict[str, Any] = {"entries": loaded, "memories": m + 1,
                        "load": {"seconds": round(load_s, 1), "entries_per_s": _rate(loaded, load_s),
                                 "segment_entries": loaded - segment_start,
                                 "segment_entries_per_s": _rate(loaded - segment_start, segment_s)},

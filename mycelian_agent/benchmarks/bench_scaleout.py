@@ -1,6 +1,6 @@
 """Scale-out: SQLite vs PostgreSQL server latency, and replay throughput with 1, 2, 4 worker processes on one Postgres.
 
-    python -m mycelian_agent.benchmarks.bench_scaleout --out bench-out/scaleout [--entries 10000] [--pg-url URL]
+    mycelian-agent bench scaleout --out bench-out/scaleout [--entries 10000] [--pg-url URL]
 
 Without ``--pg-url`` a throwaway cluster is started (``pg_config --bindir``; see ``memory_server/storage/postgres/cluster.py``)
 and removed afterwards. Latency: the same corpus as the ``server`` benchmark (``bench_server.make_corpus``) is
@@ -14,7 +14,6 @@ Results go to ``OUT/scaleout.json`` and a Markdown table on stdout.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
@@ -27,18 +26,20 @@ from typing import Any
 
 from .bench_server import _measure, _ms, make_corpus
 
-__all__ = ["main", "run_scaleout"]
+__all__ = ["markdown", "run_scaleout"]
 
 
 def _new_database(cluster: Any, pg_url: str | None, name: str) -> str:
     """Create database ``name`` on the throwaway ``cluster``, else on the server of ``pg_url``; its URL."""
     if cluster is not None:
         return str(cluster.create_database(name))
+    if pg_url is None:
+        raise ValueError("a database needs a throwaway cluster or pg_url")
     import psycopg
 
-    with psycopg.connect(pg_url, autocommit=True) as conn:  # type: ignore[arg-type]
+    with psycopg.connect(pg_url, autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
-    return pg_url.rsplit("/", 1)[0] + "/" + name  # type: ignore[union-attr]
+    return pg_url.rsplit("/", 1)[0] + "/" + name
 
 
 def _prefill(target: str, corpus: list[dict[str, Any]], *, embeddings: bool = False) -> tuple[str, str, float]:
@@ -119,7 +120,7 @@ def run_scaleout(out: Path, *, entries: int = 10_000, adds: int = 500, searches:
             Path(f"{sqlite_path}{suffix_}").unlink(missing_ok=True)
         for backend, target in (("sqlite", str(sqlite_path)), ("postgres", database(f"latency_{suffix}"))):
             vault, big, fill_s = _prefill(target, corpus, embeddings=embeddings)
-            add_s, search_s, hits = asyncio.run(_measure(target, vault, big, corpus, adds=adds,  # type: ignore[arg-type]
+            add_s, search_s, hits = asyncio.run(_measure(target, vault, big, corpus, adds=adds,
                                                          searches=searches, warmup=warmup, embeddings=embeddings))
             results["latency"][backend] = {"prefill_s": round(fill_s, 1), "add_entry": _ms(add_s),
                                            "search_memories": {**_ms(search_s), "queries_with_hits": hits}}
@@ -137,7 +138,7 @@ def run_scaleout(out: Path, *, entries: int = 10_000, adds: int = 500, searches:
     return results
 
 
-def _markdown(results: dict[str, Any]) -> str:
+def markdown(results: dict[str, Any]) -> str:
     mode = "hybrid (dense + lexical)" if results["params"]["embeddings"] else "lexical"
     lines = [f"Latency over one stdio session, {mode} search over {results['params']['entries']:,} entries",
              "", "| backend | add_entry p50 ms | add_entry p95 ms | search p50 ms | search p95 ms |",
@@ -153,38 +154,3 @@ def _markdown(results: dict[str, Any]) -> str:
         lines.append(f"| {row['workers']} | {row['messages']} | {row['wall_s']} | {row['messages_per_s']} | "
                      f"{row['speedup']}x | {row['efficiency']} |")
     return "\n".join(lines)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Command line: see the module docstring."""
-    parser = argparse.ArgumentParser(prog="python -m mycelian_agent.benchmarks.bench_scaleout",
-                                     description="SQLite vs PostgreSQL latency; replay throughput with 1/2/4 workers.")
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--entries", type=int, default=10_000)
-    parser.add_argument("--adds", type=int, default=500)
-    parser.add_argument("--searches", type=int, default=200)
-    parser.add_argument("--conversations", type=int, default=8)
-    parser.add_argument("--messages", type=int, default=120, help="messages per conversation")
-    parser.add_argument("--workers", default="1,2,4",
-                        help="worker counts, comma-separated (first = baseline); 0: latency only")
-    parser.add_argument("--pg-url", default=None, help="a PostgreSQL server to use (default: a throwaway cluster)")
-    parser.add_argument("--embeddings", action="store_true",
-                        help="servers with --embeddings (hybrid search; needs the embeddings extra); the prefilled "
-                             "entries are embedded by the backfill")
-    args = parser.parse_args(argv)
-    import importlib.util
-
-    if importlib.util.find_spec("psycopg") is None:
-        print("error: the scale-out benchmark needs PostgreSQL's client: pip install 'mycelian-agent[postgres]'",
-              file=sys.stderr)
-        return 2
-    results = run_scaleout(args.out, entries=args.entries, adds=args.adds, searches=args.searches,
-                           conversations=args.conversations, messages=args.messages,
-                           workers=tuple(int(w) for w in args.workers.split(",") if int(w) > 0),
-                           pg_url=args.pg_url, embeddings=args.embeddings)
-    print(_markdown(results))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -136,7 +136,7 @@ def _prefill(db: Path, entries: list[dict[str, Any]], embeddings: bool, model: s
     return vault, memory, time.perf_counter() - started
 
 
-async def _measure(db: Path, vault: str, big: str, corpus: list[dict[str, Any]], *, adds: int, searches: int,
+async def _measure(db: str | Path, vault: str, big: str, corpus: list[dict[str, Any]], *, adds: int, searches: int,
                    warmup: int, embeddings: bool, model: str | None = None,
                    memories: Sequence[str] = ()) -> tuple[list[float], list[float], int]:
     """``add_entry`` times (into a new memory of ``vault``) and ``search_memories`` times over one stdio session:

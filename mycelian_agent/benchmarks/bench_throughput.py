@@ -161,7 +161,7 @@ async def _level(harness: Any, label: str, count: int, messages: list[tuple[str,
 async def _run_levels(model: Any, work: Path, label: str, levels: Sequence[int], messages: list[tuple[str, str]],
                       flush_every: int, batch_size: int = 1, bulk: bool = False) -> list[dict[str, Any]]:
     from ..builder import build_agent
-    from . import MemoryHarness
+    from .runner import MemoryHarness
 
     folder = work / label
     shutil.rmtree(folder, ignore_errors=True)

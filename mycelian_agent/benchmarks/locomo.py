@@ -35,8 +35,9 @@ from ..conversations.formats import LOCOMO_CATEGORIES, Conversation, Question, i
 from ..conversations.replay import ReplayStats
 from ..errors import ConfigError, InputError, make_folder
 from ..models.resolve import model_name
-from . import (BenchmarkReport, BenchmarkRunner, MemoryHarness, append_jsonl, progress_bar, read_jsonl, report_notes,
-               run_pool, write_json)
+from .records import append_jsonl, read_jsonl, write_json
+from .runner import (BenchmarkReport, BenchmarkRunner, MemoryHarness, ingestion_totals, progress_bar, report_notes,
+                     run_pool, run_rates)
 from .longmemeval import answer_question, resolve_qa_model
 from .metrics import RecallRecord, aggregate, recall_at_k, token_f1, unique_in_order
 
@@ -66,7 +67,7 @@ class LoCoMoRunner(BenchmarkRunner):
     """LoCoMo evidence retrieval, one memory per sample (see the module docstring).
 
     ``limit``: the first N samples; ``limit_questions``: the first N questions of each sample; ``shard="i/n"``
-    splits samples like :func:`~mycelian_agent.benchmarks.select_items`; ``workers``: samples run concurrently.
+    splits samples like :func:`~mycelian_agent.benchmarks.records.select_items`; ``workers``: samples run concurrently.
     """
 
     limit_questions: int | None = None
@@ -116,8 +117,8 @@ class LoCoMoRunner(BenchmarkRunner):
                             progress.update(questions, advance=1, note=question.question_id)
 
                     await run_pool(pending, self.workers, work, lambda item: item[0].conversation_id, self.failures)
-        return self.report(this_run={"samples": len(pending), "selected": len(selected), **counts,
-                                     "wall_s": round(time.perf_counter() - started, 3)})
+        return self.report(this_run=run_rates({"samples": len(pending), "selected": len(selected), **counts},
+                                              started))
 
     async def _ingest(self, harness: MemoryHarness, conversation: Conversation, ingested: set[str | None],
                       progress: Any, task: Any) -> tuple[str, ReplayStats]:
@@ -186,8 +187,6 @@ class LoCoMoRunner(BenchmarkRunner):
         tables = {main_name: aggregate(recall_records(False), self.ks)}
         if any(r.get("adversarial") for r in records):
             tables[adversarial_name] = aggregate(recall_records(True), self.ks)
-        messages = sum(s["ingestion"]["messages"] for s in samples)
-        seconds = sum(s["ingestion"]["seconds"] for s in samples)
         usage: dict[str, int] = {}
         for sample in samples:
             for key, value in sample["usage"].items():
@@ -202,14 +201,11 @@ class LoCoMoRunner(BenchmarkRunner):
             "model": model_name(self.model),
             "top_k": self.top_k,
             "search_k": self.search_k,
-            "shard": f"{self.shard[0]}/{self.shard[1]}" if self.shard else None,  # type: ignore[index]
+            "shard": self.shard_label,
             "recall": {"categories_1_4": tables[main_name].as_dict(),
                        "adversarial": tables[adversarial_name].as_dict() if adversarial_name in tables else None},
             "evidence_ids_missing_from_conversation": sum(len(r["evidence_missing"]) for r in records),
-            "ingestion": {"messages": messages, "seconds": round(seconds, 3),
-                          "messages_per_s": round(messages / seconds, 2) if seconds else None,
-                          "entries": sum(s["ingestion"]["entries"] for s in samples),
-                          "contexts": sum(s["ingestion"]["contexts"] for s in samples)},
+            "ingestion": ingestion_totals([s["ingestion"] for s in samples]),
             "usage": usage,
             "search_s_mean": round(sum(r["search_s"] for r in records) / len(records), 4) if records else None,
             "sessions": self.sessions,
@@ -253,7 +249,7 @@ def _notes(summary: dict[str, Any]) -> list[str]:
     return report_notes(
         summary, recorded=f"samples ingested: {summary['samples']}, questions recorded: {summary['questions']}",
         this_run=f"{run.get('questions', 0)} questions, {run.get('messages', 0)} messages stored, ",
-        stream="sample", usage=summary["usage"],
+        usage=summary["usage"],
         extra=[f"evidence ids not found in the conversation: {summary['evidence_ids_missing_from_conversation']}"]
         + ([f"QA ({summary['qa']['model']}, {summary['qa']['questions']} questions, judged by "
             f"{summary['qa']['judge']}): mean F1 {summary['qa']['f1_mean']:.3f}; by category "

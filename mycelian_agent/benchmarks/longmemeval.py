@@ -42,8 +42,9 @@ from ..conversations.formats import Conversation, load_conversations, valid_titl
 from ..errors import ConfigError, InputError, make_folder
 from .metrics import RecallRecord, aggregate, recall_at_k, unique_in_order
 from ..models.resolve import model_name, resolve_model
-from . import (BenchmarkReport, BenchmarkRunner, MemoryHarness, append_jsonl, progress_bar, read_jsonl, report_notes,
-               run_pool, write_json)
+from .records import append_jsonl, read_jsonl, write_json
+from .runner import (BenchmarkReport, BenchmarkRunner, MemoryHarness, ingestion_totals, progress_bar, report_notes,
+                     run_pool, run_rates)
 
 __all__ = [
     "SingleQuestionRunner", "RETRIEVAL_ONLY_MARK", "QA_SYSTEM_PROMPT", "answer_question",
@@ -170,8 +171,8 @@ class SingleQuestionRunner(BenchmarkRunner):
                         progress.update(questions, advance=1, note=conversation.conversation_id)
 
                     await run_pool(pending, self.workers, work, lambda c: c.conversation_id, self.failures)
-        return self.report(this_run={"questions": len(pending) - len(self.failures), "messages": stored,
-                                     "wall_s": round(time.perf_counter() - started, 3), "selected": len(selected)})
+        return self.report(this_run=run_rates({"questions": len(pending) - len(self.failures), "messages": stored,
+                                               "selected": len(selected)}, started))
 
     def _qa_model(self) -> BaseChatModel | None:
         return resolve_qa_model(self.qa_model, api_key=self.api_key, base_url=self.base_url)
@@ -245,8 +246,6 @@ class SingleQuestionRunner(BenchmarkRunner):
             "turn recall (has_answer turns)": aggregate(
                 (_recall_record(r, "retrieved_turns", "evidence_turns") for r in records), self.ks),
         }
-        ingestion = _sum(r["ingestion"] for r in records)
-        seconds = ingestion.get("seconds", 0.0)
         summary = {
             "benchmark": "longmemeval",
             "out": str(self.out),
@@ -257,12 +256,10 @@ class SingleQuestionRunner(BenchmarkRunner):
             "qa_model": model_name(self.qa_model) if self.qa_model is not None else None,
             "top_k": self.top_k,
             "search_k": self.search_k,
-            "shard": f"{self.shard[0]}/{self.shard[1]}" if self.shard else None,  # type: ignore[index]
+            "shard": self.shard_label,
             "recall": {"session": tables["session recall (answer_session_ids)"].as_dict(),
                        "turn": tables["turn recall (has_answer turns)"].as_dict()},
-            "ingestion": {"messages": ingestion.get("messages", 0), "seconds": round(seconds, 3),
-                          "messages_per_s": round(ingestion.get("messages", 0) / seconds, 2) if seconds else None,
-                          "entries": ingestion.get("entries", 0), "contexts": ingestion.get("contexts", 0)},
+            "ingestion": ingestion_totals([r["ingestion"] for r in records]),
             "usage": {"ingestion": _sum(r["usage"]["ingestion"] for r in records),
                       "qa": _sum(r["usage"]["qa"] for r in records)},
             "search_s_mean": round(sum(r["search_s"] for r in records) / len(records), 4) if records else None,
@@ -292,5 +289,5 @@ def _notes(summary: dict[str, Any]) -> list[str]:
         summary, recorded=f"questions recorded: {summary['questions']}",
         this_run=(f"{run.get('questions', 0)} of {run.get('selected', 0)} selected, "
                   f"{run.get('messages', 0)} messages in "),
-        stream="question", usage=summary["usage"]["ingestion"],
+        usage=summary["usage"]["ingestion"],
         extra=[f"QA: {summary['qa_model'] or 'none (retrieval-only hypotheses)'}; usage {summary['usage']['qa']}"])

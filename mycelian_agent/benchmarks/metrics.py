@@ -120,7 +120,9 @@ def _row(category: str, records: list[RecallRecord], ks: tuple[int, ...]) -> Rec
             continue
         count += 1
         for k in ks:
-            found_any, found_all = recall_at_k(record.retrieved, record.gold, k)  # type: ignore[misc]
+            found = recall_at_k(record.retrieved, record.gold, k)
+            assert found is not None  # gold is not empty here
+            found_any, found_all = found
             hits_any[k] += found_any
             hits_all[k] += found_all
     return RecallRow(category, count, excluded, hits_any, hits_all)

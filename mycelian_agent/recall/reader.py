@@ -310,8 +310,8 @@ def _fill(query: str, user: str | None, memory_id: str, budget: int, hits: Seque
         plan.append((hit, rank))
         if rank <= len(neighbours):
             plan += [(turn, None) for turn in neighbours[rank - 1] if turn is not None]
-    for source, rank in plan:
-        block.try_turn(source, rank, hit_chars if rank is not None else min(hit_chars, NEIGHBOUR_MAX_CHARS))
+    for source, hit_rank in plan:
+        block.try_turn(source, hit_rank, hit_chars if hit_rank is not None else min(hit_chars, NEIGHBOUR_MAX_CHARS))
     block.notes = [note for note in block.notes if not _repeats(note, block.chosen.values())]
     return Recall(query=query, user=user, memory_id=memory_id, notes=tuple(block.notes), turns=tuple(block.turns()),
                   hits=tuple(hits), budget_tokens=budget, tokens=block.tokens())

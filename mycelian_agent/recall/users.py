@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import re
-from typing import Any, Protocol
+from typing import Any, Awaitable, Callable, Protocol
 
 from ..errors import InputError, MemoryServerError
 from .retry import read_call
 
-__all__ = ["Connection", "UserDirectory", "check_user"]
+__all__ = ["Connection", "UserDirectory", "check_user", "create_or_find"]
 
 _USER_RE = re.compile(r"[A-Za-z0-9-]{1,50}")
 
@@ -29,6 +29,18 @@ class Connection(Protocol):
     async def call_json(self, name: str, arguments: Any = None) -> Any: ...  # pragma: no cover - a protocol
 
     def parameters(self, name: str) -> set[str]: ...  # pragma: no cover - a protocol
+
+
+async def create_or_find(create: Callable[[], Awaitable[str]], find: Callable[[], Awaitable[str | None]]) -> str:
+    """The id of what ``create`` makes (a vault, a memory); when another process created it first (the server
+    answers "already exists"), the id ``find`` reads then. Any other failure, or a race ``find`` cannot resolve, is
+    raised as it came."""
+    try:
+        return await create()
+    except MemoryServerError as exc:
+        if "already exists" not in str(exc) or (found := await find()) is None:
+            raise
+        return found
 
 
 def check_user(user: object) -> str:
@@ -113,16 +125,16 @@ class UserDirectory:
                     return self._ids[user]
                 raise InputError(f"unknown user {user!r}: vault {self.vault_id} has no memory titled {user!r} and "
                                  "user creation is off (build_agent(create_users=True) creates users on first use)")
-            try:
+
+            async def create_memory() -> str:
                 created = await self.connection.call_json("create_memory_in_vault", {
                     "vault_id": self.vault_id, "title": user, "memory_type": self.memory_type,
                     "description": f"long-term memory of user {user}"})
-            except MemoryServerError as exc:
-                if "already exists" not in str(exc):
-                    raise
-                await self._reload()  # created by another process meanwhile
-                if user not in self._ids:
-                    raise
+                self.remember(user, str(created["memoryId"]))
                 return self._ids[user]
-            self.remember(user, str(created["memoryId"]))
-            return self._ids[user]
+
+            async def reread() -> str | None:
+                await self._reload()  # created by another process meanwhile
+                return self._ids.get(user)
+
+            return await create_or_find(create_memory, reread)

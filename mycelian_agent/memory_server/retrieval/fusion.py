@@ -20,8 +20,9 @@ lexical near-ties and lifts an entry BM25 missed only above weak lexical matches
 The fusion needs no more than a few cosines (:class:`DenseHits`, a row type of ``storage/rows.py``): the query's nearest entries (which give the best
 cosine and the dense candidates), the cosines of the lexical candidates, and the typical cosine. The typical cosine
 is the median over a fixed sample of the memory (:data:`SAMPLE` entries picked by a hash of their seq,
-:func:`sample_order`), not over every entry, so an approximate index (pgvector's HNSW, ``pg_vectors.py``) that
-returns only the nearest entries fuses exactly as the exact scan does. A memory of at most :data:`SAMPLE` entries is
+:func:`sample_order`, defined in ``storage/vectors.py`` next to its SQL), not over every entry, so an approximate
+index (pgvector's HNSW, ``storage/postgres/vectors.py``) that returns only the nearest entries fuses exactly as the
+exact scan does. A memory of at most :data:`SAMPLE` entries is
 its own sample (the median of every cosine, as before); in a larger one the sample median's standard error is about
 ``1.25 * sd / sqrt(SAMPLE)``, a few thousandths of a cosine for e5-small, whose cosines spread over ~0.05.
 """
@@ -31,15 +32,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from mycelian_agent.memory_server.storage.rows import (
-    SAMPLE_HASH_MODULUS as _HASH_MODULUS,
-    SAMPLE_HASH_MULTIPLIER as _HASH_MULTIPLIER,
-    SAMPLE_KEY_SQL,
-    DenseHits,
-)
+# The dense side's row type and the sample's order are storage's (a database picks the same sample by SQL):
+# re-exported here for the fusion's users.
+from mycelian_agent.memory_server.storage.rows import DenseHits
+from mycelian_agent.memory_server.storage.vectors import sample_order
 
-__all__ = ["DENSE_CANDIDATES", "LEXICAL_SHARE", "SAMPLE", "SAMPLE_KEY_SQL", "DenseHits", "fuse", "fuse_scan",
-           "sample_order", "scan_hits"]
+__all__ = ["DENSE_CANDIDATES", "LEXICAL_SHARE", "SAMPLE", "DenseHits", "fuse", "fuse_scan", "sample_order",
+           "scan_hits"]
 
 #: Weight of the normalised lexical score (the dense side gets the rest). Set from the LoCoMo recall benchmark, in
 #: process on one ingested copy (BENCHMARKS.md §3), any@10 / all@10 against the lexical 0.812 / 0.708: 0.85 0.809 /
@@ -60,15 +59,6 @@ LEXICAL_SHARE = 0.95
 DENSE_CANDIDATES = 2
 #: Entries of a memory whose cosines give its typical cosine (the median): the first in :func:`sample_order`.
 SAMPLE = 256
-
-
-def sample_order(seqs: Any) -> Any:
-    """The order (a numpy index array) in which entries with seqs ``seqs`` enter a memory's sample: by a hash of
-    the seq, so any subset of a memory samples the same way and SQL (:data:`SAMPLE_KEY_SQL`) agrees."""
-    import numpy as np
-
-    keys = (np.asarray(seqs, dtype=np.int64) * _HASH_MULTIPLIER) % _HASH_MODULUS
-    return np.lexsort((np.asarray(seqs, dtype=np.int64), keys))
 
 
 def scan_hits(seqs: Sequence[int], cosines: Any, k: int) -> DenseHits | None:

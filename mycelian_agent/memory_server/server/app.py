@@ -425,7 +425,7 @@ def _host_names(host: str) -> list[str]:
         return [f"[{host}]" if ":" in host else host]
     names = {socket.gethostname(), socket.getfqdn()}
     with contextlib.suppress(OSError):  # the machine's own addresses, as far as its name resolves
-        names |= {info[4][0] for info in socket.getaddrinfo(socket.gethostname(), None)}
+        names |= {str(info[4][0]) for info in socket.getaddrinfo(socket.gethostname(), None)}
     return sorted(f"[{n}]" if ":" in n else n for n in names if n)
 
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from mycelian_agent.memory_server.storage.base import POSTGRES_SCHEMES, DenseIndex, MemoryStore
+from mycelian_agent.memory_server.storage.vectors import EntryVectors
 
-__all__ = ["MemoryStore", "is_postgres_url", "open_store"]
+__all__ = ["MemoryStore", "entry_vectors", "is_postgres_url", "open_store"]
 
 
 def is_postgres_url(target: object) -> bool:
@@ -38,3 +39,18 @@ def open_store(
     from mycelian_agent.memory_server.storage.sqlite.store import Store
 
     return Store.open(target, synchronous=synchronous, dense=dense)
+
+
+def entry_vectors(conn: object) -> EntryVectors:
+    """The vector SQL for a connection of either backend (``sqlite3`` or psycopg), for a dense index used on a
+    connection without a store having attached it (a backfill on a store opened without the index). On PostgreSQL
+    it writes the ``bytea`` copy only: the pgvector column is filled when a store with the index opens."""
+    import sqlite3
+
+    if isinstance(conn, sqlite3.Connection):
+        from mycelian_agent.memory_server.storage.sqlite.vectors import SqliteVectors
+
+        return SqliteVectors()
+    from mycelian_agent.memory_server.storage.postgres.vectors import PostgresVectors
+
+    return PostgresVectors()

@@ -7,7 +7,8 @@ below, each one transaction. Failures raise :class:`~mycelian_agent.errors.Input
 
 Searching is retrieval's (``retrieval/pipeline.py``): it asks a store only through its search reads
 (:data:`SEARCH_READS`: candidates, statistics, neighbours, rows, contexts, dense hits). Storage imports nothing above
-it (``text/`` only); the interface names no backend (``storage.open_store`` picks one).
+it (``text/`` only); the interface names no backend (``storage.open_store`` picks one). It is one module because it
+is one contract: what a backend implements and what every caller of a store may rely on, read in one place.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from mycelian_agent.memory_server.storage import term_stats
 from mycelian_agent.memory_server.storage.entry_cache import EntryCache
 from mycelian_agent.memory_server.storage.placeholder import PLACEHOLDER_CONTEXT
 from mycelian_agent.memory_server.storage.rows import ENTRY_FIELDS, DenseHits, Link, NewEntry, Row, entry_json, memory_json
+from mycelian_agent.memory_server.storage.vectors import EntryVectors
 from mycelian_agent.memory_server.storage.validation import (
     LIMITS,
     check_entry,
@@ -66,8 +68,10 @@ Statistics = Callable[[Sequence[str]], tuple[int, dict[str, int], int]]
 
 
 class DenseIndex(Protocol):
-    """What a store needs from an optional dense (embedding) index; see ``retrieval/dense/``. ``conn`` is the
-    backend's connection (sqlite3 or psycopg), inside the caller's transaction for writes."""
+    """What a store needs from an optional dense (embedding) index; see ``retrieval/dense``. ``conn`` is the
+    backend's connection (sqlite3 or psycopg), inside the caller's transaction for writes. The index reads and
+    writes vectors only through the :class:`~mycelian_agent.memory_server.storage.vectors.EntryVectors` the store
+    gives it (:meth:`attach`)."""
 
     def index_entry(self, conn: Any, seq: int, memory_id: str, summary: str, raw_entry: str) -> None:
         """Store the vector of one new entry (inside the caller's transaction); the index decides what text of
@@ -99,9 +103,9 @@ class DenseIndex(Protocol):
         """The dense side of a search (:class:`DenseHits`): the ``k`` nearest entries and the memory's typical
         cosine (``connect()``: the store's connection). Called after :meth:`settle`."""
 
-    def attach(self, connect: Callable[[], AbstractContextManager[Any]] | None) -> None:
-        """Called once the store is open: ``connect()`` gives a connection of the index's own (None: none can be
-        given), for writing vectors behind the entries' transactions."""
+    def attach(self, vectors: EntryVectors, connect: Callable[[], AbstractContextManager[Any]] | None) -> None:
+        """Called once the store is open: ``vectors`` is the backend's vector SQL; ``connect()`` gives a connection
+        of the index's own (None: none can be given), for writing vectors behind the entries' transactions."""
 
     def entries_written(self, memory_id: str, seqs: Sequence[int]) -> None:
         """Called after a write commits, with the seqs of the entries it inserted."""
@@ -218,17 +222,40 @@ class MemoryStore(ABC):
         """Every row of every table in a stable order, and the counts (tests: a refused call changes nothing)."""
         return {"rows": self._snapshot(), "counts": self._counts()}
 
+    # -- the dense index (optional) -------------------------------------------------------------------------
+
+    @abstractmethod
+    def _read(self) -> AbstractContextManager[Any]:
+        """A connection for reads outside any write (a search's), as a context manager."""
+
+    def _attach_dense(self, vectors: EntryVectors, connect: Callable[[], AbstractContextManager[Any]] | None) -> None:
+        """Called by the backend's ``open`` once the store is ready: hand the dense index (if any) the backend's
+        vector SQL and ``connect`` (connections of the index's own; None: none can be given). Should the index
+        refuse, the store's connections are released and the error raised."""
+        if self._dense is None:
+            return
+        try:
+            self._dense.attach(vectors, connect)
+        except BaseException:
+            self._close()
+            raise
+
     def _dense_similarities(
         self, memory_id: str, query: str, after: str | None, before: str | None
     ) -> tuple[list[int], Any] | None:
-        """``(seqs, cosines)`` from a dense index, or None when the store has none."""
-        return None
+        """``(seqs, cosines)`` from a dense index (see :meth:`DenseIndex.similarities`), None without one."""
+        if self._dense is None:
+            return None
+        with self._read() as conn:
+            return self._dense.similarities(conn, memory_id, query, after, before)
 
     def _dense_hits(
         self, memory_id: str, query: str, k: int, after: str | None, before: str | None
     ) -> DenseHits | None:
         """The dense side of a search from the store's index (see :meth:`DenseIndex.hits`), None without one."""
-        return None
+        if self._dense is None:
+            return None
+        return self._dense.hits(self._read, memory_id, query, k, after, before)
 
     @abstractmethod
     def maintenance_connection(self) -> AbstractContextManager[Any]:

@@ -1,7 +1,7 @@
-"""What both backends' search SQL shares: the time bounds of a search and the pruning of common terms.
+"""What both backends' lexical search shares beyond the time bounds (``moments.py``): the pruning of common terms.
 
-The two dialects differ only in their parameter mark (``?`` for SQLite, ``%s`` for psycopg), so each piece is
-written once here and each backend passes its mark.
+A backend counts how many rows hold each term in its own index (FTS5 match counts, ``tsvector`` counts or the term
+statistics) and asks :func:`prune_common` which terms may make rows candidates.
 """
 
 from __future__ import annotations
@@ -9,25 +9,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-__all__ = ["MOMENT", "prune_common", "time_bounds"]
-
-#: An entry's moment in SQL, for table alias ``{0}``: its conversation time, else its creation time.
-MOMENT = "COALESCE({0}.conversation_time, {0}.creation_time)"
+__all__ = ["prune_common"]
 
 T = TypeVar("T")
-
-
-def time_bounds(after: str | None, before: str | None, *, alias: str = "t", mark: str = "?") -> tuple[str, list[str]]:
-    """``(condition, parameters)`` of exclusive bounds on the moment (:data:`MOMENT`) of entries aliased ``alias``:
-    ``""`` and no parameters without bounds, else `` AND ... > mark`` and/or `` AND ... < mark`` (``mark``: the
-    dialect's parameter mark)."""
-    where, params = "", list[str]()
-    moment = MOMENT.format(alias)
-    if after is not None:
-        where, params = f"{where} AND {moment} > {mark}", [*params, after]
-    if before is not None:
-        where, params = f"{where} AND {moment} < {mark}", [*params, before]
-    return where, params
 
 
 def prune_common(terms: Sequence[T], rows_with: Callable[[T], int], total: int) -> list[T]:

@@ -11,8 +11,7 @@ from dataclasses import dataclass, field
 import json
 from typing import Any, NamedTuple, Protocol
 
-__all__ = ["ENTRY_FIELDS", "SAMPLE_HASH_MODULUS", "SAMPLE_HASH_MULTIPLIER", "SAMPLE_KEY_SQL", "DenseHits", "Link",
-           "NewEntry", "Row", "entry_json", "memory_json"]
+__all__ = ["ENTRY_FIELDS", "DenseHits", "Link", "NewEntry", "Row", "entry_json", "memory_json"]
 
 class Row(Protocol):
     """A row of a backend: anything indexable by column name (``sqlite3.Row``, psycopg's dict rows)."""
@@ -27,13 +26,6 @@ ENTRY_FIELDS = ("raw_entry", "summary", "tags", "conversation_time", "idempotenc
 #: previous and next entry of its memory within ``CONTEXT_GAP_DAYS`` (None where there is none) and whether its
 #: raw text holds one of ``QUESTION_MARKS``.
 Link = tuple[int, int | None, int | None, bool]
-
-# Knuth's multiplicative hash (2^32 / golden ratio): spreads consecutive seqs over a memory's dense sample
-# (``fusion.sample_order``). Written so that SQL (bigint arithmetic, seq < 3.4e9) and numpy compute the same key.
-SAMPLE_HASH_MULTIPLIER = 2654435761
-SAMPLE_HASH_MODULUS = 1 << 32
-#: ``fusion.sample_order``'s key in SQL, for a bigint seq column ``{0}``.
-SAMPLE_KEY_SQL = f"mod({{0}} * {SAMPLE_HASH_MULTIPLIER}, {SAMPLE_HASH_MODULUS})"
 
 
 class NewEntry(NamedTuple):

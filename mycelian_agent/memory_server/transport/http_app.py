@@ -94,9 +94,9 @@ class JsonBodyMiddleware:
                 await _rpc_error(-32700, f"Parse error: the request body is not JSON text ({problem})")(
                     scope, receive, send)
                 return
-            problem = _message_problem(parsed)
-            if problem is not None:  # the SDK answers these with a multi-line pydantic dump
-                await _rpc_error(-32600, f"Invalid Request: {problem}")(scope, receive, send)
+            invalid = _message_problem(parsed)
+            if invalid is not None:  # the SDK answers these with a multi-line pydantic dump
+                await _rpc_error(-32600, f"Invalid Request: {invalid}")(scope, receive, send)
                 return
 
         async def replay() -> Message:

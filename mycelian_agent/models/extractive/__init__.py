@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from langchain_core.language_models.chat_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
@@ -39,9 +39,20 @@ __all__ = [
 
 
 # --- the chat model -----------------------------------------------------------------------------------------------
+def _fail(what: str) -> NoReturn:
+    raise ToolCallError(f"extractive model: {what} (see docs/ARCHITECTURE.md, 'Agent ↔ model contract')")
+
+
 def _require(condition: bool, what: str) -> None:
     if not condition:
-        raise ToolCallError(f"extractive model: {what} (see docs/ARCHITECTURE.md, 'Agent ↔ model contract')")
+        _fail(what)
+
+
+def _list(value: Any, what: str) -> Sequence[Any]:
+    """``value`` when it is a list (not a string), else the contract error ``what``."""
+    if not isinstance(value, Sequence) or isinstance(value, str):
+        _fail(what)
+    return value
 
 
 def _check_message(message: Any, where: str) -> Mapping[str, Any]:
@@ -68,8 +79,7 @@ def add_entry_args(task: Mapping[str, Any]) -> dict[str, Any]:
 
 def put_context_args(task: Mapping[str, Any]) -> dict[str, Any]:
     """The ``put_context`` tool arguments (the context document) for a ``put_context`` task payload."""
-    messages = task.get("messages")
-    _require(isinstance(messages, Sequence) and not isinstance(messages, str), "mycelian_task['messages'] is missing")
+    messages = _list(task.get("messages"), "mycelian_task['messages'] is missing")
     for i, message in enumerate(messages):
         _check_message(message, f"mycelian_task['messages'][{i}]")
     previous = task.get("previous_context") or ""
@@ -86,9 +96,8 @@ def add_entries_args(task: Mapping[str, Any]) -> dict[str, Any]:
     Each item is summarised exactly as :func:`add_entry_args` would summarise it alone, from the item's own
     ``recent`` messages, so batching changes no summary.
     """
-    items = task.get("items")
-    _require(isinstance(items, Sequence) and not isinstance(items, str) and len(items) > 0,
-             "mycelian_task['items'] must be a non-empty list")
+    items = _list(task.get("items"), "mycelian_task['items'] must be a non-empty list")
+    _require(len(items) > 0, "mycelian_task['items'] must be a non-empty list")
     entries = []
     for i, item in enumerate(items):
         _require(isinstance(item, Mapping) and isinstance(item.get("item"), int),
@@ -154,12 +163,14 @@ class ExtractiveChatModel(BaseChatModel):
 
     def _answer(self, messages: Sequence[BaseMessage], kwargs: Mapping[str, Any]) -> AIMessage:
         human = next((m for m in reversed(messages) if m.type == "human"), None)
-        _require(human is not None, f"the prompt has no HumanMessage carrying additional_kwargs[{TASK_KEY!r}]")
-        task = human.additional_kwargs.get(TASK_KEY)  # type: ignore[union-attr]
-        _require(isinstance(task, Mapping), f"the last HumanMessage has no additional_kwargs[{TASK_KEY!r}] object")
+        if human is None:
+            _fail(f"the prompt has no HumanMessage carrying additional_kwargs[{TASK_KEY!r}]")
+        task = human.additional_kwargs.get(TASK_KEY)
+        if not isinstance(task, Mapping):
+            _fail(f"the last HumanMessage has no additional_kwargs[{TASK_KEY!r}] object")
         operation = task.get("operation")
-        _require(operation in _OPERATIONS, f"{TASK_KEY}['operation'] must be one of {sorted(_OPERATIONS)}, "
-                 f"got {operation!r}")
+        if not isinstance(operation, str) or operation not in _OPERATIONS:
+            _fail(f"{TASK_KEY}['operation'] must be one of {sorted(_OPERATIONS)}, got {operation!r}")
 
         bound = _tool_names(kwargs.get("tools") or [])
         name = _forced_name(kwargs.get("tool_choice")) or (bound[0] if len(bound) == 1 else operation)

@@ -211,8 +211,8 @@ def _message_items(messages: Sequence[Mapping[str, Any]]) -> list[tuple[str, str
             stated = strip_discourse(sentence)
             if not (f.first_person or we_words(sentence)):
                 if about_person(stated, people) and not f.request and f.words >= 3 and not f.filler:
-                    section = "Preferences" if f.preference else "Facts"
-                    profile.append((position, section, stated, True))  # already third person
+                    profile.append((position, "Preferences" if f.preference else "Facts", stated,
+                                    True))  # already third person
                 elif f.date and reports_change(sentence) and not f.request:  # "The Rome trip moved to May 10."
                     profile.append((position, "Decisions and plans", sentence, False))
                 continue
@@ -235,8 +235,10 @@ def _message_items(messages: Sequence[Mapping[str, Any]]) -> list[tuple[str, str
                         and not we_words(said))  # "we"/"our" would lose their referent
             if verbatim:
                 text = sentence
+            elif said and readable:
+                text = said
             else:
-                text = said if readable else f'{subject[0].upper()}{subject[1:]} {verb}: "{sentence}"'
+                text = f'{subject[0].upper()}{subject[1:]} {verb}: "{sentence}"'
             text = _trim(text, 220)
             if position == 0 and question and text.endswith('"') and not _SUBJECT_WORD.search(sentence):
                 # a fragment answering the assistant ("About 2,400 euros.") needs the question it answers

@@ -392,9 +392,10 @@ def summarize_message(
     chosen = _select(sentences, personal, max(budget, 60))
 
     rewritten = [third_person(s, who) for s in chosen] if personal else []
-    if rewritten and all(r and who.lower() in r.lower() and not r.endswith("?") and not _SECOND_PERSON.search(r)
-                         for r in rewritten):  # "you" would lose its referent without "<who> said:"
-        body = " ".join(rewritten)  # type: ignore[arg-type]
+    readable = [r for r in rewritten if r and who.lower() in r.lower() and not r.endswith("?")
+                and not _SECOND_PERSON.search(r)]  # "you" would lose its referent without "<who> said:"
+    if rewritten and len(readable) == len(rewritten):
+        body = " ".join(readable)
         if day and not body.startswith(who):  # "The user ..." / "Last week, the user ...": mid-sentence now
             body = body[0].lower() + body[1:]
         text = f"{on_day}, {body}" if day else body
@@ -413,11 +414,11 @@ def entry_tags(content: str, *, role: str = "user", max_topics: int = 3) -> dict
         return [w for w in _WORD.findall(text.lower()) if len(w) > 3 and w not in _STOPWORDS and "'" not in w]
 
     # Frequency, plus a bonus for names, for words of the opening sentence and for list-item heads.
-    counts = Counter(keywords(" ".join(sentences)))
+    counts: dict[str, float] = dict(Counter(keywords(" ".join(sentences))))
     for word in keywords(" ".join(w for s in sentences for w in _features(s).proper_nouns)):
-        counts[word] += 1
+        counts[word] = counts.get(word, 0) + 1
     for word in keywords(" ".join(heads) + " " + (sentences[0] if sentences else "")):
-        counts[word] += 0.5
+        counts[word] = counts.get(word, 0) + 0.5
     topics = sorted(counts, key=lambda w: (-counts[w], w))[:max_topics]
     is_user = _speaker(role) == "user"
     statements = [s for s in sentences if not s.endswith("?")]

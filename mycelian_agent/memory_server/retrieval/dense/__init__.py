@@ -1,2 +1,3 @@
-"""Dense retrieval (optional): packaged sentence encoders, the vector index written with entries, its write-behind
-writer."""
+"""Dense retrieval (optional): packaged sentence encoders (``encoders``), the index written with entries and searched
+beside BM25 (``dense_vectors``), its write-behind writer (``writer``), which model a server loads (``loading``), the
+backfill (``backfill``), and their front and command line (``index``). Its SQL is storage's (``storage/vectors.py``)."""

@@ -10,7 +10,7 @@ Two models ship their weights inside a registry package (nothing is downloaded a
 
 ``auto`` (the default) takes the first of :data:`MODELS` whose package is installed. Both write 384-dimension unit
 vectors; each vector records its model, so switching models re-embeds a database in the background (see
-``embeddings.py``).
+``dense_vectors.py``).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ Consistency is unchanged for clients: a search of a memory (and ``await_consiste
 memory's queued entries have their vectors (:meth:`VectorWriter.settle`). Nothing is lost on a crash: entries
 committed without a vector (the process died before the writer got to them) are found at the next start and
 embedded in the background (:meth:`VectorWriter.start` queues them behind new writes), and meanwhile a search
-embeds a small gap itself (``embeddings.CATCHUP_LIMIT``).
+embeds a small gap itself (``dense_vectors.CATCHUP_LIMIT``).
 
 The thread reads each entry's text by seq and writes its vector only if the same entry (seq *and* entry id) is still
 there, so an entry deleted in between (or a seq reused after a rolled-back insert) never gets another entry's
@@ -177,7 +177,7 @@ class VectorWriter:
         left = self.pending()
         if self._thread.is_alive() or left:
             _log.warning("stopped with %d entries not yet embedded: they are embedded at the next start "
-                         "(or by `python -m mycelian_agent.memory_server.retrieval.dense.index --backfill DB`)", left)
+                         "(or by `mycelian-agent embeddings backfill DB`)", left)
 
     # -- the thread ------------------------------------------------------------------------------------------
 

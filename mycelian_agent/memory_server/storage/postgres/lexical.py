@@ -22,7 +22,8 @@ import threading
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from mycelian_agent.memory_server.storage.query import MOMENT, prune_common, time_bounds
+from mycelian_agent.memory_server.storage.moments import moment, time_bounds
+from mycelian_agent.memory_server.storage.query import prune_common
 from mycelian_agent.memory_server.storage.rows import Link
 from mycelian_agent.memory_server.text.analysis import CONTEXT_GAP_DAYS, ENTRY_WEIGHTS, QUESTION_MARKS, tokens
 
@@ -234,7 +235,7 @@ def neighbour_links(conn: Any, memory_id: str, seqs: Sequence[int]) -> list[Link
         return []
     gap = CONTEXT_GAP_DAYS * 86400.0
     asks = " OR ".join("strpos(e.raw_entry, %s) > 0" for _ in QUESTION_MARKS)
-    near = (f"abs(extract(epoch FROM ({MOMENT.format('{0}')}::timestamptz - {MOMENT.format('e')}::timestamptz)))"
+    near = (f"abs(extract(epoch FROM ({moment('{0}')}::timestamptz - {moment('e')}::timestamptz)))"
             f" <= {gap!r}")
     sql = (
         f"SELECT e.seq, p.seq AS previous, n.seq AS following, ({asks}) AS asks FROM entries e "

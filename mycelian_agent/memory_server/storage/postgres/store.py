@@ -17,9 +17,9 @@ connection from the same pool, joins the same per-thread transaction and holds t
 term statistics its writes change are written by the transaction that holds them.
 
 Dense vectors (``--embeddings``): float32 bytes in ``entry_vectors`` (bytea), scored by an exact scan in the server
-process as on SQLite (``embeddings.DenseVectors`` serves both); when the database has pgvector (or this role can
+process as on SQLite (``retrieval/dense``'s ``DenseVectors`` serves both); when the database has pgvector (or this role can
 create it), also a ``vector`` column with an HNSW index, which answers the dense side of a search in a large memory
-(``pg_vectors.py``). Which path serves is said once per database when the store opens.
+(``vectors.py``). Which path serves is said once per database when the store opens.
 """
 
 from __future__ import annotations
@@ -53,8 +53,7 @@ from mycelian_agent.memory_server.storage.postgres.migrations import (
     has_memory_index,
     migrate,
 )
-from mycelian_agent.memory_server.storage.query import time_bounds
-from mycelian_agent.memory_server.storage.rows import DenseHits
+from mycelian_agent.memory_server.storage.moments import time_bounds
 from mycelian_agent.memory_server.storage.validation import format_timestamp
 from mycelian_agent.memory_server.text.analysis import entry_dated, entry_labels, index_words
 
@@ -164,7 +163,7 @@ class PostgresStore(MemoryStore):
     ) -> PostgresStore:
         """Connect a pool of up to ``pool_size`` connections to ``url`` and migrate the schema. With ``dense``,
         every new entry gets a vector (written behind, on connections borrowed from the pool, or inline) and
-        searches fuse them (see embeddings.py)."""
+        searches fuse them (see ``retrieval/dense``)."""
         require_psycopg()
         import psycopg
         from psycopg.rows import dict_row
@@ -201,15 +200,8 @@ class PostgresStore(MemoryStore):
         store = cls(pool, url=url, pool_size=pool_size, dense=dense)
         if dense is not None and vectors is not None:
             _say_dense_path(shown, vectors, getattr(dense, "hnsw_min", None))
-            use = getattr(dense, "use_pgvector", None)
-            if use is not None:
-                use(vectors.available)
-        if dense is not None:
-            try:
-                dense.attach(store.maintenance_connection)
-            except BaseException:
-                pool.close()
-                raise
+        store._attach_dense(pg_vectors.PostgresVectors(pgvector=vectors is not None and vectors.available),
+                            store.maintenance_connection)
         return store
 
     def _close(self) -> None:
@@ -538,21 +530,6 @@ class PostgresStore(MemoryStore):
             ).fetchall()
         by_seq = {int(row["seq"]): row for row in rows}
         return [(by_seq[seq], score) for seq, score in ranked if seq in by_seq]
-
-    def _dense_similarities(
-        self, memory_id: str, query: str, after: str | None, before: str | None
-    ) -> tuple[list[int], Any] | None:
-        if self._dense is None:
-            return None
-        with self._read() as conn:
-            return self._dense.similarities(conn, memory_id, query, after, before)
-
-    def _dense_hits(
-        self, memory_id: str, query: str, k: int, after: str | None, before: str | None
-    ) -> DenseHits | None:
-        if self._dense is None:
-            return None
-        return self._dense.hits(self._read, memory_id, query, k, after, before)
 
     # -- introspection (tests, benchmarks) -----------------------------------------------------------------
 

@@ -1,13 +1,14 @@
-"""Dense search on PostgreSQL with pgvector: an HNSW index over the entry vectors when the extension is there.
+"""The entry vectors on PostgreSQL (:class:`PostgresVectors`), and pgvector's HNSW index when the extension is there.
 
-Without pgvector a search scores every vector of its memory in the server process (``embeddings.DenseVectors``), which
-is fine for thousands of entries and slow for a hundred thousand. With it, ``entry_vectors`` gets a second copy of
-each vector in a ``vector`` column (``embedding``) and one HNSW index (cosine) per vector dimension, and the dense side
-of a search in a large memory asks the index for the query's nearest entries (``hnsw.iterative_scan``: the index is
-shared by every memory, the memory is a filter) instead of scoring every entry; the fusion needs nothing more
-(``fusion.py``: the typical cosine comes from a fixed sample of the memory).
+Without pgvector a search scores every vector of its memory in the server process (the exact scan of
+``retrieval/dense/dense_vectors.py``), which is fine for thousands of entries and slow for a hundred thousand. With
+it, ``entry_vectors`` gets a second copy of each vector in a ``vector`` column (``embedding``) and one HNSW index
+(cosine) per vector dimension, and the dense side of a search in a large memory asks the index for the query's
+nearest entries (``hnsw.iterative_scan``: the index is shared by every memory, the memory is a filter) instead of
+scoring every entry; the fusion needs nothing more (``retrieval/fusion.py``: the typical cosine comes from a fixed
+sample of the memory).
 
-Why a conditional step and not a numbered migration (``pg_migrations.py``): migrations run the same on every
+Why a conditional step and not a numbered migration (``migrations.py``): migrations run the same on every
 database, and the extension may be missing (Debian bookworm has no ``postgresql-15-pgvector``), may not be creatable
 by the server's role (pgvector is not a trusted extension: ``CREATE EXTENSION vector`` needs a superuser or the
 database owner with the extension trusted), or may be installed later. So :func:`prepare` runs after the migrations
@@ -24,16 +25,21 @@ model's and a column of one type holds any model's vectors.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from mycelian_agent.memory_server.storage.moments import moment, time_bounds
 from mycelian_agent.memory_server.storage.postgres.migrations import ADVISORY_LOCK_KEY
-from mycelian_agent.memory_server.storage.query import time_bounds
-from mycelian_agent.memory_server.storage.rows import SAMPLE_KEY_SQL
+from mycelian_agent.memory_server.storage.vectors import SAMPLE_KEY_SQL, SqlVectors
 
-__all__ = ["EF_SEARCH_MIN", "HOW_TO_GET", "Availability", "ensure_index", "index_name", "index_ready", "nearest",
-           "prepare", "sample", "vector_literal", "vectors_of"]
+if TYPE_CHECKING:
+    import numpy as np
+    import psycopg
+
+__all__ = ["EF_SEARCH_MIN", "HOW_TO_GET", "Availability", "PostgresVectors", "ensure_index", "index_name",
+           "index_ready", "nearest", "prepare", "sample", "vector_literal", "vectors_of"]
 
 #: What to do for the HNSW path when the extension is missing.
 HOW_TO_GET = ("install pgvector on the database server (Debian/Ubuntu with PGDG: apt-get install "
@@ -57,7 +63,7 @@ class Availability:
     reason: str = ""
 
 
-def vector_literal(vector: Any) -> str:
+def vector_literal(vector: np.ndarray) -> str:
     """pgvector's text form of a float32 row (``repr`` of each value: float4 round-trips exactly)."""
     return "[" + ",".join(map(repr, vector.tolist())) + "]"
 
@@ -154,7 +160,7 @@ def index_ready(conn: Any, dimension: int) -> bool:
     return _one(conn, "SELECT to_regclass(%s) IS NOT NULL", (index_name(dimension),)) is True
 
 
-def nearest(conn: Any, memory_id: str, model: str, query: Any, k: int, after: str | None = None,
+def nearest(conn: Any, memory_id: str, model: str, query: np.ndarray, k: int, after: str | None = None,
             before: str | None = None, *, explain: bool = False) -> list[tuple[int, bytes]]:
     """``(seq, float32 bytes)`` of (about) the ``k`` entries of the memory nearest to ``query`` (a unit float32
     row) by the HNSW index, within the time bounds. Approximate: pgvector's iterative scan goes on past the first
@@ -191,14 +197,81 @@ def vectors_of(conn: Any, model: str, seqs: Sequence[int]) -> list[tuple[int, by
 
 def sample(conn: Any, memory_id: str, model: str, size: int) -> list[tuple[int, bytes, str]]:
     """``(seq, float32 bytes, conversation time else creation time)`` of the memory's sample: its first ``size``
-    entries with a vector of ``model`` in ``fusion.sample_order`` (the seqs are picked from the entries' index
+    entries with a vector of ``model`` in ``storage.vectors.sample_order`` (the seqs are picked from the entries' index
     first, so only the sample's vectors are read)."""
     key = SAMPLE_KEY_SQL.format("s.seq")
     rows = conn.execute(
-        f"SELECT s.seq AS seq, v.vector AS vector, COALESCE(e.conversation_time, e.creation_time) AS moment FROM "
+        f"SELECT s.seq AS seq, v.vector AS vector, {moment('e')} AS moment FROM "
         f"(SELECT seq FROM entries WHERE memory_id = %s ORDER BY {SAMPLE_KEY_SQL.format('seq')}, seq LIMIT %s) s "
         f"JOIN entry_vectors v ON v.seq = s.seq AND v.model = %s JOIN entries e ON e.seq = s.seq "
         f"ORDER BY {key}, s.seq LIMIT %s",
         (memory_id, 2 * size, model, size),
     ).fetchall()
     return [(int(row["seq"]), bytes(row["vector"]), row["moment"]) for row in rows]
+
+
+class PostgresVectors(SqlVectors["psycopg.Connection[Any]"]):
+    """The ``entry_vectors`` SQL of the PostgreSQL backend (dict rows); with ``pgvector`` (the database has the
+    extension and the ``embedding`` column, see :func:`prepare`), vectors are also written to that column, and the
+    HNSW index serves as :attr:`approximate`. Thread-safe: the store runs calls at once."""
+
+    def __init__(self, *, pgvector: bool = False) -> None:
+        self.pgvector = pgvector
+        self._indexed: set[int] = set()  # dimensions whose HNSW index exists
+
+    @property
+    def approximate(self) -> PostgresVectors | None:
+        """This object's HNSW search (:meth:`ready`, :meth:`nearest`, :meth:`sample`, :meth:`vectors_of`) when the
+        database has pgvector, else None."""
+        return self if self.pgvector else None
+
+    def _execute(self, conn: psycopg.Connection[Any], sql: str, params: Sequence[Any] = ()) -> Any:
+        return conn.execute(sql.replace("?", "%s"), params)
+
+    def _executemany(self, conn: psycopg.Connection[Any], sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        conn.cursor().executemany(sql.replace("?", "%s"), rows)
+
+    @contextmanager
+    def transaction(self, conn: psycopg.Connection[Any]) -> Iterator[None]:
+        """A transaction (a savepoint inside the caller's)."""
+        with conn.transaction():
+            yield
+
+    def _columns(self) -> tuple[str, str]:
+        return ("vector, embedding", "?, ?::vector") if self.pgvector else super()._columns()
+
+    def _values(self, vector: np.ndarray) -> tuple[Any, ...]:
+        return (vector.tobytes(), vector_literal(vector)) if self.pgvector else super()._values(vector)
+
+    def _prepare(self, conn: psycopg.Connection[Any], dimension: int) -> None:
+        # Before the transaction writes to entry_vectors: the HNSW index of the dimension exists.
+        if self.pgvector and dimension not in self._indexed:
+            ensure_index(conn, dimension)
+            self._indexed.add(dimension)
+
+    def _still_there(self, conn: psycopg.Connection[Any], seqs: Sequence[int]) -> set[int]:
+        # A delete of one of these entries may be in flight; inserting its vector would then fail the foreign key
+        # (and the whole batch) when the delete commits. Lock the rows first and keep those still there.
+        return {int(row["seq"]) for row in self._execute(
+            conn, f"SELECT seq FROM entries WHERE seq IN ({','.join('?' * len(seqs))}) FOR KEY SHARE", list(seqs))}
+
+    def ready(self, conn: psycopg.Connection[Any], dimension: int) -> bool:
+        """Whether the HNSW index of ``dimension`` exists (:func:`index_ready`; remembered once it does)."""
+        if dimension not in self._indexed:
+            if not index_ready(conn, dimension):
+                return False
+            self._indexed.add(dimension)
+        return True
+
+    def nearest(self, conn: psycopg.Connection[Any], memory_id: str, model: str, query: np.ndarray, k: int,
+                after: str | None = None, before: str | None = None) -> list[tuple[int, bytes]]:
+        """See :func:`nearest`."""
+        return nearest(conn, memory_id, model, query, k, after, before)
+
+    def sample(self, conn: psycopg.Connection[Any], memory_id: str, model: str, size: int) -> list[tuple[int, bytes, str]]:
+        """See :func:`sample`."""
+        return sample(conn, memory_id, model, size)
+
+    def vectors_of(self, conn: psycopg.Connection[Any], model: str, seqs: Sequence[int]) -> list[tuple[int, bytes]]:
+        """See :func:`vectors_of`."""
+        return vectors_of(conn, model, seqs)

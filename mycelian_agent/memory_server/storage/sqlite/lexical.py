@@ -23,7 +23,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import combinations
 
-from mycelian_agent.memory_server.storage.query import prune_common, time_bounds
+from mycelian_agent.memory_server.storage.moments import time_bounds
+from mycelian_agent.memory_server.storage.query import prune_common
 from mycelian_agent.memory_server.storage.rows import Link
 from mycelian_agent.memory_server.text.analysis import CONTEXT_GAP_DAYS, ENTRY_WEIGHTS, QUESTION_MARKS
 

@@ -19,9 +19,9 @@ from typing import Any
 from mycelian_agent.errors import ConfigError, MemoryServerError
 from mycelian_agent.memory_server.storage import term_stats
 from mycelian_agent.memory_server.storage.base import DenseIndex, Link, MemoryStore, NewEntry, Row, Statistics
-from mycelian_agent.memory_server.storage.rows import DenseHits
 from mycelian_agent.memory_server.storage.sqlite import lexical
 from mycelian_agent.memory_server.storage.sqlite.migrations import migrate
+from mycelian_agent.memory_server.storage.sqlite.vectors import SqliteVectors
 from mycelian_agent.memory_server.storage.validation import format_timestamp
 
 __all__ = ["SYNC_MODES", "Store"]
@@ -74,12 +74,7 @@ class Store(MemoryStore):
         # "file::memory:", a memory URI), which a second connection could not see: vectors are written inline there.
         main_file = next((row["file"] for row in conn.execute("PRAGMA database_list") if row["name"] == "main"), "")
         store._target, store._mode = (main_file or None), mode
-        if dense is not None:
-            try:
-                dense.attach(store._side_connection if store._target is not None else None)
-            except BaseException:
-                conn.close()
-                raise
+        store._attach_dense(SqliteVectors(), store._side_connection if store._target is not None else None)
         return store
 
     def _close(self) -> None:
@@ -263,6 +258,7 @@ class Store(MemoryStore):
             counts = term_stats.entry_counts(raw_entry, summary, tags, conversation_time or now)
             self._delta.add(memory_id, counts, seq=seq)
             if self._dense is not None:
+                assert seq is not None  # an INSERT into a rowid table sets lastrowid
                 self._dense.index_entry(conn, seq, memory_id, summary, raw_entry)
             return conn.execute("SELECT * FROM entries WHERE seq = ?", (seq,)).fetchone(), True
 
@@ -352,19 +348,8 @@ class Store(MemoryStore):
     def ranked_contexts(self, memory_id: str, terms: list[str], limit: int) -> list[tuple[Row, float]]:
         return list(lexical.search_contexts(self._conn, memory_id, terms, limit, self._plan_counts))
 
-    def _dense_similarities(
-        self, memory_id: str, query: str, after: str | None, before: str | None
-    ) -> tuple[list[int], Any] | None:
-        if self._dense is None:
-            return None
-        return self._dense.similarities(self._conn, memory_id, query, after, before)
-
-    def _dense_hits(
-        self, memory_id: str, query: str, k: int, after: str | None, before: str | None
-    ) -> DenseHits | None:
-        if self._dense is None:
-            return None
-        return self._dense.hits(lambda: nullcontext(self._conn), memory_id, query, k, after, before)
+    def _read(self) -> AbstractContextManager[sqlite3.Connection]:
+        return nullcontext(self._conn)
 
     # -- introspection (tests, benchmarks) -----------------------------------------------------------------
 

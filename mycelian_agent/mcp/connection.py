@@ -1,34 +1,23 @@
-"""One persistent MCP session to a memory server, and its tools.
+"""One persistent MCP session to a memory server, and its tools: :class:`MemoryConnection`.
 
-``langchain-mcp-adapters``' ``client.get_tools()`` opens a new session per tool call: over stdio that spawns a
-server process every time (~574 ms a call measured, against ~3.5 ms on a persistent session). A
-:class:`MemoryConnection` opens one session, keeps it in a task of its own (anyio requires a session to be closed
-by the task that opened it) and loads the tools on it once. The tools call through the connection, which puts a
-deadline on every call and, over HTTP, replaces a broken session with a new one (python-sdk issue 1577: a request
-whose server died is otherwise never answered).
+It opens one session (spawning the server for stdio), keeps it in a task of its own (anyio requires a session to be
+closed by the task that opened it), loads the tools on it once, and calls through it with a deadline on every call;
+over HTTP it replaces a broken session with a new one. How each kind of session sees its end is in
+:mod:`.stdio_session` and :mod:`.http_session`; where the servers are, in :mod:`.endpoints`.
 
-A dead server is seen at once, not after a call's deadline: over stdio the session's read stream is watched (the
-server's output ends), over HTTP its transport (a refused or reset connection), and every call waiting on a session
-that ended fails then.
+The class is most of this module's length: its session task, reconnection and call rules share the same state (the
+current session, its end, its generation) and read best together.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import os
-import signal
-import sys
-from contextvars import ContextVar
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from datetime import timedelta
-from typing import Any, AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, Any
 
 import anyio
-import httpx
-from typing import TYPE_CHECKING
-
 from langchain_mcp_adapters.sessions import Connection, create_session
 from mcp import ClientSession
 from mcp.types import CONNECTION_CLOSED
@@ -36,55 +25,13 @@ from mcp.types import CONNECTION_CLOSED
 if TYPE_CHECKING:  # LangChain (~1.5 s to import) only when the tools are asked for: not by list/show/export
     from langchain_core.tools import BaseTool
 
-from .errors import ConfigError, MemoryServerError, MycelianError, describe_cause, is_transient_text
+from ..errors import ConfigError, MemoryServerError, MycelianError, describe_cause, is_transient_text
+from .endpoints import SessionFactory
+from .http_session import HTTP_TRANSPORTS, WATCHED_HTTP_KEYS, http_session
+from .session_end import ServerEnded, SessionEnd
+from .stdio_session import ServerLog, stdio_session
 
-__all__ = ["MemoryConnection", "SessionFactory", "embedded_connection", "http_connection", "in_process_connection"]
-
-#: Opens an initialised client session (an in-process server); the alternative to a langchain-mcp-adapters Connection.
-SessionFactory = Callable[[], AbstractAsyncContextManager[ClientSession]]
-
-
-def embedded_connection(db: str | None = None, *, extra_args: Sequence[str] = (),
-                        env: Mapping[str, str] | None = None) -> Connection:
-    """A stdio connection that spawns our embedded memory server on SQLite file ``db`` (None: its default)."""
-    args = ["-m", "mycelian_agent.memory_server", "--transport", "stdio", *(["--db", str(db)] if db else []), *extra_args]
-    connection: dict[str, Any] = {"transport": "stdio", "command": sys.executable, "args": args}
-    # The MCP SDK gives a server only a few variables (HOME, PATH, ...): PYTHONPATH is passed on so that the server
-    # imports the same package as this process (a source checkout on PYTHONPATH, not another installed copy).
-    inherited = {name: os.environ[name] for name in ("PYTHONPATH",) if os.environ.get(name)}
-    if env is not None or inherited:
-        connection["env"] = {**inherited, **(env or {})}
-    return connection  # type: ignore[return-value]
-
-
-def http_connection(url: str, *, token: str | None = None, timeout: float = 30.0) -> Connection:
-    """A streamable-HTTP connection to a memory server at ``url`` (e.g. ``http://127.0.0.1:11546/mcp``)."""
-    if not url.startswith(("http://", "https://")):
-        raise ConfigError(f"memory server URL must start with http:// or https://, got {url!r}")
-    connection: dict[str, Any] = {"transport": "streamable_http", "url": url, "timeout": timeout}
-    if token:
-        connection["headers"] = {"Authorization": f"Bearer {token}"}
-    return connection  # type: ignore[return-value]
-
-
-def in_process_connection(db: str, *, embeddings: bool | str | None = None,
-                          embeddings_model: str | None = None) -> SessionFactory:
-    """Our memory server inside this process on SQLite file ``db``, over in-memory streams: the same tools and
-    checks as the embedded stdio server, without a subprocess (notebooks, tests, single-process apps).
-    ``embeddings``: None (the server's default: on when a dense model is installed), False, or how vectors are
-    written (True or ``"behind"``, ``"inline"``); ``embeddings_model``: the dense model (None: auto)."""
-
-    def open_session() -> AbstractAsyncContextManager[ClientSession]:
-        from mcp.shared.memory import create_connected_server_and_client_session
-
-        from .memory_server import create_server
-
-        writes = embeddings if embeddings in ("behind", "inline") else "behind"
-        return create_connected_server_and_client_session(
-            create_server(db, embeddings=None if embeddings is None else bool(embeddings), embeddings_writes=writes,
-                          embeddings_model=embeddings_model))
-
-    return open_session
+__all__ = ["MemoryConnection"]
 
 
 def _settled(requests: set[asyncio.Future[Any]]) -> Callable[[asyncio.Future[Any]], None]:
@@ -97,295 +44,6 @@ def _settled(requests: set[asyncio.Future[Any]]) -> Callable[[asyncio.Future[Any
             request.exception()
 
     return done
-
-
-_OUTPUT_ENDED = "the server process exited (its output ended)"
-
-
-class _ServerEnded(ConnectionError):
-    """The session ended (the stdio server's output ended, an HTTP request found the server gone) while a call
-    waited for its answer, or before it was sent."""
-
-
-class _SessionEnd:
-    """Set once a session is over, with why: what a waiting call races against (:meth:`MemoryConnection._watched_call`)
-    so it fails at once instead of waiting out its deadline."""
-
-    def __init__(self) -> None:
-        self.event = asyncio.Event()
-        self.reason = "the session ended"
-        self.processes: list[Any] = []  # stdio: the spawned server (see _watch_spawns), for its exit status
-
-    def set(self, reason: str | None = None) -> None:
-        if not self.event.is_set():
-            if reason:
-                self.reason = reason
-            self.event.set()
-
-    def is_set(self) -> bool:
-        return self.event.is_set()
-
-    async def wait(self) -> None:
-        await self.event.wait()
-
-    async def explained(self) -> str:
-        """The reason, with a spawned server's exit status (waiting up to :data:`EXIT_STATUS_WAIT` for the process
-        to be reaped: its output ends a moment before)."""
-        if not self.processes or self.reason != _OUTPUT_ENDED and not self.reason.startswith(_OUTPUT_ENDED + ";"):
-            return self.reason
-        process = self.processes[-1]
-        code = None
-        with anyio.move_on_after(EXIT_STATUS_WAIT):
-            while code is None:
-                code = _peek_exit(process.pid)
-                if code is None:
-                    if process.returncode is not None:
-                        code = process.returncode
-                    else:
-                        await anyio.sleep(0.02)
-        status = _exit_status(code)
-        return self.reason.replace("exited", f"exited ({status})", 1) if status else self.reason
-
-
-def _peek_exit(pid: int) -> int | None:
-    """The exit status of child ``pid`` if it has exited, read without reaping it (``waitid`` with ``WNOWAIT``, so
-    asyncio's own waiter still gets it): a negative signal number if it was killed; None while it runs, or where
-    ``waitid`` is missing. Read as soon as the output ends because asyncio reports 255 for a child reaped before its
-    waiter thread gets to it."""
-    waitid = getattr(os, "waitid", None)
-    if waitid is None:
-        return None
-    try:
-        info = waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:
-        return None
-    if info is None:
-        return None
-    return -info.si_status if info.si_code in (os.CLD_KILLED, os.CLD_DUMPED) else info.si_status
-
-
-class _ServerLog:
-    """Where a spawned server's stderr goes: a temporary file, so that a server that fails to start or dies is
-    reported in the client's one error line (its last words) instead of as lines of its own before it. What the
-    server wrote is passed on to this process's stderr when the session closes, unless an error already told it."""
-
-    def __init__(self) -> None:
-        import tempfile
-
-        self.file = tempfile.TemporaryFile(mode="w+b")
-        self.told = False
-
-    def tail(self, lines: int = 1) -> str:
-        """The last ``lines`` non-empty lines the server wrote, joined with " | " ("" if none)."""
-        try:
-            self.file.flush()
-            size = self.file.seek(0, 2)
-            self.file.seek(max(0, size - 8192))
-            text = self.file.read().decode("utf-8", errors="replace")
-        except (OSError, ValueError):
-            return ""
-        return " | ".join([line.strip() for line in text.splitlines() if line.strip()][-lines:])
-
-    def close(self) -> None:
-        """Pass on what the server wrote (unless an error told it), then drop the file."""
-        try:
-            if not self.told:
-                self.file.seek(0)
-                text = self.file.read().decode("utf-8", errors="replace")
-                if text:
-                    sys.stderr.write(text)
-                    sys.stderr.flush()
-        except (OSError, ValueError):
-            pass
-        finally:
-            self.file.close()
-
-
-#: The server processes spawned by the stdio sessions opened in this context (see :func:`_watch_spawns`).
-_SPAWNED: ContextVar[list[Any] | None] = ContextVar("mycelian_spawned", default=None)
-#: How long a stdio server whose output ended is given to be reaped, so that its exit status can be reported.
-EXIT_STATUS_WAIT = 1.0
-
-
-def _watch_spawns() -> None:
-    """Let :func:`_stdio_session` see the process the MCP SDK spawns (the SDK keeps it to itself), so a server that
-    dies is reported with its exit status. Wraps the SDK's spawn function once; a future SDK without it leaves the
-    report without the status."""
-    from mcp.client import stdio as sdk
-
-    spawn = getattr(sdk, "_create_platform_compatible_process", None)
-    if spawn is None or getattr(spawn, "mycelian_watched", False):
-        return
-
-    async def watched(*args: Any, **kwargs: Any) -> Any:
-        process = await spawn(*args, **kwargs)
-        spawned = _SPAWNED.get()
-        if spawned is not None:
-            spawned.append(process)
-        return process
-
-    watched.mycelian_watched = True  # type: ignore[attr-defined]
-    sdk._create_platform_compatible_process = watched
-
-
-def _exit_status(code: int | None) -> str:
-    """``"exit code 3"``, ``"killed by SIGKILL"`` (a negative code is the signal), or "" when unknown."""
-    if code is None:
-        return ""
-    if code < 0:
-        with contextlib.suppress(ValueError):
-            return f"killed by {signal.Signals(-code).name}"
-        return f"killed by signal {-code}"
-    return f"exit code {code}"
-
-
-class _WatchedStream:
-    """The read stream of a stdio session that sets ``ended`` when the server's output ends (the process exited):
-    the MCP client fails the requests in flight then, but a request sent afterwards would wait for its deadline."""
-
-    def __init__(self, stream: Any, ended: _SessionEnd, log: _ServerLog | None = None) -> None:
-        self._stream = stream
-        self._ended = ended
-        self._log = log
-
-    def _end(self) -> None:
-        if self._ended.is_set():
-            return
-        last = self._log.tail(3) if self._log is not None else ""
-        self._ended.set(_OUTPUT_ENDED + (f"; its last words: {last}" if last else ""))
-
-    async def __aenter__(self) -> "_WatchedStream":
-        await self._stream.__aenter__()
-        return self
-
-    async def __aexit__(self, *exc_info: Any) -> Any:
-        self._end()
-        return await self._stream.__aexit__(*exc_info)
-
-    def __aiter__(self) -> "_WatchedStream":
-        return self
-
-    async def __anext__(self) -> Any:
-        try:
-            return await self._stream.__anext__()
-        except StopAsyncIteration:
-            self._end()
-            raise
-
-    async def receive(self) -> Any:
-        return await self._stream.receive()
-
-    async def aclose(self) -> None:
-        self._end()
-        await self._stream.aclose()
-
-
-@asynccontextmanager
-async def _stdio_session(connection: Mapping[str, Any], ended: _SessionEnd,
-                         log: _ServerLog) -> AsyncIterator[ClientSession]:
-    """A session with a server spawned over stdio (as langchain-mcp-adapters opens it), whose end is watched and
-    whose stderr goes to ``log``."""
-    from mcp import StdioServerParameters
-    from mcp.client.stdio import stdio_client
-
-    params = StdioServerParameters(command=connection["command"], args=list(connection.get("args", [])),
-                                   env=connection.get("env"))
-    _watch_spawns()
-    async with contextlib.AsyncExitStack() as stack:
-        token = _SPAWNED.set(ended.processes)  # only while the SDK spawns the server
-        try:
-            read, write = await stack.enter_async_context(stdio_client(params, errlog=log.file))
-        finally:
-            _SPAWNED.reset(token)
-        watched = _WatchedStream(read, ended, log)
-        yield await stack.enter_async_context(ClientSession(watched, write))  # type: ignore[arg-type]
-
-
-class _WatchedBody(httpx.AsyncByteStream):
-    """A response body whose transport failure (the server died while answering) ends the session."""
-
-    def __init__(self, stream: Any, ended: _SessionEnd, url: str) -> None:
-        self._stream = stream
-        self._ended = ended
-        self._url = url
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        try:
-            async for chunk in self._stream:
-                yield chunk
-        except httpx.TimeoutException:  # a slow answer is the call deadline's business, not a dead server
-            raise
-        except httpx.TransportError as exc:
-            self._ended.set(_connection_lost(self._url, exc))
-            raise
-
-    async def aclose(self) -> None:
-        await self._stream.aclose()
-
-
-class _WatchedTransport(httpx.AsyncBaseTransport):
-    """The HTTP session's transport: a refused or broken connection (not a timeout) ends the session at once.
-
-    The MCP SDK swallows a response stream that breaks before its answer (the request then waits for its deadline)
-    and fails its whole task group on a refused POST without answering the requests in flight; watching the
-    transport sees both."""
-
-    def __init__(self, inner: httpx.AsyncBaseTransport, ended: _SessionEnd, url: str) -> None:
-        self._inner = inner
-        self._ended = ended
-        self._url = url
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        try:
-            response = await self._inner.handle_async_request(request)
-        except httpx.TimeoutException:
-            raise
-        except httpx.TransportError as exc:
-            self._ended.set(_connection_lost(self._url, exc))
-            raise
-        response.stream = _WatchedBody(response.stream, self._ended, self._url)
-        return response
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-
-#: The keys of a streamable-HTTP connection :func:`_http_session` honours; a connection with others (an
-#: ``httpx_client_factory``, ``session_kwargs``) is opened by langchain-mcp-adapters as given, unwatched.
-_WATCHED_HTTP_KEYS = frozenset({"transport", "url", "headers", "timeout", "sse_read_timeout", "auth"})
-
-
-def _connection_lost(url: str, exc: BaseException) -> str:
-    return f"the connection to {url} was lost or refused ({describe_cause(exc)})"
-
-
-def _seconds(value: Any, default: float) -> float:
-    if value is None:
-        return default
-    return value.total_seconds() if isinstance(value, timedelta) else float(value)
-
-
-@asynccontextmanager
-async def _http_session(connection: Mapping[str, Any], ended: _SessionEnd) -> AsyncIterator[ClientSession]:
-    """A streamable-HTTP session (as langchain-mcp-adapters opens it) whose transport is watched: a server that
-    dies or refuses connections ends the session at once. The session is closed on the server (HTTP DELETE) only
-    while it is healthy: a dead server is not waited for again on the way out."""
-    from mcp.client.streamable_http import MCP_SESSION_ID, streamable_http_client
-
-    url = connection["url"]
-    timeout = httpx.Timeout(_seconds(connection.get("timeout"), 30.0),
-                            read=_seconds(connection.get("sse_read_timeout"), 300.0))
-    client = httpx.AsyncClient(transport=_WatchedTransport(httpx.AsyncHTTPTransport(), ended, url), timeout=timeout,
-                               headers=connection.get("headers"), auth=connection.get("auth"))
-    async with client, streamable_http_client(url, http_client=client, terminate_on_close=False) \
-            as (read, write, session_id), ClientSession(read, write) as session:
-        try:
-            yield session
-        finally:
-            if (sid := session_id()) and not ended.is_set():
-                with contextlib.suppress(Exception):
-                    with anyio.fail_after(2.0):
-                        await client.delete(url, headers={MCP_SESSION_ID: sid})
 
 
 async def _list_tools(session: ClientSession) -> list[Any]:
@@ -479,7 +137,7 @@ class MemoryConnection:
         self._stop: asyncio.Event | None = None
         self._failure: BaseException | None = None  # why the session's task ended on its own
         self._broken = False
-        self._ended: _SessionEnd | None = None  # the current session's end (server exited, connection lost)
+        self._ended: SessionEnd | None = None  # the current session's end (server exited, connection lost)
         self._given_up = 0  # reconnection windows that ran out, so calls queued behind one fail with it
         self._give_up_reason = ""
         self._requests: set[asyncio.Future[Any]] = set()  # tool calls in flight (kept until their answer comes)
@@ -500,6 +158,7 @@ class MemoryConnection:
             from langchain_mcp_adapters.tools import convert_mcp_tool_to_langchain_tool
 
             proxy = _SessionProxy(self)
+            # Third-party boundary: the adapter is annotated with ClientSession and calls only its call_tool.
             self._tools = {name: convert_mcp_tool_to_langchain_tool(proxy, tool)  # type: ignore[arg-type]
                            for name, tool in self._mcp_tools.items()}
         return self._tools
@@ -533,6 +192,10 @@ class MemoryConnection:
             return self
         if self._connection is None:
             raise ConfigError("MemoryConnection needs a connection (see embedded_connection / http_connection)")
+        if not callable(self._connection) and "transport" not in self._connection:
+            keys = ", ".join(map(repr, self._connection)) or "none"  # not the values: headers may hold a token
+            raise ConfigError(f"the connection has no 'transport' key (keys: {keys}; see embedded_connection / "
+                              "http_connection)")
         self._lock = asyncio.Lock()
         await self._start(self._open_timeout, load_tools=True)
         self._opened = True
@@ -557,25 +220,23 @@ class MemoryConnection:
         self._generation += 1
 
     async def _keep_session(self, ready: asyncio.Future[None], load_tools: bool) -> None:
-        assert self._connection is not None and self._stop is not None
-        stop = self._stop
-        ended = self._ended = _SessionEnd()
-        log: _ServerLog | None = None
+        connection, stop = self._connection, self._stop
+        assert connection is not None and stop is not None
+        ended = self._ended = SessionEnd()
+        log: ServerLog | None = None
         try:
-            factory = self._connection if callable(self._connection) else None
-            transport = None if factory is not None else self._connection.get("transport")  # type: ignore[union-attr]
-            if factory is not None:
-                opened = factory()
-            elif transport == "stdio":
-                log = _ServerLog()
-                opened = _stdio_session(self._connection, ended, log)  # type: ignore[arg-type]
-            elif transport in ("streamable_http", "streamable-http", "http") \
-                    and set(self._connection) <= _WATCHED_HTTP_KEYS:  # type: ignore[arg-type]
-                opened = _http_session(self._connection, ended)  # type: ignore[arg-type]
+            opened: AbstractAsyncContextManager[ClientSession]
+            if callable(connection):
+                opened = connection()
+            elif connection["transport"] == "stdio":
+                log = ServerLog()
+                opened = stdio_session(connection, ended, log)
+            elif connection["transport"] in HTTP_TRANSPORTS and set(connection) <= WATCHED_HTTP_KEYS:
+                opened = http_session(connection, ended)
             else:
-                opened = create_session(self._connection)  # type: ignore[arg-type]
+                opened = create_session(connection)
             async with opened as session:
-                if factory is None:  # a factory's session comes initialised
+                if not callable(connection):  # a factory's session comes initialised
                     await session.initialize()
                 if load_tools:
                     self._mcp_tools = {tool.name: tool for tool in await _list_tools(session)}
@@ -609,7 +270,7 @@ class MemoryConnection:
             if self._stop is stop:
                 self._session = None
 
-    def _connect_error(self, exc: BaseException, log: _ServerLog | None = None) -> MemoryServerError:
+    def _connect_error(self, exc: BaseException, log: ServerLog | None = None) -> MemoryServerError:
         """Why a session could not be opened, in the user's terms (a refused token is not a network problem; a
         spawned server that exited says why in its last words)."""
         last = log.tail() if log is not None else ""
@@ -633,12 +294,14 @@ class MemoryConnection:
                                  transient=True)
 
     def _describe(self) -> str:
-        if callable(self._connection):
+        connection = self._connection
+        if connection is None:
+            return "no connection"
+        if callable(connection):
             return "in-process server"
-        conn = self._connection or {}
-        if conn.get("transport") == "stdio":
-            return "embedded server: " + " ".join([conn.get("command", ""), *conn.get("args", [])])
-        return f"{conn.get('transport')} {conn.get('url')}"
+        if connection["transport"] == "stdio":
+            return "embedded server: " + " ".join([connection.get("command", ""), *connection.get("args", [])])
+        return f"{connection['transport']} {connection.get('url')}"
 
     async def _stop_task(self, wait: float) -> None:
         if self._task is None:
@@ -669,14 +332,19 @@ class MemoryConnection:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.aclose()
 
+    def _live(self) -> ClientSession | None:
+        """The current session while it is usable (open, not marked broken, its task running), else None."""
+        if self._broken or self._task is None or self._task.done():
+            return None
+        return self._session
+
     def _alive(self) -> bool:
-        return (self._session is not None and not self._broken and self._task is not None
-                and not self._task.done())
+        return self._live() is not None
 
     async def _usable_session(self, name: str) -> tuple[ClientSession, int]:
         """The current session; over HTTP a broken one is replaced first (waiting for the server to return)."""
-        if self._alive():
-            return self._session, self._generation  # type: ignore[return-value]
+        if (session := self._live()) is not None:
+            return session, self._generation
         if not self._opened:
             raise MemoryServerError("the memory server connection is not open (use 'async with' first)", tool=name)
         cause = f": {describe_cause(self._failure)}" if self._failure else ""
@@ -688,8 +356,8 @@ class MemoryConnection:
         assert self._lock is not None
         given_up = self._given_up
         async with self._lock:
-            if self._alive():  # another call reconnected meanwhile
-                return self._session, self._generation  # type: ignore[return-value]
+            if (session := self._live()) is not None:  # another call reconnected meanwhile
+                return session, self._generation
             if self._given_up != given_up:
                 # Another call waited the whole window while this one queued: waiting again would double it.
                 raise MemoryServerError(f"{name} failed: {self._give_up_reason}", tool=name)
@@ -702,7 +370,7 @@ class MemoryConnection:
                 try:  # a refused connection fails at once; a server that accepts but never answers, within 1 s
                     await self._start(max(1.0, min(self._open_timeout, left)), load_tools=False)
                     self.reconnects += 1
-                    return self._session, self._generation  # type: ignore[return-value]
+                    return self.session, self._generation
                 except MemoryServerError as exc:
                     if not exc.transient:  # e.g. the token is refused: waiting will not help
                         raise
@@ -719,7 +387,7 @@ class MemoryConnection:
             self._given_up += 1
         raise MemoryServerError(f"{name} failed: {self._give_up_reason}", tool=name)
 
-    async def _watched_call(self, session: ClientSession, ended: _SessionEnd | None, name: str,
+    async def _watched_call(self, session: ClientSession, ended: SessionEnd | None, name: str,
                             arguments: dict[str, Any]) -> Any:
         """``session.call_tool`` in a task of its own, ended early when the session ends: the stdio server's output
         ends, or an HTTP request finds the server gone (refused, reset). A request in flight then, or sent just
@@ -730,7 +398,7 @@ class MemoryConnection:
         a request cancelled in that yield closes the stream under it; the loop takes that for the connection
         closing and ends, which closes the session for every later call (mcp 1.30, stdio and in-memory alike)."""
         if ended is not None and ended.is_set():
-            raise _ServerEnded(ended.reason)
+            raise ServerEnded(ended.reason)
         call = asyncio.ensure_future(session.call_tool(name, arguments))
         self._requests.add(call)
         call.add_done_callback(_settled(self._requests))
@@ -747,7 +415,7 @@ class MemoryConnection:
             await asyncio.gather(call, return_exceptions=True)
         if ended is None:
             return call.result()  # cancelled with its session (raises CancelledError)
-        raise _ServerEnded(ended.reason)
+        raise ServerEnded(ended.reason)
 
     def _mark_broken(self, generation: int) -> None:
         if generation == self._generation:
@@ -777,7 +445,7 @@ class MemoryConnection:
         except MycelianError:
             raise
         except Exception as exc:  # transport failures surface as many exception types
-            closed = isinstance(exc, _ServerEnded) or _is_closed(exc) or not self._alive()
+            closed = isinstance(exc, ServerEnded) or _is_closed(exc) or not self._alive()
             if self._reconnect:
                 self._mark_broken(generation)
                 raise MemoryServerError(f"{name} failed: {describe_cause(exc)} (connection to {self._describe()} "
@@ -808,4 +476,3 @@ class MemoryConnection:
             return json.loads(text)
         except json.JSONDecodeError:
             raise MemoryServerError(f"{name} returned non-JSON text: {text[:200]!r}", tool=name) from None
-

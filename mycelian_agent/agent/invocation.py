@@ -1,0 +1,90 @@
+"""One invocation's runtime context (:class:`Invocation`) and the thread-state bookkeeping its steps share.
+
+The context travels in LangGraph's runtime context, never in the checkpoint: it holds where the invocation writes and
+the report it fills in. The helpers read and update the checkpointed state's totals and messages.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from typing import Any, Mapping
+
+from ..limits import TAG_VALUE_MAX_CHARS, split_oversize
+from .report import InvocationResult, ThreadProgress, Usage
+from .state import Turn
+
+__all__ = ["Invocation", "bump_progress", "inherit_time", "plain_turn", "speaker_tag", "split_parts", "thread_totals"]
+
+
+@dataclass
+class Invocation:
+    """The runtime context of one invocation: where it writes and the report it fills in (not checkpointed)."""
+
+    thread_id: str
+    vault_id: str
+    memory_id: str
+    report: InvocationResult
+    batch_entries: int = 0  # add_entry calls made by ADD_ENTRIES in this invocation (ADD_ENTRY counts its own)
+    incoming: list[tuple[Turn, dict[str, str]]] | None = None  # aaccept_messages: the checked messages to accept
+    batch_context: str | None = None  # the context document written by the ADD_ENTRIES call, for PUT_CONTEXT
+    tools_in_flight: int = 0  # tool calls of one pass run concurrently: their time is counted once (the union)
+    tools_since: float = 0.0
+    #: The state changes of the steps done so far, written to the checkpoint only by the invocation's last step.
+    staged: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ids(self) -> dict[str, str]:
+        return {"vault_id": self.vault_id, "memory_id": self.memory_id}
+
+
+@lru_cache(maxsize=4)
+def split_parts(content: str, limit: int) -> tuple[str, ...]:
+    """The parts of a message (``split_oversize``), computed once: ADD_ENTRY asks for them at each of its steps (one
+    per part), so splitting again each time made a long message cost the square of its size."""
+    return tuple(split_oversize(content, limit))
+
+
+def thread_totals(values: Mapping[str, Any]) -> tuple[ThreadProgress, Usage]:
+    """A thread's progress and usage from its state (checkpoints of 0.1 kept both in one ``counters`` dict)."""
+    legacy = values.get("counters")
+    return (ThreadProgress.from_mapping(values.get("progress") or legacy),
+            Usage.from_mapping(values.get("usage") or legacy))
+
+
+def bump_progress(state: Mapping[str, Any], **deltas: int) -> dict[str, int]:
+    progress = thread_totals(state)[0]
+    return replace(progress, **{k: getattr(progress, k) + v for k, v in deltas.items()}).as_dict()
+
+
+def inherit_time(state: Mapping[str, Any], run: Invocation) -> dict[str, Any]:
+    """A message without a time takes the later of the session's time and the last message's (a state update)."""
+    message: Turn = state["message"]
+    if message.get("conversation_time"):
+        return {}
+    known = [t for t in (state.get("session_time"), state.get("last_time")) if t]
+    if not known:
+        return {}  # no time known at all: the server stamps the entry with its creation time
+    inherited = max(known)  # same fixed-width UTC form (normalise_time): the string order is the time order
+    run.report.notes += (f"message sent without a time: stored with the session's time {inherited} "
+                         "(the later of the session's start and its last message)",)
+    return {"message": {**message, "conversation_time": inherited}}
+
+
+def speaker_tag(message: Mapping[str, Any]) -> dict[str, str]:
+    """``{"speaker": name}`` when the message names its speaker: read back as the speaker of a search hit."""
+    name = message.get("name")
+    return {"speaker": name[:TAG_VALUE_MAX_CHARS]} if name else {}
+
+
+def _clip(text: str, limit: int | None) -> str:
+    return text if limit is None or len(text) <= limit else text[:limit]
+
+
+def plain_turn(message: Mapping[str, Any], limit: int | None) -> Turn:
+    """The message as a plain Turn (no batch bookkeeping), its content clipped to ``limit``."""
+    turn = Turn(role=message["role"], content=_clip(message["content"], limit))
+    for key in ("conversation_time", "name"):
+        if message.get(key):
+            turn[key] = message[key]
+    return turn

@@ -1,0 +1,231 @@
+"""The commands on one memory server: ``list``, ``show``, ``search``, ``recall``, ``add``, ``delete``,
+``export``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+from rich.panel import Panel
+from rich.table import Table
+
+from ..errors import MycelianError
+from ..paths import check_store_location
+from .common import connect, console, err_console, find_vault, memory_reader, open_memory, read_options, server_options
+
+__all__ = ["add", "delete", "export", "list_", "recall", "search", "show"]
+
+
+@click.command()
+@server_options
+@click.option("--memory", required=True, help="Memory title or id.")
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 50), help="Newest entries to show.")
+def show(db: str | None, server: str, token: str | None, vault: str, timeout: float, reconnect_wait: float, memory: str,
+         limit: int) -> None:
+    """Show a memory's newest entries and its current context document."""
+
+    async def run() -> None:
+        connection, vault_id, memory_id = await open_memory(db, server, token, vault, memory, timeout, reconnect_wait)
+        try:
+            ids = {"vault_id": vault_id, "memory_id": memory_id}
+            listed = await connection.call_json("list_entries", {**ids, "limit": limit})
+            context = await connection.call("get_context", ids)
+        finally:
+            await connection.aclose()
+        table = Table(title=f"{memory}: newest {len(listed['entries'])} entries", show_lines=False)
+        for column in ("time", "role", "summary", "message"):
+            table.add_column(column, overflow="fold")
+        for entry in reversed(listed["entries"]):
+            raw = entry["rawEntry"]
+            table.add_row((entry.get("conversationTime") or entry["creationTime"])[:16], entry["tags"].get("role", ""),
+                          entry["summary"], raw if len(raw) <= 120 else raw[:117] + "...")
+        console.print(table)
+        from rich.markdown import Markdown  # markdown-it takes ~0.2 s to import: only `show` needs it
+
+        console.print(Panel(Markdown(context), title="context document"))
+
+    asyncio.run(run())
+
+
+@click.command()
+@read_options
+@click.option("--top-k", default=5, show_default=True, type=click.IntRange(1, 25), help="Entries to return.")
+def search(query: str, db: str | None, server: str, token: str | None, vault: str, timeout: float,
+           reconnect_wait: float, memory: str, after: str | None, before: str | None, as_json: bool,
+           top_k: int) -> None:
+    """Search a memory: its entries ranked for QUERY."""
+
+    async def run() -> list[Any]:
+        reader = await memory_reader(db, server, token, vault, memory, timeout, reconnect_wait)
+        try:
+            return await reader.asearch(query, top_k=top_k, after=after, before=before)
+        finally:
+            await reader.connection.aclose()
+
+    hits = asyncio.run(run())
+    if as_json:
+        click.echo(json.dumps([hit.as_dict() for hit in hits], indent=2, ensure_ascii=False))
+        return
+    if not hits:
+        console.print(f"no entry of memory {memory!r} matches {query!r}")
+        return
+    table = Table(title=f"search: {query}")
+    for column in ("score", "time", "speaker", "message"):
+        table.add_column(column, overflow="fold")
+    for hit in hits:
+        table.add_row(f"{hit.score:.3g}", (hit.time or "")[:16], hit.speaker or "", hit.text)
+    console.print(table)
+
+
+@click.command()
+@read_options
+@click.option("--budget-tokens", default=1500, show_default=True, type=click.IntRange(min=40),
+              help="Size of the block (estimated tokens).")
+@click.option("--top-k", default=10, show_default=True, type=click.IntRange(1, 25), help="Entries searched.")
+def recall(query: str, db: str | None, server: str, token: str | None, vault: str, timeout: float,
+           reconnect_wait: float, memory: str, after: str | None, before: str | None, as_json: bool,
+           budget_tokens: int, top_k: int) -> None:
+    """Print the block a chat pipeline would put into its prompt for QUERY: the context document's relevant items
+    and the best entries with their neighbouring turns, dated, in time order (``invoker.arecall``)."""
+
+    async def run() -> Any:
+        reader = await memory_reader(db, server, token, vault, memory, timeout, reconnect_wait)
+        try:
+            return await reader.arecall(query, budget_tokens=budget_tokens, top_k=top_k, after=after, before=before)
+        finally:
+            await reader.connection.aclose()
+
+    found = asyncio.run(run())
+    click.echo(json.dumps(found.as_dict(), indent=2, ensure_ascii=False) if as_json else found.as_prompt(), nl=False)
+
+
+@click.command(name="list")
+@server_options
+def list_(db: str | None, server: str, token: str | None, vault: str, timeout: float, reconnect_wait: float) -> None:
+    """List the vaults and their memories (titles and ids); --vault shows one vault."""
+
+    async def run() -> list[tuple[str, str, list[dict[str, Any]]]]:
+        connection = await connect(db, server, token, timeout, reconnect_wait)
+        try:
+            vaults = await connection.call_json("list_vaults")
+            if vault != "mycelian":  # a vault named: only that one (the default lists them all)
+                chosen = await find_vault(connection, vault)
+                vaults = [v for v in vaults if v["vaultId"] == chosen]
+            return [(v["title"], v["vaultId"], await connection.call_json("list_memories", {"vault_id": v["vaultId"]}))
+                    for v in vaults]
+        finally:
+            await connection.aclose()
+
+    table = Table(title="vaults and memories")
+    for column in ("vault", "memory", "memory id"):
+        table.add_column(column, overflow="fold")
+    for title, vault_id, memories in asyncio.run(run()):
+        table.add_row(f"{title} ({vault_id})", "", "")
+        for item in memories:
+            table.add_row("", item["title"], item["memoryId"])
+    console.print(table)
+
+
+@click.command()
+@click.argument("text")
+@server_options
+@click.option("--memory", required=True, help="Memory title (created when missing) or id.")
+@click.option("--role", default="user", show_default=True, type=click.Choice(["user", "assistant"]))
+@click.option("--name", default=None, help="Who spoke (e.g. Caroline).")
+@click.option("--time", "when", default=None, help="When it was said (RFC 3339, e.g. 2024-05-01T10:00:00Z).")
+@click.option("--model", envvar="MYCELIAN_MODEL", default="extractive", show_default=True,
+              help="'extractive' (no network) or 'openai:<model>' [env MYCELIAN_MODEL].")
+def add(text: str, db: str | None, server: str, token: str | None, vault: str, timeout: float,
+        reconnect_wait: float, memory: str, role: str, name: str | None, when: str | None, model: str) -> None:
+    """Store one message TEXT in a memory (summary and tags written by the model) and print the entry."""
+    if server in ("embedded", "in-process"):
+        check_store_location(db, "--db", "memory database", "memory.db")
+    from ..builder import ConnectionSettings, build_agent
+
+    connection = ConnectionSettings.from_env(os.environ, server=server, db=db, token=token, timeout=timeout,
+                                             reconnect_wait=reconnect_wait)
+
+    async def run() -> Any:
+        async with build_agent(model, connection=connection, vault=vault, memory=memory) as invoker:
+            result = await invoker.aprocess_conversation_message(role, text, f"cli-{memory}", when, name=name)
+            ids = {"vault_id": invoker.agent.vault_id, "memory_id": invoker.agent.memory_id}
+            return [await invoker.connection.call_json("get_entry", {**ids, "entry_id": e}) for e in result.entry_ids]
+
+    for entry in asyncio.run(run()):
+        click.echo(json.dumps(entry, indent=2, ensure_ascii=False))
+
+
+@click.command()
+@server_options
+@click.option("--memory", required=True, help="Memory title or id.")
+@click.option("--entry", "entry_id", default=None, help="Delete only this entry (its id); without it, the whole memory.")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def delete(db: str | None, server: str, token: str | None, vault: str, timeout: float, reconnect_wait: float,
+           memory: str, entry_id: str | None, yes: bool) -> None:
+    """Delete one entry of a memory (--entry), or the whole memory with its entries and context."""
+    what = f"entry {entry_id} of memory {memory!r}" if entry_id else f"memory {memory!r} with all its entries"
+
+    async def run() -> Any:
+        connection, vault_id, memory_id = await open_memory(db, server, token, vault, memory, timeout, reconnect_wait)
+        try:
+            ids = {"vault_id": vault_id, "memory_id": memory_id}
+            if entry_id:  # the entry must exist before anyone is asked to confirm its deletion
+                await connection.call_json("get_entry", {**ids, "entry_id": entry_id})
+            if not yes:
+                if not sys.stdin.isatty():
+                    raise MycelianError(f"not deleting {what}: there is no terminal to confirm on; pass --yes")
+                click.confirm(f"Delete {what}?", abort=True)
+            if entry_id:
+                return await connection.call_json("delete_entry", {**ids, "entry_id": entry_id})
+            return await connection.call_json("delete_memory", ids)
+        finally:
+            await connection.aclose()
+
+    click.echo(json.dumps(asyncio.run(run())))
+
+
+@click.command()
+@server_options
+@click.option("--memory", required=True, help="Memory title or id.")
+@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Write the JSON here (default: standard output).")
+def export(db: str | None, server: str, token: str | None, vault: str, timeout: float, reconnect_wait: float,
+           memory: str, out: Path | None) -> None:
+    """Export a memory as JSON: the memory, its context document and every entry, oldest first."""
+
+    async def run() -> dict[str, Any]:
+        connection, vault_id, memory_id = await open_memory(db, server, token, vault, memory, timeout, reconnect_wait)
+        try:
+            ids = {"vault_id": vault_id, "memory_id": memory_id}
+            entries: list[dict[str, Any]] = []
+            page = await connection.call_json("list_entries", {**ids, "limit": 50, "after": "0001-01-01T00:00:00Z"})
+            while True:
+                entries += page["entries"]
+                if not page.get("next_after"):
+                    break
+                page = await connection.call_json("list_entries", {**ids, "limit": 50, "after": page["next_after"]})
+            from ..memory_server.storage.placeholder import is_placeholder_context
+
+            context = await connection.call("get_context", ids)
+            return {"vault": {"vaultId": vault_id, "title": vault},
+                    "memory": await connection.call_json("get_memory", ids),
+                    "context": "" if is_placeholder_context(context) else context, "entries": entries}
+        finally:
+            await connection.aclose()
+
+    if out is not None and not out.parent.is_dir():
+        raise MycelianError(f"cannot write --out {out}: the folder {out.parent} does not exist")
+    text = json.dumps(asyncio.run(run()), indent=2, ensure_ascii=False)
+    if out is None:
+        click.echo(text)
+        return
+    try:
+        out.write_text(text + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise MycelianError(f"cannot write --out {out}: {exc.strerror or exc}") from None
+    err_console.print(f"exported to {out}")
