@@ -37,18 +37,23 @@ NAME_MAX_CHARS = 100  # speaker names: the name goes into every prompt and summa
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def unicode_problem(text: str) -> str | None:
-    """What makes ``text`` unstorable as UTF-8 (a lone surrogate such as ``"\\ud83d"``), or None when it is fine.
+def unicode_problem(text: str, *, stored: bool = True) -> str | None:
+    """What makes ``text`` unstorable, or None when it is fine: a lone surrogate such as ``"\\ud83d"`` (not
+    encodable as UTF-8) and, for text that is ``stored``, a NUL character.
 
     JSON allows ``\\ud83d`` escapes that decode to half a character; such a string cannot be encoded as UTF-8,
-    sent over MCP or stored. The input loader, the agent's public call, the model's tool arguments and the memory
-    server all refuse it with this message.
+    sent over MCP or stored. PostgreSQL's text cannot hold U+0000, so no backend stores it (one rule for both, not a
+    database error on one of them); a search query is not stored and may hold it. The input loader, the agent's
+    public call, the model's tool arguments and the memory server all refuse such text with this message.
     """
     match = _SURROGATE.search(text)
-    if match is None:
-        return None
-    return (f"invalid Unicode: lone surrogate \\u{ord(match.group()):04x} at character {match.start()} "
-            "(half of a UTF-16 pair, cannot be stored as UTF-8; fix the text or its \\u escapes)")
+    if match is not None:
+        return (f"invalid Unicode: lone surrogate \\u{ord(match.group()):04x} at character {match.start()} "
+                "(half of a UTF-16 pair, cannot be stored as UTF-8; fix the text or its \\u escapes)")
+    if stored and (nul := text.find("\x00")) >= 0:
+        return (f"a NUL character (U+0000) at character {nul}: it cannot be stored (PostgreSQL text cannot hold "
+                "it, so no backend stores it); remove it from the text")
+    return None
 
 
 def name_problem(name: object) -> str | None:

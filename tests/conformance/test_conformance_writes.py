@@ -165,18 +165,22 @@ def test_any_text_is_stored_whole(store: MemoryStore) -> None:
                          "x" * 9000])
 
 
-def test_a_nul_character_is_stored_whole_or_refused_by_name(backend: Backend, store: MemoryStore,
-                                                           request: pytest.FixtureRequest) -> None:
-    if backend.name == "postgres":
-        import psycopg
-
-        request.applymarker(pytest.mark.xfail(
-            strict=True, raises=psycopg.DataError,
-            reason="PostgreSQL text cannot hold NUL (U+0000): psycopg.DataError escapes from add_entry (raw_entry, "
-                   "summary, idempotency_key), put_context, create_vault and create_memory (description) instead of "
-                   "an InputError, where SQLite stores the text; a validation rule for every backend (refuse NUL by "
-                   "the argument's name, as lone surrogates are) would fix it"))
-    _write_texts(store, ["a\x00b kayak"])
+def test_a_nul_character_is_refused_by_name_and_changes_nothing(store: MemoryStore) -> None:
+    # PostgreSQL's text cannot hold U+0000, so every backend refuses it the same way (not a database error on one).
+    v, m = _memory(store)
+    before = store.snapshot()
+    writes: list[tuple[str, Callable[[], Any]]] = [
+        ("raw_entry", lambda: store.add_entry(v, m, "a\x00b kayak", "s")),
+        ("summary", lambda: store.add_entry(v, m, "kayak", "s\x00")),
+        ("tags value", lambda: store.add_entry(v, m, "kayak", "s", {"k": "\x00"})),
+        ("idempotency_key", lambda: store.add_entry(v, m, "kayak", "s", idempotency_key="k\x00")),
+        ("content", lambda: store.put_context(v, m, "ctx\x00")),
+        ("description", lambda: store.create_memory(v, "nul", "CHAT", "d\x00")),
+    ]
+    for argument, write in writes:
+        with pytest.raises(InputError, match=f"{argument}: a NUL character"):
+            write()
+    assert store.snapshot() == before
 
 
 # -- idempotency keys --------------------------------------------------------------------------------------------

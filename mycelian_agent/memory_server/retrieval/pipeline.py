@@ -65,7 +65,7 @@ def search(
     memory_id = check_uuid("memory_id", memory_id)
     if vault_id is not None:
         vault_id = check_uuid("vault_id", vault_id)
-    query = check_text("query", query, LIMITS["query"])
+    query = check_text("query", query, LIMITS["query"], stored=False)
     for name, value, low, high in (("top_ke", top_ke, 0, 25), ("top_kc", top_kc, 1, 10),
                                    ("offset", offset, 0, SEARCH_DEPTH_MAX - 25)):
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:

@@ -8,9 +8,7 @@ text content; every failure is an MCP error result whose text names the problem.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import socket
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -21,7 +19,6 @@ from typing import Annotated, Any
 from mcp.server.fastmcp import Context, FastMCP
 from mcp.server.fastmcp.exceptions import ToolError
 from mcp.server.fastmcp.tools import Tool
-from mcp.server.transport_security import TransportSecuritySettings
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from typing_extensions import NotRequired, TypedDict
@@ -31,6 +28,7 @@ from mycelian_agent.limits import ADD_ENTRIES_MAX_ITEMS, RAW_ENTRY_MAX_CHARS, SE
 from mycelian_agent.prompt_files import PROMPT_NAMES, read_prompt
 from mycelian_agent.memory_server.server.runtime import StoreHandle, StoreRunner
 from mycelian_agent.memory_server.server.access import vaults_of
+from mycelian_agent.memory_server.server.hosts import transport_security
 from mycelian_agent.memory_server.retrieval.pipeline import search
 from mycelian_agent.memory_server.storage.base import DenseIndex, MemoryStore
 from mycelian_agent.memory_server.storage import is_postgres_url
@@ -404,9 +402,6 @@ def _tool_definitions() -> tuple[Tool, ...]:
     return tuple(tools)
 
 
-_LOOPBACK = ("127.0.0.1", "localhost", "[::1]")
-
-
 @lru_cache(maxsize=1)
 def _package_version() -> str:
     from importlib.metadata import PackageNotFoundError, version
@@ -415,35 +410,6 @@ def _package_version() -> str:
         return version("mycelian-agent")
     except PackageNotFoundError:  # running from a source tree that is not installed
         return "0+unknown"
-
-
-def _host_names(host: str) -> list[str]:
-    """Names a client may put in the Host header to reach a server bound to ``host``."""
-    if host in ("127.0.0.1", "localhost", "::1"):
-        return []
-    if host not in ("0.0.0.0", "::", ""):
-        return [f"[{host}]" if ":" in host else host]
-    names = {socket.gethostname(), socket.getfqdn()}
-    with contextlib.suppress(OSError):  # the machine's own addresses, as far as its name resolves
-        names |= {str(info[4][0]) for info in socket.getaddrinfo(socket.gethostname(), None)}
-    return sorted(f"[{n}]" if ":" in n else n for n in names if n)
-
-
-def transport_security(host: str, allowed_hosts: Sequence[str] = ()) -> TransportSecuritySettings:
-    """Host and Origin checks (DNS rebinding protection) for a server bound to ``host``, on every bind.
-
-    Accepted Host headers: the loopback names, the bind address (for 0.0.0.0 / ::, this machine's name and
-    addresses) and ``allowed_hosts`` (e.g. a public DNS name or a proxy's address), each with or without a port.
-    A browser's Origin header must name one of the same hosts; requests without Origin (every non-browser client)
-    pass.
-    """
-    names = [*_LOOPBACK, *_host_names(host), *allowed_hosts]
-    return TransportSecuritySettings(
-        enable_dns_rebinding_protection=True,
-        allowed_hosts=[h for n in names for h in (n, f"{n}:*")],
-        allowed_origins=[o for n in names for scheme in ("http", "https") for o in (f"{scheme}://{n}",
-                                                                                       f"{scheme}://{n}:*")],
-    )
 
 
 def create_server(

@@ -52,8 +52,8 @@ _TITLE_RE = re.compile(r"[A-Za-z0-9-]{1,50}")
 _MEMORY_TYPE_RE = re.compile(r"[A-Za-z0-9_-]{1,50}")
 
 
-def _valid_unicode(name: str, value: str) -> str:
-    if problem := limits.unicode_problem(value):
+def _valid_unicode(name: str, value: str, *, stored: bool = True) -> str:
+    if problem := limits.unicode_problem(value, stored=stored):
         raise InputError(f"{name}: {problem}")
     return value
 
@@ -86,7 +86,7 @@ def check_memory_type(value: str) -> str:
     return value
 
 
-def check_text(name: str, value: str, max_chars: int) -> str:
+def check_text(name: str, value: str, max_chars: int, *, stored: bool = True) -> str:
     """A required text: not blank after stripping, at most ``max_chars`` characters. Returned unchanged."""
     if not isinstance(value, str):
         raise InputError(f"{name} must be a string (got {type(value).__name__})")
@@ -94,7 +94,7 @@ def check_text(name: str, value: str, max_chars: int) -> str:
         raise InputError(f"{name} must not be empty")
     if len(value) > max_chars:
         raise InputError(f"{name} is too long: {len(value)} characters (max {max_chars})")
-    return _valid_unicode(name, value)
+    return _valid_unicode(name, value, stored=stored)
 
 
 def check_optional_text(name: str, value: str | None, max_chars: int) -> str:
