@@ -7,7 +7,7 @@ parameter mark (``?`` or ``%s``).
 
 from __future__ import annotations
 
-__all__ = ["moment", "time_bounds"]
+__all__ = ["entry_page", "moment", "time_bounds"]
 
 
 def moment(alias: str = "t") -> str:
@@ -27,3 +27,16 @@ def time_bounds(after: str | None, before: str | None, *, alias: str = "t",
     if before is not None:
         where, params = f"{where} AND {at} < {mark}", [*params, before]
     return where, params
+
+
+def entry_page(memory_id: str, limit: int, before: str | None, after: str | None, *,
+               mark: str = "?") -> tuple[str, list[object]]:
+    """``(clause, parameters)`` after ``FROM entries`` for a page of ``list_entries``: oldest first after ``after``,
+    else newest first (before ``before`` when given); ``mark`` is the dialect's parameter mark."""
+    if after is not None:
+        return (f"WHERE memory_id = {mark} AND creation_time > {mark} ORDER BY creation_time, seq LIMIT {mark}",
+                [memory_id, after, limit])
+    if before is not None:
+        return (f"WHERE memory_id = {mark} AND creation_time < {mark} "
+                f"ORDER BY creation_time DESC, seq DESC LIMIT {mark}", [memory_id, before, limit])
+    return f"WHERE memory_id = {mark} ORDER BY creation_time DESC, seq DESC LIMIT {mark}", [memory_id, limit]

@@ -53,6 +53,7 @@ from mycelian_agent.memory_server.storage.postgres.migrations import (
     has_memory_index,
     migrate,
 )
+from mycelian_agent.memory_server.storage import moments
 from mycelian_agent.memory_server.storage.moments import time_bounds
 from mycelian_agent.memory_server.storage.validation import format_timestamp
 from mycelian_agent.memory_server.text.analysis import entry_dated, entry_labels, index_words
@@ -417,15 +418,7 @@ class PostgresStore(MemoryStore):
         return row, True
 
     def _entry_page(self, memory_id: str, limit: int, before: str | None, after: str | None) -> list[Row]:
-        if after is not None:
-            sql = "WHERE memory_id = %s AND creation_time > %s ORDER BY creation_time, seq LIMIT %s"
-            params: list[Any] = [memory_id, after, limit]
-        elif before is not None:
-            sql = "WHERE memory_id = %s AND creation_time < %s ORDER BY creation_time DESC, seq DESC LIMIT %s"
-            params = [memory_id, before, limit]
-        else:
-            sql = "WHERE memory_id = %s ORDER BY creation_time DESC, seq DESC LIMIT %s"
-            params = [memory_id, limit]
+        sql, params = moments.entry_page(memory_id, limit, before, after, mark="%s")
         with self._read() as conn:
             return conn.execute(f"SELECT {_ENTRY_COLUMNS} FROM entries {sql}", params).fetchall()
 

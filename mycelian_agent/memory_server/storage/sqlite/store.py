@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from mycelian_agent.errors import ConfigError, MemoryServerError
-from mycelian_agent.memory_server.storage import term_stats
+from mycelian_agent.memory_server.storage import moments, term_stats
 from mycelian_agent.memory_server.storage.base import DenseIndex, Link, MemoryStore, NewEntry, Row, Statistics
 from mycelian_agent.memory_server.storage.sqlite import lexical
 from mycelian_agent.memory_server.storage.sqlite.migrations import migrate
@@ -263,15 +263,7 @@ class Store(MemoryStore):
             return conn.execute("SELECT * FROM entries WHERE seq = ?", (seq,)).fetchone(), True
 
     def _entry_page(self, memory_id: str, limit: int, before: str | None, after: str | None) -> list[Row]:
-        if after is not None:
-            sql = "WHERE memory_id = ? AND creation_time > ? ORDER BY creation_time, seq LIMIT ?"
-            params: list[Any] = [memory_id, after, limit]
-        elif before is not None:
-            sql = "WHERE memory_id = ? AND creation_time < ? ORDER BY creation_time DESC, seq DESC LIMIT ?"
-            params = [memory_id, before, limit]
-        else:
-            sql = "WHERE memory_id = ? ORDER BY creation_time DESC, seq DESC LIMIT ?"
-            params = [memory_id, limit]
+        sql, params = moments.entry_page(memory_id, limit, before, after, mark="?")
         return self._conn.execute(f"SELECT * FROM entries {sql}", params).fetchall()
 
     def _entry_row(self, memory_id: str, entry_id: str) -> Row | None:
