@@ -1,1 +1,2 @@
-"""Text analysis shared by writes and searches: stemming and tokenising (below storage and retrieval both)."""
+"""Text analysis shared by writes and searches (below storage and retrieval both): :mod:`.analysis` (tokens, stems,
+the index columns' words, query terms, feedback words) and :mod:`.porter` (FTS5's Porter stemmer, in Python)."""
