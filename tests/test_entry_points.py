@@ -324,7 +324,8 @@ def _repository_files() -> set[str] | None:
 @pytest.mark.parametrize("doc", DOCS)
 def test_the_docs_refer_only_to_files_a_clone_has(doc: str) -> None:
     # Markdown links and `path/like/references.ext`: each must be a file or folder of the repository (relative to
-    # the document, the repository's top or the package), not something beside it (../shared/...) or out of git.
+    # the document, the repository's top, the package or the memory server's rooms), not something beside it
+    # (../shared/...) or out of git.
     tracked = _repository_files()
     text = (REPO / doc).read_text(encoding="utf-8")
     references = re.findall(r"\]\(([^)\s]+)\)", text)
@@ -335,7 +336,8 @@ def test_the_docs_refer_only_to_files_a_clone_has(doc: str) -> None:
         if not target or re.match(r"[a-z][a-z0-9+.-]*:", target) or re.match(r"[A-Z]+/", target):
             continue  # a URL, an anchor in the page, or a placeholder (OUT/summary.json)
         found = False
-        for base in ((REPO / doc).parent, REPO, REPO / "mycelian_agent"):  # memory_server/server/app.py: in the package
+        # memory_server/server/app.py: in the package; storage/base.py: in the memory server's rooms
+        for base in ((REPO / doc).parent, REPO, REPO / "mycelian_agent", REPO / "mycelian_agent" / "memory_server"):
             path = (base / target).resolve()
             if not path.is_relative_to(REPO) or not path.exists():
                 continue
