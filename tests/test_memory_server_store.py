@@ -12,7 +12,7 @@ from mycelian_agent.errors import ConfigError, InputError, MemoryServerError
 from mycelian_agent.memory_server.storage.sqlite.migrations import MIGRATIONS, SCHEMA_VERSION
 from mycelian_agent.memory_server.storage.sqlite import lexical
 from mycelian_agent.memory_server.storage.sqlite.lexical import UNRANKED, match_expression, time_bounds
-from mycelian_agent.memory_server.text.analysis import ENTRY_WEIGHTS, MAX_QUERY_TERMS, query_terms
+from mycelian_agent.memory_server.text.analysis import ENTRY_WEIGHTS, MAX_QUERY_TERMS, query_stems, query_terms
 from mycelian_agent.memory_server.storage.sqlite.store import Store
 from mycelian_agent.memory_server.storage.validation import parse_rfc3339
 
@@ -67,8 +67,7 @@ def test_query_terms(query: str, terms: list[str]) -> None:
 def test_query_terms_are_capped_and_quoted() -> None:
     many = " ".join(f"word{i}" for i in range(200))
     assert len(query_terms(many)) == MAX_QUERY_TERMS
-    expression = match_expression("0000-aa", ["a", "b"], "content")
-    assert expression == 'mkey : "m0000aa" AND {content} : ("a" OR "b")'
+    assert match_expression(["12xa", "12xb"]) == '"12xa" OR "12xb"'
 
 
 @pytest.mark.parametrize(
@@ -94,13 +93,17 @@ def test_rfc3339_refusals(text: str) -> None:
 
 
 def _reference(conn: sqlite3.Connection, memory_id: str, terms: list[str], limit: int) -> list[tuple[int, float]]:
-    """Plain BM25 over every term with the memory-key filter and an exact join: what the optimisations keep."""
+    """Plain BM25 over every term's keyed stem, joined to the rows exactly: what the optimisations keep."""
+    from mycelian_agent.memory_server.storage.sqlite import postings
+
     sql = (
         f"SELECT e.seq, bm25(entries_fts, {', '.join(map(str, ENTRY_WEIGHTS))}) FROM entries_fts "
         "JOIN entries e ON e.seq = entries_fts.rowid "
         "WHERE entries_fts MATCH ? AND e.memory_id = ? ORDER BY 2, e.seq DESC LIMIT ?"
     )
-    expression = match_expression(memory_id, terms, "raw_entry summary labels dated")
+    key = postings.memory_key(conn, memory_id)
+    assert key is not None
+    expression = match_expression([postings.keyed(key, [stem]) for stem in dict.fromkeys(query_stems(terms))])
     return [(seq, -rank) for seq, rank in conn.execute(sql, (expression, memory_id, limit))]
 
 
@@ -108,8 +111,10 @@ def _check_candidates(conn: sqlite3.Connection, memory_id: str, terms: list[str]
                       after: str | None = None) -> None:
     """The search's candidates (``lexical.rank_entries``) are plain BM25's best ``limit``, scores and all; when they
     are all the matches (of every term, or of the terms left once the common ones are pruned), unranked."""
+    from mycelian_agent.memory_server.storage.sqlite import postings
+
     where, params = time_bounds(after, None)
-    got = lexical.rank_entries(conn, memory_id, terms, limit, where, params)
+    got = lexical.rank_entries(conn, postings.memory_key(conn, memory_id), terms, limit, where, params)
     reference = _reference(conn, memory_id, terms, limit)
     if got and all(score == UNRANKED for _, score in got):
         assert sorted(seq for seq, _ in got) == sorted(seq for seq, _ in reference), (terms, limit)

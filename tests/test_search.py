@@ -1,4 +1,4 @@
-"""SQLite's lexical search: the schema 3 upgrade of an existing database, the FTS5 plan counts, ranking by parts, a
+"""SQLite's lexical search: the upgrade of an existing database, the index keyed by memory, ranking by parts, a
 memory with few matches; and the neighbours' shares in ``ranking.with_context``.
 
 What search promises on every backend (stems, names from tags, dates in words, neighbour context, time bounds,
@@ -50,7 +50,7 @@ def test_a_schema_2_database_upgrades_in_place(tmp_path: Path) -> None:
         found = search(store, memory, "Caroline in May 2023", top_ke=1)["entries"]
         assert [e["entryId"] for e in found] == ["33333330-3333-4333-8333-333333333333"]
         assert search(store, memory, "stemmed: paints", top_ke=1)["count"] == 1
-        # And they leave the index cleanly: the delete trigger recomputes the values it indexed.
+        # And they leave the index cleanly: the delete recomputes the values it indexed.
         store.delete_entry(vault, memory, "33333330-3333-4333-8333-333333333333")
         conn.execute("INSERT INTO entries_fts (entries_fts) VALUES ('integrity-check')")
         assert store.counts()["entries_fts"] == len(rows) - 1
@@ -59,35 +59,48 @@ def test_a_schema_2_database_upgrades_in_place(tmp_path: Path) -> None:
         assert store.connection.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
 
 
-def test_plan_counts_are_kept_until_the_database_changes(tmp_path) -> None:
-    # The FTS5 counts that plan a search are read once while nothing changes; a write by this connection or a
-    # commit by another drops them.
-    from mycelian_agent.memory_server.storage.sqlite.lexical import PlanCounts
+def test_each_memory_has_its_own_postings(tmp_path) -> None:
+    # The FTS tables hold keyed terms (postings.py): a memory's rows carry only its key, FTS5's counts of a keyed
+    # stem are the memory's term statistics, and deleting an entry or a memory removes exactly its postings.
+    from mycelian_agent.memory_server.storage.sqlite import lexical, postings
 
-    path = tmp_path / "c.db"
-    conn, other = sqlite3.connect(path), sqlite3.connect(path)
-    conn.execute("CREATE VIRTUAL TABLE t USING fts5(x)")
-    conn.executemany("INSERT INTO t (x) VALUES (?)", [("red fox",), ("red hen",)])
-    conn.commit()
-    statements: list[str] = []
-    conn.set_trace_callback(statements.append)
-    counts = PlanCounts()
+    store = Store.open(tmp_path / "keys.db")
+    v = store.create_vault("v")["vaultId"]
+    first, second = (store.create_memory(v, name, "chat")["memoryId"] for name in ("first", "second"))
+    store.add_entries(v, first, [{"raw_entry": f"kayak trip {i}", "summary": "river"} for i in range(5)])
+    store.add_entries(v, second, [{"raw_entry": f"kayak lesson {i}", "summary": "lake"} for i in range(7)])
+    store.put_context(v, second, "## Facts\n- kayak lessons on the lake")
+    conn = store.connection
+    keys = {m: postings.memory_key(conn, m) for m in (first, second)}
+    assert None not in keys.values() and len(set(keys.values())) == 2
+    conn.execute("CREATE VIRTUAL TABLE temp.vocab USING fts5vocab(main, entries_fts, row)")
 
-    def red() -> int:
-        return counts.count(conn, "t", '"red"')
+    def vocabulary(key: int) -> dict[str, int]:
+        rows = conn.execute("SELECT term, doc FROM temp.vocab").fetchall()
+        return {term.split("x", 1)[1]: n for term, n in rows if term.startswith(f"{key}x")}
 
-    def matches() -> int:
-        return sum("MATCH" in sql for sql in statements)
-
-    assert red() == 2 and red() == 2 and matches() == 1
-    conn.execute("INSERT INTO t (x) VALUES ('red cat')")
-    conn.commit()
-    assert red() == 3 and matches() == 2
-    other.execute("INSERT INTO t (x) VALUES ('red owl')")
-    other.commit()
-    assert red() == 4 and matches() == 3
-    conn.close()
-    other.close()
+    for memory in (first, second):
+        stems = ["kayak", "trip", "lesson", "river", "lake"]
+        counted = store.term_counts(memory, stems, ()).stems
+        assert lexical.term_rows(conn, "entries_fts", keys[memory], stems) == {s: counted.get(s, 0) for s in stems}
+    assert vocabulary(keys[first])["kayak"] == 5 and vocabulary(keys[second])["kayak"] == 7
+    assert {term.split("x", 1)[0] for term, in conn.execute("SELECT term FROM temp.vocab")} == {
+        str(k) for k in keys.values()}
+    assert {seq for seq, _ in lexical.rank_entries(conn, keys[first], ["kayak"], 50, "", [])} == {
+        row["seq"] for row in conn.execute("SELECT seq FROM entries WHERE memory_id = ?", (first,))}
+    entry = store.list_entries(v, first, limit=1)["entries"][0]["entryId"]
+    store.delete_entry(v, first, entry)
+    assert vocabulary(keys[first])["kayak"] == 4
+    store.delete_memory(v, second)
+    assert not any(term.startswith(f"{keys[second]}x") for term, in conn.execute("SELECT term FROM temp.vocab"))
+    assert conn.execute("SELECT count(*) FROM contexts_fts_docsize").fetchone()[0] == 0
+    for table in ("entries_fts", "contexts_fts"):
+        conn.execute(f"INSERT INTO {table} ({table}) VALUES ('integrity-check')")
+    # A new memory never takes a deleted memory's key (AUTOINCREMENT).
+    third = store.create_memory(v, "third", "chat")["memoryId"]
+    assert postings.memory_key(conn, third) > max(keys.values())
+    assert search(store, third, "kayak", top_ke=5)["count"] == 0
+    store.close()
 
 
 def test_the_turns_two_steps_away_take_smaller_shares_through_the_neighbours() -> None:
@@ -107,11 +120,11 @@ def test_the_turns_two_steps_away_take_smaller_shares_through_the_neighbours() -
 
 
 def test_ranking_by_parts_finds_the_same_rows_as_the_whole_query(tmp_path, monkeypatch) -> None:
-    # A memory that fills the file is ranked by parts (lexical._Query) when its terms match many rows: the same
-    # rows and scores as one OR query, with and without time bounds, for queries of 2 to 4 live terms.
+    # A query whose terms match many of the memory's rows is ranked by parts (lexical._Query): the same rows and
+    # scores as one OR query, with and without time bounds, for queries of 2 to 4 terms.
     import random
 
-    from mycelian_agent.memory_server.storage.sqlite import lexical
+    from mycelian_agent.memory_server.storage.sqlite import lexical, postings
 
     rng = random.Random(4)
     words = "apple river stone cloud maple violet harbor lantern copper meadow".split()
@@ -124,28 +137,32 @@ def test_ranking_by_parts_finds_the_same_rows_as_the_whole_query(tmp_path, monke
              "summary": " ".join(rng.choices(words, k=rng.randint(1, 4))),
              "conversation_time": f"2024-03-{1 + (batch * 100 + i) % 28:02d}T10:00:00Z"}
             for i in range(100)])
+    other = store.create_memory(v, "other", "chat")["memoryId"]  # a second memory: its rows must not count
+    store.add_entries(v, other, [{"raw_entry": "apple river stone", "summary": "cloud"}] * 50)
     monkeypatch.setattr(lexical, "_PARTS_MIN_POSTINGS", 1)
     conn = store.connection
-    counts = lexical.PlanCounts()
+    key = postings.memory_key(conn, m)
+    assert key is not None
     total = lexical.indexed_rows(conn, "entries_fts")
     used = 0
     for _ in range(40):
-        terms = rng.sample([*words, "absent"], rng.randint(2, 5))
+        terms = rng.sample(words, rng.randint(2, 4))
+        found = lexical.term_rows(conn, "entries_fts", key, terms)
         for after, before in ((None, None), ("2024-03-05T00:00:00.000000Z", "2024-03-20T00:00:00.000000Z")):
             where, params = lexical.time_bounds(after, before)
-            parts = lexical._query(conn, lexical._ENTRIES, None, terms, total, counts)
-            whole = lexical._Query(None, tuple(terms), lexical._ENTRIES.columns)
+            parts = lexical._query(key, terms, found, total)
+            whole = lexical._Query(parts.terms)
             used += parts.bounds is not None
             for limit in (5, 50):
-                assert (lexical._rank(conn, lexical._ENTRIES, m, parts, limit, False, where, params)
-                        == lexical._rank(conn, lexical._ENTRIES, m, whole, limit, False, where, params))
+                assert (lexical._rank(conn, lexical._ENTRIES, parts, limit, where, params)
+                        == lexical._rank(conn, lexical._ENTRIES, whole, limit, where, params))
     assert used > 40  # most queries took the parts path
     store.close()
 
 
 def test_a_memory_with_few_matches_gives_them_all_unranked(tmp_path) -> None:
     # rank_entries (the server's candidates) skips bm25() when every match fits: the same set as the ranking.
-    from mycelian_agent.memory_server.storage.sqlite import lexical
+    from mycelian_agent.memory_server.storage.sqlite import lexical, postings
 
     store = Store.open(tmp_path / "few.db")
     v = store.create_vault("v")["vaultId"]
@@ -153,10 +170,43 @@ def test_a_memory_with_few_matches_gives_them_all_unranked(tmp_path) -> None:
     store.add_entries(v, m, [{"raw_entry": f"kayak trip {i}" if i % 3 else f"river day {i}", "summary": "s"}
                              for i in range(30)])
     conn = store.connection
-    few = lexical.rank_entries(conn, m, ["kayak"], 50, "", [])
-    ranked = lexical._search(conn, lexical._ENTRIES, m, ["kayak"], 50)
+    key = postings.memory_key(conn, m)
+    few = lexical.rank_entries(conn, key, ["kayak"], 50, "", [])
+    counts = lexical._entry_counts(conn, key)
+    ranked = lexical._search(conn, lexical._ENTRIES, key, ["kayak"], 50, counts)
     assert {s for s, _ in few} == {s for s, _ in ranked} and len(few) == 20
     assert {score for _, score in few} == {lexical.UNRANKED}
-    many = lexical.rank_entries(conn, m, ["kayak", "river"], 5, "", [])
-    assert many == lexical._search(conn, lexical._ENTRIES, m, ["kayak", "river"], 5)  # more matches: ranked
+    many = lexical.rank_entries(conn, key, ["kayak", "river"], 5, "", [])
+    assert many == lexical._search(conn, lexical._ENTRIES, key, ["kayak", "river"], 5, counts)  # more: ranked
+    store.close()
+
+
+def test_a_large_memory_leaves_its_most_common_terms_out_of_the_candidate_query(tmp_path, monkeypatch) -> None:
+    # In a memory of at least LARGE_MEMORY_ROWS rows, a term in half of them or more makes no candidates while the
+    # other terms find enough rows; a query of such terms alone still finds rows (the fallback to every term).
+    from mycelian_agent.memory_server.storage.sqlite import lexical, postings
+
+    store = Store.open(tmp_path / "large.db")
+    v = store.create_vault("v")["vaultId"]
+    m = store.create_memory(v, "m", "chat")["memoryId"]
+    store.add_entries(v, m, [{"raw_entry": f"the user said hello {i}" + (" kayak" if i % 10 == 0 else ""),
+                              "summary": "chat"} for i in range(60)])
+    other = store.create_memory(v, "other", "chat")["memoryId"]  # most of the file: no term of m is common in it
+    for _ in range(2):
+        store.add_entries(v, other, [{"raw_entry": f"weather report {i}", "summary": "rain"} for i in range(100)])
+    conn = store.connection
+    key = postings.memory_key(conn, m)
+    queried: list[tuple[str, ...]] = []
+    rank = lexical._rank
+    monkeypatch.setattr(lexical, "_rank", lambda c, i, query, *rest: queried.append(query.terms) or rank(c, i, query, *rest))
+    monkeypatch.setattr(lexical, "LARGE_MEMORY_ROWS", 50)
+    found = lexical.rank_entries(conn, key, ["user", "kayak"], 5, "", [])
+    kayak = {row[0] for row in conn.execute("SELECT seq FROM entries WHERE raw_entry LIKE '%kayak%'")}
+    assert {seq for seq, _ in found} <= kayak and len(found) == 5
+    assert queried == [(f"{key}xkayak",)]
+    assert len(lexical.rank_entries(conn, key, ["user"], 5, "", [])) == 5
+    monkeypatch.setattr(lexical, "LARGE_MEMORY_ROWS", 100)  # an exact search ranks the user's rows too
+    queried.clear()
+    lexical.rank_entries(conn, key, ["user", "kayak"], 5, "", [])
+    assert queried == [(f"{key}xuser", f"{key}xkayak")]
     store.close()

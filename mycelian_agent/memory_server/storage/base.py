@@ -465,11 +465,10 @@ class MemoryStore(ABC):
         self, memory_id: str, seqs: Sequence[int], *, weights: Sequence[float] | None = None
     ) -> dict[int, EntryTerms]:
         """How BM25 sees the memory's entries ``seqs`` (``text.analysis.entry_terms``), by seq: from the entry cache
-        (which writes fill), else from their rows. ``weights`` (one per index column, as ``ENTRY_WEIGHTS``) analyses
+        (which writes fill), else from their rows. ``weights`` (one per indexed field, as ``ENTRY_WEIGHTS``) analyses
         them afresh with other field weights, past the cache."""
         if weights is not None:
-            fields = weights[1:]
-            return {seq: _entry_terms(row, fields) for seq, row in self.entry_rows(memory_id, seqs).items()}
+            return {seq: _entry_terms(row, weights) for seq, row in self.entry_rows(memory_id, seqs).items()}
 
         def load(missing: list[int]) -> dict[int, EntryTerms]:
             return {seq: _entry_terms(row) for seq, row in self.entry_rows(memory_id, missing).items()}

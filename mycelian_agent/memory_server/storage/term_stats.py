@@ -21,6 +21,7 @@ migration that recounts (the backfill of SQLite migration 4 / PostgreSQL migrati
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -39,12 +40,14 @@ WORD = 1
 
 class EntryCounts(NamedTuple):
     """What one entry adds to its memory's statistics: its BM25 token count, distinct stems and feedback words;
-    and its BM25 terms (for the search's entry cache: the write tokenised it already)."""
+    its BM25 terms (for the search's entry cache) and its fields' stems (for a backend's own index: the write
+    tokenised the entry once)."""
 
     tokens: int
     stems: frozenset[str]
     words: frozenset[str]
     terms: EntryTerms
+    fields: tuple[list[str], list[str], list[str], list[str]]
 
 
 class TermCounts(NamedTuple):
@@ -60,9 +63,11 @@ class TermCounts(NamedTuple):
 def entry_counts(raw_entry: str, summary: str, tags: Mapping[str, str] | str, moment: str | None) -> EntryCounts:
     """The :class:`EntryCounts` of an entry from its stored fields (``moment``: conversation time, else creation
     time), exactly as search would see it."""
-    terms = analysis.entry_terms(raw_entry, summary, tags, moment)
+    values = json.loads(tags) if isinstance(tags, str) else tags
+    fields = analysis.entry_fields(raw_entry, summary, values, moment)
+    terms = analysis.entry_terms(raw_entry, summary, values, moment, fields=fields)
     words = frozenset(feedback_words(f"{summary} {raw_entry}"))
-    return EntryCounts(terms.length, frozenset(terms.frequencies), words, terms)
+    return EntryCounts(terms.length, frozenset(terms.frequencies), words, terms, fields)
 
 
 @dataclass

@@ -27,6 +27,7 @@ __all__ = [
     "WORD_RE",
     "EntryTerms",
     "entry_dated",
+    "entry_fields",
     "entry_labels",
     "entry_terms",
     "feedback_words",
@@ -39,13 +40,13 @@ __all__ = [
 
 #: At most this many distinct terms of a query are searched (long queries stay fast).
 MAX_QUERY_TERMS = 48
-#: Column weights of the entry index ``(mkey, raw_entry, summary, labels, dated)``: the summary is written for
+#: Weights of an entry's indexed fields ``(raw_entry, summary, labels, dated)``: the summary is written for
 #: retrieval; ``labels`` (tag values such as the speaker's name) weighs like the text, so a question naming a
 #: person finds that person's own turns, which rarely contain their name; ``dated`` (the entry's date in words)
 #: weighs half, a tie-breaker for questions that name a day or month. SQLite passes them to ``bm25()``; PostgreSQL
 #: maps them to the tsvector weights A (summary), B (raw_entry, labels) and C (dated); BM25 (``bm25.py``) weighs
 #: each field's term frequency by them.
-ENTRY_WEIGHTS = (0.0, 1.0, 1.5, 1.0, 0.5)
+ENTRY_WEIGHTS = (1.0, 1.5, 1.0, 0.5)
 #: Characters that make an entry a question (``ranking.CONTEXT_AFTER_QUESTION``; ASCII, full-width, Arabic).
 QUESTION_MARKS = "?\uff1f\u061f"
 #: Neighbours further apart in time (conversation time, else creation time) than this are another conversation.
@@ -152,20 +153,32 @@ class EntryTerms:
     revises: bool = False
 
 
+def entry_fields(
+    raw_entry: str, summary: str, tags: Mapping[str, str] | str, moment: str | None
+) -> tuple[list[str], list[str], list[str], list[str]]:
+    """The stems of an entry's indexed fields, in index order (raw_entry, summary, labels, dated): what the SQLite
+    index holds (``storage/sqlite/postings.py``) and BM25 weighs (:func:`entry_terms`). ``moment``: conversation
+    time, else creation time."""
+    values = json.loads(tags) if isinstance(tags, str) else tags
+    labels = entry_labels({k: v for k, v in values.items() if k not in CONVERSATION_TAGS})
+    return tokens(raw_entry), tokens(summary), tokens(labels), tokens(entry_dated(moment)) if moment else []
+
+
 def entry_terms(
     raw_entry: str, summary: str, tags: Mapping[str, str] | str, moment: str | None, *,
     weights: Sequence[float] | None = None,
+    fields: Sequence[Sequence[str]] | None = None,
 ) -> EntryTerms:
     """How BM25 sees an entry (:class:`EntryTerms`) from its stored fields. ``weights`` replaces the field weights
-    ``ENTRY_WEIGHTS[1:]`` (raw_entry, summary, labels, dated; the ablation benchmark turns fields off with it); the
-    length counts every field's tokens whatever their weight, as FTS5's does."""
+    ``ENTRY_WEIGHTS`` (raw_entry, summary, labels, dated; the ablation benchmark turns fields off with it); the
+    length counts every field's tokens whatever their weight, as FTS5's does. ``fields``: the entry's
+    :func:`entry_fields`, when the caller has them already."""
     values = json.loads(tags) if isinstance(tags, str) else tags
-    labels = entry_labels({k: v for k, v in values.items() if k not in CONVERSATION_TAGS})
-    fields = (raw_entry, summary, labels, entry_dated(moment) if moment else "")
+    if fields is None:
+        fields = entry_fields(raw_entry, summary, values, moment)
     frequencies: dict[str, float] = {}
     length = 0
-    for text, weight in zip(fields, ENTRY_WEIGHTS[1:] if weights is None else weights, strict=True):
-        words = tokens(text)
+    for words, weight in zip(fields, ENTRY_WEIGHTS if weights is None else weights, strict=True):
         length += len(words)
         for word in words:
             frequencies[word] = frequencies.get(word, 0.0) + weight

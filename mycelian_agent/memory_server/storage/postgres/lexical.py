@@ -31,8 +31,8 @@ __all__ = ["BOUNDED_ROWS", "EXACT_ROWS", "NEWEST_ROWS", "Known", "Lexicon", "ent
            "neighbour_links", "rank", "rank_bounded"]
 
 # ts_rank's weights are {D, C, B, A}, each at most 1: ENTRY_WEIGHTS scaled by the summary's (the largest).
-_TOP = ENTRY_WEIGHTS[2]
-_RANK_WEIGHTS = "{0.1, %.4f, %.4f, 1.0}" % (ENTRY_WEIGHTS[4] / _TOP, ENTRY_WEIGHTS[1] / _TOP)
+_TOP = ENTRY_WEIGHTS[1]
+_RANK_WEIGHTS = "{0.1, %.4f, %.4f, 1.0}" % (ENTRY_WEIGHTS[3] / _TOP, ENTRY_WEIGHTS[0] / _TOP)
 #: A ranking whose candidate lexemes match at most this many of the memory's rows scores every one of them (exact:
 #: every LoCoMo-sized memory); above, :func:`rank_bounded` scores a bounded part.
 EXACT_ROWS = 2000

@@ -19,7 +19,7 @@ from typing import Any
 from mycelian_agent.errors import ConfigError, MemoryServerError
 from mycelian_agent.memory_server.storage import moments, term_stats
 from mycelian_agent.memory_server.storage.base import DenseIndex, Link, MemoryStore, NewEntry, Row, Statistics
-from mycelian_agent.memory_server.storage.sqlite import lexical
+from mycelian_agent.memory_server.storage.sqlite import lexical, postings
 from mycelian_agent.memory_server.storage.sqlite.migrations import migrate
 from mycelian_agent.memory_server.storage.sqlite.vectors import SqliteVectors
 from mycelian_agent.memory_server.storage.validation import format_timestamp
@@ -36,7 +36,7 @@ class Store(MemoryStore):
     def __init__(self, conn: sqlite3.Connection, *, dense: DenseIndex | None = None) -> None:
         self._conn = conn
         self._dense = dense
-        self._plan_counts = lexical.PlanCounts()  # FTS5 counts that plan a search, until the database changes
+        self._keys: dict[str, int] = {}  # memories' index keys (postings.py), read once
         self._target: str | None = None  # the database's path, for connections of its own (None: in memory)
         self._mode = "NORMAL"
         self._delta = term_stats.Delta()  # the open write transaction's statistics changes (written at its end)
@@ -205,6 +205,7 @@ class Store(MemoryStore):
                 "VALUES (?, ?, ?, ?, ?, ?)",
                 (memory_id, vault_id, title, memory_type, description, now),
             )
+            postings.create_key(conn, memory_id)
             return self._require_memory(conn, vault_id, memory_id)
 
     def _memory_rows(self, vault_id: str) -> list[Row]:
@@ -220,8 +221,10 @@ class Store(MemoryStore):
         with self._write() as conn:
             self._require_memory(conn, vault_id, memory_id)
             count = conn.execute("SELECT count(*) FROM entries WHERE memory_id = ?", (memory_id,)).fetchone()[0]
-            conn.execute("DELETE FROM memories WHERE memory_id = ?", (memory_id,))  # its statistics cascade
+            postings.unindex_memory(conn, memory_id)
+            conn.execute("DELETE FROM memories WHERE memory_id = ?", (memory_id,))  # its statistics and key cascade
             self._delta.drop(memory_id)
+            self._keys.pop(memory_id, None)
         return int(count)
 
     # -- entries -------------------------------------------------------------------------------------------
@@ -256,6 +259,7 @@ class Store(MemoryStore):
             if seq is None:  # (never after an INSERT into a rowid table)
                 raise MemoryServerError(f"the new entry of memory {memory_id} got no row id")
             counts = term_stats.entry_counts(raw_entry, summary, tags, conversation_time or now)
+            postings.index_entry(conn, self._key(conn, memory_id), seq, counts.fields)
             self._delta.add(memory_id, counts, seq=seq)
             if self._dense is not None:
                 assert seq is not None  # an INSERT into a rowid table sets lastrowid
@@ -276,12 +280,14 @@ class Store(MemoryStore):
             self._require_memory(conn, vault_id, memory_id)
             row = conn.execute(
                 "DELETE FROM entries WHERE entry_id = ? AND memory_id = ? "
-                "RETURNING raw_entry, summary, tags, coalesce(conversation_time, creation_time)",
+                "RETURNING raw_entry, summary, tags, coalesce(conversation_time, creation_time), seq",
                 (entry_id, memory_id),
             ).fetchone()
             if row is None:
                 return False
-            self._delta.add(memory_id, term_stats.entry_counts(row[0], row[1], row[2], row[3]), -1)
+            counts = term_stats.entry_counts(row[0], row[1], row[2], row[3])
+            postings.unindex_entry(conn, self._key(conn, memory_id), row[4], counts.fields)
+            self._delta.add(memory_id, counts, -1)
             return True
 
     # -- context -------------------------------------------------------------------------------------------
@@ -290,10 +296,24 @@ class Store(MemoryStore):
         with self._write() as conn:
             self._require_memory(conn, vault_id, memory_id)
             now = self._next_time(conn, "contexts", memory_id)
-            conn.execute(
+            cursor = conn.execute(
                 "INSERT INTO contexts (memory_id, content, creation_time) VALUES (?, ?, ?)", (memory_id, content, now)
             )
+            if cursor.lastrowid is None:  # (never after an INSERT into a rowid table)
+                raise MemoryServerError(f"the new context of memory {memory_id} got no row id")
+            postings.index_context(conn, self._key(conn, memory_id), cursor.lastrowid, content)
         return now
+
+    def _key(self, conn: sqlite3.Connection, memory_id: str) -> int:
+        """The memory's index key (postings.py), inside a write that has checked the memory exists."""
+        key = self._keys.get(memory_id)
+        if key is None:
+            key = postings.memory_key(conn, memory_id)
+            if key is None:
+                raise MemoryServerError(f"memory {memory_id} has no index key: the database is damaged "
+                                        "(its memory_keys row is missing)")
+            self._keys[memory_id] = key  # (a committed memory's key never changes; see _delete_memory)
+        return key
 
     def latest_context(self, memory_id: str) -> Row | None:
         return self._conn.execute(
@@ -306,9 +326,9 @@ class Store(MemoryStore):
         self, memory_id: str, terms: list[str], limit: int, after: str | None, before: str | None, *,
         statistics: Statistics | None = None,
     ) -> list[tuple[int, float]]:
-        # FTS5 keeps its own document frequencies: ``statistics`` is not needed.
         where, params = lexical.time_bounds(after, before)
-        return lexical.rank_entries(self._conn, memory_id, terms, limit, where, params, self._plan_counts)
+        counts = None if statistics is None else (lambda stems: statistics(stems)[:2])
+        return lexical.rank_entries(self._conn, self._search_key(memory_id), terms, limit, where, params, counts)
 
     def neighbour_links(self, memory_id: str, seqs: Sequence[int]) -> list[Link]:
         return lexical.neighbour_links(self._conn, memory_id, seqs)
@@ -338,7 +358,16 @@ class Store(MemoryStore):
         return term_stats.TermCounts(entries, tokens, found[0], found[1])
 
     def ranked_contexts(self, memory_id: str, terms: list[str], limit: int) -> list[tuple[Row, float]]:
-        return list(lexical.search_contexts(self._conn, memory_id, terms, limit, self._plan_counts))
+        return list(lexical.search_contexts(self._conn, self._search_key(memory_id), memory_id, terms, limit))
+
+    def _search_key(self, memory_id: str) -> int | None:
+        """The memory's index key for a search (None: no such memory, so nothing matches)."""
+        key = self._keys.get(memory_id)
+        if key is None:
+            key = postings.memory_key(self._conn, memory_id)
+            if key is not None:
+                self._keys[memory_id] = key
+        return key
 
     def _read(self) -> AbstractContextManager[sqlite3.Connection]:
         return nullcontext(self._conn)
