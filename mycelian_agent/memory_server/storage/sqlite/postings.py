@@ -17,7 +17,9 @@ every count here cost what the memory holds, whatever else the file holds.
 - **Tables** (contentless): ``entries_fts (raw_entry, summary, labels, dated)``, rowid = the entry's seq, and
   ``contexts_fts (content)``, rowid = the context's seq. The store writes and deletes their rows in the same
   transaction as the rows they index (no triggers: the terms come from Python). A contentless row's ``'delete'``
-  needs the exact indexed values, recomputed here from the stored row by the same functions.
+  needs the exact indexed values, recomputed here from the stored row by the same functions: so a change to
+  ``text.analysis``'s stems or fields needs a migration that rebuilds the index (:func:`rebuild`), as the term
+  statistics need a recount.
 """
 
 from __future__ import annotations
