@@ -18,6 +18,7 @@ query terms' lexemes.
 from __future__ import annotations
 
 import math
+from decimal import Decimal
 import threading
 from collections.abc import Collection, Sequence
 from typing import Any
@@ -28,7 +29,7 @@ from mycelian_agent.memory_server.storage.rows import Link
 from mycelian_agent.memory_server.text.analysis import CONTEXT_GAP_DAYS, ENTRY_WEIGHTS, QUESTION_MARKS, tokens
 
 __all__ = ["BOUNDED_ROWS", "EXACT_ROWS", "NEWEST_ROWS", "Known", "Lexicon", "entries_within", "frequencies", "known",
-           "neighbour_links", "rank", "rank_bounded"]
+           "neighbour_links", "neighbourhood", "rank", "rank_bounded", "rank_whole"]
 
 # ts_rank's weights are {D, C, B, A}, each at most 1: ENTRY_WEIGHTS scaled by the summary's (the largest).
 _TOP = ENTRY_WEIGHTS[2]
@@ -49,6 +50,15 @@ Known = tuple[int, dict[str, int]]
 
 def _tsquery(lexeme: str) -> str:
     return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def _prepare(total: int | None) -> bool | None:
+    """psycopg's ``prepare`` for a statement matching lexemes in a memory of ``total`` rows (None: not known): in a
+    large memory never prepared, so each is planned for its own lexemes and memory (a prepared statement turns
+    generic after five runs, planned for an average memory and lexeme: a 100,000-entry memory's bounded ranking
+    took 41 ms instead of 4 on such a plan, reading every match of its lexemes); in a small one, psycopg's default
+    (prepared from the fifth run: any plan reads only that memory's rows, and planning costs more than the run)."""
+    return None if total is not None and total <= EXACT_ROWS else False
 
 
 def _idf(total: int, found: int) -> float:
@@ -102,7 +112,7 @@ def _counted_frequencies(
         values.append(memory_id)
     else:
         values = [value for k in range(0, len(values), 2) for value in (*values[k : k + 2], total // 2 + 1)]
-    found = conn.execute(f"SELECT {', '.join(counts)}", values).fetchone()
+    found = conn.execute(f"SELECT {', '.join(counts)}", values, prepare=_prepare(total)).fetchone()
     total = int(found["total"]) if total is None else total
     return total, {lexeme: int(found[f"d{i}"]) for i, lexeme in enumerate(lexemes)}
 
@@ -183,11 +193,61 @@ def rank(
             rows = conn.execute(
                 f"SELECT t.seq, ({score}) AS score FROM {table} t WHERE t.memory_id = %s AND t.tsv @@ %s::tsquery"
                 f"{where} ORDER BY score DESC, t.seq DESC LIMIT %s",
-                [*scoring, memory_id, " | ".join(q for _, q in matching), *params, limit],
+                [*scoring, memory_id, " | ".join(q for _, q in matching), *params, limit], prepare=_prepare(total),
             ).fetchall()
         if len(rows) >= limit:
             break
     return [(int(row["seq"]), float(row["score"])) for row in rows if row["score"] > 0]
+
+
+def rank_whole(
+    conn: Any, lexicon: Lexicon, table: str, memory_id: str, terms: Sequence[str], limit: int
+) -> list[tuple[int, float]]:
+    """:func:`rank`'s ranking (no time bounds, no known counts) in one statement where the memory has at most
+    :data:`EXACT_ROWS` rows matching a lexeme (a memory's context snapshots): every such row with, per lexeme,
+    its ``ts_rank`` (read as float8, exactly what :func:`rank`'s sum adds) and the memory's row count; the document
+    frequencies, IDFs, pruning and scores are then :func:`rank`'s, computed here in the same order of
+    floating-point operations. More matching rows: :func:`rank`."""
+    if limit <= 0:
+        return []
+    lexemes = sorted({lexeme for found in lexicon.lexemes(conn, terms).values() for lexeme in found})
+    if not lexemes:
+        return []
+    queries = [_tsquery(lexeme) for lexeme in lexemes]
+    # A lexeme's ts_rank is 0 exactly where the row lacks it: the rank is also the match (a snapshot's tsvector is
+    # large and stored out of line: each use of it reads it again).
+    columns = ", ".join(f"ts_rank('{_RANK_WEIGHTS}', d.tsv, %(q{i})s::tsquery, 1)::float8 AS r{i}"
+                        for i in range(len(queries)))
+    params: dict[str, Any] = {f"q{i}": q for i, q in enumerate(queries)}
+    params.update(memory=memory_id, anyone=" | ".join(queries), cap=EXACT_ROWS + 1)
+    rows = conn.execute(
+        f"SELECT d.seq, {columns}, (SELECT count(*) FROM {table} WHERE memory_id = %(memory)s) AS total "
+        f"FROM (SELECT t.seq, t.tsv FROM {table} t WHERE t.memory_id = %(memory)s "
+        "AND t.tsv @@ %(anyone)s::tsquery ORDER BY t.seq DESC LIMIT %(cap)s) d",
+        params,
+    ).fetchall()
+    if not rows:
+        return []
+    total = int(rows[0]["total"])
+    counts = [sum(1 for row in rows if row[f"r{i}"] > 0) for i in range(len(queries))]
+    if len(rows) > EXACT_ROWS or sum(counts) > EXACT_ROWS:
+        return rank(conn, lexicon, table, memory_id, terms, limit)
+    weights = [_idf(total, n) for n in counts]
+    scores = {}
+    for row in rows:
+        value = weights[0] * row["r0"]
+        for i in range(1, len(weights)):
+            value = value + weights[i] * row[f"r{i}"]
+        scores[int(row["seq"])] = value
+    every = list(zip(counts, range(len(queries)), strict=True))
+    rare = prune_common(every, lambda pair: pair[0], total)
+    ranked: list[tuple[int, float]] = []
+    for matching in [rare, every] if rare != every else [every]:
+        kept = [int(row["seq"]) for row in rows if any(row[f"r{i}"] > 0 for _, i in matching)]
+        ranked = sorted(((seq, scores[seq]) for seq in kept), key=lambda hit: (hit[1], hit[0]), reverse=True)[:limit]
+        if len(ranked) >= limit:
+            break
+    return [(seq, score) for seq, score in ranked if score > 0]
 
 
 def rank_bounded(
@@ -223,7 +283,7 @@ def rank_bounded(
         f"SELECT * FROM (SELECT DISTINCT ON (t.seq) t.seq, ({score}) AS score "
         f"FROM (({pick}) UNION ALL ({recent})) t "
         "ORDER BY t.seq) s ORDER BY score DESC, seq DESC LIMIT %s",
-        [*scoring, memory_id, both, *params, BOUNDED_ROWS, memory_id, newest, anyone, *params, limit],
+        [*scoring, memory_id, both, *params, BOUNDED_ROWS, memory_id, newest, anyone, *params, limit], prepare=False,
     ).fetchall()
     return rows
 
@@ -249,6 +309,43 @@ def neighbour_links(conn: Any, memory_id: str, seqs: Sequence[int]) -> list[Link
         (int(r["seq"]), r["previous"], r["following"], bool(r["asks"]))
         for r in conn.execute(sql, (*QUESTION_MARKS, list(seqs), memory_id)).fetchall()
     ]
+
+
+def neighbourhood(conn: Any, memory_id: str, seqs: Sequence[int]) -> tuple[list[Link], dict[int, Link]]:
+    """``(links of seqs, {seq: link} of their neighbours that are not among seqs)`` (``MemoryStore.neighbourhood``)
+    in one statement: the memory's entries within two places of each given one (two probes of the ``(memory_id,
+    seq)`` index each side), their moments and question marks; consecutive entries of that set are neighbours in
+    the memory for every given entry and every entry next to one, and the gap test is :func:`neighbour_links`'s
+    (the moments' exact epochs, compared as numerics)."""
+    if not seqs:
+        return [], {}
+    asks = " OR ".join("strpos(e.raw_entry, %(q{})s) > 0".format(i) for i in range(len(QUESTION_MARKS)))
+    side = ("SELECT x.seq FROM unnest(%(seqs)s::bigint[]) h(seq) CROSS JOIN LATERAL (SELECT r.seq FROM entries r "
+            "WHERE r.memory_id = %(memory)s AND r.seq {0} h.seq ORDER BY r.seq {1} LIMIT 2) x")
+    sql = (f"SELECT e.seq, extract(epoch FROM {moment('e')}::timestamptz) AS at, ({asks}) AS asks "
+           f"FROM (SELECT unnest(%(seqs)s::bigint[]) AS seq UNION {side.format('<', 'DESC')} "
+           f"UNION {side.format('>', 'ASC')}) w JOIN entries e ON e.seq = w.seq WHERE e.memory_id = %(memory)s "
+           "ORDER BY e.seq")
+    params: dict[str, Any] = {"seqs": list(seqs), "memory": memory_id,
+                              **{f"q{i}": mark for i, mark in enumerate(QUESTION_MARKS)}}
+    rows = conn.execute(sql, params).fetchall()
+    gap = Decimal(repr(CONTEXT_GAP_DAYS * 86400.0))
+    order = [int(r["seq"]) for r in rows]
+    place = {seq: i for i, seq in enumerate(order)}
+
+    def link(seq: int) -> Link:
+        i = place[seq]
+        at = rows[i]["at"]
+        previous = order[i - 1] if i > 0 and abs(at - rows[i - 1]["at"]) <= gap else None
+        following = order[i + 1] if i + 1 < len(order) and abs(rows[i + 1]["at"] - at) <= gap else None
+        return seq, previous, following, bool(rows[i]["asks"])
+
+    given = sorted({seq for seq in seqs if seq in place})
+    links = [link(seq) for seq in given]
+    around = sorted({n for seq in given for n in (order[place[seq] - 1] if place[seq] else None,
+                                                   order[place[seq] + 1] if place[seq] + 1 < len(order) else None)
+                     if n is not None} - set(given))
+    return links, {seq: link(seq) for seq in around}
 
 
 def entries_within(conn: Any, memory_id: str, seqs: Collection[int], after: str | None, before: str | None) -> set[int]:

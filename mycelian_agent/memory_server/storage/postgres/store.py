@@ -480,6 +480,12 @@ class PostgresStore(MemoryStore):
         with self._read() as conn:
             return lexical.neighbour_links(conn, memory_id, seqs)
 
+    def neighbourhood(self, memory_id: str, seqs: Sequence[int]) -> tuple[list[Link], dict[int, Link]]:
+        if not seqs:
+            return [], {}
+        with self._read() as conn:
+            return lexical.neighbourhood(conn, memory_id, seqs)
+
     def entries_within(self, memory_id: str, seqs: Collection[int], after: str | None, before: str | None) -> set[int]:
         if not seqs:
             return set()
@@ -514,7 +520,7 @@ class PostgresStore(MemoryStore):
 
     def ranked_contexts(self, memory_id: str, terms: list[str], limit: int) -> list[tuple[Row, float]]:
         with self._read() as conn:
-            ranked = lexical.rank(conn, self._lexicon, "contexts", memory_id, terms, limit)
+            ranked = lexical.rank_whole(conn, self._lexicon, "contexts", memory_id, terms, limit)
             if not ranked:
                 return []
             rows = conn.execute(
