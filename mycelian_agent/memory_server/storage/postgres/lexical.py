@@ -278,7 +278,7 @@ def rank_bounded(
     # key cost 2.5 ms a ranking in a 100k memory, the range 0.8.) A row in both parts counts once.
     oldest = conn.execute(f"SELECT min(r.seq) AS seq FROM (SELECT r.seq FROM {table} r WHERE r.memory_id = %s "
                           "ORDER BY r.seq DESC LIMIT %s) r", (memory_id, newest)).fetchone()["seq"]
-    recent = (f"SELECT t.seq, t.tsv FROM (SELECT r.seq, r.tsv, r.conversation_time, r.creation_time FROM {table} r "
+    recent = (f"SELECT t.seq, t.tsv FROM (SELECT r.* FROM {table} r "
               f"WHERE r.memory_id = %s AND r.seq >= %s OFFSET 0) t WHERE t.tsv @@ %s::tsquery{where}")
     pick = f"SELECT t.seq, t.tsv FROM {table} t WHERE t.memory_id = %s AND t.tsv @@ %s::tsquery{where} LIMIT %s"
     rows: list[Any] = conn.execute(

@@ -214,15 +214,17 @@ def has_memory_index(conn: Any) -> bool:
 
 
 def _inline_tsvectors(conn: Any) -> None:
-    """Version 5: keep ``tsvector`` values in their row (``STORAGE MAIN``: compressed or moved out of line only when
-    the row cannot fit otherwise; the text columns go out first). A context snapshot's ``tsvector`` (~5 KB for 40
-    lines) did not compress by a quarter, so it was stored out of line, uncompressed: every use of it in a ranking
-    (the match, one ``ts_rank`` per lexeme) read it from the TOAST table again, 2.4x the cost of reading it in
-    place. The existing snapshots are rewritten so (a copy of the same value, ``|| ''``; a context table is small:
-    one snapshot per session); entries keep theirs (almost all in place already: short texts) and new rows follow
-    the new rule."""
-    conn.execute("ALTER TABLE contexts ALTER COLUMN tsv SET STORAGE MAIN")
-    conn.execute("ALTER TABLE entries ALTER COLUMN tsv SET STORAGE MAIN")
+    """Version 5: keep a context snapshot's ``tsvector`` in its row (``STORAGE MAIN``: compressed or moved out of
+    line only when the row cannot fit in a page; the text goes out first). Such a ``tsvector`` (~5 KB for 40 lines)
+    does not compress by a quarter, so it was stored out of line, uncompressed: every use of it in a ranking (the
+    match, one ``ts_rank`` per lexeme) read it from the TOAST table again, 2.4x the cost of reading it in place. The
+    memory id and the time stay in the row whatever its size (``PLAIN``: short; with the text out of line and the
+    ``tsvector`` in, the row could still be over the TOAST threshold, which would move them out and make every
+    check of a row's memory read the TOAST table). The existing snapshots are rewritten so (a copy of the same
+    value, ``|| ''``; a context table is small: one snapshot per session). Entries keep the default: their
+    ``tsvector`` is almost always small and in the row."""
+    for column, storage in (("tsv", "MAIN"), ("memory_id", "PLAIN"), ("creation_time", "PLAIN")):
+        conn.execute(f"ALTER TABLE contexts ALTER COLUMN {column} SET STORAGE {storage}")
     conn.execute("UPDATE contexts SET tsv = tsv || ''::tsvector")
 
 
