@@ -18,7 +18,7 @@ query terms' lexemes.
 from __future__ import annotations
 
 import math
-from decimal import Decimal
+from datetime import UTC, datetime
 import threading
 from collections.abc import Collection, Sequence
 from typing import Any
@@ -182,7 +182,22 @@ def rank(
     every = list(zip(counts, queries, strict=True))
     rare = prune_common(every, lambda pair: pair[0], total)
     candidates = [rare, every] if rare != every else [every]
+    exact = (f"SELECT t.seq, ({score}) AS score FROM {table} t WHERE t.memory_id = %s AND t.tsv @@ %s::tsquery"
+             f"{where} ORDER BY score DESC, t.seq DESC LIMIT %s")
     rows: list[Any] = []
+    if len(candidates) == 2 and sum(n for n, _ in every) <= EXACT_ROWS:
+        # Both rankings exact: one statement, the second run only when the first found too few rows.
+        rows = conn.execute(
+            f"WITH r AS ({exact}) SELECT seq, score, true AS rare FROM r UNION ALL SELECT seq, score, false "
+            f"FROM ({exact}) e WHERE (SELECT count(*) FROM r) < %s",
+            [*(value for matching in candidates for value in (
+                *scoring, memory_id, " | ".join(q for _, q in matching), *params, limit)), limit],
+            prepare=_prepare(total),
+        ).fetchall()
+        first = [row for row in rows if row["rare"]]
+        rows = sorted(first if len(first) >= limit else [row for row in rows if not row["rare"]],
+                      key=lambda row: (row["score"], row["seq"]), reverse=True)
+        candidates = []
     for matching in candidates:
         rows = []
         if sum(n for n, _ in matching) > EXACT_ROWS:
@@ -190,11 +205,8 @@ def rank(
         # Every match when the bounded part found too few inside the time bounds (a span far from the newest
         # rows: costly on a large memory, as the time filter reads each match from the heap).
         if not rows or (where and len(rows) < limit):
-            rows = conn.execute(
-                f"SELECT t.seq, ({score}) AS score FROM {table} t WHERE t.memory_id = %s AND t.tsv @@ %s::tsquery"
-                f"{where} ORDER BY score DESC, t.seq DESC LIMIT %s",
-                [*scoring, memory_id, " | ".join(q for _, q in matching), *params, limit], prepare=_prepare(total),
-            ).fetchall()
+            rows = conn.execute(exact, [*scoring, memory_id, " | ".join(q for _, q in matching), *params, limit],
+                                prepare=_prepare(total)).fetchall()
         if len(rows) >= limit:
             break
     return [(int(row["seq"]), float(row["score"])) for row in rows if row["score"] > 0]
@@ -319,28 +331,31 @@ def neighbourhood(conn: Any, memory_id: str, seqs: Sequence[int]) -> tuple[list[
     in one statement: the memory's entries within two places of each given one (one walk of the ``(memory_id,
     seq)`` index each side), their moments and question marks; consecutive entries of that set are neighbours in
     the memory for every given entry and every entry next to one, and the gap test is :func:`neighbour_links`'s
-    (the moments' exact epochs, compared as numerics)."""
+    (on the moments' exact microseconds)."""
     if not seqs:
         return [], {}
     asks = " OR ".join("strpos(r.raw_entry, %(q{})s) > 0".format(i) for i in range(len(QUESTION_MARKS)))
-    # Each side read from the (memory_id, seq) index with its rows (the given entry and two after it, two before).
-    side = ("SELECT x.* FROM unnest(%(seqs)s::bigint[]) h(seq) CROSS JOIN LATERAL (SELECT r.seq, "
-            f"extract(epoch FROM {moment('r')}::timestamptz) AS at, ({asks}) AS asks FROM entries r "
-            "WHERE r.memory_id = %(memory)s AND r.seq {0} h.seq ORDER BY r.seq {1} LIMIT {2}) x")
-    sql = f"SELECT * FROM ({side.format('>=', 'ASC', 3)} UNION {side.format('<', 'DESC', 2)}) w ORDER BY seq"
+    # Each side read from the (memory_id, seq) index with its rows (the given entry and two after it, two before);
+    # an entry in two windows comes twice.
+    side = (f"SELECT x.* FROM unnest(%(seqs)s::bigint[]) h(seq) CROSS JOIN LATERAL (SELECT r.seq, {moment('r')} "
+            f"AS at, ({asks}) AS asks FROM entries r WHERE r.memory_id = %(memory)s AND r.seq {{0}} h.seq "
+            "ORDER BY r.seq {1} LIMIT {2}) x")
+    sql = f"SELECT * FROM ({side.format('>=', 'ASC', 3)} UNION ALL {side.format('<', 'DESC', 2)}) w ORDER BY seq"
     params: dict[str, Any] = {"seqs": list(seqs), "memory": memory_id,
                               **{f"q{i}": mark for i, mark in enumerate(QUESTION_MARKS)}}
-    rows = conn.execute(sql, params).fetchall()
-    gap = Decimal(repr(CONTEXT_GAP_DAYS * 86400.0))
-    order = [int(r["seq"]) for r in rows]
+    rows = {int(r["seq"]): r for r in conn.execute(sql, params).fetchall()}
+    order = list(rows)
+    # The stored moments are fixed-width UTC (validation.format_timestamp): their distance in whole microseconds
+    # is what the SQL of neighbour_links computes from them as timestamptz.
+    at = [_microseconds(rows[seq]["at"]) for seq in order]
+    gap = round(CONTEXT_GAP_DAYS * 86400 * 1_000_000)
     place = {seq: i for i, seq in enumerate(order)}
 
     def link(seq: int) -> Link:
         i = place[seq]
-        at = rows[i]["at"]
-        previous = order[i - 1] if i > 0 and abs(at - rows[i - 1]["at"]) <= gap else None
-        following = order[i + 1] if i + 1 < len(order) and abs(rows[i + 1]["at"] - at) <= gap else None
-        return seq, previous, following, bool(rows[i]["asks"])
+        previous = order[i - 1] if i > 0 and abs(at[i] - at[i - 1]) <= gap else None
+        following = order[i + 1] if i + 1 < len(order) and abs(at[i + 1] - at[i]) <= gap else None
+        return seq, previous, following, bool(rows[seq]["asks"])
 
     given = sorted({seq for seq in seqs if seq in place})
     links = [link(seq) for seq in given]
@@ -348,6 +363,14 @@ def neighbourhood(conn: Any, memory_id: str, seqs: Sequence[int]) -> tuple[list[
                                                    order[place[seq] + 1] if place[seq] + 1 < len(order) else None)
                      if n is not None} - set(given))
     return links, {seq: link(seq) for seq in around}
+
+
+def _microseconds(moment: str) -> int:
+    """A stored moment (``2024-05-01T12:00:00.000000Z``) as microseconds from a fixed origin."""
+    at = datetime.fromisoformat(moment)
+    if at.tzinfo is not None:
+        at = at.astimezone(UTC).replace(tzinfo=None)
+    return (at.toordinal() * 86400 + at.hour * 3600 + at.minute * 60 + at.second) * 1_000_000 + at.microsecond
 
 
 def entries_within(conn: Any, memory_id: str, seqs: Collection[int], after: str | None, before: str | None) -> set[int]:
