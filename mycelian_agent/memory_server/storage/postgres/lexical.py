@@ -11,6 +11,11 @@ postings. ``ts_rank`` reads each scored row from the heap, so a query matching m
 large memory's common words) ranks a bounded part of them (:func:`rank_bounded`): every LoCoMo-sized memory is
 ranked whole.
 
+Round trips: a search's reads are each one statement where they can be (a search is ~16 statements, each ~0.1 ms of
+round trip before any work): the pruned and the unpruned exact ranking together, a memory's context snapshots with
+their counts and ranks (:func:`rank_whole`), the links of the hits and of their neighbours
+(:func:`neighbourhood`). Statements matching lexemes in a large memory are never prepared (:func:`_prepare`).
+
 Every function takes a psycopg connection (rows as dicts) from the store; :class:`Lexicon` is the store's cache of
 query terms' lexemes.
 """
