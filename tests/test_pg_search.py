@@ -167,3 +167,94 @@ def test_a_bounded_ranking_keeps_every_row_of_a_rare_word(pg_url: str, monkeypat
         assert first["summary"] == texts[0]
     finally:
         store.close()
+
+
+def test_contexts_ranked_in_one_statement_score_as_the_general_ranking(pg_url: str,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """``rank_whole`` (a memory's snapshots, one statement) gives ``rank``'s seqs and exact scores: with a common
+    word (in half the snapshots or more, pruned from the candidates), with only rare words, with too few rows for
+    the rare words alone, and past EXACT_ROWS (where it hands over to ``rank``)."""
+    store = PostgresStore.open(pg_url, pool_size=1)
+    try:
+        vault = store.create_vault("home")["vaultId"]
+        memory = store.create_memory(vault, "notes", "NOTES")["memoryId"]
+        for i in range(12):
+            lines = [f"- kayak trip {i} to the harbour" if i % 3 else "- a quiet day", f"- note {i}"]
+            store.put_context(vault, memory, "## Facts\n" + "\n".join(lines * (1 + i)))
+        queries = (["kayak", "harbour"], ["note", "quiet"], ["quiet"], ["kayak", "day", "nothing"], ["absent"])
+        with store._read() as conn:
+            for terms in queries:
+                for limit in (1, 2, 5, 20):
+                    whole = pg_lexical.rank_whole(conn, store._lexicon, "contexts", memory, terms, limit)
+                    assert whole == pg_lexical.rank(conn, store._lexicon, "contexts", memory, terms, limit)
+            monkeypatch.setattr(pg_lexical, "EXACT_ROWS", 3)
+            handed = pg_lexical.rank_whole(conn, store._lexicon, "contexts", memory, ["kayak", "note"], 5)
+            assert handed == pg_lexical.rank(conn, store._lexicon, "contexts", memory, ["kayak", "note"], 5)
+            assert len(handed) == 5
+    finally:
+        store.close()
+
+
+def test_migration_5_keeps_context_tsvectors_in_their_rows(pg_fresh_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A snapshot's tsvector written by version 4 lies out of line (TOAST); version 5 keeps it in the row
+    (``STORAGE MAIN``, the text going out instead), rewrites the snapshots so, and search finds the same snapshots
+    with the same scores."""
+    import mycelian_agent.memory_server.storage.postgres.migrations as migrations
+
+    facts = "## Facts\n" + "\n".join(f"- fact {i}: Ines paddled {i} km on lake number{i}" for i in range(60))
+    with monkeypatch.context() as v4:
+        v4.setattr(migrations, "SCHEMA_VERSION", 4)
+        store = PostgresStore.open(pg_fresh_url, pool_size=1)
+        vault = store.create_vault("home")["vaultId"]
+        memory = store.create_memory(vault, "lakes", "NOTES")["memoryId"]
+        store.add_entry(vault, memory, "Ines paddled", "Ines paddled")
+        store.put_context(vault, memory, facts)
+        before = search(store, memory, "Ines lake paddled", top_kc=2)["contexts"]
+        store.close()
+    storage = "SELECT attstorage FROM pg_attribute WHERE attrelid = %s::regclass AND attname = 'tsv'"
+    assert _query(pg_fresh_url, storage, "contexts") == [("x",)]
+    toast = _query(pg_fresh_url, "SELECT reltoastrelid::regclass::text FROM pg_class WHERE relname = 'contexts'")[0][0]
+    # The one value out of line is the tsvector (what its chunks hold is its stored size; the text compressed).
+    outside = f"SELECT (SELECT sum(octet_length(chunk_data)) FROM {toast}) = pg_column_size({{}}) FROM contexts"
+    assert _query(pg_fresh_url, f"SELECT count(DISTINCT chunk_id) FROM {toast}") == [(1,)]
+    assert _query(pg_fresh_url, outside.format("tsv")) == [(True,)]
+    store = PostgresStore.open(pg_fresh_url, pool_size=1)  # migrates to version 5
+    try:
+        assert _query(pg_fresh_url, "SELECT max(version) FROM mycelian_schema") == [(SCHEMA_VERSION,)]
+        assert _query(pg_fresh_url, storage, "contexts") == [("m",)]
+        _query(pg_fresh_url, "VACUUM contexts")
+        # Now the text goes out (the row is large) and the tsvector, the memory id and the time stay in the row.
+        assert _query(pg_fresh_url, f"SELECT count(DISTINCT chunk_id) FROM {toast}") == [(1,)]
+        assert _query(pg_fresh_url, outside.format("content")) == [(True,)]
+        assert search(store, memory, "Ines lake paddled", top_kc=2)["contexts"] == before
+    finally:
+        store.close()
+
+
+def test_rankings_in_a_large_memory_are_never_prepared(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A memory of more than EXACT_ROWS entries: its rankings are planned for their own lexemes every time (a
+    prepared statement turns to a generic plan after five runs); a small memory's are prepared as usual."""
+    store = PostgresStore.open(pg_url, pool_size=1)
+    try:
+        vault = store.create_vault("home")["vaultId"]
+        kinds = ("the harbour is calm", "the kayak needs wax", "nothing happened")
+        large = _fill(store, vault, "large", [f"Note {i}: {kinds[i % 3]}." for i in range(300)])
+        small = _fill(store, vault, "small", [f"Note {i}: {kinds[i % 3]}." for i in range(30)])
+        monkeypatch.setattr(pg_lexical, "EXACT_ROWS", 40)
+        monkeypatch.setattr(pg_lexical, "NEWEST_ROWS", 30)
+
+        def prepared() -> list[str]:
+            with store._read() as conn:
+                rows = conn.execute("SELECT statement FROM pg_prepared_statements").fetchall()
+            return [row["statement"] for row in rows if "ts_rank" in row["statement"] and "FROM entries" in
+                    row["statement"]]
+
+        for _ in range(8):
+            search(store, large, "harbour kayak", top_ke=10)
+            search(store, large, "wax", top_ke=10)
+        assert prepared() == []
+        for _ in range(8):
+            search(store, small, "harbour kayak", top_ke=10)
+        assert prepared() != []
+    finally:
+        store.close()

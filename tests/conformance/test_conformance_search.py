@@ -200,3 +200,31 @@ def test_offset_pages_through_one_ranking(chat: Chat, count: int) -> None:
     assert chat.ids("tomatoes water", top_ke=10, offset=count) == []
     with pytest.raises(InputError, match="offset"):
         chat.ids("tomatoes water", top_ke=10, offset=-1)
+
+
+def test_the_neighbourhood_is_the_links_of_the_entries_and_of_their_neighbours(chat: Chat) -> None:
+    """``neighbourhood`` answers what two ``neighbour_links`` reads would: the links of the given entries, and of
+    each of their neighbours that is not given, across another memory's interleaved entries, a gap of more than
+    CONTEXT_GAP_DAYS, a deleted entry and a question; seqs of another memory or of no entry give nothing."""
+    store = chat.store
+    other = chat.new_memory("other")
+    day = "2024-03-{:02d}T10:00:00Z"
+    texts = ["Where is the kayak?", "In the shed.", "Thanks!", "The canoe leaks.", "Fix it?", "Later.",
+             "Paddles are new.", "Done."]
+    written = []
+    for i, text in enumerate(texts):
+        written.append(chat.add(text, conversation_time=day.format(1 if i < 4 else 20)))  # a gap after the 4th
+        chat.add(f"noise {i}", other, conversation_time=day.format(1))
+    store.delete_entry(chat.vault, chat.memory, written[6])
+    seqs = {row["entry_id"]: seq for seq, row in store.entry_rows(chat.memory, range(1, 100)).items()}
+    foreign = sorted(store.entry_rows(other, range(1, 100)))
+    assert len(seqs) == 7 and len(foreign) == 8
+    seqs[written[6]] = -1  # (deleted)
+    for given in ([seqs[written[0]]], [seqs[written[2]], seqs[written[7]]], sorted(seqs.values())[1:],
+                  [seqs[written[4]], foreign[0], 10_000]):
+        links, around = store.neighbourhood(chat.memory, given)
+        expected = sorted(store.neighbour_links(chat.memory, given))
+        assert sorted(links) == expected
+        near = sorted({n for _, p, f, _ in expected for n in (p, f) if n is not None} - set(given))
+        assert {seq: around[seq] for seq in near} == {link[0]: link for link in store.neighbour_links(chat.memory, near)}
+    assert store.neighbourhood(chat.memory, []) == ([], {})

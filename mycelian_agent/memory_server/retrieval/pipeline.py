@@ -192,30 +192,30 @@ def _lexical_ranking(
     scored = bm25.rank(list(entries.items()), stems, count, frequencies, length)
     hits = [(seq, value) for seq, value, _ in scored[:depth]]
     if context and hits:
-        links, allowed = _neighbours(store, memory_id, [seq for seq, _ in hits], after, before)
+        seqs = [seq for seq, _ in hits]
+        links, around = store.neighbourhood(memory_id, seqs)  # the hits' links and their neighbours'
+        allowed = _allowed(store, memory_id, seqs, links, after, before)
         # The neighbours' own neighbours: the turns two steps from each hit (ranking.CONTEXT_FAR_AFTER).
-        outer, further = _neighbours(store, memory_id, sorted(allowed.difference(seq for seq, _ in hits)), after,
-                                     before)
+        outer = [around[seq] for seq in sorted(allowed.difference(seqs)) if seq in around]
+        further = _allowed(store, memory_id, [link[0] for link in outer], outer, after, before)
         matched = {seq: frozenset(by_stem) for seq, _, by_stem in scored}
         hits = with_context(hits, links, allowed | further, depth, matched, outer)
         hits = current_first(hits, entries, matched)
     return hits
 
 
-def _neighbours(
-    store: MemoryStore, memory_id: str, seqs: Sequence[int], after: str | None, before: str | None
-) -> tuple[list[Link], set[int]]:
-    """``(links, allowed)`` for :func:`ranking.with_context`: the links of ``seqs`` and the seqs (given and their
-    neighbours) that may be returned: the given ones, and the neighbours inside the time bounds."""
-    if not seqs:
-        return [], set()
-    links = store.neighbour_links(memory_id, seqs)
+def _allowed(
+    store: MemoryStore, memory_id: str, seqs: Sequence[int], links: Sequence[Link], after: str | None,
+    before: str | None,
+) -> set[int]:
+    """The seqs :func:`ranking.with_context` may return around ``seqs`` (whose ``links`` are given): the given ones,
+    and their neighbours inside the time bounds."""
     given = set(seqs)
     allowed = given | {n for _, previous, following, _ in links for n in (previous, following) if n is not None}
     outside = allowed - given
     if (after is not None or before is not None) and outside:  # neighbours outside the time bounds do not count
         allowed = given | store.entries_within(memory_id, outside, after, before)
-    return links, allowed
+    return allowed
 
 
 def _time_named(

@@ -62,7 +62,7 @@ POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 #: What retrieval asks a store for (the public reads of :class:`MemoryStore`'s "search reads" section); each is
 #: covered by ``tests/conformance`` on every backend.
 SEARCH_READS = ("check_memory", "lexical_candidates", "term_counts", "entry_rows", "entry_terms", "neighbour_links",
-                "entries_within", "ranked_contexts", "latest_context", "has_dense", "dense_hits")
+                "neighbourhood", "entries_within", "ranked_contexts", "latest_context", "has_dense", "dense_hits")
 #: BM25's statistics of a memory for some stems: ``(entries, {stem: entries containing it}, tokens)``.
 Statistics = Callable[[Sequence[str]], tuple[int, dict[str, int], int]]
 
@@ -480,6 +480,16 @@ class MemoryStore(ABC):
         """Each of the memory's entries ``seqs`` as a :data:`~.rows.Link`: its previous and next entry in the memory
         within ``CONTEXT_GAP_DAYS`` (None where there is none) and whether it asks something (one of
         ``QUESTION_MARKS`` in its raw text)."""
+
+    def neighbourhood(self, memory_id: str, seqs: Sequence[int]) -> tuple[list[Link], dict[int, Link]]:
+        """``(links of seqs, {seq: link} of each of their neighbours that is not one of seqs)``, as
+        :meth:`neighbour_links` gives them: what a ranking that shares scores two turns away reads (a backend may
+        answer it in one read; this one makes two)."""
+        links = self.neighbour_links(memory_id, seqs)
+        given = {link[0] for link in links}
+        around = sorted({n for _, previous, following, _ in links for n in (previous, following) if n is not None}
+                        - given)
+        return links, {link[0]: link for link in self.neighbour_links(memory_id, around)} if around else {}
 
     @abstractmethod
     def entries_within(self, memory_id: str, seqs: Collection[int], after: str | None, before: str | None) -> set[int]:

@@ -11,6 +11,11 @@ postings. ``ts_rank`` reads each scored row from the heap, so a query matching m
 large memory's common words) ranks a bounded part of them (:func:`rank_bounded`): every LoCoMo-sized memory is
 ranked whole.
 
+Round trips: a search's reads are each one statement where they can be (a search is ~16 statements, each ~0.1 ms of
+round trip before any work): the pruned and the unpruned exact ranking together, a memory's context snapshots with
+their counts and ranks (:func:`rank_whole`), the links of the hits and of their neighbours
+(:func:`neighbourhood`). Statements matching lexemes in a large memory are never prepared (:func:`_prepare`).
+
 Every function takes a psycopg connection (rows as dicts) from the store; :class:`Lexicon` is the store's cache of
 query terms' lexemes.
 """
@@ -18,6 +23,7 @@ query terms' lexemes.
 from __future__ import annotations
 
 import math
+from datetime import UTC, datetime
 import threading
 from collections.abc import Collection, Sequence
 from typing import Any
@@ -28,7 +34,7 @@ from mycelian_agent.memory_server.storage.rows import Link
 from mycelian_agent.memory_server.text.analysis import CONTEXT_GAP_DAYS, ENTRY_WEIGHTS, QUESTION_MARKS, tokens
 
 __all__ = ["BOUNDED_ROWS", "EXACT_ROWS", "NEWEST_ROWS", "Known", "Lexicon", "entries_within", "frequencies", "known",
-           "neighbour_links", "rank", "rank_bounded"]
+           "neighbour_links", "neighbourhood", "rank", "rank_bounded", "rank_whole"]
 
 # ts_rank's weights are {D, C, B, A}, each at most 1: ENTRY_WEIGHTS scaled by the summary's (the largest).
 _TOP = ENTRY_WEIGHTS[1]
@@ -49,6 +55,15 @@ Known = tuple[int, dict[str, int]]
 
 def _tsquery(lexeme: str) -> str:
     return "'" + lexeme.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def _prepare(total: int | None) -> bool | None:
+    """psycopg's ``prepare`` for a statement matching lexemes in a memory of ``total`` rows (None: not known): in a
+    large memory never prepared, so each is planned for its own lexemes and memory (a prepared statement turns
+    generic after five runs, planned for an average memory and lexeme: a 100,000-entry memory's bounded ranking
+    took 41 ms instead of 4 on such a plan, reading every match of its lexemes); in a small one, psycopg's default
+    (prepared from the fifth run: any plan reads only that memory's rows, and planning costs more than the run)."""
+    return None if total is not None and total <= EXACT_ROWS else False
 
 
 def _idf(total: int, found: int) -> float:
@@ -102,7 +117,7 @@ def _counted_frequencies(
         values.append(memory_id)
     else:
         values = [value for k in range(0, len(values), 2) for value in (*values[k : k + 2], total // 2 + 1)]
-    found = conn.execute(f"SELECT {', '.join(counts)}", values).fetchone()
+    found = conn.execute(f"SELECT {', '.join(counts)}", values, prepare=_prepare(total)).fetchone()
     total = int(found["total"]) if total is None else total
     return total, {lexeme: int(found[f"d{i}"]) for i, lexeme in enumerate(lexemes)}
 
@@ -172,7 +187,22 @@ def rank(
     every = list(zip(counts, queries, strict=True))
     rare = prune_common(every, lambda pair: pair[0], total)
     candidates = [rare, every] if rare != every else [every]
+    exact = (f"SELECT t.seq, ({score}) AS score FROM {table} t WHERE t.memory_id = %s AND t.tsv @@ %s::tsquery"
+             f"{where} ORDER BY score DESC, t.seq DESC LIMIT %s")
     rows: list[Any] = []
+    if len(candidates) == 2 and sum(n for n, _ in every) <= EXACT_ROWS:
+        # Both rankings exact: one statement, the second run only when the first found too few rows.
+        rows = conn.execute(
+            f"WITH r AS ({exact}) SELECT seq, score, true AS rare FROM r UNION ALL SELECT seq, score, false "
+            f"FROM ({exact}) e WHERE (SELECT count(*) FROM r) < %s",
+            [*(value for matching in candidates for value in (
+                *scoring, memory_id, " | ".join(q for _, q in matching), *params, limit)), limit],
+            prepare=_prepare(total),
+        ).fetchall()
+        first = [row for row in rows if row["rare"]]
+        rows = sorted(first if len(first) >= limit else [row for row in rows if not row["rare"]],
+                      key=lambda row: (row["score"], row["seq"]), reverse=True)
+        candidates = []
     for matching in candidates:
         rows = []
         if sum(n for n, _ in matching) > EXACT_ROWS:
@@ -180,14 +210,61 @@ def rank(
         # Every match when the bounded part found too few inside the time bounds (a span far from the newest
         # rows: costly on a large memory, as the time filter reads each match from the heap).
         if not rows or (where and len(rows) < limit):
-            rows = conn.execute(
-                f"SELECT t.seq, ({score}) AS score FROM {table} t WHERE t.memory_id = %s AND t.tsv @@ %s::tsquery"
-                f"{where} ORDER BY score DESC, t.seq DESC LIMIT %s",
-                [*scoring, memory_id, " | ".join(q for _, q in matching), *params, limit],
-            ).fetchall()
+            rows = conn.execute(exact, [*scoring, memory_id, " | ".join(q for _, q in matching), *params, limit],
+                                prepare=_prepare(total)).fetchall()
         if len(rows) >= limit:
             break
     return [(int(row["seq"]), float(row["score"])) for row in rows if row["score"] > 0]
+
+
+def rank_whole(
+    conn: Any, lexicon: Lexicon, table: str, memory_id: str, terms: Sequence[str], limit: int
+) -> list[tuple[int, float]]:
+    """:func:`rank`'s ranking (no time bounds, no known counts) in one statement where the memory has at most
+    :data:`EXACT_ROWS` rows matching a lexeme (a memory's context snapshots): every such row with, per lexeme,
+    its ``ts_rank`` (read as float8, exactly what :func:`rank`'s sum adds) and the memory's row count; the document
+    frequencies, IDFs, pruning and scores are then :func:`rank`'s, computed here in the same order of
+    floating-point operations. More matching rows: :func:`rank`."""
+    if limit <= 0:
+        return []
+    lexemes = sorted({lexeme for found in lexicon.lexemes(conn, terms).values() for lexeme in found})
+    if not lexemes:
+        return []
+    queries = [_tsquery(lexeme) for lexeme in lexemes]
+    # A lexeme's ts_rank is 0 exactly where the row lacks it: the rank is also the match (a snapshot's tsvector is
+    # large and stored out of line: each use of it reads it again).
+    columns = ", ".join(f"ts_rank('{_RANK_WEIGHTS}', d.tsv, %(q{i})s::tsquery, 1)::float8 AS r{i}"
+                        for i in range(len(queries)))
+    params: dict[str, Any] = {f"q{i}": q for i, q in enumerate(queries)}
+    params.update(memory=memory_id, anyone=" | ".join(queries), cap=EXACT_ROWS + 1)
+    rows = conn.execute(
+        f"SELECT d.seq, {columns}, (SELECT count(*) FROM {table} WHERE memory_id = %(memory)s) AS total "
+        f"FROM (SELECT t.seq, t.tsv FROM {table} t WHERE t.memory_id = %(memory)s "
+        "AND t.tsv @@ %(anyone)s::tsquery ORDER BY t.seq DESC LIMIT %(cap)s) d",
+        params,
+    ).fetchall()
+    if not rows:
+        return []
+    total = int(rows[0]["total"])
+    counts = [sum(1 for row in rows if row[f"r{i}"] > 0) for i in range(len(queries))]
+    if len(rows) > EXACT_ROWS or sum(counts) > EXACT_ROWS:
+        return rank(conn, lexicon, table, memory_id, terms, limit)
+    weights = [_idf(total, n) for n in counts]
+    scores = {}
+    for row in rows:
+        value = weights[0] * row["r0"]
+        for i in range(1, len(weights)):
+            value = value + weights[i] * row[f"r{i}"]
+        scores[int(row["seq"])] = value
+    every = list(zip(counts, range(len(queries)), strict=True))
+    rare = prune_common(every, lambda pair: pair[0], total)
+    ranked: list[tuple[int, float]] = []
+    for matching in [rare, every] if rare != every else [every]:
+        kept = [int(row["seq"]) for row in rows if any(row[f"r{i}"] > 0 for _, i in matching)]
+        ranked = sorted(((seq, scores[seq]) for seq in kept), key=lambda hit: (hit[1], hit[0]), reverse=True)[:limit]
+        if len(ranked) >= limit:
+            break
+    return [(seq, score) for seq, score in ranked if score > 0]
 
 
 def rank_bounded(
@@ -211,19 +288,22 @@ def rank_bounded(
     both = " | ".join(rarest) if rarest else " & ".join(q for _, q in ordered[:2])
     anyone = " | ".join(q for _, q in ordered)
     newest = min(NEWEST_ROWS, max(limit, total * BOUNDED_ROWS // max(1, sum(n for n, _ in ordered))))
-    # The newest rows: their seqs from the (memory_id, seq) index alone, then each row by its key. (Read whole,
-    # the planner walks the primary key down through every newer memory's rows, or scans every match of the
-    # lexemes, its row estimates not knowing that a memory's rows are a run of seqs; the same with the time bounds
-    # inside.) A row in both parts counts once.
-    recent = (f"SELECT t.seq, t.tsv FROM (SELECT r.seq FROM {table} r WHERE r.memory_id = %s "
-              f"ORDER BY r.seq DESC LIMIT %s) n JOIN {table} t ON t.seq = n.seq "
-              f"WHERE t.tsv @@ %s::tsquery{where}")
+    # The newest rows: the oldest of their seqs from the (memory_id, seq) index alone, then the memory's rows from
+    # that seq on, the lexemes tested on them behind a fence. (Read whole, the planner walks the primary key down
+    # through every newer memory's rows, or scans every match of the lexemes, its row estimates not knowing that a
+    # memory's rows are a run of seqs; the same with the time bounds inside. Probing each of the newest seqs by its
+    # key cost 2.5 ms a ranking in a 100k memory, the range 0.8.) A row in both parts counts once.
+    oldest = conn.execute(f"SELECT min(r.seq) AS seq FROM (SELECT r.seq FROM {table} r WHERE r.memory_id = %s "
+                          "ORDER BY r.seq DESC LIMIT %s) r", (memory_id, newest)).fetchone()["seq"]
+    recent = (f"SELECT t.seq, t.tsv FROM (SELECT r.* FROM {table} r "
+              f"WHERE r.memory_id = %s AND r.seq >= %s OFFSET 0) t WHERE t.tsv @@ %s::tsquery{where}")
     pick = f"SELECT t.seq, t.tsv FROM {table} t WHERE t.memory_id = %s AND t.tsv @@ %s::tsquery{where} LIMIT %s"
     rows: list[Any] = conn.execute(
         f"SELECT * FROM (SELECT DISTINCT ON (t.seq) t.seq, ({score}) AS score "
         f"FROM (({pick}) UNION ALL ({recent})) t "
         "ORDER BY t.seq) s ORDER BY score DESC, seq DESC LIMIT %s",
-        [*scoring, memory_id, both, *params, BOUNDED_ROWS, memory_id, newest, anyone, *params, limit],
+        [*scoring, memory_id, both, *params, BOUNDED_ROWS, memory_id, oldest or 0, anyone, *params, limit],
+        prepare=False,
     ).fetchall()
     return rows
 
@@ -249,6 +329,53 @@ def neighbour_links(conn: Any, memory_id: str, seqs: Sequence[int]) -> list[Link
         (int(r["seq"]), r["previous"], r["following"], bool(r["asks"]))
         for r in conn.execute(sql, (*QUESTION_MARKS, list(seqs), memory_id)).fetchall()
     ]
+
+
+def neighbourhood(conn: Any, memory_id: str, seqs: Sequence[int]) -> tuple[list[Link], dict[int, Link]]:
+    """``(links of seqs, {seq: link} of their neighbours that are not among seqs)`` (``MemoryStore.neighbourhood``)
+    in one statement: the memory's entries within two places of each given one (one walk of the ``(memory_id,
+    seq)`` index each side), their moments and question marks; consecutive entries of that set are neighbours in
+    the memory for every given entry and every entry next to one, and the gap test is :func:`neighbour_links`'s
+    (on the moments' exact microseconds)."""
+    if not seqs:
+        return [], {}
+    asks = " OR ".join("strpos(r.raw_entry, %(q{})s) > 0".format(i) for i in range(len(QUESTION_MARKS)))
+    # Each side read from the (memory_id, seq) index with its rows (the given entry and two after it, two before);
+    # an entry in two windows comes twice.
+    side = (f"SELECT x.* FROM unnest(%(seqs)s::bigint[]) h(seq) CROSS JOIN LATERAL (SELECT r.seq, {moment('r')} "
+            f"AS at, ({asks}) AS asks FROM entries r WHERE r.memory_id = %(memory)s AND r.seq {{0}} h.seq "
+            "ORDER BY r.seq {1} LIMIT {2}) x")
+    sql = f"SELECT * FROM ({side.format('>=', 'ASC', 3)} UNION ALL {side.format('<', 'DESC', 2)}) w ORDER BY seq"
+    params: dict[str, Any] = {"seqs": list(seqs), "memory": memory_id,
+                              **{f"q{i}": mark for i, mark in enumerate(QUESTION_MARKS)}}
+    rows = {int(r["seq"]): r for r in conn.execute(sql, params).fetchall()}
+    order = list(rows)
+    # The stored moments are fixed-width UTC (validation.format_timestamp): their distance in whole microseconds
+    # is what the SQL of neighbour_links computes from them as timestamptz.
+    at = [_microseconds(rows[seq]["at"]) for seq in order]
+    gap = round(CONTEXT_GAP_DAYS * 86400 * 1_000_000)
+    place = {seq: i for i, seq in enumerate(order)}
+
+    def link(seq: int) -> Link:
+        i = place[seq]
+        previous = order[i - 1] if i > 0 and abs(at[i] - at[i - 1]) <= gap else None
+        following = order[i + 1] if i + 1 < len(order) and abs(at[i + 1] - at[i]) <= gap else None
+        return seq, previous, following, bool(rows[seq]["asks"])
+
+    given = sorted({seq for seq in seqs if seq in place})
+    links = [link(seq) for seq in given]
+    around = sorted({n for seq in given for n in (order[place[seq] - 1] if place[seq] else None,
+                                                   order[place[seq] + 1] if place[seq] + 1 < len(order) else None)
+                     if n is not None} - set(given))
+    return links, {seq: link(seq) for seq in around}
+
+
+def _microseconds(moment: str) -> int:
+    """A stored moment (``2024-05-01T12:00:00.000000Z``) as microseconds from a fixed origin."""
+    at = datetime.fromisoformat(moment)
+    if at.tzinfo is not None:
+        at = at.astimezone(UTC).replace(tzinfo=None)
+    return (at.toordinal() * 86400 + at.hour * 3600 + at.minute * 60 + at.second) * 1_000_000 + at.microsecond
 
 
 def entries_within(conn: Any, memory_id: str, seqs: Collection[int], after: str | None, before: str | None) -> set[int]:

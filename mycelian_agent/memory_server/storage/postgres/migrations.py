@@ -213,9 +213,26 @@ def has_memory_index(conn: Any) -> bool:
     return bool(row[0] if isinstance(row, tuple) else next(iter(row.values())))
 
 
+def _inline_tsvectors(conn: Any) -> None:
+    """Version 5: keep a context snapshot's ``tsvector`` in its row (``STORAGE MAIN``: compressed or moved out of
+    line only when the row cannot fit in a page; the text goes out first). Such a ``tsvector`` (~5 KB for 40 lines)
+    does not compress by a quarter, so it was stored out of line, uncompressed: every use of it in a ranking (the
+    match, one ``ts_rank`` per lexeme) read it from the TOAST table again, 2.4x the cost of reading it in place. The
+    memory id and the time stay in the row whatever its size (``PLAIN``: short; with the text out of line and the
+    ``tsvector`` in, the row could still be over the TOAST threshold, which would move them out and make every
+    check of a row's memory read the TOAST table). The existing snapshots are rewritten so (a copy of the same
+    value, ``|| ''``; a context table is small: one snapshot per session). Entries keep the default: their
+    ``tsvector`` is almost always small and in the row."""
+    for column, storage in (("tsv", "MAIN"), ("memory_id", "PLAIN"), ("creation_time", "PLAIN")):
+        conn.execute(f"ALTER TABLE contexts ALTER COLUMN {column} SET STORAGE {storage}")
+    conn.execute("UPDATE contexts SET tsv = tsv || ''::tsvector")
+
+
 #: Migration ``n`` (1-based) is ``MIGRATIONS[n - 1]``: SQL statements, or functions of the connection for steps
 #: that need Python (each one runs inside the migration's transaction).
-MIGRATIONS: tuple[Sequence[str | Callable[[Any], None]], ...] = (_V1, [_reindex_non_ascii], _V3, [_index_by_memory])
+MIGRATIONS: tuple[Sequence[str | Callable[[Any], None]], ...] = (
+    _V1, [_reindex_non_ascii], _V3, [_index_by_memory], [_inline_tsvectors]
+)
 #: The schema version a fully migrated database has.
 SCHEMA_VERSION = len(MIGRATIONS)
 
