@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 import uuid
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
@@ -28,6 +29,27 @@ __all__ = ["SYNC_MODES", "Store"]
 
 #: Accepted ``synchronous`` settings. NORMAL (WAL) survives a process kill; FULL also survives power loss.
 SYNC_MODES = ("NORMAL", "FULL")
+
+
+#: How long a statement waits for another connection's lock before failing with "database is locked".
+_BUSY_TIMEOUT_MS = 10_000
+
+
+def _enable_wal(conn: sqlite3.Connection) -> None:
+    """Put the database in WAL mode. Switching the mode of a new file needs it alone, and SQLite answers "database
+    is locked" at once, without the busy timeout, while another process opens it too (servers started together on
+    a new file): so retry within the same timeout."""
+    deadline = time.monotonic() + _BUSY_TIMEOUT_MS / 1000
+    delay = 0.005
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc) or time.monotonic() + delay > deadline:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.1)
 
 
 class Store(MemoryStore):
@@ -57,8 +79,8 @@ class Store(MemoryStore):
             raise MemoryServerError(f"cannot open the memory database {target}: {exc}") from exc
         conn.row_factory = sqlite3.Row
         try:
-            conn.execute("PRAGMA busy_timeout = 10000")
-            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+            _enable_wal(conn)
             # Both values come from SYNC_MODES above, never from raw user text.
             conn.execute(f"PRAGMA synchronous = {mode}")
             conn.execute("PRAGMA foreign_keys = ON")
@@ -90,7 +112,7 @@ class Store(MemoryStore):
         conn = sqlite3.connect(self._target, isolation_level=None)
         try:
             conn.row_factory = sqlite3.Row
-            conn.execute("PRAGMA busy_timeout = 10000")
+            conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
             conn.execute(f"PRAGMA synchronous = {self._mode}")  # from SYNC_MODES, never raw user text
             conn.execute("PRAGMA foreign_keys = ON")
             yield conn
