@@ -45,6 +45,18 @@ class GatedEncoder(CountingEncoder):
         return super().__call__(texts)
 
 
+class FirstCallGated(GatedEncoder):
+    """Blocks its first call only (the writer's), until :meth:`open`; later calls (a search's) encode at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._first = True
+
+    def __call__(self, texts):
+        first, self._first = self._first, False
+        return super().__call__(texts) if first else CountingEncoder.__call__(self, texts)
+
+
 class FailsFirst(CountingEncoder):
     """Raises ``error`` on its first call, then encodes (counting only the calls that encoded)."""
 
@@ -108,6 +120,25 @@ def test_entries_committed_without_a_vector_are_embedded_in_the_background_at_op
         assert store.counts()["entry_vectors"] == 71 and index.writer.written == 71
         assert max(encoder.calls) <= 32  # the backlog goes in small batches, so new writes never wait long
         assert search(store, m, "puppy", top_ke=1)["entries"][0]["entryId"] == late["entryId"]
+
+
+def test_a_search_does_not_miss_an_entry_the_writer_is_embedding_from_its_backlog(db_target: str) -> None:
+    # No search waits for the backlog (entries found without a vector at open), so a search's catch-up must embed
+    # such an entry itself even while the writer is encoding it, or the search misses it (it did, now and then).
+    with contextlib.closing(open_store(db_target)) as plain:
+        v, m = _memory(plain)
+        old = plain.add_entry(v, m, "The dog barked", "dog barked")["entryId"]
+    encoder = FirstCallGated()
+    index = DenseVectors(encoder, model="fake")
+    with contextlib.closing(open_store(db_target, dense_factory=lambda: index)) as store:
+        try:
+            assert encoder.entered.wait(WAIT)  # the writer took the backlog's entry and is inside the encoder
+            # "puppy" shares no word with the entry: only its vector can find it.
+            assert [e["entryId"] for e in search(store, m, "puppy", top_ke=5)["entries"]] == [old]
+            assert index.embedded_at_search == 1
+        finally:
+            encoder.open()
+        assert index.writer.wait_idle(WAIT) and store.counts()["entry_vectors"] == 1
 
 
 def test_an_entry_deleted_while_the_writer_encodes_it_gets_no_vector(db_target: str) -> None:

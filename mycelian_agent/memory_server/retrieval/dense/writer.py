@@ -78,6 +78,7 @@ class VectorWriter:
         self._stopping = False
         self._looking = True  # until the search for entries without vectors (at start) is done
         self._in_flight: set[int] = set()  # seqs of the batch being embedded
+        self._in_flight_queued: set[int] = set()  # those of them taken from the queue (not the backlog)
         self._waiters = 0  # settle() / wait_idle() calls waiting: the thread stops gathering
         self._attempts: dict[int, int] = {}  # seq -> failed tries so far (such seqs wait in the backlog)
         self._retry_at = 0.0  # monotonic time before which the backlog is not tried (after a failure)
@@ -119,12 +120,14 @@ class VectorWriter:
             return self._waiting.get(memory_id, 0)
 
     def holding(self, seqs: Sequence[int]) -> set[int]:
-        """Those of ``seqs`` that are queued or being embedded (not the backlog): their vectors are coming (none if
-        the thread is not running)."""
+        """Those of ``seqs`` that are queued, or being embedded from the queue: their vectors are coming (none if
+        the thread is not running). Not the backlog, nor a backlog batch being embedded: no settle() waits for
+        those, so a search that skipped them would miss them (it embeds them itself; the second write of the same
+        vector is an upsert)."""
         with self._lock:
             if not self._thread.is_alive():
                 return set()
-            return {seq for seq in seqs if seq in self._queue or seq in self._in_flight}
+            return {seq for seq in seqs if seq in self._queue or seq in self._in_flight_queued}
 
     def settle(self, memory_id: str, timeout: float = SETTLE_TIMEOUT) -> bool:
         """Wait until the entries queued for ``memory_id`` have their vectors; False if ``timeout`` passed first,
@@ -198,6 +201,7 @@ class VectorWriter:
                     self._gather()
                     batch = self._take()
                     self._in_flight = {seq for seq, _, _ in batch}
+                    self._in_flight_queued = {seq for seq, _, queued in batch if queued}
                 self._embed_batch(batch)
         except BaseException:
             # Not an expected failure (those are handled per batch): logged, not re-raised (a thread's exception
@@ -257,7 +261,7 @@ class VectorWriter:
                            len(batch), batch[0][0], batch[-1][0], ATTEMPTS)
         finally:
             with self._lock:
-                self._in_flight = set()
+                self._in_flight, self._in_flight_queued = set(), set()
                 self._progress += 1
                 for seq, memory_id, _ in batch:
                     tries = self._attempts.pop(seq, 0) + failed
