@@ -258,3 +258,50 @@ def test_rankings_in_a_large_memory_are_never_prepared(pg_url: str, monkeypatch:
         assert prepared() != []
     finally:
         store.close()
+
+
+def test_entries_keep_their_bm25_terms_and_older_rows_are_analysed(pg_fresh_url: str,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Migration 6: each write stores its entry's BM25 terms (``terms.py``), exactly what the analysis gives; a
+    fresh store (an empty entry cache) reads them, and rows from before (NULL) are analysed from their text."""
+    import mycelian_agent.memory_server.storage.postgres.migrations as migrations
+    from mycelian_agent.memory_server.text.analysis import entry_terms
+
+    tags = {"speaker": "Ines", "topic": "lakes"}
+    texts = [("Ines paddled 12 km?", "Ines paddled on Lake Bled", "2023-05-08T13:56:00Z"),
+             ("Café crème at the hütte", "Coffee after the hike", None)]
+
+    def add(store: PostgresStore, vault: str, memory: str) -> None:
+        for raw, summary, at in texts:
+            store.add_entry(vault, memory, raw, summary, tags=tags, conversation_time=at)
+
+    with monkeypatch.context() as v5:
+        v5.setattr(migrations, "SCHEMA_VERSION", 5)
+        PostgresStore.open(pg_fresh_url, pool_size=1).close()
+    assert _query(pg_fresh_url, "SELECT count(*) FROM information_schema.columns WHERE column_name = 'terms'") == [(0,)]
+    store = PostgresStore.open(pg_fresh_url, pool_size=1)  # migrates to version 6
+    try:
+        assert _query(pg_fresh_url, "SELECT max(version) FROM mycelian_schema") == [(SCHEMA_VERSION,)]
+        vault = store.create_vault("home")["vaultId"]
+        memory = store.create_memory(vault, "lakes", "NOTES")["memoryId"]
+        add(store, vault, memory)
+        add(store, vault, memory)
+        # The first two as a row written before version 6 holds them.
+        _query(pg_fresh_url, "UPDATE entries SET terms = NULL WHERE seq IN (SELECT seq FROM entries ORDER BY seq "
+                             "LIMIT 2)")
+        stored = _query(pg_fresh_url, "SELECT seq, terms IS NOT NULL FROM entries ORDER BY seq")
+        assert [known for _, known in stored] == [False, False, True, True]
+        rows = store.entry_rows(memory, [seq for seq, _ in stored])
+        expected = {seq: entry_terms(row["raw_entry"], row["summary"], row["tags"],
+                                     row["conversation_time"] or row["creation_time"]) for seq, row in rows.items()}
+    finally:
+        store.close()
+    fresh = PostgresStore.open(pg_fresh_url, pool_size=1)
+    try:
+        assert fresh.entry_terms("00000000-0000-4000-8000-000000000000", [seq for seq, _ in stored]) == {}
+        found = fresh.entry_terms(memory, [seq for seq, _ in stored])
+        assert found == expected
+        assert [list(found[seq].frequencies.items()) for seq, _ in stored] == [
+            list(expected[seq].frequencies.items()) for seq, _ in stored]
+    finally:
+        fresh.close()

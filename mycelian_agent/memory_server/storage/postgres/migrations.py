@@ -228,10 +228,14 @@ def _inline_tsvectors(conn: Any) -> None:
     conn.execute("UPDATE contexts SET tsv = tsv || ''::tsvector")
 
 
+# Version 6: each entry's BM25 terms as its write computed them (``terms.py``), read by searches in place of
+# tokenising candidates their process has not seen. Nullable, no backfill: older rows are analysed from their text.
+_V6 = ["ALTER TABLE entries ADD COLUMN terms text"]
+
 #: Migration ``n`` (1-based) is ``MIGRATIONS[n - 1]``: SQL statements, or functions of the connection for steps
 #: that need Python (each one runs inside the migration's transaction).
 MIGRATIONS: tuple[Sequence[str | Callable[[Any], None]], ...] = (
-    _V1, [_reindex_non_ascii], _V3, [_index_by_memory], [_inline_tsvectors]
+    _V1, [_reindex_non_ascii], _V3, [_index_by_memory], [_inline_tsvectors], _V6
 )
 #: The schema version a fully migrated database has.
 SCHEMA_VERSION = len(MIGRATIONS)

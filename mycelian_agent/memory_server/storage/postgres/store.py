@@ -46,6 +46,7 @@ from mycelian_agent.memory_server.storage.base import (
     memory_not_found,
 )
 from mycelian_agent.memory_server.storage.postgres import lexical
+from mycelian_agent.memory_server.storage.postgres import terms as pg_terms
 from mycelian_agent.memory_server.storage.postgres import vectors as pg_vectors
 from mycelian_agent.memory_server.storage.postgres.migrations import (
     ENTRY_TSV,
@@ -56,7 +57,7 @@ from mycelian_agent.memory_server.storage.postgres.migrations import (
 from mycelian_agent.memory_server.storage import moments
 from mycelian_agent.memory_server.storage.moments import time_bounds
 from mycelian_agent.memory_server.storage.validation import format_timestamp
-from mycelian_agent.memory_server.text.analysis import entry_dated, entry_labels, index_words
+from mycelian_agent.memory_server.text.analysis import EntryTerms, entry_dated, entry_labels, entry_terms, index_words
 
 __all__ = ["INSTALL_HINT", "PostgresStore", "announce_dense_path", "one_line", "redact_url", "require_psycopg"]
 
@@ -385,6 +386,7 @@ class PostgresStore(MemoryStore):
                 now = self._next_time(conn, "entries", memory_id)
             else:  # the lock is held since this transaction's first write here: no other entry came in between
                 now = self._time_after(previous)
+            counts = term_stats.entry_counts(raw_entry, summary, tags, conversation_time or now)
             values = {
                 "entry_id": str(uuid.uuid4()),
                 "memory_id": memory_id,
@@ -399,19 +401,19 @@ class PostgresStore(MemoryStore):
                 "raw_words": index_words(raw_entry),
                 "labels": index_words(entry_labels(tags)),
                 "dated": entry_dated(conversation_time or now),
+                "terms": pg_terms.encode(counts.terms),
             }
             row = conn.execute(
                 "INSERT INTO entries (entry_id, memory_id, vault_id, creation_time, conversation_time, raw_entry, "
-                "summary, tags, idempotency_key, tsv) VALUES (%(entry_id)s, %(memory_id)s, %(vault_id)s, "
+                "summary, tags, idempotency_key, terms, tsv) VALUES (%(entry_id)s, %(memory_id)s, %(vault_id)s, "
                 "%(creation_time)s, %(conversation_time)s, %(raw_entry)s, %(summary)s, %(tags)s, "
-                f"%(idempotency_key)s, {ENTRY_TSV}) ON CONFLICT (memory_id, idempotency_key) DO NOTHING "
+                f"%(idempotency_key)s, %(terms)s, {ENTRY_TSV}) ON CONFLICT (memory_id, idempotency_key) DO NOTHING "
                 f"RETURNING {_ENTRY_COLUMNS}",
                 values,
             ).fetchone()
             if row is None:  # only without the row lock's protection (kept as a second line of defence)
                 return conn.execute(by_key, (memory_id, idempotency_key)).fetchone(), False
             appended[(vault_id, memory_id)] = now
-            counts = term_stats.entry_counts(raw_entry, summary, tags, conversation_time or now)
             self._delta.add(memory_id, counts, seq=int(row["seq"]))
             if self._dense is not None:
                 self._dense.index_entry(conn, int(row["seq"]), memory_id, summary, raw_entry)
@@ -505,6 +507,28 @@ class PostgresStore(MemoryStore):
                 (list(seqs), memory_id),
             ).fetchall()
         return {int(row["seq"]): row for row in rows}
+
+    def entry_terms(
+        self, memory_id: str, seqs: Sequence[int], *, weights: Sequence[float] | None = None
+    ) -> dict[int, EntryTerms]:
+        if weights is not None:
+            return super().entry_terms(memory_id, seqs, weights=weights)
+
+        def load(missing: list[int]) -> dict[int, EntryTerms]:
+            # The terms each write stored (terms.py); the text only of rows written before they were (NULL).
+            text = ", ".join(f"CASE WHEN terms IS NULL THEN {column} END AS {column}" for column in
+                             ("raw_entry", "summary", "tags", "conversation_time", "creation_time"))
+            with self._read() as conn:
+                rows = conn.execute(
+                    f"SELECT * FROM (SELECT seq, memory_id, terms, {text} FROM entries WHERE seq = ANY(%s) "
+                    "OFFSET 0) e WHERE e.memory_id = %s",
+                    (missing, memory_id),
+                ).fetchall()
+            return {int(row["seq"]): pg_terms.decode(row["terms"]) if row["terms"] is not None else entry_terms(
+                        row["raw_entry"], row["summary"], row["tags"], row["conversation_time"] or row["creation_time"])
+                    for row in rows}
+
+        return self._entry_cache.get(list(seqs), load)
 
     def term_counts(self, memory_id: str, stems: Collection[str], words: Collection[str]) -> term_stats.TermCounts:
         counts = {term_stats.STEM: dict.fromkeys(stems, 0), term_stats.WORD: dict.fromkeys(words, 0)}
