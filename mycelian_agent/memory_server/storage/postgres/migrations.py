@@ -39,6 +39,7 @@ __all__ = [
     "MEMORY_INDEX_STATEMENTS",
     "MIGRATIONS",
     "SCHEMA_VERSION",
+    "TERMS_VERSION",
     "has_memory_index",
     "migrate",
     "schema_version",
@@ -231,6 +232,8 @@ def _inline_tsvectors(conn: Any) -> None:
 # Version 6: each entry's BM25 terms as its write computed them (``terms.py``), read by searches in place of
 # tokenising candidates their process has not seen. Nullable, no backfill: older rows are analysed from their text.
 _V6 = ["ALTER TABLE entries ADD COLUMN terms text"]
+#: The schema version from which entries keep their terms.
+TERMS_VERSION = 6
 
 #: Migration ``n`` (1-based) is ``MIGRATIONS[n - 1]``: SQL statements, or functions of the connection for steps
 #: that need Python (each one runs inside the migration's transaction).

@@ -51,8 +51,10 @@ from mycelian_agent.memory_server.storage.postgres import vectors as pg_vectors
 from mycelian_agent.memory_server.storage.postgres.migrations import (
     ENTRY_TSV,
     MEMORY_INDEX_STATEMENTS,
+    TERMS_VERSION,
     has_memory_index,
     migrate,
+    schema_version,
 )
 from mycelian_agent.memory_server.storage import moments
 from mycelian_agent.memory_server.storage.moments import time_bounds
@@ -158,6 +160,7 @@ class PostgresStore(MemoryStore):
         self._dense = dense
         self._joined = threading.local()  # the connection of this thread's open _transaction, if any
         self._lexicon = lexical.Lexicon()  # the lexemes of the query terms seen
+        self._keeps_terms = True  # whether entries have the terms column (False only at an older schema: tests)
 
     @classmethod
     def open(
@@ -178,6 +181,7 @@ class PostgresStore(MemoryStore):
         try:
             with psycopg.connect(url, autocommit=True, connect_timeout=int(timeout)) as conn:
                 migrate(conn)
+                keeps_terms = schema_version(conn) >= TERMS_VERSION
                 if not has_memory_index(conn):
                     _say_no_memory_index()
                 if dense is not None:
@@ -200,6 +204,7 @@ class PostgresStore(MemoryStore):
         )
         pool.open(wait=True, timeout=timeout)
         store = cls(pool, url=url, pool_size=pool_size, dense=dense)
+        store._keeps_terms = keeps_terms
         if dense is not None and vectors is not None:
             _say_dense_path(shown, vectors, getattr(dense, "hnsw_min", None))
         store._attach_dense(pg_vectors.PostgresVectors(pgvector=vectors is not None and vectors.available),
@@ -403,11 +408,12 @@ class PostgresStore(MemoryStore):
                 "dated": entry_dated(conversation_time or now),
                 "terms": pg_terms.encode(counts.terms),
             }
+            terms = "terms, " if self._keeps_terms else ""
             row = conn.execute(
                 "INSERT INTO entries (entry_id, memory_id, vault_id, creation_time, conversation_time, raw_entry, "
-                "summary, tags, idempotency_key, terms, tsv) VALUES (%(entry_id)s, %(memory_id)s, %(vault_id)s, "
+                f"summary, tags, idempotency_key, {terms}tsv) VALUES (%(entry_id)s, %(memory_id)s, %(vault_id)s, "
                 "%(creation_time)s, %(conversation_time)s, %(raw_entry)s, %(summary)s, %(tags)s, "
-                f"%(idempotency_key)s, %(terms)s, {ENTRY_TSV}) ON CONFLICT (memory_id, idempotency_key) DO NOTHING "
+                f"%(idempotency_key)s, {terms and '%(terms)s, '}{ENTRY_TSV}) ON CONFLICT (memory_id, idempotency_key) DO NOTHING "
                 f"RETURNING {_ENTRY_COLUMNS}",
                 values,
             ).fetchone()
@@ -511,7 +517,7 @@ class PostgresStore(MemoryStore):
     def entry_terms(
         self, memory_id: str, seqs: Sequence[int], *, weights: Sequence[float] | None = None
     ) -> dict[int, EntryTerms]:
-        if weights is not None:
+        if weights is not None or not self._keeps_terms:
             return super().entry_terms(memory_id, seqs, weights=weights)
 
         def load(missing: list[int]) -> dict[int, EntryTerms]:
