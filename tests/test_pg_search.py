@@ -12,7 +12,7 @@ import pytest
 
 from mycelian_agent.memory_server.storage.postgres import lexical as pg_lexical
 from mycelian_agent.memory_server.storage.postgres import store as pg_store
-from mycelian_agent.memory_server.storage.postgres.migrations import MEMORY_INDEX, SCHEMA_VERSION
+from mycelian_agent.memory_server.storage.postgres.migrations import MEMORY_INDEX, PENDING_LIST_KB, SCHEMA_VERSION
 from mycelian_agent.memory_server.storage.postgres.store import PostgresStore
 from mycelian_agent.memory_server.retrieval import search
 
@@ -43,7 +43,15 @@ def test_migration_indexes_entries_and_contexts_by_memory(pg_fresh_url: str) -> 
     assert "contexts_memory_tsv" in _indexes(pg_fresh_url, "contexts")
     assert "contexts_tsv" not in _indexes(pg_fresh_url, "contexts")
     columns = _query(pg_fresh_url, "SELECT indexdef FROM pg_indexes WHERE indexname = %s", MEMORY_INDEX)
-    assert columns == [("CREATE INDEX entries_memory_tsv ON public.entries USING gin (memory_id, tsv)",)]
+    assert columns == [("CREATE INDEX entries_memory_tsv ON public.entries USING gin (memory_id, tsv) "
+                        f"WITH (gin_pending_list_limit='{PENDING_LIST_KB}')",)]
+    assert _pending_limits(pg_fresh_url) == {MEMORY_INDEX: PENDING_LIST_KB, "contexts_memory_tsv": PENDING_LIST_KB}
+
+
+def _pending_limits(url: str) -> dict[str, int]:
+    rows = _query(url, "SELECT c.relname, o.option_value FROM pg_class c, pg_options_to_table(c.reloptions) o "
+                       "WHERE c.relkind = 'i' AND o.option_name = 'gin_pending_list_limit'")
+    return {name: int(value) for name, value in rows}
 
 
 def test_without_the_extension_right_the_single_column_indexes_stay_and_it_is_said_once(
@@ -69,6 +77,7 @@ def test_without_the_extension_right_the_single_column_indexes_stay_and_it_is_sa
             assert _query(pg_fresh_url, "SELECT extname FROM pg_extension WHERE extname = 'btree_gin'") == []
             assert "entries_tsv" in _indexes(pg_fresh_url, "entries")
             assert MEMORY_INDEX not in _indexes(pg_fresh_url, "entries")
+            assert _pending_limits(pg_fresh_url) == {"entries_tsv": PENDING_LIST_KB, "contexts_tsv": PENDING_LIST_KB}
             vault = store.create_vault("home")["vaultId"]
             memory = _fill(store, vault, "trips", ["We took the kayak out.", "The paddle is ashore."])
             store.put_context(vault, memory, "Plans: kayak weekend")

@@ -50,7 +50,9 @@ from mycelian_agent.memory_server.storage.postgres import terms as pg_terms
 from mycelian_agent.memory_server.storage.postgres import vectors as pg_vectors
 from mycelian_agent.memory_server.storage.postgres.migrations import (
     ENTRY_TSV,
+    MEMORY_INDEX,
     MEMORY_INDEX_STATEMENTS,
+    PENDING_LIST_STATEMENT,
     TERMS_VERSION,
     has_memory_index,
     migrate,
@@ -110,7 +112,8 @@ def _say_no_memory_index() -> None:
             "the memory database has no search index by memory (CREATE EXTENSION btree_gin was refused: it needs "
             "the CREATE right on the database): searches read every memory's postings and slow down as the "
             "database grows; as an administrator run CREATE EXTENSION btree_gin; then %s",
-            "; ".join(MEMORY_INDEX_STATEMENTS),
+            "; ".join([*MEMORY_INDEX_STATEMENTS, *(PENDING_LIST_STATEMENT.format(index)
+                                                   for index in (MEMORY_INDEX, "contexts_memory_tsv"))]),
         )
 
 
