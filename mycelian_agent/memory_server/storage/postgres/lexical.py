@@ -287,11 +287,12 @@ def rank_bounded(
     both = " | ".join(rarest) if rarest else " & ".join(q for _, q in ordered[:2])
     anyone = " | ".join(q for _, q in ordered)
     newest = min(NEWEST_ROWS, max(limit, total * BOUNDED_ROWS // max(1, sum(n for n, _ in ordered))))
-    # The newest rows: the oldest of their seqs from the (memory_id, seq) index alone, then the memory's rows from
-    # that seq on, the lexemes tested on them behind a fence. (Read whole, the planner walks the primary key down
-    # through every newer memory's rows, or scans every match of the lexemes, its row estimates not knowing that a
-    # memory's rows are a run of seqs; the same with the time bounds inside. Probing each of the newest seqs by its
-    # key cost 2.5 ms a ranking in a 100k memory, the range 0.8.) A row in both parts counts once.
+    # The newest rows: the oldest of their seqs from the (memory_id, seq) index alone (an InitPlan of the same
+    # statement: one round trip), then the memory's rows from that seq on, the lexemes tested on them behind a
+    # fence. (Read whole, the planner walks the primary key down through every newer memory's rows, or scans every
+    # match of the lexemes, its row estimates not knowing that a memory's rows are a run of seqs; the same with the
+    # time bounds inside. Probing each of the newest seqs by its key cost 2.5 ms a ranking in a 100k memory, the
+    # range 0.8.) A row in both parts counts once.
     oldest = (f"(SELECT coalesce(min(r.seq), 0) FROM (SELECT r.seq FROM {table} r WHERE r.memory_id = %s "
               "ORDER BY r.seq DESC LIMIT %s) r)")
     recent = (f"SELECT t.seq, t.tsv FROM (SELECT r.* FROM {table} r "

@@ -61,7 +61,7 @@ from mycelian_agent.memory_server.storage.postgres.migrations import (
 from mycelian_agent.memory_server.storage import moments
 from mycelian_agent.memory_server.storage.moments import time_bounds
 from mycelian_agent.memory_server.storage.validation import format_timestamp
-from mycelian_agent.memory_server.text.analysis import EntryTerms, entry_dated, entry_labels, entry_terms, index_words
+from mycelian_agent.memory_server.text.analysis import EntryTerms, entry_dated, entry_labels, index_words
 
 __all__ = ["INSTALL_HINT", "PostgresStore", "announce_dense_path", "one_line", "redact_url", "require_psycopg"]
 
@@ -411,12 +411,12 @@ class PostgresStore(MemoryStore):
                 "dated": entry_dated(conversation_time or now),
                 "terms": pg_terms.encode(counts.terms),
             }
-            terms = "terms, " if self._keeps_terms else ""
+            column, value = ("terms, ", "%(terms)s, ") if self._keeps_terms else ("", "")
             row = conn.execute(
                 "INSERT INTO entries (entry_id, memory_id, vault_id, creation_time, conversation_time, raw_entry, "
-                f"summary, tags, idempotency_key, {terms}tsv) VALUES (%(entry_id)s, %(memory_id)s, %(vault_id)s, "
+                f"summary, tags, idempotency_key, {column}tsv) VALUES (%(entry_id)s, %(memory_id)s, %(vault_id)s, "
                 "%(creation_time)s, %(conversation_time)s, %(raw_entry)s, %(summary)s, %(tags)s, "
-                f"%(idempotency_key)s, {terms and '%(terms)s, '}{ENTRY_TSV}) ON CONFLICT (memory_id, idempotency_key) DO NOTHING "
+                f"%(idempotency_key)s, {value}{ENTRY_TSV}) ON CONFLICT (memory_id, idempotency_key) DO NOTHING "
                 f"RETURNING {_ENTRY_COLUMNS}",
                 values,
             ).fetchone()
@@ -520,22 +520,14 @@ class PostgresStore(MemoryStore):
     def entry_terms(
         self, memory_id: str, seqs: Sequence[int], *, weights: Sequence[float] | None = None
     ) -> dict[int, EntryTerms]:
+        """:meth:`MemoryStore.entry_terms`, the entries the cache lacks read as their writes stored them
+        (``terms.py``)."""
         if weights is not None or not self._keeps_terms:
             return super().entry_terms(memory_id, seqs, weights=weights)
 
         def load(missing: list[int]) -> dict[int, EntryTerms]:
-            # The terms each write stored (terms.py); the text only of rows written before they were (NULL).
-            text = ", ".join(f"CASE WHEN terms IS NULL THEN {column} END AS {column}" for column in
-                             ("raw_entry", "summary", "tags", "conversation_time", "creation_time"))
             with self._read() as conn:
-                rows = conn.execute(
-                    f"SELECT * FROM (SELECT seq, memory_id, terms, {text} FROM entries WHERE seq = ANY(%s) "
-                    "OFFSET 0) e WHERE e.memory_id = %s",
-                    (missing, memory_id),
-                ).fetchall()
-            return {int(row["seq"]): pg_terms.decode(row["terms"]) if row["terms"] is not None else entry_terms(
-                        row["raw_entry"], row["summary"], row["tags"], row["conversation_time"] or row["creation_time"])
-                    for row in rows}
+                return pg_terms.read(conn, memory_id, missing)
 
         return self._entry_cache.get(list(seqs), load)
 
