@@ -12,7 +12,7 @@ import pytest
 
 from mycelian_agent.memory_server.storage.postgres import lexical as pg_lexical
 from mycelian_agent.memory_server.storage.postgres import store as pg_store
-from mycelian_agent.memory_server.storage.postgres.migrations import MEMORY_INDEX, SCHEMA_VERSION
+from mycelian_agent.memory_server.storage.postgres.migrations import MEMORY_INDEX, PENDING_LIST_KB, SCHEMA_VERSION
 from mycelian_agent.memory_server.storage.postgres.store import PostgresStore
 from mycelian_agent.memory_server.retrieval import search
 
@@ -43,7 +43,15 @@ def test_migration_indexes_entries_and_contexts_by_memory(pg_fresh_url: str) -> 
     assert "contexts_memory_tsv" in _indexes(pg_fresh_url, "contexts")
     assert "contexts_tsv" not in _indexes(pg_fresh_url, "contexts")
     columns = _query(pg_fresh_url, "SELECT indexdef FROM pg_indexes WHERE indexname = %s", MEMORY_INDEX)
-    assert columns == [("CREATE INDEX entries_memory_tsv ON public.entries USING gin (memory_id, tsv)",)]
+    assert columns == [("CREATE INDEX entries_memory_tsv ON public.entries USING gin (memory_id, tsv) "
+                        f"WITH (gin_pending_list_limit='{PENDING_LIST_KB}')",)]
+    assert _pending_limits(pg_fresh_url) == {MEMORY_INDEX: PENDING_LIST_KB, "contexts_memory_tsv": PENDING_LIST_KB}
+
+
+def _pending_limits(url: str) -> dict[str, int]:
+    rows = _query(url, "SELECT c.relname, o.option_value FROM pg_class c, pg_options_to_table(c.reloptions) o "
+                       "WHERE c.relkind = 'i' AND o.option_name = 'gin_pending_list_limit'")
+    return {name: int(value) for name, value in rows}
 
 
 def test_without_the_extension_right_the_single_column_indexes_stay_and_it_is_said_once(
@@ -69,6 +77,7 @@ def test_without_the_extension_right_the_single_column_indexes_stay_and_it_is_sa
             assert _query(pg_fresh_url, "SELECT extname FROM pg_extension WHERE extname = 'btree_gin'") == []
             assert "entries_tsv" in _indexes(pg_fresh_url, "entries")
             assert MEMORY_INDEX not in _indexes(pg_fresh_url, "entries")
+            assert _pending_limits(pg_fresh_url) == {"entries_tsv": PENDING_LIST_KB, "contexts_tsv": PENDING_LIST_KB}
             vault = store.create_vault("home")["vaultId"]
             memory = _fill(store, vault, "trips", ["We took the kayak out.", "The paddle is ashore."])
             store.put_context(vault, memory, "Plans: kayak weekend")
@@ -258,3 +267,50 @@ def test_rankings_in_a_large_memory_are_never_prepared(pg_url: str, monkeypatch:
         assert prepared() != []
     finally:
         store.close()
+
+
+def test_entries_keep_their_bm25_terms_and_older_rows_are_analysed(pg_fresh_url: str,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Migration 6: each write stores its entry's BM25 terms (``terms.py``), exactly what the analysis gives; a
+    fresh store (an empty entry cache) reads them, and rows from before (NULL) are analysed from their text."""
+    import mycelian_agent.memory_server.storage.postgres.migrations as migrations
+    from mycelian_agent.memory_server.text.analysis import entry_terms
+
+    tags = {"speaker": "Ines", "topic": "lakes"}
+    texts = [("Ines paddled 12 km?", "Ines paddled on Lake Bled", "2023-05-08T13:56:00Z"),
+             ("Café crème at the hütte", "Coffee after the hike", None)]
+
+    def add(store: PostgresStore, vault: str, memory: str) -> None:
+        for raw, summary, at in texts:
+            store.add_entry(vault, memory, raw, summary, tags=tags, conversation_time=at)
+
+    with monkeypatch.context() as v5:
+        v5.setattr(migrations, "SCHEMA_VERSION", 5)
+        PostgresStore.open(pg_fresh_url, pool_size=1).close()
+    assert _query(pg_fresh_url, "SELECT count(*) FROM information_schema.columns WHERE column_name = 'terms'") == [(0,)]
+    store = PostgresStore.open(pg_fresh_url, pool_size=1)  # migrates to version 6
+    try:
+        assert _query(pg_fresh_url, "SELECT max(version) FROM mycelian_schema") == [(SCHEMA_VERSION,)]
+        vault = store.create_vault("home")["vaultId"]
+        memory = store.create_memory(vault, "lakes", "NOTES")["memoryId"]
+        add(store, vault, memory)
+        add(store, vault, memory)
+        # The first two as a row written before version 6 holds them.
+        _query(pg_fresh_url, "UPDATE entries SET terms = NULL WHERE seq IN (SELECT seq FROM entries ORDER BY seq "
+                             "LIMIT 2)")
+        stored = _query(pg_fresh_url, "SELECT seq, terms IS NOT NULL FROM entries ORDER BY seq")
+        assert [known for _, known in stored] == [False, False, True, True]
+        rows = store.entry_rows(memory, [seq for seq, _ in stored])
+        expected = {seq: entry_terms(row["raw_entry"], row["summary"], row["tags"],
+                                     row["conversation_time"] or row["creation_time"]) for seq, row in rows.items()}
+    finally:
+        store.close()
+    fresh = PostgresStore.open(pg_fresh_url, pool_size=1)
+    try:
+        assert fresh.entry_terms("00000000-0000-4000-8000-000000000000", [seq for seq, _ in stored]) == {}
+        found = fresh.entry_terms(memory, [seq for seq, _ in stored])
+        assert found == expected
+        assert [list(found[seq].frequencies.items()) for seq, _ in stored] == [
+            list(expected[seq].frequencies.items()) for seq, _ in stored]
+    finally:
+        fresh.close()

@@ -23,7 +23,6 @@ query terms' lexemes.
 from __future__ import annotations
 
 import math
-from datetime import UTC, datetime
 import threading
 from collections.abc import Collection, Sequence
 from typing import Any
@@ -288,21 +287,22 @@ def rank_bounded(
     both = " | ".join(rarest) if rarest else " & ".join(q for _, q in ordered[:2])
     anyone = " | ".join(q for _, q in ordered)
     newest = min(NEWEST_ROWS, max(limit, total * BOUNDED_ROWS // max(1, sum(n for n, _ in ordered))))
-    # The newest rows: the oldest of their seqs from the (memory_id, seq) index alone, then the memory's rows from
-    # that seq on, the lexemes tested on them behind a fence. (Read whole, the planner walks the primary key down
-    # through every newer memory's rows, or scans every match of the lexemes, its row estimates not knowing that a
-    # memory's rows are a run of seqs; the same with the time bounds inside. Probing each of the newest seqs by its
-    # key cost 2.5 ms a ranking in a 100k memory, the range 0.8.) A row in both parts counts once.
-    oldest = conn.execute(f"SELECT min(r.seq) AS seq FROM (SELECT r.seq FROM {table} r WHERE r.memory_id = %s "
-                          "ORDER BY r.seq DESC LIMIT %s) r", (memory_id, newest)).fetchone()["seq"]
+    # The newest rows: the oldest of their seqs from the (memory_id, seq) index alone (an InitPlan of the same
+    # statement: one round trip), then the memory's rows from that seq on, the lexemes tested on them behind a
+    # fence. (Read whole, the planner walks the primary key down through every newer memory's rows, or scans every
+    # match of the lexemes, its row estimates not knowing that a memory's rows are a run of seqs; the same with the
+    # time bounds inside. Probing each of the newest seqs by its key cost 2.5 ms a ranking in a 100k memory, the
+    # range 0.8.) A row in both parts counts once.
+    oldest = (f"(SELECT coalesce(min(r.seq), 0) FROM (SELECT r.seq FROM {table} r WHERE r.memory_id = %s "
+              "ORDER BY r.seq DESC LIMIT %s) r)")
     recent = (f"SELECT t.seq, t.tsv FROM (SELECT r.* FROM {table} r "
-              f"WHERE r.memory_id = %s AND r.seq >= %s OFFSET 0) t WHERE t.tsv @@ %s::tsquery{where}")
+              f"WHERE r.memory_id = %s AND r.seq >= {oldest} OFFSET 0) t WHERE t.tsv @@ %s::tsquery{where}")
     pick = f"SELECT t.seq, t.tsv FROM {table} t WHERE t.memory_id = %s AND t.tsv @@ %s::tsquery{where} LIMIT %s"
     rows: list[Any] = conn.execute(
         f"SELECT * FROM (SELECT DISTINCT ON (t.seq) t.seq, ({score}) AS score "
         f"FROM (({pick}) UNION ALL ({recent})) t "
         "ORDER BY t.seq) s ORDER BY score DESC, seq DESC LIMIT %s",
-        [*scoring, memory_id, both, *params, BOUNDED_ROWS, memory_id, oldest or 0, anyone, *params, limit],
+        [*scoring, memory_id, both, *params, BOUNDED_ROWS, memory_id, memory_id, newest, anyone, *params, limit],
         prepare=False,
     ).fetchall()
     return rows
@@ -334,48 +334,41 @@ def neighbour_links(conn: Any, memory_id: str, seqs: Sequence[int]) -> list[Link
 def neighbourhood(conn: Any, memory_id: str, seqs: Sequence[int]) -> tuple[list[Link], dict[int, Link]]:
     """``(links of seqs, {seq: link} of their neighbours that are not among seqs)`` (``MemoryStore.neighbourhood``)
     in one statement: the memory's entries within two places of each given one (one walk of the ``(memory_id,
-    seq)`` index each side), their moments and question marks; consecutive entries of that set are neighbours in
-    the memory for every given entry and every entry next to one, and the gap test is :func:`neighbour_links`'s
-    (on the moments' exact microseconds)."""
+    seq)`` index each side), each once, with its question marks and its links; consecutive entries of that set are
+    neighbours in the memory for every given entry and every entry next to one, and the gap test is
+    :func:`neighbour_links`'s (on the moments' exact microseconds)."""
     if not seqs:
         return [], {}
     asks = " OR ".join("strpos(r.raw_entry, %(q{})s) > 0".format(i) for i in range(len(QUESTION_MARKS)))
     # Each side read from the (memory_id, seq) index with its rows (the given entry and two after it, two before);
-    # an entry in two windows comes twice.
+    # UNION keeps an entry in two windows once. The links are made here, so a row comes back per entry, not its
+    # moment for Python to parse.
     side = (f"SELECT x.* FROM unnest(%(seqs)s::bigint[]) h(seq) CROSS JOIN LATERAL (SELECT r.seq, {moment('r')} "
             f"AS at, ({asks}) AS asks FROM entries r WHERE r.memory_id = %(memory)s AND r.seq {{0}} h.seq "
             "ORDER BY r.seq {1} LIMIT {2}) x")
-    sql = f"SELECT * FROM ({side.format('>=', 'ASC', 3)} UNION ALL {side.format('<', 'DESC', 2)}) w ORDER BY seq"
+    # Timestamps subtract to an interval compared in whole microseconds: exact (numeric epochs cost 3x more).
+    gap = f"interval '{round(CONTEXT_GAP_DAYS * 86400 * 1_000_000)} microseconds'"
+    sql = (f"SELECT seq, asks, CASE WHEN at - lag(at) OVER o BETWEEN -{gap} AND {gap} THEN lag(seq) OVER o END "
+           f"AS previous, CASE WHEN lead(at) OVER o - at BETWEEN -{gap} AND {gap} THEN lead(seq) OVER o END "
+           "AS following FROM (SELECT seq, asks, at::timestamptz AS at "
+           f"FROM ({side.format('>=', 'ASC', 3)} UNION {side.format('<', 'DESC', 2)}) w) x "
+           "WINDOW o AS (ORDER BY seq) ORDER BY seq")
     params: dict[str, Any] = {"seqs": list(seqs), "memory": memory_id,
                               **{f"q{i}": mark for i, mark in enumerate(QUESTION_MARKS)}}
-    rows = {int(r["seq"]): r for r in conn.execute(sql, params).fetchall()}
-    order = list(rows)
-    # The stored moments are fixed-width UTC (validation.format_timestamp): their distance in whole microseconds
-    # is what the SQL of neighbour_links computes from them as timestamptz.
-    at = [_microseconds(rows[seq]["at"]) for seq in order]
-    gap = round(CONTEXT_GAP_DAYS * 86400 * 1_000_000)
+    rows = conn.execute(sql, params).fetchall()
+    order = [int(r["seq"]) for r in rows]
     place = {seq: i for i, seq in enumerate(order)}
 
-    def link(seq: int) -> Link:
-        i = place[seq]
-        previous = order[i - 1] if i > 0 and abs(at[i] - at[i - 1]) <= gap else None
-        following = order[i + 1] if i + 1 < len(order) and abs(at[i + 1] - at[i]) <= gap else None
-        return seq, previous, following, bool(rows[seq]["asks"])
+    def link(i: int) -> Link:
+        row = rows[i]
+        return order[i], row["previous"], row["following"], bool(row["asks"])
 
     given = sorted({seq for seq in seqs if seq in place})
-    links = [link(seq) for seq in given]
+    links = [link(place[seq]) for seq in given]
     around = sorted({n for seq in given for n in (order[place[seq] - 1] if place[seq] else None,
                                                    order[place[seq] + 1] if place[seq] + 1 < len(order) else None)
                      if n is not None} - set(given))
-    return links, {seq: link(seq) for seq in around}
-
-
-def _microseconds(moment: str) -> int:
-    """A stored moment (``2024-05-01T12:00:00.000000Z``) as microseconds from a fixed origin."""
-    at = datetime.fromisoformat(moment)
-    if at.tzinfo is not None:
-        at = at.astimezone(UTC).replace(tzinfo=None)
-    return (at.toordinal() * 86400 + at.hour * 3600 + at.minute * 60 + at.second) * 1_000_000 + at.microsecond
+    return links, {seq: link(place[seq]) for seq in around}
 
 
 def entries_within(conn: Any, memory_id: str, seqs: Collection[int], after: str | None, before: str | None) -> set[int]:

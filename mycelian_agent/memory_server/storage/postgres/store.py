@@ -46,17 +46,22 @@ from mycelian_agent.memory_server.storage.base import (
     memory_not_found,
 )
 from mycelian_agent.memory_server.storage.postgres import lexical
+from mycelian_agent.memory_server.storage.postgres import terms as pg_terms
 from mycelian_agent.memory_server.storage.postgres import vectors as pg_vectors
 from mycelian_agent.memory_server.storage.postgres.migrations import (
     ENTRY_TSV,
+    MEMORY_INDEX,
     MEMORY_INDEX_STATEMENTS,
+    PENDING_LIST_STATEMENT,
+    TERMS_VERSION,
     has_memory_index,
     migrate,
+    schema_version,
 )
 from mycelian_agent.memory_server.storage import moments
 from mycelian_agent.memory_server.storage.moments import time_bounds
 from mycelian_agent.memory_server.storage.validation import format_timestamp
-from mycelian_agent.memory_server.text.analysis import entry_dated, entry_labels, index_words
+from mycelian_agent.memory_server.text.analysis import EntryTerms, entry_dated, entry_labels, index_words
 
 __all__ = ["INSTALL_HINT", "PostgresStore", "announce_dense_path", "one_line", "redact_url", "require_psycopg"]
 
@@ -107,7 +112,8 @@ def _say_no_memory_index() -> None:
             "the memory database has no search index by memory (CREATE EXTENSION btree_gin was refused: it needs "
             "the CREATE right on the database): searches read every memory's postings and slow down as the "
             "database grows; as an administrator run CREATE EXTENSION btree_gin; then %s",
-            "; ".join(MEMORY_INDEX_STATEMENTS),
+            "; ".join([*MEMORY_INDEX_STATEMENTS, *(PENDING_LIST_STATEMENT.format(index)
+                                                   for index in (MEMORY_INDEX, "contexts_memory_tsv"))]),
         )
 
 
@@ -157,6 +163,7 @@ class PostgresStore(MemoryStore):
         self._dense = dense
         self._joined = threading.local()  # the connection of this thread's open _transaction, if any
         self._lexicon = lexical.Lexicon()  # the lexemes of the query terms seen
+        self._keeps_terms = True  # whether entries have the terms column (False only at an older schema: tests)
 
     @classmethod
     def open(
@@ -177,6 +184,7 @@ class PostgresStore(MemoryStore):
         try:
             with psycopg.connect(url, autocommit=True, connect_timeout=int(timeout)) as conn:
                 migrate(conn)
+                keeps_terms = schema_version(conn) >= TERMS_VERSION
                 if not has_memory_index(conn):
                     _say_no_memory_index()
                 if dense is not None:
@@ -199,6 +207,7 @@ class PostgresStore(MemoryStore):
         )
         pool.open(wait=True, timeout=timeout)
         store = cls(pool, url=url, pool_size=pool_size, dense=dense)
+        store._keeps_terms = keeps_terms
         if dense is not None and vectors is not None:
             _say_dense_path(shown, vectors, getattr(dense, "hnsw_min", None))
         store._attach_dense(pg_vectors.PostgresVectors(pgvector=vectors is not None and vectors.available),
@@ -385,6 +394,7 @@ class PostgresStore(MemoryStore):
                 now = self._next_time(conn, "entries", memory_id)
             else:  # the lock is held since this transaction's first write here: no other entry came in between
                 now = self._time_after(previous)
+            counts = term_stats.entry_counts(raw_entry, summary, tags, conversation_time or now)
             values = {
                 "entry_id": str(uuid.uuid4()),
                 "memory_id": memory_id,
@@ -399,19 +409,20 @@ class PostgresStore(MemoryStore):
                 "raw_words": index_words(raw_entry),
                 "labels": index_words(entry_labels(tags)),
                 "dated": entry_dated(conversation_time or now),
+                "terms": pg_terms.encode(counts.terms),
             }
+            column, value = ("terms, ", "%(terms)s, ") if self._keeps_terms else ("", "")
             row = conn.execute(
                 "INSERT INTO entries (entry_id, memory_id, vault_id, creation_time, conversation_time, raw_entry, "
-                "summary, tags, idempotency_key, tsv) VALUES (%(entry_id)s, %(memory_id)s, %(vault_id)s, "
+                f"summary, tags, idempotency_key, {column}tsv) VALUES (%(entry_id)s, %(memory_id)s, %(vault_id)s, "
                 "%(creation_time)s, %(conversation_time)s, %(raw_entry)s, %(summary)s, %(tags)s, "
-                f"%(idempotency_key)s, {ENTRY_TSV}) ON CONFLICT (memory_id, idempotency_key) DO NOTHING "
+                f"%(idempotency_key)s, {value}{ENTRY_TSV}) ON CONFLICT (memory_id, idempotency_key) DO NOTHING "
                 f"RETURNING {_ENTRY_COLUMNS}",
                 values,
             ).fetchone()
             if row is None:  # only without the row lock's protection (kept as a second line of defence)
                 return conn.execute(by_key, (memory_id, idempotency_key)).fetchone(), False
             appended[(vault_id, memory_id)] = now
-            counts = term_stats.entry_counts(raw_entry, summary, tags, conversation_time or now)
             self._delta.add(memory_id, counts, seq=int(row["seq"]))
             if self._dense is not None:
                 self._dense.index_entry(conn, int(row["seq"]), memory_id, summary, raw_entry)
@@ -505,6 +516,20 @@ class PostgresStore(MemoryStore):
                 (list(seqs), memory_id),
             ).fetchall()
         return {int(row["seq"]): row for row in rows}
+
+    def entry_terms(
+        self, memory_id: str, seqs: Sequence[int], *, weights: Sequence[float] | None = None
+    ) -> dict[int, EntryTerms]:
+        """:meth:`MemoryStore.entry_terms`, the entries the cache lacks read as their writes stored them
+        (``terms.py``)."""
+        if weights is not None or not self._keeps_terms:
+            return super().entry_terms(memory_id, seqs, weights=weights)
+
+        def load(missing: list[int]) -> dict[int, EntryTerms]:
+            with self._read() as conn:
+                return pg_terms.read(conn, memory_id, missing)
+
+        return self._entry_cache.get(list(seqs), load)
 
     def term_counts(self, memory_id: str, stems: Collection[str], words: Collection[str]) -> term_stats.TermCounts:
         counts = {term_stats.STEM: dict.fromkeys(stems, 0), term_stats.WORD: dict.fromkeys(words, 0)}
