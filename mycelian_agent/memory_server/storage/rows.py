@@ -53,6 +53,9 @@ class DenseHits:
     more: Callable[[Sequence[int]], Mapping[int, float]] | None = None
     #: Which path answered (``scan`` or ``hnsw``): logs and tests.
     path: str = field(default="scan")
+    #: The vectors behind an exact scan, for the dense feedback (``retrieval/dense_feedback.ScanSpace``); None
+    #: from an approximate index.
+    space: Any = field(default=None, compare=False)
 
     @property
     def best(self) -> float | None:

@@ -20,6 +20,7 @@ from mycelian_agent.errors import ConfigError
 from mycelian_agent.memory_server.retrieval import fusion
 from mycelian_agent.memory_server.retrieval.dense.encoders import Encode
 from mycelian_agent.memory_server.retrieval.dense.writer import Connect, VectorWriter
+from mycelian_agent.memory_server.retrieval.dense_feedback import ScanSpace
 from mycelian_agent.memory_server.retrieval.fusion import DenseHits
 from mycelian_agent.memory_server.storage import entry_vectors
 from mycelian_agent.memory_server.storage.vectors import ApproximateIndex, EntryVectors, Row
@@ -332,7 +333,12 @@ class DenseVectors:
             else:
                 count = self._catch_up(conn, memory_id)
             self.searches["scan"] += 1
-            return fusion.scan_hits(*self._scan(conn, memory_id, vector, after, before, count), k)
+            seqs, cosines = self._scan(conn, memory_id, vector, after, before, count)
+            hits = fusion.scan_hits(seqs, cosines, k)
+            if hits is not None:  # the vectors scanned, for the dense feedback (retrieval/dense_feedback.py)
+                hits.space = ScanSpace(vector, seqs, self._matrix(conn, memory_id, count)[1],
+                                       self._np.isfinite(cosines))
+            return hits
 
     def _catch_up_after(self, conn: Connection, memory_id: str, large: _LargeMemory) -> None:
         """The catch-up of a memory searched through the index: only its entries above the last seq checked are

@@ -1,0 +1,109 @@
+"""Dense feedback (``retrieval/dense_feedback.py``): the query moved towards its best fused hits and away from the
+memory's centroid finds an evidence turn in another session that shares no word with the question and that the
+query's own vector does not find either. A hand-made memory on a real SQLite file, a stand-in encoder whose
+dimensions are chosen by hand (no model)."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import pytest
+
+np = pytest.importorskip("numpy")
+
+from mycelian_agent.memory_server.retrieval import dense_feedback, rank_entries  # noqa: E402
+from mycelian_agent.memory_server.retrieval.dense.index import DenseVectors  # noqa: E402
+from mycelian_agent.memory_server.storage.rows import DenseHits  # noqa: E402
+from mycelian_agent.memory_server.storage.sqlite.store import Store  # noqa: E402
+from mycelian_agent.memory_server.text.analysis import query_terms  # noqa: E402
+from dense_stub import memory_of  # noqa: E402
+
+#: Word -> dimensions of the stand-in encoder. Every text also has dimension 0 (what every turn of a conversation
+#: shares). "martial arts" and "kickboxing" share nothing: only a turn that has both kinds of word (taekwondo)
+#: links them, as a weak model that does not know kickboxing is a martial art would.
+_DIMENSIONS = {"martial": (1,), "arts": (1,), "taekwondo": (1, 2), "belt": (2,), "sparring": (2,),
+               "kickboxing": (2,), "gloves": (2,), "pasta": (3,), "cooked": (3,), "garden": (4,), "tomatoes": (4,),
+               "meeting": (5,), "office": (5,), "week": (6,), "fun": (6,)}
+_SIZE = 7
+
+
+def _encode(texts: list[str]) -> np.ndarray:
+    rows = []
+    for text in texts:
+        vector = np.zeros(_SIZE, dtype=np.float32)
+        vector[0] = 0.3
+        for word in text.lower().replace(",", " ").replace(".", " ").replace("?", " ").split():
+            for dimension in _DIMENSIONS.get(word, ()):
+                vector[dimension] += 1.0
+        rows.append(vector / np.linalg.norm(vector))
+    return np.stack(rows)
+
+
+QUESTION = "What martial arts has John done?"
+FIRST = "John: I started taekwondo, my first martial arts class."  # session 1: shares the question's words
+#: More of session 1's talk about it (their neighbour shares and the word "John" rank them high).
+_MORE = ["John: taekwondo again, sparring today.", "John: I got my yellow belt at taekwondo."]
+SECOND = "I'm doing kickboxing now, new gloves and all."  # session 2: shares none, and not the query's vector
+_FILLER = ["John: I cooked pasta tonight.", "John: the garden has tomatoes now.", "John: long meeting at the office.",
+           "John: I cooked pasta again.", "John: more tomatoes in the garden.", "John: the office meeting ran late.",
+           "John: pasta with tomatoes from the garden.", "John: a meeting, then the office party."]
+
+
+def _memory(store: Store) -> str:
+    """Two sessions a month apart: John's turns (filler that matches "John"), the first evidence turn in the first,
+    the second in the second between Maria's turns (no neighbour shares a query word with it)."""
+    vault, memory = memory_of(store)
+    turns = [("2023-05-01", FIRST), *(("2023-05-01", text) for text in [*_MORE, *_FILLER[:4]]),
+             ("2023-06-01", "Maria: how was your week?"), ("2023-06-01", SECOND),
+             ("2023-06-01", "Maria: that sounds fun."), *(("2023-06-01", text) for text in _FILLER[4:])]
+    for i, (day, text) in enumerate(turns):
+        store.add_entry(vault, memory, text, text, conversation_time=f"{day}T10:{i:02d}:00Z")
+    return memory
+
+
+def _ranked(store: Store, memory: str, feedback: bool) -> list[str]:
+    rows = rank_entries(store, memory, QUESTION, query_terms(QUESTION), 10, dense_feedback=feedback)
+    return [row["raw_entry"] for row, _ in rows]
+
+
+def test_the_second_evidence_turn_shares_no_word_and_no_dimension_with_the_question() -> None:
+    assert not set(query_terms(QUESTION)) & set(query_terms(SECOND))
+    query, second = _encode([QUESTION, SECOND])
+    assert float(query[1:] @ second[1:]) == 0.0
+
+
+def test_only_the_feedback_finds_the_evidence_in_the_other_session(tmp_path: Path) -> None:
+    index = DenseVectors(_encode, model="fake", write_behind=False)
+    with contextlib.closing(Store.open(tmp_path / "m.db", dense=index)) as store:
+        memory = _memory(store)
+        before = _ranked(store, memory, feedback=False)
+        after = _ranked(store, memory, feedback=True)
+    places = dense_feedback.FEEDBACK_AFTER + dense_feedback.FEEDBACK_SLOTS
+    assert before[0] == after[0] == FIRST
+    assert SECOND not in before[:places]
+    assert SECOND in after[dense_feedback.FEEDBACK_AFTER:places]
+    assert after[: dense_feedback.FEEDBACK_AFTER] == before[: dense_feedback.FEEDBACK_AFTER]
+
+
+def test_a_store_without_dense_vectors_ranks_the_same(tmp_path: Path) -> None:
+    with contextlib.closing(Store.open(tmp_path / "m.db")) as store:
+        memory = _memory(store)
+        assert _ranked(store, memory, feedback=True) == _ranked(store, memory, feedback=False)
+
+
+def test_extend_keeps_the_first_places_and_descending_scores() -> None:
+    matrix = _encode(["martial arts taekwondo", "kickboxing gloves", "pasta", "garden", "office", "martial arts",
+                      "cooked", "tomatoes"])
+    seqs = list(range(1, 9))
+    query = _encode(["martial arts"])[0]
+    space = dense_feedback.ScanSpace(query, seqs, matrix, np.ones(len(seqs), dtype=bool))
+    dense = DenseHits({1: 1.0}, [1], 0.5, space=space)
+    fused = [(1, 1.0), (6, 0.9), (3, 0.5), (4, 0.4), (5, 0.3), (7, 0.2), (8, 0.1)]
+    out = dense_feedback.extend(fused, dense, 7, hits=2, after=2, slots=1)
+    assert out[:2] == fused[:2] and out[2][0] == 2
+    assert [score for _, score in out] == sorted((score for _, score in out), reverse=True)
+    assert dense_feedback.extend(fused, DenseHits({1: 1.0}, [1], 0.5), 7) == fused  # no space: unchanged
+    outside = dense_feedback.ScanSpace(query, seqs, matrix, np.array([i != 1 for i in range(8)]))
+    assert 2 not in [seq for seq, _ in dense_feedback.extend(fused, DenseHits({1: 1.0}, [1], 0.5, space=outside),
+                                                              7, hits=2, after=2, slots=1)]
