@@ -6,7 +6,9 @@ dimensions are chosen by hand (no model)."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,7 +30,7 @@ _DIMENSIONS = {"martial": (1,), "arts": (1,), "taekwondo": (1, 2), "belt": (2,),
 _SIZE = 7
 
 
-def _encode(texts: list[str]) -> np.ndarray:
+def _encode(texts: Sequence[str]) -> Any:
     rows = []
     for text in texts:
         vector = np.zeros(_SIZE, dtype=np.float32)
@@ -100,10 +102,23 @@ def test_extend_keeps_the_first_places_and_descending_scores() -> None:
     space = dense_feedback.ScanSpace(query, seqs, matrix, np.ones(len(seqs), dtype=bool))
     dense = DenseHits({1: 1.0}, [1], 0.5, space=space)
     fused = [(1, 1.0), (6, 0.9), (3, 0.5), (4, 0.4), (5, 0.3), (7, 0.2), (8, 0.1)]
-    out = dense_feedback.extend(fused, dense, 7, hits=2, after=2, slots=1)
+    out = dense_feedback.extend(fused, dense, 7, hits=2, after=2, slots=1, window=10)
     assert out[:2] == fused[:2] and out[2][0] == 2
     assert [score for _, score in out] == sorted((score for _, score in out), reverse=True)
     assert dense_feedback.extend(fused, DenseHits({1: 1.0}, [1], 0.5), 7) == fused  # no space: unchanged
     outside = dense_feedback.ScanSpace(query, seqs, matrix, np.array([i != 1 for i in range(8)]))
     assert 2 not in [seq for seq, _ in dense_feedback.extend(fused, DenseHits({1: 1.0}, [1], 0.5, space=outside),
                                                               7, hits=2, after=2, slots=1)]
+
+
+def test_room_is_made_by_moving_the_near_repeat_of_a_better_hit_not_the_last_place() -> None:
+    matrix = _encode(["martial arts taekwondo", "kickboxing gloves", "pasta", "garden", "office", "cooked pasta",
+                      "tomatoes", "fun"])
+    seqs = list(range(1, 9))
+    space = dense_feedback.ScanSpace(_encode(["martial arts"])[0], seqs, matrix, np.ones(len(seqs), dtype=bool))
+    dense = DenseHits({1: 1.0}, [1], 0.5, space=space)
+    # Window of 4 places: 1 and 3 stay, kickboxing (2) takes the third; of 6 and 4, 6 ("cooked pasta") repeats 3.
+    fused = [(1, 1.0), (3, 0.9), (6, 0.5), (4, 0.4), (5, 0.3)]
+    out = [seq for seq, _ in dense_feedback.extend(fused, dense, 5, hits=1, after=2, slots=1, window=4)]
+    assert out == [1, 3, 2, 4, 6]
+    assert dense_feedback.redundant(space, [1, 3], [6, 4], 1) == [6]
