@@ -122,3 +122,9 @@ def test_room_is_made_by_moving_the_near_repeat_of_a_better_hit_not_the_last_pla
     out = [seq for seq, _ in dense_feedback.extend(fused, dense, 5, hits=1, after=2, slots=1, window=4)]
     assert out == [1, 3, 2, 4, 6]
     assert dense_feedback.redundant(space, [1, 3], [6, 4], 1) == [6]
+
+
+def test_rocchio_moves_the_query_towards_the_hits_and_away_from_the_memory() -> None:
+    query, hit = np.array([1.0, 0.0, 0.0]), np.array([[0.0, 1.0, 0.0]])
+    centroid = np.array([0.0, 0.0, 1.0])
+    assert np.allclose(dense_feedback.rocchio(query, hit, centroid, 0.5, 0.5), [1.0, 0.5, -0.5])

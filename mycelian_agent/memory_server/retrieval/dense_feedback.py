@@ -20,20 +20,21 @@ Measured on LoCoMo dev, in process (BENCHMARKS.md §3, "Dense feedback"): any@10
 0.796, no category and no conversation lower at @10. Each part counts: without ``m`` the moved query ranks the
 missing multi-hop evidence lower than ``q`` does (the centroid of a few turns is mostly the frame every turn
 shares); pushing out the last places instead of the near-repeats lost questions whose evidence sat at 9-10; a
-weight on the fused score instead of places is too weak against the lexical share to let anything in. Only the
-exact scan gives a search the vectors (``DenseHits.space``); a memory searched through an approximate index
-(pgvector's HNSW, 10,000 vectors or more on PostgreSQL) keeps the fused ranking.
+weight on the fused score instead of places is too weak against the lexical share to let anything in. The dense
+index hands the search its vectors (``DenseHits.space``): the exact scan's matrix, or, for a memory searched through
+pgvector's HNSW index, the index itself (the moved query is one more approximate search; the centroid is that of
+the memory's sample, so the two paths agree while a memory is no larger than its sample).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from mycelian_agent.memory_server.storage.rows import DenseHits
 
 __all__ = ["FEEDBACK_AFTER", "FEEDBACK_BETA", "FEEDBACK_GAMMA", "FEEDBACK_HITS", "FEEDBACK_SLOTS", "FEEDBACK_WINDOW",
-           "ScanSpace", "extend", "redundant", "rocchio"]
+           "FeedbackSpace", "IndexSpace", "ScanSpace", "extend", "redundant", "rocchio"]
 
 #: Fused hits whose vectors make the centroid (3 / 5 / 10 at the kept setting: see BENCHMARKS.md §3).
 FEEDBACK_HITS = 5
@@ -49,9 +50,43 @@ FEEDBACK_SLOTS = 2
 FEEDBACK_WINDOW = 10
 
 
-class ScanSpace:
-    """The vectors behind an exact scan (``DenseHits.space``): the query's unit vector ``query``, the memory's
-    ``matrix`` (one row per seq of ``seqs``) and ``inside``, which rows are within the search's time bounds."""
+class FeedbackSpace:
+    """The vectors behind one search's dense side (``DenseHits.space``), as the feedback needs them: the query's unit
+    vector, the memory's centroid, stored vectors by seq, and the entries nearest to any vector within the search's
+    time bounds. Made by the dense index: :class:`ScanSpace` for the exact scan, :class:`IndexSpace` for an
+    approximate index."""
+
+    query: Any
+
+    @property
+    def centroid(self) -> Any:
+        """The memory's mean vector (Rocchio's non-relevant centroid)."""
+        raise NotImplementedError
+
+    def vectors(self, seqs: Sequence[int]) -> Mapping[int, Any]:
+        """seq -> stored vector of those of ``seqs`` that have one."""
+        raise NotImplementedError
+
+    def nearest_to(self, vector: Any, k: int) -> list[int]:
+        """The ``k`` seqs nearest to ``vector`` (by dot product) within the bounds, best first."""
+        raise NotImplementedError
+
+    def nearest(self, hits: Sequence[int], k: int, beta: float = FEEDBACK_BETA,
+                gamma: float = FEEDBACK_GAMMA) -> list[int]:
+        """The ``k`` seqs inside the bounds nearest to the query moved towards ``hits`` (:func:`rocchio`), best
+        first; none when no hit has a vector."""
+        import numpy as np
+
+        found = self.vectors(hits)
+        if not found or k <= 0:
+            return []
+        relevant = np.stack([found[seq] for seq in hits if seq in found])
+        return self.nearest_to(rocchio(self.query, relevant, self.centroid, beta, gamma), k)
+
+
+class ScanSpace(FeedbackSpace):
+    """:class:`FeedbackSpace` of an exact scan: the query's unit vector ``query``, the memory's ``matrix`` (one row per
+    seq of ``seqs``; its mean is the centroid) and ``inside``, which rows are within the search's time bounds."""
 
     def __init__(self, query: Any, seqs: Sequence[int], matrix: Any, inside: Any) -> None:
         self.query = query
@@ -59,6 +94,13 @@ class ScanSpace:
         self.matrix = matrix
         self.inside = inside
         self._rows: Callable[[int], int | None] | None = None
+        self._centroid: Any = None
+
+    @property
+    def centroid(self) -> Any:
+        if self._centroid is None:  # computed on first use: only a search with fused hits needs it
+            self._centroid = self.matrix.mean(axis=0)
+        return self._centroid
 
     def row(self, seq: int) -> int | None:
         """The row of ``seq`` in :attr:`matrix`, None when it has no vector."""
@@ -77,30 +119,52 @@ class ScanSpace:
                 self._rows = find
         return self._rows(seq)
 
-    def nearest(self, hits: Sequence[int], k: int, beta: float = FEEDBACK_BETA,
-                gamma: float = FEEDBACK_GAMMA) -> list[int]:
-        """The ``k`` seqs inside the bounds nearest to the query moved towards ``hits`` (:func:`rocchio`), best
-        first; ties go to the later entry."""
+    def vectors(self, seqs: Sequence[int]) -> Mapping[int, Any]:
+        rows = {seq: self.row(seq) for seq in seqs}
+        return {seq: self.matrix[row] for seq, row in rows.items() if row is not None}
+
+    def nearest_to(self, vector: Any, k: int) -> list[int]:
         import numpy as np
 
-        rows = [i for i in (self.row(seq) for seq in hits) if i is not None]
-        if not rows or k <= 0 or not len(self.seqs):
+        if not len(self.seqs):
             return []
-        vector = rocchio(self.query, self.matrix[rows], self.matrix, beta, gamma)
         scores = np.where(self.inside, self.matrix @ vector, -np.inf)
         k = min(k, int(np.isfinite(scores).sum()))
         if k <= 0:
             return []
         top = np.argpartition(-scores, k - 1)[:k]
-        order = np.lexsort((-np.asarray(self.seqs)[top], -scores[top]))
+        order = np.lexsort((-np.asarray(self.seqs)[top], -scores[top]))  # best first; ties: the later entry
         return [int(self.seqs[i]) for i in top[order]]
 
 
-def rocchio(query: Any, relevant: Any, memory: Any, beta: float = FEEDBACK_BETA,
+class IndexSpace(FeedbackSpace):
+    """:class:`FeedbackSpace` of an approximate index: ``centroid`` from the memory's sample (as its typical cosine
+    is), ``vectors(seqs)`` and ``nearest_to(vector, k)`` asked of the index."""
+
+    def __init__(self, query: Any, centroid: Any, vectors: Callable[[Sequence[int]], Mapping[int, Any]],
+                 nearest_to: Callable[[Any, int], list[int]]) -> None:
+        self.query = query
+        self._centroid = centroid
+        self._vectors = vectors
+        self._nearest_to = nearest_to
+
+    @property
+    def centroid(self) -> Any:
+        return self._centroid
+
+    def vectors(self, seqs: Sequence[int]) -> Mapping[int, Any]:
+        return self._vectors(seqs)
+
+    def nearest_to(self, vector: Any, k: int) -> list[int]:
+        return self._nearest_to(vector, k)
+
+
+def rocchio(query: Any, relevant: Any, centroid: Any, beta: float = FEEDBACK_BETA,
             gamma: float = FEEDBACK_GAMMA) -> Any:
-    """``query + beta * mean(relevant) - gamma * mean(memory)`` (rows are vectors): Rocchio's moved query, with the
-    memory as the non-relevant set. Not normalised: only the order of its dot products is used."""
-    return query + beta * relevant.mean(axis=0) - gamma * memory.mean(axis=0)
+    """``query + beta * mean(relevant) - gamma * centroid``: Rocchio's moved query (``relevant``: one vector a row),
+    with the memory's ``centroid`` as the non-relevant set. Not normalised: only the order of its dot products is
+    used."""
+    return query + beta * relevant.mean(axis=0) - gamma * centroid
 
 
 def extend(
@@ -114,12 +178,12 @@ def extend(
     window: int = FEEDBACK_WINDOW,
 ) -> list[tuple[int, float]]:
     """``fused`` (``(seq, score)``, best first) with the ``slots`` entries nearest to the query moved towards its
-    first ``hits`` (:meth:`ScanSpace.nearest`) placed after its first ``after``; to make room, the entries of places
+    first ``hits`` (:meth:`FeedbackSpace.nearest`) placed after its first ``after``; to make room, the entries of places
     ``after + 1`` to ``window`` most like an entry above them (:func:`redundant`) move to just after the window.
     ``limit`` at most; scores still descend (a placed entry scores as the entry after it). Unchanged when the dense
-    side has no :class:`ScanSpace` or ``fused`` has no more than ``after`` entries."""
+    side has no :class:`FeedbackSpace` or ``fused`` has no more than ``after`` entries."""
     space = dense.space if dense is not None else None
-    if not isinstance(space, ScanSpace) or slots <= 0 or len(fused) <= after or after < 1:
+    if not isinstance(space, FeedbackSpace) or slots <= 0 or len(fused) <= after or after < 1:
         return list(fused[:limit])
     head = [seq for seq, _ in fused[:after]]
     shown = set(head)
@@ -142,15 +206,17 @@ def extend(
     return ranked
 
 
-def redundant(space: ScanSpace, above: Sequence[int], candidates: Sequence[int], count: int) -> list[int]:
+def redundant(space: FeedbackSpace, above: Sequence[int], candidates: Sequence[int], count: int) -> list[int]:
     """The ``count`` seqs of ``candidates`` (in rank order, below ``above``) whose vectors are closest to an entry
-    ranked above them (the highest cosine with any of ``above`` or an earlier candidate); entries without a vector
-    count as unlike any."""
+    ranked above them (the highest dot product with any of ``above`` or an earlier candidate); entries without a
+    vector count as unlike any."""
+    import numpy as np
+
     if count <= 0:
         return []
+    found = space.vectors([*above, *candidates])
     closeness: dict[int, float] = {}
     for i, seq in enumerate(candidates):
-        row = space.row(seq)
-        rows = [r for r in (space.row(s) for s in (*above, *candidates[:i])) if r is not None]
-        closeness[seq] = float((space.matrix[rows] @ space.matrix[row]).max()) if row is not None and rows else -2.0
+        earlier = [found[s] for s in (*above, *candidates[:i]) if s in found]
+        closeness[seq] = float((np.stack(earlier) @ found[seq]).max()) if seq in found and earlier else -2.0
     return sorted(candidates, key=lambda seq: -closeness[seq])[:count]

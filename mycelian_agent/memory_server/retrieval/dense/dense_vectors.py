@@ -20,7 +20,7 @@ from mycelian_agent.errors import ConfigError
 from mycelian_agent.memory_server.retrieval import fusion
 from mycelian_agent.memory_server.retrieval.dense.encoders import Encode
 from mycelian_agent.memory_server.retrieval.dense.writer import Connect, VectorWriter
-from mycelian_agent.memory_server.retrieval.dense_feedback import ScanSpace
+from mycelian_agent.memory_server.retrieval.dense_feedback import IndexSpace, ScanSpace
 from mycelian_agent.memory_server.retrieval.fusion import DenseHits
 from mycelian_agent.memory_server.storage import entry_vectors
 from mycelian_agent.memory_server.storage.vectors import ApproximateIndex, EntryVectors, Row
@@ -391,7 +391,20 @@ class DenseVectors:
             with connect() as again:
                 return self._cosines(approximate.vectors_of(again, self.model, seqs), vector)
 
-        return DenseHits(values, order, typical, more, "hnsw")
+        def vectors_of(seqs: Sequence[int]) -> dict[int, Any]:  # the dense feedback's (dense_feedback.py)
+            with connect() as again:
+                rows = approximate.vectors_of(again, self.model, seqs)
+            return dict(zip((seq for seq, _ in rows), self._stack([raw for _, raw in rows]), strict=True))
+
+        def nearest_to(moved: Any, count: int) -> list[int]:
+            unit = (moved / np.linalg.norm(moved)).astype(np.float32)
+            with connect() as again:
+                found = self._cosines(approximate.nearest(again, memory_id, self.model, unit, count, after, before),
+                                      unit)
+            return sorted(found, key=lambda seq: (-found[seq], -seq))
+
+        centroid = matrix.mean(axis=0) if len(matrix) else np.zeros_like(vector)
+        return DenseHits(values, order, typical, more, "hnsw", IndexSpace(vector, centroid, vectors_of, nearest_to))
 
     def _cosines(self, rows: Sequence[tuple[int, bytes]], vector: np.ndarray) -> dict[int, float]:
         """seq -> cosine with ``vector`` of ``(seq, float32 bytes)`` rows, computed as the exact scan does."""
