@@ -2,14 +2,16 @@
 
 Named for what it holds: each step is its own module (``bm25.py`` scores, ``ranking.py`` shares scores with
 neighbouring turns, ``feedback.py`` searches again with the best hits' words, ``query_time.py`` lifts a time the
-question names, ``coverage.py`` raises a named speaker's turns, ``fusion.py`` mixes in the dense side); this module
+question names, ``coverage.py`` raises a named speaker's turns, ``fusion.py`` mixes in the dense side, ``dense_feedback.py`` places
+entries like the best hits); this module
 only chains them, and shapes the ``search_memories`` result. It takes any
 :class:`~mycelian_agent.memory_server.storage.base.MemoryStore` and asks it only through the store's search reads
 (``storage.base.SEARCH_READS``: candidates, term statistics, entry rows and terms, neighbour links, time bounds,
 contexts, dense hits), so the way down is server -> retrieval -> storage and a new backend needs no code here.
 
 :func:`search` is the ``search_memories`` tool (arguments checked, results shaped); :func:`rank_entries` the entry
-ranking under it, whose switches (``context``, ``feedback``, ``named_time``, ``names``, ``weights``) turn steps off
+ranking under it, whose switches (``context``, ``feedback``, ``named_time``, ``names``, ``weights``,
+``dense_feedback``) turn steps off
 for the ablation benchmark.
 """
 
