@@ -86,20 +86,23 @@ class FeedbackSpace:
 
 class ScanSpace(FeedbackSpace):
     """:class:`FeedbackSpace` of an exact scan: the query's unit vector ``query``, the memory's ``matrix`` (one row per
-    seq of ``seqs``; its mean is the centroid) and ``inside``, which rows are within the search's time bounds."""
+    seq of ``seqs``; its mean is the centroid) and ``inside``, which rows are within the search's time bounds.
+    ``mean(matrix)`` gives the centroid when the index keeps it between searches (default: computed here)."""
 
-    def __init__(self, query: Any, seqs: Sequence[int], matrix: Any, inside: Any) -> None:
+    def __init__(self, query: Any, seqs: Sequence[int], matrix: Any, inside: Any,
+                 mean: Callable[[Any], Any] | None = None) -> None:
         self.query = query
         self.seqs = seqs
         self.matrix = matrix
         self.inside = inside
         self._rows: Callable[[int], int | None] | None = None
+        self._mean = mean or (lambda matrix: matrix.mean(axis=0))
         self._centroid: Any = None
 
     @property
     def centroid(self) -> Any:
         if self._centroid is None:  # computed on first use: only a search with fused hits needs it
-            self._centroid = self.matrix.mean(axis=0)
+            self._centroid = self._mean(self.matrix)
         return self._centroid
 
     def row(self, seq: int) -> int | None:

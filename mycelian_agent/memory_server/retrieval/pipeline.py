@@ -2,17 +2,16 @@
 
 Named for what it holds: each step is its own module (``bm25.py`` scores, ``ranking.py`` shares scores with
 neighbouring turns, ``feedback.py`` searches again with the best hits' words, ``query_time.py`` lifts a time the
-question names, ``coverage.py`` raises a named speaker's turns, ``fusion.py`` mixes in the dense side, ``dense_feedback.py`` places
-entries like the best hits); this module
-only chains them, and shapes the ``search_memories`` result. It takes any
+question names, ``coverage.py`` raises a named speaker's turns, ``fusion.py`` mixes in the dense side,
+``dense_feedback.py`` places entries like the best hits); this module only chains them, and shapes the
+``search_memories`` result. It takes any
 :class:`~mycelian_agent.memory_server.storage.base.MemoryStore` and asks it only through the store's search reads
 (``storage.base.SEARCH_READS``: candidates, term statistics, entry rows and terms, neighbour links, time bounds,
 contexts, dense hits), so the way down is server -> retrieval -> storage and a new backend needs no code here.
 
 :func:`search` is the ``search_memories`` tool (arguments checked, results shaped); :func:`rank_entries` the entry
 ranking under it, whose switches (``context``, ``feedback``, ``named_time``, ``names``, ``weights``,
-``dense_feedback``) turn steps off
-for the ablation benchmark.
+``dense_feedback``) turn steps off for the ablation benchmark.
 """
 
 from __future__ import annotations
@@ -146,8 +145,8 @@ def rank_entries(
     (``named_time``, see ``query_time.py``), the turns of a speaker the query names raised (``names``, see
     ``coverage.py``), fused with dense similarities when the store has an index, and the entries nearest to the
     query moved towards the best fused hits placed after the first ones (``dense_feedback``, see
-    ``dense_feedback.py``). ``weights`` replaces the index
-    column weights BM25 weighs each field's terms by (``ENTRY_WEIGHTS``; the ablation turns fields off with it)."""
+    ``dense_feedback.py``). ``weights`` replaces the index column weights BM25 weighs each field's terms by
+    (``ENTRY_WEIGHTS``; the ablation turns fields off with it)."""
     if limit <= 0 or not terms:
         return []
     # The query's vector is encoded on another thread while the lexical side runs here: the encoder releases the

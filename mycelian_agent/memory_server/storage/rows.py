@@ -53,8 +53,8 @@ class DenseHits:
     more: Callable[[Sequence[int]], Mapping[int, float]] | None = None
     #: Which path answered (``scan`` or ``hnsw``): logs and tests.
     path: str = field(default="scan")
-    #: The vectors behind an exact scan, for the dense feedback (``retrieval/dense_feedback.ScanSpace``); None
-    #: from an approximate index.
+    #: The vectors behind the dense side, for the dense feedback (``retrieval/dense_feedback``: ``ScanSpace`` from
+    #: the exact scan, ``IndexSpace`` from an approximate index); None when there are none.
     space: Any = field(default=None, compare=False)
 
     @property

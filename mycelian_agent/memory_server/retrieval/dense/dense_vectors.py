@@ -72,6 +72,7 @@ class DenseVectors:
         self._storage: EntryVectors | None = None
         self._writer: VectorWriter | None = None
         self._cache: dict[str, tuple[list[int], Any]] = {}
+        self._means: dict[str, tuple[Any, Any]] = {}  # memory id -> (its cached matrix, that matrix's mean row)
         self._cache_lock = threading.Lock()
         self._deferred = threading.local()  # the entries of this thread's open batch()
         self._warned: set[str] = set()
@@ -324,6 +325,7 @@ class DenseVectors:
                         large = self._large[memory_id] = _LargeMemory(db.last_seq(conn, memory_id), count)
                         with self._cache_lock:
                             self._cache.pop(memory_id, None)  # the exact scan's matrix is not needed any more
+                            self._means.pop(memory_id, None)
                 else:
                     self._catch_up_after(conn, memory_id, large)
                     count = large.size
@@ -337,8 +339,20 @@ class DenseVectors:
             hits = fusion.scan_hits(seqs, cosines, k)
             if hits is not None:  # the vectors scanned, for the dense feedback (retrieval/dense_feedback.py)
                 hits.space = ScanSpace(vector, seqs, self._matrix(conn, memory_id, count)[1],
-                                       self._np.isfinite(cosines))
+                                       self._np.isfinite(cosines), lambda matrix: self._mean(memory_id, matrix))
             return hits
+
+    def _mean(self, memory_id: str, matrix: np.ndarray) -> np.ndarray:
+        """The mean row of ``matrix`` (the memory's cached one), kept until the matrix changes: the dense feedback's
+        centroid, ~0.5 ms to compute at 10,000 vectors."""
+        with self._cache_lock:
+            kept = self._means.get(memory_id)
+        if kept is not None and kept[0] is matrix:
+            return kept[1]
+        mean = matrix.mean(axis=0)
+        with self._cache_lock:
+            self._means[memory_id] = (matrix, mean)
+        return mean
 
     def _catch_up_after(self, conn: Connection, memory_id: str, large: _LargeMemory) -> None:
         """The catch-up of a memory searched through the index: only its entries above the last seq checked are
