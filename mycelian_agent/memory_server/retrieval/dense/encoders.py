@@ -128,11 +128,17 @@ def _e5_small(batch_threads: int) -> Encoder:
     # the engine's libgomp is a dependency of its library, so the symbol resolves through it.
     set_threads = model._lib.omp_set_num_threads
     set_threads.argtypes, set_threads.restype = [ctypes.c_int], None
+    threads_set = threading.local()  # the count this thread last set
 
     def encoder(is_query: bool) -> Encode:
         def encode(texts: Sequence[str]) -> Any:
             texts = list(texts)
-            set_threads(_threads_for(texts, batch_threads))
+            threads = _threads_for(texts, batch_threads)
+            # Set only when it changes: each foreign call gives the GIL up and takes it back, and taking it back
+            # from a busy thread waits up to the switch interval (a query encoded beside a search's lexical steps).
+            if getattr(threads_set, "count", None) != threads:
+                set_threads(threads)
+                threads_set.count = threads
             return model.encode(texts, is_query)  # adds "query: " / "passage: "
         return encode
 
