@@ -89,7 +89,7 @@ class ScanSpace(FeedbackSpace):
     seq of ``seqs``; its mean is the centroid) and ``inside``, which rows are within the search's time bounds.
     ``mean(matrix)`` gives the centroid when the index keeps it between searches (default: computed here)."""
 
-    def __init__(self, query: Any, seqs: Sequence[int], matrix: Any, inside: Any,
+    def __init__(self, query: Any, seqs: Sequence[int] | Any, matrix: Any, inside: Any,
                  mean: Callable[[Any], Any] | None = None) -> None:
         self.query = query
         self.seqs = seqs

@@ -61,16 +61,19 @@ DENSE_CANDIDATES = 2
 SAMPLE = 256
 
 
-def scan_hits(seqs: Sequence[int], cosines: Any, k: int) -> DenseHits | None:
+def scan_hits(seqs: Sequence[int] | Any, cosines: Any, k: int, *, sample: Any = None) -> DenseHits | None:
     """:class:`DenseHits` from an exact scan: ``cosines`` of every entry ``seqs`` of the memory (a numpy vector; -inf
-    outside the search's bounds), with the ``k`` nearest. None when no entry is inside the bounds."""
+    outside the search's bounds), with the ``k`` nearest. None when no entry is inside the bounds. ``seqs`` may be a
+    numpy int array; ``sample``: the first :data:`SAMPLE` of ``sample_order(seqs)``, when the caller keeps them
+    between searches."""
     import numpy as np
 
     cosines = np.asarray(cosines, dtype=np.float64)
     finite = np.isfinite(cosines)
     if not len(seqs) or not finite.any():
         return None
-    sample = sample_order(seqs)[:SAMPLE]
+    if sample is None:
+        sample = sample_order(seqs)[:SAMPLE]
     inside = cosines[sample][finite[sample]]
     # Bounds that leave no sampled entry: the median of every entry inside them.
     typical = float(np.median(inside if len(inside) else cosines[finite]))

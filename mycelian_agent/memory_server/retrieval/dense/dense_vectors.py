@@ -72,7 +72,7 @@ class DenseVectors:
         self._storage: EntryVectors | None = None
         self._writer: VectorWriter | None = None
         self._cache: dict[str, tuple[list[int], Any]] = {}
-        self._means: dict[str, tuple[Any, Any]] = {}  # memory id -> (its cached matrix, that matrix's mean row)
+        self._layouts: dict[str, _Layout] = {}  # memory id -> what searches derive from its cached matrix
         self._cache_lock = threading.Lock()
         self._deferred = threading.local()  # the entries of this thread's open batch()
         self._warned: set[str] = set()
@@ -325,7 +325,7 @@ class DenseVectors:
                         large = self._large[memory_id] = _LargeMemory(db.last_seq(conn, memory_id), count)
                         with self._cache_lock:
                             self._cache.pop(memory_id, None)  # the exact scan's matrix is not needed any more
-                            self._means.pop(memory_id, None)
+                            self._layouts.pop(memory_id, None)
                 else:
                     self._catch_up_after(conn, memory_id, large)
                     count = large.size
@@ -336,23 +336,23 @@ class DenseVectors:
                 count = self._catch_up(conn, memory_id)
             self.searches["scan"] += 1
             seqs, cosines = self._scan(conn, memory_id, vector, after, before, count)
-            hits = fusion.scan_hits(seqs, cosines, k)
+            layout = self._layout(memory_id, seqs, self._matrix(conn, memory_id, count)[1])
+            hits = fusion.scan_hits(layout.seqs, cosines, k, sample=layout.sample)
             if hits is not None:  # the vectors scanned, for the dense feedback (retrieval/dense_feedback.py)
-                hits.space = ScanSpace(vector, seqs, self._matrix(conn, memory_id, count)[1],
-                                       self._np.isfinite(cosines), lambda matrix: self._mean(memory_id, matrix))
+                hits.space = ScanSpace(vector, layout.seqs, layout.matrix, self._np.isfinite(cosines),
+                                       lambda matrix: layout.mean)
             return hits
 
-    def _mean(self, memory_id: str, matrix: np.ndarray) -> np.ndarray:
-        """The mean row of ``matrix`` (the memory's cached one), kept until the matrix changes: the dense feedback's
-        centroid, ~0.5 ms to compute at 10,000 vectors."""
+    def _layout(self, memory_id: str, seqs: Sequence[int], matrix: np.ndarray) -> _Layout:
+        """What searches derive from the memory's cached ``matrix`` (rows ``seqs``), kept until the matrix changes."""
         with self._cache_lock:
-            kept = self._means.get(memory_id)
-        if kept is not None and kept[0] is matrix:
-            return kept[1]
-        mean = matrix.mean(axis=0)
+            kept = self._layouts.get(memory_id)
+        if kept is not None and kept.matrix is matrix:
+            return kept
+        layout = _Layout(seqs, matrix)
         with self._cache_lock:
-            self._means[memory_id] = (matrix, mean)
-        return mean
+            self._layouts[memory_id] = layout
+        return layout
 
     def _catch_up_after(self, conn: Connection, memory_id: str, large: _LargeMemory) -> None:
         """The catch-up of a memory searched through the index: only its entries above the last seq checked are
@@ -445,6 +445,26 @@ class DenseVectors:
             mask = np.fromiter((seq in allowed for seq in seqs), dtype=bool, count=len(seqs))
             scores = np.where(mask, scores, -np.inf)
         return seqs, scores
+
+
+class _Layout:
+    """What a search derives from a memory's cached matrix, kept with it (each costs ~0.3-0.5 ms a search at
+    10,000 vectors): the rows' seqs as an array, the rows of the memory's sample (``fusion.SAMPLE``, for the
+    typical cosine), and the mean row (the dense feedback's centroid, computed when first asked for)."""
+
+    def __init__(self, seqs: Sequence[int], matrix: np.ndarray) -> None:
+        import numpy
+
+        self.matrix = matrix
+        self.seqs = numpy.asarray(seqs, dtype=numpy.int64)
+        self.sample = fusion.sample_order(self.seqs)[: fusion.SAMPLE]
+        self._mean: np.ndarray | None = None
+
+    @property
+    def mean(self) -> np.ndarray:
+        if self._mean is None:
+            self._mean = self.matrix.mean(axis=0)
+        return self._mean
 
 
 class _LargeMemory:
