@@ -14,7 +14,7 @@ import pytest
 
 np = pytest.importorskip("numpy")
 
-from mycelian_agent.memory_server.retrieval import dense_feedback, rank_entries  # noqa: E402
+from mycelian_agent.memory_server.retrieval import dense_feedback, rank_entries, search  # noqa: E402
 from mycelian_agent.memory_server.retrieval.dense.index import DenseVectors  # noqa: E402
 from mycelian_agent.memory_server.storage.rows import DenseHits  # noqa: E402
 from mycelian_agent.memory_server.storage.sqlite.store import Store  # noqa: E402
@@ -128,3 +128,70 @@ def test_rocchio_moves_the_query_towards_the_hits_and_away_from_the_memory() -> 
     query, hit = np.array([1.0, 0.0, 0.0]), np.array([[0.0, 1.0, 0.0]])
     centroid = np.array([0.0, 0.0, 1.0])
     assert np.allclose(dense_feedback.rocchio(query, hit, centroid, 0.5, 0.5), [1.0, 0.5, -0.5])
+
+
+def test_pages_of_a_hybrid_search_join_into_one_ranking_each_entry_once(tmp_path: Path) -> None:
+    # The feedback reorders the first ten places: a page shorter than that must still be the start of the longer
+    # ranking the next page continues, or an entry shows on both pages and another on neither.
+    with contextlib.closing(Store.open(tmp_path / "m.db", dense=DenseVectors(_encode, model="fake"))) as store:
+        memory = _memory(store)
+        whole = [e["entryId"] for e in search(store, memory, QUESTION, top_ke=16)["entries"]]
+        for size in (3, 6, 8):
+            pages = [e["entryId"] for offset in range(0, 16, size)
+                     for e in search(store, memory, QUESTION, top_ke=min(size, 16 - offset), offset=offset)["entries"]]
+            assert pages == whole, size
+
+
+def test_a_memory_written_by_another_process_during_a_search_is_scanned_consistently(tmp_path: Path) -> None:
+    # Another process's write lands after the search has read the memory's vectors: the scan, its sample and the
+    # feedback's vectors must all come from that one read (rows of one matrix named by another read's seqs raised,
+    # and the mismatch stayed cached for later searches).
+    def index() -> DenseVectors:
+        return DenseVectors(_encode, model="fake", write_behind=False)
+
+    with contextlib.closing(Store.open(tmp_path / "m.db", dense=index())) as store, \
+            contextlib.closing(Store.open(tmp_path / "m.db", dense=index())) as other:
+        memory = _memory(store)
+        vault = store._conn.execute("SELECT vault_id FROM memories WHERE memory_id = ?", (memory,)).fetchone()[0]
+        dense = store._dense
+        count, read = dense._catch_up, dense._matrix
+        written = iter(range(60))
+
+        def write() -> None:
+            n = next(written)
+            other.add_entry(vault, memory, f"John: martial arts {n}", f"martial arts {n}",
+                            conversation_time=f"2023-07-01T10:{n:02d}:00Z")
+
+        def count_then_write(conn: Any, memory_id: str) -> int:
+            counted = count(conn, memory_id)
+            write()  # the search's count is one behind now
+            return counted
+
+        def read_then_write(conn: Any, memory_id: str, counted: int) -> Any:
+            vectors = read(conn, memory_id, counted)
+            write()
+            return vectors
+
+        dense._catch_up, dense._matrix = count_then_write, read_then_write
+        first = _ranked(store, memory, True)
+        dense._catch_up, dense._matrix = count, read
+        assert first and _ranked(store, memory, True)  # neither search raised
+        layout = dense._layouts[memory]
+        assert len(layout.seqs) == len(layout.matrix)
+
+
+def test_a_short_page_of_the_feedback_is_the_start_of_a_longer_one() -> None:
+    # Entry 6 repeats entry 1: the feedback moves it below the first ten places of a ranking at least ten deep.
+    # Fused only as deep as a short page (8), it would have stayed 8th there, and shown again on the next page.
+    rng = np.random.default_rng(3)
+    matrix = rng.normal(size=(40, 16)).astype(np.float32)
+    matrix[5] = matrix[0] + 0.05 * matrix[5]
+    matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+    query = matrix[1] + matrix[2]
+    space = dense_feedback.ScanSpace(query / np.linalg.norm(query), np.arange(1, 41), matrix, np.ones(40, bool))
+    dense = DenseHits({1: 1.0}, [1], 0.0, space=space)
+    lexical = [(seq, 1.0 - 0.01 * seq) for seq in range(1, 31)]
+    whole = [seq for seq, _ in dense_feedback.fuse(lexical, dense, 16)]
+    assert 6 in whole[10:]
+    for size in (3, 6, 8):
+        assert [seq for seq, _ in dense_feedback.fuse(lexical, dense, size)] == whole[:size]

@@ -31,10 +31,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from mycelian_agent.memory_server.retrieval import fusion
 from mycelian_agent.memory_server.storage.rows import DenseHits
 
 __all__ = ["FEEDBACK_AFTER", "FEEDBACK_BETA", "FEEDBACK_GAMMA", "FEEDBACK_HITS", "FEEDBACK_SLOTS", "FEEDBACK_WINDOW",
-           "FeedbackSpace", "IndexSpace", "ScanSpace", "extend", "redundant", "rocchio"]
+           "FeedbackSpace", "IndexSpace", "ScanSpace", "extend", "fuse", "redundant", "rocchio"]
 
 #: Fused hits whose vectors make the centroid (3 / 5 / 10 at the kept setting: see BENCHMARKS.md §3).
 FEEDBACK_HITS = 5
@@ -168,6 +169,16 @@ def rocchio(query: Any, relevant: Any, centroid: Any, beta: float = FEEDBACK_BET
     with the memory's ``centroid`` as the non-relevant set. Not normalised: only the order of its dot products is
     used."""
     return query + beta * relevant.mean(axis=0) - gamma * centroid
+
+
+def fuse(lexical: Sequence[tuple[int, float]], dense: DenseHits | None, limit: int) -> list[tuple[int, float]]:
+    """``fusion.fuse`` of ``lexical`` and ``dense`` then :func:`extend`: ``limit`` at most. Fused
+    :data:`FEEDBACK_WINDOW` deep whatever ``limit`` (with the dense candidates of ``limit``), because the feedback
+    reorders that many places: a short page is then the start of a longer one (else an entry could show on two
+    pages of a search, and another on none)."""
+    window = max(limit, FEEDBACK_WINDOW)
+    fused = fusion.fuse(lexical, dense, window, dense_candidates=limit * fusion.DENSE_CANDIDATES)
+    return extend(fused, dense, limit)
 
 
 def extend(

@@ -46,6 +46,15 @@ _encoding_lock = threading.Lock()
 _START_WAIT = 0.005  # seconds a search waits for its encoding thread to start (see _encode_ahead)
 
 
+def _forget_encoding_threads() -> None:
+    # A forked child has a copy of the pool but none of its threads: submitting to it would wait forever.
+    global _encoding_threads
+    _encoding_threads = None
+
+
+os.register_at_fork(after_in_child=_forget_encoding_threads)
+
+
 def _score(value: float) -> float:
     # Six significant digits: lexical scores on small memories are tiny, so fixed decimals would erase the order.
     return float(f"{value:.6g}")
@@ -71,7 +80,9 @@ def search(
     All pages join into one ranking, each entry once: the first ``ranking.CONTEXT_DEPTH`` (50) places are the
     ranking of a 50-deep pool (what every ordinary search returns a prefix of), and deeper places continue with
     the rest of a ``SEARCH_DEPTH_MAX``-deep ranking (scores there may exceed the 50th's: neighbour shares and
-    query feedback see more candidates).
+    query feedback see more candidates). With a dense index the dense side's nearest entries join as candidates
+    in proportion to the page (``fusion.DENSE_CANDIDATES`` per result), so an entry near a page's cut can move
+    between a short page and a longer one.
     """
     memory_id = check_uuid("memory_id", memory_id)
     if vault_id is not None:
@@ -174,12 +185,11 @@ def rank_entries(
         hits = _boost_named(store, memory_id, terms, hits)
     if encoding is not None:
         # Only now, holding none of the store's connections: settling the memory's vectors may need one of a pool.
-        # Every entry the lexical side saw was committed before, so it has its vector once settled.
+        # The entries the lexical side saw were committed before, so settling gives them their vectors as it would
+        # have before the lexical reads (those it leaves out, it leaves out either way: see DenseVectors.settle).
         dense = store.dense_hits(memory_id, query, limit * fusion.DENSE_CANDIDATES, after, before,
                                  vector=encoding.result())
-        hits = fusion.fuse(hits, dense, limit)
-        if dense_feedback:
-            hits = dense_feedback_module.extend(hits, dense, limit)
+        hits = dense_feedback_module.fuse(hits, dense, limit) if dense_feedback else fusion.fuse(hits, dense, limit)
     hits = hits[:limit]
     rows = store.entry_rows(memory_id, [seq for seq, _ in hits])
     return [(rows[seq], score) for seq, score in hits if seq in rows]
@@ -198,7 +208,12 @@ def _encode_ahead(store: MemoryStore, query: str) -> Future[Any]:
         started.set()  # from here the thread runs straight into the encoder, which lets the GIL go
         return store.encode_query(query)
 
-    encoding = _encoding_threads.submit(encode)
+    try:
+        encoding = _encoding_threads.submit(encode)
+    except RuntimeError:  # the interpreter is shutting down: no new threads, so encoded here
+        encoding = Future()
+        encoding.set_result(store.encode_query(query))
+        return encoding
     # Waiting hands the GIL to the encoding thread now. Otherwise it would wait for the lexical steps' Python to let
     # the GIL go, up to the switch interval (5 ms): most of what the overlap saves at 10,000 entries. Not longer
     # than that: the threads may all be busy with other searches' queries.

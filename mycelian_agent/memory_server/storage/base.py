@@ -263,6 +263,8 @@ class MemoryStore(ABC):
         """The dense side of a search from the store's index (see :meth:`DenseIndex.hits`), None without one."""
         if self._dense is None:
             return None
+        if vector is None:  # (an index written before query_vector() takes no vector)
+            return self._dense.hits(self._read, memory_id, query, k, after, before)
         return self._dense.hits(self._read, memory_id, query, k, after, before, vector=vector)
 
     @abstractmethod
@@ -521,7 +523,9 @@ class MemoryStore(ABC):
     def encode_query(self, query: str) -> Any:
         """``query``'s dense vector (None without a dense index). It reads no database, so a search may run it on
         another thread while its lexical reads go on, and hand the vector to :meth:`dense_hits`."""
-        return None if self._dense is None else self._dense.query_vector(query)
+        # An index written before query_vector() existed encodes inside hits(), as it did.
+        query_vector = getattr(self._dense, "query_vector", None)
+        return None if query_vector is None else query_vector(query)
 
     def dense_hits(
         self, memory_id: str, query: str, k: int, after: str | None, before: str | None, *, vector: Any = None

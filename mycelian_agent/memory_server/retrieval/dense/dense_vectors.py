@@ -335,19 +335,23 @@ class DenseVectors:
             else:
                 count = self._catch_up(conn, memory_id)
             self.searches["scan"] += 1
-            seqs, cosines = self._scan(conn, memory_id, vector, after, before, count)
-            layout = self._layout(memory_id, seqs, self._matrix(conn, memory_id, count)[1])
+            # One read of the cache for the scan and its layout: another thread's search, or the writer, may
+            # replace the cached matrix in between, and rows of one matrix must not be named by another's seqs.
+            seqs, matrix = self._matrix(conn, memory_id, count)
+            cosines = self._cosines_in(conn, memory_id, seqs, matrix, vector, after, before)
+            layout = self._layout(memory_id, seqs, matrix)
             hits = fusion.scan_hits(layout.seqs, cosines, k, sample=layout.sample)
             if hits is not None:  # the vectors scanned, for the dense feedback (retrieval/dense_feedback.py)
                 hits.space = ScanSpace(vector, layout.seqs, layout.matrix, self._np.isfinite(cosines),
                                        lambda matrix: layout.mean)
             return hits
 
-    def _layout(self, memory_id: str, seqs: Sequence[int], matrix: np.ndarray) -> _Layout:
-        """What searches derive from the memory's cached ``matrix`` (rows ``seqs``), kept until the matrix changes."""
+    def _layout(self, memory_id: str, seqs: list[int], matrix: np.ndarray) -> _Layout:
+        """What searches derive from the memory's cached ``(seqs, matrix)`` (one entry of the cache), kept until the
+        cache holds other objects."""
         with self._cache_lock:
             kept = self._layouts.get(memory_id)
-        if kept is not None and kept.matrix is matrix:
+        if kept is not None and kept.matrix is matrix and kept.rows is seqs:
             return kept
         layout = _Layout(seqs, matrix)
         with self._cache_lock:
@@ -436,15 +440,20 @@ class DenseVectors:
     def _scan(self, conn: Connection, memory_id: str, vector: np.ndarray, after: str | None, before: str | None,
               count: int) -> tuple[list[int], np.ndarray]:
         seqs, matrix = self._matrix(conn, memory_id, count)
+        return seqs, self._cosines_in(conn, memory_id, seqs, matrix, vector, after, before)
+
+    def _cosines_in(self, conn: Connection, memory_id: str, seqs: list[int], matrix: np.ndarray, vector: np.ndarray,
+                    after: str | None, before: str | None) -> np.ndarray:
+        """Cosines of ``matrix``'s rows (entries ``seqs``) with ``vector``; -inf outside the time bounds."""
         np = self._np
         if not seqs:
-            return [], np.zeros(0, dtype=np.float32)
+            return np.zeros(0, dtype=np.float32)
         scores = matrix @ vector
         if after is not None or before is not None:
             allowed = self._db(conn).inside(conn, memory_id, after, before)
             mask = np.fromiter((seq in allowed for seq in seqs), dtype=bool, count=len(seqs))
             scores = np.where(mask, scores, -np.inf)
-        return seqs, scores
+        return scores
 
 
 class _Layout:
@@ -452,10 +461,13 @@ class _Layout:
     10,000 vectors): the rows' seqs as an array, the rows of the memory's sample (``fusion.SAMPLE``, for the
     typical cosine), and the mean row (the dense feedback's centroid, computed when first asked for)."""
 
-    def __init__(self, seqs: Sequence[int], matrix: np.ndarray) -> None:
+    def __init__(self, seqs: list[int], matrix: np.ndarray) -> None:
         import numpy
 
+        if len(seqs) != len(matrix):
+            raise ValueError(f"a layout of {len(seqs)} seqs for a matrix of {len(matrix)} rows")
         self.matrix = matrix
+        self.rows = seqs  # the cached list (identity: see DenseVectors._layout)
         self.seqs = numpy.asarray(seqs, dtype=numpy.int64)
         self.sample = fusion.sample_order(self.seqs)[: fusion.SAMPLE]
         self._mean: np.ndarray | None = None

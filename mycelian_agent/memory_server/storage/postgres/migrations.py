@@ -16,10 +16,12 @@ Search by memory (:func:`_index_by_memory`, the ``btree_gin`` extension of Postg
 single-column ``tsv`` indexes held every memory's, each row filtered on the heap); they replace the single-column
 ones. Where ``CREATE EXTENSION`` is refused (no CREATE right on the database), the single-column indexes stay and
 the store says so once (see :data:`MEMORY_INDEX` and ``pg_store.PostgresStore.open``); an administrator's
-``CREATE EXTENSION btree_gin`` plus the statements of :data:`MEMORY_INDEX_STATEMENTS` add them later.
+``CREATE EXTENSION btree_gin`` plus the statements of :data:`MEMORY_INDEX_STATEMENTS` add them later (and
+:data:`PENDING_LIST_STATEMENT` for each, as the store's message says: migration 7 bounds the pending lists of the
+indexes there are when it runs).
 
-Dense vectors: no pgvector (see pg_store.py); ``entry_vectors`` holds float32 bytes like SQLite's table, scored
-by an exact scan in the server (``embeddings.DenseVectors``).
+Dense vectors: ``entry_vectors`` holds float32 bytes like SQLite's table, scored by an exact scan in the server
+(``retrieval/dense``), and a pgvector column with an HNSW index where the extension exists (``vectors.py``).
 """
 
 from __future__ import annotations
