@@ -402,12 +402,23 @@ class MemoryConnection:
         call = asyncio.ensure_future(session.call_tool(name, arguments))
         self._requests.add(call)
         call.add_done_callback(_settled(self._requests))
-        ending = asyncio.ensure_future(ended.wait()) if ended is not None else None
+        # One future woken by the answer or by the session's end (no task per call for the race); cancelling this
+        # caller cancels only the future, never the request.
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+        def answered(_: asyncio.Future[Any]) -> None:
+            if not waiter.done():
+                waiter.set_result(None)
+
+        call.add_done_callback(answered)
+        if ended is not None:
+            ended.wake(waiter)
         try:
-            await asyncio.wait({call} if ending is None else {call, ending}, return_when=asyncio.FIRST_COMPLETED)
+            await waiter
         finally:
-            if ending is not None:
-                ending.cancel()
+            call.remove_done_callback(answered)
+            if ended is not None:
+                ended.forget(waiter)
         if call.done() and not call.cancelled():
             return call.result()
         if not call.done():
@@ -433,10 +444,10 @@ class MemoryConnection:
         session, generation = await self._usable_session(name)
         ended = self._ended
         try:
-            if self._call_timeout is None:
+            # asyncio.timeout, not wait_for: no task of its own per call
+            async with asyncio.timeout(self._call_timeout):
                 return await self._watched_call(session, ended, name, arguments)
-            return await asyncio.wait_for(self._watched_call(session, ended, name, arguments), self._call_timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             if self._reconnect:
                 self._mark_broken(generation)
             raise MemoryServerError(

@@ -47,12 +47,27 @@ class SessionEnd:
         self.reason = "the session ended"
         #: stdio: the spawned server (see :func:`.stdio_session.watch_spawns`), for its exit status.
         self.processes: list[SpawnedProcess] = []
+        self._waiters: set[asyncio.Future[None]] = set()
 
     def set(self, reason: str | None = None) -> None:
         if not self.event.is_set():
             if reason:
                 self.reason = reason
             self.event.set()
+            for waiter in self._waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+
+    def wake(self, waiter: asyncio.Future[None]) -> None:
+        """Resolve ``waiter`` when the session ends (at once if it has), until :meth:`forget` (no task per call)."""
+        if self.event.is_set():
+            if not waiter.done():
+                waiter.set_result(None)
+            return
+        self._waiters.add(waiter)
+
+    def forget(self, waiter: asyncio.Future[None]) -> None:
+        self._waiters.discard(waiter)
 
     def is_set(self) -> bool:
         return self.event.is_set()
