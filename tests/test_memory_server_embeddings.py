@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import sys
-import threading
 
 import pytest
 
@@ -60,34 +59,6 @@ def test_backfill_cache_delete_and_time_bounds(tmp_path) -> None:
         store.delete_entry(v, m, later["entryId"])
         assert store.counts()["entry_vectors"] == 2
         assert {e["entryId"] for e in search(store, m, "puppy", top_ke=5)["entries"]} == {old, new}
-
-
-def test_a_hybrid_search_encodes_its_query_while_the_lexical_side_runs(tmp_path, monkeypatch) -> None:
-    # The query encoder waits until the lexical side has read its candidates: run one after the other, the search
-    # would wait out the encoder's timeout and find nothing by meaning.
-    lexical_read = threading.Event()
-    encoder = CountingEncoder()
-
-    def queries(texts):
-        assert lexical_read.wait(10), "the query was encoded before the lexical side started"
-        return encoder(texts)
-
-    with contextlib.closing(Store.open(tmp_path / "m.db", dense=DenseVectors(encoder, queries=queries))) as store:
-        v = store.create_vault("v")["vaultId"]
-        m = store.create_memory(v, "m", "NOTES")["memoryId"]
-        car = store.add_entry(v, m, "I bought a new car last week", "bought car")["entryId"]
-        store.add_entry(v, m, "The puppy slept all day", "puppy slept")
-        read = store.lexical_candidates
-
-        def lexical_candidates(*args, **kwargs):
-            try:
-                return read(*args, **kwargs)
-            finally:
-                lexical_read.set()
-
-        monkeypatch.setattr(store, "lexical_candidates", lexical_candidates)
-        found = search(store, m, "automobile purchase", top_ke=1)  # no word in common: only the vector finds it
-        assert [e["entryId"] for e in found["entries"]] == [car]
 
 
 def test_missing_extra_falls_back_to_lexical(monkeypatch: pytest.MonkeyPatch, caplog) -> None:

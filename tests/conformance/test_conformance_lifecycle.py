@@ -118,11 +118,8 @@ class _Exploding:
                      before: str | None = None) -> tuple[list[int], Any]:
         return [], []
 
-    def query_vector(self, query: str) -> None:
-        return None
-
     def hits(self, connect: Any, memory_id: str, query: str, k: int, after: str | None = None,
-             before: str | None = None, *, vector: Any = None) -> None:
+             before: str | None = None) -> None:
         return None
 
     def settle(self, memory_id: str) -> bool:

@@ -17,10 +17,7 @@ ranking under it, whose switches (``context``, ``feedback``, ``named_time``, ``n
 from __future__ import annotations
 
 import json
-import os
-import threading
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from mycelian_agent.errors import InputError
@@ -38,21 +35,6 @@ from mycelian_agent.memory_server.text.analysis import query_stems, query_terms
 __all__ = ["rank_entries", "search"]
 
 Hits = list[tuple[int, float]]
-
-# Threads that encode hybrid searches' queries while their lexical side runs (see rank_entries); one per core, as
-# each encoding runs on one thread.
-_encoding_threads: ThreadPoolExecutor | None = None
-_encoding_lock = threading.Lock()
-_START_WAIT = 0.005  # seconds a search waits for its encoding thread to start (see _encode_ahead)
-
-
-def _forget_encoding_threads() -> None:
-    # A forked child has a copy of the pool but none of its threads: submitting to it would wait forever.
-    global _encoding_threads
-    _encoding_threads = None
-
-
-os.register_at_fork(after_in_child=_forget_encoding_threads)
 
 
 def _score(value: float) -> float:
@@ -161,9 +143,11 @@ def rank_entries(
     (``ENTRY_WEIGHTS``; the ablation turns fields off with it)."""
     if limit <= 0 or not terms:
         return []
-    # The query's vector is encoded on another thread while the lexical side runs here: the encoder releases the
-    # GIL, so a hybrid search costs about the longer of the two instead of their sum (BENCHMARKS.md §3).
-    encoding = _encode_ahead(store, query) if store.has_dense else None
+    # The dense side first (it settles the memory's vectors before any connection is taken), as the catch-up of
+    # entries without a vector should see the memory just settled. (Encoding the query on another thread while the
+    # lexical steps run was measured and dropped: on two cores the encoder slowed by what the overlap saved,
+    # BENCHMARKS.md §3 "Hybrid search latency".)
+    dense = store.dense_hits(memory_id, query, limit * fusion.DENSE_CANDIDATES, after, before)
     depth = max(limit, CONTEXT_DEPTH) if context else limit
     if store.has_dense:
         # Fusion needs a lexical list deeper than the final cut so that an entry the dense side favours can
@@ -183,42 +167,11 @@ def rank_entries(
         hits = _time_named(store, memory_id, query, terms, hits, depth, after, before, context, weights)
     if names and hits:
         hits = _boost_named(store, memory_id, terms, hits)
-    if encoding is not None:
-        # Only now, holding none of the store's connections: settling the memory's vectors may need one of a pool.
-        # The entries the lexical side saw were committed before, so settling gives them their vectors as it would
-        # have before the lexical reads (those it leaves out, it leaves out either way: see DenseVectors.settle).
-        dense = store.dense_hits(memory_id, query, limit * fusion.DENSE_CANDIDATES, after, before,
-                                 vector=encoding.result())
+    if store.has_dense:
         hits = dense_feedback_module.fuse(hits, dense, limit) if dense_feedback else fusion.fuse(hits, dense, limit)
     hits = hits[:limit]
     rows = store.entry_rows(memory_id, [seq for seq, _ in hits])
     return [(rows[seq], score) for seq, score in hits if seq in rows]
-
-
-def _encode_ahead(store: MemoryStore, query: str) -> Future[Any]:
-    """``store.encode_query(query)`` started on the shared encoding threads (created on the first hybrid search)."""
-    global _encoding_threads
-    with _encoding_lock:
-        if _encoding_threads is None:
-            _encoding_threads = ThreadPoolExecutor(max_workers=os.cpu_count() or 1,
-                                                   thread_name_prefix="mycelian-query-encoder")
-    started = threading.Event()
-
-    def encode() -> Any:
-        started.set()  # from here the thread runs straight into the encoder, which lets the GIL go
-        return store.encode_query(query)
-
-    try:
-        encoding = _encoding_threads.submit(encode)
-    except RuntimeError:  # the interpreter is shutting down: no new threads, so encoded here
-        encoding = Future()
-        encoding.set_result(store.encode_query(query))
-        return encoding
-    # Waiting hands the GIL to the encoding thread now. Otherwise it would wait for the lexical steps' Python to let
-    # the GIL go, up to the switch interval (5 ms): most of what the overlap saves at 10,000 entries. Not longer
-    # than that: the threads may all be busy with other searches' queries.
-    started.wait(_START_WAIT)
-    return encoding
 
 
 def _lexical_ranking(

@@ -62,8 +62,7 @@ POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 #: What retrieval asks a store for (the public reads of :class:`MemoryStore`'s "search reads" section); each is
 #: covered by ``tests/conformance`` on every backend.
 SEARCH_READS = ("check_memory", "lexical_candidates", "term_counts", "entry_rows", "entry_terms", "neighbour_links",
-                "neighbourhood", "entries_within", "ranked_contexts", "latest_context", "has_dense", "encode_query",
-                "dense_hits")
+                "neighbourhood", "entries_within", "ranked_contexts", "latest_context", "has_dense", "dense_hits")
 #: BM25's statistics of a memory for some stems: ``(entries, {stem: entries containing it}, tokens)``.
 Statistics = Callable[[Sequence[str]], tuple[int, dict[str, int], int]]
 
@@ -92,10 +91,6 @@ class DenseIndex(Protocol):
         """``(seqs, cosines)`` of the memory's embedded entries (-inf outside the time bounds), by an exact scan.
         Called after :meth:`settle`."""
 
-    def query_vector(self, query: str) -> Any:
-        """The vector of search ``query``. Reads no database, so any thread may call it (a search encodes its query
-        while its lexical side runs)."""
-
     def hits(
         self,
         connect: Callable[[], AbstractContextManager[Any]],
@@ -104,12 +99,9 @@ class DenseIndex(Protocol):
         k: int,
         after: str | None = None,
         before: str | None = None,
-        *,
-        vector: Any = None,
     ) -> DenseHits | None:
         """The dense side of a search (:class:`DenseHits`): the ``k`` nearest entries and the memory's typical
-        cosine (``connect()``: the store's connection). ``vector`` is ``query``'s from :meth:`query_vector` when the
-        caller encoded it ahead (None: encoded here). Called after :meth:`settle`."""
+        cosine (``connect()``: the store's connection). Called after :meth:`settle`."""
 
     def attach(self, vectors: EntryVectors, connect: Callable[[], AbstractContextManager[Any]] | None) -> None:
         """Called once the store is open: ``vectors`` is the backend's vector SQL; ``connect()`` gives a connection
@@ -258,14 +250,12 @@ class MemoryStore(ABC):
             return self._dense.similarities(conn, memory_id, query, after, before)
 
     def _dense_hits(
-        self, memory_id: str, query: str, k: int, after: str | None, before: str | None, vector: Any = None
+        self, memory_id: str, query: str, k: int, after: str | None, before: str | None
     ) -> DenseHits | None:
         """The dense side of a search from the store's index (see :meth:`DenseIndex.hits`), None without one."""
         if self._dense is None:
             return None
-        if vector is None:  # (an index written before query_vector() takes no vector)
-            return self._dense.hits(self._read, memory_id, query, k, after, before)
-        return self._dense.hits(self._read, memory_id, query, k, after, before, vector=vector)
+        return self._dense.hits(self._read, memory_id, query, k, after, before)
 
     @abstractmethod
     def maintenance_connection(self) -> AbstractContextManager[Any]:
@@ -520,24 +510,16 @@ class MemoryStore(ABC):
         """Whether the store has a dense index (its searches fuse :meth:`dense_hits`)."""
         return self._dense is not None
 
-    def encode_query(self, query: str) -> Any:
-        """``query``'s dense vector (None without a dense index). It reads no database, so a search may run it on
-        another thread while its lexical reads go on, and hand the vector to :meth:`dense_hits`."""
-        # An index written before query_vector() existed encodes inside hits(), as it did.
-        query_vector = getattr(self._dense, "query_vector", None)
-        return None if query_vector is None else query_vector(query)
-
     def dense_hits(
-        self, memory_id: str, query: str, k: int, after: str | None, before: str | None, *, vector: Any = None
+        self, memory_id: str, query: str, k: int, after: str | None, before: str | None
     ) -> DenseHits | None:
         """The dense side of a search (:class:`~.rows.DenseHits`: the ``k`` entries nearest to ``query`` within the
         bounds, the memory's typical cosine), once every committed entry of the memory has its vector; None without
-        a dense index. ``vector``: ``query``'s from :meth:`encode_query`, when encoded ahead. Call it while holding
-        none of the store's connections: settling may need one of the store's pool."""
+        a dense index. Call it before the lexical reads: settling may need a connection of the store's pool."""
         if self._dense is None:
             return None
         self._dense.settle(memory_id)
-        return self._dense_hits(memory_id, query, k, after, before, vector)
+        return self._dense_hits(memory_id, query, k, after, before)
 
     @property
     def _entry_cache(self) -> EntryCache:

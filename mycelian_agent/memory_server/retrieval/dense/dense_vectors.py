@@ -87,8 +87,7 @@ class DenseVectors:
     def _vectors(self, texts: Sequence[str]) -> np.ndarray:
         return self._np.asarray(self._encode(list(texts)), dtype=self._np.float32)
 
-    def query_vector(self, query: str) -> np.ndarray:
-        """The unit vector of search ``query`` (no database: safe on any thread; the encoders are reentrant)."""
+    def _query_vector(self, query: str) -> np.ndarray:
         return self._np.asarray(self._encode_queries([query]), dtype=self._np.float32)[0]
 
     @staticmethod
@@ -291,7 +290,7 @@ class DenseVectors:
         """``(seqs, cosines)`` of every embedded entry of ``memory_id`` within the time bounds (others -inf), by the
         exact scan. Call :meth:`settle` first, before taking ``conn``, for the memory's queued entries to be among
         them."""
-        return self._scan(conn, memory_id, self.query_vector(query), after, before,
+        return self._scan(conn, memory_id, self._query_vector(query), after, before,
                           self._catch_up(conn, memory_id))
 
     def hits(
@@ -302,18 +301,14 @@ class DenseVectors:
         k: int,
         after: str | None = None,
         before: str | None = None,
-        *,
-        vector: np.ndarray | None = None,
     ) -> DenseHits | None:
         """The dense side of a search for the fusion (``fusion.DenseHits``): the ``k`` entries of ``memory_id``
         nearest to ``query`` within the time bounds and the memory's typical cosine, and how to get the cosines of
         other entries (the lexical candidates, later); None when no entry has a vector. ``connect()`` gives the
         store's connection (entered again for those cosines if they need the database). On PostgreSQL with
         pgvector, a memory of at least :attr:`hnsw_min` vectors is answered by the HNSW index, else by the exact
-        scan. ``vector``: ``query``'s from :meth:`query_vector`, when the caller encoded it ahead. Call :meth:`settle`
-        first."""
-        if vector is None:
-            vector = self.query_vector(query)
+        scan. Call :meth:`settle` first."""
+        vector = self._query_vector(query)
         with connect() as conn:
             db = self._db(conn)
             approximate = db.approximate

@@ -135,8 +135,8 @@ def _e5_small(batch_threads: int) -> Encoder:
         def encode(texts: Sequence[str]) -> Any:
             texts = list(texts)
             threads = _threads_for(texts, batch_threads)
-            # Set only when it changes: each foreign call gives the GIL up and takes it back, and taking it back
-            # from a busy thread waits up to the switch interval (a query encoded beside a search's lexical steps).
+            # Set only when it changes: one foreign call less a query (each gives the GIL up and takes it back,
+            # which from a busy thread waits up to the switch interval).
             if getattr(_omp_threads, "count", None) != threads:
                 set_threads(threads)
                 _omp_threads.count = threads
