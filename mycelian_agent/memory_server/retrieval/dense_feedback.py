@@ -175,7 +175,10 @@ def fuse(lexical: Sequence[tuple[int, float]], dense: DenseHits | None, limit: i
     """``fusion.fuse`` of ``lexical`` and ``dense`` then :func:`extend`: ``limit`` at most. Fused
     :data:`FEEDBACK_WINDOW` deep whatever ``limit`` (with the dense candidates of ``limit``), because the feedback
     reorders that many places: a short page is then the start of a longer one (else an entry could show on two
-    pages of a search, and another on none)."""
+    pages of a search, and another on none). A page of at most :data:`FEEDBACK_AFTER` entries is the fusion's
+    alone (the feedback never changes those places), without the feedback's work."""
+    if limit <= FEEDBACK_AFTER:
+        return fusion.fuse(lexical, dense, limit)
     window = max(limit, FEEDBACK_WINDOW)
     fused = fusion.fuse(lexical, dense, window, dense_candidates=limit * fusion.DENSE_CANDIDATES)
     return extend(fused, dense, limit)
