@@ -28,6 +28,7 @@ the memory's sample, so the two paths agree while a memory is no larger than its
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -51,7 +52,7 @@ FEEDBACK_SLOTS = 2
 FEEDBACK_WINDOW = 10
 
 
-class FeedbackSpace:
+class FeedbackSpace(ABC):
     """The vectors behind one search's dense side (``DenseHits.space``), as the feedback needs them: the query's unit
     vector, the memory's centroid, stored vectors by seq, and the entries nearest to any vector within the search's
     time bounds. Made by the dense index: :class:`ScanSpace` for the exact scan, :class:`IndexSpace` for an
@@ -60,17 +61,17 @@ class FeedbackSpace:
     query: Any
 
     @property
+    @abstractmethod
     def centroid(self) -> Any:
         """The memory's mean vector (Rocchio's non-relevant centroid)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def vectors(self, seqs: Sequence[int]) -> Mapping[int, Any]:
         """seq -> stored vector of those of ``seqs`` that have one."""
-        raise NotImplementedError
 
+    @abstractmethod
     def nearest_to(self, vector: Any, k: int) -> list[int]:
         """The ``k`` seqs nearest to ``vector`` (by dot product) within the bounds, best first."""
-        raise NotImplementedError
 
     def nearest(self, hits: Sequence[int], k: int, beta: float = FEEDBACK_BETA,
                 gamma: float = FEEDBACK_GAMMA) -> list[int]:
