@@ -247,20 +247,32 @@ def test_importing_the_package_is_light() -> None:
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-def test_an_embeddings_server_lets_torch_threads_sleep_unless_told_otherwise(tmp_path: Path, monkeypatch) -> None:
+def test_an_embeddings_server_sets_its_encoder_threads_unless_told_otherwise(tmp_path: Path, monkeypatch) -> None:
     from mycelian_agent.memory_server.cli import main
+    from mycelian_agent.memory_server.retrieval.dense.threads import OPENMP_SPIN_COUNT
     from mycelian_agent.memory_server.transport import stdio
 
-    seen: list[str | None] = []
+    names = ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT", "OPENBLAS_NUM_THREADS")
+    seen: list[tuple[str | None, ...]] = []
 
     async def serve(server: object) -> None:
-        seen.append(os.environ.get("OMP_WAIT_POLICY"))
+        seen.append(tuple(os.environ.get(name) for name in names))
 
     monkeypatch.setattr(stdio, "serve_stdio", serve)
-    monkeypatch.setenv("OMP_WAIT_POLICY", "unset-at-teardown")  # registers the restore of the variable's absence
-    monkeypatch.delenv("OMP_WAIT_POLICY")
+
+    def clear() -> None:
+        for name in names:
+            monkeypatch.setenv(name, "unset-at-teardown")  # registers the restore of the variable's absence
+            monkeypatch.delenv(name)
+
+    clear()
     assert main(["--db", str(tmp_path / "m.db")]) == 0
     assert main(["--db", str(tmp_path / "m.db"), "--embeddings"]) == 0
-    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")  # the user's choice is kept
+    clear()
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")  # the user's wait policy is kept, and no spin count overrides it
     assert main(["--db", str(tmp_path / "m.db"), "--embeddings"]) == 0
-    assert seen == [None, "PASSIVE", "ACTIVE"]
+    clear()
+    monkeypatch.setenv("GOMP_SPINCOUNT", "5")
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "2")
+    assert main(["--db", str(tmp_path / "m.db"), "--embeddings"]) == 0
+    assert seen == [(None, None, None), (None, str(OPENMP_SPIN_COUNT), "1"), ("PASSIVE", None, "1"), (None, "5", "2")]

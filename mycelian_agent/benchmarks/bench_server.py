@@ -27,9 +27,10 @@ __all__ = ["HYBRID_TARGETS_MS", "TARGETS_MS", "make_corpus", "make_queries", "ru
 
 #: p50 targets in ms per tool (asearch: the invoker's typed search, issue 23).
 TARGETS_MS = {"add_entry": 5, "search_memories": 20, "asearch": 10}
-#: With --embeddings (issue 10): a search encodes the query and scans every vector of the memory. An add_entry
-#: encodes its entry; its rate target is set on ingestion (bench_embeddings), so here it is only measured.
-HYBRID_TARGETS_MS = {"search_memories": 40}
+#: With --embeddings (issue 24; 40 ms in issue 10): a search encodes the query and scans every vector of the
+#: memory. An add_entry encodes its entry; its rate target is set on ingestion (bench_embeddings), so here it is
+#: only measured.
+HYBRID_TARGETS_MS = {"search_memories": 25}
 _TOOLS = ("add_entry", "search_memories")
 #: The read side, timed per query in turn over one MemoryConnection: the raw tool call (the baseline, top_ke 10 with
 #: raw entries, as asearch asks), ``MemoryReader.asearch`` and ``MemoryReader.arecall``.

