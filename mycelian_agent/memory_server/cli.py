@@ -42,8 +42,8 @@ def encoder_options(*, writes: bool = False) -> Callable[[Callable[..., Any]], C
                      help=f"Dense model ({encoders.AUTO}: the first installed of {', '.join(encoders.MODELS)})."),
         click.option("--embeddings-threads", envvar="MYCELIAN_EMBEDDINGS_THREADS", show_envvar=True, default=0,
                      show_default=True, type=click.IntRange(min=0), metavar="N",
-                     help="Threads for batches of entries (add_entries, backfill); single texts use one (0: one "
-                     "per core)."),
+                     help="Threads for batches of entries (add_entries, backfill) and, when measured faster than "
+                     "one, for a query; a few entries use one (0: one per core)."),
     ]
     if writes:
         options += [
