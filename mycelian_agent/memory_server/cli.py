@@ -150,13 +150,15 @@ def serve_command(ctx: click.Context, transport: str, host: str, port: int, db: 
         _fail(prog, str(exc))
     if dense:
         # Set before the encoder's OpenMP and numpy's BLAS load (at the first session); a value the user set is kept.
-        # OpenMP threads spin briefly at a barrier, then sleep: within one encode they keep pace (a query on two
-        # threads: 9 ms against 17 on one), between encodes they leave the cores to the agent and the server
-        # (spinning threads cost batch-1 ingestion 7-22%, BENCHMARKS.md §3; sleeping at once made a query on two
-        # threads slower than on one). numpy's BLAS on one thread: its products here are small, and its idle
-        # threads spin long enough to hold the core the encoder's second thread needs (BENCHMARKS.md §3, "Hybrid
-        # search latency").
-        if "OMP_WAIT_POLICY" not in env:
+        # Idle OpenMP threads leave the cores to the agent and the server (spinning threads cost batch-1 ingestion
+        # 7-22% with MiniLM, BENCHMARKS.md §3): MiniLM's sleep at once, as measured for it. e5-small's spin briefly
+        # first, which keeps pace within one encode (a query on two threads 9 ms against 17 on one; sleeping at
+        # once made it slower than one thread). numpy's BLAS on one thread: its products here are small, and its
+        # idle threads spin long enough to hold the core the encoder's second thread needs (BENCHMARKS.md §3,
+        # "Hybrid search latency").
+        if encoders.resolve_model(embeddings_model) == "minilm":
+            env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+        elif "OMP_WAIT_POLICY" not in env:
             env.setdefault("GOMP_SPINCOUNT", str(OPENMP_SPIN_COUNT))
         env.setdefault("OPENBLAS_NUM_THREADS", "1")
     try:
