@@ -1,5 +1,7 @@
 """How many threads encode a query (retrieval/dense/threads.py): the faster count by measured time, retried now and
-then so that a machine that gets busy or quiet is noticed; and the real encoder's query vectors do not depend on it."""
+then so that a machine that gets busy or quiet is noticed; the real encoder's query vectors do not depend on it; and
+the dense scan's products run on the calling thread (retrieval/products.py), not on BLAS threads that would hold the
+encoder's second core."""
 
 from __future__ import annotations
 
@@ -97,3 +99,17 @@ def test_a_query_vector_is_the_same_whichever_count_encodes_it(monkeypatch: pyte
     # Entries are encoded behind the writes: one thread for a few, the batch threads for a batch; never chosen.
     assert encoder.passages(texts).shape == (2, 384) and encoder.passages(texts * 2).shape == (4, 384)
     assert len(recorded) == 4
+
+
+def test_the_scans_products_agree_with_blas_on_the_calling_thread() -> None:
+    np = pytest.importorskip("numpy")
+    from mycelian_agent.memory_server.retrieval.products import rows_dot
+
+    rng = np.random.default_rng(7)
+    matrix = rng.standard_normal((3000, 384)).astype(np.float32)
+    matrix /= np.linalg.norm(matrix, axis=1, keepdims=True)
+    vector = matrix[17]
+    products = rows_dot(matrix, vector)
+    assert products.shape == (3000,) and products.dtype == np.float32
+    assert np.allclose(products, matrix @ vector, atol=1e-6) and int(np.argmax(products)) == 17
+    assert rows_dot(matrix[:0], vector).shape == (0,)

@@ -149,18 +149,15 @@ def serve_command(ctx: click.Context, transport: str, host: str, port: int, db: 
     except MycelianError as exc:
         _fail(prog, str(exc))
     if dense:
-        # Set before the encoder's OpenMP and numpy's BLAS load (at the first session); a value the user set is kept.
-        # Idle OpenMP threads leave the cores to the agent and the server (spinning threads cost batch-1 ingestion
-        # 7-22% with MiniLM, BENCHMARKS.md §3): MiniLM's sleep at once, as measured for it. e5-small's spin briefly
-        # first, which keeps pace within one encode (a query on two threads 9 ms against 17 on one; sleeping at
-        # once made it slower than one thread). numpy's BLAS on one thread: its products here are small, and its
-        # idle threads spin long enough to hold the core the encoder's second thread needs (BENCHMARKS.md §3,
-        # "Hybrid search latency").
+        # Set before the encoder's OpenMP loads (at the first session); a value the user set is kept. Idle OpenMP
+        # threads leave the cores to the agent and the server (spinning threads cost batch-1 ingestion 7-22% with
+        # MiniLM, BENCHMARKS.md §3): MiniLM's sleep at once, as measured for it. e5-small's spin briefly first,
+        # which keeps pace within one encode (a query on two threads 9 ms against 17 on one; sleeping at once made
+        # it slower than one thread; BENCHMARKS.md §3, "Hybrid search latency").
         if encoders.resolve_model(embeddings_model) == "minilm":
             env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         elif "OMP_WAIT_POLICY" not in env:
             env.setdefault("GOMP_SPINCOUNT", str(OPENMP_SPIN_COUNT))
-        env.setdefault("OPENBLAS_NUM_THREADS", "1")
     try:
         if transport == "stdio":
             import anyio

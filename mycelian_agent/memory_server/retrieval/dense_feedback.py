@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from mycelian_agent.memory_server.retrieval import fusion
+from mycelian_agent.memory_server.retrieval.products import rows_dot
 from mycelian_agent.memory_server.storage.rows import DenseHits
 
 __all__ = ["FEEDBACK_AFTER", "FEEDBACK_BETA", "FEEDBACK_GAMMA", "FEEDBACK_HITS", "FEEDBACK_SLOTS", "FEEDBACK_WINDOW",
@@ -133,7 +134,7 @@ class ScanSpace(FeedbackSpace):
 
         if not len(self.seqs):
             return []
-        scores = np.where(self.inside, self.matrix @ vector, -np.inf)
+        scores = np.where(self.inside, rows_dot(self.matrix, vector), -np.inf)
         k = min(k, int(np.isfinite(scores).sum()))
         if k <= 0:
             return []
@@ -236,5 +237,5 @@ def redundant(space: FeedbackSpace, above: Sequence[int], candidates: Sequence[i
     closeness: dict[int, float] = {}
     for i, seq in enumerate(candidates):
         earlier = [found[s] for s in (*above, *candidates[:i]) if s in found]
-        closeness[seq] = float((np.stack(earlier) @ found[seq]).max()) if seq in found and earlier else -2.0
+        closeness[seq] = float(rows_dot(np.stack(earlier), found[seq]).max()) if seq in found and earlier else -2.0
     return sorted(candidates, key=lambda seq: -closeness[seq])[:count]

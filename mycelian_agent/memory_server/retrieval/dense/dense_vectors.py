@@ -22,6 +22,7 @@ from mycelian_agent.memory_server.retrieval.dense.encoders import Encode
 from mycelian_agent.memory_server.retrieval.dense.writer import Connect, VectorWriter
 from mycelian_agent.memory_server.retrieval.dense_feedback import IndexSpace, ScanSpace
 from mycelian_agent.memory_server.retrieval.fusion import DenseHits
+from mycelian_agent.memory_server.retrieval.products import rows_dot
 from mycelian_agent.memory_server.storage import entry_vectors
 from mycelian_agent.memory_server.storage.vectors import ApproximateIndex, EntryVectors, Row
 
@@ -395,7 +396,7 @@ class DenseVectors:
         inside = [i for i, moment in enumerate(moments)
                   if (after is None or moment > after) and (before is None or moment < before)]
         if inside:
-            typical = float(np.median((matrix[inside] @ vector).astype(np.float64)))
+            typical = float(np.median(rows_dot(matrix[inside], vector).astype(np.float64)))
         else:  # no sampled entry inside the bounds: the cosines at hand
             typical = float(np.median(list(values.values())))
 
@@ -423,7 +424,7 @@ class DenseVectors:
         """seq -> cosine with ``vector`` of ``(seq, float32 bytes)`` rows, computed as the exact scan does."""
         if not rows:
             return {}
-        cosines = self._stack([raw for _, raw in rows]) @ vector
+        cosines = rows_dot(self._stack([raw for _, raw in rows]), vector)
         return {seq: float(cosine) for (seq, _), cosine in zip(rows, cosines, strict=True)}
 
     def _stack(self, raws: Sequence[bytes]) -> np.ndarray:
@@ -443,7 +444,7 @@ class DenseVectors:
         np = self._np
         if not seqs:
             return np.zeros(0, dtype=np.float32)
-        scores = matrix @ vector
+        scores = rows_dot(matrix, vector)
         if after is not None or before is not None:
             allowed = self._db(conn).inside(conn, memory_id, after, before)
             mask = np.fromiter((seq in allowed for seq in seqs), dtype=bool, count=len(seqs))
