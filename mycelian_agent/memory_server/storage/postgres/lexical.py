@@ -230,16 +230,17 @@ def rank_whole(
     if not lexemes:
         return []
     queries = [_tsquery(lexeme) for lexeme in lexemes]
-    # A lexeme's ts_rank is 0 exactly where the row lacks it: the rank is also the match (a snapshot's tsvector is
-    # large and stored out of line: each use of it reads it again).
-    columns = ", ".join(f"ts_rank('{_RANK_WEIGHTS}', d.tsv, %(q{i})s::tsquery, 1)::float8 AS r{i}"
+    # A lexeme's ts_rank is 0 exactly where the row lacks it: the rank is also the match. The ranks are computed in
+    # the scan, so the sort moves only numbers (with the tsvectors in it, ~5 KB a snapshot, the sort copied ~1 MB
+    # for a memory of 200 snapshots: half the statement's time).
+    columns = ", ".join(f"ts_rank('{_RANK_WEIGHTS}', t.tsv, %(q{i})s::tsquery, 1)::float8 AS r{i}"
                         for i in range(len(queries)))
     params: dict[str, Any] = {f"q{i}": q for i, q in enumerate(queries)}
     params.update(memory=memory_id, anyone=" | ".join(queries), cap=EXACT_ROWS + 1)
     rows = conn.execute(
-        f"SELECT d.seq, {columns}, (SELECT count(*) FROM {table} WHERE memory_id = %(memory)s) AS total "
-        f"FROM (SELECT t.seq, t.tsv FROM {table} t WHERE t.memory_id = %(memory)s "
-        "AND t.tsv @@ %(anyone)s::tsquery ORDER BY t.seq DESC LIMIT %(cap)s) d",
+        f"SELECT t.seq, {columns}, (SELECT count(*) FROM {table} WHERE memory_id = %(memory)s) AS total "
+        f"FROM {table} t WHERE t.memory_id = %(memory)s AND t.tsv @@ %(anyone)s::tsquery "
+        "ORDER BY t.seq DESC LIMIT %(cap)s",
         params,
     ).fetchall()
     if not rows:
