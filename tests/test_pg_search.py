@@ -314,3 +314,25 @@ def test_entries_keep_their_bm25_terms_and_older_rows_are_analysed(pg_fresh_url:
             list(expected[seq].frequencies.items()) for seq, _ in stored]
     finally:
         fresh.close()
+
+
+def test_search_contexts_reads_the_ranking_and_the_newest_snapshot_together(pg_url: str) -> None:
+    """``search_contexts`` (two statements) gives what ``ranked_contexts`` and ``latest_context`` give (the
+    default of ``MemoryStore``): with matches, without, without terms, and in a memory without snapshots."""
+    store = PostgresStore.open(pg_url, pool_size=1)
+    try:
+        vault = store.create_vault("home")["vaultId"]
+        memory = store.create_memory(vault, "notes", "NOTES")["memoryId"]
+        empty = store.create_memory(vault, "empty", "NOTES")["memoryId"]
+        for i in range(5):
+            store.put_context(vault, memory, f"## Facts\n- kayak trip {i}" if i % 2 else f"## Facts\n- a quiet day {i}")
+        for target in (memory, empty):
+            for terms in (["kayak"], ["quiet", "day"], ["absent"], []):
+                for limit in (1, 3):
+                    expected = (store.ranked_contexts(target, terms, limit) if terms else [],
+                                store.latest_context(target))
+                    assert store.search_contexts(target, terms, limit) == expected
+        ranked, latest = store.search_contexts(memory, ["kayak"], 3)
+        assert len(ranked) == 2 and latest is not None and latest["content"].endswith("a quiet day 4")
+    finally:
+        store.close()

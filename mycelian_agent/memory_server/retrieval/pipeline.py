@@ -99,15 +99,9 @@ def search(
             item["conversationTime"] = row["conversation_time"]
         item["tags"] = json.loads(row["tags"])
         entries.append(item)
-    contexts = (
-        [
-            {"context": row["content"], "timestamp": row["creation_time"], "score": _score(score)}
-            for row, score in store.ranked_contexts(memory_id, terms, top_kc)
-        ]
-        if terms
-        else []
-    )
-    latest = store.latest_context(memory_id)
+    ranked_contexts, latest = store.search_contexts(memory_id, terms, top_kc)
+    contexts = [{"context": row["content"], "timestamp": row["creation_time"], "score": _score(score)}
+                for row, score in ranked_contexts]
     return {
         "entries": entries,
         "count": len(entries),

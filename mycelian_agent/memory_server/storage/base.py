@@ -62,7 +62,8 @@ POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 #: What retrieval asks a store for (the public reads of :class:`MemoryStore`'s "search reads" section); each is
 #: covered by ``tests/conformance`` on every backend.
 SEARCH_READS = ("check_memory", "lexical_candidates", "term_counts", "entry_rows", "entry_terms", "neighbour_links",
-                "neighbourhood", "entries_within", "ranked_contexts", "latest_context", "has_dense", "dense_hits")
+                "neighbourhood", "entries_within", "ranked_contexts", "latest_context", "search_contexts", "has_dense",
+                "dense_hits")
 #: BM25's statistics of a memory for some stems: ``(entries, {stem: entries containing it}, tokens)``.
 Statistics = Callable[[Sequence[str]], tuple[int, dict[str, int], int]]
 
@@ -504,6 +505,13 @@ class MemoryStore(ABC):
     @abstractmethod
     def latest_context(self, memory_id: str) -> Row | None:
         """``content, creation_time`` of the memory's newest context snapshot, or None."""
+
+    def search_contexts(
+        self, memory_id: str, terms: list[str], limit: int
+    ) -> tuple[list[tuple[Row, float]], Row | None]:
+        """A search's context snapshots: ``(ranked_contexts(...) if terms else [], latest_context(...))`` (a backend
+        may read both in fewer round trips)."""
+        return self.ranked_contexts(memory_id, terms, limit) if terms else [], self.latest_context(memory_id)
 
     @property
     def has_dense(self) -> bool:

@@ -32,8 +32,8 @@ from mycelian_agent.memory_server.storage.query import prune_common
 from mycelian_agent.memory_server.storage.rows import Link
 from mycelian_agent.memory_server.text.analysis import CONTEXT_GAP_DAYS, ENTRY_WEIGHTS, QUESTION_MARKS, tokens
 
-__all__ = ["BOUNDED_ROWS", "EXACT_ROWS", "NEWEST_ROWS", "Known", "Lexicon", "entries_within", "frequencies", "known",
-           "neighbour_links", "neighbourhood", "rank", "rank_bounded", "rank_whole"]
+__all__ = ["BOUNDED_ROWS", "EXACT_ROWS", "NEWEST_ROWS", "Known", "Lexicon", "contexts", "entries_within", "frequencies",
+           "known", "neighbour_links", "neighbourhood", "rank", "rank_bounded", "rank_whole"]
 
 # ts_rank's weights are {D, C, B, A}, each at most 1: ENTRY_WEIGHTS scaled by the summary's (the largest).
 _TOP = ENTRY_WEIGHTS[1]
@@ -265,6 +265,26 @@ def rank_whole(
         if len(ranked) >= limit:
             break
     return [(seq, score) for seq, score in ranked if score > 0]
+
+
+def contexts(
+    conn: Any, lexicon: Lexicon, memory_id: str, terms: list[str], limit: int, *, latest: bool
+) -> tuple[list[tuple[Any, float]], dict[str, Any] | None]:
+    """The memory's context snapshots ranked for ``terms`` (:func:`rank_whole`; none without terms) as ``(row with
+    content, creation_time; score)``, and with ``latest`` its newest snapshot's content and creation_time (else
+    None), read with the ranked rows: two statements."""
+    ranked = rank_whole(conn, lexicon, "contexts", memory_id, terms, limit) if terms else []
+    if not ranked and not latest:
+        return [], None
+    newest = " OR seq = (SELECT max(seq) FROM contexts WHERE memory_id = %s)" if latest else ""
+    rows = conn.execute(
+        f"SELECT seq, content, creation_time FROM contexts WHERE memory_id = %s AND (seq = ANY(%s){newest})",
+        (memory_id, [seq for seq, _ in ranked], *([memory_id] if latest else [])),
+    ).fetchall()
+    by_seq = {int(row["seq"]): row for row in rows}
+    last = by_seq[max(by_seq)] if latest and by_seq else None
+    return ([(by_seq[seq], score) for seq, score in ranked if seq in by_seq],
+            None if last is None else {"content": last["content"], "creation_time": last["creation_time"]})
 
 
 def rank_bounded(

@@ -549,15 +549,14 @@ class PostgresStore(MemoryStore):
 
     def ranked_contexts(self, memory_id: str, terms: list[str], limit: int) -> list[tuple[Row, float]]:
         with self._read() as conn:
-            ranked = lexical.rank_whole(conn, self._lexicon, "contexts", memory_id, terms, limit)
-            if not ranked:
-                return []
-            rows = conn.execute(
-                "SELECT seq, content, creation_time FROM contexts WHERE memory_id = %s AND seq = ANY(%s)",
-                (memory_id, [seq for seq, _ in ranked]),
-            ).fetchall()
-        by_seq = {int(row["seq"]): row for row in rows}
-        return [(by_seq[seq], score) for seq, score in ranked if seq in by_seq]
+            return lexical.contexts(conn, self._lexicon, memory_id, terms, limit, latest=False)[0]
+
+    def search_contexts(
+        self, memory_id: str, terms: list[str], limit: int
+    ) -> tuple[list[tuple[Row, float]], Row | None]:
+        """:meth:`MemoryStore.search_contexts` in two statements (``lexical.contexts``)."""
+        with self._read() as conn:
+            return lexical.contexts(conn, self._lexicon, memory_id, terms, limit, latest=True)
 
     # -- introspection (tests, benchmarks) -----------------------------------------------------------------
 
