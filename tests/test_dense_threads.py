@@ -63,7 +63,7 @@ def test_one_core_means_one_thread_and_bad_settings_are_refused() -> None:
     choice = ThreadChoice(1)
     assert {choice.pick() for _ in range(20)} == {1}
     for kwargs in ({"wide": 0}, {"wide": 2, "retry_min": 0}, {"wide": 2, "retry_min": 8, "retry_max": 4},
-                   {"wide": 2, "weight": 0.0}):
+                   {"wide": 2, "weight": 0.0}, {"wide": 2, "retry_seconds": 0}):
         with pytest.raises(ValueError, match="invalid thread choice"):
             ThreadChoice(**kwargs)
 
@@ -113,3 +113,15 @@ def test_the_scans_products_agree_with_blas_on_the_calling_thread() -> None:
     assert products.shape == (3000,) and products.dtype == np.float32
     assert np.allclose(products, matrix @ vector, atol=1e-6) and int(np.argmax(products)) == 17
     assert rows_dot(matrix[:0], vector).shape == (0,)
+
+
+def test_a_quiet_machine_is_noticed_within_seconds_however_long_the_busy_spell() -> None:
+    now = [0.0]
+    choice = ThreadChoice(4, retry_seconds=10.0, clock=lambda: now[0])
+    busy = Machine(one=19 * MS, wide=60 * MS)
+    busy.run(choice, 600)  # the retry interval has grown to its longest (256 calls)
+    quiet = Machine(one=17 * MS, wide=9 * MS)
+    assert quiet.run(choice, 7).count(4) == 0  # a few calls, no time passed: no retry yet
+    now[0] += 11.0
+    used = quiet.run(choice, 20)
+    assert used.count(4) >= 15  # retried at the next call past retry_min, and kept

@@ -10,6 +10,8 @@ measured while they are used.
 from __future__ import annotations
 
 import threading
+import time
+from collections.abc import Callable
 
 __all__ = ["OPENMP_SPIN_COUNT", "ThreadChoice"]
 
@@ -30,20 +32,27 @@ class ThreadChoice:
     ``pick()`` says which count to use; ``record(threads, seconds, chars)`` reports how long it took. Each count's
     cost per character is a moving average of its own calls; the cheaper count is used, and the other is tried
     again after ``retry_min`` calls, then after twice as many each time it is still the slower (up to
-    ``retry_max``), so a machine that gets busy or quiet is noticed without paying for the slow count often.
+    ``retry_max``), so a machine that gets busy or quiet is noticed without paying for the slow count often. A
+    retry also comes once ``retry_seconds`` have passed (and at least ``retry_min`` calls): a busy spell early on
+    does not keep a quiet machine's queries on one thread for hundreds of calls. ``clock`` is for tests.
     Thread-safe: searches on several threads (HTTP sessions) may share one choice.
     """
 
-    def __init__(self, wide: int, *, retry_min: int = 8, retry_max: int = 256, weight: float = 0.3) -> None:
-        if wide < 1 or retry_min < 1 or retry_max < retry_min or not 0 < weight <= 1:
-            raise ValueError(f"invalid thread choice (wide={wide}, retry {retry_min}-{retry_max}, weight {weight})")
+    def __init__(self, wide: int, *, retry_min: int = 8, retry_max: int = 256, retry_seconds: float = 10.0,
+                 weight: float = 0.3, clock: Callable[[], float] = time.monotonic) -> None:
+        if wide < 1 or retry_min < 1 or retry_max < retry_min or retry_seconds <= 0 or not 0 < weight <= 1:
+            raise ValueError(f"invalid thread choice (wide={wide}, retry {retry_min}-{retry_max} calls or "
+                             f"{retry_seconds} s, weight {weight})")
         self.wide = wide
         self._retry_min = retry_min
         self._retry_max = retry_max
+        self._retry_seconds = retry_seconds
         self._weight = weight
+        self._clock = clock
         self._cost: dict[int, float] = {}  # seconds per character, by thread count
         self._retry_every = retry_min
         self._since_retry = 0
+        self._last_retry = clock()
         self._lock = threading.Lock()
 
     def costs(self) -> dict[int, float]:
@@ -64,9 +73,12 @@ class ThreadChoice:
                     return threads
             self._since_retry += 1
             best = self._best()
-            if self._since_retry < self._retry_every:
+            now = self._clock()
+            due = self._since_retry >= self._retry_every or (
+                self._since_retry >= self._retry_min and now - self._last_retry >= self._retry_seconds)
+            if not due:
                 return best
-            self._since_retry = 0
+            self._since_retry, self._last_retry = 0, now
             return 1 if best == self.wide else self.wide
 
     def record(self, threads: int, seconds: float, chars: int) -> None:
