@@ -125,3 +125,20 @@ def test_a_quiet_machine_is_noticed_within_seconds_however_long_the_busy_spell()
     now[0] += 11.0
     used = quiet.run(choice, 20)
     assert used.count(4) >= 15  # retried at the next call past retry_min, and kept
+
+
+def test_a_batch_runs_on_a_thread_that_ends_with_it() -> None:
+    # OpenMP keeps worker threads for each thread that used several: a batch's go with its thread, so the search
+    # thread's two-thread queries are not throttled by the writer's idle workers.
+    from mycelian_agent.memory_server.retrieval.dense.encoders import _on_a_thread_of_its_own
+
+    seen: list[threading.Thread] = []
+
+    def work() -> int:
+        seen.append(threading.current_thread())
+        return 42
+
+    assert _on_a_thread_of_its_own(work) == 42
+    assert seen[0] is not threading.current_thread() and not seen[0].is_alive()
+    with pytest.raises(ZeroDivisionError):
+        _on_a_thread_of_its_own(lambda: 1 / 0)
