@@ -10,7 +10,7 @@ Per backend (a SQLite file in OUT/work, and a database of a throwaway PostgreSQL
    path, ``open_store(target).add_entries``, :data:`~mycelian_agent.limits.ADD_ENTRIES_MAX_ITEMS` entries a call.
 2. At each **checkpoint** (total entries: ``checkpoints``, then the full load) record the loading rate since the
    last checkpoint and overall (entries/s, wall time), the database's size (SQLite: the file and its WAL;
-   PostgreSQL: ``pg_database_size``) per entry, wait until autovacuum has nothing due (PostgreSQL: as a live
+   PostgreSQL: ``pg_database_size``) per entry, vacuum and analyse (PostgreSQL: what autovacuum does in a live
    service some minutes after a bulk load; ``settle_s``), and time ``search_memories`` in small memories: the same
    ``search_memories`` memories (spread over those loaded by the first checkpoint) queried in turn, over one stdio
    session (``bench_server._measure``, which also times ``add_entry`` into a fresh memory) and in process
@@ -191,28 +191,18 @@ class _Database:
             row = conn.execute("SELECT pg_database_size(current_database())").fetchone()
         return int(row[0]) if row else 0
 
-    def settle(self, timeout: float = 300.0) -> float:
-        """Wait until PostgreSQL's autovacuum has nothing due on the database (no worker running, no table past its
-        analyze or insert-vacuum threshold), as a live service would be some minutes after a bulk load; the seconds
-        waited. (Measured right after the load, the first searches ran beside autovacuum's VACUUM and ANALYZE of the
-        new rows and the planner did not know the new memory yet.) SQLite: nothing to wait for."""
+    def settle(self) -> float:
+        """Vacuum and analyse the database, as PostgreSQL's autovacuum would some minutes after a bulk load in a live
+        service; the seconds it took. (Measured right after the load, the first searches ran beside autovacuum's
+        VACUUM and ANALYZE of the new rows and the planner did not know the new memory yet. Waiting for autovacuum
+        instead could wait minutes on small tables it had not reached.) SQLite: nothing to do."""
         if self.path is not None:
             return 0.0
         import psycopg
 
-        due = ("SELECT (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'autovacuum worker' "
-               "AND datname = current_database()) + (SELECT count(*) FROM pg_stat_user_tables s JOIN pg_class c "
-               "ON c.oid = s.relid WHERE s.n_mod_since_analyze > current_setting('autovacuum_analyze_threshold')::int "
-               "+ current_setting('autovacuum_analyze_scale_factor')::float8 * greatest(c.reltuples, 0) "
-               "OR s.n_ins_since_vacuum > current_setting('autovacuum_vacuum_insert_threshold')::int "
-               "+ current_setting('autovacuum_vacuum_insert_scale_factor')::float8 * greatest(c.reltuples, 0))")
         started = time.perf_counter()
-        with psycopg.connect(self.target, autocommit=True) as conn:
-            while time.perf_counter() - started < timeout:
-                row = conn.execute(due).fetchone()
-                if row is None or not row[0]:
-                    break
-                time.sleep(1.0)
+        with psycopg.connect(self.target, autocommit=True) as conn:  # VACUUM cannot run inside a transaction
+            conn.execute("VACUUM (ANALYZE)")
         return round(time.perf_counter() - started, 1)
 
     def server_version(self) -> str:
