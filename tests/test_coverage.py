@@ -58,7 +58,7 @@ CONVERSATION = [
 
 def _top(store: MemoryStore, memory: str, query: str, k: int, names: bool = True) -> list[str]:
     rows = rank_entries(store, memory, query, query_terms(query), k, names=names)
-    return [row["entry_id"] for row, _ in rows]
+    return [found.row["entry_id"] for found in rows]
 
 
 def test_the_named_persons_turns_from_two_sessions_both_come_first(store: MemoryStore) -> None:

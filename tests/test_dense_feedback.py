@@ -66,7 +66,7 @@ def _memory(store: Store) -> str:
 
 def _ranked(store: Store, memory: str, feedback: bool) -> list[str]:
     rows = rank_entries(store, memory, QUESTION, query_terms(QUESTION), 10, dense_feedback=feedback)
-    return [row["raw_entry"] for row, _ in rows]
+    return [found.row["raw_entry"] for found in rows]
 
 
 def test_the_second_evidence_turn_shares_no_word_and_no_dimension_with_the_question() -> None:

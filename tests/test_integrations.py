@@ -59,7 +59,8 @@ async def test_retriever_documents_carry_the_hit_and_users_stay_apart(invoker) -
     best = docs[0]
     assert best.page_content == "My dog Rex loves running on the beach in Santa Cruz."
     meta = best.metadata
-    assert set(meta) == {"entry_id", "summary", "speaker", "role", "time", "thread", "score", "user", "memory_id"}
+    assert set(meta) == {"entry_id", "summary", "speaker", "role", "time", "thread", "score", "match", "user",
+                         "memory_id"}
     assert (meta["role"], meta["thread"], meta["user"]) == ("user", "a1", "alice")
     assert meta["score"] > 0 and meta["summary"] and meta["time"] and best.id == meta["entry_id"]
     assert len(docs) <= 3

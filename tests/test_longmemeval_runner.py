@@ -109,8 +109,9 @@ async def test_outputs_recall_and_date_bound(data: Path, tmp_path: Path):
 
     records = {r["question_id"]: r for r in read_jsonl(out / "records.jsonl")}
     q1 = records["q1-lisbon"]
-    # Only the answer session shares words with the question; its answer turn (3 shared terms) ranks first.
-    assert q1["retrieved_sessions"] == ["s_move"]
+    # Only the answer session shares words with the question; its answer turn (3 shared terms) ranks first (the
+    # others come after it, found by meaning: hybrid search is the default).
+    assert q1["retrieved_sessions"][0] == "s_move"
     assert q1["retrieved_turns"][0] == "s_move:0"
     assert q1["evidence_turns"] == ["s_move:0"]
     assert q1["recall"]["session"] == {f"{m}@{k}": True for k in (1, 5, 10) for m in ("any", "all")}

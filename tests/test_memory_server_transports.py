@@ -266,7 +266,9 @@ def test_an_embeddings_server_sets_its_encoder_threads_unless_told_otherwise(tmp
             monkeypatch.delenv(name)
 
     clear()
-    assert main(["--db", str(tmp_path / "m.db")]) == 0
+    assert main(["--db", str(tmp_path / "m.db"), "--no-embeddings"]) == 0
+    assert main(["--db", str(tmp_path / "m.db")]) == 0  # hybrid search is the default where a dense model is
+    clear()
     assert main(["--db", str(tmp_path / "m.db"), "--embeddings"]) == 0
     clear()
     monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")  # the user's wait policy is kept, and no spin count overrides it
@@ -277,4 +279,5 @@ def test_an_embeddings_server_sets_its_encoder_threads_unless_told_otherwise(tmp
     clear()
     # MiniLM's torch threads sleep at once, as measured for it (nothing is loaded before the first session).
     assert main(["--db", str(tmp_path / "m.db"), "--embeddings", "--embeddings-model", "minilm"]) == 0
-    assert seen == [(None, None), (None, str(OPENMP_SPIN_COUNT)), ("PASSIVE", None), (None, "5"), ("PASSIVE", None)]
+    spin = (None, str(OPENMP_SPIN_COUNT))
+    assert seen == [(None, None), spin, spin, ("PASSIVE", None), (None, "5"), ("PASSIVE", None)]

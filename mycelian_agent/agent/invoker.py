@@ -413,19 +413,22 @@ class MycelianAgentInvoker:
             return self._note(thread_id, result)
 
     async def asearch(self, query: str, *, user: str | None = None, top_k: int = 10,
-                      after: str | datetime | None = None, before: str | datetime | None = None) -> list[MemoryHit]:
+                      after: str | datetime | None = None, before: str | datetime | None = None,
+                      by_meaning: bool = True) -> list[MemoryHit]:
         """The ``top_k`` (1-25) entries of ``user``'s memory (None: the invoker's own) best matching ``query``, best
-        first: typed hits with the verbatim text, summary, speaker, role, time, thread and score. ``after`` /
-        ``before`` bound the conversation time. See :meth:`MemoryReader.asearch`."""
-        return await self._reader().asearch(query, user=user, top_k=top_k, after=after, before=before)
+        first, as typed hits (text, speaker, time, score, match ...). ``after`` / ``before`` bound the conversation
+        time; ``by_meaning=False`` leaves out hits found by meaning alone. See :meth:`MemoryReader.asearch`."""
+        return await self._reader().asearch(query, user=user, top_k=top_k, after=after, before=before,
+                                            by_meaning=by_meaning)
 
     async def arecall(self, query: str, *, user: str | None = None, budget_tokens: int = 1500, top_k: int = 10,
-                      after: str | datetime | None = None, before: str | datetime | None = None) -> Recall:
+                      after: str | datetime | None = None, before: str | datetime | None = None,
+                      by_meaning: bool = True) -> Recall:
         """What ``user``'s memory holds for ``query``, for a prompt: the context document's relevant items and the
         best entries with their neighbouring turns, deduplicated, in time order, dated, within ``budget_tokens``;
-        ``recall.as_prompt()`` is the text block. See :meth:`MemoryReader.arecall`."""
+        ``recall.as_prompt()`` is the text block; ``by_meaning`` as in :meth:`asearch`. See :meth:`MemoryReader.arecall`."""
         return await self._reader().arecall(query, user=user, budget_tokens=budget_tokens, top_k=top_k,
-                                            after=after, before=before)
+                                            after=after, before=before, by_meaning=by_meaning)
 
     async def athread_status(self, thread_id: str) -> ThreadStatus:
         """Position and usage totals of ``thread_id`` (from its checkpoint)."""

@@ -110,7 +110,7 @@ def _ranked(feedback: bool = True, named_time: bool = True, names: bool = True, 
         rows = rank_entries(store, memory_id, question, analysis.query_terms(question), 25, context=context,
                             feedback=feedback, named_time=named_time, names=names, weights=weights,
                             dense_feedback=dense_feedback)
-        return [{"tags": row["tags"]} for row, _ in rows]
+        return [{"tags": found.row["tags"]} for found in rows]
     return search
 
 
@@ -130,7 +130,7 @@ def _session_spread(keep: int = 3, penalty: float = 0.8, gap_s: float = 3600.0) 
         ranked = rank_entries(store, memory_id, question, analysis.query_terms(question), 50)
         session: dict[int, int] = {}
         cluster, last = -1, None
-        for moment, i in sorted((_moment(row), i) for i, (row, _) in enumerate(ranked)):
+        for moment, i in sorted((_moment(found.row), i) for i, found in enumerate(ranked)):
             if last is None or moment - last > gap_s:
                 cluster += 1
             session[i], last = cluster, moment
@@ -140,11 +140,11 @@ def _session_spread(keep: int = 3, penalty: float = 0.8, gap_s: float = 3600.0) 
             counts[session[i]] = counts.get(session[i], 0) + 1
         rest = list(range(len(chosen), len(ranked)))
         while rest and len(chosen) < 25:
-            i = max(rest, key=lambda j: (ranked[j][1] * penalty ** counts.get(session[j], 0), -j))
+            i = max(rest, key=lambda j: (ranked[j].score * penalty ** counts.get(session[j], 0), -j))
             rest.remove(i)
             chosen.append(i)
             counts[session[i]] = counts.get(session[i], 0) + 1
-        return [{"tags": ranked[i][0]["tags"]} for i in chosen]
+        return [{"tags": ranked[i].row["tags"]} for i in chosen]
     return search
 
 
@@ -155,17 +155,17 @@ def _term_coverage(top: int = 5, extra: int = 2) -> Search:
         terms = analysis.query_terms(question)
         ranked = rank_entries(store, memory_id, question, terms, 25)
         seen: set[str] = set()
-        for row, _ in ranked[:top]:
+        for row, _, _ in ranked[:top]:
             seen.update(analysis.entry_terms(row["raw_entry"], row["summary"], row["tags"], None).frequencies)
         missing = [t for t in terms if not set(analysis.tokens(t)) <= seen]
         if missing and len(missing) < len(terms):
-            shown = {row["seq"] for row, _ in ranked[:top]}
-            second = [row for row, _ in rank_entries(store, memory_id, " ".join(missing), missing, 25)
+            shown = {found.row["seq"] for found in ranked[:top]}
+            second = [found.row for found in rank_entries(store, memory_id, " ".join(missing), missing, 25)
                       if row["seq"] not in shown][:extra]
             added = {row["seq"] for row in second}
-            rows = [r for r, _ in ranked[:top]] + second + [r for r, _ in ranked[top:] if r["seq"] not in added]
+            rows = [f.row for f in ranked[:top]] + second + [f.row for f in ranked[top:] if f.row["seq"] not in added]
         else:
-            rows = [r for r, _ in ranked]
+            rows = [found.row for found in ranked]
         return [{"tags": row["tags"]} for row in rows[:25]]
     return search
 

@@ -106,8 +106,12 @@ def locomo_parity(locomo: Path, out: Path, *, pg_url: str | None = None, limit: 
             # this run's recall without a search being made.
             shutil.rmtree(out / name, ignore_errors=True)
             started = time.perf_counter()
-            runner_class = _with_embeddings(LoCoMoRunner) if dense else LoCoMoRunner
-            runner = runner_class(out=out / name, db=db, limit=limit, workers=workers, progress=False)
+            if dense:
+                runner = _with_embeddings(LoCoMoRunner)(out=out / name, db=db, limit=limit, workers=workers,
+                                                        progress=False)
+            else:  # BM25 alone, said explicitly: hybrid search is the server's default
+                runner = LoCoMoRunner(out=out / name, db=db, limit=limit, workers=workers, progress=False,
+                                      embeddings=False)
             report = runner.run([locomo])
             results[name] = {"seconds": round(time.perf_counter() - started, 1),
                              **{key: table.overall.as_dict() for key, table in report.tables.items()}}

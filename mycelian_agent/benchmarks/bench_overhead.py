@@ -76,7 +76,8 @@ async def _replay(mode: str, messages: list[tuple[str, str]], work: Path, *, win
     stopped_early = None
     started = time.perf_counter()
     async with build_agent("extractive", db=folder / "memory.db", vault="bench", memory=f"overhead-{mode}",
-                           checkpointer=f"sqlite:{state}", settings=settings, flush_every=flush_every) as invoker:
+                           checkpointer=f"sqlite:{state}", settings=settings, flush_every=flush_every,
+                           embeddings=False) as invoker:  # the agent's cost, not the encoder's (§3 has that)
         await invoker.astart_session(THREAD, "2024-01-01T09:00:00Z")
         for number, (role, content) in enumerate(messages, 1):
             result = await invoker.aprocess_conversation_message(role, content, THREAD, "2024-01-01T09:00:00Z")

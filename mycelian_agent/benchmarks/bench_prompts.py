@@ -122,7 +122,7 @@ async def _ingest(mode: str, conversation: Any, work: Path, flush_every: int,
     settings = AgentSettings.naive() if mode == "naive" else AgentSettings(batch_context=batch_context)
     async with build_agent(model, db=folder / "memory.db", vault="bench", flush_every=flush_every,
                            memory=valid_title(conversation.conversation_id), settings=settings,
-                           batch_size=batch_size if mode == "ours" else 1) as invoker:
+                           batch_size=batch_size if mode == "ours" else 1, embeddings=False) as invoker:
         await replay_conversation(invoker, conversation, thread_id=conversation.conversation_id)
     return model
 

@@ -81,9 +81,10 @@ def _conversations(directory: Path, count: int, messages: int) -> list[Path]:
 def _replay(files: list[Path], url: str, workers: int, *, state: str | None = None,
             vault: str = "scaleout") -> dict[str, Any]:
     """``mycelian-agent replay --workers N`` of ``files`` into ``url`` (checkpoints in ``state``, default the same
-    database), timed by wall clock: messages, wall seconds, messages/s."""
+    database), timed by wall clock: messages, wall seconds, messages/s. BM25 alone (``--no-embeddings``): the
+    store's scaling, comparable with earlier runs; the encoder's cost is measured by ``bench embeddings ingest``."""
     command = [sys.executable, "-m", "mycelian_agent.cli", "replay", *map(str, files), "--db", url,
-               "--state", state or url, "--vault", vault, "--workers", str(workers), "--json"]
+               "--state", state or url, "--vault", vault, "--workers", str(workers), "--no-embeddings", "--json"]
     started = time.perf_counter()
     done = subprocess.run(command, capture_output=True, text=True, timeout=3600)
     wall = time.perf_counter() - started

@@ -168,7 +168,7 @@ async def _run_levels(model: Any, work: Path, label: str, levels: Sequence[int],
     folder.mkdir(parents=True)
     async with build_agent(model, db=folder / "memory.db", vault="bench", memory=f"{label}-base",
                            checkpointer=f"sqlite:{folder / 'state.db'}", flush_every=flush_every,
-                           batch_size=batch_size) as base:
+                           batch_size=batch_size, embeddings=False) as base:  # BM25 alone: the agent's own speed
         harness = MemoryHarness(base, flush_every)
         await _level(harness, f"{label}-warmup", 1, messages[:2], bulk)  # imports, prepared statements, first bind
         return [await _level(harness, label, n, messages, bulk) for n in levels]
@@ -186,7 +186,8 @@ async def _profiled_ingestion(work: Path, messages: list[tuple[str, str]], flush
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     async with build_agent(ExtractiveChatModel(), db=folder / "memory.db", vault="bench", memory="profiled",
-                           checkpointer=f"sqlite:{folder / 'state.db'}", flush_every=flush_every) as invoker:
+                           checkpointer=f"sqlite:{folder / 'state.db'}", flush_every=flush_every,
+                           embeddings=False) as invoker:
         await invoker.astart_session("profiled", "2024-01-01T09:00:00Z")
         for role, content in messages[:10]:  # warm-up, not profiled
             await invoker.aprocess_conversation_message(role, content, "profiled", "2024-01-01T09:00:00Z")

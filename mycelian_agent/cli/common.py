@@ -102,6 +102,8 @@ def read_options(func: Any) -> Any:
         click.option("--after", default=None, help="Only entries said after this time (RFC 3339)."),
         click.option("--before", default=None, help="Only entries said before this time (RFC 3339)."),
         click.option("--json", "as_json", is_flag=True, help="Print the result as JSON."),
+        click.option("--words-only", is_flag=True,
+                     help="Leave out entries found by meaning alone (no word shared with QUERY)."),
     ]
     for option in reversed(options):
         func = option(func)

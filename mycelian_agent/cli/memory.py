@@ -57,13 +57,14 @@ def show(db: str | None, server: str, token: str | None, vault: str, timeout: fl
 @click.option("--top-k", default=5, show_default=True, type=click.IntRange(1, 25), help="Entries to return.")
 def search(query: str, db: str | None, server: str, token: str | None, vault: str, timeout: float,
            reconnect_wait: float, memory: str, after: str | None, before: str | None, as_json: bool,
-           top_k: int) -> None:
-    """Search a memory: its entries ranked for QUERY."""
+           words_only: bool, top_k: int) -> None:
+    """Search a memory: its entries ranked for QUERY. The match column says whether QUERY's words found an entry
+    or only its meaning did (with embeddings, the nearest entries come back even when none shares a word)."""
 
     async def run() -> list[Any]:
         reader = await memory_reader(db, server, token, vault, memory, timeout, reconnect_wait)
         try:
-            return await reader.asearch(query, top_k=top_k, after=after, before=before)
+            return await reader.asearch(query, top_k=top_k, after=after, before=before, by_meaning=not words_only)
         finally:
             await reader.connection.aclose()
 
@@ -74,11 +75,14 @@ def search(query: str, db: str | None, server: str, token: str | None, vault: st
     if not hits:
         console.print(f"no entry of memory {memory!r} matches {query!r}")
         return
+    if all(hit.by_meaning for hit in hits):
+        console.print(f"no entry of memory {memory!r} shares a word with {query!r}; the nearest by meaning "
+                      "(they may be unrelated):")
     table = Table(title=f"search: {query}")
-    for column in ("score", "time", "speaker", "message"):
+    for column in ("score", "match", "time", "speaker", "message"):
         table.add_column(column, overflow="fold")
     for hit in hits:
-        table.add_row(f"{hit.score:.3g}", (hit.time or "")[:16], hit.speaker or "", hit.text)
+        table.add_row(f"{hit.score:.3g}", hit.match or "", (hit.time or "")[:16], hit.speaker or "", hit.text)
     console.print(table)
 
 
@@ -89,14 +93,15 @@ def search(query: str, db: str | None, server: str, token: str | None, vault: st
 @click.option("--top-k", default=10, show_default=True, type=click.IntRange(1, 25), help="Entries searched.")
 def recall(query: str, db: str | None, server: str, token: str | None, vault: str, timeout: float,
            reconnect_wait: float, memory: str, after: str | None, before: str | None, as_json: bool,
-           budget_tokens: int, top_k: int) -> None:
+           words_only: bool, budget_tokens: int, top_k: int) -> None:
     """Print the block a chat pipeline would put into its prompt for QUERY: the context document's relevant items
     and the best entries with their neighbouring turns, dated, in time order (``invoker.arecall``)."""
 
     async def run() -> Any:
         reader = await memory_reader(db, server, token, vault, memory, timeout, reconnect_wait)
         try:
-            return await reader.arecall(query, budget_tokens=budget_tokens, top_k=top_k, after=after, before=before)
+            return await reader.arecall(query, budget_tokens=budget_tokens, top_k=top_k, after=after, before=before,
+                                        by_meaning=not words_only)
         finally:
             await reader.connection.aclose()
 

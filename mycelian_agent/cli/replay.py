@@ -60,11 +60,15 @@ __all__ = ["checkpointer_spec", "replay"]
 @click.option("--thread-wait", default=None, type=click.FloatRange(min=0), metavar="SECONDS",
               help="With --state: wait up to SECONDS for another process writing the same conversation "
               "(default: fail at once, naming it).")
+@click.option("--embeddings/--no-embeddings", default=None,
+              help="Embedded server: fuse dense vectors with BM25 (the default where a dense model is installed; "
+              "ingestion waits on the encoder) or BM25 only (faster ingestion; a search must share a word).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def replay(files: tuple[Path, ...], db: str | None, server: str, token: str | None, vault: str, timeout: float,
            reconnect_wait: float, memory: str | None, model: str, api_key: str | None, base_url: str | None,
            tool_choice: str, max_tokens: int | None, model_timeout: float, flush_every: int, batch_size: int,
-           state: str | None, shard: str | None, workers: int, thread_wait: float | None, as_json: bool) -> None:
+           state: str | None, shard: str | None, workers: int, thread_wait: float | None, embeddings: bool | None,
+           as_json: bool) -> None:
     """Replay conversation FILES into memory and print what was stored.
 
     Accepted files: {"messages": [...]}, {"sessions": [...]}, LongMemEval records and LoCoMo samples. Every
@@ -81,7 +85,7 @@ def replay(files: tuple[Path, ...], db: str | None, server: str, token: str | No
         db=db, server=server, token=token, vault=vault, memory=memory, model=model, api_key=api_key,
         base_url=base_url, flush_every=flush_every, state=state, tool_choice=cast("ToolChoiceMode", tool_choice),
         max_tokens=max_tokens, batch_size=batch_size, timeout=timeout, reconnect_wait=reconnect_wait,
-        model_timeout=model_timeout, thread_wait=thread_wait)
+        model_timeout=model_timeout, thread_wait=thread_wait, embeddings=embeddings)
     conversations = [c for path in files for c in load_conversations(path)]
     if server in ("embedded", "in-process"):
         check_store_location(db, "--db", "memory database", "memory.db")
@@ -134,7 +138,8 @@ async def _replay(conversations: list[Any], total: int, *, db: str | None, serve
                   memory: str | None, model: str, api_key: str | None, base_url: str | None, flush_every: int,
                   state: str | Path | None, tool_choice: ToolChoiceMode = "named", max_tokens: int | None = None,
                   batch_size: int = 1, timeout: float | None = 60.0, reconnect_wait: float = 30.0,
-                  model_timeout: float | None = 120.0, thread_wait: float | None = None, quiet: bool = False) -> Any:
+                  model_timeout: float | None = 120.0, thread_wait: float | None = None, embeddings: bool | None = None,
+                  quiet: bool = False) -> Any:
     from ..builder import ConnectionSettings, build_agent, ensure_memory
     from ..conversations.formats import valid_title
     from ..agent.invoker import MycelianAgentInvoker
@@ -146,7 +151,7 @@ async def _replay(conversations: list[Any], total: int, *, db: str | None, serve
     checkpointer = checkpointer_spec(state)
     first_memory = memory or valid_title(conversations[0].conversation_id)
     connection = ConnectionSettings.from_env(os.environ, server=server, db=db, token=token, timeout=timeout,
-                                             reconnect_wait=reconnect_wait)
+                                             reconnect_wait=reconnect_wait, embeddings=embeddings)
     async with build_agent(model, connection=connection, vault=vault, memory=first_memory,
                            checkpointer=checkpointer, flush_every=flush_every, api_key=api_key,
                            base_url=base_url, tool_choice_mode=tool_choice, max_tokens=max_tokens,

@@ -32,10 +32,12 @@ __all__ = ["MycelianRetriever", "hit_document"]
 
 def hit_document(hit: MemoryHit) -> Document:
     """A search hit as a LangChain ``Document``: the verbatim text, and metadata ``entry_id``, ``summary``,
-    ``speaker``, ``role``, ``time``, ``thread``, ``score``, ``user``, ``memory_id`` (``id`` is the entry id)."""
+    ``speaker``, ``role``, ``time``, ``thread``, ``score``, ``match`` (``"words"`` or ``"meaning"``, see
+    :attr:`MemoryHit.match`), ``user``, ``memory_id`` (``id`` is the entry id)."""
     return Document(id=hit.entry_id, page_content=hit.text, metadata={
         "entry_id": hit.entry_id, "summary": hit.summary, "speaker": hit.speaker, "role": hit.role,
-        "time": hit.time, "thread": hit.thread, "score": hit.score, "user": hit.user, "memory_id": hit.memory_id})
+        "time": hit.time, "thread": hit.thread, "score": hit.score, "match": hit.match, "user": hit.user,
+        "memory_id": hit.memory_id})
 
 
 class MycelianRetriever(BaseRetriever):

