@@ -295,9 +295,11 @@ def rank_bounded(
     scored is read from the heap): every row holding one of the rarest lexemes, as many of them as hold at most
     :data:`BOUNDED_ROWS` rows together (the rows a term-at-a-time ranking puts first, ranked exactly: "I'm flying
     to Lisbon" for "when is the Lisbon trip" in a memory where "trip" is common); when even the rarest is in more
-    rows, up to :data:`BOUNDED_ROWS` holding both of the two rarest; and those holding any lexeme among the
-    memory's newest rows, as many rows as hold :data:`BOUNDED_ROWS` matches if the lexemes are spread evenly (at
-    most :data:`NEWEST_ROWS`)."""
+    rows, up to :data:`BOUNDED_ROWS` holding both of the two rarest (the first in the table's order: an old entry
+    holding both words); and those holding any lexeme among the memory's newest rows, as many rows as hold
+    :data:`BOUNDED_ROWS` matches if the lexemes are spread evenly (at most :data:`NEWEST_ROWS`). A query of one
+    lexeme held by more rows has only the newest part (any :data:`BOUNDED_ROWS` of its rows would be as good as
+    arbitrary, and reading them cost ~1.5 ms)."""
     ordered = sorted(matching)
     rarest, held = [], 0
     for n, q in ordered:
@@ -305,25 +307,27 @@ def rank_bounded(
             break
         rarest.append(q)
         held += n
-    both = " | ".join(rarest) if rarest else " & ".join(q for _, q in ordered[:2])
     anyone = " | ".join(q for _, q in ordered)
     newest = min(NEWEST_ROWS, max(limit, total * BOUNDED_ROWS // max(1, sum(n for n, _ in ordered))))
-    # The newest rows: the oldest of their seqs from the (memory_id, seq) index alone (an InitPlan of the same
-    # statement: one round trip), then the memory's rows from that seq on, the lexemes tested on them behind a
-    # fence. (Read whole, the planner walks the primary key down through every newer memory's rows, or scans every
-    # match of the lexemes, its row estimates not knowing that a memory's rows are a run of seqs; the same with the
-    # time bounds inside. Probing each of the newest seqs by its key cost 2.5 ms a ranking in a 100k memory, the
-    # range 0.8.) A row in both parts counts once.
-    oldest = (f"(SELECT coalesce(min(r.seq), 0) FROM (SELECT r.seq FROM {table} r WHERE r.memory_id = %s "
-              "ORDER BY r.seq DESC LIMIT %s) r)")
+    # The newest rows: a walk down the memory's seqs (the (memory_id, seq) index, or the primary key where the
+    # memory's rows are most of the newest) that stops after `newest` rows, the lexemes tested on them behind the
+    # LIMIT. (It replaced a range from the oldest of those seqs, found by an InitPlan walking the same index: the
+    # same rows, ~0.5 ms more.) A row in both parts counts once.
     recent = (f"SELECT t.seq, t.tsv FROM (SELECT r.* FROM {table} r "
-              f"WHERE r.memory_id = %s AND r.seq >= {oldest} OFFSET 0) t WHERE t.tsv @@ %s::tsquery{where}")
-    pick = f"SELECT t.seq, t.tsv FROM {table} t WHERE t.memory_id = %s AND t.tsv @@ %s::tsquery{where} LIMIT %s"
+              f"WHERE r.memory_id = %s ORDER BY r.seq DESC LIMIT %s) t WHERE t.tsv @@ %s::tsquery{where}")
+    values: list[Any] = [memory_id, newest, anyone, *params]
+    if rarest or len(ordered) > 1:
+        # The rarest lexemes' rows are counted to fit in BOUNDED_ROWS (the LIMIT only guards against a count
+        # being off); the two rarest's are taken in the table's order, the bitmap scan's (seq scans start at the
+        # table's first page on the store's connections: PostgresStore.open), so the same rows whatever the plan.
+        pick = f"SELECT t.seq, t.tsv FROM {table} t WHERE t.memory_id = %s AND t.tsv @@ %s::tsquery{where} LIMIT %s"
+        both = " | ".join(rarest) if rarest else " & ".join(q for _, q in ordered[:2])
+        recent = f"({pick}) UNION ALL ({recent})"
+        values = [memory_id, both, *params, BOUNDED_ROWS, *values]
     rows: list[Any] = conn.execute(
-        f"SELECT * FROM (SELECT DISTINCT ON (t.seq) t.seq, ({score}) AS score "
-        f"FROM (({pick}) UNION ALL ({recent})) t "
+        f"SELECT * FROM (SELECT DISTINCT ON (t.seq) t.seq, ({score}) AS score FROM ({recent}) t "
         "ORDER BY t.seq) s ORDER BY score DESC, seq DESC LIMIT %s",
-        [*scoring, memory_id, both, *params, BOUNDED_ROWS, memory_id, memory_id, newest, anyone, *params, limit],
+        [*scoring, *values, limit],
         prepare=False,
     ).fetchall()
     return rows
