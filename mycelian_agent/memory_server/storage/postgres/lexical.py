@@ -288,9 +288,9 @@ def _contexts_sql(lexemes: int) -> str:
         "e AS (SELECT seq, score FROM s ORDER BY score DESC, seq DESC LIMIT %(limit)s), "
         "p AS (SELECT * FROM r WHERE (SELECT count(*) FROM r) >= %(limit)s "
         "UNION ALL SELECT * FROM e WHERE (SELECT count(*) FROM r) < %(limit)s) "
-        "SELECT k.seq, k.content, k.creation_time, p.score, w.found, w.held "
-        "FROM contexts k LEFT JOIN p ON p.seq = k.seq CROSS JOIN w WHERE k.memory_id = %(memory)s "
-        "AND (k.seq IN (SELECT seq FROM p) OR k.seq = (SELECT max(seq) FROM contexts WHERE memory_id = %(memory)s))"
+        "SELECT k.seq, k.content, k.creation_time, x.score, w.found, w.held FROM (SELECT seq, max(score) AS score "
+        "FROM (SELECT seq, score FROM p UNION ALL SELECT max(seq), NULL FROM contexts WHERE memory_id = %(memory)s) u "
+        "GROUP BY seq) x JOIN contexts k ON k.seq = x.seq CROSS JOIN w WHERE k.memory_id = %(memory)s"
     )
 
 
