@@ -136,7 +136,7 @@ def test_a_query_matching_many_rows_ranks_a_bounded_part_of_them(pg_url: str,
         statements: list[str] = []
         real = psycopg.Connection.execute
 
-        def seen(self, query, params=None, **kwargs):  # type: ignore[no-untyped-def]
+        def seen(self, query, params=None, **kwargs):
             statements.append(str(query))
             return real(self, query, params, **kwargs)
 
