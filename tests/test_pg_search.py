@@ -154,6 +154,8 @@ def test_a_query_matching_many_rows_ranks_a_bounded_part_of_them(pg_url: str,
         assert all(e["creationTime"] < before for e in early)
         with store._read() as conn:  # each part is bounded: conjunction rows + newest rows at most
             ranked = pg_lexical.rank(conn, store._lexicon, "entries", memory, ["harbour", "kayak"], 200)
+            # The conjunction rows are the first in the table's order whatever the plan: no scan starts midway.
+            assert conn.execute("SHOW synchronize_seqscans").fetchone() == {"synchronize_seqscans": "off"}
         assert 1 <= len(ranked) <= 10 + 30
     finally:
         store.close()
