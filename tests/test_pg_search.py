@@ -136,7 +136,7 @@ def test_a_query_matching_many_rows_ranks_a_bounded_part_of_them(pg_url: str,
         statements: list[str] = []
         real = psycopg.Connection.execute
 
-        def seen(self, query, params=None, **kwargs):  # type: ignore[no-untyped-def]
+        def seen(self, query, params=None, **kwargs):
             statements.append(str(query))
             return real(self, query, params, **kwargs)
 
@@ -154,6 +154,8 @@ def test_a_query_matching_many_rows_ranks_a_bounded_part_of_them(pg_url: str,
         assert all(e["creationTime"] < before for e in early)
         with store._read() as conn:  # each part is bounded: conjunction rows + newest rows at most
             ranked = pg_lexical.rank(conn, store._lexicon, "entries", memory, ["harbour", "kayak"], 200)
+            # The conjunction rows are the first in the table's order whatever the plan: no scan starts midway.
+            assert conn.execute("SHOW synchronize_seqscans").fetchone() == {"synchronize_seqscans": "off"}
         assert 1 <= len(ranked) <= 10 + 30
     finally:
         store.close()
@@ -180,9 +182,10 @@ def test_a_bounded_ranking_keeps_every_row_of_a_rare_word(pg_url: str, monkeypat
 
 def test_contexts_ranked_in_one_statement_score_as_the_general_ranking(pg_url: str,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """``rank_whole`` (a memory's snapshots, one statement) gives ``rank``'s seqs and exact scores: with a common
-    word (in half the snapshots or more, pruned from the candidates), with only rare words, with too few rows for
-    the rare words alone, and past EXACT_ROWS (where it hands over to ``rank``)."""
+    """``contexts`` (one statement: the ranking computed in SQL, read with the rows and the newest snapshot) gives
+    ``rank``'s seqs and exact scores: with a common word (in half the snapshots or more, pruned from the
+    candidates), with only rare words, with too few rows for the rare words alone, with none, and past EXACT_ROWS
+    (where ``rank`` ranks)."""
     store = PostgresStore.open(pg_url, pool_size=1)
     try:
         vault = store.create_vault("home")["vaultId"]
@@ -190,16 +193,23 @@ def test_contexts_ranked_in_one_statement_score_as_the_general_ranking(pg_url: s
         for i in range(12):
             lines = [f"- kayak trip {i} to the harbour" if i % 3 else "- a quiet day", f"- note {i}"]
             store.put_context(vault, memory, "## Facts\n" + "\n".join(lines * (1 + i)))
-        queries = (["kayak", "harbour"], ["note", "quiet"], ["quiet"], ["kayak", "day", "nothing"], ["absent"])
-        with store._read() as conn:
-            for terms in queries:
-                for limit in (1, 2, 5, 20):
-                    whole = pg_lexical.rank_whole(conn, store._lexicon, "contexts", memory, terms, limit)
-                    assert whole == pg_lexical.rank(conn, store._lexicon, "contexts", memory, terms, limit)
-            monkeypatch.setattr(pg_lexical, "EXACT_ROWS", 3)
-            handed = pg_lexical.rank_whole(conn, store._lexicon, "contexts", memory, ["kayak", "note"], 5)
-            assert handed == pg_lexical.rank(conn, store._lexicon, "contexts", memory, ["kayak", "note"], 5)
-            assert len(handed) == 5
+        queries = (["kayak", "harbour"], ["note", "quiet"], ["quiet"], ["kayak", "day", "nothing"], ["absent"],
+                   ["note", "kayak", "harbour", "quiet"])
+
+        def both(terms: list[str], limit: int) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
+            with store._read() as conn:
+                ranked, latest = pg_lexical.contexts(conn, store._lexicon, memory, terms, limit, latest=True)
+                assert latest is not None and latest["content"].endswith("- note 11")
+                general = pg_lexical.rank(conn, store._lexicon, "contexts", memory, terms, limit)
+            return [(int(row["seq"]), score) for row, score in ranked], general
+
+        for terms in queries:
+            for limit in (1, 2, 5, 20):
+                one, general = both(terms, limit)
+                assert one == general
+        monkeypatch.setattr(pg_lexical, "EXACT_ROWS", 3)
+        handed, general = both(["kayak", "note"], 5)
+        assert handed == general and len(handed) == 5
     finally:
         store.close()
 

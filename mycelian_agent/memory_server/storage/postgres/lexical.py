@@ -12,8 +12,8 @@ large memory's common words) ranks a bounded part of them (:func:`rank_bounded`)
 ranked whole.
 
 Round trips: a search's reads are each one statement where they can be (a search is ~16 statements, each ~0.1 ms of
-round trip before any work): the pruned and the unpruned exact ranking together, a memory's context snapshots with
-their counts and ranks (:func:`rank_whole`), the links of the hits and of their neighbours
+round trip before any work): the pruned and the unpruned exact ranking together, a memory's context snapshots ranked
+and read with the newest one (:func:`contexts`), the links of the hits and of their neighbours
 (:func:`neighbourhood`). Statements matching lexemes in a large memory are never prepared (:func:`_prepare`).
 
 Every function takes a psycopg connection (rows as dicts) from the store; :class:`Lexicon` is the store's cache of
@@ -33,7 +33,7 @@ from mycelian_agent.memory_server.storage.rows import Link
 from mycelian_agent.memory_server.text.analysis import CONTEXT_GAP_DAYS, ENTRY_WEIGHTS, QUESTION_MARKS, tokens
 
 __all__ = ["BOUNDED_ROWS", "EXACT_ROWS", "NEWEST_ROWS", "Known", "Lexicon", "contexts", "entries_within", "frequencies",
-           "known", "neighbour_links", "neighbourhood", "rank", "rank_bounded", "rank_whole"]
+           "known", "neighbour_links", "neighbourhood", "rank", "rank_bounded"]
 
 # ts_rank's weights are {D, C, B, A}, each at most 1: ENTRY_WEIGHTS scaled by the summary's (the largest).
 _TOP = ENTRY_WEIGHTS[1]
@@ -216,75 +216,82 @@ def rank(
     return [(int(row["seq"]), float(row["score"])) for row in rows if row["score"] > 0]
 
 
-def rank_whole(
-    conn: Any, lexicon: Lexicon, table: str, memory_id: str, terms: Sequence[str], limit: int
-) -> list[tuple[int, float]]:
-    """:func:`rank`'s ranking (no time bounds, no known counts) in one statement where the memory has at most
-    :data:`EXACT_ROWS` rows matching a lexeme (a memory's context snapshots): every such row with, per lexeme,
-    its ``ts_rank`` (read as float8, exactly what :func:`rank`'s sum adds) and the memory's row count; the document
-    frequencies, IDFs, pruning and scores are then :func:`rank`'s, computed here in the same order of
-    floating-point operations. More matching rows: :func:`rank`."""
-    if limit <= 0:
-        return []
-    lexemes = sorted({lexeme for found in lexicon.lexemes(conn, terms).values() for lexeme in found})
-    if not lexemes:
-        return []
-    queries = [_tsquery(lexeme) for lexeme in lexemes]
-    # A lexeme's ts_rank is 0 exactly where the row lacks it: the rank is also the match. The ranks are computed in
-    # the scan, so the sort moves only numbers (with the tsvectors in it, ~5 KB a snapshot, the sort copied ~1 MB
-    # for a memory of 200 snapshots: half the statement's time).
-    columns = ", ".join(f"ts_rank('{_RANK_WEIGHTS}', t.tsv, %(q{i})s::tsquery, 1)::float8 AS r{i}"
-                        for i in range(len(queries)))
-    params: dict[str, Any] = {f"q{i}": q for i, q in enumerate(queries)}
-    params.update(memory=memory_id, anyone=" | ".join(queries), cap=EXACT_ROWS + 1)
-    rows = conn.execute(
-        f"SELECT t.seq, {columns}, (SELECT count(*) FROM {table} WHERE memory_id = %(memory)s) AS total "
-        f"FROM {table} t WHERE t.memory_id = %(memory)s AND t.tsv @@ %(anyone)s::tsquery "
-        "ORDER BY t.seq DESC LIMIT %(cap)s",
-        params,
-    ).fetchall()
-    if not rows:
-        return []
-    total = int(rows[0]["total"])
-    counts = [sum(1 for row in rows if row[f"r{i}"] > 0) for i in range(len(queries))]
-    if len(rows) > EXACT_ROWS or sum(counts) > EXACT_ROWS:
-        return rank(conn, lexicon, table, memory_id, terms, limit)
-    weights = [_idf(total, n) for n in counts]
-    scores = {}
-    for row in rows:
-        value = weights[0] * row["r0"]
-        for i in range(1, len(weights)):
-            value = value + weights[i] * row[f"r{i}"]
-        scores[int(row["seq"])] = value
-    every = list(zip(counts, range(len(queries)), strict=True))
-    rare = prune_common(every, lambda pair: pair[0], total)
-    ranked: list[tuple[int, float]] = []
-    for matching in [rare, every] if rare != every else [every]:
-        kept = [int(row["seq"]) for row in rows if any(row[f"r{i}"] > 0 for _, i in matching)]
-        ranked = sorted(((seq, scores[seq]) for seq in kept), key=lambda hit: (hit[1], hit[0]), reverse=True)[:limit]
-        if len(ranked) >= limit:
-            break
-    return [(seq, score) for seq, score in ranked if score > 0]
-
-
 def contexts(
     conn: Any, lexicon: Lexicon, memory_id: str, terms: list[str], limit: int, *, latest: bool
 ) -> tuple[list[tuple[Any, float]], dict[str, Any] | None]:
-    """The memory's context snapshots ranked for ``terms`` (:func:`rank_whole`; none without terms) as ``(row with
-    content, creation_time; score)``, and with ``latest`` its newest snapshot's content and creation_time (else
-    None), read with the ranked rows: two statements."""
-    ranked = rank_whole(conn, lexicon, "contexts", memory_id, terms, limit) if terms else []
-    if not ranked and not latest:
+    """The memory's context snapshots ranked for ``terms`` (:func:`rank`'s ranking and scores; none without terms)
+    as ``(row with content, creation_time; score)``, and with ``latest`` its newest snapshot's content and
+    creation_time (else None): one statement (:func:`_contexts_sql`, which ranks and reads the rows together: the
+    ranks of every matching snapshot stay in the server), a second only where more than :data:`EXACT_ROWS`
+    snapshots match (ranked by :func:`rank`)."""
+    lexemes = sorted({lexeme for found in lexicon.lexemes(conn, terms).values() for lexeme in found}) if terms else []
+    newest = "SELECT seq, content, creation_time, NULL::float8 AS score FROM contexts WHERE memory_id = %s"
+    ranked: list[tuple[int, float]] = []
+    if lexemes and limit > 0:
+        queries = [_tsquery(lexeme) for lexeme in lexemes]
+        params: dict[str, Any] = {f"q{i}": q for i, q in enumerate(queries)}
+        params.update(memory=memory_id, anyone=" | ".join(queries), cap=EXACT_ROWS + 1, limit=limit,
+                      pruning=len(queries) > 1)
+        rows = conn.execute(_contexts_sql(len(queries)), params).fetchall()
+        if rows and (rows[0]["found"] > EXACT_ROWS or rows[0]["held"] > EXACT_ROWS):
+            ranked = rank(conn, lexicon, "contexts", memory_id, terms, limit)
+            rows = conn.execute(f"{newest} AND (seq = ANY(%s) OR seq = (SELECT max(seq) FROM contexts "
+                                "WHERE memory_id = %s))", (memory_id, [seq for seq, _ in ranked], memory_id)).fetchall()
+        else:
+            picked = [(int(row["seq"]), float(row["score"])) for row in rows if row["score"] is not None]
+            ranked = [hit for hit in sorted(picked, key=lambda hit: (hit[1], hit[0]), reverse=True) if hit[1] > 0]
+    elif latest:
+        rows = conn.execute(f"{newest} ORDER BY seq DESC LIMIT 1", (memory_id,)).fetchall()
+    else:
         return [], None
-    newest = " OR seq = (SELECT max(seq) FROM contexts WHERE memory_id = %s)" if latest else ""
-    rows = conn.execute(
-        f"SELECT seq, content, creation_time FROM contexts WHERE memory_id = %s AND (seq = ANY(%s){newest})",
-        (memory_id, [seq for seq, _ in ranked], *([memory_id] if latest else [])),
-    ).fetchall()
     by_seq = {int(row["seq"]): row for row in rows}
     last = by_seq[max(by_seq)] if latest and by_seq else None
     return ([(by_seq[seq], score) for seq, score in ranked if seq in by_seq],
             None if last is None else {"content": last["content"], "creation_time": last["creation_time"]})
+
+
+def _contexts_sql(lexemes: int) -> str:
+    """The statement of :func:`contexts` for ``lexemes`` query lexemes (parameters ``q0``.., ``memory``,
+    ``anyone``, ``cap``, ``limit``, ``pruning``): :func:`rank`'s ranking of a memory's snapshots, computed where
+    they are read, and the rows it picks with the newest snapshot.
+
+    Every snapshot holding a lexeme (up to ``cap``, newest first) with its ``ts_rank`` per lexeme (read as float8,
+    exactly what :func:`rank` adds: 0 exactly where the row lacks the lexeme, so also the match; computed in the
+    scan, so no sort moves the ~5 KB tsvectors); the memory's snapshot count; per lexeme its matching rows and
+    :func:`_idf` (the same float8 operations, so the same values); the scores summed in :func:`rank`'s order; the
+    rare lexemes (``storage.query.prune_common``, when ``pruning``: more than one lexeme) and the best ``limit`` rows
+    holding one, unless fewer than ``limit`` do, else the best ``limit`` of all. Each returned row is a picked or the
+    newest snapshot (``seq``, ``content``, ``creation_time``; ``score`` NULL unless picked), with ``found`` (the
+    matching rows) and ``held`` (the per-lexeme counts summed), by which the caller sees that :func:`rank` must rank
+    instead (more than :data:`EXACT_ROWS`). (Before, the statement returned every matching snapshot's ranks and
+    Python scored them: ~200 rows read back for a memory of 100,000 entries, then a second statement for the rows.)"""
+    ranks = ", ".join(f"ts_rank('{_RANK_WEIGHTS}', t.tsv, %(q{i})s::tsquery, 1)::float8 AS r{i}"
+                      for i in range(lexemes))
+    counts = ", ".join(f"count(*) FILTER (WHERE m.r{i} > 0) AS c{i}" for i in range(lexemes))
+    idfs = ", ".join(f"greatest(1e-6::float8, ln(((n.total - c.c{i})::float8 + 0.5::float8) / "
+                     f"(c.c{i}::float8 + 0.5::float8))) AS w{i}, 2 * c.c{i} < n.total AS k{i}"
+                     for i in range(lexemes))
+    score = " + ".join(f"w.w{i} * m.r{i}" for i in range(lexemes))
+    rare_any = " OR ".join(f"v.k{i}" for i in range(lexemes))
+    rare_all = " AND ".join(f"v.k{i}" for i in range(lexemes))
+    rare_row = " OR ".join(f"(m.r{i} > 0 AND w.k{i})" for i in range(lexemes))
+    held = " + ".join(f"c.c{i}" for i in range(lexemes))
+    return (
+        f"WITH m AS (SELECT t.seq, {ranks} FROM contexts t WHERE t.memory_id = %(memory)s "
+        "AND t.tsv @@ %(anyone)s::tsquery ORDER BY t.seq DESC LIMIT %(cap)s), "
+        "n AS (SELECT count(*) AS total FROM contexts WHERE memory_id = %(memory)s), "
+        f"c AS (SELECT count(*) AS found, {counts} FROM m), "
+        f"v AS (SELECT c.found, {held} AS held, n.total, {idfs} FROM n, c), "
+        f"w AS (SELECT v.*, %(pruning)s AND ({rare_any}) AND NOT ({rare_all}) AS pruned FROM v), "
+        f"s AS (SELECT m.seq, {score} AS score, NOT w.pruned OR {rare_row} AS rare FROM m, w), "
+        "r AS (SELECT seq, score FROM s WHERE rare ORDER BY score DESC, seq DESC LIMIT %(limit)s), "
+        "e AS (SELECT seq, score FROM s ORDER BY score DESC, seq DESC LIMIT %(limit)s), "
+        "p AS (SELECT * FROM r WHERE (SELECT count(*) FROM r) >= %(limit)s "
+        "UNION ALL SELECT * FROM e WHERE (SELECT count(*) FROM r) < %(limit)s) "
+        "SELECT k.seq, k.content, k.creation_time, x.score, w.found, w.held FROM (SELECT seq, max(score) AS score "
+        "FROM (SELECT seq, score FROM p UNION ALL SELECT max(seq), NULL FROM contexts WHERE memory_id = %(memory)s) u "
+        "GROUP BY seq) x JOIN contexts k ON k.seq = x.seq CROSS JOIN w WHERE k.memory_id = %(memory)s"
+    )
 
 
 def rank_bounded(
@@ -295,9 +302,11 @@ def rank_bounded(
     scored is read from the heap): every row holding one of the rarest lexemes, as many of them as hold at most
     :data:`BOUNDED_ROWS` rows together (the rows a term-at-a-time ranking puts first, ranked exactly: "I'm flying
     to Lisbon" for "when is the Lisbon trip" in a memory where "trip" is common); when even the rarest is in more
-    rows, up to :data:`BOUNDED_ROWS` holding both of the two rarest; and those holding any lexeme among the
-    memory's newest rows, as many rows as hold :data:`BOUNDED_ROWS` matches if the lexemes are spread evenly (at
-    most :data:`NEWEST_ROWS`)."""
+    rows, up to :data:`BOUNDED_ROWS` holding both of the two rarest (the first in the table's order: an old entry
+    holding both words); and those holding any lexeme among the memory's newest rows, as many rows as hold
+    :data:`BOUNDED_ROWS` matches if the lexemes are spread evenly (at most :data:`NEWEST_ROWS`). A query of one
+    lexeme held by more rows has only the newest part (any :data:`BOUNDED_ROWS` of its rows would be as good as
+    arbitrary, and reading them cost ~1.5 ms)."""
     ordered = sorted(matching)
     rarest, held = [], 0
     for n, q in ordered:
@@ -305,25 +314,27 @@ def rank_bounded(
             break
         rarest.append(q)
         held += n
-    both = " | ".join(rarest) if rarest else " & ".join(q for _, q in ordered[:2])
     anyone = " | ".join(q for _, q in ordered)
     newest = min(NEWEST_ROWS, max(limit, total * BOUNDED_ROWS // max(1, sum(n for n, _ in ordered))))
-    # The newest rows: the oldest of their seqs from the (memory_id, seq) index alone (an InitPlan of the same
-    # statement: one round trip), then the memory's rows from that seq on, the lexemes tested on them behind a
-    # fence. (Read whole, the planner walks the primary key down through every newer memory's rows, or scans every
-    # match of the lexemes, its row estimates not knowing that a memory's rows are a run of seqs; the same with the
-    # time bounds inside. Probing each of the newest seqs by its key cost 2.5 ms a ranking in a 100k memory, the
-    # range 0.8.) A row in both parts counts once.
-    oldest = (f"(SELECT coalesce(min(r.seq), 0) FROM (SELECT r.seq FROM {table} r WHERE r.memory_id = %s "
-              "ORDER BY r.seq DESC LIMIT %s) r)")
+    # The newest rows: a walk down the memory's seqs (the (memory_id, seq) index, or the primary key where the
+    # memory's rows are most of the newest) that stops after `newest` rows, the lexemes tested on them behind the
+    # LIMIT. (It replaced a range from the oldest of those seqs, found by an InitPlan walking the same index: the
+    # same rows, ~0.5 ms more.) A row in both parts counts once.
     recent = (f"SELECT t.seq, t.tsv FROM (SELECT r.* FROM {table} r "
-              f"WHERE r.memory_id = %s AND r.seq >= {oldest} OFFSET 0) t WHERE t.tsv @@ %s::tsquery{where}")
-    pick = f"SELECT t.seq, t.tsv FROM {table} t WHERE t.memory_id = %s AND t.tsv @@ %s::tsquery{where} LIMIT %s"
+              f"WHERE r.memory_id = %s ORDER BY r.seq DESC LIMIT %s) t WHERE t.tsv @@ %s::tsquery{where}")
+    values: list[Any] = [memory_id, newest, anyone, *params]
+    if rarest or len(ordered) > 1:
+        # The rarest lexemes' rows are counted to fit in BOUNDED_ROWS (the LIMIT only guards against a count
+        # being off); the two rarest's are taken in the table's order, the bitmap scan's (seq scans start at the
+        # table's first page on the store's connections: PostgresStore.open), so the same rows whatever the plan.
+        pick = f"SELECT t.seq, t.tsv FROM {table} t WHERE t.memory_id = %s AND t.tsv @@ %s::tsquery{where} LIMIT %s"
+        both = " | ".join(rarest) if rarest else " & ".join(q for _, q in ordered[:2])
+        recent = f"({pick}) UNION ALL ({recent})"
+        values = [memory_id, both, *params, BOUNDED_ROWS, *values]
     rows: list[Any] = conn.execute(
-        f"SELECT * FROM (SELECT DISTINCT ON (t.seq) t.seq, ({score}) AS score "
-        f"FROM (({pick}) UNION ALL ({recent})) t "
+        f"SELECT * FROM (SELECT DISTINCT ON (t.seq) t.seq, ({score}) AS score FROM ({recent}) t "
         "ORDER BY t.seq) s ORDER BY score DESC, seq DESC LIMIT %s",
-        [*scoring, memory_id, both, *params, BOUNDED_ROWS, memory_id, memory_id, newest, anyone, *params, limit],
+        [*scoring, *values, limit],
         prepare=False,
     ).fetchall()
     return rows

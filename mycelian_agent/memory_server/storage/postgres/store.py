@@ -153,6 +153,14 @@ def _say_dense_path(shown: str, vectors: pg_vectors.Availability, hnsw_min: int 
                      "entries) because %s", shown, vectors.reason)
 
 
+def _configure(conn: Any) -> None:
+    """Each pooled connection: sequential scans start at the table's first page (PostgreSQL lets a large table's
+    scan join one under way, wherever it is), so a statement taking the first N matches with no order
+    (``lexical.rank_bounded``) gets the same rows on a sequential scan as on a bitmap scan (both go in the table's
+    order), and from one search to the next."""
+    conn.execute("SET synchronize_seqscans = off")
+
+
 class PostgresStore(MemoryStore):
     """The PostgreSQL memory database. Create with :meth:`open`; every primitive is one transaction."""
 
@@ -201,6 +209,7 @@ class PostgresStore(MemoryStore):
             min_size=1,
             max_size=pool_size,
             kwargs={"autocommit": True, "row_factory": dict_row},
+            configure=_configure,
             open=False,
             timeout=timeout,
             name="mycelian-memory",
