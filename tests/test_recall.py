@@ -108,6 +108,10 @@ async def test_read_side_errors_name_the_problem(tmp_path: Path) -> None:
             await invoker.asearch("Lisbon", user="zoe")
         with pytest.raises(InputError, match="cannot name a memory"):
             await invoker.arecall("Lisbon", user="zoe@example.com")
+        with pytest.raises(InputError, match="by_meaning must be True or False, got 'no'"):
+            await invoker.asearch("Lisbon", by_meaning="no")  # type: ignore[arg-type]
+        with pytest.raises(InputError, match="by_meaning must be True or False"):
+            await invoker.arecall("Lisbon", by_meaning=None)  # type: ignore[arg-type]
         with pytest.raises(InputError, match="after .* must be earlier than before"):
             await invoker.asearch("Lisbon", after="2024-05-01T00:00:00Z", before="2024-04-01T00:00:00Z")
         nearest = await invoker.arecall("submarine periscope")  # no word shared: the nearest turns, said so

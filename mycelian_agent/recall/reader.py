@@ -62,6 +62,12 @@ def _check_count(name: str, value: object, low: int, high: int) -> int:
     return value
 
 
+def _check_flag(name: str, value: object) -> bool:
+    if not isinstance(value, bool):
+        raise InputError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
 def _bound(name: str, value: str | datetime | None) -> str | None:
     try:
         return normalise_time(value)
@@ -156,6 +162,7 @@ class MemoryReader:
         """
         query = _check_query(query)
         _check_count("top_k", top_k, 1, SEARCH_TOP_K_MAX)
+        _check_flag("by_meaning", by_meaning)
         after, before = _bound("after", after), _bound("before", before)
         if after and before and after >= before:
             raise InputError(f"after ({after}) must be earlier than before ({before})")
@@ -194,6 +201,7 @@ class MemoryReader:
         query = _check_query(query)
         _check_count("budget_tokens", budget_tokens, MIN_BUDGET_TOKENS, 1_000_000)
         _check_count("top_k", top_k, 1, SEARCH_TOP_K_MAX)
+        _check_flag("by_meaning", by_meaning)
         after, before = _bound("after", after), _bound("before", before)
         memory_id, user, hits, document = await self._user_search(user, query, top_k, after, before)
         if not by_meaning:
