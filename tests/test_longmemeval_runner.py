@@ -122,6 +122,9 @@ async def test_outputs_recall_and_date_bound(data: Path, tmp_path: Path):
 
     q2 = records["q2-future"]
     assert q2["retrieved_sessions"] == ["s_bike"]  # "I painted my bicycle blue" is dated after the question
+    # Nor shown in the recall block: as the turn after a hit (a bounded recall's neighbours are bounded too), or as
+    # a note (the newest context document holds it; items dated after the bound are left out).
+    assert "I bought a bicycle, it is red." in q2["hypothesis"] and "painted" not in q2["hypothesis"]
     assert records["q3_abs"]["recall"] == {"session": None, "turn": None}
 
     summary = json.loads((out / "summary.json").read_text())

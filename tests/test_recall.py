@@ -75,6 +75,23 @@ async def test_recall_gives_hits_with_their_neighbours_in_time_order_within_the_
         assert small.as_dict()["prompt"] == small.as_prompt()
 
 
+async def test_a_bounded_recall_shows_no_neighbouring_turn_from_outside_its_bounds(tmp_path: Path) -> None:
+    async with build_agent(server="in-process", db=tmp_path / "m.db") as invoker:
+        await _tell(invoker, "dana-1", TRIP, user="dana")
+        free = await invoker.arecall("Which beagle did Ana adopt?", user="dana", budget_tokens=600)
+        assert "Pixel is a great name for a beagle!" in free.as_prompt()  # the turn after the hit, shown as such
+        bounded = await invoker.arecall("Which beagle did Ana adopt?", user="dana", budget_tokens=600,
+                                        before="2024-03-02T18:06:30Z")
+        assert "My sister Ana adopted a beagle called Pixel." in bounded.as_prompt()
+        assert "Pixel is a great name" not in bounded.as_prompt()  # said at 18:07, after the bound
+        # The context document is the newest: its items dated on the bound's day or later stay out too.
+        assert not bounded.notes
+        assert all(turn.time < "2024-03-02T18:06:30Z" for turn in bounded.turns)
+        later = await invoker.arecall("Which beagle did Ana adopt?", user="dana", budget_tokens=600,
+                                      after="2024-03-02T18:05:30Z")
+        assert all(turn.time > "2024-03-02T18:05:30Z" for turn in later.turns)  # nor before an after bound
+
+
 async def test_recall_takes_standing_facts_from_the_context_document_and_marks_gaps(tmp_path: Path) -> None:
     long_talk = TRIP + [("user", f"Unrelated remark number {i} about the weather.", "Dana") for i in range(8)] + [
         ("user", "Pixel chewed my Lisbon guidebook today.", "Dana")]
@@ -253,6 +270,25 @@ async def test_recall_carries_the_users_standing_facts_even_when_no_word_matches
         shown = await invoker.arecall("peanuts allergy", user="bob")
         assert any("allergic to peanuts" in turn.text for turn in shown.turns)
         assert not any("allergic to peanuts" in note for note in shown.notes)
+
+
+def test_notes_of_a_bounded_recall_leave_out_items_dated_outside_its_bounds() -> None:
+    from mycelian_agent.recall.notes import select_notes, within_bounds
+
+    document = ("## Facts\n- The user bought a red bicycle. (2023-05-02)\n- The user painted the bicycle blue. "
+                "(2023-07-01)\n- The user is allergic to peanuts.\n- The user lives in Porto. (2023-04-01)\n"
+                "- The user works as a nurse. (2023-04-01)\n- The user's sister is Ana. (2023-04-02)\n"
+                "## Timeline\n- 2023-04-01: moved to Porto\n- 2023-05-02: bought a bicycle\n"
+                "- 2023-07-01: painted the bicycle blue (earlier: red, 2023-05-02)\n")
+    matched, standing = select_notes(document, "What colour is my bicycle?", before="2023-06-02T00:00:00.000000Z")
+    assert matched[0] == "The user bought a red bicycle. (2023-05-02)" and "blue" not in " ".join(matched)
+    assert "The user is allergic to peanuts." in standing  # no day named: kept
+    assert "blue" not in " ".join(standing)
+    assert "blue" in " ".join(sum(select_notes(document, "What colour is my bicycle?"), []))  # unbounded: shown
+    late = sum(select_notes(document, "What colour is my bicycle?", after="2023-06-01T00:00:00Z"), [])
+    assert "The user bought a red bicycle. (2023-05-02)" not in late and any("blue" in item for item in late)
+    assert within_bounds("met Ana (2024-03-02)", None, "2024-03-02T18:00:00Z") is False  # that day: cannot tell
+    assert within_bounds("met Ana (2024-03-01)", None, "2024-03-02T00:00:00Z")
 
 
 def test_notes_take_matching_items_then_standing_facts_never_the_unmatched_timeline() -> None:

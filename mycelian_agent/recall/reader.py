@@ -75,6 +75,12 @@ def _bound(name: str, value: str | datetime | None) -> str | None:
         raise InputError(f"{name}: {exc}") from None
 
 
+def _within(hit: MemoryHit, after: str | None, before: str | None) -> bool:
+    """Whether ``hit``'s time (conversation time, else stored time; normalised RFC 3339, so strings compare as
+    times) lies after ``after`` and before ``before``."""
+    return (not after or (hit.time or "") > after) and (not before or (hit.time or "") < before)
+
+
 def _clip(text: str, max_chars: int) -> tuple[str, bool]:
     if len(text) <= max_chars:
         return text, False
@@ -127,8 +133,7 @@ class MemoryReader:
         found = await read_call(self.connection, "search_memories", args)
         hits = [MemoryHit.from_entry(entry, memory_id=memory_id, user=user) for entry in found.get("entries") or []]
         if bounded:  # a server without time bounds: keep the hits inside them (the best 25 searched)
-            hits = [hit for hit in hits if (not after or (hit.time or "") > after)
-                    and (not before or (hit.time or "") < before)]
+            hits = [hit for hit in hits if _within(hit, after, before)]
         return hits[:top_k], found.get("latestContext")
 
     async def _user_search(self, user: str | None, query: str, top_k: int, after: str | None, before: str | None
@@ -169,9 +174,10 @@ class MemoryReader:
         _, _, hits, _ = await self._user_search(user, query, top_k, after, before)
         return hits if by_meaning else [hit for hit in hits if not hit.by_meaning]
 
-    async def _neighbours(self, memory_id: str, user: str | None, hit: MemoryHit
-                          ) -> tuple[MemoryHit | None, MemoryHit | None]:
-        """The turns stored just before and just after ``hit`` in its thread (None where there is none)."""
+    async def _neighbours(self, memory_id: str, user: str | None, hit: MemoryHit, after: str | None = None,
+                          before: str | None = None) -> tuple[MemoryHit | None, MemoryHit | None]:
+        """The turns stored just before and just after ``hit`` in its thread (None where there is none, or where
+        the turn's time lies outside ``after`` / ``before``: a bounded recall shows nothing said after its bound)."""
         if not hit.created:
             return None, None
         base = {"vault_id": self.vault_id, "memory_id": memory_id, "limit": 1}
@@ -181,7 +187,8 @@ class MemoryReader:
         for page in pages:
             entries = page.get("entries") or []
             turn = MemoryHit.from_entry(entries[0], memory_id=memory_id, user=user) if entries else None
-            found.append(turn if turn is not None and turn.thread == hit.thread else None)
+            found.append(turn if turn is not None and turn.thread == hit.thread and _within(turn, after, before)
+                         else None)
         return found[0], found[1]
 
     async def arecall(self, query: str, *, user: str | None = None, budget_tokens: int = 1500, top_k: int = 10,
@@ -209,8 +216,10 @@ class MemoryReader:
         if document is None:  # a server whose search leaves out the newest context
             document = await read_call(self.connection, "get_context",
                                        {"vault_id": self.vault_id, "memory_id": memory_id}, parse=False)
-        neighbours = await asyncio.gather(*(self._neighbours(memory_id, user, hit) for hit in hits[:NEIGHBOUR_HITS]))
-        return _fill(query, user, memory_id, budget_tokens, hits, neighbours, select_notes(document or "", query))
+        neighbours = await asyncio.gather(*(self._neighbours(memory_id, user, hit, after, before)
+                                            for hit in hits[:NEIGHBOUR_HITS]))
+        notes = select_notes(document or "", query, after=after, before=before)
+        return _fill(query, user, memory_id, budget_tokens, hits, neighbours, notes)
 
     # -- sync twins -----------------------------------------------------------------------------------------
 
