@@ -41,7 +41,7 @@ async def test_search_returns_typed_hits_with_the_verbatim_text_speaker_time_and
         assert best.text == "My sister Ana adopted a beagle called Pixel."
         assert (best.speaker, best.role, best.thread, best.user) == ("Dana", "user", "dana-1", "dana")
         assert best.time == "2024-03-02T18:06:00.000000Z" and best.score > 0 and best.summary
-        assert all(hit.match == "words" for hit in hits)  # BM25 alone: every hit shares a word with the query
+        assert all(hit.match == "words" for hit in hits)  # each shares a word with the query or sits beside a turn that does
         assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
         assert next(hit for hit in hits if hit.role == "assistant").speaker == "assistant"  # no name: the role
         # Time bounds are the conversation's time.
