@@ -228,6 +228,11 @@ def _cell(table: RecallTable | None, category: str, metric: str) -> str:
     return " / ".join(f"{v:.2f}" for v in values)
 
 
+#: What each method's columns are called in the tables (the JSON keeps the short keys): "memory" is the server
+#: started with ``--no-embeddings``, since hybrid search became the default its own column.
+METHOD_NAMES = {"memory": "memory BM25 alone", "bm25": "plain BM25", "hybrid": "memory hybrid (default)"}
+
+
 def _categories(table: RecallTable) -> list[str]:
     """The categories to show: those scored, then "overall" when it pools more than one."""
     scored = [name for name, row in table.categories.items() if row.count]
@@ -262,7 +267,8 @@ def _compare(dataset: str, level: str, tables: dict[str, dict[str, RecallTable]]
                     below.append({"dataset": dataset, "level": level, "category": category, "method": method,
                                   "metric": f"recall_{metric}@10", "value": ours, "bm25": theirs,
                                   "questions": mine_row.count})
-    headers = ["category", "n"] + [f"{m} any@1/5/10" for m in methods] + [f"{m} all@1/5/10" for m in methods]
+    shown = [METHOD_NAMES[m] for m in methods]
+    headers = ["category", "n"] + [f"{m} any@1/5/10" for m in shown] + [f"{m} all@1/5/10" for m in shown]
     return md_table(headers, rows), below
 
 
