@@ -73,7 +73,7 @@ async def open_stdio_pipes(stdin_fd: int = 0, stdout_fd: int = 1) -> tuple[PipeL
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), stdin)
         transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, stdout)
     except (OSError, ValueError, NotImplementedError):  # loops without pipe support (e.g. Windows' selector loop)
-        # the caller then falls back to mcp's own (threaded) stdio transport
+        # None tells the caller to serve with mcp's own (threaded) stdio transport instead
         stdin.close()
         stdout.close()
         return None
