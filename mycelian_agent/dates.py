@@ -3,7 +3,8 @@
 - :func:`to_rfc3339`: the lenient conversation-file parser (RFC 3339 / ISO 8601, LongMemEval, LoCoMo dates).
 - :func:`normalise_time`: the agent's ``conversation_time`` argument, to ``YYYY-MM-DDTHH:MM:SSZ``.
 - :func:`parse_rfc3339`: the memory server's strict parser (a zone is required), to ``YYYY-MM-DDTHH:MM:SS.ffffffZ``.
-- :func:`resolve_relative_dates`: "yesterday" -> "yesterday (2023-05-07)", seen from a message's time.
+- :func:`resolve_relative_dates`: "yesterday" -> "yesterday (2023-05-07)", seen from a message's time;
+  :func:`strip_resolved_dates` takes those dates out again.
 
 A value without a zone is taken as UTC everywhere except in :func:`parse_rfc3339`, which refuses it. Every failure
 is an :class:`~mycelian_agent.errors.InputError` naming the value and an example of the accepted form. A leaf
@@ -20,7 +21,7 @@ from mycelian_agent.errors import InputError
 
 __all__ = [
     "MONTHS", "format_timestamp", "month_number", "normalise_time", "parse_rfc3339", "resolve_relative_dates",
-    "to_rfc3339",
+    "strip_resolved_dates", "to_rfc3339",
 ]
 
 MONTHS = (
@@ -152,6 +153,10 @@ _NUMBER_WORDS = {
 }
 # (first month, last month) of each season, northern hemisphere; winter runs from December into the next year.
 _SEASONS = {"spring": (3, 5), "summer": (6, 8), "fall": (9, 11), "autumn": (9, 11), "winter": (12, 2)}
+# What resolve_relative_dates writes in its parentheses (the labels of _resolve below).
+_RESOLVED_DATE = re.compile(
+    r" \((?:(?:week|weekend) of \d{4}-\d{2}-\d{2}|\d{4}-\d{2}-\d{2}|(?:%s) \d{4}|(?:%s) \d{4}(?:-\d{4})?|\d{4})\)"
+    % ("|".join(month.capitalize() for month in MONTHS), "|".join(_SEASONS)))
 _COUNT = r"(\d{1,3}|a couple of|couple of|a couple|an|a|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)"
 _UNIT = r"(day|week|month|year)s?"
 _RELATIVE_DATE = re.compile(
@@ -267,6 +272,13 @@ def _resolve(match: re.Match[str], today: date) -> str | None:
     else:
         delta = (target - today.weekday()) % 7
     return (today + timedelta(days=delta)).isoformat()
+
+
+def strip_resolved_dates(text: str) -> str:
+    """``text`` without the dates :func:`resolve_relative_dates` puts beside relative ones (" (2023-05-07)",
+    " (week of 2023-05-01)", " (June 2023)", " (summer 2022)", " (2024)", ...): the words as they were written, to
+    compare a resolved text with the original. A parenthesis of the same shape written by the speaker goes too."""
+    return _RESOLVED_DATE.sub("", text)
 
 
 def resolve_relative_dates(text: str, when: str | date | datetime | None) -> str:

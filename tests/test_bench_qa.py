@@ -153,6 +153,10 @@ def test_memory_blocks(locomo_file: Path) -> None:
     texts = {t.dia_id: t.text for t in turns}
     assert evidence_shown(whole, ["D1:1", "D2:2"], texts) and not evidence_shown(clipped, ["D1:1"], texts)
     assert not evidence_shown(None, ["D1:1"], texts)
+    # A recall block puts the dates beside relative ones ("yesterday (2023-05-07)"): still the turn's words.
+    said = {"D9:9": "I went to a support group yesterday and it was so powerful."}
+    assert evidence_shown("[2023-05-08 (Mon) 13:56] Caroline: I went to a support group yesterday (2023-05-07) and "
+                          "it was so powerful.", ["D9:9"], said)
     system, human = reader_prompt(block, "Where?", "2023-05-20T10:00:00Z")
     assert "conversation date of each line" in system
     assert human.startswith("Memory:\n" + block) and "Question date: 2023-05-20 (Sat)" in human

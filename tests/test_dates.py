@@ -8,7 +8,9 @@ import pytest
 
 from mycelian_agent import dates
 from mycelian_agent.conversations import formats
-from mycelian_agent.dates import MONTHS, month_number, normalise_time, parse_rfc3339, to_rfc3339
+from mycelian_agent.dates import (
+    MONTHS, month_number, normalise_time, parse_rfc3339, resolve_relative_dates, strip_resolved_dates, to_rfc3339,
+)
 from mycelian_agent.errors import InputError
 from mycelian_agent.memory_server.storage import validation
 from mycelian_agent.models.extractive.text import conversation_date
@@ -148,3 +150,12 @@ def test_extractive_dates_share_the_month_table() -> None:
         for spelled in (name.title(), name[:3].title(), name[:4].title()):
             text = f"9:00 am on 2 {spelled}, 2023"
             assert conversation_date(text) == to_rfc3339(text)[:10], text
+
+
+def test_resolved_dates_come_out_again_leaving_other_parentheses() -> None:
+    text = ("Yesterday and last week, next month, last summer, next year, this weekend, last winter, "
+            "two days ago; my niece (she is 7) came (by train) in 2019.")
+    resolved = resolve_relative_dates(text, "2023-05-08T13:56:00Z")
+    assert resolved != text and "last winter (winter 2022-2023)" in resolved and "(week of 2023-05-01)" in resolved
+    assert strip_resolved_dates(resolved) == text
+    assert strip_resolved_dates("I was born (1990) in (Lisbon)") == "I was born in (Lisbon)"  # its shape goes too

@@ -92,6 +92,23 @@ async def test_a_bounded_recall_shows_no_neighbouring_turn_from_outside_its_boun
         assert all(turn.time > "2024-03-02T18:05:30Z" for turn in later.turns)  # nor before an after bound
 
 
+async def test_a_recalled_turn_says_which_day_its_relative_dates_were(tmp_path: Path) -> None:
+    """A reader sees a turn out of its day, asked weeks later: "yesterday" in the block carries the date it meant,
+    seen from the turn's own time (a small reader answered the session's date, or the question's). The hit's text
+    stays the words as said."""
+    turns = [("user", "I went to a pottery class yesterday and loved it.", "Dana"),
+             ("assistant", "Nice! Will you go again next week?", None)]
+    async with build_agent(server="in-process", db=tmp_path / "m.db") as invoker:
+        await _tell(invoker, "dana-1", turns, user="dana", day="2023-07-03")
+        recall = await invoker.arecall("When did I go to the pottery class?", user="dana", budget_tokens=400)
+        prompt = recall.as_prompt()
+        assert "Dana (user): I went to a pottery class yesterday (2023-07-02) and loved it." in prompt
+        assert "Will you go again next week (week of 2023-07-10)?" in prompt  # a Monday: the week after the 3rd's
+        assert recall.tokens == estimate_tokens(prompt)
+        hits = await invoker.asearch("pottery class", user="dana")
+        assert "I went to a pottery class yesterday and loved it." in [hit.text for hit in hits]
+
+
 async def test_recall_takes_standing_facts_from_the_context_document_and_marks_gaps(tmp_path: Path) -> None:
     long_talk = TRIP + [("user", f"Unrelated remark number {i} about the weather.", "Dana") for i in range(8)] + [
         ("user", "Pixel chewed my Lisbon guidebook today.", "Dana")]

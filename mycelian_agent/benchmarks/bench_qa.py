@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..conversations.formats import LOCOMO_CATEGORIES, Question
+from ..dates import strip_resolved_dates
 from ..errors import ConfigError, make_folder
 from ..recall.hits import estimate_tokens, when_label
 from .records import append_jsonl, read_jsonl, write_json
@@ -116,11 +117,12 @@ def reader_prompt(block: str | None, question: str, question_date: str | None) -
 
 
 def evidence_shown(block: str | None, evidence: Iterable[str], texts: dict[str, str]) -> bool:
-    """Whether every evidence turn's words (their first 60 characters) appear in ``block``."""
+    """Whether every evidence turn's words (their first 60 characters) appear in ``block``; the dates a recall
+    block puts beside relative ones ("yesterday (2023-05-07)") do not count against it."""
     if not block:
         return False
-    flat = " ".join(block.split())
-    return all(" ".join(texts.get(dia, "\0").split())[:60] in flat for dia in evidence)
+    flat = " ".join(strip_resolved_dates(block).split())
+    return all(" ".join(strip_resolved_dates(texts.get(dia, "\0")).split())[:60] in flat for dia in evidence)
 
 
 # ------------------------------------------------------------------------------------------------ scoring

@@ -99,8 +99,9 @@ class MemoryHit:
 @dataclass(frozen=True)
 class RecalledTurn:
     """One line of a recall block: a search hit (``hit=True``, with its ``rank`` among the hits) or a turn next to
-    one, shown for its context. ``clipped`` says the text was shortened to fit the budget; ``adjacent`` that it
-    directly follows the line before it in the block (no turn of the memory between them)."""
+    one, shown for its context. ``text`` is the turn's words with each relative date followed by the day it meant
+    ("yesterday (2023-07-02)", from the turn's ``time``); ``clipped`` says the text was shortened to fit the budget;
+    ``adjacent`` that it directly follows the line before it in the block (no turn of the memory between them)."""
 
     entry_id: str
     text: str

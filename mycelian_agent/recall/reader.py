@@ -22,7 +22,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from ..dates import normalise_time
+from ..dates import normalise_time, resolve_relative_dates
 from ..errors import InputError, MemoryServerError
 from ..limits import QUERY_MAX_CHARS
 from mycelian_agent.memory_server.retrieval.ranking import WORD_RE
@@ -196,7 +196,8 @@ class MemoryReader:
                       by_meaning: bool = True) -> Recall:
         """What ``user``'s memory holds for ``query``, within ``budget_tokens`` (estimated): the context
         document's items that bear on it and the ``top_k`` best entries with the turns before and after the best
-        three, deduplicated, in time order, each with its date and speaker. ``.as_prompt()`` is the text block.
+        three, deduplicated, in time order, each with its date and speaker, and its relative dates followed by the
+        day they meant ("yesterday (2023-07-02)", from the turn's time). ``.as_prompt()`` is the text block.
 
         When no entry shares a word with the query, a server with embeddings still finds the nearest turns by
         meaning: the recall is then :attr:`Recall.by_meaning_only` and its block says they may be unrelated.
@@ -304,7 +305,9 @@ class _Block:
             if rank is not None and not known[1].hit:  # shown as a neighbour first: it is a hit too
                 self.chosen[source.entry_id] = (source, replace(known[1], hit=True, rank=rank))
             return True
-        text, clipped = _clip(source.text or source.summary, max_chars)
+        # A reader sees the turn out of its day: "yesterday" is resolved against the turn's own time, next to the
+        # words ("yesterday (2023-05-07)"), as a small reader does not work it out from the line's date.
+        text, clipped = _clip(resolve_relative_dates(source.text or source.summary, source.time), max_chars)
         self.chosen[source.entry_id] = (source, RecalledTurn(
             entry_id=source.entry_id, text=text, speaker=source.speaker, role=source.role, time=source.time,
             thread=source.thread, hit=rank is not None, rank=rank, clipped=clipped))
