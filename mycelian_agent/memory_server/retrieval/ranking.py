@@ -199,7 +199,7 @@ def _revises(
     """Whether entry ``later`` states a change of what ``earlier`` (an older entry of the same author) said: its
     own text says something changed, and it matches every query stem ``earlier`` matches."""
     entry, before = entries.get(later), entries.get(earlier)
-    covered, stale = matched.get(later), matched.get(earlier)
+    covered, stale = matched.get(later, frozenset()), matched.get(earlier, frozenset())
     return (earlier < later and entry is not None and before is not None and entry.revises
             and entry.author is not None and before.author == entry.author and bool(covered) and bool(stale)
             and stale <= covered)
