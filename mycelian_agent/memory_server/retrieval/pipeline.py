@@ -289,7 +289,8 @@ def _time_named(
     after: str | None, before: str | None, context: bool, weights: Sequence[float] | None,
 ) -> Hits:
     """``hits`` with the entries inside the times ``query`` names lifted (``query_time.py``), seen from the
-    question's date: ``before`` (exclusive) when given, else today. A single named span is also searched on its
+    question's date: ``before`` (exclusive) when given, else today; an entry is inside a time when it was told
+    then or when its own words name it ("yesterday", seen from its time). A single named span is also searched on its
     own (the same ``terms``), so that its entries compete even when the whole memory's pool missed them."""
     named = query_time.parse_query_time(query, query_time.reference_date(before))
     if not named:
@@ -303,7 +304,11 @@ def _time_named(
                 pooled[seq] = max(score, pooled.get(seq, 0.0))
     rows = store.entry_rows(memory_id, list(pooled))
     moments = {seq: query_time.moment(row["conversation_time"] or row["creation_time"]) for seq, row in rows.items()}
-    return query_time.boost(list(pooled.items()), moments, named)[:depth]
+    # A turn's own relative dates, resolved from its time: "yesterday I ran my first 10k", told on May 10, is
+    # about May 9 (the held-out misses of questions naming a day had this shape, issue 38).
+    referenced = {seq: query_time.referenced_spans(row["raw_entry"], row["conversation_time"] or row["creation_time"])
+                  for seq, row in rows.items()}
+    return query_time.boost(list(pooled.items()), moments, named, referenced)[:depth]
 
 
 def _boost_named(store: MemoryStore, memory_id: str, terms: list[str], hits: Hits) -> Hits:
