@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from mycelian_agent.errors import ConfigError
 from mycelian_agent.memory_server.retrieval import fusion
 from mycelian_agent.memory_server.retrieval.dense.encoders import Encode
+from mycelian_agent.memory_server.retrieval.dense.query_cache import QUERY_CACHE_SIZE, QueryVectorCache
 from mycelian_agent.memory_server.retrieval.dense.writer import Connect, VectorWriter
 from mycelian_agent.memory_server.retrieval.dense_feedback import IndexSpace, ScanSpace
 from mycelian_agent.memory_server.retrieval.fusion import DenseHits
@@ -59,10 +60,14 @@ class DenseVectors:
     With ``write_behind`` (the default), a store that can open connections of its own hands one over with
     :meth:`attach`; from then on vectors are written by a :class:`~.writer.VectorWriter` after each write commits
     (:meth:`entries_written`), and :meth:`similarities` first waits for the memory's queued entries.
+
+    The vectors of the last ``query_cache`` distinct queries are kept (:attr:`query_vectors`,
+    ``query_cache.py``): a query asked again is not encoded again. 0 keeps none.
     """
 
     def __init__(self, encode: Encode, *, model: str = "custom", write_behind: bool = True,
-                 queries: Encode | None = None, hnsw_min: int = HNSW_MIN) -> None:
+                 queries: Encode | None = None, hnsw_min: int = HNSW_MIN,
+                 query_cache: int = QUERY_CACHE_SIZE) -> None:
         import numpy
 
         self._np = numpy
@@ -84,12 +89,17 @@ class DenseVectors:
         self._large: dict[str, _LargeMemory] = {}  # memories searched through the HNSW index
         #: Searches answered by the HNSW index, and by the exact scan (tests, benchmarks).
         self.searches = {"hnsw": 0, "scan": 0}
+        #: The kept query vectors (``query_cache.py``).
+        self.query_vectors = QueryVectorCache(query_cache)
 
     def _vectors(self, texts: Sequence[str]) -> np.ndarray:
         return self._np.asarray(self._encode(list(texts)), dtype=self._np.float32)
 
     def _query_vector(self, query: str) -> np.ndarray:
-        return self._np.asarray(self._encode_queries([query]), dtype=self._np.float32)[0]
+        return self.query_vectors.vector(self.model, query, self._encode_query)
+
+    def _encode_query(self, text: str) -> np.ndarray:
+        return self._np.asarray(self._encode_queries([text]), dtype=self._np.float32)[0]
 
     @staticmethod
     def entry_text(summary: str, raw_entry: str) -> str:
