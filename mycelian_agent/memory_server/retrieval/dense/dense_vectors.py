@@ -79,6 +79,7 @@ class DenseVectors:
         self._writer: VectorWriter | None = None
         self._cache: dict[str, tuple[list[int], Any]] = {}
         self._layouts: dict[str, _Layout] = {}  # memory id -> what searches derive from its cached matrix
+        self._counted: dict[str, tuple[Any, int]] = {}  # memory id -> (database version, vectors) when all had one
         self._cache_lock = threading.Lock()
         self._deferred = threading.local()  # the entries of this thread's open batch()
         self._warned: set[str] = set()
@@ -242,9 +243,18 @@ class DenseVectors:
     def _catch_up(self, conn: Connection, memory_id: str) -> int:
         """Embed the memory's entries without a vector when they are few; return how many vectors it has."""
         db = self._db(conn)
+        version = db.version(conn)  # read before the counts: a write in between shows at the next search
+        if version is not None:
+            with self._cache_lock:
+                known = self._counted.get(memory_id)
+            if known is not None and known[0] == version:
+                return known[1]
         vectors = db.vector_count(conn, self.model, memory_id)
         gap = db.entry_count(conn, memory_id) - vectors
         if gap <= 0:
+            if version is not None:
+                with self._cache_lock:
+                    self._counted[memory_id] = (version, vectors)
             return vectors
         if gap <= CATCHUP_LIMIT:
             rows = db.unembedded(conn, self.model, memory_id, CATCHUP_LIMIT)

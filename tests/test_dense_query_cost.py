@@ -1,6 +1,8 @@
-"""Query vectors kept for repeated questions (``retrieval/dense/query_cache.py``): a repeat returns the same vector
-without encoding, the cache is bounded (least recently used first out), keyed by model and spacing-free text, and
-a search ranks the same from a kept vector as from a fresh one."""
+"""What the dense side costs at query time. Query vectors kept for repeated questions
+(``retrieval/dense/query_cache.py``): a repeat returns the same vector without encoding, the cache is bounded (least
+recently used first out), keyed by model and spacing-free text, and a search ranks the same from a kept vector as
+from a fresh one. A memory's entry and vector counts are read again only when the database changed
+(``SqliteVectors.version``)."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from mycelian_agent.memory_server.retrieval.dense.query_cache import (  # noqa: 
     normalise_query,
 )
 from mycelian_agent.memory_server.storage.sqlite.store import Store  # noqa: E402
+from mycelian_agent.memory_server.storage.sqlite.vectors import SqliteVectors  # noqa: E402
 from dense_stub import CountingEncoder  # noqa: E402
 from dense_stub import memory_of  # noqa: E402
 
@@ -124,3 +127,37 @@ def test_an_index_without_a_cache_encodes_every_search() -> None:
         search(store, m, "automobile", top_ke=1)
         search(store, m, "automobile", top_ke=1)
     assert queries.texts == 2
+
+
+def test_counts_are_read_again_only_after_the_database_changed(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    counted: list[str] = []
+    original = SqliteVectors.vector_count
+
+    def vector_count(self, conn, model, memory_id):
+        counted.append(memory_id)
+        return original(self, conn, model, memory_id)
+
+    monkeypatch.setattr(SqliteVectors, "vector_count", vector_count)
+    index = DenseVectors(CountingEncoder(), model="fake", write_behind=False)
+    path = tmp_path / "m.db"
+    with contextlib.closing(Store.open(path, dense=index)) as store:
+        v, m = memory_of(store)
+        car = store.add_entry(v, m, "I bought a new car", "bought car")["entryId"]
+        first = search(store, m, "automobile", top_ke=3)
+        search(store, m, "puppy", top_ke=3)
+        assert len(counted) == 1  # nothing changed between the two searches
+        store.add_entry(v, m, "My puppy chewed the sofa", "puppy")  # this connection's write
+        assert search(store, m, "hound", top_ke=1)["entries"][0]["summary"] == "puppy"
+        assert len(counted) == 2
+        with contextlib.closing(Store.open(path)) as other:  # another connection's write (no vector: caught up)
+            other.add_entry(v, m, "We flew to Paris", "trip to France")
+        assert search(store, m, "france", top_ke=1)["entries"][0]["summary"] == "trip to France"
+        assert len(counted) >= 3 and index.embedded_at_search == 1
+        search(store, m, "automobile", top_ke=3)  # counts once more: the catch-up wrote a vector
+        settled = len(counted)
+        search(store, m, "automobile", top_ke=3)
+        assert len(counted) == settled
+        store.delete_entry(v, m, car)
+        found = search(store, m, "automobile", top_ke=3)["entries"]
+        assert len(counted) == settled + 1 and car not in {e["entryId"] for e in found}
+    assert first["entries"][0]["entryId"] == car
