@@ -59,10 +59,8 @@ class DenseVectors:
 
     With ``write_behind`` (the default), a store that can open connections of its own hands one over with
     :meth:`attach`; from then on vectors are written by a :class:`~.writer.VectorWriter` after each write commits
-    (:meth:`entries_written`), and :meth:`similarities` first waits for the memory's queued entries.
-
-    The vectors of the last ``query_cache`` distinct queries are kept (:attr:`query_vectors`,
-    ``query_cache.py``): a query asked again is not encoded again. 0 keeps none.
+    (:meth:`entries_written`), and :meth:`similarities` first waits for the memory's queued entries. The vectors of
+    the last ``query_cache`` distinct queries are kept (:attr:`query_vectors`, ``query_cache.py``; 0: none).
     """
 
     def __init__(self, encode: Encode, *, model: str = "custom", write_behind: bool = True,
@@ -97,10 +95,8 @@ class DenseVectors:
         return self._np.asarray(self._encode(list(texts)), dtype=self._np.float32)
 
     def _query_vector(self, query: str) -> np.ndarray:
-        return self.query_vectors.vector(self.model, query, self._encode_query)
-
-    def _encode_query(self, text: str) -> np.ndarray:
-        return self._np.asarray(self._encode_queries([text]), dtype=self._np.float32)[0]
+        return self.query_vectors.vector(self.model, query, lambda text: self._np.asarray(
+            self._encode_queries([text]), dtype=self._np.float32)[0])
 
     @staticmethod
     def entry_text(summary: str, raw_entry: str) -> str:
@@ -244,17 +240,14 @@ class DenseVectors:
         """Embed the memory's entries without a vector when they are few; return how many vectors it has."""
         db = self._db(conn)
         version = db.version(conn)  # read before the counts: a write in between shows at the next search
-        if version is not None:
-            with self._cache_lock:
-                known = self._counted.get(memory_id)
-            if known is not None and known[0] == version:
-                return known[1]
+        known = self._counted.get(memory_id)  # (one read or write of a dict: no lock needed)
+        if version is not None and known is not None and known[0] == version:
+            return known[1]
         vectors = db.vector_count(conn, self.model, memory_id)
         gap = db.entry_count(conn, memory_id) - vectors
         if gap <= 0:
             if version is not None:
-                with self._cache_lock:
-                    self._counted[memory_id] = (version, vectors)
+                self._counted[memory_id] = (version, vectors)
             return vectors
         if gap <= CATCHUP_LIMIT:
             rows = db.unembedded(conn, self.model, memory_id, CATCHUP_LIMIT)
