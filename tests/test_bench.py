@@ -391,5 +391,14 @@ def test_server_benchmark_with_embeddings_holds_the_hybrid_target(tmp_path: Path
     result = run_server(tmp_path, entries=60, adds=3, searches=4, warmup=1, embeddings=True)
     assert result.data["environment"]["search"] == f"bm25 + dense {installed_models()[0]} (convex fusion)"
     assert result.data["targets_ms"] == {"search_memories_p50": HYBRID_TARGETS_MS["search_memories"]}
-    assert [t.name for t in result.targets] == ["search_memories p50"]  # add_entry is measured, not judged
+    assert [t.name for t in result.targets] == [  # add_entry is measured, not judged
+        "search_memories p50", "hybrid / lexical p50 (in process, distinct queries)",
+        "hybrid / lexical p50 (stdio, distinct queries)"]
     assert result.data["add_entry"]["n"] == 3 and result.data["search_memories"]["queries_with_hits"] == 4
+    # What meaning costs: both sides timed per query, in both places, on distinct queries and on repeats.
+    cost = result.data["query_cost"]
+    assert set(cost) == {"in process", "stdio"}
+    for passes in cost.values():
+        assert set(passes) == {"distinct", "repeated"}
+        for row in passes.values():
+            assert row["lexical"]["n"] == row["hybrid"]["n"] == 4 and row["ratio_p50"] > 0

@@ -122,9 +122,27 @@ def test_a_quiet_machine_is_noticed_within_seconds_however_long_the_busy_spell()
     busy.run(choice, 600)  # the retry interval has grown to its longest (256 calls)
     quiet = Machine(one=17 * MS, wide=9 * MS)
     assert quiet.run(choice, 7).count(4) == 0  # a few calls, no time passed: no retry yet
-    now[0] += 11.0
+    now[0] += 11.0  # retry_seconds, but all the cores were ~3.2x slower: not yet
+    assert quiet.run(choice, 7).count(4) == 0
+    now[0] += 30.0  # past retry_seconds x 3.5 (60 ms against one thread's 17-19)
     used = quiet.run(choice, 20)
     assert used.count(4) >= 15  # retried at the next call past retry_min, and kept
+
+
+def test_a_much_slower_count_is_retried_less_often_in_time() -> None:
+    now = [0.0]
+    choice = ThreadChoice(2, retry_min=2, retry_max=100_000, retry_seconds=10.0, clock=lambda: now[0])
+    times = {1: 130 * MS, 2: 1300 * MS}  # two threads on an overloaded machine: ten times slower than one
+    retried_at = []
+    for call in range(6000):  # ~13 minutes of queries
+        threads = choice.pick()
+        if threads == 2 and call > 1:
+            retried_at.append(now[0])
+        choice.record(threads, times[threads], 30)
+        now[0] += times[threads]
+    gaps = [b - a for a, b in zip(retried_at, retried_at[1:])]
+    late = [gap for at, gap in zip(retried_at[1:], gaps) if at > 200]  # once the call spacing is long
+    assert late and min(late) >= 95  # one retry per ~100 s (10 s x 10), not one per 10 s
 
 
 def test_a_batch_runs_on_a_thread_that_ends_with_it() -> None:

@@ -15,7 +15,7 @@ alike (:data:`SAMPLE_KEY_SQL`, :func:`sample_order`), so a database and the exac
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
@@ -121,6 +121,11 @@ class EntryVectors(Protocol):
         """How many entries the memory holds."""
         ...
 
+    def version(self, conn: Any) -> Hashable | None:
+        """A value equal on two calls with ``conn`` only if no row of the database changed in between (by any
+        connection); None when the backend cannot tell cheaply (then a caller must read again what it needs)."""
+        ...
+
     def last_seq(self, conn: Any, memory_id: str) -> int:
         """The memory's largest entry seq (0 when it has none)."""
         ...
@@ -142,6 +147,11 @@ class SqlVectors(ABC, Generic[Conn]):
     @property
     def approximate(self) -> ApproximateIndex | None:
         """None here: the exact scan serves (see :class:`EntryVectors`)."""
+        return None
+
+    def version(self, conn: Conn) -> Hashable | None:
+        """None here: see :meth:`EntryVectors.version`."""
+        del conn
         return None
 
     @abstractmethod

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from mycelian_agent.errors import ConfigError
 from mycelian_agent.memory_server.retrieval import fusion
 from mycelian_agent.memory_server.retrieval.dense.encoders import Encode
+from mycelian_agent.memory_server.retrieval.dense.query_cache import QUERY_CACHE_SIZE, QueryVectorCache
 from mycelian_agent.memory_server.retrieval.dense.writer import Connect, VectorWriter
 from mycelian_agent.memory_server.retrieval.dense_feedback import IndexSpace, ScanSpace
 from mycelian_agent.memory_server.retrieval.fusion import DenseHits
@@ -58,11 +59,13 @@ class DenseVectors:
 
     With ``write_behind`` (the default), a store that can open connections of its own hands one over with
     :meth:`attach`; from then on vectors are written by a :class:`~.writer.VectorWriter` after each write commits
-    (:meth:`entries_written`), and :meth:`similarities` first waits for the memory's queued entries.
+    (:meth:`entries_written`), and :meth:`similarities` first waits for the memory's queued entries. The vectors of
+    the last ``query_cache`` distinct queries are kept (:attr:`query_vectors`, ``query_cache.py``; 0: none).
     """
 
     def __init__(self, encode: Encode, *, model: str = "custom", write_behind: bool = True,
-                 queries: Encode | None = None, hnsw_min: int = HNSW_MIN) -> None:
+                 queries: Encode | None = None, hnsw_min: int = HNSW_MIN,
+                 query_cache: int = QUERY_CACHE_SIZE) -> None:
         import numpy
 
         self._np = numpy
@@ -74,6 +77,7 @@ class DenseVectors:
         self._writer: VectorWriter | None = None
         self._cache: dict[str, tuple[list[int], Any]] = {}
         self._layouts: dict[str, _Layout] = {}  # memory id -> what searches derive from its cached matrix
+        self._counted: dict[str, tuple[Any, int]] = {}  # memory id -> (database version, vectors) when all had one
         self._cache_lock = threading.Lock()
         self._deferred = threading.local()  # the entries of this thread's open batch()
         self._warned: set[str] = set()
@@ -84,12 +88,15 @@ class DenseVectors:
         self._large: dict[str, _LargeMemory] = {}  # memories searched through the HNSW index
         #: Searches answered by the HNSW index, and by the exact scan (tests, benchmarks).
         self.searches = {"hnsw": 0, "scan": 0}
+        #: The kept query vectors (``query_cache.py``).
+        self.query_vectors = QueryVectorCache(query_cache)
 
     def _vectors(self, texts: Sequence[str]) -> np.ndarray:
         return self._np.asarray(self._encode(list(texts)), dtype=self._np.float32)
 
     def _query_vector(self, query: str) -> np.ndarray:
-        return self._np.asarray(self._encode_queries([query]), dtype=self._np.float32)[0]
+        return self.query_vectors.vector(self.model, query, lambda text: self._np.asarray(
+            self._encode_queries([text]), dtype=self._np.float32)[0])
 
     @staticmethod
     def entry_text(summary: str, raw_entry: str) -> str:
@@ -232,9 +239,15 @@ class DenseVectors:
     def _catch_up(self, conn: Connection, memory_id: str) -> int:
         """Embed the memory's entries without a vector when they are few; return how many vectors it has."""
         db = self._db(conn)
+        version = db.version(conn)  # read before the counts: a write in between shows at the next search
+        known = self._counted.get(memory_id)  # (one read or write of a dict: no lock needed)
+        if version is not None and known is not None and known[0] == version:
+            return known[1]
         vectors = db.vector_count(conn, self.model, memory_id)
         gap = db.entry_count(conn, memory_id) - vectors
         if gap <= 0:
+            if version is not None:
+                self._counted[memory_id] = (version, vectors)
             return vectors
         if gap <= CATCHUP_LIMIT:
             rows = db.unembedded(conn, self.model, memory_id, CATCHUP_LIMIT)

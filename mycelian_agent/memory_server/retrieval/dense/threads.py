@@ -33,8 +33,10 @@ class ThreadChoice:
     cost per character is a moving average of its own calls; the cheaper count is used, and the other is tried
     again after ``retry_min`` calls, then after twice as many each time it is still the slower (up to
     ``retry_max``), so a machine that gets busy or quiet is noticed without paying for the slow count often. A
-    retry also comes once ``retry_seconds`` have passed (and at least ``retry_min`` calls): a busy spell early on
-    does not keep a quiet machine's queries on one thread for hundreds of calls. ``clock`` is for tests.
+    retry also comes once ``retry_seconds`` times the other count's slowdown (its cost over the faster one's, at
+    least 1) have passed, and at least ``retry_min`` calls: a busy spell early on does not keep a quiet machine's
+    queries on one thread for hundreds of calls, and a count that was ten times slower is retried ten times less
+    often. ``clock`` is for tests.
     Thread-safe: searches on several threads (HTTP sessions) may share one choice.
     """
 
@@ -74,12 +76,17 @@ class ThreadChoice:
             self._since_retry += 1
             best = self._best()
             now = self._clock()
+            other = 1 if best == self.wide else self.wide
+            # The timed retry waits as many times retry_seconds as the other count was slower: on a 2-core machine
+            # under heavy load two threads took 1.5 s against 0.13 s on one, and a retry every 10 s spent 15% of
+            # the time on it; this way retries cost at most about one call on the faster count per retry_seconds.
+            slower = max(1.0, self._cost[other] / self._cost[best]) if self._cost[best] > 0 else 1.0
             due = self._since_retry >= self._retry_every or (
-                self._since_retry >= self._retry_min and now - self._last_retry >= self._retry_seconds)
+                self._since_retry >= self._retry_min and now - self._last_retry >= self._retry_seconds * slower)
             if not due:
                 return best
             self._since_retry, self._last_retry = 0, now
-            return 1 if best == self.wide else self.wide
+            return other
 
     def record(self, threads: int, seconds: float, chars: int) -> None:
         """Report that ``threads`` threads encoded ``chars`` characters in ``seconds``."""
