@@ -111,7 +111,7 @@ def test_quick_suite_runs_every_benchmark_and_writes_sane_json(data, tmp_path: P
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "summary.json").read_text())
     assert summary["failed"] == {}
-    assert list(summary["benchmarks"]) == ["overhead", "prompts", "recall", "throughput", "server", "ablation"]
+    assert list(summary["benchmarks"]) == ["overhead", "prompts", "recall", "throughput", "server", "ablation", "small"]
     assert summary["machine"]["cpus"] >= 1 and summary["quick"] is True
     assert (out / "report.md").read_text().count("## ") >= 6
     assert not (out / "work").exists()  # the databases are removed unless --keep-work
@@ -137,6 +137,10 @@ def test_quick_suite_runs_every_benchmark_and_writes_sane_json(data, tmp_path: P
         assert sum(sum(parts.values()) for parts in run_["tokens_by_part"].values()) == run_["total_tokens"]
     assert prompts["naive_over_ours"] >= 1.0
     assert prompts["targets"][0]["name"] == "prompt tokens"
+
+    small = json.loads((out / "small.json").read_text())  # --hybrid off: BM25 alone, on the shipped suite
+    assert list(small["runs"]) == ["BM25 alone"] and len(small["runs"]["BM25 alone"]) >= 40
+    assert small["targets"][0]["name"] == "small memories"
 
     recall = json.loads((out / "recall.json").read_text())
     assert recall["params"]["locomo"] == [str(data["locomo"])] and recall["params"]["longmemeval"] == [str(data["lme"])]
