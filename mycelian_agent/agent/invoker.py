@@ -465,19 +465,14 @@ class MycelianAgentInvoker:
         """Synchronous :meth:`aflush`."""
         return run_sync(self.aflush(thread_id), self.agent._loop)
 
-    def search(self, query: str, *, user: str | None = None, top_k: int = 10, after: str | datetime | None = None,
-               before: str | datetime | None = None, by_meaning: bool = True,
-               min_score: float | None = None) -> list[MemoryHit]:
-        """Synchronous :meth:`asearch`."""
-        return run_sync(self.asearch(query, user=user, top_k=top_k, after=after, before=before, by_meaning=by_meaning,
-                                     min_score=min_score), self.agent._loop)
+    def search(self, query: str, **options: Any) -> list[MemoryHit]:
+        """Synchronous :meth:`asearch` (the same keyword arguments: ``user``, ``top_k``, ``after``, ``before``,
+        ``by_meaning``, ``min_score``)."""
+        return run_sync(self.asearch(query, **options), self.agent._loop)
 
-    def recall(self, query: str, *, user: str | None = None, budget_tokens: int = 1500, top_k: int = 10,
-               after: str | datetime | None = None, before: str | datetime | None = None, by_meaning: bool = True,
-               min_score: float | None = None) -> Recall:
-        """Synchronous :meth:`arecall`."""
-        return run_sync(self.arecall(query, user=user, budget_tokens=budget_tokens, top_k=top_k, after=after,
-                                     before=before, by_meaning=by_meaning, min_score=min_score), self.agent._loop)
+    def recall(self, query: str, **options: Any) -> Recall:
+        """Synchronous :meth:`arecall` (the same keyword arguments as it, ``budget_tokens`` included)."""
+        return run_sync(self.arecall(query, **options), self.agent._loop)
 
     def thread_status(self, thread_id: str) -> ThreadStatus:
         """Synchronous :meth:`athread_status`."""
