@@ -245,3 +245,19 @@ def test_a_server_with_another_scale_does_not_break_the_client() -> None:
         assert MemoryHit.from_entry({**base, "score": odd}, memory_id="m", user=None).score == 0.0
     assert MemoryHit.from_entry(base, memory_id="m", user=None).score == 0.0
     assert MemoryHit.from_entry({**base, "score": "0.5"}, memory_id="m", user=None).score == 0.5
+
+
+def test_the_scores_benchmark_tables() -> None:
+    from mycelian_agent.benchmarks.bench_scores import markdown, shown
+
+    hits = [{"own": 1.0, "borrowed": 0.0, "meaning": 0.4, "match": "words", "evidence": False},
+            {"own": 0.0, "borrowed": 0.8, "meaning": 0.2, "match": "words", "evidence": True},
+            {"own": 0.0, "borrowed": 0.0, "meaning": 0.6, "match": "meaning", "evidence": False}]
+    assert shown(hits) == [1.0, 0.8, 0.3]
+    assert shown(hits, borrow=False) == [1.0, 0.1, 0.1] and shown(hits, ceiling=1.0) == [1.0, 0.8, 0.6]
+    searches = [{"question": "q1", "category": "1", "where": "own", "hits": hits},
+                {"question": "q1", "category": "1", "where": "other", "hits": hits[2:]},
+                {"question": "q2", "category": "5", "where": "own", "hits": hits[:1]}]
+    text = markdown({"params": {"hybrid": True}, "seconds": 1.0, "searches": searches})
+    assert "| as shipped (neighbour share, ceiling 0.5) | 0.80 | 0.80 | 0.65 | 1.00 | 1.00 | 0.30 |" in text
+    assert "| 0.3 | 1.00 | 1.00 | 1.00 | 1.00 |" in text and "| 0.8-0.9 | 1 / 1.000 | 0 |" in text
