@@ -171,10 +171,9 @@ class DenseSeen:
         """This object typed as the store it stands for (it answers every read the store does)."""
         return cast(MemoryStore, self)
 
-    def dense_hits(self, memory_id: str, query: str, k: int, after: str | None, before: str | None
-                   ) -> DenseHits | None:
-        """The store's :meth:`~MemoryStore.dense_hits`, kept."""
-        found = self._store.dense_hits(memory_id, query, k, after, before)
+    def dense_hits(self, *args: Any, **kwargs: Any) -> DenseHits | None:
+        """The store's :meth:`~MemoryStore.dense_hits` (whatever its arguments), kept."""
+        found = self._store.dense_hits(*args, **kwargs)
         if found is not None:
             self._seen.append(found)
         return found
