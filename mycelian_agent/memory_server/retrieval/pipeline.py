@@ -113,7 +113,9 @@ def search(
         shown = {found.row["seq"] for found in ranked}
         deeper = rank_entries(seen.view, memory_id, query, terms, SEARCH_DEPTH_MAX, after=after, before=before)
         ranked += [found for found in deeper if found.row["seq"] not in shown]
-    weights = relevance.stem_weights(store, memory_id, terms) if terms else {}
+    weights: dict[str, float] = {}
+    if ranked[:depth]:
+        weights = relevance.stem_weights(store, memory_id, terms)
     scores = _relevances(store, memory_id, terms, ranked[:depth], seen.dense, weights)
     for (row, _, match), score in zip(ranked[offset:depth], scores[offset:depth], strict=True):
         item: dict[str, Any] = {"entryId": row["entry_id"], "summary": row["summary"]}
@@ -127,6 +129,8 @@ def search(
         item["tags"] = json.loads(row["tags"])
         entries.append(item)
     ranked_contexts, latest = store.search_contexts(memory_id, terms, top_kc)
+    if ranked_contexts and not weights:
+        weights = relevance.stem_weights(store, memory_id, terms)
     context_scores = relevance.non_increasing(relevance.text_relevance(weights, row["content"])
                                               for row, _ in ranked_contexts)
     contexts = [{"context": row["content"], "timestamp": row["creation_time"], "score": _score(score)}

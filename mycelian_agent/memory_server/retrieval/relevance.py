@@ -64,7 +64,9 @@ def stem_weights(store: MemoryStore, memory_id: str, terms: Sequence[str]) -> di
     counts = store.term_counts(memory_id, sorted(set(stems)), ())
     weights: dict[str, float] = {}
     for stem in stems:
-        weights[stem] = weights.get(stem, 0.0) + bm25.idf(counts.entries, counts.stems.get(stem, 0))
+        # A memory without entries (its context snapshots searched) has no statistics: every stem weighs alike.
+        weight = bm25.idf(counts.entries, counts.stems.get(stem, 0)) if counts.entries else 1.0
+        weights[stem] = weights.get(stem, 0.0) + weight
     return weights
 
 
