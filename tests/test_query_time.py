@@ -263,3 +263,28 @@ def test_a_named_time_without_entries_changes_nothing(store: MemoryStore) -> Non
     plain = search(store, memory_id, "What did I cook?", top_ke=12)["entries"]
     named = search(store, memory_id, "What did I cook in 2019?", top_ke=12)["entries"]
     assert [e["entryId"] for e in named] == [e["entryId"] for e in plain]
+
+
+def test_a_turn_is_about_the_day_its_own_words_name() -> None:
+    from mycelian_agent.memory_server.retrieval.query_time import referenced_spans
+
+    spans = referenced_spans("Yesterday I ran my first 10k, and next month I try a half.", "2024-05-10T09:00:00Z")
+    assert [(s.start.date().isoformat(), s.end.date().isoformat()) for s in spans] == [
+        ("2024-05-09", "2024-05-10"), ("2024-06-01", "2024-07-01")]
+    assert referenced_spans("Last week was busy.", "2024-05-10T09:00:00Z")[0].start.date().isoformat() == "2024-04-29"
+    assert referenced_spans("No date here.", "2024-05-10T09:00:00Z") == []
+    assert referenced_spans("Yesterday was fun.", None) == []
+
+
+def test_a_turn_told_later_is_lifted_when_its_own_words_name_the_day() -> None:
+    from datetime import date
+
+    from mycelian_agent.memory_server.retrieval.query_time import boost, moment, referenced_spans
+
+    named = parse_query_time("What did I run on May 9, 2024?", date(2024, 6, 1))
+    told = {1: "Two weeks ago I ran my first 10k in the park.", 2: "I ran some errands."}
+    when = {1: "2024-05-23T08:00:00Z", 2: "2024-05-20T08:00:00Z"}  # both told over a week after the day
+    moments = {seq: moment(when[seq]) for seq in told}
+    referenced = {seq: referenced_spans(told[seq], when[seq]) for seq in told}
+    assert boost([(2, 1.0), (1, 0.9)], moments, named, referenced) == [(1, 1.8), (2, 1.0)]
+    assert boost([(2, 1.0), (1, 0.9)], moments, named) == [(2, 1.0), (1, 0.9)]

@@ -120,3 +120,22 @@ def test_only_a_stated_change_by_the_same_person_moves_above_the_first_statement
     memory, ids = _memory(store, turns)
     found = _first(store, memory, query)
     assert found[0]["entryId"] == ids[first], [e["rawEntry"] for e in found]
+
+
+def test_an_assistants_reaction_ranks_just_below_the_statement_it_follows(store: MemoryStore) -> None:
+    memory, ids = _memory(store, [
+        ("Priya", "Outside work I've started taking cello lessons on Thursday evenings."),
+        ("assistant", "Lovely instrument! Is it at a music school?"),
+        ("Priya", "No, a retired teacher gives lessons from her flat in Leith."),
+        ("assistant", "Nice change."),
+    ])
+    # The reaction holds the question's words, the statement none: the statement first, the reaction next.
+    found = _first(store, memory, "What musical instrument am I learning?")
+    assert [e["entryId"] for e in found[:2]] == [ids[0], ids[1]], [e["rawEntry"] for e in found]
+    assert found[0]["score"] >= found[1]["score"]
+    # A person's reply (a named speaker) keeps its own place: there the reply is often the answer.
+    memory, ids = _memory(store, [
+        ("Ana", "Outside work I've started taking cello lessons on Thursday evenings."),
+        ("Ben", "Lovely instrument! Is it at a music school?"),
+    ], thread="people")
+    assert _first(store, memory, "What musical instrument am I learning?")[0]["entryId"] == ids[1]

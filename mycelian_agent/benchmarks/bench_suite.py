@@ -25,7 +25,7 @@ from .bench_common import BenchResult, embeddings_available, machine_info, write
 
 __all__ = ["BENCHMARK_NAMES", "DATA_INPUTS", "DataInput", "QUICK", "benchmark_params", "run_one", "run_suite"]
 
-BENCHMARK_NAMES = ("overhead", "prompts", "recall", "throughput", "server", "ablation")
+BENCHMARK_NAMES = ("overhead", "prompts", "recall", "throughput", "server", "ablation", "small")
 
 #: Sizes of ``--quick`` (the defaults of each run_* function are the full sizes).
 QUICK: dict[str, dict[str, Any]] = {
@@ -36,6 +36,7 @@ QUICK: dict[str, dict[str, Any]] = {
                    "extractive_streams": 4},
     "server": {"entries": 2000, "adds": 200, "searches": 60, "warmup": 10},
     "ablation": {"limit": 1, "limit_questions": 30, "hybrid": "off"},
+    "small": {},
 }
 
 
@@ -73,6 +74,7 @@ _RUNNERS = {
     "throughput": ("bench_throughput", "run_throughput"),
     "server": ("bench_server", "run_server"),
     "ablation": ("bench_ablation", "run_ablation"),
+    "small": ("bench_small", "run_small"),
 }
 
 

@@ -43,7 +43,9 @@ _OPTIONS: list[tuple[str, tuple[str, ...], dict[str, Any]]] = [
     ("recall ablation", ("--limit",), dict(type=click.IntRange(min=0), help="Only the first N LoCoMo samples (all; quick 1).")),
     ("recall ablation", ("--limit-questions",), dict(type=click.IntRange(min=0),
                                             help="Only the first N questions per sample (all; quick 30).")),
-    ("recall ablation", ("--hybrid",), dict(type=click.Choice(["auto", "on", "off"]), help="Also search with dense+BM25 "
+    ("small", ("--suite",), dict(type=FILE, help="Small-memory suite file (default: the one shipped, "
+                                 "benchmarks/data/small_memories.json).")),
+    ("recall ablation small", ("--hybrid",), dict(type=click.Choice(["auto", "on", "off"]), help="Also search with dense+BM25 "
                                    "(an --embeddings server): auto = when the embeddings extra is importable "
                                    "(auto; quick off).")),
     ("recall ablation", ("--workers",), dict(type=COUNT, help="Items ingested concurrently by the runners (3).")),
@@ -76,6 +78,7 @@ _SUMMARIES = {
     "throughput": "Concurrent conversations over one server and checkpointer; extractive ingestion speed.",
     "server": "Memory-server latency over stdio: add_entry, and search_memories over 10,000 entries.",
     "ablation": "LoCoMo recall@10 per category as each part of retrieval is added (entries, index, context, dense).",
+    "small": "First hits on hand-written small memories (paraphrases, updates, echoes, reactions), hybrid vs BM25.",
 }
 _OUTPUTS = ("Writes OUT/<name>.json, OUT/<name>.png (with matplotlib), OUT/summary.json and OUT/report.md; "
             "OUT/work (the databases) is deleted at the end unless --keep-work.")
@@ -122,6 +125,7 @@ def _bench_params(options: dict[str, Any]) -> dict[str, dict[str, Any]]:
                        "latency_s": latency_ms / 1000 if latency_ms is not None else None,
                        "extractive_messages": get("extractive_messages"), "profile": get("profile") or None,
                        "batch_size": get("batch"), "flush_every": get("flush_every")},
+        "small": {"suite": get("suite"), "hybrid": get("hybrid")},
         "server": {"entries": get("entries"), "adds": get("adds"), "searches": get("searches"),
                    "warmup": get("warmup"), "embeddings": get("embeddings") or None,
                    "embeddings_model": get("embeddings_model")},

@@ -23,15 +23,16 @@ from typing import Any, NamedTuple
 
 from mycelian_agent.errors import InputError
 from mycelian_agent.limits import SEARCH_DEPTH_MAX
-from mycelian_agent.memory_server.retrieval import bm25, coverage, dense_feedback as dense_feedback_module
+from mycelian_agent.memory_server.retrieval import bm25, coverage, dense_feedback as dense_feedback_module, exchanges
 from mycelian_agent.memory_server.retrieval import feedback as feedback_module, fusion, query_time, relevance
-from mycelian_agent.memory_server.retrieval.ranking import CONTEXT_DEPTH, current_first, with_context
+from mycelian_agent.memory_server.retrieval.ranking import (CONTEXT_DEPTH, QUESTION_MARKS, current_first,
+                                                            revisions_first, with_context)
 from mycelian_agent.memory_server.storage import term_stats
 from mycelian_agent.memory_server.storage.base import MemoryStore, Row
 from mycelian_agent.memory_server.storage.placeholder import PLACEHOLDER_CONTEXT
 from mycelian_agent.memory_server.storage.rows import DenseHits, Link
 from mycelian_agent.memory_server.storage.validation import LIMITS, check_text, check_uuid, parse_rfc3339
-from mycelian_agent.memory_server.text.analysis import query_stems, query_terms
+from mycelian_agent.memory_server.text.analysis import content_stems, query_stems, query_terms
 
 __all__ = ["MATCH_MEANING", "MATCH_WORDS", "RankedEntry", "rank_entries", "search"]
 
@@ -169,6 +170,7 @@ def rank_entries(
     names: bool = True,
     weights: Sequence[float] | None = None,
     dense_feedback: bool = True,
+    statements: bool = True,
 ) -> list[RankedEntry]:
     """The memory's entries ranked for ``query`` (``terms`` from ``query_terms``), best first, ``limit`` at most:
     lexical hits scored by BM25, re-ranked with their neighbours' scores (``context``), joined by a second search
@@ -176,7 +178,9 @@ def rank_entries(
     (``named_time``, see ``query_time.py``), the turns of a speaker the query names raised (``names``, see
     ``coverage.py``), fused with dense similarities when the store has an index, and the entries nearest to the
     query moved towards the best fused hits placed after the first ones (``dense_feedback``, see
-    ``dense_feedback.py``). ``weights`` replaces the index column weights BM25 weighs each field's terms by
+    ``dense_feedback.py``). Last, a stated change is placed above what it revises (``ranking.revisions_first``)
+    and an assistant's reaction just below the statement it follows (``statements``, see ``exchanges.py``).
+    ``weights`` replaces the index column weights BM25 weighs each field's terms by
     (``ENTRY_WEIGHTS``; the ablation turns fields off with it). Each entry says whether words led to it
     (:data:`MATCH_WORDS`) or only the dense side did (:data:`MATCH_MEANING`)."""
     if limit <= 0 or not terms:
@@ -208,10 +212,48 @@ def rank_entries(
     worded = {seq for seq, _ in hits}
     if store.has_dense:
         hits = dense_feedback_module.fuse(hits, dense, limit) if dense_feedback else fusion.fuse(hits, dense, limit)
+    if store.has_dense and hits:
+        hits = _revisions_first(store, memory_id, terms, hits)
+    if statements and hits:
+        hits = _statements_first(store, memory_id, hits, after, before)
     hits = hits[:limit]
     rows = store.entry_rows(memory_id, [seq for seq, _ in hits])
     return [RankedEntry(rows[seq], score, MATCH_WORDS if seq in worded else MATCH_MEANING)
             for seq, score in hits if seq in rows]
+
+
+def _revisions_first(store: MemoryStore, memory_id: str, terms: list[str], hits: Hits) -> Hits:
+    """``ranking.revisions_first`` on the final ``hits``. An entry's matched stems are the query's stems in its own
+    words (raw text), not in its summary or labels: there every entry of a speaker holds the speaker's name, which
+    a question naming that speaker matches ("What sparked John's interest ..."), so any later entry of John's
+    saying "changed" would count as revising any earlier one."""
+    stems = set(query_stems(terms))
+    seqs = [seq for seq, _ in hits]
+    entries = store.entry_terms(memory_id, seqs)
+    rows = store.entry_rows(memory_id, seqs)
+    matched = {seq: frozenset(stems & content_stems(row["raw_entry"])) for seq, row in rows.items()}
+    return revisions_first(hits, entries, matched)
+
+
+def _statements_first(store: MemoryStore, memory_id: str, hits: Hits, after: str | None, before: str | None) -> Hits:
+    """``exchanges.statements_first`` on ``hits``: each hit's previous turn (inside the bounds) and what
+    ``exchanges.reacts_to`` reads of both, from the entries' rows."""
+    seqs = [seq for seq, _ in hits]
+    links = store.neighbour_links(memory_id, seqs)
+    previous = {seq: before_seq for seq, before_seq, _, _ in links if before_seq is not None}
+    if not previous:
+        return hits
+    allowed = _allowed(store, memory_id, seqs, links, after, before)
+    previous = {seq: statement for seq, statement in previous.items() if statement in allowed}
+    rows = store.entry_rows(memory_id, sorted(set(seqs) | set(previous.values())))
+    turns = {}
+    for seq, row in rows.items():
+        tags = json.loads(row["tags"])
+        role, speaker = tags.get("role"), tags.get("speaker")
+        raw = row["raw_entry"]
+        turns[seq] = exchanges.Turn(speaker or role, role == "assistant" and not speaker,
+                                    any(mark in raw for mark in QUESTION_MARKS), len(content_stems(raw)))
+    return exchanges.statements_first(hits, previous, turns)
 
 
 def _lexical_ranking(
@@ -272,7 +314,8 @@ def _time_named(
     after: str | None, before: str | None, context: bool, weights: Sequence[float] | None,
 ) -> Hits:
     """``hits`` with the entries inside the times ``query`` names lifted (``query_time.py``), seen from the
-    question's date: ``before`` (exclusive) when given, else today. A single named span is also searched on its
+    question's date: ``before`` (exclusive) when given, else today; an entry is inside a time when it was told
+    then or when its own words name it ("yesterday", seen from its time). A single named span is also searched on its
     own (the same ``terms``), so that its entries compete even when the whole memory's pool missed them."""
     named = query_time.parse_query_time(query, query_time.reference_date(before))
     if not named:
@@ -286,7 +329,11 @@ def _time_named(
                 pooled[seq] = max(score, pooled.get(seq, 0.0))
     rows = store.entry_rows(memory_id, list(pooled))
     moments = {seq: query_time.moment(row["conversation_time"] or row["creation_time"]) for seq, row in rows.items()}
-    return query_time.boost(list(pooled.items()), moments, named)[:depth]
+    # A turn's own relative dates, resolved from its time: "yesterday I ran my first 10k", told on May 10, is
+    # about May 9 (the held-out misses of questions naming a day had this shape, issue 38).
+    referenced = {seq: query_time.referenced_spans(row["raw_entry"], row["conversation_time"] or row["creation_time"])
+                  for seq, row in rows.items()}
+    return query_time.boost(list(pooled.items()), moments, named, referenced)[:depth]
 
 
 def _boost_named(store: MemoryStore, memory_id: str, terms: list[str], hits: Hits) -> Hits:

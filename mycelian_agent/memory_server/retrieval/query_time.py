@@ -32,11 +32,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
-from mycelian_agent.dates import MONTHS, format_timestamp, month_number
+from mycelian_agent.dates import MONTHS, format_timestamp, month_number, resolve_relative_dates
 
 __all__ = [
     "SPAN_SEARCH", "TIME_BOOST", "QueryTime", "TimeSpan", "boost", "moment", "parse_query_time", "reference_date",
-    "span_bounds",
+    "referenced_spans", "span_bounds",
 ]
 
 #: Score factor of a hit inside a named time span: score * (1 + TIME_BOOST). On LoCoMo dev (41 questions naming a
@@ -80,10 +80,12 @@ class QueryTime:
         """Whether ``moment`` lies in one of the spans."""
         return any(moment in span for span in self.spans)
 
-    def factor(self, moment: datetime) -> float:
-        """The score factor of an entry at ``moment``: 1 + :data:`TIME_BOOST` inside a span, 1 +
-        :data:`TOLD_AFTER_BOOST` within :data:`TOLD_AFTER_DAYS` after one, else 1."""
-        if self.contains(moment):
+    def factor(self, moment: datetime, referenced: Sequence[TimeSpan] = ()) -> float:
+        """The score factor of an entry at ``moment``: 1 + :data:`TIME_BOOST` inside a span, or when a time its own
+        words name (``referenced``, :func:`referenced_spans`) overlaps one; 1 + :data:`TOLD_AFTER_BOOST` within
+        :data:`TOLD_AFTER_DAYS` after one; else 1."""
+        if self.contains(moment) or any(ref.start < span.end and span.start < ref.end
+                                         for ref in referenced for span in self.spans):
             return 1.0 + TIME_BOOST
         told = timedelta(days=TOLD_AFTER_DAYS)
         if any(span.end <= moment < span.end + told for span in self.spans):
@@ -407,12 +409,42 @@ def parse_query_time(query: str, reference: date | datetime | None = None) -> Qu
     return QueryTime(tuple(spans), rest)
 
 
-def boost(hits: Sequence[tuple[int, float]], moments: dict[int, datetime], named: QueryTime) -> list[tuple[int, float]]:
+def boost(hits: Sequence[tuple[int, float]], moments: dict[int, datetime], named: QueryTime,
+          referenced: dict[int, list[TimeSpan]] | None = None) -> list[tuple[int, float]]:
     """``hits`` (``(seq, score)``) with each score multiplied by :meth:`QueryTime.factor` of the entry's moment
-    (``moments``: seq -> conversation time, else creation time; a seq without one keeps its score), best first
-    (ties: newer)."""
-    lifted = [(seq, score * named.factor(moments[seq]) if seq in moments else score) for seq, score in hits]
+    (``moments``: seq -> conversation time, else creation time; a seq without one keeps its score) and of the
+    times its words name (``referenced``: seq -> :func:`referenced_spans`), best first (ties: newer)."""
+    referenced = referenced or {}
+    lifted = [(seq, score * named.factor(moments[seq], referenced.get(seq, ())) if seq in moments else score)
+              for seq, score in hits]
     return sorted(lifted, key=lambda pair: (-pair[1], -pair[0]))
+
+
+# The labels dates.resolve_relative_dates writes: "(2023-05-07)", "(week of 2023-05-01)", "(weekend of ...)",
+# "(June 2023)".
+_REFERENCED = re.compile(r"\((?:(?P<kind>week|weekend) of )?(?P<day>\d{4}-\d{2}-\d{2})\)|\((?P<month>"
+                         + "|".join(m.capitalize() for m in MONTHS) + r") (?P<year>\d{4})\)")
+
+
+def referenced_spans(text: str, when: str | None) -> list[TimeSpan]:
+    """The days, weeks and months ``text`` names relative to its own time ``when`` ("yesterday", "last Friday",
+    "next month", as ``dates.resolve_relative_dates`` resolves them): a turn told on May 10 that says "yesterday I
+    ran my first 10k" is about May 9, the day a question ("What did I do on May 9?") names."""
+    if not when or not text:
+        return []
+    spans = []
+    for match in _REFERENCED.finditer(resolve_relative_dates(text, when)):
+        try:
+            if match["day"]:
+                start = date.fromisoformat(match["day"])
+                days = {"week": 7, "weekend": 2}.get(match["kind"] or "", 1)
+                stop = start + timedelta(days=days)
+            else:
+                start, stop = _month(int(match["year"]), MONTHS.index(match["month"].lower()) + 1)
+        except (ValueError, OverflowError):
+            continue
+        spans.append(TimeSpan(_moment(start), _moment(stop), match[0]))
+    return spans
 
 
 _EARLIEST = datetime.min.replace(tzinfo=UTC)

@@ -51,6 +51,7 @@ __all__ = [
     "index_words",
     "query_terms",
     "revises",
+    "revisions_first",
     "with_context",
 ]
 
@@ -164,15 +165,41 @@ def current_first(
     """
     scores = dict(hits)
     for later in sorted(scores):
-        entry = entries.get(later)
-        covered = matched.get(later)
-        if entry is None or not entry.revises or entry.author is None or not covered:
-            continue
         for earlier in scores:
-            if earlier >= later or scores[earlier] < scores[later]:
-                continue
-            before = entries.get(earlier)
-            stale = matched.get(earlier)
-            if before is not None and before.author == entry.author and stale and stale <= covered:
+            if scores[earlier] >= scores[later] and _revises(later, earlier, entries, matched):
                 scores[later] = REVISION_LIFT * scores[earlier]
     return sorted(scores.items(), key=lambda pair: (-pair[1], -pair[0]))
+
+
+def revisions_first(
+    hits: Sequence[tuple[int, float]],
+    entries: Mapping[int, Revisable],
+    matched: Mapping[int, frozenset[str]],
+) -> list[tuple[int, float]]:
+    """:func:`current_first` as an order, for a ranking whose scores are no longer BM25's: each stated change is
+    moved just above the first (best-ranked) earlier entry it revises, the rest keeping their places. The hybrid
+    search applies it after the fusion, where the dense side can reorder a revision and what it revises by less
+    than :data:`REVISION_LIFT` ("The landlord raised the rent to 480 euros" below "The rent is 450 euros a month").
+    A moved revision takes the score of the entry it passed."""
+    scores = dict(hits)
+    order = [seq for seq, _ in hits]
+    for later in sorted(scores):
+        place = order.index(later)
+        stale = next((earlier for earlier in order[:place] if _revises(later, earlier, entries, matched)), None)
+        if stale is not None:
+            order.remove(later)
+            order.insert(order.index(stale), later)
+            scores[later] = max(scores[later], scores[stale])
+    return [(seq, scores[seq]) for seq in order]
+
+
+def _revises(
+    later: int, earlier: int, entries: Mapping[int, Revisable], matched: Mapping[int, frozenset[str]]
+) -> bool:
+    """Whether entry ``later`` states a change of what ``earlier`` (an older entry of the same author) said: its
+    own text says something changed, and it matches every query stem ``earlier`` matches."""
+    entry, before = entries.get(later), entries.get(earlier)
+    covered, stale = matched.get(later, frozenset()), matched.get(earlier, frozenset())
+    return (earlier < later and entry is not None and before is not None and entry.revises
+            and entry.author is not None and before.author == entry.author and bool(covered) and bool(stale)
+            and stale <= covered)

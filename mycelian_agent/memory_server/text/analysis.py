@@ -26,6 +26,7 @@ __all__ = [
     "STOPWORDS",
     "WORD_RE",
     "EntryTerms",
+    "content_stems",
     "entry_dated",
     "entry_fields",
     "entry_labels",
@@ -56,8 +57,8 @@ CONTEXT_GAP_DAYS = 1 / 24
 #: the evaluation data's vocabulary; matched as whole words of the entry's own text (not its summary), in the
 #: forms that report a change: "changes" and "change" also name things ("positive changes"), "changed" rarely does.
 REVISION_WORDS = frozenset(
-    "update updated changed moved cancelled canceled rescheduled postponed instead switched anymore delayed "
-    "replaced".split()  # noqa: SIM905
+    "update updated changed moved cancelled canceled rescheduled postpone postponed instead switched anymore delayed "
+    "replaced raised lowered correction".split()  # noqa: SIM905
 )
 #: Tags naming the conversation an entry belongs to, not what it says: the same words on every entry of a thread
 #: ("quickstart-lisbon-trip"), they are not scored as labels. In the quickstart's 16-entry memory they put "lisbon"
@@ -134,6 +135,13 @@ def tokens(text: str) -> list[str]:
     if not lowered.isascii():
         lowered = "".join(_fold_char(c) for c in lowered)
     return [stem(word) for word in WORD_RE.findall(lowered)]
+
+
+def content_stems(text: str) -> set[str]:
+    """The distinct stems of ``text``'s words that are not :data:`STOPWORDS`: how much a turn says of its own
+    ("Understood." none, "Lovely instrument! Is it at a music school?" four)."""
+    words = WORD_RE.findall(unicodedata.normalize("NFKC", text).casefold())
+    return {stem for word in dict.fromkeys(words) if word not in STOPWORDS for stem in tokens(word)}
 
 
 def query_stems(terms: Iterable[str]) -> list[str]:
