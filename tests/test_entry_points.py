@@ -150,6 +150,7 @@ def _cases(p: Paths) -> list[Case]:
         Case(_cli("bench", "ablation", "--quick", "--locomo", str(p.unreadable), "--out", out()), (str(p.unreadable),)),
         Case(_cli("bench", "scores", "--locomo", str(p.unreadable), "--out", out()), (str(p.unreadable),)),
         Case(_cli("bench", "scores", "--locomo", locomo, "--out", "/dev/full"), ("/dev/full",)),
+        Case(_cli("bench", "small", "--quick", "--out", "/dev/full"), ("/dev/full",)),
         Case(_cli("bench", "throughput", "--quick", "--out", "/dev/full"), ("/dev/full",)),
         Case(_cli("bench", "server", "--quick", "--out", str(p.under_file)), (str(p.under_file),)),
         Case(_cli("bench", "server", "--quick", "--embeddings", "--out", out()), (INSTALL_EMBEDDINGS,)),
