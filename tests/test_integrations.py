@@ -94,7 +94,7 @@ async def test_retriever_refuses_bad_input(invoker) -> None:
         await retriever.ainvoke("   ", ALICE)
     with pytest.raises(InputError, match="cannot name a memory"):
         await retriever.ainvoke("dog", {"configurable": {"user_id": "alice@example.com"}})
-    with pytest.raises(InputError, match="k must be an integer from 1 to 25"):
+    with pytest.raises(InputError, match="k must be an integer from 1 to 100"):
         MycelianRetriever(memory=invoker, k=0)
     with pytest.raises(MycelianError, match="invoker build_agent"):
         MycelianRetriever(memory=object())

@@ -132,8 +132,8 @@ async def test_read_side_errors_name_the_problem(tmp_path: Path) -> None:
                 await invoker.asearch(query)  # type: ignore[arg-type]
         with pytest.raises(InputError, match="at most 2000"):
             await invoker.arecall("x" * 2001)
-        with pytest.raises(InputError, match="top_k must be an integer from 1 to 25"):
-            await invoker.asearch("Lisbon", top_k=0)
+        with pytest.raises(InputError, match="top_k must be an integer from 1 to 100"):
+            await invoker.asearch("Lisbon", top_k=101)
         with pytest.raises(InputError, match="budget_tokens must be an integer from 40"):
             await invoker.arecall("Lisbon", budget_tokens=10)
         with pytest.raises(InputError, match="too small to hold one entry"):

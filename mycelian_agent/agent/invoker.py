@@ -414,21 +414,23 @@ class MycelianAgentInvoker:
 
     async def asearch(self, query: str, *, user: str | None = None, top_k: int = 10,
                       after: str | datetime | None = None, before: str | datetime | None = None,
-                      by_meaning: bool = True) -> list[MemoryHit]:
-        """The ``top_k`` (1-25) entries of ``user``'s memory (None: the invoker's own) best matching ``query``, best
-        first, as typed hits (text, speaker, time, score, match ...). ``after`` / ``before`` bound the conversation
-        time; ``by_meaning=False`` leaves out hits found by meaning alone. See :meth:`MemoryReader.asearch`."""
+                      by_meaning: bool = True, min_score: float | None = None) -> list[MemoryHit]:
+        """The ``top_k`` (1-100) entries of ``user``'s memory (None: the invoker's own) best matching ``query``,
+        best first, as typed hits (text, speaker, time, score, match ...). ``after`` / ``before`` bound the
+        conversation time; ``by_meaning=False`` leaves out hits found by meaning alone; ``min_score`` (0-1) those
+        whose relevance score (:attr:`MemoryHit.score`) is below it. See :meth:`MemoryReader.asearch`."""
         return await self._reader().asearch(query, user=user, top_k=top_k, after=after, before=before,
-                                            by_meaning=by_meaning)
+                                            by_meaning=by_meaning, min_score=min_score)
 
     async def arecall(self, query: str, *, user: str | None = None, budget_tokens: int = 1500, top_k: int = 10,
                       after: str | datetime | None = None, before: str | datetime | None = None,
-                      by_meaning: bool = True) -> Recall:
+                      by_meaning: bool = True, min_score: float | None = None) -> Recall:
         """What ``user``'s memory holds for ``query``, for a prompt: the context document's relevant items and the
         best entries with their neighbouring turns, deduplicated, in time order, dated, within ``budget_tokens``;
-        ``recall.as_prompt()`` is the text block; ``by_meaning`` as in :meth:`asearch`. See :meth:`MemoryReader.arecall`."""
+        ``recall.as_prompt()`` is the text block; ``top_k``, ``by_meaning`` and ``min_score`` as in
+        :meth:`asearch`. See :meth:`MemoryReader.arecall`."""
         return await self._reader().arecall(query, user=user, budget_tokens=budget_tokens, top_k=top_k,
-                                            after=after, before=before, by_meaning=by_meaning)
+                                            after=after, before=before, by_meaning=by_meaning, min_score=min_score)
 
     async def athread_status(self, thread_id: str) -> ThreadStatus:
         """Position and usage totals of ``thread_id`` (from its checkpoint)."""
@@ -463,16 +465,14 @@ class MycelianAgentInvoker:
         """Synchronous :meth:`aflush`."""
         return run_sync(self.aflush(thread_id), self.agent._loop)
 
-    def search(self, query: str, *, user: str | None = None, top_k: int = 10, after: str | datetime | None = None,
-               before: str | datetime | None = None) -> list[MemoryHit]:
-        """Synchronous :meth:`asearch`."""
-        return run_sync(self.asearch(query, user=user, top_k=top_k, after=after, before=before), self.agent._loop)
+    def search(self, query: str, **options: Any) -> list[MemoryHit]:
+        """Synchronous :meth:`asearch` (the same keyword arguments: ``user``, ``top_k``, ``after``, ``before``,
+        ``by_meaning``, ``min_score``)."""
+        return run_sync(self.asearch(query, **options), self.agent._loop)
 
-    def recall(self, query: str, *, user: str | None = None, budget_tokens: int = 1500, top_k: int = 10,
-               after: str | datetime | None = None, before: str | datetime | None = None) -> Recall:
-        """Synchronous :meth:`arecall`."""
-        return run_sync(self.arecall(query, user=user, budget_tokens=budget_tokens, top_k=top_k, after=after,
-                                     before=before), self.agent._loop)
+    def recall(self, query: str, **options: Any) -> Recall:
+        """Synchronous :meth:`arecall` (the same keyword arguments as it, ``budget_tokens`` included)."""
+        return run_sync(self.arecall(query, **options), self.agent._loop)
 
     def thread_status(self, thread_id: str) -> ThreadStatus:
         """Synchronous :meth:`athread_status`."""

@@ -104,6 +104,9 @@ def read_options(func: Any) -> Any:
         click.option("--json", "as_json", is_flag=True, help="Print the result as JSON."),
         click.option("--words-only", is_flag=True,
                      help="Leave out entries found by meaning alone (no word shared with QUERY)."),
+        click.option("--min-score", default=None, type=click.FloatRange(0.0, 1.0),
+                     help="Leave out entries whose relevance score (0-1) is below this; above 0.5 an entry holds "
+                          "words of QUERY."),
     ]
     for option in reversed(options):
         func = option(func)

@@ -54,17 +54,20 @@ def show(db: str | None, server: str, token: str | None, vault: str, timeout: fl
 
 @click.command()
 @read_options
-@click.option("--top-k", default=5, show_default=True, type=click.IntRange(1, 25), help="Entries to return.")
+@click.option("--top-k", default=5, show_default=True, type=click.IntRange(1, 100), help="Entries to return.")
 def search(query: str, db: str | None, server: str, token: str | None, vault: str, timeout: float,
            reconnect_wait: float, memory: str, after: str | None, before: str | None, as_json: bool,
-           words_only: bool, top_k: int) -> None:
-    """Search a memory: its entries ranked for QUERY. The match column says whether QUERY's words found an entry
-    or only its meaning did (with embeddings, the nearest entries come back even when none shares a word)."""
+           words_only: bool, min_score: float | None, top_k: int) -> None:
+    """Search a memory: its entries ranked for QUERY. The score column is each entry's relevance, 0 to 1 (the
+    share of QUERY's informative words it holds; at most 0.5 for one found by meaning alone); the match column
+    says whether QUERY's words found an entry or only its meaning did (with embeddings, the nearest entries come
+    back even when none shares a word)."""
 
     async def run() -> list[Any]:
         reader = await memory_reader(db, server, token, vault, memory, timeout, reconnect_wait)
         try:
-            return await reader.asearch(query, top_k=top_k, after=after, before=before, by_meaning=not words_only)
+            return await reader.asearch(query, top_k=top_k, after=after, before=before, by_meaning=not words_only,
+                                        min_score=min_score)
         finally:
             await reader.connection.aclose()
 
@@ -73,7 +76,8 @@ def search(query: str, db: str | None, server: str, token: str | None, vault: st
         click.echo(json.dumps([hit.as_dict() for hit in hits], indent=2, ensure_ascii=False))
         return
     if not hits:
-        console.print(f"no entry of memory {memory!r} matches {query!r}")
+        above = f" with a score of at least {min_score:g}" if min_score is not None else ""
+        console.print(f"no entry of memory {memory!r} matches {query!r}{above}")
         return
     if all(hit.by_meaning for hit in hits):
         console.print(f"no entry of memory {memory!r} shares a word with {query!r}; the nearest by meaning "
@@ -82,7 +86,7 @@ def search(query: str, db: str | None, server: str, token: str | None, vault: st
     for column in ("score", "match", "time", "speaker", "message"):
         table.add_column(column, overflow="fold")
     for hit in hits:
-        table.add_row(f"{hit.score:.3g}", hit.match or "", (hit.time or "")[:16], hit.speaker or "", hit.text)
+        table.add_row(f"{hit.score:.2f}", hit.match or "", (hit.time or "")[:16], hit.speaker or "", hit.text)
     console.print(table)
 
 
@@ -90,10 +94,10 @@ def search(query: str, db: str | None, server: str, token: str | None, vault: st
 @read_options
 @click.option("--budget-tokens", default=1500, show_default=True, type=click.IntRange(min=40),
               help="Size of the block (estimated tokens).")
-@click.option("--top-k", default=10, show_default=True, type=click.IntRange(1, 25), help="Entries searched.")
+@click.option("--top-k", default=10, show_default=True, type=click.IntRange(1, 100), help="Entries searched.")
 def recall(query: str, db: str | None, server: str, token: str | None, vault: str, timeout: float,
            reconnect_wait: float, memory: str, after: str | None, before: str | None, as_json: bool,
-           words_only: bool, budget_tokens: int, top_k: int) -> None:
+           words_only: bool, min_score: float | None, budget_tokens: int, top_k: int) -> None:
     """Print the block a chat pipeline would put into its prompt for QUERY: the context document's relevant items
     and the best entries with their neighbouring turns, dated, in time order (``invoker.arecall``)."""
 
@@ -101,7 +105,7 @@ def recall(query: str, db: str | None, server: str, token: str | None, vault: st
         reader = await memory_reader(db, server, token, vault, memory, timeout, reconnect_wait)
         try:
             return await reader.arecall(query, budget_tokens=budget_tokens, top_k=top_k, after=after, before=before,
-                                        by_meaning=not words_only)
+                                        by_meaning=not words_only, min_score=min_score)
         finally:
             await reader.connection.aclose()
 

@@ -26,7 +26,8 @@ The mapping:
   created since (one ``list_entries`` call, usually empty), then ``get_entry`` confirms the entry still exists
   (another process may have deleted it). So a get costs two calls; a put three (plus a delete per replaced entry).
 - ``search(prefix, query=...)`` runs ``search_memories`` on every memory whose namespace starts with ``prefix`` and
-  merges the hits by score (BM25 scores, comparable enough across memories of one server); without a query it lists
+  merges the hits by score (the server's 0-1 relevance, the same scale in every memory and search); without a query
+  it lists
   the newest items first. Results include the entries the agent wrote in those memories (conversation turns):
   their key is the entry id and their value ``{"text", "summary", "tags", "conversation_time"?}``; such an entry
   can be read (``get``) and deleted by that key too.
@@ -42,7 +43,8 @@ Where it bends (what LangGraph's own stores do differently):
   runs with embeddings); ``ttl`` is not supported (``supports_ttl = False``); ``refresh_ttl`` is ignored;
 - ``list_namespaces`` lists the vault's memories, also those the store did not create (the invoker's default memory
   and each user's memory, as one-label namespaces) and memories whose items were all deleted (the memory stays);
-- search scores are the server's relevance (higher is better), not cosine similarities in [0, 1].
+- search scores are the server's relevance (0 to 1, see ``MemoryHit.score``: the share of the query's informative
+  words an item holds, or at most 0.5 for one found by meaning alone), not cosine similarities.
 
 Batches run their operations in order, on the invoker's event loop (the MCP session is bound to it): ``abatch`` on
 that loop, ``batch`` from any other thread. How an item is encoded as an entry, and the filter and namespace

@@ -20,7 +20,7 @@ from .._sync import run_sync
 from ..errors import InputError
 from ..limits import QUERY_MAX_CHARS
 from ..recall import check_user
-from ..recall.reader import MIN_BUDGET_TOKENS
+from ..recall.reader import MIN_BUDGET_TOKENS, check_min_score
 from ._common import config_user, memory_parts
 
 __all__ = ["SearchMemoryInput", "make_search_memory_tool", "DEFAULT_DESCRIPTION"]
@@ -40,9 +40,11 @@ class SearchMemoryInput(BaseModel):
 
 
 def make_search_memory_tool(memory: Any, *, user: str | None = None, budget_tokens: int = 1500,
-                            name: str = "search_memory", description: str = DEFAULT_DESCRIPTION) -> StructuredTool:
+                            name: str = "search_memory", description: str = DEFAULT_DESCRIPTION,
+                            min_score: float | None = None) -> StructuredTool:
     """A ``search_memory(query)`` tool over ``memory`` (the invoker ``build_agent`` yields, or a ``MemoryReader``)
-    answering with the recall block of at most ``budget_tokens`` (estimated).
+    answering with the recall block of at most ``budget_tokens`` (estimated), built from the hits whose relevance
+    score is at least ``min_score`` (0-1, None: every hit; see ``MemoryHit.score``).
 
     The user is the calling graph's ``config["configurable"]["user_id"]`` (the tool receives the config LangGraph
     passes to it), else ``user``, else the invoker's own memory. An empty query is reported to the model as the
@@ -54,11 +56,13 @@ def make_search_memory_tool(memory: Any, *, user: str | None = None, budget_toke
         check_user(user)
     if isinstance(budget_tokens, bool) or not isinstance(budget_tokens, int) or budget_tokens < MIN_BUDGET_TOKENS:
         raise InputError(f"budget_tokens must be an integer of at least {MIN_BUDGET_TOKENS}, got {budget_tokens!r}")
+    min_score = check_min_score(min_score)
 
     async def search_memory(query: str, config: RunnableConfig) -> str:
         if not isinstance(query, str) or not query.strip():
             raise ToolException("query is empty: call search_memory with what to look for")
-        recall = await reader.arecall(query, user=config_user(config, user), budget_tokens=budget_tokens)
+        recall = await reader.arecall(query, user=config_user(config, user), budget_tokens=budget_tokens,
+                                      min_score=min_score)
         return recall.as_prompt()
 
     def search_memory_sync(query: str, config: RunnableConfig) -> str:

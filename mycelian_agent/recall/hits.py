@@ -46,6 +46,18 @@ def speaker_label(speaker: str | None, role: str | None) -> str:
     return speaker or role or "unknown speaker"
 
 
+def _number(value: Any) -> float:
+    """A server's score as a float: 0.0 for one that is missing, not a number or not finite (a server we do not
+    know may send anything; a hit is not dropped for its score)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        return 0.0
+    try:
+        number = float(value)
+    except ValueError:
+        return 0.0
+    return number if math.isfinite(number) else 0.0
+
+
 @dataclass(frozen=True)
 class MemoryHit:
     """One entry a search found.
@@ -53,7 +65,11 @@ class MemoryHit:
     ``text`` is the verbatim message (one part of a long message, see ``tags["part"]``), ``summary`` the
     retrieval summary written at ingestion, ``speaker`` the speaker's name when the message named one (else the
     role), ``time`` the conversation time (else the time the entry was stored), ``thread`` the chat thread that
-    wrote it, ``score`` the server's relevance (higher is better; comparable within one search only), ``created``
+    wrote it, ``score`` the server's relevance: from our server a number from 0 to 1, absolute (comparable across
+    searches, so one threshold means the same everywhere: ``min_score``), never higher than a better-ranked hit's;
+    above 0.5 the entry holds words of the query (a hit found by meaning alone scores at most 0.5); 1.0 it holds
+    every informative word of the query. Another Mycelian server may send another scale (``min_score`` compares
+    against what it sends); a missing or non-numeric score reads 0. ``created``
     when the server stored it (the memory's order), ``user`` whose memory it is (None: the invoker's default).
     ``match`` says how the search found it: ``"words"`` (the word search: the entry, or a turn beside it, shares
     words with the query or with its best hits), ``"meaning"`` (semantic similarity alone, so it may be unrelated),
@@ -88,7 +104,7 @@ class MemoryHit:
         return cls(entry_id=str(entry["entryId"]), text=str(entry.get("rawEntry") or ""),
                    summary=str(entry.get("summary") or ""), speaker=tags.get("speaker") or role, role=role,
                    time=entry.get("conversationTime") or entry.get("creationTime"), thread=tags.get("thread"),
-                   score=float(entry.get("score", score)), memory_id=memory_id, user=user,
+                   score=_number(entry.get("score", score)), memory_id=memory_id, user=user,
                    created=entry.get("creationTime"), tags=tags, match=entry.get("match"))
 
     def as_dict(self) -> dict[str, Any]:

@@ -24,17 +24,20 @@ from typing import Any
 
 from ..dates import normalise_time, resolve_relative_dates
 from ..errors import InputError, MemoryServerError
-from ..limits import QUERY_MAX_CHARS
+from ..limits import QUERY_MAX_CHARS, SEARCH_DEPTH_MAX
 from mycelian_agent.memory_server.retrieval.ranking import WORD_RE
 from .hits import MemoryHit, Recall, RecalledTurn, estimate_tokens, render_recall
 from .notes import select_notes
 from .retry import read_call
 from .users import Connection, UserDirectory
 
-__all__ = ["MemoryReader", "SEARCH_TOP_K_MAX", "MIN_BUDGET_TOKENS"]
+__all__ = ["MemoryReader", "SEARCH_TOP_K_MAX", "MIN_BUDGET_TOKENS", "TOP_K_MAX", "check_min_score", "check_top_k"]
 
-#: The most hits one search returns (``search_memories``' ``top_ke`` limit).
+#: The most hits one ``search_memories`` call returns (its ``top_ke`` limit, upstream's too).
 SEARCH_TOP_K_MAX = 25
+#: The most hits ``asearch`` / ``arecall`` return: pages of :data:`SEARCH_TOP_K_MAX` (``offset``) on a server that
+#: pages; a server that does not (upstream Mycelian) gives its first page only.
+TOP_K_MAX = 100
 #: The smallest budget a recall accepts: a heading and one short line.
 MIN_BUDGET_TOKENS = 40
 #: Best hits whose neighbouring turns a recall shows.
@@ -60,6 +63,22 @@ def _check_count(name: str, value: object, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise InputError(f"{name} must be an integer from {low} to {high}, got {value!r}")
     return value
+
+
+def check_top_k(value: object, name: str = "top_k") -> int:
+    """``value`` as the number of hits to return: an integer from 1 to :data:`TOP_K_MAX`, else :class:`InputError`
+    naming ``name``."""
+    return _check_count(name, value, 1, TOP_K_MAX)
+
+
+def check_min_score(value: object, name: str = "min_score") -> float | None:
+    """``value`` as the least score a hit must have (None: no threshold): a number from 0 to 1, else
+    :class:`InputError` naming ``name`` (a bool, NaN or a string are refused, not read as numbers)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+        raise InputError(f"{name} must be a number from 0 to 1 (a hit's relevance score), got {value!r}")
+    return float(value)
 
 
 def _check_flag(name: str, value: object) -> bool:
@@ -120,58 +139,85 @@ class MemoryReader:
         return self._declared
 
     async def _search(self, memory_id: str, user: str | None, query: str, top_k: int, after: str | None,
-                      before: str | None) -> tuple[list[MemoryHit], str | None]:
+                      before: str | None, min_score: float | None = None) -> tuple[list[MemoryHit], str | None]:
+        """The ``top_k`` best hits (at least ``min_score``) and the newest context document. Past
+        :data:`SEARCH_TOP_K_MAX`, pages of the ranking are read with ``offset`` where the server declares it; the
+        pages join into one ranking (the server returns each entry once), and paging stops at a short page or
+        one whose last score is below ``min_score`` (scores do not rise down the ranking)."""
         declared = self._search_params()
         bounded = (after or before) and not {"after", "before"} <= declared
-        args: dict[str, Any] = {"memory_id": memory_id, "query": query,
-                                "top_ke": SEARCH_TOP_K_MAX if bounded else top_k, "top_kc": 1,
-                                "include_raw_entries": True}
+        pages = "offset" in declared and not bounded
+        base: dict[str, Any] = {"memory_id": memory_id, "query": query, "top_kc": 1, "include_raw_entries": True}
         if "vault_id" in declared:
-            args["vault_id"] = self.vault_id
+            base["vault_id"] = self.vault_id
         if not bounded:
-            args |= {key: value for key, value in (("after", after), ("before", before)) if value}
-        found = await read_call(self.connection, "search_memories", args)
-        hits = [MemoryHit.from_entry(entry, memory_id=memory_id, user=user) for entry in found.get("entries") or []]
+            base |= {key: value for key, value in (("after", after), ("before", before)) if value}
+        hits: list[MemoryHit] = []
+        seen: set[str] = set()
+        document: str | None = None
+        offset = 0
+        while True:
+            size = SEARCH_TOP_K_MAX if bounded else min(top_k - len(hits), SEARCH_TOP_K_MAX)
+            args = base | {"top_ke": size} | ({"offset": offset} if offset else {})
+            found = await read_call(self.connection, "search_memories", args)
+            if offset == 0:
+                document = found.get("latestContext")
+            page = [MemoryHit.from_entry(entry, memory_id=memory_id, user=user) for entry in found.get("entries") or []]
+            hits += [hit for hit in page if hit.entry_id not in seen]
+            seen.update(hit.entry_id for hit in page)
+            offset += size
+            # An entry near a page's cut may move between pages (vectors written in between, the dense side's
+            # candidates growing with the page): one seen twice is kept once, and paging goes on to top_k.
+            if (not pages or len(page) < size or len(hits) >= top_k or offset + SEARCH_TOP_K_MAX > SEARCH_DEPTH_MAX
+                    or (min_score is not None and page[-1].score < min_score)):
+                break
         if bounded:  # a server without time bounds: keep the hits inside them (the best 25 searched)
             hits = [hit for hit in hits if _within(hit, after, before)]
-        return hits[:top_k], found.get("latestContext")
+        if min_score is not None:
+            hits = [hit for hit in hits if hit.score >= min_score]
+        return hits[:top_k], document
 
-    async def _user_search(self, user: str | None, query: str, top_k: int, after: str | None, before: str | None
-                           ) -> tuple[str, str | None, list[MemoryHit], str | None]:
+    async def _user_search(self, user: str | None, query: str, top_k: int, after: str | None, before: str | None,
+                           min_score: float | None = None) -> tuple[str, str | None, list[MemoryHit], str | None]:
         """``(memory id, user, hits, context document)``. A user's memory deleted since it was cached (by another
         process: its id is gone) is looked up again: created anew (empty) when users are created on first use,
         else an unknown user; never another memory."""
         memory_id, user = await self.memory_of(user)
         try:
-            hits, document = await self._search(memory_id, user, query, top_k, after, before)
+            hits, document = await self._search(memory_id, user, query, top_k, after, before, min_score)
         except MemoryServerError as exc:
             if user is None or user == self.default_user or "not found" not in str(exc):
                 raise
             self.users.forget(user)
             memory_id, user = await self.memory_of(user)
-            hits, document = await self._search(memory_id, user, query, top_k, after, before)
+            hits, document = await self._search(memory_id, user, query, top_k, after, before, min_score)
         return memory_id, user, hits, document
 
     async def asearch(self, query: str, *, user: str | None = None, top_k: int = 10,
                       after: str | datetime | None = None, before: str | datetime | None = None,
-                      by_meaning: bool = True) -> list[MemoryHit]:
-        """The ``top_k`` (1-25) entries of ``user``'s memory best matching ``query``, best first.
+                      by_meaning: bool = True, min_score: float | None = None) -> list[MemoryHit]:
+        """The ``top_k`` (1-100) entries of ``user``'s memory best matching ``query``, best first.
 
         ``after`` / ``before`` (RFC 3339 or datetime) keep entries whose conversation time lies between them. Each
         hit's ``match`` says how it was found: a server with embeddings (the default) also returns the entries
         nearest by meaning, so a query no entry shares a word with gives hits that are all ``"meaning"``
         (:attr:`MemoryHit.by_meaning`) and may be unrelated; ``by_meaning=False`` leaves those out (then fewer than
-        ``top_k`` may come back, and an empty list means no entry shares a word with the query). An empty or
-        over-long query, a bad ``top_k`` or bound, or an unknown user (when creation is off) raise
-        :class:`InputError`.
+        ``top_k`` may come back, and an empty list means no entry shares a word with the query).
+
+        Each hit's ``score`` is its relevance (:attr:`MemoryHit.score`: 0 to 1 from our server, the same scale in
+        every search, non-increasing down the list); ``min_score`` keeps only hits scoring at least that (compared
+        with what the server sends: another server's scale may differ). More than 25 hits are read as pages of
+        the ranking on a server that pages (ours); another gives at most its 25. An empty or over-long query, a
+        bad ``top_k``, ``min_score`` or bound, or an unknown user (when creation is off) raise :class:`InputError`.
         """
         query = _check_query(query)
-        _check_count("top_k", top_k, 1, SEARCH_TOP_K_MAX)
+        check_top_k(top_k)
+        min_score = check_min_score(min_score)
         _check_flag("by_meaning", by_meaning)
         after, before = _bound("after", after), _bound("before", before)
         if after and before and after >= before:
             raise InputError(f"after ({after}) must be earlier than before ({before})")
-        _, _, hits, _ = await self._user_search(user, query, top_k, after, before)
+        _, _, hits, _ = await self._user_search(user, query, top_k, after, before, min_score)
         return hits if by_meaning else [hit for hit in hits if not hit.by_meaning]
 
     async def _neighbours(self, memory_id: str, user: str | None, hit: MemoryHit, after: str | None = None,
@@ -193,7 +239,7 @@ class MemoryReader:
 
     async def arecall(self, query: str, *, user: str | None = None, budget_tokens: int = 1500, top_k: int = 10,
                       after: str | datetime | None = None, before: str | datetime | None = None,
-                      by_meaning: bool = True) -> Recall:
+                      by_meaning: bool = True, min_score: float | None = None) -> Recall:
         """What ``user``'s memory holds for ``query``, within ``budget_tokens`` (estimated): the context
         document's items that bear on it and the ``top_k`` best entries with the turns before and after the best
         three, deduplicated, in time order, each with its date and speaker, and its relative dates followed by the
@@ -201,17 +247,20 @@ class MemoryReader:
 
         When no entry shares a word with the query, a server with embeddings still finds the nearest turns by
         meaning: the recall is then :attr:`Recall.by_meaning_only` and its block says they may be unrelated.
-        ``by_meaning=False`` leaves out every hit found by meaning alone (see :meth:`asearch`).
+        ``by_meaning=False`` leaves out every hit found by meaning alone; ``min_score`` every hit scoring below it
+        and ``top_k`` is 1-100 (see :meth:`asearch`).
 
-        Raises :class:`InputError` for an empty query, a budget too small to hold one entry, or an unknown user
-        (creation off); a memory with nothing relevant gives an empty recall whose block says so.
+        Raises :class:`InputError` for an empty query, a budget too small to hold one entry, a bad ``top_k`` or
+        ``min_score``, or an unknown user (creation off); a memory with nothing relevant gives an empty recall whose
+        block says so.
         """
         query = _check_query(query)
         _check_count("budget_tokens", budget_tokens, MIN_BUDGET_TOKENS, 1_000_000)
-        _check_count("top_k", top_k, 1, SEARCH_TOP_K_MAX)
+        check_top_k(top_k)
+        min_score = check_min_score(min_score)
         _check_flag("by_meaning", by_meaning)
         after, before = _bound("after", after), _bound("before", before)
-        memory_id, user, hits, document = await self._user_search(user, query, top_k, after, before)
+        memory_id, user, hits, document = await self._user_search(user, query, top_k, after, before, min_score)
         if not by_meaning:
             hits = [hit for hit in hits if not hit.by_meaning]
         if document is None:  # a server whose search leaves out the newest context

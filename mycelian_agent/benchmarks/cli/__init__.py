@@ -9,6 +9,7 @@
     mycelian-agent bench scaleout --out OUT                      SQLite vs PostgreSQL; replay with 1/2/4 workers
     mycelian-agent bench dense-pg --out OUT                      PostgreSQL dense search: exact scan vs HNSW
     mycelian-agent bench embeddings ingest|parity ...            ingestion with vectors; recall per backend
+    mycelian-agent bench scores --locomo FILE --out OUT          the 0-1 search scores of evidence vs other hits
 
 The commands live in :mod:`.suite`, :mod:`.runners` and :mod:`.stores`; the scripts in ``runners/`` call them.
 Only click is imported here: each command imports its benchmark when it runs, so ``--help`` and option errors come
@@ -22,11 +23,13 @@ import click
 from ..bench_suite import BENCHMARK_NAMES
 from .options import CONTEXT
 from .runners import locomo_command, longmemeval_command, qa_command
+from .scores import scores_command
 from .stores import dense_pg_command, embeddings_group, scale_command, scaleout_command
 from .suite import BENCHMARK_COMMANDS, suite_command
 
 __all__ = ["BENCHMARK_COMMANDS", "bench", "dense_pg_command", "embeddings_group", "locomo_command",
-           "longmemeval_command", "qa_command", "scale_command", "scaleout_command", "suite_command"]
+           "longmemeval_command", "qa_command", "scale_command", "scaleout_command", "scores_command",
+           "suite_command"]
 
 
 class _BenchGroup(click.Group):
@@ -63,5 +66,5 @@ def bench() -> None:
 
 
 for _command in (*BENCHMARK_COMMANDS.values(), suite_command, longmemeval_command, locomo_command, qa_command,
-                 scale_command, scaleout_command, dense_pg_command, embeddings_group):
+                 scale_command, scaleout_command, dense_pg_command, embeddings_group, scores_command):
     bench.add_command(_command)

@@ -4,7 +4,8 @@ Named for what it holds: each step is its own module (``bm25.py`` scores, ``rank
 neighbouring turns, ``feedback.py`` searches again with the best hits' words, ``query_time.py`` lifts a time the
 question names, ``coverage.py`` raises a named speaker's turns, ``fusion.py`` mixes in the dense side,
 ``dense_feedback.py`` places entries like the best hits); this module only chains them, and shapes the
-``search_memories`` result. It takes any
+``search_memories`` result, whose ``score`` is the 0-1 relevance of ``relevance.py`` (computed after the ranking,
+which it does not change). It takes any
 :class:`~mycelian_agent.memory_server.storage.base.MemoryStore` and asks it only through the store's search reads
 (``storage.base.SEARCH_READS``: candidates, term statistics, entry rows and terms, neighbour links, time bounds,
 contexts, dense hits), so the way down is server -> retrieval -> storage and a new backend needs no code here.
@@ -23,13 +24,13 @@ from typing import Any, NamedTuple
 from mycelian_agent.errors import InputError
 from mycelian_agent.limits import SEARCH_DEPTH_MAX
 from mycelian_agent.memory_server.retrieval import bm25, coverage, dense_feedback as dense_feedback_module, exchanges
-from mycelian_agent.memory_server.retrieval import feedback as feedback_module, fusion, query_time
+from mycelian_agent.memory_server.retrieval import feedback as feedback_module, fusion, query_time, relevance
 from mycelian_agent.memory_server.retrieval.ranking import (CONTEXT_DEPTH, QUESTION_MARKS, current_first,
                                                             revisions_first, with_context)
 from mycelian_agent.memory_server.storage import term_stats
 from mycelian_agent.memory_server.storage.base import MemoryStore, Row
 from mycelian_agent.memory_server.storage.placeholder import PLACEHOLDER_CONTEXT
-from mycelian_agent.memory_server.storage.rows import Link
+from mycelian_agent.memory_server.storage.rows import DenseHits, Link
 from mycelian_agent.memory_server.storage.validation import LIMITS, check_text, check_uuid, parse_rfc3339
 from mycelian_agent.memory_server.text.analysis import content_stems, query_stems, query_terms
 
@@ -56,7 +57,7 @@ class RankedEntry(NamedTuple):
 
 
 def _score(value: float) -> float:
-    # Six significant digits: lexical scores on small memories are tiny, so fixed decimals would erase the order.
+    # Six significant digits: what a person reads, without float noise (the relevance is already 0-1).
     return float(f"{value:.6g}")
 
 
@@ -83,6 +84,11 @@ def search(
     query feedback see more candidates). With a dense index the dense side's nearest entries join as candidates
     in proportion to the page (``fusion.DENSE_CANDIDATES`` per result), so an entry near a page's cut can move
     between a short page and a longer one.
+
+    Each entry's ``score`` is its relevance (``relevance.py``): 0 to 1, absolute (one threshold means the same in
+    every search), never above a better-ranked entry's; a hit found by meaning alone scores at most
+    ``relevance.MEANING_CEILING``. Each context's ``score`` is the share of the question's word weight it holds,
+    non-increasing down the list.
     """
     memory_id = check_uuid("memory_id", memory_id)
     if vault_id is not None:
@@ -100,14 +106,19 @@ def search(
     terms = query_terms(query)
     entries = []
     depth = offset + top_ke if top_ke else 0
-    ranked = rank_entries(store, memory_id, query, terms, min(depth, CONTEXT_DEPTH), after=after, before=before)
+    seen = relevance.DenseSeen(store)  # keeps the dense side the ranking used, for the relevance below
+    ranked = rank_entries(seen.view, memory_id, query, terms, min(depth, CONTEXT_DEPTH), after=after, before=before)
     if depth > CONTEXT_DEPTH:
         # A pool as deep as this page would reorder the first places (and one as deep as the next page would
         # reorder this one), so deep pages continue the 50-deep ranking from one fixed, deepest pool.
         shown = {found.row["seq"] for found in ranked}
-        deeper = rank_entries(store, memory_id, query, terms, SEARCH_DEPTH_MAX, after=after, before=before)
+        deeper = rank_entries(seen.view, memory_id, query, terms, SEARCH_DEPTH_MAX, after=after, before=before)
         ranked += [found for found in deeper if found.row["seq"] not in shown]
-    for row, score, match in ranked[offset:depth]:
+    weights: dict[str, float] = {}
+    if ranked[:depth]:
+        weights = relevance.stem_weights(store, memory_id, terms)
+    scores = _relevances(store, memory_id, terms, ranked[:depth], seen.dense, weights)
+    for (row, _, match), score in zip(ranked[offset:depth], scores[offset:depth], strict=True):
         item: dict[str, Any] = {"entryId": row["entry_id"], "summary": row["summary"]}
         if include_raw_entries:
             item["rawEntry"] = row["raw_entry"]
@@ -119,8 +130,12 @@ def search(
         item["tags"] = json.loads(row["tags"])
         entries.append(item)
     ranked_contexts, latest = store.search_contexts(memory_id, terms, top_kc)
+    if ranked_contexts and not weights:
+        weights = relevance.stem_weights(store, memory_id, terms)
+    context_scores = relevance.non_increasing(relevance.text_relevance(weights, row["content"])
+                                              for row, _ in ranked_contexts)
     contexts = [{"context": row["content"], "timestamp": row["creation_time"], "score": _score(score)}
-                for row, score in ranked_contexts]
+                for (row, _), score in zip(ranked_contexts, context_scores, strict=True)]
     return {
         "entries": entries,
         "count": len(entries),
@@ -128,6 +143,16 @@ def search(
         "latestContextTimestamp": None if latest is None else latest["creation_time"],
         "contexts": contexts,
     }
+
+
+def _relevances(
+    store: MemoryStore, memory_id: str, terms: list[str], ranked: Sequence[RankedEntry], dense: DenseHits | None,
+    weights: dict[str, float],
+) -> list[float]:
+    """The wire ``score`` of each of ``ranked`` (the ranking from its first place): the 0-1 relevance of
+    ``relevance.py``, non-increasing down the ranking. Computed after the ranking, which it does not change."""
+    seqs = [found.row["seq"] for found in ranked]
+    return relevance.non_increasing(relevance.entry_relevance(store, memory_id, terms, seqs, dense, weights))
 
 
 def rank_entries(

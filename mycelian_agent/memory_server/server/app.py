@@ -329,8 +329,11 @@ async def search_memories(
 ) -> str:
     """Search a memory's entries and context snapshots. Returns {"entries": [{entryId, summary, rawEntry?, score,
     match, creationTime, conversationTime?, tags}], "count", "latestContext", "latestContextTimestamp", "contexts":
-    [{context, timestamp, score}]}, sorted by score (higher is better); with offset, the places past the 50th
-    continue one deeper ranking, each entry once. match is "words" when the query's words led to the entry (in it
+    [{context, timestamp, score}]}, best first. score is a relevance from 0 to 1, on the same scale in every
+    search (threshold it): the share of the query's informative word weight the entry holds (or that the turn
+    before it, asking, holds: 0.8 of it), at most 0.5 for an entry found by meaning alone; it never rises down the
+    list. With offset, the places past the 50th continue one deeper ranking, each entry once, scores continuing
+    from the page before. match is "words" when the query's words led to the entry (in it
     or in the turns beside it) and "meaning" when only semantic similarity did (servers with embeddings): entries
     that are all "meaning" mean no entry shares a word with the query, and they may be unrelated."""
     result = await _app(ctx).store.call(
