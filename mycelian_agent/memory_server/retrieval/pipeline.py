@@ -152,7 +152,36 @@ def _relevances(
     """The wire ``score`` of each of ``ranked`` (the ranking from its first place): the 0-1 relevance of
     ``relevance.py``, non-increasing down the ranking. Computed after the ranking, which it does not change."""
     seqs = [found.row["seq"] for found in ranked]
-    return relevance.non_increasing(relevance.entry_relevance(store, memory_id, terms, seqs, dense, weights))
+    values = relevance.entry_relevance(store, memory_id, terms, seqs, dense, weights)
+    return relevance.non_increasing(_exchange_relevances(store, memory_id, ranked, values))
+
+
+def _exchange_relevances(
+    store: MemoryStore, memory_id: str, ranked: Sequence[RankedEntry], values: list[float]
+) -> list[float]:
+    """``values`` with each statement placed just above its reaction (``exchanges.statements_first``) as relevant
+    as that reaction: the exchange was found through the reaction's words or meaning ("Lovely instrument!" for
+    "What musical instrument am I learning?"), and the statement's own low score would otherwise cap the reaction
+    below it (scores never rise down the list)."""
+    if len(ranked) < 2:
+        return values
+    previous = {seq: before for seq, before, _, _ in store.neighbour_links(
+        memory_id, [found.row["seq"] for found in ranked[1:]])}
+    values = list(values)
+    for i in range(len(ranked) - 1):
+        statement, reply = ranked[i].row, ranked[i + 1].row
+        if previous.get(reply["seq"]) == statement["seq"] and exchanges.reacts_to(_turn(reply), _turn(statement)):
+            values[i] = max(values[i], values[i + 1])
+    return values
+
+
+def _turn(row: Row) -> exchanges.Turn:
+    """What ``exchanges.reacts_to`` reads of an entry's row."""
+    tags = json.loads(row["tags"])
+    role, speaker = tags.get("role"), tags.get("speaker")
+    raw = row["raw_entry"]
+    return exchanges.Turn(speaker or role, role == "assistant" and not speaker,
+                          any(mark in raw for mark in QUESTION_MARKS), len(content_stems(raw)))
 
 
 def rank_entries(
@@ -246,14 +275,7 @@ def _statements_first(store: MemoryStore, memory_id: str, hits: Hits, after: str
     allowed = _allowed(store, memory_id, seqs, links, after, before)
     previous = {seq: statement for seq, statement in previous.items() if statement in allowed}
     rows = store.entry_rows(memory_id, sorted(set(seqs) | set(previous.values())))
-    turns = {}
-    for seq, row in rows.items():
-        tags = json.loads(row["tags"])
-        role, speaker = tags.get("role"), tags.get("speaker")
-        raw = row["raw_entry"]
-        turns[seq] = exchanges.Turn(speaker or role, role == "assistant" and not speaker,
-                                    any(mark in raw for mark in QUESTION_MARKS), len(content_stems(raw)))
-    return exchanges.statements_first(hits, previous, turns)
+    return exchanges.statements_first(hits, previous, {seq: _turn(row) for seq, row in rows.items()})
 
 
 def _lexical_ranking(
