@@ -43,15 +43,16 @@ def require_dense_index(name: str | None = encoders.AUTO, *, batch_threads: int 
     """The dense index on packaged model ``name`` (see :func:`encoders.load_encoder`; ``auto``: the first
     installed), writing vectors ``writes`` (one of :data:`WRITE_MODES`), searching memories of ``hnsw_min`` vectors
     or more through pgvector's HNSW index where there is one; :class:`ConfigError` naming the install command if
-    the model's package is missing."""
+    the model's package is missing. The model loads when the index first encodes."""
     key = encoders.resolve_model(check_encoder_options(name, batch_threads, writes))
     try:
-        encoder = encoders.load_encoder(key, batch_threads=batch_threads)
+        # Loaded at its first encode: a store that only stores and reads words never maps the model.
+        encoder = encoders.lazy_encoder(key, batch_threads=batch_threads)
     except ImportError as exc:
         raise ConfigError(f"dense embeddings ({key}) need a package that is not installed ({exc}): "
                           f"{encoders.INSTALL_HINTS[key]}") from exc
     return DenseVectors(encoder.passages, model=encoder.model, write_behind=writes == "behind",
-                        queries=encoder.queries, hnsw_min=hnsw_min)
+                        queries=encoder.queries, hnsw_min=hnsw_min, behind=encoder.behind)
 
 
 def dense_by_default() -> bool:
