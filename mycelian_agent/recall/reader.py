@@ -26,7 +26,7 @@ from ..dates import normalise_time, resolve_relative_dates
 from ..errors import InputError, MemoryServerError
 from ..limits import QUERY_MAX_CHARS
 from mycelian_agent.memory_server.retrieval.ranking import WORD_RE
-from .hits import MemoryHit, Recall, RecalledTurn, estimate_tokens, render_recall
+from .hits import MemoryHit, MemoryHits, Recall, RecalledTurn, estimate_tokens, render_recall
 from .notes import select_notes
 from .retry import read_call
 from .users import Connection, UserDirectory
@@ -120,7 +120,7 @@ class MemoryReader:
         return self._declared
 
     async def _search(self, memory_id: str, user: str | None, query: str, top_k: int, after: str | None,
-                      before: str | None) -> tuple[list[MemoryHit], str | None]:
+                      before: str | None) -> tuple[MemoryHits, str | None]:
         declared = self._search_params()
         bounded = (after or before) and not {"after", "before"} <= declared
         args: dict[str, Any] = {"memory_id": memory_id, "query": query,
@@ -134,10 +134,12 @@ class MemoryReader:
         hits = [MemoryHit.from_entry(entry, memory_id=memory_id, user=user) for entry in found.get("entries") or []]
         if bounded:  # a server without time bounds: keep the hits inside them (the best 25 searched)
             hits = [hit for hit in hits if _within(hit, after, before)]
-        return hits[:top_k], found.get("latestContext")
+        pending = found.get("pendingVectors")
+        return (MemoryHits(hits[:top_k], pending_vectors=pending if isinstance(pending, int) else 0),
+                found.get("latestContext"))
 
     async def _user_search(self, user: str | None, query: str, top_k: int, after: str | None, before: str | None
-                           ) -> tuple[str, str | None, list[MemoryHit], str | None]:
+                           ) -> tuple[str, str | None, MemoryHits, str | None]:
         """``(memory id, user, hits, context document)``. A user's memory deleted since it was cached (by another
         process: its id is gone) is looked up again: created anew (empty) when users are created on first use,
         else an unknown user; never another memory."""
@@ -154,8 +156,9 @@ class MemoryReader:
 
     async def asearch(self, query: str, *, user: str | None = None, top_k: int = 10,
                       after: str | datetime | None = None, before: str | datetime | None = None,
-                      by_meaning: bool = True) -> list[MemoryHit]:
-        """The ``top_k`` (1-25) entries of ``user``'s memory best matching ``query``, best first.
+                      by_meaning: bool = True) -> MemoryHits:
+        """The ``top_k`` (1-25) entries of ``user``'s memory best matching ``query``, best first (a list whose
+        ``pending_vectors`` says how many of the memory's entries were ranked without a vector yet).
 
         ``after`` / ``before`` (RFC 3339 or datetime) keep entries whose conversation time lies between them. Each
         hit's ``match`` says how it was found: a server with embeddings (the default) also returns the entries
@@ -172,7 +175,9 @@ class MemoryReader:
         if after and before and after >= before:
             raise InputError(f"after ({after}) must be earlier than before ({before})")
         _, _, hits, _ = await self._user_search(user, query, top_k, after, before)
-        return hits if by_meaning else [hit for hit in hits if not hit.by_meaning]
+        if by_meaning:
+            return hits
+        return MemoryHits((hit for hit in hits if not hit.by_meaning), pending_vectors=hits.pending_vectors)
 
     async def _neighbours(self, memory_id: str, user: str | None, hit: MemoryHit, after: str | None = None,
                           before: str | None = None) -> tuple[MemoryHit | None, MemoryHit | None]:
@@ -212,15 +217,16 @@ class MemoryReader:
         _check_flag("by_meaning", by_meaning)
         after, before = _bound("after", after), _bound("before", before)
         memory_id, user, hits, document = await self._user_search(user, query, top_k, after, before)
+        pending = hits.pending_vectors
         if not by_meaning:
-            hits = [hit for hit in hits if not hit.by_meaning]
+            hits = MemoryHits(hit for hit in hits if not hit.by_meaning)
         if document is None:  # a server whose search leaves out the newest context
             document = await read_call(self.connection, "get_context",
                                        {"vault_id": self.vault_id, "memory_id": memory_id}, parse=False)
         neighbours = await asyncio.gather(*(self._neighbours(memory_id, user, hit, after, before)
                                             for hit in hits[:NEIGHBOUR_HITS]))
         notes = select_notes(document or "", query, after=after, before=before)
-        return _fill(query, user, memory_id, budget_tokens, hits, neighbours, notes)
+        return replace(_fill(query, user, memory_id, budget_tokens, hits, neighbours, notes), pending_vectors=pending)
 
     # -- sync twins -----------------------------------------------------------------------------------------
 
