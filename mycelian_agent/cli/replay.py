@@ -163,7 +163,7 @@ def _vectors_left(db: str | None, server: str, embeddings: bool | None, wait: bo
         store.close()
     if not pending:
         return 0, f"{written}every entry has its vector"
-    shown = "DB" if is_postgres_url(target) or len(target) > 60 else target
+    shown = "DB" if is_postgres_url(target) else target  # a URL may carry a password
     return pending, (f"{written}{pending:,} entries await vectors: they are written by the next hybrid server that "
                      f"opens this database, or now by `mycelian-agent embeddings backfill {shown}`")
 
