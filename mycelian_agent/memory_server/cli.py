@@ -51,8 +51,9 @@ def encoder_options(*, writes: bool = False) -> Callable[[Callable[..., Any]], C
             click.option("--embeddings-writes", envvar="MYCELIAN_EMBEDDINGS_WRITES", show_envvar=True,
                          default=WRITE_MODES[0], show_default=True,
                          type=click.Choice(WRITE_MODES, case_sensitive=False),
-                         help="behind: a background thread embeds entries in batches after they commit (searches "
-                         "wait for their memory's); inline: inside each entry's write."),
+                         help="behind: a background thread embeds entries in batches after they commit (nothing "
+                         "waits for it; a search says how many entries it ranked without a vector); inline: inside "
+                         "each entry's write."),
             click.option("--embeddings-hnsw-min", envvar="MYCELIAN_EMBEDDINGS_HNSW_MIN", show_envvar=True,
                          default=HNSW_MIN, show_default=True, type=click.IntRange(min=0), metavar="N",
                          help="PostgreSQL with pgvector: memories of N vectors or more are searched through the "

@@ -2,8 +2,10 @@
 
 Every statement it runs goes through the :class:`~mycelian_agent.memory_server.storage.vectors.EntryVectors` of the
 store it is attached to (``storage/sqlite/vectors.py``, ``storage/postgres/vectors.py``); this module holds the
-policy: vectors of the entries' summaries, written with the entry or behind it (``writer.py``), a memory's matrix
-cached for the exact scan, the small catch-up of entries a search finds without a vector (:data:`CATCHUP_LIMIT`), and
+policy: vectors of the entries' summaries, written with the entry or behind it (``writer.py``; nothing but an
+explicit :meth:`DenseVectors.settle` waits for those), a memory's matrix cached for the exact scan, the small catch-up
+of entries a search finds without a vector (:data:`CATCHUP_LIMIT`; a larger gap is counted in the search's
+``pending``), and
 on PostgreSQL with pgvector the HNSW path for memories of :data:`HNSW_MIN` vectors or more, with the sample that
 gives the typical cosine (``fusion.py``).
 """
