@@ -30,6 +30,8 @@ index writes vectors inline again.
 from __future__ import annotations
 
 import logging
+import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -37,7 +39,7 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
-__all__ = ["ATTEMPTS", "BATCH", "CLOSE_TIMEOUT", "GATHER_BATCH", "GATHER_SECONDS", "RETRY_SECONDS",
+__all__ = ["ATTEMPTS", "BATCH", "CLOSE_TIMEOUT", "GATHER_BATCH", "GATHER_SECONDS", "NICE", "RETRY_SECONDS",
            "SETTLE_TIMEOUT", "VectorWriter"]
 
 #: How long an explicit wait for a memory's vectors (:meth:`VectorWriter.settle`) waits by default.
@@ -56,6 +58,11 @@ RETRY_SECONDS = 1.0
 #: :data:`GATHER_BATCH`), so one encoder call takes several; a wait for vectors ends the gathering at once.
 GATHER_SECONDS = 0.2
 GATHER_BATCH = 16
+#: The writer thread's nice value on Linux (where it is a thread's own): it encodes with the CPU that the agent, the
+#: server's requests and the machine's other work leave idle, instead of taking it from them (a hybrid replay on a
+#: busy 2-core machine: 1.40x a lexical one at nice 0; BENCHMARKS.md §3, "Issue 38"). Its vectors then take longer
+#: on a busy machine; the backlog stays visible (``vector_status``) and a search embeds a small gap itself.
+NICE = 19
 # Backlog batches are small: a new write queued behind one waits for it.
 _BACKLOG_BATCH = 16
 _log = logging.getLogger(__name__)
@@ -231,6 +238,7 @@ class VectorWriter:
     # -- the thread ------------------------------------------------------------------------------------------
 
     def _run(self) -> None:
+        _lower_priority()
         try:
             self._find_backlog()
             while True:
@@ -337,3 +345,15 @@ class VectorWriter:
                                    "itself, and the next start or the backfill command embeds the rest", seq,
                                    tries)
                 self._lock.notify_all()
+
+
+def _lower_priority() -> None:
+    """Give the calling thread the nice value :data:`NICE` (Linux, where ``setpriority`` on a thread id affects that
+    thread alone; elsewhere the id could name a process, so nothing is done). Raising one's nice value needs no
+    privilege; a refusal is not an error."""
+    if not sys.platform.startswith("linux") or NICE <= 0:
+        return
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICE)
+    except OSError:
+        _log.debug("could not lower the vector writer's priority", exc_info=True)
