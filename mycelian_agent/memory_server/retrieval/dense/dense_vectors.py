@@ -7,7 +7,8 @@ explicit :meth:`DenseVectors.settle` waits for those), a memory's matrix cached 
 of entries a search finds without a vector (:data:`CATCHUP_LIMIT`; a larger gap is counted in the search's
 ``pending``), and
 on PostgreSQL with pgvector the HNSW path for memories of :data:`HNSW_MIN` vectors or more, with the sample that
-gives the typical cosine (``fusion.py``).
+gives the typical cosine (``fusion.py``). It is one module because its writing and searching sides share one state:
+the cached matrices that writes keep in step, and the writer whose queue a search's catch-up takes entries from.
 """
 
 from __future__ import annotations
