@@ -239,8 +239,8 @@ class DenseVectors:
 
     def _catch_up(self, conn: Connection, memory_id: str) -> tuple[int, int]:
         """Embed the memory's entries without a vector when they are few (:data:`CATCHUP_LIMIT`; those the writer
-        holds are taken from it); return ``(vectors, pending)``: how
-        many of its entries have a vector, and how many do not (the search ranks them by words alone)."""
+        holds are taken from it); return ``(vectors, pending)``: how many of its entries have a vector, and how many
+        do not (the search ranks them by their words alone)."""
         db = self._db(conn)
         vectors = db.vector_count(conn, self.model, memory_id)
         gap = db.entry_count(conn, memory_id) - vectors
@@ -381,7 +381,7 @@ class DenseVectors:
         and those without a vector are embedded when they are few. Returns the memory's entries still without a
         vector as far as this process knows: those the writer holds, else those left here."""
         rows = self._db(conn).unembedded_after(conn, self.model, memory_id, large.checked)
-        left: list[Row] = []
+        left = 0
         if rows:
             missing = [seq for seq, without in rows if without]
             if missing and len(missing) <= CATCHUP_LIMIT:
@@ -392,13 +392,13 @@ class DenseVectors:
                 except Exception:
                     _log.exception("could not embed %d entries of memory %s at search time", len(texts), memory_id)
                     self._give_back(memory_id, texts)
-            elif missing:
-                left = [{"seq": seq} for seq in missing]
+            else:
+                left = len(missing)
             large.checked = rows[-1][0]
             large.size += len(rows)
         if self._writer is not None and self._writer.alive:
             return self._writer.outstanding(memory_id)
-        return len(left)
+        return left
 
     def _hnsw_hits(self, approximate: ApproximateIndex, conn: Connection, connect: Connect, memory_id: str,
                    vector: np.ndarray, k: int, after: str | None, before: str | None,
