@@ -45,12 +45,13 @@ __all__ = ["ATTEMPTS", "BATCH", "CLOSE_TIMEOUT", "GATHER_BATCH", "GATHER_SECONDS
 #: How long an explicit wait for a memory's vectors (:meth:`VectorWriter.settle`) waits by default.
 SETTLE_TIMEOUT = 60.0
 #: How long closing the store lets the thread finish the batch it is embedding; the entries not yet embedded are
-#: found at the next start (one batch on one thread takes seconds, which a closing process should not wait for).
-CLOSE_TIMEOUT = 1.0
+#: found at the next start (a batch on one thread takes about a second, which a closing process should not wait for:
+#: 1 s here was ~0.9 s of a one-shot hybrid replay's extra wall time on a quiet machine).
+CLOSE_TIMEOUT = 0.25
 #: Entries per batch: on one thread the cost per passage is the same from 8 texts to 128 (BENCHMARKS.md §3,
 #: "Issue 38"), and a small batch stores its vectors sooner (searches find them) and leaves less unfinished work
 #: when the store closes.
-BATCH = 32
+BATCH = 16
 #: Tries per entry before it is left to the catch-up and the next start; retries wait this long times the try.
 ATTEMPTS = 3
 RETRY_SECONDS = 1.0
