@@ -60,7 +60,7 @@ def test_vectors_are_written_by_add_entry_and_none_at_search(db_target: str, wri
         v, m = _memory(store)
         car = store.add_entry(v, m, "I bought a new car last week", "bought car")["entryId"]
         store.add_entry(v, m, "My puppy chewed the sofa", "puppy")
-        store.await_consistency(m)
+        store.wait_for_vectors(m)
         assert store.counts()["entry_vectors"] == 2
         assert encoder.texts == 2
         found = search(store, m, "automobile purchase", top_ke=2)
@@ -70,7 +70,7 @@ def test_vectors_are_written_by_add_entry_and_none_at_search(db_target: str, wri
         # A retry with the same idempotency key stores (and embeds) nothing new.
         store.add_entry(v, m, "The hound barked", "hound", idempotency_key="k1")
         store.add_entry(v, m, "The hound barked", "hound", idempotency_key="k1")
-        store.await_consistency(m)
+        store.wait_for_vectors(m)
         assert store.counts()["entry_vectors"] == 3 and encoder.texts == 4
         # Deleting an entry deletes its vector; the next search reloads the memory's vectors.
         store.delete_entry(v, m, car)
@@ -88,7 +88,7 @@ def test_add_entries_embeds_its_batch_in_one_encoder_call_all_or_none(db_target:
         items = [{"raw_entry": f"note {i} about the {w}", "summary": w, "idempotency_key": f"k{i}"}
                  for i, w in enumerate(["car", "puppy", "bakery", "paris"])]
         assert store.add_entries(v, m, items)["stored"] == 4
-        store.await_consistency(m)
+        store.wait_for_vectors(m)
         assert encoder.calls == [4] and store.counts()["entry_vectors"] == 4
         bad = [{"raw_entry": "the hound", "summary": "hound"}, {"raw_entry": "x", "summary": "x",
                                                                 "conversation_time": "yesterday"}]
@@ -97,7 +97,7 @@ def test_add_entries_embeds_its_batch_in_one_encoder_call_all_or_none(db_target:
         conflict = [{"raw_entry": "the hound", "summary": "hound"}, {**items[0], "raw_entry": "changed"}]
         with pytest.raises(MemoryServerError, match="conflicts"):
             store.add_entries(v, m, conflict)  # the first item was inserted, then rolled back, never embedded
-        store.await_consistency(m)
+        store.wait_for_vectors(m)
         assert store.counts()["entry_vectors"] == 4 and store.counts()["entries"] == 4
         assert store.add_entries(v, m, items)["deduplicated"] == 4  # a retry: nothing new to embed
         assert encoder.calls == [4]
@@ -111,7 +111,7 @@ def test_dense_side_respects_the_time_bounds(db_target: str) -> None:
         v, m = _memory(store)
         store.add_entry(v, m, "We adopted a puppy", "puppy", conversation_time="2023-05-01T10:00:00Z")
         late = store.add_entry(v, m, "The hound is sick", "hound", conversation_time="2023-07-01T10:00:00Z")
-        store.await_consistency(m)  # vectors are written behind; a search settles by itself
+        store.wait_for_vectors(m)  # vectors are written behind: only an explicit wait waits for them
         seqs, cosines = store._dense_similarities(m, "dog", "2023-06-01T00:00:00Z", None)
         assert len(seqs) == 2 and sorted(np.isfinite(cosines)) == [False, True]
         found = search(store, m, "dog", top_ke=2, after="2023-06-01T00:00:00Z")["entries"]
@@ -200,7 +200,7 @@ def test_concurrent_searches_share_one_index_on_postgres(request: pytest.Fixture
         with ThreadPoolExecutor(4) as pool:
             tops = list(pool.map(top, range(20)))
         assert all("dog" in top or "hound" in top for top in tops)
-        store.await_consistency(m)
+        store.wait_for_vectors(m)
         assert store.counts()["entry_vectors"] == 44
         if writes == "inline":
             # Written behind, an entry reaches the writer just after its commit, and a search on another thread in

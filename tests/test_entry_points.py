@@ -170,6 +170,8 @@ def _cases(p: Paths) -> list[Case]:
         Case(_cli("bench", "dense-pg", "--out", out()), (INSTALL_POSTGRES,)),
         Case(_cli("bench", "embeddings", "ingest", "--messages", "2"), (INSTALL_EMBEDDINGS,)),
         Case(_cli("bench", "embeddings", "parity", "--locomo", str(p.folder)), (str(p.folder),)),
+        Case(_cli("bench", "embeddings", "replay", "--locomo", str(p.folder)), (str(p.folder),)),
+        Case(_cli("bench", "embeddings", "oneshot", "--runs", "0"), ("--runs", "0")),
         Case(_cli("bench", "embeddings", "parity", "--locomo", locomo, "--lexical", "--out", out()),
              (INSTALL_POSTGRES,)),
         # the local model: bad folders only (a good one would download the model)
@@ -181,6 +183,7 @@ def _cases(p: Paths) -> list[Case]:
         Case(("-m", "mycelian_agent.models.local_llm", "install", "--dir", str(p.under_file)), (str(p.under_file),)),
         # dense vectors of a database
         Case(_cli("embeddings", "backfill", str(p.db)), (INSTALL_EMBEDDINGS,)),
+        Case(_cli("embeddings", "status", m := missing()), (m, "no memory database")),
     ]
     if os.geteuid() != 0:  # root reads any file: /proc/self/mem above stands for the unreadable file there
         cases.append(Case(_cli("replay", "/proc/self/mem"), ("/proc/self/mem",)))

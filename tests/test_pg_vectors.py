@@ -67,17 +67,19 @@ def test_hnsw_path_respects_time_bounds_deletes_and_new_entries(pgvector_url: st
         v, m = _memory(store)
         puppy = store.add_entry(v, m, "We adopted a puppy", "puppy", conversation_time="2023-05-01T10:00:00Z")
         store.add_entry(v, m, "Bread from the bakery", "bread", conversation_time="2023-05-02T10:00:00Z")
+        assert store.wait_for_vectors(m)  # searches do not wait for the writer: this test does
         assert _search(store, m, "dog", 1) == ["puppy"]  # two vectors: the exact scan
         assert index.searches == {"hnsw": 0, "scan": 1}
         hound = store.add_entry(v, m, "The hound is sick", "hound", conversation_time="2023-07-01T10:00:00Z")
         store.add_entry(v, m, "Paris in France", "paris", conversation_time="2023-07-02T10:00:00Z")
+        assert store.wait_for_vectors(m)
         assert set(_search(store, m, "dog", 2)) == {"puppy", "hound"}  # four: the index from now on
         assert index.searches["hnsw"] == 1
         assert _search(store, m, "dog", 5, after="2023-06-01T00:00:00Z") == ["hound", "paris"]
         store.delete_entry(v, m, hound["entryId"])
         assert _search(store, m, "dog", 1) == ["puppy"]
         late = store.add_entry(v, m, "A vehicle", "vehicle", conversation_time="2023-08-01T10:00:00Z")
-        store.await_consistency(m)
+        assert store.wait_for_vectors(m)
         assert _search(store, m, "automobile", 1) == ["vehicle"]
         assert index.searches["hnsw"] == 4 and index.embedded_at_search == 0
         with store.maintenance_connection() as conn:

@@ -224,10 +224,10 @@ def test_retriever_tool_and_cli_take_min_score(tmp_path: Path) -> None:
     assert out.exit_code == 0, out.output
     import json
 
-    listed = json.loads(out.output)
+    listed = json.loads(out.stdout)  # (a note on pending vectors goes to stderr)
     assert len(listed) == 100
     out = runner.invoke(cli_main, ["search", "tomatoes basil", *base, "--top-k", "100", "--min-score", "1", "--json"])
-    assert out.exit_code == 0 and all(hit["score"] >= 1.0 for hit in json.loads(out.output))
+    assert out.exit_code == 0 and all(hit["score"] >= 1.0 for hit in json.loads(out.stdout))
     out = runner.invoke(cli_main, ["search", "submarine", *base, "--min-score", "0.6"])
     assert out.exit_code == 0 and "with a score of at least 0.6" in out.output, out.output
     out = runner.invoke(cli_main, ["recall", "tomatoes", *base, "--min-score", "1.5"])

@@ -1,6 +1,7 @@
-"""Vectors written behind the entries (``vector_writer.py``): writes do not wait for the encoder, searches and
-``await_consistency`` wait for their memory's queued vectors, and no vector is lost or misfiled (a crash, a delete
-in between, a failing encoder, closing the store). Real SQLite files and a real PostgreSQL cluster; the encoder is
+"""Vectors written behind the entries (``vector_writer.py``): neither writes, ``await_consistency`` nor searches
+wait for the encoder (a search embeds a small gap itself and reports the entries it ranked without a vector), only
+explicit waits do, and no vector is lost or misfiled (a crash, a delete in between, a failing encoder, closing the
+store promptly). Real SQLite files and a real PostgreSQL cluster; the encoder is
 the stand-in of test_dense.py, gated where a test needs the writer to be caught mid-batch.
 """
 
@@ -19,7 +20,7 @@ np = pytest.importorskip("numpy")
 from mycelian_agent.errors import ConfigError  # noqa: E402
 from mycelian_agent.memory_server.retrieval.dense import writer as vector_writer  # noqa: E402
 from mycelian_agent.memory_server.storage import open_store  # noqa: E402
-from mycelian_agent.memory_server.retrieval.dense.index import DenseVectors  # noqa: E402
+from mycelian_agent.memory_server.retrieval.dense.index import CATCHUP_LIMIT, DenseVectors  # noqa: E402
 from mycelian_agent.memory_server.storage.sqlite.store import Store  # noqa: E402
 from mycelian_agent.memory_server.retrieval import search  # noqa: E402
 from dense_stub import CountingEncoder  # noqa: E402
@@ -78,8 +79,8 @@ def db_target(request: pytest.FixtureRequest, tmp_path) -> str:
     return request.getfixturevalue("pg_url")
 
 
-def test_a_write_returns_before_its_vector_and_a_search_waits_for_it(db_target: str) -> None:
-    encoder = GatedEncoder()
+def test_a_write_returns_before_its_vector_and_nothing_but_an_explicit_wait_waits_for_it(db_target: str) -> None:
+    encoder = FirstCallGated()  # the writer's call blocks; a search's (the query, its catch-up) encode at once
     index = DenseVectors(encoder, model="fake")
     # One thread owns the store, as in the server (a SQLite connection stays on the thread that opened it).
     with ThreadPoolExecutor(1) as owner:
@@ -92,16 +93,42 @@ def test_a_write_returns_before_its_vector_and_a_search_waits_for_it(db_target: 
             car = run(store.add_entry, v, m, "I bought a new car last week", "bought car")["entryId"]  # not gated
             assert encoder.entered.wait(WAIT)  # the writer holds the entry, inside the encoder
             assert run(store.counts)["entry_vectors"] == 0 and index.writer.pending(m) == 1
-            found = owner.submit(search, store, m, "automobile", top_ke=1)
-            with pytest.raises(FutureTimeout):
-                found.result(0.3)  # waiting for the memory's queued vector
+            run(store.await_consistency, m)  # the words are searchable: it returns with the vector still coming
+            assert run(store.counts)["entry_vectors"] == 0
+            # A search does not wait for the writer either: the gap is small, so it embeds the entry itself and
+            # "automobile", which shares no word with the entry, finds it by its vector.
+            found = run(search, store, m, "automobile", top_ke=1)
+            assert [e["entryId"] for e in found["entries"]] == [car] and "pendingVectors" not in found
+            assert index.embedded_at_search == 1
             encoder.open()
-            # "automobile" shares no word with the entry: only its vector can find it.
-            assert [e["entryId"] for e in found.result(WAIT)["entries"]] == [car]
-            assert index.embedded_at_search == 0 and index.writer.pending() == 0 and index.writer.written == 1
+            assert run(store.wait_for_vectors, m, WAIT) and index.writer.pending() == 0
         finally:
             encoder.open()
             run(store.close)
+
+
+def test_a_search_reports_the_entries_it_ranked_without_a_vector(db_target: str) -> None:
+    encoder = FirstCallGated()
+    index = DenseVectors(encoder, model="fake")
+    with contextlib.closing(open_store(db_target, dense_factory=lambda: index)) as store:
+        try:
+            v, m = _memory(store)
+            store.add_entry(v, m, "I bought a new car last week", "bought car")
+            assert encoder.entered.wait(WAIT)  # the writer is stuck on the first entry
+            gap = CATCHUP_LIMIT + 4  # more than a search embeds itself: it leaves them to the writer
+            store.add_entries(v, m, [{"raw_entry": f"note {i} about the puppy", "summary": f"puppy {i}"}
+                                     for i in range(gap - 1)])
+            found = search(store, m, "puppy", top_ke=3)
+            assert found["pendingVectors"] == gap and found["count"] == 3  # ranked by their words
+            assert index.embedded_at_search == 0
+            status = store.vector_status(memory_id=m)
+            assert (status.entries, status.embedded, status.pending) == (gap, 0, gap)
+            assert status.oldest_pending_s is not None and status.oldest_pending_s >= 0
+        finally:
+            encoder.open()
+        assert store.wait_for_vectors(m, WAIT)
+        assert "pendingVectors" not in search(store, m, "puppy", top_ke=3)
+        assert store.vector_status().pending == 0 and store.vector_status().oldest_pending_s is None
 
 
 def test_entries_committed_without_a_vector_are_embedded_in_the_background_at_open(db_target: str) -> None:
@@ -113,7 +140,7 @@ def test_entries_committed_without_a_vector_are_embedded_in_the_background_at_op
     index = DenseVectors(encoder, model="fake")
     with contextlib.closing(open_store(db_target, dense_factory=lambda: index)) as store:
         late = store.add_entry(v, m, "a hound barked", "hound barked")  # queued ahead of the backlog
-        store.await_consistency(m)  # waits for the queued entry only, not for the 70 of the backlog
+        assert store.wait_for_vectors(m, WAIT)  # the memory's queued entry and its backlog
         late_seq = store._entry_row(m, late["entryId"])["seq"]
         assert store._dense_similarities(m, "dog", None, None)[0].count(late_seq) == 1
         assert index.writer.wait_idle(WAIT)
@@ -151,7 +178,7 @@ def test_an_entry_deleted_while_the_writer_encodes_it_gets_no_vector(db_target: 
         store.delete_entry(v, m, gone)
         kept = store.add_entry(v, m, "the puppy slept", "puppy slept")["entryId"]
         encoder.open()
-        store.await_consistency(m)
+        assert store.wait_for_vectors(m, WAIT)
         assert store.counts()["entry_vectors"] == 1 and index.writer.failures == 0
         seqs, _ = store._dense_similarities(m, "dog", None, None)
         assert len(seqs) == 1
@@ -243,14 +270,17 @@ def test_closing_gives_up_on_a_writer_that_does_not_finish(tmp_path, caplog, mon
     assert encoder.entered.wait(WAIT)  # the writer is inside the encoder with the first entry
     store.add_entry(v, m, "second", "second entry")  # queued behind it
     writer = index.writer
-    with caplog.at_level(logging.WARNING):
+    with caplog.at_level(logging.INFO):
         store.close()  # the writer gets CLOSE_TIMEOUT, then is left to finish the batch in hand
-    assert "stopped with 2 entries not yet embedded" in caplog.text and index.writer is None
-    encoder.open()  # the batch in hand finishes; the queued entry is left for the next start
+    said = [r for r in caplog.records if "not yet embedded" in r.getMessage()]
+    assert len(said) == 1 and said[0].levelno == logging.INFO and index.writer is None
+    assert "closing with 2 entries not yet embedded" in said[0].getMessage()
+    assert "embeddings backfill" in said[0].getMessage()
+    encoder.open()  # the batch in hand finishes and writes nothing: the store closed
     writer._thread.join(WAIT)
     assert not writer.alive
     with contextlib.closing(Store.open(tmp_path / "m.db")) as plain:
-        assert plain.counts()["entry_vectors"] <= 1 and plain.counts()["entries"] == 2
+        assert plain.counts()["entry_vectors"] == 0 and plain.counts()["entries"] == 2
     again = DenseVectors(CountingEncoder(), model="fake")
     with contextlib.closing(Store.open(tmp_path / "m.db", dense=again)) as reopened:
         assert again.writer.wait_idle(WAIT) and reopened.counts()["entry_vectors"] == 2
@@ -275,7 +305,7 @@ def test_a_delete_in_flight_on_postgres_costs_only_its_own_vector(request: pytes
         assert embedding.result(WAIT) == 2 and store.counts()["entry_vectors"] == 2
 
 
-def test_closing_the_store_writes_the_queued_vectors_first(db_target: str) -> None:
+def test_closing_the_store_stops_promptly_and_leaves_the_queue_to_the_next_start(db_target: str) -> None:
     encoder = GatedEncoder()
     index = DenseVectors(encoder, model="fake")
     store = open_store(db_target, dense_factory=lambda: index)
@@ -283,11 +313,16 @@ def test_closing_the_store_writes_the_queued_vectors_first(db_target: str) -> No
     for i in range(12):
         store.add_entry(v, m, f"entry {i} about the bakery", f"bread {i}")
     assert encoder.entered.wait(WAIT)
-    threading.Timer(0.2, encoder.open).start()
-    store.close()  # waits for the writer, which waits for the gate
-    assert index.writer is None
+    try:
+        store.close()  # does not wait for the stuck batch beyond CLOSE_TIMEOUT, nor for the queue at all
+        assert index.writer is None
+    finally:
+        encoder.open()
     with contextlib.closing(open_store(db_target)) as plain:
-        assert plain.counts()["entry_vectors"] == 12
+        assert plain.counts()["entry_vectors"] == 0 and plain.vector_status("fake").pending == 12
+    again = DenseVectors(CountingEncoder(), model="fake")
+    with contextlib.closing(open_store(db_target, dense_factory=lambda: again)) as reopened:
+        assert again.writer.wait_idle(WAIT) and reopened.counts()["entry_vectors"] == 12
 
 
 def test_one_index_writes_for_one_open_store_at_a_time(tmp_path) -> None:
@@ -327,7 +362,7 @@ def test_the_write_mode_is_checked_where_it_is_given(monkeypatch, capsys) -> Non
     assert refused.exit_code == 2 and "--embeddings-writes" in refused.output and "sometimes" in refused.output
 
 
-async def test_the_await_consistency_tool_waits_for_the_vectors(tmp_path, monkeypatch) -> None:
+async def test_the_await_consistency_tool_waits_for_the_vectors_only_when_asked(tmp_path, monkeypatch) -> None:
     import asyncio
     import sqlite3
 
@@ -335,7 +370,7 @@ async def test_the_await_consistency_tool_waits_for_the_vectors(tmp_path, monkey
     from mycelian_agent.memory_server.server.app import create_server
     from mycelian_agent.memory_server.testing import call_json, call_text, in_memory_session
 
-    encoder = GatedEncoder()
+    encoder = FirstCallGated()
     monkeypatch.setitem(encoders._LOADERS, "fake", lambda _threads: encoders.Encoder("fake", encoder, encoder))
     db = tmp_path / "m.db"
 
@@ -351,12 +386,18 @@ async def test_the_await_consistency_tool_waits_for_the_vectors(tmp_path, monkey
             added = await call_json(session, "add_entry", vault_id=vault, memory_id=memory,
                                     raw_entry="I bought a new car", summary="bought car")
             assert added["status"] == "stored" and vectors() == 0  # answered before the vector exists
-            waiting = asyncio.ensure_future(call_text(session, "await_consistency", memory_id=memory))
+            assert encoder.entered.wait(WAIT)  # the writer is encoding it
+            assert await call_text(session, "await_consistency", memory_id=memory) == "consistent"
+            assert vectors() == 0  # the words were enough
+            waiting = asyncio.ensure_future(call_text(session, "await_consistency", memory_id=memory, vectors=True))
             done, _ = await asyncio.wait({waiting}, timeout=0.3)
-            assert not done  # the vector is still being computed
+            assert not done  # asked for the vectors: it waits for the writer
+            # Meanwhile the store answers other calls (the wait holds none of its threads).
+            listed = await call_json(session, "list_entries", vault_id=vault, memory_id=memory)
+            assert listed["count"] == 1
             encoder.open()
             assert await waiting == "consistent" and vectors() == 1
             found = await call_json(session, "search_memories", memory_id=memory, query="automobile", top_ke=1)
-            assert [e["entryId"] for e in found["entries"]] == [added["entryId"]]
+            assert [e["entryId"] for e in found["entries"]] == [added["entryId"]] and "pendingVectors" not in found
     finally:
         encoder.open()

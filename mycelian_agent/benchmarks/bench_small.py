@@ -59,7 +59,9 @@ def load_suite(path: str | Path | None = None) -> list[dict[str, Any]]:
 
 async def ingest_suite(memories: list[dict[str, Any]], db: str | Path, *, embeddings: bool | None = None) -> None:
     """Write every memory's conversation into ``db`` through the agent: one memory per user, sessions started and
-    ended, each message a minute after the one before it from the session's ``conversation_time``."""
+    ended, each message a minute after the one before it from the session's ``conversation_time``. With the dense
+    side (``embeddings`` not False, a model installed) the vectors written behind are then completed
+    (``embeddings backfill``), so that the questions are asked of a memory with every vector."""
     from mycelian_agent import build_agent
 
     async with build_agent(db=str(db), embeddings=embeddings) as agent:
@@ -73,6 +75,10 @@ async def ingest_suite(memories: list[dict[str, Any]], db: str | Path, *, embedd
                     await agent.aprocess_conversation_message(message["role"], message["content"], thread,
                                                               name=message.get("name"), conversation_time=moment)
                 await agent.aend_session(thread)
+    if embeddings is not False and embeddings_available():
+        from mycelian_agent.memory_server.retrieval.dense.backfill import backfill_database
+
+        await asyncio.to_thread(backfill_database, str(db))
 
 
 async def ask_suite(memories: list[dict[str, Any]], db: str | Path, *, embeddings: bool | None = None,

@@ -86,7 +86,26 @@ class MemoryHarness:
         await replay_conversation(invoker, conversation, thread_id=thread_id, stats=stats,
                                   on_message=lambda result: progress.advance(task, len(result.accepted)))
         progress.advance(task, stats.skipped)
+        await self.await_vectors(memory_id)
         return memory_id, invoker, stats
+
+    async def await_vectors(self, memory_id: str, *, rounds: int = 40) -> None:
+        """Wait until the memory's vectors are written (``await_consistency`` with ``vectors``, where the server
+        declares it: ours writes them behind the entries), so that questions are searched with every vector, as
+        they were when ingestion waited for them. Up to ``rounds`` calls (each waits up to 30 s); a server that
+        does not declare it is not asked. Not counted in the ingestion time."""
+        tool = self.connection.tool("await_consistency")
+        schema = getattr(tool, "args_schema", None) or {}
+        declared = set(schema.get("properties", {})) if isinstance(schema, dict) else set()
+        if "vectors" not in declared:
+            return
+        args: dict[str, Any] = {"memory_id": memory_id, "vectors": True}
+        if "vault_id" in declared:
+            args["vault_id"] = self.vault_id
+        for _ in range(rounds):
+            if await self.connection.call("await_consistency", args) == "consistent":
+                return
+        raise RuntimeError(f"memory {memory_id}: vectors still pending after {rounds} waits")
 
     def _search_params(self) -> set[str]:
         schema = getattr(self.connection.tool("search_memories"), "args_schema", None) or {}

@@ -72,6 +72,11 @@ def search(query: str, db: str | None, server: str, token: str | None, vault: st
             await reader.connection.aclose()
 
     hits = asyncio.run(run())
+    from ..recall.hits import pending_note
+
+    note = pending_note(getattr(hits, "pending_vectors", 0))
+    if note:  # on stderr: the JSON on stdout keeps its shape
+        err_console.print(f"note: {note}", soft_wrap=True)
     if as_json:
         click.echo(json.dumps([hit.as_dict() for hit in hits], indent=2, ensure_ascii=False))
         return
@@ -151,13 +156,19 @@ def list_(db: str | None, server: str, token: str | None, vault: str, timeout: f
               help="'extractive' (no network) or 'openai:<model>' [env MYCELIAN_MODEL].")
 def add(text: str, db: str | None, server: str, token: str | None, vault: str, timeout: float,
         reconnect_wait: float, memory: str, role: str, name: str | None, when: str | None, model: str) -> None:
-    """Store one message TEXT in a memory (summary and tags written by the model) and print the entry."""
-    if server in ("embedded", "in-process"):
+    """Store one message TEXT in a memory (summary and tags written by the model) and print the entry.
+
+    Against the embedded database the entry's vector is left to the backlog (written by the next hybrid server
+    that opens the database, by a search of the memory, which embeds a few missing vectors itself, or by
+    ``mycelian-agent embeddings backfill``): a one-shot command does not load the dense model to store one
+    message."""
+    local = server in ("embedded", "in-process")
+    if local:
         check_store_location(db, "--db", "memory database", "memory.db")
     from ..builder import ConnectionSettings, build_agent
 
     connection = ConnectionSettings.from_env(os.environ, server=server, db=db, token=token, timeout=timeout,
-                                             reconnect_wait=reconnect_wait)
+                                             reconnect_wait=reconnect_wait, embeddings=False if local else None)
 
     async def run() -> Any:
         async with build_agent(model, connection=connection, vault=vault, memory=memory) as invoker:

@@ -62,13 +62,17 @@ __all__ = ["checkpointer_spec", "replay"]
               "(default: fail at once, naming it).")
 @click.option("--embeddings/--no-embeddings", default=None,
               help="Embedded server: fuse dense vectors with BM25 (the default where a dense model is installed; "
-              "ingestion waits on the encoder) or BM25 only (faster ingestion; a search must share a word).")
+              "vectors are written behind the entries, and what is left when the replay ends is written by the next "
+              "hybrid server or the backfill) or BM25 only (a search must share a word).")
+@click.option("--wait-vectors", is_flag=True,
+              help="Embedded server with embeddings: before returning, write the vectors still pending (the "
+              "backfill, on every core) instead of leaving them to the next hybrid server.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def replay(files: tuple[Path, ...], db: str | None, server: str, token: str | None, vault: str, timeout: float,
            reconnect_wait: float, memory: str | None, model: str, api_key: str | None, base_url: str | None,
            tool_choice: str, max_tokens: int | None, model_timeout: float, flush_every: int, batch_size: int,
            state: str | None, shard: str | None, workers: int, thread_wait: float | None, embeddings: bool | None,
-           as_json: bool) -> None:
+           wait_vectors: bool, as_json: bool) -> None:
     """Replay conversation FILES into memory and print what was stored.
 
     Accepted files: {"messages": [...]}, {"sessions": [...]}, LongMemEval records and LoCoMo samples. Every
@@ -90,14 +94,20 @@ def replay(files: tuple[Path, ...], db: str | None, server: str, token: str | No
     if server in ("embedded", "in-process"):
         check_store_location(db, "--db", "memory database", "memory.db")
     check_store_location(state, "--state", "checkpoint", "state.db")
+    if wait_vectors and (server not in ("embedded", "in-process") or embeddings is False):
+        raise click.UsageError("--wait-vectors needs the embedded server (--db) with embeddings: a remote server "
+                               "writes its own vectors, and --no-embeddings writes none")
     if workers > 1:
         stats = _replay_in_workers([str(p) for p in files], workers, options)
     else:
         conversations = _shard(conversations, parsed)
         total = sum(c.message_count for c in conversations)
         stats = asyncio.run(_replay(conversations, total, **options))
+    vectors = _vectors_left(db, server, embeddings, wait_vectors)
     if as_json:
-        click.echo(json.dumps(stats.as_dict(), indent=2))
+        click.echo(json.dumps({**stats.as_dict(), **({"pending_vectors": vectors[0]} if vectors else {})}, indent=2))
+        if vectors and vectors[1]:
+            err_console.print(vectors[1], soft_wrap=True)
         return
     table = Table(title="Replay summary", show_header=False)
     usage = stats.usage
@@ -117,6 +127,45 @@ def replay(files: tuple[Path, ...], db: str | None, server: str, token: str | No
     console.print(table)
     for error in stats.errors[:10]:
         err_console.print(f"[yellow]recovered:[/] {escape(str(error))}", soft_wrap=True)
+    if vectors and vectors[1]:
+        console.print(escape(vectors[1]), soft_wrap=True)
+
+
+def _vectors_left(db: str | None, server: str, embeddings: bool | None, wait: bool) -> tuple[int, str] | None:
+    """After a replay into an embedded server with embeddings: ``(entries still without a vector, the closing line
+    saying how they get written)``; with ``wait``, they are embedded here first (the backfill). None for a remote
+    server or a replay without embeddings (nothing is said). Counted in SQL: no model is loaded unless ``wait``."""
+    if server not in ("embedded", "in-process") or embeddings is False:
+        return None
+    from ..builder import ConnectionSettings
+    from ..memory_server.retrieval.dense import encoders
+    from ..memory_server.retrieval.dense.index import dense_by_default
+    from ..memory_server.storage import is_postgres_url, open_store
+
+    if embeddings is None and not dense_by_default():
+        return None
+    target = ConnectionSettings.from_env(os.environ, server=server, db=db).database()
+    # The model the spawned server uses: its environment's, else auto (the spawned server reads the same variable).
+    name = os.environ.get("MYCELIAN_EMBEDDINGS_MODEL")
+    model = encoders.MODEL_NAMES.get(encoders.resolve_model(name))
+    if model is None or target == ":memory:":
+        return None
+    written = ""
+    if wait:
+        from ..memory_server.retrieval.dense.index import backfill_database
+
+        count = backfill_database(target, name)
+        written = f"wrote {count:,} pending vectors; "
+    store = open_store(target, pool_size=1)
+    try:
+        pending = store.vector_status(model).pending
+    finally:
+        store.close()
+    if not pending:
+        return 0, f"{written}every entry has its vector"
+    shown = "DB" if is_postgres_url(target) else target  # a URL may carry a password
+    return pending, (f"{written}{pending:,} entries await vectors: they are written by the next hybrid server that "
+                     f"opens this database, or now by `mycelian-agent embeddings backfill {shown}`")
 
 
 def _shard(conversations: list[Any], shard: tuple[int, int] | None) -> list[Any]:

@@ -1,7 +1,8 @@
-"""The memory server's commands: ``serve`` (stdio by default, or streamable HTTP) and ``embeddings backfill``.
+"""The memory server's commands: ``serve`` (stdio by default, or streamable HTTP), ``embeddings backfill`` and
+``embeddings status``.
 
-Both are click commands of the ``mycelian-agent`` tree (``mycelian-agent serve``, ``mycelian-agent embeddings
-backfill DB``); ``mycelian-memory-server`` (and ``python -m mycelian_agent.memory_server``, which the stdio clients
+All are click commands of the ``mycelian-agent`` tree (``mycelian-agent serve``, ``mycelian-agent embeddings
+backfill DB``, ``mycelian-agent embeddings status DB``); ``mycelian-memory-server`` (and ``python -m mycelian_agent.memory_server``, which the stdio clients
 spawn) is the ``serve`` command on its own, with the same flags.
 
 Configuration is read here only: flags first, then their environment variables (``MYCELIAN_DB``,
@@ -25,7 +26,7 @@ from .retrieval.dense import encoders
 from .retrieval.dense.index import HNSW_MIN, WRITE_MODES, dense_by_default
 from .retrieval.dense.threads import OPENMP_SPIN_COUNT
 
-__all__ = ["embeddings_group", "encoder_options", "main", "serve_command"]
+__all__ = ["embeddings_group", "encoder_options", "main", "serve_command", "status_command"]
 
 _CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
 _SERVER = "mycelian-memory-server"
@@ -50,8 +51,9 @@ def encoder_options(*, writes: bool = False) -> Callable[[Callable[..., Any]], C
             click.option("--embeddings-writes", envvar="MYCELIAN_EMBEDDINGS_WRITES", show_envvar=True,
                          default=WRITE_MODES[0], show_default=True,
                          type=click.Choice(WRITE_MODES, case_sensitive=False),
-                         help="behind: a background thread embeds entries in batches after they commit (searches "
-                         "wait for their memory's); inline: inside each entry's write."),
+                         help="behind: a background thread embeds entries in batches after they commit (nothing "
+                         "waits for it; a search says how many entries it ranked without a vector); inline: inside "
+                         "each entry's write."),
             click.option("--embeddings-hnsw-min", envvar="MYCELIAN_EMBEDDINGS_HNSW_MIN", show_envvar=True,
                          default=HNSW_MIN, show_default=True, type=click.IntRange(min=0), metavar="N",
                          help="PostgreSQL with pgvector: memories of N vectors or more are searched through the "
@@ -201,6 +203,48 @@ def backfill_command(db: str, embeddings_model: str, embeddings_threads: int) ->
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(f"embedded {count} entries")
+
+
+@embeddings_group.command("status", context_settings=_CONTEXT)
+@click.argument("db")
+@click.option("--embeddings-model", envvar="MYCELIAN_EMBEDDINGS_MODEL", show_envvar=True, default=encoders.AUTO,
+              show_default=True, metavar="|".join((encoders.AUTO, *encoders.MODELS)),
+              help=f"Dense model whose vectors are counted ({encoders.AUTO}: the first installed of "
+              f"{', '.join(encoders.MODELS)}).")
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+def status_command(db: str, embeddings_model: str, as_json: bool) -> None:
+    """How far the vectors of DB (a SQLite file or a postgresql:// URL) are behind its entries: entries, embedded,
+    pending, and the age of the oldest pending entry. SQL only: the model is not loaded."""
+    import json
+    from pathlib import Path
+
+    from .storage import is_postgres_url, open_store
+
+    try:
+        model = encoders.MODEL_NAMES.get(encoders.resolve_model(embeddings_model))
+        if model is None:
+            raise ConfigError(f"no vector name is known for model {embeddings_model!r}")
+        if not is_postgres_url(db) and not Path(db).expanduser().is_file():
+            raise ConfigError(f"no memory database at {db}: give the SQLite file (or a postgresql:// URL) a server "
+                              "or `mycelian-agent replay` wrote")
+        store = open_store(db if is_postgres_url(db) else str(Path(db).expanduser()), pool_size=1)
+        try:
+            status = store.vector_status(model)
+        finally:
+            store.close()
+    except MycelianError as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps(status.as_dict(), indent=2))
+        return
+    oldest = "-" if status.oldest_pending_s is None else f"{status.oldest_pending_s:,.1f} s ago"
+    for name, value in (("model", status.model), ("entries", f"{status.entries:,}"),
+                        ("embedded", f"{status.embedded:,}"), ("pending", f"{status.pending:,}"),
+                        ("oldest pending", oldest)):
+        click.echo(f"{name:<15} {value}")
+    if status.pending:
+        click.echo("pending vectors are written by the next hybrid server that opens this database, or now by "
+                   f"`mycelian-agent embeddings backfill {db}`")
 
 
 def main(argv: Sequence[str] | None = None, prog: str = _SERVER) -> int:

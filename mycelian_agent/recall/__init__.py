@@ -1,13 +1,13 @@
 """The read side: what a chat pipeline asks memory before it answers.
 
-:class:`MemoryReader` searches (``asearch`` -> :class:`MemoryHit` list) and recalls (``arecall`` -> :class:`Recall`,
+:class:`MemoryReader` searches (``asearch`` -> :class:`MemoryHits`, a :class:`MemoryHit` list) and recalls (``arecall`` -> :class:`Recall`,
 whose ``as_prompt()`` is the block to put into a prompt) over one vault, one memory per user
 (:class:`UserDirectory`). The invoker exposes both (``invoker.asearch`` / ``invoker.arecall``); the LangChain and
 LangGraph doors are in :mod:`mycelian_agent.integrations`.
 """
 
-from .hits import MemoryHit, Recall, RecalledTurn, estimate_tokens
+from .hits import MemoryHit, MemoryHits, Recall, RecalledTurn, estimate_tokens
 from .reader import MemoryReader
 from .users import UserDirectory, check_user
 
-__all__ = ["MemoryHit", "MemoryReader", "Recall", "RecalledTurn", "UserDirectory", "check_user", "estimate_tokens"]
+__all__ = ["MemoryHit", "MemoryHits", "MemoryReader", "Recall", "RecalledTurn", "UserDirectory", "check_user", "estimate_tokens"]

@@ -9,13 +9,13 @@ for English with BPE tokenizers; a reader's own tokenizer differs by some percen
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-__all__ = ["MATCH_MEANING", "MATCH_WORDS", "MemoryHit", "RecalledTurn", "Recall", "estimate_tokens", "speaker_label",
-           "when_label"]
+__all__ = ["MATCH_MEANING", "MATCH_WORDS", "MemoryHit", "MemoryHits", "RecalledTurn", "Recall", "estimate_tokens",
+           "pending_note", "speaker_label", "when_label"]
 
 #: The values of :attr:`MemoryHit.match` (the ``match`` of a ``search_memories`` entry; the server's
 #: ``retrieval.pipeline.MATCH_WORDS`` / ``MATCH_MEANING``, repeated here: the read side speaks only the tool contract).
@@ -112,6 +112,24 @@ class MemoryHit:
         return {**asdict(self), "tags": dict(self.tags)}
 
 
+class MemoryHits(list[MemoryHit]):
+    """The hits of one search, best first (a list), and :attr:`pending_vectors`: how many of the memory's entries
+    the server ranked without a vector yet (the ``pendingVectors`` of ``search_memories``; vectors are written
+    behind the entries, so those were found by their words only). 0 when none were, or the server does not say."""
+
+    def __init__(self, hits: Iterable[MemoryHit] = (), *, pending_vectors: int = 0) -> None:
+        super().__init__(hits)
+        self.pending_vectors = pending_vectors
+
+
+def pending_note(pending_vectors: int) -> str | None:
+    """One line saying that a search ranked ``pending_vectors`` entries by their words only, or None for 0."""
+    if not pending_vectors:
+        return None
+    return (f"{pending_vectors:,} entries of this memory have no vector yet (written behind): they were found by "
+            "their words only")
+
+
 @dataclass(frozen=True)
 class RecalledTurn:
     """One line of a recall block: a search hit (``hit=True``, with its ``rank`` among the hits) or a turn next to
@@ -142,7 +160,7 @@ class Recall:
     ``notes`` are the context document's items that bear on the query (standing facts first), ``turns`` the best
     entries and their neighbouring turns, deduplicated, in time order; ``hits`` the search's ranked hits (all of
     them, also those left out of the block for the budget). ``tokens`` is the block's estimated size, never above
-    ``budget_tokens``.
+    ``budget_tokens``. ``pending_vectors``: as :attr:`MemoryHits.pending_vectors` for the search behind it.
     """
 
     query: str
@@ -153,6 +171,7 @@ class Recall:
     hits: tuple[MemoryHit, ...]
     budget_tokens: int
     tokens: int = 0
+    pending_vectors: int = 0
 
     @property
     def empty(self) -> bool:
@@ -174,7 +193,7 @@ class Recall:
         return {"query": self.query, "user": self.user, "memory_id": self.memory_id, "notes": list(self.notes),
                 "turns": [asdict(turn) for turn in self.turns], "hits": [hit.as_dict() for hit in self.hits],
                 "budget_tokens": self.budget_tokens, "tokens": self.tokens, "by_meaning_only": self.by_meaning_only,
-                "prompt": self.as_prompt()}
+                "pending_vectors": self.pending_vectors, "prompt": self.as_prompt()}
 
 
 NOTES_HEADING = "Known facts (from the memory's notes):"

@@ -26,7 +26,7 @@ from ..dates import normalise_time, resolve_relative_dates
 from ..errors import InputError, MemoryServerError
 from ..limits import QUERY_MAX_CHARS, SEARCH_DEPTH_MAX
 from mycelian_agent.memory_server.retrieval.ranking import WORD_RE
-from .hits import MemoryHit, Recall, RecalledTurn, estimate_tokens, render_recall
+from .hits import MemoryHit, MemoryHits, Recall, RecalledTurn, estimate_tokens, render_recall
 from .notes import select_notes
 from .retry import read_call
 from .users import Connection, UserDirectory
@@ -139,11 +139,12 @@ class MemoryReader:
         return self._declared
 
     async def _search(self, memory_id: str, user: str | None, query: str, top_k: int, after: str | None,
-                      before: str | None, min_score: float | None = None) -> tuple[list[MemoryHit], str | None]:
+                      before: str | None, min_score: float | None = None) -> tuple[MemoryHits, str | None]:
         """The ``top_k`` best hits (at least ``min_score``) and the newest context document. Past
         :data:`SEARCH_TOP_K_MAX`, pages of the ranking are read with ``offset`` where the server declares it; the
         pages join into one ranking (the server returns each entry once), and paging stops at a short page or
-        one whose last score is below ``min_score`` (scores do not rise down the ranking)."""
+        one whose last score is below ``min_score`` (scores do not rise down the ranking). The hits'
+        ``pending_vectors`` is the first page's ``pendingVectors``."""
         declared = self._search_params()
         bounded = (after or before) and not {"after", "before"} <= declared
         pages = "offset" in declared and not bounded
@@ -155,6 +156,7 @@ class MemoryReader:
         hits: list[MemoryHit] = []
         seen: set[str] = set()
         document: str | None = None
+        pending: Any = 0
         offset = 0
         while True:
             size = SEARCH_TOP_K_MAX if bounded else min(top_k - len(hits), SEARCH_TOP_K_MAX)
@@ -162,6 +164,7 @@ class MemoryReader:
             found = await read_call(self.connection, "search_memories", args)
             if offset == 0:
                 document = found.get("latestContext")
+                pending = found.get("pendingVectors")
             page = [MemoryHit.from_entry(entry, memory_id=memory_id, user=user) for entry in found.get("entries") or []]
             hits += [hit for hit in page if hit.entry_id not in seen]
             seen.update(hit.entry_id for hit in page)
@@ -175,10 +178,11 @@ class MemoryReader:
             hits = [hit for hit in hits if _within(hit, after, before)]
         if min_score is not None:
             hits = [hit for hit in hits if hit.score >= min_score]
-        return hits[:top_k], document
+        counted = pending if isinstance(pending, int) and not isinstance(pending, bool) else 0
+        return MemoryHits(hits[:top_k], pending_vectors=counted), document
 
     async def _user_search(self, user: str | None, query: str, top_k: int, after: str | None, before: str | None,
-                           min_score: float | None = None) -> tuple[str, str | None, list[MemoryHit], str | None]:
+                           min_score: float | None = None) -> tuple[str, str | None, MemoryHits, str | None]:
         """``(memory id, user, hits, context document)``. A user's memory deleted since it was cached (by another
         process: its id is gone) is looked up again: created anew (empty) when users are created on first use,
         else an unknown user; never another memory."""
@@ -195,8 +199,9 @@ class MemoryReader:
 
     async def asearch(self, query: str, *, user: str | None = None, top_k: int = 10,
                       after: str | datetime | None = None, before: str | datetime | None = None,
-                      by_meaning: bool = True, min_score: float | None = None) -> list[MemoryHit]:
-        """The ``top_k`` (1-100) entries of ``user``'s memory best matching ``query``, best first.
+                      by_meaning: bool = True, min_score: float | None = None) -> MemoryHits:
+        """The ``top_k`` (1-100) entries of ``user``'s memory best matching ``query``, best first (a list whose
+        ``pending_vectors`` says how many of the memory's entries were ranked without a vector yet).
 
         ``after`` / ``before`` (RFC 3339 or datetime) keep entries whose conversation time lies between them. Each
         hit's ``match`` says how it was found: a server with embeddings (the default) also returns the entries
@@ -218,7 +223,9 @@ class MemoryReader:
         if after and before and after >= before:
             raise InputError(f"after ({after}) must be earlier than before ({before})")
         _, _, hits, _ = await self._user_search(user, query, top_k, after, before, min_score)
-        return hits if by_meaning else [hit for hit in hits if not hit.by_meaning]
+        if by_meaning:
+            return hits
+        return MemoryHits((hit for hit in hits if not hit.by_meaning), pending_vectors=hits.pending_vectors)
 
     async def _neighbours(self, memory_id: str, user: str | None, hit: MemoryHit, after: str | None = None,
                           before: str | None = None) -> tuple[MemoryHit | None, MemoryHit | None]:
@@ -261,15 +268,16 @@ class MemoryReader:
         _check_flag("by_meaning", by_meaning)
         after, before = _bound("after", after), _bound("before", before)
         memory_id, user, hits, document = await self._user_search(user, query, top_k, after, before, min_score)
+        pending = hits.pending_vectors
         if not by_meaning:
-            hits = [hit for hit in hits if not hit.by_meaning]
+            hits = MemoryHits(hit for hit in hits if not hit.by_meaning)
         if document is None:  # a server whose search leaves out the newest context
             document = await read_call(self.connection, "get_context",
                                        {"vault_id": self.vault_id, "memory_id": memory_id}, parse=False)
         neighbours = await asyncio.gather(*(self._neighbours(memory_id, user, hit, after, before)
                                             for hit in hits[:NEIGHBOUR_HITS]))
         notes = select_notes(document or "", query, after=after, before=before)
-        return _fill(query, user, memory_id, budget_tokens, hits, neighbours, notes)
+        return replace(_fill(query, user, memory_id, budget_tokens, hits, neighbours, notes), pending_vectors=pending)
 
     # -- sync twins -----------------------------------------------------------------------------------------
 

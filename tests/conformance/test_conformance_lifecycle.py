@@ -122,7 +122,7 @@ class _Exploding:
              before: str | None = None) -> None:
         return None
 
-    def settle(self, memory_id: str) -> bool:
+    def settle(self, memory_id: str | None = None, timeout: float = 60.0) -> bool:
         return True
 
     def index_entry(self, conn: Any, seq: int, memory_id: str, summary: str, raw_entry: str) -> None:

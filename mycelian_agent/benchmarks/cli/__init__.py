@@ -8,7 +8,7 @@
     mycelian-agent bench scale --out OUT                         search as one database grows to 1M entries
     mycelian-agent bench scaleout --out OUT                      SQLite vs PostgreSQL; replay with 1/2/4 workers
     mycelian-agent bench dense-pg --out OUT                      PostgreSQL dense search: exact scan vs HNSW
-    mycelian-agent bench embeddings ingest|parity ...            ingestion with vectors; recall per backend
+    mycelian-agent bench embeddings ingest|replay|oneshot|parity ...   ingestion with vectors, its cost; recall per backend
     mycelian-agent bench scores --locomo FILE --out OUT          the 0-1 search scores of evidence vs other hits
 
 The commands live in :mod:`.suite`, :mod:`.runners` and :mod:`.stores`; the scripts in ``runners/`` call them.

@@ -1,6 +1,7 @@
 """The stores' benchmarks at size: ``bench scale`` (one database growing to 1M entries), ``bench scaleout``
 (SQLite vs PostgreSQL latency, replay with 1/2/4 workers), ``bench dense-pg`` (the exact scan vs pgvector's HNSW
-index) and ``bench embeddings`` (ingestion with vectors; LoCoMo recall per backend)."""
+index) and ``bench embeddings`` (ingestion with vectors, their cost to a replay and to one-shot commands; LoCoMo
+recall per backend)."""
 
 from __future__ import annotations
 
@@ -149,7 +150,8 @@ def dense_pg_command(out: Path, entries: int, other: int, searches: int, warmup:
 
 @click.group("embeddings", context_settings=CONTEXT)
 def embeddings_group() -> None:
-    """Dense vectors: the ingestion rate with them, and LoCoMo recall on SQLite vs PostgreSQL. Both print JSON."""
+    """Dense vectors: the ingestion rate with them, their cost to a replay and to one-shot commands, and LoCoMo
+    recall on SQLite vs PostgreSQL. All print JSON."""
 
 
 @embeddings_group.command("ingest", context_settings=CONTEXT)
@@ -166,6 +168,34 @@ def embeddings_ingest_command(messages: int, embeddings_model: str | None) -> No
 
         rows = ingest_rate(messages, model=embeddings_model)
     click.echo(json.dumps(rows, indent=2))
+
+
+@embeddings_group.command("replay", context_settings=CONTEXT)
+@click.option("--locomo", type=FILE, required=True, help="A LoCoMo file, e.g. DATA/locomo/locomo_dev3.json.")
+@click.option("--sample", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Which conversation of the file is replayed.")
+@click.option("--runs", type=COUNT, default=3, show_default=True, help="Runs of each kind, alternated.")
+def embeddings_replay_command(locomo: Path, sample: int, runs: int) -> None:
+    """Wall time of `mycelian-agent replay` of one LoCoMo conversation, hybrid vs --no-embeddings, alternated in
+    one run; the ratio of the medians (vectors are written behind: the target is 1.25 at most)."""
+    _require_dense()
+    with reported():
+        from ..bench_embeddings import replay_ratio
+
+        result = replay_ratio(locomo, sample=sample, runs=runs)
+    click.echo(json.dumps(result, indent=2))
+
+
+@embeddings_group.command("oneshot", context_settings=CONTEXT)
+@click.option("--runs", type=COUNT, default=5, show_default=True, help="Runs of each command, alternated.")
+def embeddings_oneshot_command(runs: int) -> None:
+    """Wall time of `mycelian-agent add` vs `mycelian-agent list` on one database, alternated in one run; the ratio
+    of the medians."""
+    with reported():
+        from ..bench_embeddings import oneshot_ratio
+
+        result = oneshot_ratio(runs=runs)
+    click.echo(json.dumps(result, indent=2))
 
 
 @embeddings_group.command("parity", context_settings=CONTEXT)

@@ -89,6 +89,9 @@ def search(
     every search), never above a better-ranked entry's; a hit found by meaning alone scores at most
     ``relevance.MEANING_CEILING``. Each context's ``score`` is the share of the question's word weight it holds,
     non-increasing down the list.
+    With vectors written behind, the dense side ranks with the vectors present: when some of the memory's entries
+    had none yet, the result says how many (``pendingVectors``, absent when none; those entries were ranked by
+    their words alone).
     """
     memory_id = check_uuid("memory_id", memory_id)
     if vault_id is not None:
@@ -107,12 +110,13 @@ def search(
     entries = []
     depth = offset + top_ke if top_ke else 0
     seen = relevance.DenseSeen(store)  # keeps the dense side the ranking used, for the relevance below
-    ranked = rank_entries(seen.view, memory_id, query, terms, min(depth, CONTEXT_DEPTH), after=after, before=before)
+    ranked, pending = _rank(seen.view, memory_id, query, terms, min(depth, CONTEXT_DEPTH), after=after,
+                            before=before)
     if depth > CONTEXT_DEPTH:
         # A pool as deep as this page would reorder the first places (and one as deep as the next page would
         # reorder this one), so deep pages continue the 50-deep ranking from one fixed, deepest pool.
         shown = {found.row["seq"] for found in ranked}
-        deeper = rank_entries(seen.view, memory_id, query, terms, SEARCH_DEPTH_MAX, after=after, before=before)
+        deeper, pending = _rank(seen.view, memory_id, query, terms, SEARCH_DEPTH_MAX, after=after, before=before)
         ranked += [found for found in deeper if found.row["seq"] not in shown]
     weights: dict[str, float] = {}
     if ranked[:depth]:
@@ -136,13 +140,16 @@ def search(
                                               for row, _ in ranked_contexts)
     contexts = [{"context": row["content"], "timestamp": row["creation_time"], "score": _score(score)}
                 for (row, _), score in zip(ranked_contexts, context_scores, strict=True)]
-    return {
+    result = {
         "entries": entries,
         "count": len(entries),
         "latestContext": PLACEHOLDER_CONTEXT if latest is None else latest["content"],
         "latestContextTimestamp": None if latest is None else latest["creation_time"],
         "contexts": contexts,
     }
+    if pending:
+        result["pendingVectors"] = pending
+    return result
 
 
 def _relevances(
@@ -212,10 +219,34 @@ def rank_entries(
     ``weights`` replaces the index column weights BM25 weighs each field's terms by
     (``ENTRY_WEIGHTS``; the ablation turns fields off with it). Each entry says whether words led to it
     (:data:`MATCH_WORDS`) or only the dense side did (:data:`MATCH_MEANING`)."""
+    return _rank(store, memory_id, query, terms, limit, after=after, before=before, context=context,
+                 feedback=feedback, named_time=named_time, names=names, weights=weights,
+                 dense_feedback=dense_feedback, statements=statements)[0]
+
+
+def _rank(
+    store: MemoryStore,
+    memory_id: str,
+    query: str,
+    terms: list[str],
+    limit: int,
+    *,
+    after: str | None = None,
+    before: str | None = None,
+    context: bool = True,
+    feedback: bool = True,
+    named_time: bool = True,
+    names: bool = True,
+    weights: Sequence[float] | None = None,
+    dense_feedback: bool = True,
+    statements: bool = True,
+) -> tuple[list[RankedEntry], int]:
+    """:func:`rank_entries`, and how many of the memory's entries the dense side ranked without a vector (0
+    without a dense index or when the ranking did not ask it)."""
     if limit <= 0 or not terms:
-        return []
-    # The dense side first (it settles the memory's vectors before any connection is taken), as the catch-up of
-    # entries without a vector should see the memory just settled. (Encoding the query on another thread while the
+        return [], 0
+    # The dense side first: its catch-up embeds a small gap of entries without a vector, which the lexical steps
+    # then see as any other entry. (Encoding the query on another thread while the
     # lexical steps run was measured and dropped: on two cores the encoder slowed by what the overlap saved,
     # BENCHMARKS.md §3 "Hybrid search latency".)
     dense = store.dense_hits(memory_id, query, limit * fusion.DENSE_CANDIDATES, after, before)
@@ -248,7 +279,7 @@ def rank_entries(
     hits = hits[:limit]
     rows = store.entry_rows(memory_id, [seq for seq, _ in hits])
     return [RankedEntry(rows[seq], score, MATCH_WORDS if seq in worded else MATCH_MEANING)
-            for seq, score in hits if seq in rows]
+            for seq, score in hits if seq in rows], dense.pending if dense is not None else 0
 
 
 def _revisions_first(store: MemoryStore, memory_id: str, terms: list[str], hits: Hits) -> Hits:

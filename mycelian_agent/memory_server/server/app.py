@@ -34,10 +34,12 @@ from mycelian_agent.memory_server.storage.base import DenseIndex, MemoryStore
 from mycelian_agent.memory_server.storage import is_postgres_url
 from mycelian_agent.memory_server.storage.sqlite.store import SYNC_MODES
 
-__all__ = ["DEFAULT_PORT", "PROMPTS_VERSION", "AppContext", "MemoryServer", "create_server", "transport_security"]
+__all__ = ["DEFAULT_PORT", "PROMPTS_VERSION", "VECTORS_WAIT", "AppContext", "MemoryServer", "create_server", "transport_security"]
 
 #: Upstream's port; the streamable HTTP endpoint is ``/mcp``.
 DEFAULT_PORT = 11546
+#: Seconds ``await_consistency`` with ``vectors`` waits for the memory's vectors at most (a client calls again).
+VECTORS_WAIT = 30.0
 #: ``version`` of the ``get_default_prompts`` answer.
 PROMPTS_VERSION = "1"
 _SUPPORTED_MEMORY_TYPES = ("chat",)
@@ -308,9 +310,23 @@ async def get_context(ctx: Context, vault_id: VaultId, memory_id: MemoryId) -> s
     return await _app(ctx).store.call(MemoryStore.get_context, vault_id, memory_id)
 
 
-async def await_consistency(ctx: Context, memory_id: MemoryId, vault_id: OptionalVaultId = None) -> str:
-    """Wait until every earlier write to the memory is visible; answers "consistent"."""
-    await _app(ctx).store.barrier(MemoryStore.await_consistency, memory_id, vault_id)
+async def await_consistency(
+    ctx: Context,
+    memory_id: MemoryId,
+    vault_id: OptionalVaultId = None,
+    vectors: Annotated[bool, Field(description="Also wait (up to 30 s) for the memory's vectors, which are written "
+                                   "behind the entries")] = False,
+) -> str:
+    """Wait until every earlier write to the memory is visible to search (by its words); answers "consistent".
+    Vectors are written behind and not waited for unless ``vectors`` is true: then the answer is "consistent"
+    once they are written too, or "vectors pending: N" if N entries still had none after 30 s (call again)."""
+    runner = _app(ctx).store
+    await runner.barrier(MemoryStore.await_consistency, memory_id, vault_id)
+    if vectors and await runner.call(lambda store: store.has_dense):
+        await runner.wait_for_vectors(memory_id, VECTORS_WAIT)
+        pending = (await runner.call(MemoryStore.vector_status, None, memory_id)).pending
+        if pending:
+            return f"vectors pending: {pending}"
     return "consistent"
 
 

@@ -77,6 +77,11 @@ class StoreRunner:
             await asyncio.wait(earlier)
         return await self.call(method, *args, **kwargs)
 
+    async def wait_for_vectors(self, memory_id: str | None, timeout: float) -> bool:
+        """:meth:`MemoryStore.wait_for_vectors` on a thread of its own: the wait holds none of the store's worker
+        threads (on SQLite the only one), so other calls go on meanwhile."""
+        return await anyio.to_thread.run_sync(partial(self._store.wait_for_vectors, memory_id, timeout))
+
     async def close(self) -> None:
         """Close the connection(s) after every queued call, then stop the worker threads."""
         try:

@@ -24,7 +24,7 @@ from mycelian_agent.memory_server.storage import term_stats
 from mycelian_agent.memory_server.storage.entry_cache import EntryCache
 from mycelian_agent.memory_server.storage.placeholder import PLACEHOLDER_CONTEXT
 from mycelian_agent.memory_server.storage.rows import ENTRY_FIELDS, DenseHits, Link, NewEntry, Row, entry_json, memory_json
-from mycelian_agent.memory_server.storage.vectors import EntryVectors
+from mycelian_agent.memory_server.storage.vectors import EntryVectors, VectorStatus
 from mycelian_agent.memory_server.storage.validation import (
     LIMITS,
     check_entry,
@@ -50,6 +50,7 @@ __all__ = [
     "NewEntry",
     "Row",
     "Statistics",
+    "VectorStatus",
     "entry_json",
     "memory_json",
     "memory_not_found",
@@ -89,8 +90,7 @@ class DenseIndex(Protocol):
         after: str | None = None,
         before: str | None = None,
     ) -> tuple[list[int], Any]:
-        """``(seqs, cosines)`` of the memory's embedded entries (-inf outside the time bounds), by an exact scan.
-        Called after :meth:`settle`."""
+        """``(seqs, cosines)`` of the memory's embedded entries (-inf outside the time bounds), by an exact scan."""
 
     def hits(
         self,
@@ -101,8 +101,9 @@ class DenseIndex(Protocol):
         after: str | None = None,
         before: str | None = None,
     ) -> DenseHits | None:
-        """The dense side of a search (:class:`DenseHits`): the ``k`` nearest entries and the memory's typical
-        cosine (``connect()``: the store's connection). Called after :meth:`settle`."""
+        """The dense side of a search (:class:`DenseHits`): the ``k`` nearest entries, the memory's typical cosine
+        and how many of its entries had no vector yet (``connect()``: the store's connection). Waits for nothing:
+        vectors written behind that are not there yet are counted in ``pending``."""
 
     def attach(self, vectors: EntryVectors, connect: Callable[[], AbstractContextManager[Any]] | None) -> None:
         """Called once the store is open: ``vectors`` is the backend's vector SQL; ``connect()`` gives a connection
@@ -111,8 +112,9 @@ class DenseIndex(Protocol):
     def entries_written(self, memory_id: str, seqs: Sequence[int]) -> None:
         """Called after a write commits, with the seqs of the entries it inserted."""
 
-    def settle(self, memory_id: str) -> bool:
-        """Wait until every committed entry of the memory has its vector (False: gave up waiting)."""
+    def settle(self, memory_id: str | None = None, timeout: float = 60.0) -> bool:
+        """Wait up to ``timeout`` seconds until the vectors written behind of the memory's entries (None: of every
+        memory) are written (False: gave up waiting). Only explicit waits for vectors call it."""
 
     def close(self) -> None:
         """Finish and release what :meth:`attach` started (called before the store's connections close)."""
@@ -303,11 +305,31 @@ class MemoryStore(ABC):
         self._memory_row(vault_id, memory_id)
 
     def await_consistency(self, memory_id: str, vault_id: str | None = None) -> None:
-        """Raise unless the memory exists; return once every committed entry of it is searchable on every side
-        (with vectors written behind: once its queued entries are embedded)."""
+        """Raise unless the memory exists; every committed entry of it is then searchable by its words (its own
+        transaction indexed them). Vectors are not waited for: they are written behind, a search ranks with those
+        present and says how many are pending (:meth:`wait_for_vectors` waits for them)."""
         self.check_memory(memory_id, vault_id)
-        if self._dense is not None:
-            self._dense.settle(memory_id)
+
+    def wait_for_vectors(self, memory_id: str | None = None, timeout: float = 60.0) -> bool:
+        """Wait up to ``timeout`` seconds until the vectors this store's dense index writes behind, of the memory's
+        entries (None: of every memory), are written; whether they were (True without a dense index). For
+        benchmarks, tests and maintenance: nothing on the write or search path waits for vectors. Safe from any
+        thread (it reads nothing from the database): check the memory first where that matters."""
+        return True if self._dense is None else self._dense.settle(memory_id, timeout)
+
+    def vector_status(self, model: str | None = None, memory_id: str | None = None) -> VectorStatus:
+        """How many entries (of ``memory_id``, or of the whole database) have a vector of ``model`` (default: the
+        dense index's model) and how many are pending, with the oldest pending entry's age: SQL only, no encoder
+        is loaded. :class:`InputError` when there is no model to count for."""
+        model = model or getattr(self._dense, "model", None)
+        if not model:
+            raise InputError("vector_status needs a model name: this store has no dense index")
+        if memory_id is not None:
+            self.check_memory(memory_id)
+        from mycelian_agent.memory_server.storage import entry_vectors
+
+        with self._read() as conn:
+            return entry_vectors(conn).status(conn, model, memory_id)
 
     def delete_memory(self, vault_id: str, memory_id: str) -> dict[str, Any]:
         """Delete a memory with its entries, contexts and index rows."""
@@ -522,11 +544,10 @@ class MemoryStore(ABC):
         self, memory_id: str, query: str, k: int, after: str | None, before: str | None
     ) -> DenseHits | None:
         """The dense side of a search (:class:`~.rows.DenseHits`: the ``k`` entries nearest to ``query`` within the
-        bounds, the memory's typical cosine), once every committed entry of the memory has its vector; None without
-        a dense index. Call it before the lexical reads: settling may need a connection of the store's pool."""
+        bounds, the memory's typical cosine, the entries ranked without a vector as ``pending``) with the vectors
+        present; None without a dense index. Call it before the lexical reads (its small catch-up may write)."""
         if self._dense is None:
             return None
-        self._dense.settle(memory_id)
         return self._dense_hits(memory_id, query, k, after, before)
 
     @property

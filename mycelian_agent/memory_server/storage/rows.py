@@ -56,6 +56,8 @@ class DenseHits:
     #: The vectors behind the dense side, for the dense feedback (``retrieval/dense_feedback``: ``ScanSpace`` from
     #: the exact scan, ``IndexSpace`` from an approximate index); None when there are none.
     space: Any = field(default=None, compare=False)
+    #: How many of the memory's entries had no vector yet (written behind, not there yet): ranked by words alone.
+    pending: int = 0
 
     @property
     def best(self) -> float | None:

@@ -17,6 +17,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Hashable, Mapping, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from mycelian_agent.memory_server.storage.moments import time_bounds
@@ -24,7 +26,7 @@ from mycelian_agent.memory_server.storage.moments import time_bounds
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["SAMPLE_KEY_SQL", "ApproximateIndex", "EntryVectors", "SqlVectors", "sample_order"]
+__all__ = ["SAMPLE_KEY_SQL", "ApproximateIndex", "EntryVectors", "SqlVectors", "VectorStatus", "sample_order"]
 
 #: A backend's connection type.
 Conn = TypeVar("Conn")
@@ -38,6 +40,25 @@ _HASH_MODULUS = 1 << 32
 #: :func:`sample_order`'s key in SQL, for a bigint seq column ``{0}``.
 SAMPLE_KEY_SQL = f"mod({{0}} * {_HASH_MULTIPLIER}, {_HASH_MODULUS})"
 _ENTRY_TEXT = "seq, entry_id, memory_id, summary, raw_entry"
+
+
+@dataclass(frozen=True)
+class VectorStatus:
+    """How far the vectors of one model are behind the entries (of a database, or of one memory).
+
+    ``entries``: entries stored; ``embedded``: those with a vector of ``model``; ``pending``: those without one
+    (written behind and not there yet, or written by a lexical-only server); ``oldest_pending_s``: seconds since the
+    oldest of those was stored (its ``creation_time``), None when none is pending."""
+
+    model: str
+    entries: int
+    embedded: int
+    pending: int
+    oldest_pending_s: float | None
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields as a JSON object."""
+        return asdict(self)
 
 
 def sample_order(seqs: Any) -> Any:
@@ -136,6 +157,10 @@ class EntryVectors(Protocol):
 
     def inside(self, conn: Any, memory_id: str, after: str | None, before: str | None) -> set[int]:
         """The seqs of the memory's entries within the time bounds (``moments.time_bounds``)."""
+        ...
+
+    def status(self, conn: Any, model: str, memory_id: str | None = None) -> VectorStatus:
+        """How many entries (of ``memory_id``, or of every memory) have a vector of ``model`` and how many wait."""
         ...
 
 
@@ -284,6 +309,24 @@ class SqlVectors(ABC, Generic[Conn]):
             "SELECT seq, vector FROM entry_vectors WHERE memory_id = ? AND model = ? AND seq > ? ORDER BY seq",
             (memory_id, model, after_seq),
         ).fetchall()]
+
+    def status(self, conn: Conn, model: str, memory_id: str | None = None) -> VectorStatus:
+        """See :meth:`EntryVectors.status`."""
+        memory, extra = ("", []) if memory_id is None else (" AND e.memory_id = ?", [memory_id])
+        waiting = self._execute(
+            conn,
+            "SELECT count(*) AS n, min(e.creation_time) AS oldest FROM entries e LEFT JOIN entry_vectors v "
+            f"ON v.seq = e.seq AND v.model = ? WHERE v.seq IS NULL{memory}", [model, *extra]).fetchone()
+        entries = int(self._execute(conn, f"SELECT count(*) AS n FROM entries e WHERE 1 = 1{memory}",
+                                    extra).fetchone()["n"])
+        pending = int(waiting["n"])
+        oldest = None
+        if pending and waiting["oldest"]:
+            stored = datetime.fromisoformat(str(waiting["oldest"]).replace("Z", "+00:00"))
+            if stored.tzinfo is None:
+                stored = stored.replace(tzinfo=timezone.utc)
+            oldest = max(0.0, round((datetime.now(timezone.utc) - stored).total_seconds(), 1))
+        return VectorStatus(model, max(entries, pending), max(0, entries - pending), pending, oldest)
 
     def inside(self, conn: Conn, memory_id: str, after: str | None, before: str | None) -> set[int]:
         """See :meth:`EntryVectors.inside`."""

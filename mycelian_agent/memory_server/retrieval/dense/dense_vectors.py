@@ -2,10 +2,13 @@
 
 Every statement it runs goes through the :class:`~mycelian_agent.memory_server.storage.vectors.EntryVectors` of the
 store it is attached to (``storage/sqlite/vectors.py``, ``storage/postgres/vectors.py``); this module holds the
-policy: vectors of the entries' summaries, written with the entry or behind it (``writer.py``), a memory's matrix
-cached for the exact scan, the small catch-up of entries a search finds without a vector (:data:`CATCHUP_LIMIT`), and
+policy: vectors of the entries' summaries, written with the entry or behind it (``writer.py``; nothing but an
+explicit :meth:`DenseVectors.settle` waits for those), a memory's matrix cached for the exact scan, the small catch-up
+of entries a search finds without a vector (:data:`CATCHUP_LIMIT`; a larger gap is counted in the search's
+``pending``), and
 on PostgreSQL with pgvector the HNSW path for memories of :data:`HNSW_MIN` vectors or more, with the sample that
-gives the typical cosine (``fusion.py``).
+gives the typical cosine (``fusion.py``). It is one module because its writing and searching sides share one state:
+the cached matrices that writes keep in step, and the writer whose queue a search's catch-up takes entries from.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from mycelian_agent.errors import ConfigError
 from mycelian_agent.memory_server.retrieval import fusion
 from mycelian_agent.memory_server.retrieval.dense.encoders import Encode
 from mycelian_agent.memory_server.retrieval.dense.query_cache import QUERY_CACHE_SIZE, QueryVectorCache
-from mycelian_agent.memory_server.retrieval.dense.writer import Connect, VectorWriter
+from mycelian_agent.memory_server.retrieval.dense.writer import SETTLE_TIMEOUT, Connect, VectorWriter
 from mycelian_agent.memory_server.retrieval.dense_feedback import IndexSpace, ScanSpace
 from mycelian_agent.memory_server.retrieval.fusion import DenseHits
 from mycelian_agent.memory_server.retrieval.products import rows_dot
@@ -59,18 +62,21 @@ class DenseVectors:
 
     With ``write_behind`` (the default), a store that can open connections of its own hands one over with
     :meth:`attach`; from then on vectors are written by a :class:`~.writer.VectorWriter` after each write commits
-    (:meth:`entries_written`), and :meth:`similarities` first waits for the memory's queued entries. The vectors of
-    the last ``query_cache`` distinct queries are kept (:attr:`query_vectors`, ``query_cache.py``; 0: none).
+    (:meth:`entries_written`), encoded by ``behind`` (default: ``encode``; a packaged model's runs on one thread),
+    and nothing waits for them but an explicit :meth:`settle`: a search ranks with the vectors present, embeds a
+    small gap itself and reports the entries it ranked without a vector (:attr:`DenseHits.pending`). The vectors
+    of the last ``query_cache`` distinct queries are kept (:attr:`query_vectors`, ``query_cache.py``; 0: none).
     """
 
     def __init__(self, encode: Encode, *, model: str = "custom", write_behind: bool = True,
-                 queries: Encode | None = None, hnsw_min: int = HNSW_MIN,
+                 queries: Encode | None = None, hnsw_min: int = HNSW_MIN, behind: Encode | None = None,
                  query_cache: int = QUERY_CACHE_SIZE) -> None:
         import numpy
 
         self._np = numpy
         self._encode = encode
         self._encode_queries = queries or encode
+        self._encode_behind = behind or encode
         self.model = model
         self.write_behind = write_behind
         self._storage: EntryVectors | None = None
@@ -80,7 +86,6 @@ class DenseVectors:
         self._counted: dict[str, tuple[Any, int]] = {}  # memory id -> (database version, vectors) when all had one
         self._cache_lock = threading.Lock()
         self._deferred = threading.local()  # the entries of this thread's open batch()
-        self._warned: set[str] = set()
         #: Entries embedded by searches (the small catch-up); tests check it stays 0 for embedded memories.
         self.embedded_at_search = 0
         #: Memories of at least this many vectors use the HNSW index when the database has pgvector.
@@ -91,8 +96,9 @@ class DenseVectors:
         #: The kept query vectors (``query_cache.py``).
         self.query_vectors = QueryVectorCache(query_cache)
 
-    def _vectors(self, texts: Sequence[str]) -> np.ndarray:
-        return self._np.asarray(self._encode(list(texts)), dtype=self._np.float32)
+    def _vectors(self, texts: Sequence[str], *, behind: bool = False) -> np.ndarray:
+        encode = self._encode_behind if behind else self._encode
+        return self._np.asarray(encode(list(texts)), dtype=self._np.float32)
 
     def _query_vector(self, query: str) -> np.ndarray:
         return self.query_vectors.vector(self.model, query, lambda text: self._np.asarray(
@@ -126,7 +132,7 @@ class DenseVectors:
         self._storage = vectors
         if not behind or connect is None:
             return
-        self._writer = VectorWriter(connect, self.embed_entries, self._missing_seqs, batch=_BATCH)
+        self._writer = VectorWriter(connect, self.embed_entries, self._missing_seqs)
         self._writer.start()
 
     @property
@@ -144,17 +150,19 @@ class DenseVectors:
         if seqs and self._writer is not None and self._writer.alive:
             self._writer.submit(memory_id, seqs)
 
-    def settle(self, memory_id: str) -> bool:
-        """Wait until the memory's queued entries have vectors (``await_consistency``, every search); False, with
-        a warning, if the writer could not finish them in time (the search goes on with the vectors present)."""
-        if self._writer is None or self._writer.settle(memory_id):
+    def settle(self, memory_id: str | None = None, timeout: float = SETTLE_TIMEOUT) -> bool:
+        """Wait until the writer has embedded the entries it holds of ``memory_id`` (None: of every memory), within
+        ``timeout`` seconds; False if it could not. Only explicit waits for vectors call it (benchmarks, tests,
+        ``await_consistency`` with ``vectors``): writes and searches never wait for vectors."""
+        if self._writer is None:
             return True
-        _log.warning("memory %s still has %d entries waiting for vectors: searching with the vectors present",
-                     memory_id, self._writer.pending(memory_id))
-        return False
+        if memory_id is None:
+            return self._writer.wait_idle(timeout)
+        return self._writer.settle(memory_id, timeout)
 
     def close(self) -> None:
-        """Stop the writer after it has embedded the queued entries (see ``writer.CLOSE_TIMEOUT``)."""
+        """Stop the writer after the batch it is embedding, within ``writer.CLOSE_TIMEOUT`` (the entries left are
+        embedded at the next start)."""
         writer, self._writer = self._writer, None
         if writer is not None:
             writer.close()
@@ -170,12 +178,12 @@ class DenseVectors:
             rows = self._db(conn).entry_texts(conn, seqs)
         if not rows:
             return 0
-        vectors = self._encode_rows(rows)
+        vectors = self._encode_rows(rows, behind=True)
         with connect() as conn:
             return self._store_vectors(conn, rows, vectors)
 
-    def _encode_rows(self, rows: Sequence[Row]) -> np.ndarray:
-        return self._vectors([self.entry_text(row["summary"], row["raw_entry"]) for row in rows])
+    def _encode_rows(self, rows: Sequence[Row], *, behind: bool = False) -> np.ndarray:
+        return self._vectors([self.entry_text(row["summary"], row["raw_entry"]) for row in rows], behind=behind)
 
     def _store_vectors(self, conn: Connection, rows: Sequence[Row], vectors: np.ndarray) -> int:
         return self._db(conn).store(conn, self.model, [(int(row["seq"]), row["entry_id"]) for row in rows], vectors)
@@ -236,40 +244,51 @@ class DenseVectors:
 
     # -- searching -------------------------------------------------------------------------------------------
 
-    def _catch_up(self, conn: Connection, memory_id: str) -> int:
-        """Embed the memory's entries without a vector when they are few; return how many vectors it has."""
+    def _catch_up(self, conn: Connection, memory_id: str) -> tuple[int, int]:
+        """Embed the memory's entries without a vector when they are few (:data:`CATCHUP_LIMIT`; those the writer
+        holds are taken from it); return ``(vectors, pending)``: how many of its entries have a vector, and how many
+        do not (the search ranks them by their words alone)."""
         db = self._db(conn)
         version = db.version(conn)  # read before the counts: a write in between shows at the next search
         known = self._counted.get(memory_id)  # (one read or write of a dict: no lock needed)
         if version is not None and known is not None and known[0] == version:
-            return known[1]
+            return known[1], 0
         vectors = db.vector_count(conn, self.model, memory_id)
         gap = db.entry_count(conn, memory_id) - vectors
         if gap <= 0:
             if version is not None:
                 self._counted[memory_id] = (version, vectors)
-            return vectors
-        if gap <= CATCHUP_LIMIT:
-            rows = db.unembedded(conn, self.model, memory_id, CATCHUP_LIMIT)
-            if self._writer is not None:
-                # Queued after this search's settle() (a write that raced it): the writer embeds those; waiting
-                # here would hold the search's connection (a Postgres pool can run dry that way).
-                held = self._writer.holding([row["seq"] for row in rows])
-                rows = [row for row in rows if row["seq"] not in held]
+            return vectors, 0
+        if gap > CATCHUP_LIMIT:
+            return vectors, gap
+        rows = db.unembedded(conn, self.model, memory_id, CATCHUP_LIMIT)
+        rows = self._claim(rows)
+        if rows:
             try:
                 self._store_missing(conn, rows)
             except Exception:  # e.g. a text the encoder cannot take: the search goes on with the vectors present
                 _log.exception("could not embed %d entries of memory %s at search time; searching with the %d "
                                "embedded ones", len(rows), memory_id, vectors)
-                return db.vector_count(conn, self.model, memory_id)
-            self.embedded_at_search += len(rows)
-            return db.vector_count(conn, self.model, memory_id)
-        if memory_id not in self._warned:
-            self._warned.add(memory_id)
-            _log.warning("memory %s has %d entries without vectors: dense search uses the %d embedded ones (the "
-                         "writer embeds those written without one when the store opens; %s embeds them at once)",
-                         memory_id, gap, vectors, BACKFILL_HINT)
-        return vectors
+                self._give_back(memory_id, rows)
+            else:
+                self.embedded_at_search += len(rows)
+        entries = vectors + gap
+        vectors = db.vector_count(conn, self.model, memory_id)
+        return vectors, max(0, entries - vectors)
+
+    def _claim(self, rows: Sequence[Row]) -> list[Row]:
+        """``rows``, which a search embeds itself, taken out of the writer's queue (so it does not encode them
+        again). Those it is encoding now are embedded here too: waiting for its batch (up to :data:`~.writer.BATCH`
+        texts on one thread) would hold the search for seconds, and a search must find an entry just written by
+        its meaning (the second write of the same vector is an upsert)."""
+        if self._writer is not None:
+            self._writer.claim([int(row["seq"]) for row in rows])
+        return list(rows)
+
+    def _give_back(self, memory_id: str, rows: Sequence[Row]) -> None:
+        """Entries a search took from the writer but could not embed: the writer's again."""
+        if self._writer is not None and self._writer.alive:
+            self._writer.submit(memory_id, [int(row["seq"]) for row in rows])
 
     def _load(self, conn: Connection, memory_id: str, after_seq: int) -> tuple[list[int], np.ndarray]:
         rows = self._db(conn).vectors_after(conn, self.model, memory_id, after_seq)
@@ -302,10 +321,9 @@ class DenseVectors:
         before: str | None = None,
     ) -> tuple[list[int], np.ndarray]:
         """``(seqs, cosines)`` of every embedded entry of ``memory_id`` within the time bounds (others -inf), by the
-        exact scan. Call :meth:`settle` first, before taking ``conn``, for the memory's queued entries to be among
-        them."""
+        exact scan (a small gap of entries without a vector embedded first, as a search does)."""
         return self._scan(conn, memory_id, self._query_vector(query), after, before,
-                          self._catch_up(conn, memory_id))
+                          self._catch_up(conn, memory_id)[0])
 
     def hits(
         self,
@@ -318,10 +336,12 @@ class DenseVectors:
     ) -> DenseHits | None:
         """The dense side of a search for the fusion (``fusion.DenseHits``): the ``k`` entries of ``memory_id``
         nearest to ``query`` within the time bounds and the memory's typical cosine, and how to get the cosines of
-        other entries (the lexical candidates, later); None when no entry has a vector. ``connect()`` gives the
-        store's connection (entered again for those cosines if they need the database). On PostgreSQL with
-        pgvector, a memory of at least :attr:`hnsw_min` vectors is answered by the HNSW index, else by the exact
-        scan. Call :meth:`settle` first."""
+        other entries (the lexical candidates, later), and how many of the memory's entries it ranked without a
+        vector (``pending``: written behind and not there yet); None when no entry has a vector and none is
+        pending. ``connect()`` gives the store's connection (entered again for those cosines if they need the
+        database). On PostgreSQL with pgvector, a memory of at least :attr:`hnsw_min` vectors is answered by the
+        HNSW index, else by the exact scan. Nothing waits for the writer: a gap of at most :data:`CATCHUP_LIMIT`
+        entries is embedded here, a larger one is left to the writer and counted in ``pending``."""
         vector = self._query_vector(query)
         with connect() as conn:
             db = self._db(conn)
@@ -329,20 +349,21 @@ class DenseVectors:
             if approximate is not None:
                 large = self._large.get(memory_id)
                 if large is None:
-                    count = self._catch_up(conn, memory_id)
+                    count, pending = self._catch_up(conn, memory_id)
                     if count >= self.hnsw_min and approximate.ready(conn, len(vector)):
                         large = self._large[memory_id] = _LargeMemory(db.last_seq(conn, memory_id), count)
                         with self._cache_lock:
                             self._cache.pop(memory_id, None)  # the exact scan's matrix is not needed any more
                             self._layouts.pop(memory_id, None)
                 else:
-                    self._catch_up_after(conn, memory_id, large)
+                    pending = self._catch_up_after(conn, memory_id, large)
                     count = large.size
                 if large is not None:
                     self.searches["hnsw"] += 1
-                    return self._hnsw_hits(approximate, conn, connect, memory_id, vector, k, after, before, large)
+                    return _pending(self._hnsw_hits(approximate, conn, connect, memory_id, vector, k, after, before,
+                                                    large), pending)
             else:
-                count = self._catch_up(conn, memory_id)
+                count, pending = self._catch_up(conn, memory_id)
             self.searches["scan"] += 1
             # One read of the cache for the scan and its layout: another thread's search, or the writer, may
             # replace the cached matrix in between, and rows of one matrix must not be named by another's seqs.
@@ -353,7 +374,7 @@ class DenseVectors:
             if hits is not None:  # the vectors scanned, for the dense feedback (retrieval/dense_feedback.py)
                 hits.space = ScanSpace(vector, layout.seqs, layout.matrix, self._np.isfinite(cosines),
                                        lambda matrix: layout.mean)
-            return hits
+            return _pending(hits, pending)
 
     def _layout(self, memory_id: str, seqs: list[int], matrix: np.ndarray) -> _Layout:
         """What searches derive from the memory's cached ``(seqs, matrix)`` (one entry of the cache), kept until the
@@ -367,30 +388,30 @@ class DenseVectors:
             self._layouts[memory_id] = layout
         return layout
 
-    def _catch_up_after(self, conn: Connection, memory_id: str, large: _LargeMemory) -> None:
+    def _catch_up_after(self, conn: Connection, memory_id: str, large: _LargeMemory) -> int:
         """The catch-up of a memory searched through the index: only its entries above the last seq checked are
         looked at (counting a 100k-entry memory's entries and vectors at every search costs more than the search),
-        and those without a vector are embedded when they are few (else a warning, once)."""
+        and those without a vector are embedded when they are few. Returns the memory's entries still without a
+        vector as far as this process knows: those the writer holds, else those left here."""
         rows = self._db(conn).unembedded_after(conn, self.model, memory_id, large.checked)
-        if not rows:
-            return
-        missing = [seq for seq, without in rows if without]
-        if self._writer is not None:
-            held = self._writer.holding(missing)
-            missing = [seq for seq in missing if seq not in held]
-        if missing and len(missing) <= CATCHUP_LIMIT:
-            texts = self._db(conn).entry_texts(conn, missing)
-            try:
-                self._store_missing(conn, texts)
-                self.embedded_at_search += len(texts)
-            except Exception:
-                _log.exception("could not embed %d entries of memory %s at search time", len(texts), memory_id)
-        elif missing and memory_id not in self._warned:
-            self._warned.add(memory_id)
-            _log.warning("memory %s has %d new entries without vectors: dense search leaves them out (%s embeds "
-                         "them)", memory_id, len(missing), BACKFILL_HINT)
-        large.checked = rows[-1][0]
-        large.size += len(rows)
+        left = 0
+        if rows:
+            missing = [seq for seq, without in rows if without]
+            if missing and len(missing) <= CATCHUP_LIMIT:
+                texts = self._claim(self._db(conn).entry_texts(conn, missing))
+                try:
+                    self._store_missing(conn, texts)
+                    self.embedded_at_search += len(texts)
+                except Exception:
+                    _log.exception("could not embed %d entries of memory %s at search time", len(texts), memory_id)
+                    self._give_back(memory_id, texts)
+            else:
+                left = len(missing)
+            large.checked = rows[-1][0]
+            large.size += len(rows)
+        if self._writer is not None and self._writer.alive:
+            return self._writer.outstanding(memory_id)
+        return left
 
     def _hnsw_hits(self, approximate: ApproximateIndex, conn: Connection, connect: Connect, memory_id: str,
                    vector: np.ndarray, k: int, after: str | None, before: str | None,
@@ -463,6 +484,17 @@ class DenseVectors:
             mask = np.fromiter((seq in allowed for seq in seqs), dtype=bool, count=len(seqs))
             scores = np.where(mask, scores, -np.inf)
         return scores
+
+
+def _pending(hits: DenseHits | None, pending: int) -> DenseHits | None:
+    """``hits`` saying that ``pending`` of the memory's entries were ranked without a vector (an empty answer of
+    the dense side when no entry had one but some are pending)."""
+    if not pending:
+        return hits
+    if hits is None:
+        return DenseHits({}, [], 0.0, pending=pending)
+    hits.pending = pending
+    return hits
 
 
 class _Layout:

