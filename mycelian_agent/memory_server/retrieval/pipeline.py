@@ -18,7 +18,7 @@ ranking under it, whose switches (``context``, ``feedback``, ``named_time``, ``n
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, NamedTuple
 
 from mycelian_agent.errors import InputError
@@ -34,7 +34,7 @@ from mycelian_agent.memory_server.storage.rows import DenseHits, Link
 from mycelian_agent.memory_server.storage.validation import LIMITS, check_text, check_uuid, parse_rfc3339
 from mycelian_agent.memory_server.text.analysis import content_stems, query_stems, query_terms
 
-__all__ = ["MATCH_MEANING", "MATCH_WORDS", "RankedEntry", "rank_entries", "search"]
+__all__ = ["MATCH_MEANING", "MATCH_WORDS", "RankedEntry", "Ranking", "rank_entries", "search"]
 
 Hits = list[tuple[int, float]]
 
@@ -45,6 +45,15 @@ MATCH_WORDS = "words"
 #: the turns around the entry, led to it. A search whose entries are all such found nothing that shares a word
 #: with the question; they may be unrelated (a dense side always returns the nearest entries).
 MATCH_MEANING = "meaning"
+
+
+class Ranking(list["RankedEntry"]):
+    """:func:`rank_entries`' entries, best first (a list), and :attr:`pending_vectors`: how many of the memory's
+    entries the dense side ranked without a vector yet (written behind; they were found by their words only)."""
+
+    def __init__(self, entries: Iterable[RankedEntry] = (), *, pending_vectors: int = 0) -> None:
+        super().__init__(entries)
+        self.pending_vectors = pending_vectors
 
 
 class RankedEntry(NamedTuple):
@@ -110,13 +119,14 @@ def search(
     entries = []
     depth = offset + top_ke if top_ke else 0
     seen = relevance.DenseSeen(store)  # keeps the dense side the ranking used, for the relevance below
-    ranked, pending = _rank(seen.view, memory_id, query, terms, min(depth, CONTEXT_DEPTH), after=after,
-                            before=before)
+    ranked = rank_entries(seen.view, memory_id, query, terms, min(depth, CONTEXT_DEPTH), after=after, before=before)
+    pending = ranked.pending_vectors
     if depth > CONTEXT_DEPTH:
         # A pool as deep as this page would reorder the first places (and one as deep as the next page would
         # reorder this one), so deep pages continue the 50-deep ranking from one fixed, deepest pool.
         shown = {found.row["seq"] for found in ranked}
-        deeper, pending = _rank(seen.view, memory_id, query, terms, SEARCH_DEPTH_MAX, after=after, before=before)
+        deeper = rank_entries(seen.view, memory_id, query, terms, SEARCH_DEPTH_MAX, after=after, before=before)
+        pending = deeper.pending_vectors
         ranked += [found for found in deeper if found.row["seq"] not in shown]
     weights: dict[str, float] = {}
     if ranked[:depth]:
@@ -207,7 +217,7 @@ def rank_entries(
     weights: Sequence[float] | None = None,
     dense_feedback: bool = True,
     statements: bool = True,
-) -> list[RankedEntry]:
+) -> Ranking:
     """The memory's entries ranked for ``query`` (``terms`` from ``query_terms``), best first, ``limit`` at most:
     lexical hits scored by BM25, re-ranked with their neighbours' scores (``context``), joined by a second search
     with words of the best hits (``feedback``, see ``feedback.py``), those inside a time the query names lifted
@@ -218,33 +228,10 @@ def rank_entries(
     and an assistant's reaction just below the statement it follows (``statements``, see ``exchanges.py``).
     ``weights`` replaces the index column weights BM25 weighs each field's terms by
     (``ENTRY_WEIGHTS``; the ablation turns fields off with it). Each entry says whether words led to it
-    (:data:`MATCH_WORDS`) or only the dense side did (:data:`MATCH_MEANING`)."""
-    return _rank(store, memory_id, query, terms, limit, after=after, before=before, context=context,
-                 feedback=feedback, named_time=named_time, names=names, weights=weights,
-                 dense_feedback=dense_feedback, statements=statements)[0]
-
-
-def _rank(
-    store: MemoryStore,
-    memory_id: str,
-    query: str,
-    terms: list[str],
-    limit: int,
-    *,
-    after: str | None = None,
-    before: str | None = None,
-    context: bool = True,
-    feedback: bool = True,
-    named_time: bool = True,
-    names: bool = True,
-    weights: Sequence[float] | None = None,
-    dense_feedback: bool = True,
-    statements: bool = True,
-) -> tuple[list[RankedEntry], int]:
-    """:func:`rank_entries`, and how many of the memory's entries the dense side ranked without a vector (0
-    without a dense index or when the ranking did not ask it)."""
+    (:data:`MATCH_WORDS`) or only the dense side did (:data:`MATCH_MEANING`); the list's ``pending_vectors`` says
+    how many of the memory's entries the dense side ranked without a vector (0 without a dense index)."""
     if limit <= 0 or not terms:
-        return [], 0
+        return Ranking()
     # The dense side first: its catch-up embeds a small gap of entries without a vector, which the lexical steps
     # then see as any other entry. (Encoding the query on another thread while the
     # lexical steps run was measured and dropped: on two cores the encoder slowed by what the overlap saved,
@@ -278,8 +265,8 @@ def _rank(
         hits = _statements_first(store, memory_id, hits, after, before)
     hits = hits[:limit]
     rows = store.entry_rows(memory_id, [seq for seq, _ in hits])
-    return [RankedEntry(rows[seq], score, MATCH_WORDS if seq in worded else MATCH_MEANING)
-            for seq, score in hits if seq in rows], dense.pending if dense is not None else 0
+    return Ranking((RankedEntry(rows[seq], score, MATCH_WORDS if seq in worded else MATCH_MEANING)
+                    for seq, score in hits if seq in rows), pending_vectors=dense.pending if dense is not None else 0)
 
 
 def _revisions_first(store: MemoryStore, memory_id: str, terms: list[str], hits: Hits) -> Hits:
