@@ -28,7 +28,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from .bench_common import BenchResult, Target, embeddings_available, md_table
+from .bench_common import BenchResult, Target, embeddings_available, md_table, save_plot
 
 __all__ = ["SUITE", "FIRST_HIT_TARGET", "Answer", "ask_suite", "ingest_suite", "load_suite", "run_small"]
 
@@ -54,7 +54,18 @@ class Answer:
 def load_suite(path: str | Path | None = None) -> list[dict[str, Any]]:
     """The suite's memories (``user``, ``conversation`` in the replay format, ``questions``), from ``path`` or the
     packaged file."""
-    return list(json.loads(Path(path or SUITE).read_text(encoding="utf-8"))["memories"])
+    from ..errors import ConfigError
+
+    source = Path(path or SUITE)
+    try:
+        memories = json.loads(source.read_text(encoding="utf-8"))["memories"]
+    except OSError as exc:
+        raise ConfigError(f"--suite {source}: cannot read it ({exc.strerror or exc})") from None
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ConfigError(f"--suite {source}: not a small-memory suite (JSON with a 'memories' list): {exc}") from None
+    if not isinstance(memories, list):
+        raise ConfigError(f"--suite {source}: 'memories' must be a list")
+    return memories
 
 
 async def ingest_suite(memories: list[dict[str, Any]], db: str | Path, *, embeddings: bool | None = None) -> None:
@@ -139,5 +150,19 @@ def run_small(out: Path, *, suite: str | Path | None = None, hybrid: str = "auto
     if misses:
         result.notes.append("missed: " + "; ".join(
             f"{a.question!r} (answer at {a.rank or '-'}, first: {(a.top or '')[:50]!r})" for a in misses))
+
+    def draw(axes: list[Any]) -> None:
+        ax = axes[0]
+        groups = ["all", *kinds]
+        width = 0.8 / len(runs)
+        for i, (name, answers) in enumerate(runs.items()):
+            shares = [right / total if total else 0.0
+                      for right, total in (_share(answers, None if g == "all" else g) for g in groups)]
+            ax.bar([j + (i - (len(runs) - 1) / 2) * width for j in range(len(groups))], shares, width, label=name)
+        ax.axhline(FIRST_HIT_TARGET, color="grey", linestyle="--", linewidth=1)
+        ax.set_xticks(range(len(groups)), groups)
+        ax.set(title="Small memories: the first hit states the answer", ylabel="share of questions", ylim=(0, 1.05))
+
+    save_plot(result, out, draw, size=(8, 4), ncols=1, grid="y")
     result.seconds = time.perf_counter() - started
     return result
