@@ -140,3 +140,12 @@ def test_an_assistants_reaction_ranks_just_below_the_statement_it_follows(store:
         ("Ben", "Lovely instrument! Is it at a music school?"),
     ], thread="people")
     assert _first(store, memory, "What musical instrument am I learning?")[0]["entryId"] == ids[1]
+
+
+def test_a_statement_brought_in_by_its_reactions_words_is_a_word_match(store: MemoryStore) -> None:
+    memory, ids = _memory(store, [
+        ("Priya", "Outside work I've started taking cello lessons on Thursday evenings."),
+        ("assistant", "Lovely instrument! Is it at a music school?"),
+    ])
+    found = _first(store, memory, "musical instrument")
+    assert [(e["entryId"], e["match"]) for e in found[:2]] == [(ids[0], "words"), (ids[1], "words")], found

@@ -262,7 +262,9 @@ def rank_entries(
     if store.has_dense and hits:
         hits = _revisions_first(store, memory_id, terms, hits)
     if statements and hits:
-        hits = _statements_first(store, memory_id, hits, after, before)
+        hits, reactions = _statements_first(store, memory_id, hits, after, before)
+        # A statement brought in by its reaction was found through the turn beside it: by words if the reaction was.
+        worded |= {statement for reply, statement in reactions.items() if reply in worded}
     hits = hits[:limit]
     rows = store.entry_rows(memory_id, [seq for seq, _ in hits])
     return Ranking((RankedEntry(rows[seq], score, MATCH_WORDS if seq in worded else MATCH_MEANING)
@@ -282,18 +284,24 @@ def _revisions_first(store: MemoryStore, memory_id: str, terms: list[str], hits:
     return revisions_first(hits, entries, matched)
 
 
-def _statements_first(store: MemoryStore, memory_id: str, hits: Hits, after: str | None, before: str | None) -> Hits:
-    """``exchanges.statements_first`` on ``hits``: each hit's previous turn (inside the bounds) and what
-    ``exchanges.reacts_to`` reads of both, from the entries' rows."""
+def _statements_first(
+    store: MemoryStore, memory_id: str, hits: Hits, after: str | None, before: str | None
+) -> tuple[Hits, dict[int, int]]:
+    """``exchanges.statements_first`` on ``hits`` (each hit's previous turn inside the bounds, and what
+    ``exchanges.reacts_to`` reads of both, from the entries' rows), and the reactions among the hits: reply seq ->
+    the statement it reacts to."""
     seqs = [seq for seq, _ in hits]
     links = store.neighbour_links(memory_id, seqs)
     previous = {seq: before_seq for seq, before_seq, _, _ in links if before_seq is not None}
     if not previous:
-        return hits
+        return hits, {}
     allowed = _allowed(store, memory_id, seqs, links, after, before)
     previous = {seq: statement for seq, statement in previous.items() if statement in allowed}
     rows = store.entry_rows(memory_id, sorted(set(seqs) | set(previous.values())))
-    return exchanges.statements_first(hits, previous, {seq: _turn(row) for seq, row in rows.items()})
+    turns = {seq: _turn(row) for seq, row in rows.items()}
+    reactions = {reply: statement for reply, statement in previous.items()
+                 if reply in turns and statement in turns and exchanges.reacts_to(turns[reply], turns[statement])}
+    return exchanges.statements_first(hits, previous, turns), reactions
 
 
 def _lexical_ranking(
