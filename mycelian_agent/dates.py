@@ -21,7 +21,7 @@ from mycelian_agent.errors import InputError
 
 __all__ = [
     "MONTHS", "format_timestamp", "month_number", "normalise_time", "parse_rfc3339", "resolve_relative_dates",
-    "strip_resolved_dates", "to_rfc3339",
+    "resolved_periods", "strip_resolved_dates", "to_rfc3339",
 ]
 
 MONTHS = (
@@ -272,6 +272,30 @@ def _resolve(match: re.Match[str], today: date) -> str | None:
     else:
         delta = (target - today.weekday()) % 7
     return (today + timedelta(days=delta)).isoformat()
+
+
+# The labels of _resolve that name a day, a week, a weekend or a month (seasons and years are too wide to lift a
+# question's day or span by).
+_PERIOD_LABEL = re.compile(r"\((?:(?P<kind>week|weekend) of )?(?P<day>\d{4}-\d{2}-\d{2})\)|\((?P<month>%s) (?P<year>\d{4})\)"
+                           % "|".join(month.capitalize() for month in MONTHS))
+
+
+def resolved_periods(text: str, when: str | date | datetime | None) -> list[tuple[date, date]]:
+    """The days, weeks, weekends and months ``text`` names relative to ``when`` (as :func:`resolve_relative_dates`
+    resolves them), each as ``(first day, day after the last)``: "Yesterday I ran my first 10k", said on 2024-05-10,
+    names ``(2024-05-09, 2024-05-10)``; "next month" ``(2024-06-01, 2024-07-01)``."""
+    periods = []
+    for match in _PERIOD_LABEL.finditer(resolve_relative_dates(text, when)):
+        try:
+            if match["day"]:
+                start = date.fromisoformat(match["day"])
+                periods.append((start, start + timedelta(days={"week": 7, "weekend": 2}.get(match["kind"] or "", 1))))
+            else:
+                start = date(int(match["year"]), MONTHS.index(match["month"].lower()) + 1, 1)
+                periods.append((start, _add_months(start, 1)))
+        except (ValueError, OverflowError):
+            continue
+    return periods
 
 
 def strip_resolved_dates(text: str) -> str:

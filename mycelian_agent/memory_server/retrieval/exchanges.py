@@ -67,10 +67,10 @@ def statements_first(
     order = [seq for seq, _ in hits]
     for seq, _ in hits:
         statement = previous.get(seq)
-        reply_turn, statement_turn = turns.get(seq), turns.get(statement) if statement is not None else None
-        if reply_turn is None or statement_turn is None or not reacts_to(reply_turn, statement_turn):
+        if statement is None or seq not in turns or statement not in turns:
             continue
-        assert statement is not None
+        if not reacts_to(turns[seq], turns[statement]):
+            continue
         place = order.index(seq)
         if statement in scores:
             if order.index(statement) < place:

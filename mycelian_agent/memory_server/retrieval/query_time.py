@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
-from mycelian_agent.dates import MONTHS, format_timestamp, month_number, resolve_relative_dates
+from mycelian_agent.dates import MONTHS, format_timestamp, month_number, resolved_periods
 
 __all__ = [
     "SPAN_SEARCH", "TIME_BOOST", "QueryTime", "TimeSpan", "boost", "moment", "parse_query_time", "reference_date",
@@ -420,31 +420,13 @@ def boost(hits: Sequence[tuple[int, float]], moments: dict[int, datetime], named
     return sorted(lifted, key=lambda pair: (-pair[1], -pair[0]))
 
 
-# The labels dates.resolve_relative_dates writes: "(2023-05-07)", "(week of 2023-05-01)", "(weekend of ...)",
-# "(June 2023)".
-_REFERENCED = re.compile(r"\((?:(?P<kind>week|weekend) of )?(?P<day>\d{4}-\d{2}-\d{2})\)|\((?P<month>"
-                         + "|".join(m.capitalize() for m in MONTHS) + r") (?P<year>\d{4})\)")
-
-
 def referenced_spans(text: str, when: str | None) -> list[TimeSpan]:
     """The days, weeks and months ``text`` names relative to its own time ``when`` ("yesterday", "last Friday",
-    "next month", as ``dates.resolve_relative_dates`` resolves them): a turn told on May 10 that says "yesterday I
-    ran my first 10k" is about May 9, the day a question ("What did I do on May 9?") names."""
+    "next month": ``dates.resolved_periods``): a turn told on May 10 that says "yesterday I ran my first 10k" is
+    about May 9, the day a question ("What did I do on May 9?") names."""
     if not when or not text:
         return []
-    spans = []
-    for match in _REFERENCED.finditer(resolve_relative_dates(text, when)):
-        try:
-            if match["day"]:
-                start = date.fromisoformat(match["day"])
-                days = {"week": 7, "weekend": 2}.get(match["kind"] or "", 1)
-                stop = start + timedelta(days=days)
-            else:
-                start, stop = _month(int(match["year"]), MONTHS.index(match["month"].lower()) + 1)
-        except (ValueError, OverflowError):
-            continue
-        spans.append(TimeSpan(_moment(start), _moment(stop), match[0]))
-    return spans
+    return [TimeSpan(_moment(start), _moment(stop), f"{start}..{stop}") for start, stop in resolved_periods(text, when)]
 
 
 _EARLIEST = datetime.min.replace(tzinfo=UTC)

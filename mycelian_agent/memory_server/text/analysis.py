@@ -60,6 +60,8 @@ REVISION_WORDS = frozenset(
     "update updated changed moved cancelled canceled rescheduled postpone postponed instead switched anymore delayed "
     "replaced raised lowered correction".split()  # noqa: SIM905
 )
+# (PostgreSQL keeps each entry's flag with its terms, written with the entry: entries stored before a word joined
+# this list keep the flag they were written with until they are written again.)
 #: Tags naming the conversation an entry belongs to, not what it says: the same words on every entry of a thread
 #: ("quickstart-lisbon-trip"), they are not scored as labels. In the quickstart's 16-entry memory they put "lisbon"
 #: and "trip" in every entry, so the IDF of both was ~0 and the order noise.
@@ -139,7 +141,7 @@ def tokens(text: str) -> list[str]:
 
 def content_stems(text: str) -> set[str]:
     """The distinct stems of ``text``'s words that are not :data:`STOPWORDS`: how much a turn says of its own
-    ("Understood." none, "Lovely instrument! Is it at a music school?" four)."""
+    ("Understood." one, "Lovely instrument! Is it at a music school?" four)."""
     words = WORD_RE.findall(unicodedata.normalize("NFKC", text).casefold())
     return {stem for word in dict.fromkeys(words) if word not in STOPWORDS for stem in tokens(word)}
 
