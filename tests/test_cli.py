@@ -39,6 +39,7 @@ class Run:
 def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
     """Run ``mycelian-agent ARGS`` in this process; its exit status and captured output."""
     monkeypatch.setenv("COLUMNS", "1000")  # rich wraps at the terminal width (80 when not a terminal)
+    monkeypatch.delenv("MYCELIAN_EMBEDDINGS_MODEL", raising=False)  # the commands' own default model
     capsys.readouterr()
 
     def run(*args: str) -> Run:

