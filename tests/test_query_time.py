@@ -288,3 +288,42 @@ def test_a_turn_told_later_is_lifted_when_its_own_words_name_the_day() -> None:
     referenced = {seq: referenced_spans(told[seq], when[seq]) for seq in told}
     assert boost([(2, 1.0), (1, 0.9)], moments, named, referenced) == [(1, 1.8), (2, 1.0)]
     assert boost([(2, 1.0), (1, 0.9)], moments, named) == [(2, 1.0), (1, 0.9)]
+
+
+# -- a question asking when: the turns that tell a time first ------------------------------------------------------
+
+@pytest.mark.parametrize(("query", "asks"), [
+    ("When are we moving?", True), ("when did Caroline go to the support group", True),
+    ("What date is the inspection?", True), ("How long ago did I adopt Biscuit?", True),
+    ("Which year did Jon start his business?", True),
+    ("What time do I wake up?", False),  # a clock time: dates are no answer
+    ("Whenever I run, what hurts?", False), ("Where is the wedding?", False), ("What did I cook in May?", False),
+])
+def test_a_question_asking_for_a_time_is_recognised(query: str, asks: bool) -> None:
+    assert query_time.asks_time(query) is asks
+
+
+@pytest.mark.parametrize(("text", "tells"), [
+    ("Sorry, correction: the council moved the inspection to 26 May.", True),
+    ("Mum had to postpone her visit to December 2nd.", True),
+    ("A plumber is coming on Friday.", True), ("We moved here in 2019.", True), ("I paid on the 15th.", True),
+    ("Next month I start a new job.", True), ("Yesterday I ran my first 10k.", True),
+    ("I saw her three weeks ago.", True), ("We went there in June.", True),
+    ("May I ask you something?", False), ("I ran 10k and it cost 900 euros.", False),
+    ("We're moving: we signed the lease on a flat.", False),
+])
+def test_a_turn_that_tells_a_time_is_recognised(text: str, tells: bool) -> None:
+    assert query_time.tells_time(text, "2024-05-10T09:00:00Z") is tells
+
+
+def test_a_question_asking_when_finds_the_turn_that_tells_the_time_first(store: MemoryStore, monkeypatch) -> None:
+    """Both turns hold "moving"; the one that says when is the answer (the expected answer type), though its words
+    match the question less."""
+    memory_id, ids = _memory(store, [
+        ("2024-05-01", "We're moving! We signed the lease, moving into a flat in Leipzig with a garden."),
+        ("2024-05-02", "The move itself is on June 8th, my brother lends us his van."),
+    ], title="moving")
+    query = "When are we moving?"
+    assert search(store, memory_id, query, top_ke=2)["entries"][0]["entryId"] == ids[1]
+    monkeypatch.setattr(query_time, "ASKS_TIME_BOOST", 0.0)  # the control: the words alone put the lease first
+    assert search(store, memory_id, query, top_ke=2)["entries"][0]["entryId"] == ids[0]

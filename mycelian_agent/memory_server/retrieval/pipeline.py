@@ -217,6 +217,7 @@ def rank_entries(
     weights: Sequence[float] | None = None,
     dense_feedback: bool = True,
     statements: bool = True,
+    answer_type: bool = True,
 ) -> Ranking:
     """The memory's entries ranked for ``query`` (``terms`` from ``query_terms``), best first, ``limit`` at most:
     lexical hits scored by BM25, re-ranked with their neighbours' scores (``context``), joined by a second search
@@ -225,7 +226,8 @@ def rank_entries(
     ``coverage.py``), fused with dense similarities when the store has an index, and the entries nearest to the
     query moved towards the best fused hits placed after the first ones (``dense_feedback``, see
     ``dense_feedback.py``). Last, a stated change is placed above what it revises (``ranking.revisions_first``)
-    and an assistant's reaction just below the statement it follows (``statements``, see ``exchanges.py``).
+    and an assistant's reaction just below the statement it follows (``statements``, see ``exchanges.py``); for a
+    question asking when, the entries that tell a time are lifted (``answer_type``, ``query_time.lift_told_times``).
     ``weights`` replaces the index column weights BM25 weighs each field's terms by
     (``ENTRY_WEIGHTS``; the ablation turns fields off with it). Each entry says whether words led to it
     (:data:`MATCH_WORDS`) or only the dense side did (:data:`MATCH_MEANING`); the list's ``pending_vectors`` says
@@ -259,6 +261,8 @@ def rank_entries(
     worded = {seq for seq, _ in hits}
     if store.has_dense:
         hits = dense_feedback_module.fuse(hits, dense, limit) if dense_feedback else fusion.fuse(hits, dense, limit)
+    if answer_type and hits and query_time.asks_time(query):
+        hits = _times_told_first(store, memory_id, hits[:limit])
     if store.has_dense and hits:
         hits = _revisions_first(store, memory_id, terms, hits)
     if statements and hits:
@@ -282,6 +286,15 @@ def _revisions_first(store: MemoryStore, memory_id: str, terms: list[str], hits:
     rows = store.entry_rows(memory_id, seqs)
     matched = {seq: frozenset(stems & content_stems(row["raw_entry"])) for seq, row in rows.items()}
     return revisions_first(hits, entries, matched)
+
+
+def _times_told_first(store: MemoryStore, memory_id: str, hits: Hits) -> Hits:
+    """``query_time.lift_told_times`` on ``hits``: the entries whose own words tell a time (``query_time.tells_time``
+    of the raw text, seen from the entry's time) lifted."""
+    rows = store.entry_rows(memory_id, [seq for seq, _ in hits])
+    told = {seq for seq, row in rows.items()
+            if query_time.tells_time(row["raw_entry"], row["conversation_time"] or row["creation_time"])}
+    return query_time.lift_told_times(hits, told)
 
 
 def _statements_first(

@@ -35,8 +35,8 @@ from datetime import UTC, date, datetime, timedelta
 from mycelian_agent.dates import MONTHS, format_timestamp, month_number, resolved_periods
 
 __all__ = [
-    "SPAN_SEARCH", "TIME_BOOST", "QueryTime", "TimeSpan", "boost", "moment", "parse_query_time", "reference_date",
-    "referenced_spans", "span_bounds",
+    "ASKS_TIME_BOOST", "SPAN_SEARCH", "TIME_BOOST", "QueryTime", "TimeSpan", "asks_time", "boost", "lift_told_times",
+    "moment", "parse_query_time", "reference_date", "referenced_spans", "span_bounds", "tells_time",
 ]
 
 #: Score factor of a hit inside a named time span: score * (1 + TIME_BOOST). On LoCoMo dev (41 questions naming a
@@ -50,6 +50,10 @@ TOLD_AFTER_DAYS = 7
 TOLD_AFTER_BOOST = 0.5
 #: Whether a query naming a single span also searches that span alone (its entries join the pool).
 SPAN_SEARCH = True
+#: Score factor 1 + ASKS_TIME_BOOST of a hit that tells a time, when the question asks for one ("When did ...?"): the
+#: answer a "when" question expects is a time (the expected answer type of question answering). One parameter, tuned
+#: on LoCoMo dev's conv-26 + conv-30 and checked on conv-41 (BENCHMARKS.md §3, "Issue 38: ...").
+ASKS_TIME_BOOST = 0.25
 #: Years back that a date without a year ("in June") covers, counted from the reference's year.
 YEARS_BACK = 30
 
@@ -427,6 +431,35 @@ def referenced_spans(text: str, when: str | None) -> list[TimeSpan]:
     if not when or not text:
         return []
     return [TimeSpan(_moment(start), _moment(stop), f"{start}..{stop}") for start, stop in resolved_periods(text, when)]
+
+
+_ASKS_TIME = re.compile(
+    r"^\W*(?:when\b|what\s+(?:date|day|year|month)\b|how\s+long\s+ago\b|which\s+(?:date|day|year|month)\b)", re.I)
+# What tells a time in a turn: broader than the query's expressions (a turn's "moved to 26 May", "on Friday", "the
+# 15th" answer "when?"), narrower than any number (a month name needs a day or "in" beside it: "May I ...").
+_TELLS_TIME = re.compile(
+    rf"\b(?:yesterday|today|tonight|tomorrow|ago|{_YEAR}|{_DAY}(?<=\d(?:st|nd|rd|th))|{_WEEKDAY}s?"
+    rf"|(?:last|next|this|past|coming)\s+(?:\w+\s+)?(?:week|weekend|month|year|night|morning|evening|{_SEASON}"
+    rf"|{_WEEKDAY})s?|{_MONTH}\.?\s+{_DAY}|{_DAY}\s+(?:of\s+)?{_MONTH}|in\s+{_MONTH})\b", re.I)
+
+
+def asks_time(query: str) -> bool:
+    """Whether ``query`` asks for a time: "When did ...", "What date ...", "How long ago ...", "Which year ..."."""
+    return bool(_ASKS_TIME.match(query))
+
+
+def tells_time(text: str, when: str | None) -> bool:
+    """Whether ``text``, said at ``when`` (a stored timestamp, or None), tells a time: a date or a day of the month
+    ("moved to 26 May", "the 15th"), a weekday, a year, "in <month>", "last / next <period>", "yesterday", "... ago"
+    (bare clock times and durations do not count)."""
+    return bool(_TELLS_TIME.search(text)) or bool(referenced_spans(text, when))
+
+
+def lift_told_times(hits: Sequence[tuple[int, float]], told: set[int]) -> list[tuple[int, float]]:
+    """``hits`` (``(seq, score)``) with the scores of the entries ``told`` (those that tell a time) multiplied by
+    ``1 + ASKS_TIME_BOOST``, best first (ties keep their order): for a question that :func:`asks_time`."""
+    lifted = [(seq, score * (1 + ASKS_TIME_BOOST) if seq in told else score) for seq, score in hits]
+    return sorted(lifted, key=lambda pair: -pair[1])
 
 
 _EARLIEST = datetime.min.replace(tzinfo=UTC)
