@@ -20,11 +20,13 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Literal, Mapping
 from ._sync import LoopThread
 from .errors import ConfigError, MemoryServerError, make_parent_folder
 from .paths import default_db_path
-from .mcp import MemoryConnection, embedded_connection, http_connection, in_process_connection
-from .recall.users import create_or_find
+from .recall.users import Connection, create_or_find
 
-if TYPE_CHECKING:  # the agent (LangChain, LangGraph) is imported when an agent is built, not by connect()
+if TYPE_CHECKING:  # the agent (LangChain, LangGraph) is imported when an agent is built, not by connect(); the MCP
+    # client when a connection is opened, not by ensure_vault / ensure_memory over an in-process one
     from langchain_core.language_models import BaseChatModel
+
+    from .mcp import MemoryConnection
 
     from .agent.invoker import MycelianAgentInvoker
     from .agent.prompts import PromptSet
@@ -50,7 +52,7 @@ async def _find_or_create(find: Callable[[], Awaitable[str | None]], create: Cal
     return found if found is not None else await create_or_find(create, find)
 
 
-async def ensure_vault(memory: MemoryConnection, vault: str, description: str = "") -> str:
+async def ensure_vault(memory: Connection, vault: str, description: str = "") -> str:
     """The id of vault ``vault`` (a UUID, or a title created when missing).
 
     Safe when several processes ensure the same vault at once: the one whose create loses the race reads the
@@ -71,7 +73,7 @@ async def ensure_vault(memory: MemoryConnection, vault: str, description: str = 
     return await _find_or_create(find, create)
 
 
-async def ensure_memory(memory: MemoryConnection, vault_id: str, title: str, memory_type: str = "NOTES",
+async def ensure_memory(memory: Connection, vault_id: str, title: str, memory_type: str = "NOTES",
                         description: str = "") -> str:
     """The id of memory ``title`` in ``vault_id`` (a UUID, or a title created when missing); safe when several
     processes ensure the same memory at once (see :func:`ensure_vault`)."""
@@ -158,6 +160,16 @@ class ConnectionSettings:
             return str(self.db)
         return str(Path(self.db).expanduser())
 
+    def prepared_database(self) -> str:
+        """:meth:`database`, with the folder of a SQLite file made when missing (the file is created when opened);
+        a folder that cannot be made is a :class:`ConfigError` naming ``--db``."""
+        from .memory_server.storage import is_postgres_url
+
+        target = self.database()
+        if target != ":memory:" and not is_postgres_url(target):
+            make_parent_folder(target, "--db")
+        return target
+
 
 def connect(server: str = "embedded", *, db: str | Path | None = None, token: str | None = None,
             embeddings: bool | str | None = None, timeout: float | None = 60.0, reconnect_wait: float = 30.0,
@@ -179,6 +191,7 @@ def connect(server: str = "embedded", *, db: str | Path | None = None, token: st
 
 def open_connection(settings: ConnectionSettings) -> MemoryConnection:
     """A (not yet opened) connection to the memory server ``settings`` name."""
+    from .mcp import MemoryConnection, embedded_connection, http_connection, in_process_connection
     from .memory_server.storage import is_postgres_url
 
     s = settings
@@ -190,9 +203,7 @@ def open_connection(settings: ConnectionSettings) -> MemoryConnection:
     if s.server not in _LOCAL_SERVERS:
         return limited(http_connection(s.server, token=s.token))
     # Resolved here, not by a spawned server: it does not get the caller's environment (the SDK passes few variables).
-    target = s.database()
-    if target != ":memory:" and not is_postgres_url(target):
-        make_parent_folder(target, "--db")
+    target = s.prepared_database()
     if s.server == "in-process":
         return limited(in_process_connection(target, embeddings=None if s.embeddings is None else writes or False,
                                              embeddings_model=s.embeddings_model))

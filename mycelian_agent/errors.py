@@ -17,6 +17,7 @@ __all__ = [
     "ToolCallError",
     "ThreadBusyError",
     "describe_cause",
+    "is_transient",
     "is_transient_text",
     "make_folder",
     "make_parent_folder",
@@ -73,6 +74,11 @@ def describe_cause(exc: BaseException) -> str:
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether ``exc`` is a memory server failure that a retry may cure (a :class:`MemoryServerError` so marked)."""
+    return isinstance(exc, MemoryServerError) and exc.transient
 
 
 def is_transient_text(text: str) -> bool:

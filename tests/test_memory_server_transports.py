@@ -202,10 +202,14 @@ def test_cli_defaults_and_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert all(flag in out for flag in ("--transport", "--host", "--port", "--db", "--token", "--sync"))
     assert out.startswith("Usage: mycelian-memory-server [OPTIONS]")
     # mycelian-memory-server is the serve command of the mycelian-agent tree, alone: the same flags.
+    import click
+
     from mycelian_agent.cli import cli
     from mycelian_agent.memory_server.cli import embeddings_group, serve_command
 
-    assert cli.commands["serve"] is serve_command and cli.commands["embeddings"] is embeddings_group
+    context = click.Context(cli)
+    assert cli.get_command(context, "serve") is serve_command
+    assert cli.get_command(context, "embeddings") is embeddings_group
 
 
 def test_cli_passes_the_embeddings_options_to_the_server(

@@ -18,7 +18,8 @@ from hypothesis import given, settings, strategies as st
 from pydantic import ValidationError
 
 from mycelian_agent._sync import LoopThread
-from mycelian_agent.agent.model_tools import AddEntryArgs, entry_tags, idempotency_key
+from mycelian_agent.agent.entries import entry_tags, idempotency_key
+from mycelian_agent.agent.model_tools import AddEntryArgs
 from mycelian_agent.conversations.formats import iter_messages, parse_conversation_data, parse_json_text, valid_title
 from mycelian_agent.errors import InputError
 from mycelian_agent.limits import RAW_ENTRY_MAX_CHARS, SUMMARY_MAX_CHARS, TAG_VALUE_MAX_CHARS, clip_tags, split_oversize

@@ -89,7 +89,7 @@ def test_add_leaves_its_vector_to_the_backlog_and_a_search_writes_it(tmp_path, c
     db = tmp_path / "memory.db"
     added = cli("add", "My sister Ana lives in Porto.", "--db", str(db), "--memory", "me")
     assert added.returncode == 0, added.stderr
-    assert pending(db) == 1  # the spawned server stored the entry and encoded nothing
+    assert pending(db) == 1  # the one-shot add stored the entry and encoded nothing
     found = cli("search", "Porto", "--db", str(db), "--memory", "me", "--json")
     assert found.returncode == 0 and "Porto" in json.loads(found.stdout)[0]["text"]
     assert "no vector yet" not in found.stderr  # a gap of one: the search embedded it itself

@@ -27,7 +27,6 @@ from langgraph.graph import END, START, StateGraph
 from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.prebuilt import ToolNode
 from langgraph.runtime import Runtime
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
 from .._sync import run_sync
 from ..dates import normalise_time
@@ -40,9 +39,10 @@ from .invocation import Invocation, thread_totals
 from .prompts import PromptSet
 from .report import InvocationResult, ThreadStatus, Usage
 from .settings import AgentSettings
-from .state import AgentState, Turn
+from .state import AgentState
+from .turn import Turn
 from .steps import StepRunner
-from .tool_results import declared_params, execute_checked, is_transient, last_results
+from .tool_results import declared_params, execute_checked, last_results
 from .writer import ToolArgumentWriter
 
 __all__ = ["MESSAGE_KEYS", "MycelianMemoryAgent", "Invocation"]
@@ -327,9 +327,7 @@ class MycelianMemoryAgent:
         if run.tools_in_flight == 0:
             run.tools_since = time.perf_counter()
         run.tools_in_flight += 1
-        retrying = AsyncRetrying(stop=stop_after_attempt(self.settings.tool_attempts),
-                                 wait=wait_exponential(multiplier=self.settings.retry_backoff_s),
-                                 retry=retry_if_exception(is_transient), reraise=True)
+        retrying = self.settings.tool_retrying()
         try:
             async for attempt in retrying:
                 with attempt:

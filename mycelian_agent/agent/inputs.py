@@ -1,21 +1,22 @@
 """What callers give the agent, checked once at its public edge: the thread id, a message, its tags, the control.
 
-Everything below this module handles a message as a :class:`~mycelian_agent.agent.state.Turn` that is known to be
+Everything below this module handles a message as a :class:`~mycelian_agent.agent.turn.Turn` that is known to be
 valid (a role of :data:`ROLES`, non-empty text the server can store, a normalised time, a checked speaker name).
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Mapping, Sequence
-
-from langchain_core.messages import BaseMessage, ChatMessage
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 from ..dates import normalise_time
 from ..errors import InputError
 from ..limits import clip_tags, name_problem, unicode_problem
 from .control import ControlState
-from .state import Turn
+from .turn import Turn
+
+if TYPE_CHECKING:
+    from langchain_core.messages import ChatMessage
 
 __all__ = ["MESSAGE_KEYS", "ROLES", "check_messages", "check_thread", "checked_tags", "memory_binding",
            "parse_control", "to_turn"]
@@ -54,16 +55,20 @@ def to_turn(to_process: Any, conversation_time: str | None, name: Any = None) ->
     role: object
     content: object
     given: object = None
-    if isinstance(to_process, ChatMessage):
-        role, content, given = to_process.role, to_process.content, to_process.name
-    elif isinstance(to_process, Mapping):
+    if isinstance(to_process, Mapping):
         role, content, given = to_process.get("role"), to_process.get("content"), to_process.get("name")
-    elif isinstance(to_process, BaseMessage):
-        role, content = {"human": "user", "ai": "assistant"}.get(to_process.type, to_process.type), to_process.content
-        given = to_process.name
     else:
-        raise InputError(f"to_process must be a ChatMessage or a {{'role', 'content', 'name'?}} mapping, "
-                         f"got {type(to_process).__name__}")
+        # Imported here: a one-shot add passes a mapping and loads no LangChain (a message object means it is loaded).
+        from langchain_core.messages import BaseMessage, ChatMessage
+
+        if isinstance(to_process, ChatMessage):
+            role, content, given = to_process.role, to_process.content, to_process.name
+        elif isinstance(to_process, BaseMessage):
+            role = {"human": "user", "ai": "assistant"}.get(to_process.type, to_process.type)
+            content, given = to_process.content, to_process.name
+        else:
+            raise InputError(f"to_process must be a ChatMessage or a {{'role', 'content', 'name'?}} mapping, "
+                             f"got {type(to_process).__name__}")
     if name is not None and given is not None and name != given:
         raise InputError(f"two speaker names for one message: name={name!r} but to_process has {given!r}")
     name = name if name is not None else given

@@ -7,14 +7,12 @@ the report it fills in. The helpers read and update the checkpointed state's tot
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
 from typing import Any, Mapping
 
-from ..limits import TAG_VALUE_MAX_CHARS, split_oversize
 from .report import InvocationResult, ThreadProgress, Usage
-from .state import Turn
+from .turn import Turn
 
-__all__ = ["Invocation", "bump_progress", "inherit_time", "plain_turn", "speaker_tag", "split_parts", "thread_totals"]
+__all__ = ["Invocation", "bump_progress", "inherit_time", "plain_turn", "thread_totals"]
 
 
 @dataclass
@@ -36,13 +34,6 @@ class Invocation:
     @property
     def ids(self) -> dict[str, str]:
         return {"vault_id": self.vault_id, "memory_id": self.memory_id}
-
-
-@lru_cache(maxsize=4)
-def split_parts(content: str, limit: int) -> tuple[str, ...]:
-    """The parts of a message (``split_oversize``), computed once: ADD_ENTRY asks for them at each of its steps (one
-    per part), so splitting again each time made a long message cost the square of its size."""
-    return tuple(split_oversize(content, limit))
 
 
 def thread_totals(values: Mapping[str, Any]) -> tuple[ThreadProgress, Usage]:
@@ -69,12 +60,6 @@ def inherit_time(state: Mapping[str, Any], run: Invocation) -> dict[str, Any]:
     run.report.notes += (f"message sent without a time: stored with the session's time {inherited} "
                          "(the later of the session's start and its last message)",)
     return {"message": {**message, "conversation_time": inherited}}
-
-
-def speaker_tag(message: Mapping[str, Any]) -> dict[str, str]:
-    """``{"speaker": name}`` when the message names its speaker: read back as the speaker of a search hit."""
-    name = message.get("name")
-    return {"speaker": name[:TAG_VALUE_MAX_CHARS]} if name else {}
 
 
 def _clip(text: str, limit: int | None) -> str:

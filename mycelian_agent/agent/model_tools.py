@@ -1,18 +1,17 @@
-"""What the model may write, and the arguments code owns.
+"""What the model may write.
 
 Each model-written tool is one pydantic model: its JSON schema is what the model is bound to (only the fields the
 model writes: ``summary`` and ``tags`` of add_entry, ``content`` of put_context) and the same model validates the
 reply (read by :mod:`~mycelian_agent.agent.replies`). Identifiers, verbatim text, time and the idempotency key are
-set by the agent (:func:`entry_tags`, :func:`idempotency_key`, :func:`direct_call`; docs/ARCHITECTURE.md).
+set by code (:mod:`~mycelian_agent.agent.entries`; :func:`direct_call` carries them; docs/ARCHITECTURE.md).
 :class:`~mycelian_agent.agent.writer.ToolArgumentWriter` asks a model for one tool's arguments.
 """
 
 from __future__ import annotations
 
-import hashlib
 import uuid
-from collections.abc import Mapping
-from functools import cache, lru_cache
+from collections.abc import Callable
+from functools import cache
 from typing import Annotated, Any, Literal, get_args
 
 from langchain_core.messages import AIMessage
@@ -20,12 +19,12 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
-from ..limits import SUMMARY_MAX_CHARS, SUMMARY_TARGET_CHARS, TAGS_MAX_KEYS, clip_tags, unicode_problem
+from ..limits import SUMMARY_TARGET_CHARS, unicode_problem
+from .entries import Unusable, check_summary, check_tags
 
 __all__ = [
-    "AddEntryArgs", "PutContextArgs", "MODEL_TOOLS", "tool_schema", "CODE_TAGS", "entry_tags", "direct_call",
-    "idempotency_key", "ToolChoiceMode", "TOOL_CHOICE_MODES", "tool_choice", "EntryItem", "AddEntriesArgs",
-    "AddEntriesAndContextArgs",
+    "AddEntryArgs", "PutContextArgs", "MODEL_TOOLS", "tool_schema", "direct_call", "ToolChoiceMode",
+    "TOOL_CHOICE_MODES", "tool_choice", "EntryItem", "AddEntriesArgs", "AddEntriesAndContextArgs",
 ]
 
 #: How the agent forces the model to call the tool: ``"named"`` sends OpenAI's object form naming the tool
@@ -36,41 +35,28 @@ ToolChoiceMode = Literal["named", "required", "auto"]
 TOOL_CHOICE_MODES: tuple[str, ...] = get_args(ToolChoiceMode)
 
 
-#: Tags the agent sets itself; a model's tags with these names are dropped.
-CODE_TAGS = ("role", "thread", "msg", "part")
-
-
 def _unusable(message: str) -> PydanticCustomError:
     return PydanticCustomError("unusable", message)
 
 
-def _check_summary(value: Any) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise _unusable("the summary was missing or empty")
-    if problem := unicode_problem(value):
-        raise _unusable(f"the summary has {problem}")
-    return value.strip()[:SUMMARY_MAX_CHARS]
+def _validator(check: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``check`` (:mod:`.entries`) as a pydantic validator: its :class:`Unusable` text becomes the error's message."""
 
+    def validate(value: Any) -> Any:
+        try:
+            return check(value)
+        except Unusable as exc:
+            raise _unusable(str(exc)) from None
 
-def _check_tags(value: Any) -> dict[str, str]:
-    if value is None:
-        return {}
-    if isinstance(value, list):  # small models often write a list of keywords
-        value = {"topic": ", ".join(str(t) for t in value)}
-    if not isinstance(value, Mapping):
-        raise _unusable("tags must be an object of string values")
-    tags = {k: v for k, v in clip_tags(value).items() if k not in CODE_TAGS and k.strip()}
-    if problem := next(filter(None, map(unicode_problem, [*tags, *tags.values()])), None):
-        raise _unusable(f"a tag has {problem}")
-    return tags
+    return validate
 
 
 _SUMMARY_DESCRIPTION = f"Retrieval-oriented summary, at most {SUMMARY_TARGET_CHARS} chars."
 _TAGS_DESCRIPTION = ('Short string tags of this message, e.g. {"topic": "<its topic words>", '
                      '"kind": "<fact|plan|preference|event|question>"}.')
 #: The two fields the model writes for each entry, checked alike wherever they appear (one entry or a batch item).
-Summary = Annotated[str, BeforeValidator(_check_summary), Field(description=_SUMMARY_DESCRIPTION)]
-Tags = Annotated[dict[str, str], BeforeValidator(_check_tags), Field(description=_TAGS_DESCRIPTION)]
+Summary = Annotated[str, BeforeValidator(_validator(check_summary)), Field(description=_SUMMARY_DESCRIPTION)]
+Tags = Annotated[dict[str, str], BeforeValidator(_validator(check_tags)), Field(description=_TAGS_DESCRIPTION)]
 
 
 class AddEntryArgs(BaseModel):
@@ -162,35 +148,9 @@ def tool_choice(tool_name: str, mode: ToolChoiceMode | str) -> str:
     raise ValueError(f"tool_choice_mode must be one of {', '.join(TOOL_CHOICE_MODES)}; got {mode!r}")
 
 
-def entry_tags(model_tags: Mapping[str, str], input_tags: Mapping[str, str],
-               code_tags: Mapping[str, str]) -> dict[str, str]:
-    """The tags stored with an entry: code-owned tags win over the input's, the input's over the model's; the
-    model's are cut to the room left under the server's key limit."""
-    inputs = {k: v for k, v in input_tags.items() if k not in code_tags}
-    room = max(0, TAGS_MAX_KEYS - len(code_tags) - len(inputs))
-    model = dict(list((k, v) for k, v in model_tags.items() if k not in inputs and k not in code_tags)[:room])
-    return {**model, **inputs, **code_tags}
-
-
 def direct_call(*calls: tuple[str, dict[str, Any]]) -> AIMessage:
     """An AIMessage carrying tool calls built in code (executed by the graph's tools node like a model's)."""
     return AIMessage(content="", tool_calls=[
         {"name": name, "args": args, "id": f"call_{uuid.uuid4().hex[:16]}", "type": "tool_call"}
         for name, args in calls
     ])
-
-
-@lru_cache(maxsize=8)
-def _content_digest(content: str) -> str:
-    # Cached: each part of a long message carries the hash of the whole message.
-    return hashlib.sha256(content.encode("utf-8")).hexdigest()[:16]
-
-
-def idempotency_key(thread_id: str, number: int, content: str, part: int, parts: int) -> str:
-    """``<thread>:<message number>:<sha256(content)[:16]>:<part>/<parts>`` (``part`` 0-based)."""
-    # The content hash makes a retried message dedupe while a different message at the same position does not.
-    digest = _content_digest(content)
-    thread = thread_id if len(thread_id) <= 120 else hashlib.sha256(thread_id.encode()).hexdigest()[:32]
-    return f"{thread}:{number}:{digest}:{part + 1}/{parts}"
-
-

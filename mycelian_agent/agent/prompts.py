@@ -18,7 +18,8 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from ..errors import PromptError
 from ..models.task import TASK_KEY
 from ..prompt_files import PROMPT_NAMES, read_prompt
-from .state import Turn
+from .entries import add_entry_task, clip, task_message
+from .turn import Turn
 
 __all__ = ["PromptSet", "BatchItem", "render", "build_add_entry_prompt", "build_add_entries_prompt",
            "build_put_context_prompt"]
@@ -74,20 +75,6 @@ class PromptSet:
         )
 
 
-def _clip(text: str, limit: int | None) -> str:
-    if limit is None or len(text) <= limit:
-        return text
-    return text[:limit].rstrip() + f" … [{len(text) - limit} more characters]"
-
-
-def _message_dict(message: Turn, limit: int | None) -> dict[str, Any]:
-    item = {"role": message["role"], "content": _clip(str(message["content"]), limit),
-            "conversation_time": message.get("conversation_time")}
-    if message.get("name"):
-        item["name"] = message["name"]
-    return item
-
-
 def _format_messages(items: Sequence[Mapping[str, Any]]) -> str:
     if not items:
         return "(none)"
@@ -115,13 +102,13 @@ def build_add_entry_prompt(
     ``content`` is the text to record (the whole message, or one part of a message too long for one entry);
     ``context_chars`` clips the context document (its first sections, the durable facts, matter most here).
     """
-    context = _clip(context, context_chars)
-    current = _message_dict(message, None) | {"content": content}
-    recent_items = [_message_dict(m, recent_message_chars) for m in recent]
+    payload = add_entry_task(message, content, recent, context, recent_message_chars=recent_message_chars,
+                             context_chars=context_chars)
+    current = payload["message"]
     index, total = part
     values = {
-        "context": context or "(empty)",
-        "recent": _format_messages(recent_items),
+        "context": payload["context"] or "(empty)",
+        "recent": _format_messages(payload["recent"]),
         "role": current["role"],
         "name": (current.get("name") or "unknown").replace('"', "'"),
         "speaker": f"{current['role']} {current['name']}" if current.get("name") else current["role"],
@@ -133,7 +120,6 @@ def build_add_entry_prompt(
         [prompts.agent_prefix.strip(), prompts.entry_capture_prompt.strip(), prompts.summary_prompt.strip()]
     )
     task = render(prompts.add_entry_task, "add_entry_task", values)
-    payload = {"operation": "add_entry", "message": current, "recent": recent_items, "context": context}
     return [SystemMessage(system), HumanMessage(task, additional_kwargs={TASK_KEY: payload})]
 
 
@@ -173,21 +159,21 @@ def build_add_entries_prompt(
     otherwise the context document is clipped to ``context_chars``. ``note`` (a correction) opens the task.
     """
     tool = "add_entries_and_context" if with_context else "add_entries"
-    shown_context = context if with_context else _clip(context, context_chars)
+    shown_context = context if with_context else clip(context, context_chars)
     lines = []
     for item in items:
-        current = _message_dict(item.message, None) | {"content": item.content}
+        current = task_message(item.message, None) | {"content": item.content}
         index, total = item.part
         part = "" if total == 1 else f' part="{index} of {total}"'
         name = (current.get("name") or "unknown").replace('"', "'")
         lines.append(f'<message item="{item.item}" role="{current["role"]}" name="{name}" '
                      f'time="{current["conversation_time"] or "unknown"}"{part}>\n{item.content}\n</message>')
-    flush_items = [_message_dict(m, message_chars) for m in since_flush]
+    flush_items = [task_message(m, message_chars) for m in since_flush]
     earlier_items = flush_items[:earlier]
     values = {
         "tool": tool,
         "context": shown_context or "(empty)",
-        "recent": _format_messages([_message_dict(m, recent_message_chars) for m in recent]),
+        "recent": _format_messages([task_message(m, recent_message_chars) for m in recent]),
         "earlier": ("\nMessages since the context document was written, already recorded, oldest first:\n"
                     f"<earlier>\n{_format_messages(earlier_items)}\n</earlier>\n") if with_context else "",
         "messages": "\n".join(lines),
@@ -206,12 +192,12 @@ def build_add_entries_prompt(
 
     def recent_dict(message: Turn) -> dict[str, Any]:
         if id(message) not in seen:
-            seen[id(message)] = _message_dict(message, recent_message_chars)
+            seen[id(message)] = task_message(message, recent_message_chars)
         return seen[id(message)]
 
     payload: dict[str, Any] = {
         "operation": tool,
-        "items": [{"item": item.item, "message": _message_dict(item.message, None) | {"content": item.content},
+        "items": [{"item": item.item, "message": task_message(item.message, None) | {"content": item.content},
                    "recent": [recent_dict(m) for m in item.recent]} for item in items],
         "context": shown_context,
     }
@@ -233,7 +219,7 @@ def build_put_context_prompt(
     message_chars: int | None = 2000,
 ) -> list[BaseMessage]:
     """The put_context prompt: merge the previous context document with the messages since the last flush."""
-    items = [_message_dict(m, message_chars) for m in messages]
+    items = [task_message(m, message_chars) for m in messages]
     values = {
         "previous_context": previous_context or "(empty)",
         "messages": _format_messages(items),

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from ..errors import ConfigError
+from ..errors import ConfigError, is_transient
 from ..limits import RAW_ENTRY_MAX_CHARS
+
+if TYPE_CHECKING:
+    from tenacity import AsyncRetrying
 
 __all__ = ["AgentSettings"]
 
@@ -58,6 +61,15 @@ class AgentSettings:
     def batched(self) -> bool:
         """Whether messages are accepted and written in batches (``batch_size > 1``)."""
         return self.batch_size > 1
+
+    def tool_retrying(self) -> AsyncRetrying:
+        """How a tool call is retried: a transient failure up to ``tool_attempts`` attempts in all, waiting
+        ``retry_backoff_s`` doubled at each; any other failure is raised at once (the last one after the attempts)."""
+        from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
+
+        return AsyncRetrying(stop=stop_after_attempt(self.tool_attempts),
+                             wait=wait_exponential(multiplier=self.retry_backoff_s),
+                             retry=retry_if_exception(is_transient), reraise=True)
 
     @classmethod
     def naive(cls) -> AgentSettings:

@@ -13,29 +13,9 @@ from typing import Annotated, TypedDict
 from langchain_core.messages import AnyMessage
 from langgraph.graph.message import add_messages
 
-__all__ = ["AgentState", "Turn", "PendingTurn"]
+from .turn import PendingTurn, Turn
 
-
-class Turn(TypedDict, total=False):
-    """A message as the agent handles it: role, content, time (RFC 3339 UTC, when known), speaker name (optional).
-
-    ``role`` is ``user`` or ``assistant`` (``system`` for the window's note of earlier entries); ``name`` is who
-    spoke in that role ("Caroline"), when the input says.
-    """
-
-    role: str
-    content: str
-    conversation_time: str
-    name: str
-
-
-class PendingTurn(Turn, total=False):
-    """A message accepted in batched mode and not yet written: the turn (its time already resolved), its number in
-    the thread (which fixes its idempotency key), its input tags, and when it was accepted (``time.time()``)."""
-
-    number: int
-    tags: dict[str, str]
-    accepted_at: float
+__all__ = ["AgentState"]
 
 
 class AgentState(TypedDict, total=False):

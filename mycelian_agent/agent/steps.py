@@ -18,14 +18,15 @@ from typing import Any, Mapping, Sequence
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from ..errors import MemoryServerError, MycelianError
-from ..limits import ADD_ENTRIES_MAX_ITEMS, TAG_VALUE_MAX_CHARS
+from ..limits import ADD_ENTRIES_MAX_ITEMS
 from ..memory_server.storage.placeholder import is_placeholder_context
 from .control import PLANS, ControlState, Step
-from .invocation import Invocation, bump_progress, inherit_time, plain_turn, speaker_tag, split_parts, thread_totals
-from .model_tools import direct_call, entry_tags, idempotency_key
+from .entries import entry_args, split_parts
+from .invocation import Invocation, bump_progress, inherit_time, plain_turn, thread_totals
+from .model_tools import direct_call
 from .prompts import BatchItem, PromptSet, build_add_entries_prompt, build_add_entry_prompt, build_put_context_prompt
 from .settings import AgentSettings
-from .state import PendingTurn, Turn
+from .turn import PendingTurn, Turn
 from .tool_results import count_results, record_stored, tool_text
 from .writer import ToolArgumentWriter
 
@@ -138,26 +139,9 @@ class StepRunner:
             recent_message_chars=self.settings.recent_message_chars, context_chars=self.settings.entry_context_chars,
         )
         written = await self.writer.write("add_entry", prompt, run.report)
-        return direct_call(("add_entry", self._entry_args(run, message, number, (part, len(parts)), parts[part],
-                                                           written, state.get("message_tags") or {})))
-
-    def _entry_args(self, run: Invocation, message: Mapping[str, Any], number: int, part: tuple[int, int],
-                    text: str, written: Mapping[str, Any], given_tags: Mapping[str, str]) -> dict[str, Any]:
-        """The add_entry arguments of part ``part`` (index, count) of message ``number``: the model's summary and tags
-        (``written``) around what code owns: identifiers, the verbatim ``text``, the time, the caller's and code's
-        tags, the idempotency key."""
-        index, count = part
-        code_tags = {"role": message["role"], "thread": run.thread_id[:TAG_VALUE_MAX_CHARS], "msg": str(number),
-                     **speaker_tag(message)}
-        if count > 1:
-            code_tags["part"] = f"{index + 1}/{count}"
-        args: dict[str, Any] = {**run.ids, "raw_entry": text, "summary": written["summary"],
-                                "tags": entry_tags(written["tags"], given_tags, code_tags)}
-        if message.get("conversation_time"):
-            args["conversation_time"] = message["conversation_time"]
-        if self.idempotency:
-            args["idempotency_key"] = idempotency_key(run.thread_id, number, message["content"], index, count)
-        return args
+        return direct_call(("add_entry", entry_args(run.ids, run.thread_id, message, number, (part, len(parts)),
+                                                     parts[part], written, state.get("message_tags") or {},
+                                                     idempotency=self.idempotency)))
 
     def _after_entry(self, state: Mapping[str, Any], stored_parts: int, results: list[ToolMessage],
                      run: Invocation) -> tuple[dict[str, Any], bool]:
@@ -278,9 +262,9 @@ class StepRunner:
         run.batch_context = context
         calls = []
         for number, (message, part, count) in keys.items():
-            calls.append(("add_entry", self._entry_args(run, message, message["number"], (part, count),
-                                                        by_number[number].content, written[number],
-                                                        message.get("tags") or {})))
+            calls.append(("add_entry", entry_args(run.ids, run.thread_id, message, message["number"], (part, count),
+                                                  by_number[number].content, written[number],
+                                                  message.get("tags") or {}, idempotency=self.idempotency)))
         if self.bulk:  # one transaction per call: all of its entries or none
             bulk = [{k: v for k, v in args.items() if k not in ("vault_id", "memory_id")} for _, args in calls]
             return direct_call(*(("add_entries", {**run.ids, "entries": bulk[i:i + ADD_ENTRIES_MAX_ITEMS]})

@@ -12,7 +12,7 @@ from langchain_core.tools import BaseTool
 from ..errors import MemoryServerError, MycelianError, describe_cause, is_transient_text
 from .invocation import Invocation
 
-__all__ = ["count_results", "declared_params", "execute_checked", "is_transient", "last_results", "record_stored",
+__all__ = ["count_results", "declared_params", "execute_checked", "last_results", "record_stored",
            "tool_text"]
 
 
@@ -33,10 +33,6 @@ async def execute_checked(name: str, request: Any, execute: Any) -> Any:
         text = tool_text(result)
         raise MemoryServerError(f"{name} failed: {text}", tool=name, transient=is_transient_text(text))
     return result
-
-
-def is_transient(exc: BaseException) -> bool:
-    return isinstance(exc, MemoryServerError) and exc.transient
 
 
 def last_results(history: Sequence[BaseMessage]) -> list[ToolMessage]:

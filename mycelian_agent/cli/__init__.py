@@ -10,6 +10,7 @@ environment. The commands live by concern: :mod:`.replay`, :mod:`.memory` (the c
 
 from __future__ import annotations
 
+import importlib
 import sys
 
 import click
@@ -17,31 +18,47 @@ from rich.markup import escape
 
 from ..errors import MycelianError
 from .common import err_console
-from .replay import checkpointer_spec
 
-__all__ = ["checkpointer_spec", "cli", "main"]
+__all__ = ["cli", "main"]
+
+#: Each command: the module that defines it (relative to this package) and its name there. A command's module is
+#: imported when the command runs (or ``--help`` lists it): ``list`` or ``add`` does not load ``replay``'s, the
+#: benchmarks' or the local model's (urllib, ssl) modules.
+_COMMANDS = {
+    "add": (".memory", "add"),
+    "bench": ("..benchmarks.cli", "bench"),
+    "delete": (".memory", "delete"),
+    "embeddings": ("..memory_server.cli", "embeddings_group"),
+    "export": (".memory", "export"),
+    "list": (".memory", "list_"),
+    "local-llm": ("..models.local_llm.cli", "local_llm"),
+    "recall": (".memory", "recall"),
+    "replay": (".replay", "replay"),
+    "search": (".memory", "search"),
+    "serve": ("..memory_server.cli", "serve_command"),
+    "show": (".memory", "show"),
+}
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _Commands(click.Group):
+    """The command tree, each command imported on first use (:data:`_COMMANDS`)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(_COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in _COMMANDS:
+            return None
+        module, name = _COMMANDS[cmd_name]
+        command = getattr(importlib.import_module(module, __name__), name)
+        assert isinstance(command, click.Command)
+        return command
+
+
+@click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="mycelian-agent")
 def cli() -> None:
     """Long-term memory for chat pipelines: a LangGraph memory agent over a Mycelian-compatible MCP server."""
-
-
-def _add_commands() -> None:
-    # Each module imports only click and rich at the top; a command imports what it runs when it runs.
-    from ..benchmarks.cli import bench
-    from ..memory_server.cli import embeddings_group, serve_command
-    from ..models.local_llm.cli import local_llm
-    from . import memory, replay
-
-    for command in (replay.replay, memory.add, memory.delete, memory.export, memory.list_, memory.recall,
-                    memory.search, memory.show, serve_command, embeddings_group, bench):
-        cli.add_command(command)
-    cli.add_command(local_llm)
-
-
-_add_commands()
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -6,15 +6,18 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from rich.console import Console
 
 from ..errors import MycelianError
 
-__all__ = ["connect", "console", "err_console", "find_vault", "memory_reader", "open_memory", "read_options",
-           "server_options"]
+if TYPE_CHECKING:
+    from ..builder import ConnectionSettings
+
+__all__ = ["connect", "console", "err_console", "find_vault", "memory_reader", "open_memory", "open_writer",
+           "read_options", "server_options"]
 
 console = Console()
 err_console = Console(stderr=True)
@@ -64,6 +67,19 @@ async def connect(db: str | None, server: str, token: str | None, timeout: float
 
     return await open_connection(ConnectionSettings.from_env(os.environ, server=server, db=db, token=token,
                                                              timeout=timeout, reconnect_wait=reconnect_wait)).open()
+
+
+async def open_writer(settings: ConnectionSettings) -> Any:
+    """An open connection for a command that writes without the agent (``add`` with the extractive model): the
+    embedded database opened in this process (created when missing; no dense model: its new entries' vectors are left
+    to the backlog), else the server ``settings`` names, over MCP."""
+    if settings.server == "embedded":
+        from ..memory_server.server.local import LocalConnection
+
+        return LocalConnection.open(settings.prepared_database())
+    from ..builder import open_connection
+
+    return await open_connection(settings).open()
 
 
 async def find_vault(connection: Any, vault: str) -> str:

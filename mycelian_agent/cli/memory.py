@@ -16,7 +16,8 @@ from rich.table import Table
 
 from ..errors import MycelianError
 from ..paths import check_store_location
-from .common import connect, console, err_console, find_vault, memory_reader, open_memory, read_options, server_options
+from .common import (connect, console, err_console, find_vault, memory_reader, open_memory, open_writer, read_options,
+                     server_options)
 
 __all__ = ["add", "delete", "export", "list_", "recall", "search", "show"]
 
@@ -158,25 +159,43 @@ def add(text: str, db: str | None, server: str, token: str | None, vault: str, t
         reconnect_wait: float, memory: str, role: str, name: str | None, when: str | None, model: str) -> None:
     """Store one message TEXT in a memory (summary and tags written by the model) and print the entry.
 
-    Against the embedded database the entry's vector is left to the backlog (written by the next hybrid server
-    that opens the database, by a search of the memory, which embeds a few missing vectors itself, or by
-    ``mycelian-agent embeddings backfill``): a one-shot command does not load the dense model to store one
-    message."""
+    With the extractive model the entry is written without the agent (the same entry, a fraction of the time);
+    against the embedded database its vector is left to the backlog (written by the next hybrid server that opens
+    the database, by a search of the memory, which embeds a few missing vectors itself, or by ``mycelian-agent
+    embeddings backfill``): a one-shot command does not load the dense model to store one message."""
     local = server in ("embedded", "in-process")
     if local:
         check_store_location(db, "--db", "memory database", "memory.db")
-    from ..builder import ConnectionSettings, build_agent
+    from ..builder import ConnectionSettings
+    from ..models.extractive import is_extractive
 
     connection = ConnectionSettings.from_env(os.environ, server=server, db=db, token=token, timeout=timeout,
                                              reconnect_wait=reconnect_wait, embeddings=False if local else None)
+    thread = f"cli-{memory}"  # each add is the first message of this thread, as the agent's in-memory state has it
 
-    async def run() -> Any:
+    async def one_shot() -> list[Any]:
+        from ..agent.oneshot import astore_message, check_message
+        from ..builder import ensure_memory, ensure_vault
+
+        message = check_message(role, text, when, name=name)  # before anything is created
+        writer = await open_writer(connection)
+        try:
+            ids = {"vault_id": await ensure_vault(writer, vault)}
+            ids["memory_id"] = await ensure_memory(writer, ids["vault_id"], memory)
+            stored = await astore_message(writer, ids["vault_id"], ids["memory_id"], thread, message)
+            return [await writer.call_json("get_entry", {**ids, "entry_id": e}) for e in stored]
+        finally:
+            await writer.aclose()
+
+    async def by_agent() -> list[Any]:
+        from ..builder import build_agent
+
         async with build_agent(model, connection=connection, vault=vault, memory=memory) as invoker:
-            result = await invoker.aprocess_conversation_message(role, text, f"cli-{memory}", when, name=name)
+            result = await invoker.aprocess_conversation_message(role, text, thread, when, name=name)
             ids = {"vault_id": invoker.agent.vault_id, "memory_id": invoker.agent.memory_id}
             return [await invoker.connection.call_json("get_entry", {**ids, "entry_id": e}) for e in result.entry_ids]
 
-    for entry in asyncio.run(run()):
+    for entry in asyncio.run(one_shot() if is_extractive(model) else by_agent()):
         click.echo(json.dumps(entry, indent=2, ensure_ascii=False))
 
 

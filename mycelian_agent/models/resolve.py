@@ -11,7 +11,7 @@ from typing import Any, Literal
 from langchain_core.language_models.chat_models import BaseChatModel
 
 from ..errors import ConfigError
-from .extractive import ExtractiveChatModel
+from .extractive import ExtractiveChatModel, is_extractive
 
 __all__ = ["resolve_model", "model_name", "ACCEPTED_FORMS"]
 
@@ -50,9 +50,9 @@ def resolve_model(
         return ExtractiveChatModel()
     if not isinstance(spec, str):
         raise ConfigError(f"model must be {ACCEPTED_FORMS}; got a {type(spec).__name__}")
-    text = spec.strip()
-    if text.lower() == "extractive":
+    if is_extractive(spec):
         return ExtractiveChatModel()
+    text = spec.strip()
     provider, _, name = text.partition(":")
     if provider.strip().lower() != "openai" or not name.strip():
         raise ConfigError(f"unknown model {spec!r}: use {ACCEPTED_FORMS}")

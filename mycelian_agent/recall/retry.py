@@ -11,7 +11,7 @@ from typing import Any
 
 from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
-from ..errors import MemoryServerError
+from ..errors import is_transient
 
 __all__ = ["READ_ATTEMPTS", "read_call"]
 
@@ -19,14 +19,10 @@ __all__ = ["READ_ATTEMPTS", "read_call"]
 READ_ATTEMPTS = 3
 
 
-def _transient(exc: BaseException) -> bool:
-    return isinstance(exc, MemoryServerError) and exc.transient
-
-
 async def read_call(connection: Any, name: str, arguments: dict[str, Any], *, parse: bool = True) -> Any:
     """``connection.call_json(name, arguments)`` (``parse=False``: ``call``, the text), retried when transient."""
     method = connection.call_json if parse else connection.call
-    async for attempt in AsyncRetrying(stop=stop_after_attempt(READ_ATTEMPTS), retry=retry_if_exception(_transient),
+    async for attempt in AsyncRetrying(stop=stop_after_attempt(READ_ATTEMPTS), retry=retry_if_exception(is_transient),
                                        wait=wait_exponential(multiplier=0.2, max=2.0), reraise=True):
         with attempt:
             return await method(name, arguments)

@@ -1,10 +1,11 @@
-"""The memory tools on a database opened in this process, without MCP: the CLI's read and edit commands.
+"""The memory tools on a database opened in this process, without MCP: the CLI's one-shot commands.
 
-``mycelian-agent list|show|search|export|delete`` against the embedded database (``--db``, no ``--server``) only
-read or delete; loading the MCP SDK and LangChain for that took ~1.5 s of the ~2 s each command took. This
-connection answers the same tool names with the same JSON shapes by calling :class:`MemoryStore` directly (the
-tools in ``app.py`` are one store call each), so those commands start in a few hundred milliseconds. Writes of
-messages (``add``, ``replay``) still go through the agent and the tools.
+``mycelian-agent list|show|search|export|delete`` against the embedded database (``--db``, no ``--server``) read
+or delete, and ``add`` with the extractive model writes one entry (``agent/oneshot.py``); loading the MCP SDK and
+LangChain for that took ~1.5 s of the ~2 s each command took. This connection answers the same tool names with the
+same JSON shapes by calling :class:`MemoryStore` directly (the tools in ``app.py`` are one store call each), so those
+commands start in a few hundred milliseconds. ``replay`` and ``add`` with another model go through the agent and the
+MCP tools.
 """
 
 from __future__ import annotations
@@ -25,11 +26,14 @@ __all__ = ["LOCAL_TOOLS", "LocalConnection"]
 #: Tool name -> the store method (or, for search, retrieval's function of a store) that implements it (same argument
 #: names, same result).
 LOCAL_TOOLS: Mapping[str, Callable[..., Any]] = {
+    "create_vault": MemoryStore.create_vault,
     "list_vaults": MemoryStore.list_vaults,
+    "create_memory_in_vault": MemoryStore.create_memory,
     "list_memories": MemoryStore.list_memories,
     "get_memory": MemoryStore.get_memory,
     "list_entries": MemoryStore.list_entries,
     "get_entry": MemoryStore.get_entry,
+    "add_entry": MemoryStore.add_entry,
     "get_context": MemoryStore.get_context,
     "search_memories": search,
     "delete_entry": MemoryStore.delete_entry,
