@@ -56,12 +56,13 @@ async def _write_update_and_delete(db: Path) -> None:
         e = (await call_json(s, "add_entry", **ids, raw_entry=OLDER, summary="Alice named her first sailboat",
                              idempotency_key="boat"))["entryId"]
         await call_json(s, "put_context", **ids, content=f"## Facts\n- Alice said: {OLDER}\n- Alice walks the dog")
-        await call_json(s, "update_entry", **ids, entry_id=e, raw_entry=SECRET, summary="Alice's pudding recipe")
+        updated = await call_json(s, "update_entry", **ids, entry_id=e, raw_entry=SECRET, summary="Alice's pudding")
+        assert updated["contextItemsRemoved"] == 1  # the first snapshot's item quoting the replaced text
         await call_json(s, "put_context", **ids, content=f"## Facts\n- {SECRET}\n- Alice walks the dog")
         assert _found(db), "the test's texts must be in the files before the delete"
 
         answer = await call_json(s, "delete_entry", **ids, entry_id=e)
-        assert answer == {"entryId": e, "status": "deleted", "contextItemsRemoved": 2}
+        assert answer == {"entryId": e, "status": "deleted", "contextItemsRemoved": 1}
         for query in ("Zorvexine quillibrant pudding recipe", "Plumbergast vindaloorie sailboat"):
             found = await call_json(s, "search_memories", **ids, query=query, top_kc=10, include_raw_entries=True)
             assert all(hit["entryId"] != e for hit in found["entries"])

@@ -12,7 +12,7 @@ the whole of a shorter such text of at least two content words ("I'm allergic to
 allergic to peanuts"). It is removed unless a **remaining entry supports it equally**: quotes of the same length
 from an entry still in the memory keep it, since the fact is still held there.
 
-Limits (README, docs/ARCHITECTURE.md "Forgetting"): an item that restates the entry in other words (an LLM's
+Limits (README, docs/ARCHITECTURE.md "Versions and forgetting"): an item that restates the entry in other words (an LLM's
 paraphrase, a translation, a summary merging several entries into new wording) shares no such run and stays; and a
 client that read the document before the delete may write the item back with its next ``put_context``. After a
 delete the user can read the document (``get_context``) and write a corrected one with ``put_context``, or delete the
@@ -21,16 +21,18 @@ memory, which removes every snapshot.
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Protocol
 
+from mycelian_agent.errors import MemoryServerError
 from mycelian_agent.memory_server.storage.rows import Row
 from mycelian_agent.memory_server.text.analysis import STOPWORDS, WORD_RE, query_terms, tokens
 
-__all__ = ["MIN_RUN", "SUPPORT_CANDIDATES", "content_words", "quote_length", "remove_derived", "rewrites",
-           "supporting_texts"]
+__all__ = ["MIN_RUN", "SUPPORT_CANDIDATES", "content_changed", "content_words", "quote_length", "remove_derived",
+           "rewrites", "supporting_texts"]
 
 #: Content words in a row, in the same order, that make an item a quote of an entry's text.
 MIN_RUN = 3
@@ -46,10 +48,18 @@ class _Reads(Protocol):
 
     def entry_rows(self, memory_id: str, seqs: Sequence[int]) -> Mapping[int, Row]: ...
 
+
 _LIST_ITEM = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+\S")
 _HEADING = re.compile(r"^\s*#")
 # A sentence ends at . ! ? (or their full-width forms) followed by space; a decimal point or "e.g." inside a word stays.
 _SENTENCE_END = re.compile(r"(?<=[.!?\u3002\uff01\uff1f])\s+")
+
+
+def content_changed(memory_id: str) -> MemoryServerError:
+    """The error when a snapshot being rewritten changed meanwhile (another client's ``put_context``): the whole
+    delete or update is rolled back, and a retry reads the new snapshot."""
+    return MemoryServerError(f"a context snapshot of memory {memory_id} changed while it was being rewritten; nothing "
+                             "was changed: try again")
 
 
 def content_words(text: str) -> list[str]:
@@ -92,7 +102,7 @@ def _split_items(line: str) -> list[str]:
 
 
 def remove_derived(
-    content: str, gone: Sequence[str], support: Callable[[str], Iterable[str]]
+    content: str, gone: Sequence[str], support: Callable[[str], Sequence[str]]
 ) -> tuple[str, int]:
     """``content`` without the items derived from the texts ``gone`` (the deleted entry's raw entries and
     summaries), and how many were removed. ``support(item)`` gives the texts of remaining entries that may quote
@@ -121,10 +131,11 @@ def remove_derived(
 
 
 def rewrites(
-    contexts: Iterable[tuple[int, str]], gone: Sequence[str], support: Callable[[str], Iterable[str]]
+    contexts: Iterable[tuple[int, str]], gone: Sequence[str], support: Callable[[str], Sequence[str]]
 ) -> list[tuple[int, str, str, int]]:
     """``(seq, old content, new content, items removed)`` of each snapshot ``(seq, content)`` that holds items
     derived from the texts ``gone`` (:func:`remove_derived`)."""
+    support = functools.cache(support)  # snapshots repeat their items: look each one's support up once
     changed = []
     for seq, content in contexts:
         rewritten, removed = remove_derived(content, gone, support)

@@ -67,6 +67,7 @@ from mycelian_agent.memory_server.storage.postgres.migrations import (
 )
 from mycelian_agent.memory_server.storage import moments
 from mycelian_agent.memory_server.storage.moments import time_bounds
+from mycelian_agent.memory_server.storage.context_items import content_changed
 from mycelian_agent.memory_server.storage.validation import format_timestamp
 from mycelian_agent.memory_server.storage.versions import keep_version
 from mycelian_agent.memory_server.text.analysis import EntryTerms, entry_dated, entry_labels, index_words
@@ -464,8 +465,7 @@ class PostgresStore(MemoryStore):
                 (new, index_words(new), seq, memory_id, old),
             ).rowcount
         if not changed:
-            raise MemoryServerError(f"a context snapshot of memory {memory_id} changed during the delete; "
-                                    "nothing was deleted: try again")
+            raise content_changed(memory_id)
 
     def latest_context(self, memory_id: str) -> Row | None:
         with self._read() as conn:

@@ -23,6 +23,7 @@ from mycelian_agent.memory_server.storage.base import DenseIndex, Link, MemorySt
 from mycelian_agent.memory_server.storage.sqlite import lexical, postings
 from mycelian_agent.memory_server.storage.sqlite.migrations import migrate
 from mycelian_agent.memory_server.storage.sqlite.vectors import SqliteVectors
+from mycelian_agent.memory_server.storage.context_items import content_changed
 from mycelian_agent.memory_server.storage.validation import format_timestamp
 from mycelian_agent.memory_server.storage.versions import keep_version
 
@@ -378,8 +379,7 @@ class Store(MemoryStore):
                 (new, seq, memory_id, old),
             ).rowcount
             if not changed:
-                raise MemoryServerError(f"a context snapshot of memory {memory_id} changed during the delete; "
-                                        "nothing was deleted: try again")
+                raise content_changed(memory_id)
             key = self._key(conn, memory_id)
             postings.unindex_context(conn, key, seq, old)
             postings.index_context(conn, key, seq, new)
