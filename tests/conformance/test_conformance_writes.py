@@ -13,7 +13,8 @@ from mycelian_agent.errors import InputError, MemoryServerError
 from mycelian_agent.memory_server import PLACEHOLDER_CONTEXT, MemoryStore
 
 UNKNOWN = "00000000-0000-4000-8000-000000000000"
-ENTRY_KEYS = {"entryId", "memoryId", "vaultId", "creationTime", "conversationTime", "rawEntry", "summary", "tags"}
+ENTRY_KEYS = {"entryId", "memoryId", "vaultId", "creationTime", "conversationTime", "rawEntry", "summary", "tags",
+              "version"}
 
 
 def _memory(store: MemoryStore, title: str = "chat", vault: str | None = None) -> tuple[str, str]:
@@ -270,7 +271,7 @@ def test_a_deleted_entry_leaves_listing_search_and_index(backend: Backend, store
     v, m = _memory(store)
     gone = store.add_entry(v, m, "walrus", "walrus", {"speaker": "Ann"}, "2023-05-08T13:56:00Z")["entryId"]
     kept = store.add_entry(v, m, "walrus", "walrus", {"speaker": "Ann"})["entryId"]
-    assert store.delete_entry(v, m, gone) == {"entryId": gone, "status": "deleted"}
+    assert store.delete_entry(v, m, gone) == {"entryId": gone, "status": "deleted", "contextItemsRemoved": 0}
     assert ids(store, m, "walrus Ann May", top_ke=25) == [kept]  # its words, name and date left with it
     assert [e["entryId"] for e in store.list_entries(v, m)["entries"]] == [kept]
     with pytest.raises(MemoryServerError, match=f"entry {gone} not found in memory {m}"):

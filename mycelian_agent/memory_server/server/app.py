@@ -3,7 +3,9 @@ SQLite or PostgreSQL store.
 
 Tool names, parameters, defaults and result shapes follow the upstream Mycelian memory server
 (github.com/mycelian-ai/mycelian-memory) and docs/ARCHITECTURE.md ("Memory server contract"). Every result is one
-text content; every failure is an MCP error result whose text names the problem.
+text content; every failure is an MCP error result whose text names the problem. It is one module because the tool
+surface is one contract: every tool's name, parameters and result, in the reference page's order, beside the strict
+argument and vault checks they all pass through.
 """
 
 from __future__ import annotations
@@ -293,6 +295,32 @@ async def get_entry(ctx: Context, vault_id: VaultId, memory_id: MemoryId, entry_
     return _json(await _app(ctx).store.call(MemoryStore.get_entry, vault_id, memory_id, entry_id))
 
 
+async def update_entry(
+    ctx: Context,
+    vault_id: VaultId,
+    memory_id: MemoryId,
+    entry_id: EntryId,
+    raw_entry: RawEntry,
+    summary: Summary,
+    tags: Tags = None,
+    conversation_time: Timestamp = None,
+) -> str:
+    """Replace an entry's rawEntry, summary and tags (and conversationTime, when given) under the same entryId.
+    The replaced version leaves search and the context snapshots' items that quote it, and stays in
+    list_entry_versions. Returns the entry as now stored with its "version" (the first write is 1), "status":
+    "updated" and "contextItemsRemoved"."""
+    result = await _app(ctx).store.call(
+        MemoryStore.update_entry, vault_id, memory_id, entry_id, raw_entry, summary, tags, conversation_time
+    )
+    return _json(result)
+
+
+async def list_entry_versions(ctx: Context, vault_id: VaultId, memory_id: MemoryId, entry_id: EntryId) -> str:
+    """List every version of an entry, oldest first and the current one last: {"entryId", "versions": [entry +
+    "version" + "replacedAt" (null for the current one)], "count"}."""
+    return _json(await _app(ctx).store.call(MemoryStore.list_entry_versions, vault_id, memory_id, entry_id))
+
+
 async def put_context(
     ctx: Context,
     vault_id: VaultId,
@@ -381,7 +409,9 @@ async def get_default_prompts(
 
 
 async def delete_entry(ctx: Context, vault_id: VaultId, memory_id: MemoryId, entry_id: EntryId) -> str:
-    """Delete one entry of a memory. Returns {"entryId", "status": "deleted"}."""
+    """Delete one entry of a memory and everything derived from it: its versions, index rows, vector, and the items
+    of every context snapshot that quote it (unless another entry says the same). Returns {"entryId", "status":
+    "deleted", "contextItemsRemoved": n}."""
     return _json(await _app(ctx).store.call(MemoryStore.delete_entry, vault_id, memory_id, entry_id))
 
 
@@ -402,6 +432,8 @@ _TOOLS: tuple[tuple[Callable[..., Any], bool, bool], ...] = (
     (add_entries, False, False),  # ours: a batch of add_entry in one transaction
     (list_entries, True, False),
     (get_entry, True, False),
+    (update_entry, False, True),  # ours (issue 39): a new version under the same entryId
+    (list_entry_versions, True, False),  # ours (issue 39)
     (put_context, False, False),
     (get_context, True, False),
     (await_consistency, True, False),

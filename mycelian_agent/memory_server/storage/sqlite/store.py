@@ -23,7 +23,9 @@ from mycelian_agent.memory_server.storage.base import DenseIndex, Link, MemorySt
 from mycelian_agent.memory_server.storage.sqlite import lexical, postings
 from mycelian_agent.memory_server.storage.sqlite.migrations import migrate
 from mycelian_agent.memory_server.storage.sqlite.vectors import SqliteVectors
+from mycelian_agent.memory_server.storage.context_items import content_changed
 from mycelian_agent.memory_server.storage.validation import format_timestamp
+from mycelian_agent.memory_server.storage.versions import keep_version
 
 __all__ = ["SYNC_MODES", "Store"]
 
@@ -84,6 +86,7 @@ class Store(MemoryStore):
             # Both values come from SYNC_MODES above, never from raw user text.
             conn.execute(f"PRAGMA synchronous = {mode}")
             conn.execute("PRAGMA foreign_keys = ON")
+            conn.execute("PRAGMA secure_delete = ON")  # deleted rows' bytes are overwritten (issue 39: forgetting)
             migrate(conn)
         except sqlite3.Error as exc:
             conn.close()
@@ -115,6 +118,7 @@ class Store(MemoryStore):
             conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
             conn.execute(f"PRAGMA synchronous = {self._mode}")  # from SYNC_MODES, never raw user text
             conn.execute("PRAGMA foreign_keys = ON")
+            conn.execute("PRAGMA secure_delete = ON")
             yield conn
         finally:
             conn.close()
@@ -312,6 +316,43 @@ class Store(MemoryStore):
             self._delta.add(memory_id, counts, -1)
             return True
 
+    def _update_entry(self, vault_id: str, memory_id: str, entry_id: str, entry: NewEntry) -> Row | None:
+        with self._write() as conn:
+            self._require_memory(conn, vault_id, memory_id)
+            old = conn.execute(
+                "SELECT * FROM entries WHERE entry_id = ? AND memory_id = ?", (entry_id, memory_id)
+            ).fetchone()
+            if old is None:
+                return None
+            seq = int(old["seq"])
+            conn.execute(keep_version("?"), (format_timestamp(datetime.now(UTC)), seq))
+            key = self._key(conn, memory_id)
+            before = term_stats.entry_counts(old["raw_entry"], old["summary"], old["tags"],
+                                             old["conversation_time"] or old["creation_time"])
+            postings.unindex_entry(conn, key, seq, before.fields)
+            self._delta.add(memory_id, before, -1)
+            conversation_time = entry.conversation_time or old["conversation_time"]
+            conn.execute(
+                "UPDATE entries SET raw_entry = ?, summary = ?, tags = ?, conversation_time = ?, "
+                "version = version + 1 WHERE seq = ?",
+                (entry.raw_entry, entry.summary, json.dumps(entry.tags, ensure_ascii=False, sort_keys=True),
+                 conversation_time, seq),
+            )
+            after = term_stats.entry_counts(entry.raw_entry, entry.summary, entry.tags,
+                                            conversation_time or old["creation_time"])
+            postings.index_entry(conn, key, seq, after.fields)
+            self._delta.add(memory_id, after, seq=seq)
+            # The replaced text's vector goes now; the new one is written inline here or behind (entries_written).
+            conn.execute("DELETE FROM entry_vectors WHERE seq = ?", (seq,))
+            if self._dense is not None:
+                self._dense.index_entry(conn, seq, memory_id, entry.summary, entry.raw_entry)
+            return conn.execute("SELECT * FROM entries WHERE seq = ?", (seq,)).fetchone()
+
+    def _entry_versions(self, memory_id: str, entry_id: str) -> list[Row]:
+        return self._conn.execute(
+            "SELECT * FROM entry_versions WHERE entry_id = ? AND memory_id = ? ORDER BY version", (entry_id, memory_id)
+        ).fetchall()
+
     # -- context -------------------------------------------------------------------------------------------
 
     def _append_context(self, vault_id: str, memory_id: str, content: str) -> str:
@@ -325,6 +366,33 @@ class Store(MemoryStore):
                 raise MemoryServerError(f"the new context of memory {memory_id} got no row id")
             postings.index_context(conn, self._key(conn, memory_id), cursor.lastrowid, content)
         return now
+
+    def _context_rows(self, memory_id: str) -> list[Row]:
+        return self._conn.execute(
+            "SELECT seq, content FROM contexts WHERE memory_id = ? ORDER BY seq", (memory_id,)
+        ).fetchall()
+
+    def _replace_context(self, memory_id: str, seq: int, old: str, new: str) -> None:
+        with self._write() as conn:
+            changed = conn.execute(
+                "UPDATE contexts SET content = ? WHERE seq = ? AND memory_id = ? AND content = ?",
+                (new, seq, memory_id, old),
+            ).rowcount
+            if not changed:
+                raise content_changed(memory_id)
+            key = self._key(conn, memory_id)
+            postings.unindex_context(conn, key, seq, old)
+            postings.index_context(conn, key, seq, new)
+
+    def _purge(self) -> None:
+        # secure_delete (set on every connection) zeroes the freed cells and pages; the full-text index keeps a
+        # deleted document's terms in its old segments until they are merged, and the WAL keeps old page images
+        # until a checkpoint: so merge both indexes, then checkpoint and truncate the WAL. A reader holding an old
+        # snapshot (another process) can keep the checkpoint from finishing; the next delete's checkpoint retries.
+        with self._write() as conn:
+            for table in ("entries_fts", "contexts_fts"):
+                conn.execute(f"INSERT INTO {table} ({table}) VALUES ('optimize')")
+        self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
 
     def _key(self, conn: sqlite3.Connection, memory_id: str) -> int:
         """The memory's index key (postings.py), inside a write that has checked the memory exists."""
@@ -407,7 +475,7 @@ class Store(MemoryStore):
     def _snapshot(self) -> dict[str, list[tuple[Any, ...]]]:
         return {
             t: [tuple(r) for r in self._conn.execute(f"SELECT * FROM {t} ORDER BY rowid")]
-            for t in ("vaults", "memories", "entries", "contexts")
+            for t in ("vaults", "memories", "entries", "contexts", "entry_versions")
         }
 
     @contextmanager
