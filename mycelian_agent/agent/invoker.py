@@ -228,6 +228,19 @@ class MycelianAgentInvoker:
         """The threads this invoker knows to have messages accepted and not yet written."""
         return [thread for thread, (count, _since) in self._pending.items() if count]
 
+    async def aclaim_thread(self, thread_id: str) -> ThreadStatus:
+        """Take ``thread_id``'s lease (waiting up to ``thread_wait`` for another process that writes it) and return
+        the thread's position read under it: where a writer resumes. :meth:`athread_status` reads without the
+        lease, so a process that waited for the lease after reading it would number the rest anew (duplicates)."""
+        async with self._lock(thread_id):
+            await self._settle(thread_id)
+            await self._count(thread_id)
+            return await self.agent.aget_thread(thread_id)
+
+    def claim_thread(self, thread_id: str) -> ThreadStatus:
+        """Synchronous :meth:`aclaim_thread`."""
+        return run_sync(self.aclaim_thread(thread_id), self.agent._loop)
+
     async def astart_session(self, thread_id: str, conversation_time: str | datetime | None = None, *,
                              user: str | None = None) -> InvocationResult:
         """Read the memory's context and recent entries into the thread's state; ``conversation_time`` is the
