@@ -19,7 +19,6 @@ batch instead of one per message, with the same cadence.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import time
 from dataclasses import dataclass
@@ -30,6 +29,7 @@ from langchain_core.messages import ChatMessage
 
 from .._sync import run_sync
 from .graph import MycelianMemoryAgent
+from .invocation import RECENT_DIGESTS, message_digest
 from .leases import ThreadLeases
 from .control import ControlState
 from ..errors import ConfigError, InputError, MycelianError
@@ -91,6 +91,9 @@ class MycelianAgentInvoker:
         self.thread_wait = thread_wait
         self._bound: dict[str, str | None] = {}  # per thread: the memory id it is bound to (None: the agent's own)
         self._doubts: dict[str, _Doubt] = {}  # per thread: the last call, when it failed or was cancelled
+        #: Per thread read from its checkpoint and not called since: the digests of its last messages taken in
+        #: (a call that sends them again is a resend from a caller whose process died before it answered).
+        self._recent: dict[str, tuple[str, ...]] = {}
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop | None:
@@ -104,6 +107,7 @@ class MycelianAgentInvoker:
         """After a call of ``thread_id`` that failed or was cancelled: wait for its checkpoint save, read the
         thread's position again (the call may have taken its messages in before it was interrupted) and return
         what the call sent (None when the last call ended normally)."""
+        self._recent.pop(thread_id, None)  # a call of this process came first: a later one is not its resend
         doubt = self._doubts.get(thread_id)
         if doubt is None:
             return None
@@ -125,10 +129,13 @@ class MycelianAgentInvoker:
         """How many of ``digests`` (the messages of a call, in order) the last call of the thread already took in:
         when that call failed or was cancelled and sent the same messages, this call is its retry, and the
         messages it took in before it was interrupted (the thread's position moved past them) are not taken in
-        again. Any other call takes all its messages in."""
-        if doubt is None or doubt.start is None or doubt.digests != digests:
-            return 0
-        return max(0, min(len(digests), await self._count(thread_id) - doubt.start))
+        again. The first call of a thread in this invoker is a resend when the thread's last messages (their
+        digests are in its checkpoint) are its first ones: the process that took them in died before its caller
+        got the answer. Any other call takes all its messages in."""
+        if doubt is not None and doubt.start is not None and doubt.digests == digests:
+            return max(0, min(len(digests), await self._count(thread_id) - doubt.start))
+        await self._count(thread_id)  # a thread new here: its position and last digests are read now
+        return _resent(self._recent.pop(thread_id, ()), digests)
 
     async def _count(self, thread_id: str) -> int:
         if thread_id in self._counts:
@@ -141,6 +148,7 @@ class MycelianAgentInvoker:
             self._counts[thread_id] = status.accepted
             self._bound[thread_id] = status.memory_id
             self._pending[thread_id] = (status.pending, time.monotonic())
+            self._recent[thread_id] = status.recent
         return self._counts[thread_id]
 
     async def _forget_idle(self) -> None:
@@ -235,6 +243,7 @@ class MycelianAgentInvoker:
         async with self._lock(thread_id):
             await self._settle(thread_id)
             await self._count(thread_id)
+            self._recent.pop(thread_id, None)  # the caller knows where it stands: what it sends next is new
             return await self.agent.aget_thread(thread_id)
 
     def claim_thread(self, thread_id: str) -> ThreadStatus:
@@ -283,14 +292,14 @@ class MycelianAgentInvoker:
         async with self._lock(thread_id):
             doubt = await self._settle(thread_id)
             memory = await self._memory_for(thread_id, user)
-            digests = (_digest(role, content, name),)
-            if doubt is not None and doubt.start is not None and await self._taken(doubt, thread_id, digests):
-                number = doubt.start + 1
+            digests = (message_digest(role, content, name),)
+            if await self._taken(doubt, thread_id, digests):
+                number = await self._count(thread_id)
                 return InvocationResult(
                     control=ControlState.PROCESS_MESSAGE if self.batch_size == 1 else ControlState.ACCEPT_MESSAGE,
                     thread_id=thread_id, message_index=number, pending=self._pending.get(thread_id, (0, 0.0))[0],
-                    notes=(f"message {number} was taken in by the call that sent it before (it failed or was "
-                           "cancelled after that): not taken in again",))
+                    notes=(f"message {number} was taken in by the call that sent it before (it failed, was "
+                           "cancelled or its process ended after that): not taken in again",))
             number = await self._count(thread_id) + 1
             flush = number % self.flush_every == 0
             if self.batch_size == 1:
@@ -341,7 +350,7 @@ class MycelianAgentInvoker:
         async with self._lock(thread_id):
             doubt = await self._settle(thread_id)
             memory = await self._memory_for(thread_id, user)
-            digests = tuple(_digest(turn["role"], turn["content"], turn.get("name")) for turn, _tags in checked)
+            digests = tuple(message_digest(turn["role"], turn["content"], turn.get("name")) for turn, _tags in checked)
             done = skipped = await self._taken(doubt, thread_id, digests)
             start = await self._count(thread_id) - done
             if skipped:
@@ -501,13 +510,19 @@ def _as_mapping(turn: Mapping[str, Any], tags: Mapping[str, str]) -> dict[str, A
 class _Doubt:
     """A call of a thread that ended without its report (it failed or was cancelled): it may have taken some of its
     messages in before it was interrupted. ``start``: the messages the thread had taken in before the call (None:
-    the call sent no messages); ``digests``: the call's messages (:func:`_digest`), in order."""
+    the call sent no messages); ``digests``: the call's messages (:func:`message_digest`), in order."""
 
     start: int | None
     digests: tuple[str, ...]
 
 
-def _digest(role: Any, content: Any, name: Any) -> str:
-    """What identifies a message sent again after a failed or cancelled call: its role, speaker and text."""
-    text = "\x00".join(str(part) for part in (role, name or "", content))
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+def _resent(recent: tuple[str, ...], digests: tuple[str, ...]) -> int:
+    """How many of a call's first messages (``digests``) are the thread's last ones (``recent``, the last taken
+    in last): the most that match, compared over at most the ``recent`` kept (0: none, the call is new)."""
+    # Fewer than RECENT_DIGESTS kept: they are all the messages since the session started, none before them.
+    most = len(digests) if len(recent) >= RECENT_DIGESTS else min(len(digests), len(recent))
+    for taken in range(most, 0, -1):
+        kept = min(taken, len(recent))
+        if recent[len(recent) - kept:] == digests[taken - kept:taken]:
+            return taken
+    return 0
