@@ -36,9 +36,10 @@ from ..models.extractive import ExtractiveChatModel
 from .checkpointers import prune_thread
 from .control import PLANS, ControlState, Step
 from .inputs import MESSAGE_KEYS, check_messages, check_thread, checked_tags, memory_binding, parse_control, to_turn
-from .invocation import Invocation, message_digest, recent_digests, thread_totals
+from .invocation import Invocation, thread_totals
 from .prompts import PromptSet
 from .report import InvocationResult, ThreadStatus, Usage
+from .resends import message_digest, recent_digests
 from .settings import AgentSettings
 from .state import AgentState, Turn
 from .steps import StepRunner

@@ -6,22 +6,15 @@ the report it fills in. The helpers read and update the checkpointed state's tot
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, Mapping
 
 from ..limits import TAG_VALUE_MAX_CHARS, split_oversize
-from .control import ControlState
 from .report import InvocationResult, ThreadProgress, Usage
 from .state import Turn
 
-__all__ = ["Invocation", "RECENT_DIGESTS", "bump_progress", "inherit_time", "message_digest", "plain_turn", "recent_digests",
-           "speaker_tag", "split_parts", "thread_totals"]
-
-#: Digests of the thread's last messages kept in its checkpoint (16 characters each): a resend from a new process
-#: is recognised over at most this many messages.
-RECENT_DIGESTS = 32
+__all__ = ["Invocation", "bump_progress", "inherit_time", "plain_turn", "speaker_tag", "split_parts", "thread_totals"]
 
 
 @dataclass
@@ -51,25 +44,6 @@ def split_parts(content: str, limit: int) -> tuple[str, ...]:
     """The parts of a message (``split_oversize``), computed once: ADD_ENTRY asks for them at each of its steps (one
     per part), so splitting again each time made a long message cost the square of its size."""
     return tuple(split_oversize(content, limit))
-
-
-def message_digest(role: Any, content: Any, name: Any) -> str:
-    """What identifies a message sent again (after a failed call, or to a new process): its role, speaker and
-    text, hashed (64 bits: it is compared only with the thread's last few messages)."""
-    text = "\x00".join(str(part) for part in (role, name or "", content))
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
-
-
-def recent_digests(state: Mapping[str, Any], control: ControlState, run: Invocation) -> dict[str, Any]:
-    """The state update of ``recent``: the digests of the thread's last messages taken in, the last one being the
-    thread's last message, extended by this invocation's; a session's start or end empties it (a message sent
-    after it is a new one, whatever it says)."""
-    taken = len(run.report.accepted)
-    if taken:
-        return {"recent": [*(state.get("recent") or []), *run.digests[:taken]][-RECENT_DIGESTS:]}
-    if control in (ControlState.START_SESSION, ControlState.END_SESSION) and state.get("recent"):
-        return {"recent": []}
-    return {}
 
 
 def thread_totals(values: Mapping[str, Any]) -> tuple[ThreadProgress, Usage]:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
@@ -29,7 +28,7 @@ from langchain_core.messages import ChatMessage
 
 from .._sync import run_sync
 from .graph import MycelianMemoryAgent
-from .invocation import RECENT_DIGESTS, message_digest
+from .resends import Doubt, message_digest, resent
 from .leases import ThreadLeases
 from .control import ControlState
 from ..errors import ConfigError, InputError, MycelianError
@@ -90,10 +89,8 @@ class MycelianAgentInvoker:
         self.leases = leases if leases is not None else ThreadLeases()
         self.thread_wait = thread_wait
         self._bound: dict[str, str | None] = {}  # per thread: the memory id it is bound to (None: the agent's own)
-        self._doubts: dict[str, _Doubt] = {}  # per thread: the last call, when it failed or was cancelled
-        #: Per thread read from its checkpoint and not called since: the digests of its last messages taken in
-        #: (a call that sends them again is a resend from a caller whose process died before it answered).
-        self._recent: dict[str, tuple[str, ...]] = {}
+        self._doubts: dict[str, Doubt] = {}  # per thread: the last call, when it failed or was cancelled
+        self._recent: dict[str, tuple[str, ...]] = {}  # per thread read, not yet called: its last messages (resends.py)
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop | None:
@@ -103,7 +100,7 @@ class MycelianAgentInvoker:
     def _lock(self, thread_id: str) -> asyncio.Lock:
         return self._locks.setdefault(thread_id, asyncio.Lock())
 
-    async def _settle(self, thread_id: str) -> _Doubt | None:
+    async def _settle(self, thread_id: str) -> Doubt | None:
         """After a call of ``thread_id`` that failed or was cancelled: wait for its checkpoint save, read the
         thread's position again (the call may have taken its messages in before it was interrupted) and return
         what the call sent (None when the last call ended normally)."""
@@ -123,19 +120,16 @@ class MycelianAgentInvoker:
     def _doubt(self, thread_id: str, start: int | None, digests: tuple[str, ...] = ()) -> None:
         """Note that a call of ``thread_id`` ended without its report (failed or cancelled): ``start`` messages
         were taken in before it, ``digests`` are the messages it sent (see :meth:`_taken`)."""
-        self._doubts[thread_id] = _Doubt(start, digests)
+        self._doubts[thread_id] = Doubt(start, digests)
 
-    async def _taken(self, doubt: _Doubt | None, thread_id: str, digests: tuple[str, ...]) -> int:
-        """How many of ``digests`` (the messages of a call, in order) the last call of the thread already took in:
-        when that call failed or was cancelled and sent the same messages, this call is its retry, and the
-        messages it took in before it was interrupted (the thread's position moved past them) are not taken in
-        again. The first call of a thread in this invoker is a resend when the thread's last messages (their
-        digests are in its checkpoint) are its first ones: the process that took them in died before its caller
-        got the answer. Any other call takes all its messages in."""
+    async def _taken(self, doubt: Doubt | None, thread_id: str, digests: tuple[str, ...]) -> int:
+        """How many of ``digests`` (a call's messages, in order) were already taken in: by the last call of the
+        thread, when it failed or was cancelled and sent the same messages (its retry), or, for the first call of
+        a thread in this invoker, as the thread's last messages (a resend to a new process; see ``resends.py``)."""
         if doubt is not None and doubt.start is not None and doubt.digests == digests:
             return max(0, min(len(digests), await self._count(thread_id) - doubt.start))
         await self._count(thread_id)  # a thread new here: its position and last digests are read now
-        return _resent(self._recent.pop(thread_id, ()), digests)
+        return resent(self._recent.pop(thread_id, ()), digests)
 
     async def _count(self, thread_id: str) -> int:
         if thread_id in self._counts:
@@ -504,25 +498,3 @@ class MycelianAgentInvoker:
 def _as_mapping(turn: Mapping[str, Any], tags: Mapping[str, str]) -> dict[str, Any]:
     """A checked message (a Turn and its tags) as the mapping :meth:`MycelianMemoryAgent.aaccept_messages` takes."""
     return {**turn, "tags": dict(tags)}
-
-
-@dataclass(frozen=True)
-class _Doubt:
-    """A call of a thread that ended without its report (it failed or was cancelled): it may have taken some of its
-    messages in before it was interrupted. ``start``: the messages the thread had taken in before the call (None:
-    the call sent no messages); ``digests``: the call's messages (:func:`message_digest`), in order."""
-
-    start: int | None
-    digests: tuple[str, ...]
-
-
-def _resent(recent: tuple[str, ...], digests: tuple[str, ...]) -> int:
-    """How many of a call's first messages (``digests``) are the thread's last ones (``recent``, the last taken
-    in last): the most that match, compared over at most the ``recent`` kept (0: none, the call is new)."""
-    # Fewer than RECENT_DIGESTS kept: they are all the messages since the session started, none before them.
-    most = len(digests) if len(recent) >= RECENT_DIGESTS else min(len(digests), len(recent))
-    for taken in range(most, 0, -1):
-        kept = min(taken, len(recent))
-        if recent[len(recent) - kept:] == digests[taken - kept:taken]:
-            return taken
-    return 0
