@@ -31,12 +31,12 @@ def cli() -> None:
 def _add_commands() -> None:
     # Each module imports only click and rich at the top; a command imports what it runs when it runs.
     from ..benchmarks.cli import bench
-    from ..memory_server.cli import embeddings_group, serve_command
+    from ..memory_server.cli import check_command, embeddings_group, serve_command
     from ..models.local_llm.cli import local_llm
     from . import memory, replay
 
     for command in (replay.replay, memory.add, memory.delete, memory.export, memory.list_, memory.recall,
-                    memory.search, memory.show, serve_command, embeddings_group, bench):
+                    memory.search, memory.show, serve_command, embeddings_group, check_command, bench):
         cli.add_command(command)
     cli.add_command(local_llm)
 

@@ -68,7 +68,8 @@ class StoreRunner:
         future = asyncio.get_running_loop().run_in_executor(self._executor, job)
         self._pending.add(future)
         future.add_done_callback(self._pending.discard)
-        return await future
+        with self._store.explained():  # a damaged file or a full disk: one line naming it
+            return await future
 
     async def barrier(self, method: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         """Like :meth:`call`, after every call submitted before this one has finished (``await_consistency``)."""
