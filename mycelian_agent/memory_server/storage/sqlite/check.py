@@ -107,8 +107,9 @@ def salvage_database(path: str | Path, out: str | Path) -> tuple[int, int]:
     if conn is None:
         raise ConfigError(f"{file}: nothing to save: {problem}")
     with closing(conn):
-        memories = {memory_id: {"vault": vault, "title": title, "memory_id": memory_id, "context": _context(
-            conn, memory_id), "entries": []} for vault, title, memory_id in _memory_rows(conn)}
+        memories: dict[str, dict[str, Any]] = {
+            memory_id: {"vault": vault, "title": title, "memory_id": memory_id, "context": _context(conn, memory_id),
+                        "entries": []} for vault, title, memory_id in _memory_rows(conn)}
         saved = lost = 0
         for seq in range(1, _last_seq(conn) + 1):
             try:
