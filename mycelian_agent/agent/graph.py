@@ -33,7 +33,7 @@ from .._sync import run_sync
 from ..dates import normalise_time
 from ..errors import InputError, MemoryServerError, MycelianError
 from ..models.extractive import ExtractiveChatModel
-from .checkpointers import prune_thread
+from .checkpointers import checkpoint_problem, prune_thread
 from .control import PLANS, ControlState, Step
 from .inputs import MESSAGE_KEYS, check_messages, check_thread, checked_tags, memory_binding, parse_control, to_turn
 from .invocation import Invocation, thread_totals
@@ -227,6 +227,10 @@ class MycelianMemoryAgent:
             if exits:
                 self._exits[thread_id] = exits
             raise
+        except Exception as exc:
+            if (problem := checkpoint_problem(exc, self.checkpointer)) is None:
+                raise
+            raise problem from exc
         self._running.pop(thread_id, None)
         await self._maybe_prune(thread_id)
         report.duration_s = time.perf_counter() - started

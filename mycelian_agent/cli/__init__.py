@@ -10,6 +10,7 @@ environment. The commands live by concern: :mod:`.replay`, :mod:`.memory` (the c
 
 from __future__ import annotations
 
+import logging
 import sys
 
 import click
@@ -46,6 +47,8 @@ _add_commands()
 
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: MycelianError becomes a one-line message and exit status 1."""
+    # psycopg's note on a pipeline a lost connection cut short: the error that follows names the server.
+    logging.getLogger("psycopg").setLevel(logging.ERROR)
     try:
         cli.main(args=argv, standalone_mode=False)
     except click.exceptions.Abort:

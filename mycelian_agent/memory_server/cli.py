@@ -133,6 +133,8 @@ def serve_command(ctx: click.Context, transport: str, host: str, port: int, db: 
     # One line per record, as the messages above (FastMCP would install a rich handler that wraps a record over
     # several lines at 80 columns; logging.basicConfig keeps the first configuration).
     logging.basicConfig(level=log_level.upper(), format=f"{prog}: %(levelname)s: %(message)s")
+    # The pool says each failed reconnection to a restarting PostgreSQL; a call that outwaits it says it once.
+    logging.getLogger("psycopg.pool").setLevel(max(logging.ERROR, logging.getLogger().level))
     try:
         if db != ":memory:":
             # Fail fast with a clear message (bad path, unreachable server, newer schema) instead of inside the

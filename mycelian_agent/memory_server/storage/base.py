@@ -217,6 +217,9 @@ class MemoryStore(ABC):
         finally:
             self._close()
 
+    #: Seconds a call whose :meth:`problem` is transient (a database server restarting) is tried again for.
+    reconnect_wait = 0.0
+
     def problem(self, exc: BaseException) -> MemoryServerError | None:
         """A failure of a call as the one-line error naming the database and what to do, when it is a problem of
         the database itself (a damaged file, a full disk; the backend knows its driver's errors); None for any

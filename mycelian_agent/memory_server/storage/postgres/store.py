@@ -48,6 +48,7 @@ from mycelian_agent.memory_server.storage.base import (
 from mycelian_agent.memory_server.storage.postgres import lexical
 from mycelian_agent.memory_server.storage.postgres import terms as pg_terms
 from mycelian_agent.memory_server.storage.postgres import vectors as pg_vectors
+from mycelian_agent.memory_server.storage.postgres.problems import RECONNECT_WAIT, server_problem
 from mycelian_agent.memory_server.storage.postgres.migrations import (
     ENTRY_TSV,
     MEMORY_INDEX,
@@ -163,6 +164,7 @@ def _configure(conn: Any) -> None:
 
 class PostgresStore(MemoryStore):
     """The PostgreSQL memory database. Create with :meth:`open`; every primitive is one transaction."""
+    reconnect_wait = RECONNECT_WAIT
 
     def __init__(self, pool: Any, *, url: str, pool_size: int, dense: DenseIndex | None = None) -> None:
         self._pool = pool
@@ -206,8 +208,7 @@ class PostgresStore(MemoryStore):
             raise MemoryServerError(f"cannot prepare the memory database {shown}: {one_line(exc)}") from exc
         pool = ConnectionPool(
             url,
-            min_size=1,
-            max_size=pool_size,
+            min_size=1, max_size=pool_size, check=ConnectionPool.check_connection,  # a restart cut them all
             kwargs={"autocommit": True, "row_factory": dict_row},
             configure=_configure,
             open=False,
@@ -225,6 +226,9 @@ class PostgresStore(MemoryStore):
 
     def _close(self) -> None:
         self._pool.close()
+
+    def problem(self, exc: BaseException) -> MemoryServerError | None:
+        return server_problem(exc, redact_url(self.url))
 
     # -- plumbing ------------------------------------------------------------------------------------------
 
