@@ -10,7 +10,6 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,18 +17,6 @@ import pytest
 pytestmark = pytest.mark.slow
 
 MESSAGES = 300
-
-
-@pytest.fixture()
-def cluster() -> Iterator[object]:
-    from mycelian_agent.memory_server.storage.postgres.cluster import TemporaryCluster, find_bindir
-
-    if find_bindir() is None:
-        pytest.skip("no PostgreSQL server binaries (initdb, pg_ctl): apt-get install postgresql")
-    pytest.importorskip("psycopg", reason="the postgres extra is not installed: pip install 'mycelian-agent[postgres]'")
-    started = TemporaryCluster.start()
-    yield started
-    started.stop()
 
 
 def _stored(url: str) -> list[str]:
@@ -62,17 +49,18 @@ def _replay_through_a_restart(cluster, tmp_path: Path, state: str, outage: float
     return run.returncode, out, err, url
 
 
-def test_a_five_second_restart_of_the_memory_database_is_survived(cluster, tmp_path: Path) -> None:
-    code, out, err, url = _replay_through_a_restart(cluster, tmp_path, str(tmp_path / "state.db"), 5.0)
+def test_a_five_second_restart_of_the_memory_database_is_survived(pg_own_cluster, tmp_path: Path) -> None:
+    code, out, err, url = _replay_through_a_restart(pg_own_cluster, tmp_path, str(tmp_path / "state.db"), 5.0)
     assert code == 0 and err == "", err
     assert json.loads(out)["messages"] == MESSAGES
     raws = _stored(url)
     assert len(raws) == MESSAGES and len(set(raws)) == MESSAGES
 
 
-def test_an_outage_of_the_checkpoint_server_is_one_line_and_the_next_run_resumes(cluster, tmp_path: Path) -> None:
-    state = cluster.create_database("state")
-    code, _, err, url = _replay_through_a_restart(cluster, tmp_path, state, 5.0)
+def test_an_outage_of_the_checkpoint_server_is_one_line_and_the_next_run_resumes(pg_own_cluster,
+                                                                                 tmp_path: Path) -> None:
+    state = pg_own_cluster.create_database("state")
+    code, _, err, url = _replay_through_a_restart(pg_own_cluster, tmp_path, state, 5.0)
     assert code == 1 and "Traceback" not in err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"error: the checkpoint store {state} cannot be reached ("), err
