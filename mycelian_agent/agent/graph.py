@@ -263,7 +263,12 @@ class MycelianMemoryAgent:
 
     async def aget_thread(self, thread_id: str) -> ThreadStatus:
         """The checkpointed position and totals of ``thread_id`` (zeros for a new thread)."""
-        snapshot = await self.graph.aget_state({"configurable": {"thread_id": thread_id}})
+        try:
+            snapshot = await self.graph.aget_state({"configurable": {"thread_id": thread_id}})
+        except Exception as exc:
+            if (problem := checkpoint_problem(exc, self.checkpointer)) is None:
+                raise
+            raise problem from exc
         values = snapshot.values or {}
         progress, usage = thread_totals(values)
         return ThreadStatus(thread_id=thread_id, progress=progress, usage=usage,

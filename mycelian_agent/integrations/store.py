@@ -462,7 +462,9 @@ class MycelianStore(BaseStore):
 def _check_page(limit: object, offset: object) -> int:
     """``limit`` and ``offset`` of a search or a namespace listing, checked: non-negative integers (a negative one
     would slice from the end). Returns ``offset + limit``."""
+    checked: list[int] = []
     for name, number in (("limit", limit), ("offset", offset)):
         if isinstance(number, bool) or not isinstance(number, int) or number < 0:
             raise InputError(f"{name} must be a non-negative integer, got {number!r}")
-    return offset + limit  # type: ignore[operator]  # both checked ints above
+        checked.append(number)
+    return sum(checked)
