@@ -59,8 +59,7 @@ def python() -> str:
 _PG_TABLES = "vaults, memories, entries, contexts, entry_vectors"
 
 
-@pytest.fixture(scope="session")
-def pg_cluster():
+def _throwaway_cluster():
     """A running throwaway PostgreSQL cluster (initdb + pg_ctl in a temp dir, a free port), stopped at the end.
 
     Skips only where no PostgreSQL binaries are installed or psycopg (the ``postgres`` extra) is missing."""
@@ -72,6 +71,11 @@ def pg_cluster():
     cluster = TemporaryCluster.start()
     yield cluster
     cluster.stop()
+
+
+pg_cluster = pytest.fixture(scope="session", name="pg_cluster")(_throwaway_cluster)
+#: A cluster of the test's own, which it may halt and resume (a restart mid-replay).
+pg_own_cluster = pytest.fixture(name="pg_own_cluster")(_throwaway_cluster)
 
 
 @pytest.fixture(scope="session")

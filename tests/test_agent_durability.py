@@ -131,3 +131,67 @@ async def test_pruned_in_memory_checkpoints_keep_the_thread_intact(tmp_path):
         assert timeline == [f"- User: message {n}." for n in range(1, 41)]
         result = await invoker.aprocess_conversation_message("user", "message 41", "t1")
         assert result.message_index == 41
+
+
+DIES_AFTER_ITS_CHECKPOINT = textwrap.dedent("""
+    import asyncio, os, signal, sys
+    from mycelian_agent import build_agent
+
+    async def main(db, state, batch, die_at, count):
+        async with build_agent(server="in-process", db=db, checkpointer="sqlite:" + state, batch_size=int(batch),
+                               embeddings=False) as invoker:
+            agent, prune, runs = invoker.agent, invoker.agent._maybe_prune, []
+
+            async def then_die(thread_id):  # runs after the invocation's checkpoint was written
+                await prune(thread_id)
+                runs.append(thread_id)
+                if len(runs) == int(die_at):
+                    os.kill(os.getpid(), signal.SIGKILL)  # before the caller hears back
+
+            agent._maybe_prune = then_die
+            messages = [{"role": "user", "content": f"message {i}"} for i in range(int(count))]
+            if int(batch) == 1:
+                for message in messages:
+                    await invoker.aprocess_conversation_message(message["role"], message["content"], "t")
+            else:
+                await invoker.aprocess_conversation_messages("t", messages)
+
+    asyncio.run(main(*sys.argv[1:]))
+""")
+
+
+def _dies_after_its_checkpoint(db, state, batch: int, die_at: int, count: int) -> None:
+    run = subprocess.run([sys.executable, "-c", DIES_AFTER_ITS_CHECKPOINT, str(db), str(state), str(batch),
+                          str(die_at), str(count)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == -9, run.stderr
+
+
+async def test_a_message_sent_again_to_a_new_process_after_the_first_died_answering_is_stored_once(tmp_path):
+    # Issue 40 item 2: the process died after its checkpoint was written and before its caller got the answer;
+    # the caller sent the message again to a new process, which numbered it anew (stored twice, 1 of 1).
+    db, state = tmp_path / "memory.db", tmp_path / "state.db"
+    _dies_after_its_checkpoint(db, state, batch=1, die_at=3, count=3)  # messages 0-2 taken in, 2 not answered
+    async with build_agent(server="in-process", db=db, checkpointer=f"sqlite:{state}", embeddings=False) as invoker:
+        again = await invoker.aprocess_conversation_message("user", "message 2", "t")
+        assert again.accepted == () and again.message_index == 3 and "not taken in again" in again.notes[0]
+        said_twice = await invoker.aprocess_conversation_message("user", "message 2", "t")  # now on purpose
+        assert said_twice.accepted == (4,)
+    raws = [row[0] for row in sqlite3.connect(db).execute("SELECT raw_entry FROM entries ORDER BY rowid")]
+    assert raws == ["message 0", "message 1", "message 2", "message 2"]
+
+
+async def test_a_bulk_call_sent_again_to_a_new_process_takes_in_only_what_the_dead_one_did_not(tmp_path):
+    db, state = tmp_path / "memory.db", tmp_path / "state.db"
+    # Two invocations of 10 messages: 1-4 (a batch), 5-6 (to the flush at 6); it dies after the second.
+    _dies_after_its_checkpoint(db, state, batch=4, die_at=2, count=10)
+    async with build_agent(server="in-process", db=db, checkpointer=f"sqlite:{state}", batch_size=4,
+                           embeddings=False) as invoker:
+        results = await invoker.aprocess_conversation_messages(
+            "t", [{"role": "user", "content": f"message {i}"} for i in range(10)])
+        assert [n for result in results for n in result.accepted] == [7, 8, 9, 10]
+        await invoker.aend_session("t")
+        # After a session's end a message like the last one is a new message, not a resend.
+        await invoker.aprocess_conversation_message("user", "message 9", "t")
+        await invoker.aflush("t")
+    raws = [row[0] for row in sqlite3.connect(db).execute("SELECT raw_entry FROM entries ORDER BY rowid")]
+    assert sorted(raws) == sorted([f"message {i}" for i in range(10)] + ["message 9"])

@@ -184,6 +184,9 @@ def _cases(p: Paths) -> list[Case]:
         # dense vectors of a database
         Case(_cli("embeddings", "backfill", str(p.db)), (INSTALL_EMBEDDINGS,)),
         Case(_cli("embeddings", "status", m := missing()), (m, "no memory database")),
+        # a memory file's integrity
+        Case(_cli("check", m := missing()), (m, "no such file")),
+        Case(_cli("check", str(p.unreadable)), (str(p.unreadable),)),
     ]
     if os.geteuid() != 0:  # root reads any file: /proc/self/mem above stands for the unreadable file there
         cases.append(Case(_cli("replay", "/proc/self/mem"), ("/proc/self/mem",)))

@@ -227,6 +227,23 @@ async def test_store_refuses_bad_namespaces_and_values(invoker) -> None:
         await store.aput(("notes",), "k", {"text": "x" * 9001})
     with pytest.raises(InputError, match="unsupported filter operator"):
         await store.asearch(("alice",), filter={"text": {"$regex": "x"}})
+    # Issue 40 item 5: refused up front, not by the server nor stored changed ({None: 1} came back {'null': 1}).
+    with pytest.raises(InputError, match=r"key 'a\\x00b': a NUL character"):
+        await store.aput(("notes",), "a\x00b", {"text": "x"})
+    with pytest.raises(InputError, match=r"key 'a\\x00b': a NUL character"):
+        await store.aget(("notes",), "a\x00b")
+    with pytest.raises(InputError, match=r"has the key None \(NoneType\): JSON keys are strings"):
+        await store.aput(("notes",), "k", {None: 1, "x": 2})
+    for bad in (float("nan"), float("inf"), [1.0, float("-inf")]):
+        with pytest.raises(InputError, match="not a JSON number"):
+            await store.aput(("notes",), "k", {"x": bad, "y": 1})
+    with pytest.raises(InputError, match="query: invalid Unicode: lone surrogate"):
+        await store.asearch(("alice",), query="dog \ud83d")
+    for option in ({"limit": -1}, {"offset": -1}):
+        with pytest.raises(InputError, match=f"{next(iter(option))} must be a non-negative integer, got -1"):
+            await store.alist_namespaces(**option)
+    with pytest.raises(InputError, match="max_depth must be a positive integer"):
+        await store.alist_namespaces(max_depth=0)
     await store.aput(("a", "b"), "k", {"text": "first"})
     with pytest.raises(InputError, match=r"maps to the memory 'a-b', which holds namespace \('a', 'b'\)"):
         await store.aput(("a-b",), "k", {"text": "second"})

@@ -149,3 +149,26 @@ async def test_an_invoker_keeps_a_bounded_number_of_thread_leases(tmp_path: Path
         await invoker.aprocess_conversation_message("user", "hello again", "t0")
         assert (await invoker.athread_status("t0")).messages == 2
         assert len(await invoker.asearch("hello", top_k=25)) == 11
+
+
+@pytest.mark.slow
+def test_a_replay_that_waits_for_the_thread_resumes_where_the_other_stopped(tmp_path: Path) -> None:
+    """Issue 40 item 1: with --thread-wait, the second replay (started while the first writes) read the thread's
+    position before it held the lease and numbered the rest anew (76 of 150 stored twice). It reads it under the
+    lease now: every message once, and the second run finds nothing left to do."""
+    convo = _conversation(tmp_path / "c4.json", "c4", 400)  # long enough for the second to start meanwhile
+    db, state = tmp_path / "m.db", tmp_path / "st.db"
+    command = [sys.executable, "-m", "mycelian_agent.cli", "replay", str(convo), "--db", str(db), "--state",
+               str(state), "--thread-wait", "120", "--json", "--no-embeddings"]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as first:
+        deadline = time.monotonic() + 120
+        while not stored_raw_entries(db) and first.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as second:
+            outcomes = [(run.communicate(timeout=300), run.returncode) for run in (first, second)]
+    for (out, err), code in outcomes:
+        assert code == 0, err
+    counts = [json.loads(out)["messages"] for (out, _), _ in outcomes]
+    raws = stored_raw_entries(db)
+    assert len(raws) == 400 and len(set(raws)) == 400, f"{len(raws)} entries, {len(raws) - len(set(raws))} twice"
+    assert sum(counts) == 400, counts

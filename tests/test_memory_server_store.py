@@ -40,7 +40,8 @@ def test_open_refusals(tmp_path: Path) -> None:
     # (a newer schema: tests/conformance)
     junk = tmp_path / "junk.db"
     junk.write_bytes(b"this is not sqlite" * 100)
-    with pytest.raises(MemoryServerError, match="cannot open the memory database"):
+    with pytest.raises(MemoryServerError, match=r"junk.db is not a memory database \(file is not a database\): is "
+                                                r"--db the right file\? `mycelian-agent check "):
         Store.open(junk)
     with pytest.raises(ConfigError, match="synchronous"):
         Store.open(":memory:", synchronous="OFF")

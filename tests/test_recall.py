@@ -146,8 +146,15 @@ async def test_read_side_errors_name_the_problem(tmp_path: Path) -> None:
             await invoker.asearch("Lisbon", by_meaning="no")  # type: ignore[arg-type]
         with pytest.raises(InputError, match="by_meaning must be True or False"):
             await invoker.arecall("Lisbon", by_meaning=None)  # type: ignore[arg-type]
-        with pytest.raises(InputError, match="after .* must be earlier than before"):
-            await invoker.asearch("Lisbon", after="2024-05-01T00:00:00Z", before="2024-04-01T00:00:00Z")
+        # Issue 40 item 5: the same checks for a search and a recall, up front (a recall of an empty range gave an
+        # empty block; a lone surrogate failed in the MCP client as a MemoryServerError).
+        for read in (invoker.asearch, invoker.arecall):
+            with pytest.raises(InputError, match="after .* must be earlier than before"):
+                await read("Lisbon", after="2024-05-01T00:00:00Z", before="2024-04-01T00:00:00Z")
+            with pytest.raises(InputError, match="after .* must be earlier than before"):
+                await read("Lisbon", after="2024-05-01T00:00:00Z", before="2024-05-01T00:00:00Z")
+            with pytest.raises(InputError, match=r"query: invalid Unicode: lone surrogate \\ud83d at character 7"):
+                await read("Lisbon \ud83d")
         nearest = await invoker.arecall("submarine periscope")  # no word shared: the nearest turns, said so
         assert nearest.by_meaning_only and "No earlier turn shares a word with this" in nearest.as_prompt()
         empty = await invoker.arecall("submarine periscope", by_meaning=False)

@@ -10,9 +10,9 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 
-from ..errors import ConfigError, make_parent_folder
+from ..errors import ConfigError, MycelianError, make_parent_folder
 
-__all__ = ["open_checkpointer", "prune_thread"]
+__all__ = ["checkpoint_problem", "open_checkpointer", "prune_thread"]
 
 _SQLITE_BUSY_S = 30.0
 # Advisory lock serialising LangGraph's checkpoint schema setup across processes ("lgsetup" in ASCII).
@@ -185,3 +185,17 @@ async def _prune_postgres(saver: Any, thread_id: str) -> None:
             async with conn.transaction():
                 for statement in _PG_PRUNE:
                     await conn.execute(statement, {"t": thread_id})
+
+
+def checkpoint_problem(exc: BaseException, saver: Any) -> MycelianError | None:
+    """``exc`` as one line naming the checkpoint store when it says the store's PostgreSQL server cannot be reached
+    (stopped, restarted: the saver's one connection is cut); None for any other failure."""
+    if type(exc).__name__ != "OperationalError" or not type(exc).__module__.startswith("psycopg"):
+        return None
+    info = getattr(getattr(saver, "conn", None), "info", None)
+    try:
+        where = f"postgresql://{info.user}@{info.host}:{info.port}/{info.dbname}" if info is not None else "PostgreSQL"
+    except Exception:  # noqa: BLE001 - a connection closed under us may not describe itself: name the kind
+        where = "PostgreSQL"
+    return MycelianError(f"the checkpoint store {where} cannot be reached ({' '.join(str(exc).split())}): what was "
+                         "taken in before is kept; run again to resume once the server is back")

@@ -32,12 +32,13 @@ from .._sync import run_sync
 from ..dates import normalise_time
 from ..errors import InputError, MemoryServerError, MycelianError
 from ..models.extractive import ExtractiveChatModel
-from .checkpointers import prune_thread
+from .checkpointers import checkpoint_problem, prune_thread
 from .control import PLANS, ControlState, Step
 from .inputs import MESSAGE_KEYS, check_messages, check_thread, checked_tags, memory_binding, parse_control, to_turn
 from .invocation import Invocation, thread_totals
 from .prompts import PromptSet
 from .report import InvocationResult, ThreadStatus, Usage
+from .resends import message_digest, recent_digests
 from .settings import AgentSettings
 from .state import AgentState
 from .turn import Turn
@@ -160,7 +161,8 @@ class MycelianMemoryAgent:
         if control is ControlState.START_SESSION:  # a new session: its own time, no message time yet
             state_in |= {"session_time": normalise_time(conversation_time), "last_time": None}
         state_in |= memory_binding(memory)
-        return await self._run(control, thread_id, state_in, started, recursion=64 + 4 * parts)
+        digests = (message_digest(message["role"], message["content"], message.get("name")),) if message else ()
+        return await self._run(control, thread_id, state_in, started, recursion=64 + 4 * parts, digests=digests)
 
     async def aaccept_messages(
         self,
@@ -193,7 +195,9 @@ class MycelianMemoryAgent:
         check_thread(thread_id)
         incoming = check_messages(messages, conversation_time)
         state_in: dict[str, Any] = {"message": None, "message_tags": {}, **memory_binding(memory)}
-        return await self._run(control, thread_id, state_in, started, recursion=64, incoming=incoming)
+        digests = tuple(message_digest(turn["role"], turn["content"], turn.get("name")) for turn, _ in incoming)
+        return await self._run(control, thread_id, state_in, started, recursion=64, incoming=incoming,
+                               digests=digests)
 
     def check_messages(self, messages: Sequence[ChatMessage | Mapping[str, Any]],
                        conversation_time: str | datetime | None = None) -> list[tuple[Turn, dict[str, str]]]:
@@ -202,14 +206,15 @@ class MycelianMemoryAgent:
         return check_messages(messages, conversation_time)
 
     async def _run(self, control: ControlState, thread_id: str, state_in: dict[str, Any], started: float, *,
-                   recursion: int, incoming: list[tuple[Turn, dict[str, str]]] | None = None) -> InvocationResult:
+                   recursion: int, incoming: list[tuple[Turn, dict[str, str]]] | None = None,
+                   digests: tuple[str, ...] = ()) -> InvocationResult:
         """One invocation of the graph with a checked input; its report."""
         report = InvocationResult(control=control, thread_id=thread_id)
         self._running[thread_id] = report
         state_in = {**state_in, "control": control.value, "step": 0,
                     "tool_history": [RemoveMessage(id=REMOVE_ALL_MESSAGES)]}
         config = {"configurable": {"thread_id": thread_id}, "recursion_limit": recursion}
-        context = Invocation(thread_id, self.vault_id, self.memory_id, report, incoming=incoming)
+        context = Invocation(thread_id, self.vault_id, self.memory_id, report, incoming=incoming, digests=digests)
         # durability="exit": one checkpoint per invocation, written when the run ends. A run that fails or is
         # cancelled also saves one (the state of its last finished step), but that holds only this invocation's
         # input and tool flow: the thread's position and memory are staged until the last step (see _observe).
@@ -222,6 +227,10 @@ class MycelianMemoryAgent:
             if exits:
                 self._exits[thread_id] = exits
             raise
+        except Exception as exc:
+            if (problem := checkpoint_problem(exc, self.checkpointer)) is None:
+                raise
+            raise problem from exc
         self._running.pop(thread_id, None)
         await self._maybe_prune(thread_id)
         report.duration_s = time.perf_counter() - started
@@ -254,14 +263,20 @@ class MycelianMemoryAgent:
 
     async def aget_thread(self, thread_id: str) -> ThreadStatus:
         """The checkpointed position and totals of ``thread_id`` (zeros for a new thread)."""
-        snapshot = await self.graph.aget_state({"configurable": {"thread_id": thread_id}})
+        try:
+            snapshot = await self.graph.aget_state({"configurable": {"thread_id": thread_id}})
+        except Exception as exc:
+            if (problem := checkpoint_problem(exc, self.checkpointer)) is None:
+                raise
+            raise problem from exc
         values = snapshot.values or {}
         progress, usage = thread_totals(values)
         return ThreadStatus(thread_id=thread_id, progress=progress, usage=usage,
                             session_open=bool(values.get("session_open")), context=values.get("context", ""),
                             pending=len(values.get("pending") or []),
                             memory_id=(values.get("memory") or {}).get("memory_id"),
-                            user=(values.get("memory") or {}).get("user") or None)
+                            user=(values.get("memory") or {}).get("user") or None,
+                            recent=tuple(values.get("recent") or ()))
 
     async def _maybe_prune(self, thread_id: str) -> None:
         every = self.settings.prune_every
@@ -313,6 +328,7 @@ class MycelianMemoryAgent:
         usage = thread_totals({**current, **update})[1] + run.report.usage
         run.report.pending = len({**current, **update}.get("pending") or [])
         # The tool flow is in the report and the message is stored: clearing both keeps checkpoints small.
+        update |= recent_digests({**current, **update}, ControlState(state["control"]), run)
         return {**run.staged, **update, "usage": usage.as_dict(), "message": None, "step": 0,
                 "tool_history": [RemoveMessage(id=REMOVE_ALL_MESSAGES)]}
 

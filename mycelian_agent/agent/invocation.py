@@ -30,6 +30,7 @@ class Invocation:
     tools_since: float = 0.0
     #: The state changes of the steps done so far, written to the checkpoint only by the invocation's last step.
     staged: dict[str, Any] = field(default_factory=dict)
+    digests: tuple[str, ...] = ()  # the messages this invocation takes in (message_digest), in order
 
     @property
     def ids(self) -> dict[str, str]:

@@ -19,10 +19,8 @@ batch instead of one per message, with the same cadence.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import time
-from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
@@ -30,6 +28,7 @@ from langchain_core.messages import ChatMessage
 
 from .._sync import run_sync
 from .graph import MycelianMemoryAgent
+from .resends import Doubt, message_digest, resent
 from .leases import ThreadLeases
 from .control import ControlState
 from ..errors import ConfigError, InputError, MycelianError
@@ -90,7 +89,8 @@ class MycelianAgentInvoker:
         self.leases = leases if leases is not None else ThreadLeases()
         self.thread_wait = thread_wait
         self._bound: dict[str, str | None] = {}  # per thread: the memory id it is bound to (None: the agent's own)
-        self._doubts: dict[str, _Doubt] = {}  # per thread: the last call, when it failed or was cancelled
+        self._doubts: dict[str, Doubt] = {}  # per thread: the last call, when it failed or was cancelled
+        self._recent: dict[str, tuple[str, ...]] = {}  # per thread read, not yet called: its last messages (resends.py)
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop | None:
@@ -100,10 +100,11 @@ class MycelianAgentInvoker:
     def _lock(self, thread_id: str) -> asyncio.Lock:
         return self._locks.setdefault(thread_id, asyncio.Lock())
 
-    async def _settle(self, thread_id: str) -> _Doubt | None:
+    async def _settle(self, thread_id: str) -> Doubt | None:
         """After a call of ``thread_id`` that failed or was cancelled: wait for its checkpoint save, read the
         thread's position again (the call may have taken its messages in before it was interrupted) and return
         what the call sent (None when the last call ended normally)."""
+        self._recent.pop(thread_id, None)  # a call of this process came first: a later one is not its resend
         doubt = self._doubts.get(thread_id)
         if doubt is None:
             return None
@@ -119,16 +120,16 @@ class MycelianAgentInvoker:
     def _doubt(self, thread_id: str, start: int | None, digests: tuple[str, ...] = ()) -> None:
         """Note that a call of ``thread_id`` ended without its report (failed or cancelled): ``start`` messages
         were taken in before it, ``digests`` are the messages it sent (see :meth:`_taken`)."""
-        self._doubts[thread_id] = _Doubt(start, digests)
+        self._doubts[thread_id] = Doubt(start, digests)
 
-    async def _taken(self, doubt: _Doubt | None, thread_id: str, digests: tuple[str, ...]) -> int:
-        """How many of ``digests`` (the messages of a call, in order) the last call of the thread already took in:
-        when that call failed or was cancelled and sent the same messages, this call is its retry, and the
-        messages it took in before it was interrupted (the thread's position moved past them) are not taken in
-        again. Any other call takes all its messages in."""
-        if doubt is None or doubt.start is None or doubt.digests != digests:
-            return 0
-        return max(0, min(len(digests), await self._count(thread_id) - doubt.start))
+    async def _taken(self, doubt: Doubt | None, thread_id: str, digests: tuple[str, ...]) -> int:
+        """How many of ``digests`` (a call's messages, in order) were already taken in: by the last call of the
+        thread, when it failed or was cancelled and sent the same messages (its retry), or, for the first call of
+        a thread in this invoker, as the thread's last messages (a resend to a new process; see ``resends.py``)."""
+        if doubt is not None and doubt.start is not None and doubt.digests == digests:
+            return max(0, min(len(digests), await self._count(thread_id) - doubt.start))
+        await self._count(thread_id)  # a thread new here: its position and last digests are read now
+        return resent(self._recent.pop(thread_id, ()), digests)
 
     async def _count(self, thread_id: str) -> int:
         if thread_id in self._counts:
@@ -141,6 +142,7 @@ class MycelianAgentInvoker:
             self._counts[thread_id] = status.accepted
             self._bound[thread_id] = status.memory_id
             self._pending[thread_id] = (status.pending, time.monotonic())
+            self._recent[thread_id] = status.recent
         return self._counts[thread_id]
 
     async def _forget_idle(self) -> None:
@@ -228,6 +230,20 @@ class MycelianAgentInvoker:
         """The threads this invoker knows to have messages accepted and not yet written."""
         return [thread for thread, (count, _since) in self._pending.items() if count]
 
+    async def aclaim_thread(self, thread_id: str) -> ThreadStatus:
+        """Take ``thread_id``'s lease (waiting up to ``thread_wait`` for another process that writes it) and return
+        the thread's position read under it: where a writer resumes. :meth:`athread_status` reads without the
+        lease, so a process that waited for the lease after reading it would number the rest anew (duplicates)."""
+        async with self._lock(thread_id):
+            await self._settle(thread_id)
+            await self._count(thread_id)
+            self._recent.pop(thread_id, None)  # the caller knows where it stands: what it sends next is new
+            return await self.agent.aget_thread(thread_id)
+
+    def claim_thread(self, thread_id: str) -> ThreadStatus:
+        """Synchronous :meth:`aclaim_thread`."""
+        return run_sync(self.aclaim_thread(thread_id), self.agent._loop)
+
     async def astart_session(self, thread_id: str, conversation_time: str | datetime | None = None, *,
                              user: str | None = None) -> InvocationResult:
         """Read the memory's context and recent entries into the thread's state; ``conversation_time`` is the
@@ -270,14 +286,14 @@ class MycelianAgentInvoker:
         async with self._lock(thread_id):
             doubt = await self._settle(thread_id)
             memory = await self._memory_for(thread_id, user)
-            digests = (_digest(role, content, name),)
-            if doubt is not None and doubt.start is not None and await self._taken(doubt, thread_id, digests):
-                number = doubt.start + 1
+            digests = (message_digest(role, content, name),)
+            if await self._taken(doubt, thread_id, digests):
+                number = await self._count(thread_id)
                 return InvocationResult(
                     control=ControlState.PROCESS_MESSAGE if self.batch_size == 1 else ControlState.ACCEPT_MESSAGE,
                     thread_id=thread_id, message_index=number, pending=self._pending.get(thread_id, (0, 0.0))[0],
-                    notes=(f"message {number} was taken in by the call that sent it before (it failed or was "
-                           "cancelled after that): not taken in again",))
+                    notes=(f"message {number} was taken in by the call that sent it before (it failed, was "
+                           "cancelled or its process ended after that): not taken in again",))
             number = await self._count(thread_id) + 1
             flush = number % self.flush_every == 0
             if self.batch_size == 1:
@@ -328,7 +344,7 @@ class MycelianAgentInvoker:
         async with self._lock(thread_id):
             doubt = await self._settle(thread_id)
             memory = await self._memory_for(thread_id, user)
-            digests = tuple(_digest(turn["role"], turn["content"], turn.get("name")) for turn, _tags in checked)
+            digests = tuple(message_digest(turn["role"], turn["content"], turn.get("name")) for turn, _tags in checked)
             done = skipped = await self._taken(doubt, thread_id, digests)
             start = await self._count(thread_id) - done
             if skipped:
@@ -482,19 +498,3 @@ class MycelianAgentInvoker:
 def _as_mapping(turn: Mapping[str, Any], tags: Mapping[str, str]) -> dict[str, Any]:
     """A checked message (a Turn and its tags) as the mapping :meth:`MycelianMemoryAgent.aaccept_messages` takes."""
     return {**turn, "tags": dict(tags)}
-
-
-@dataclass(frozen=True)
-class _Doubt:
-    """A call of a thread that ended without its report (it failed or was cancelled): it may have taken some of its
-    messages in before it was interrupted. ``start``: the messages the thread had taken in before the call (None:
-    the call sent no messages); ``digests``: the call's messages (:func:`_digest`), in order."""
-
-    start: int | None
-    digests: tuple[str, ...]
-
-
-def _digest(role: Any, content: Any, name: Any) -> str:
-    """What identifies a message sent again after a failed or cancelled call: its role, speaker and text."""
-    text = "\x00".join(str(part) for part in (role, name or "", content))
-    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()

@@ -175,12 +175,16 @@ class _PostgresLeases(ThreadLeases):
         key = _pg_key(thread_id)
         if key not in self._held:
             return
+        if self.saver.conn.closed:  # the server ended the session, and its locks with it
+            self._held.clear()
+            return
         async with self.saver.lock:
             await self.saver.conn.execute("SELECT pg_advisory_unlock(%s, %s)", (_signed(key[0]), _signed(key[1])))
         self._held.discard(key)
 
     async def release_all(self) -> None:
-        if not self._held:
+        if not self._held or self.saver.conn.closed:  # closed: the server released them with the session
+            self._held.clear()
             return
         async with self.saver.lock:
             for key in self._held:

@@ -127,6 +127,7 @@ class ThreadStatus:
     pending: int = 0  # messages accepted and not yet written (batched mode)
     memory_id: str | None = None  # the memory the thread is bound to (None: the agent's own)
     user: str | None = None  # the user it was bound for (None: not bound to a user)
+    recent: tuple[str, ...] = ()  # digests of the last messages taken in, the last one last (see AgentState)
 
     @property
     def messages(self) -> int:

@@ -28,7 +28,9 @@ class AgentState(TypedDict, total=False):
     anew rather than deduplicated: 0 skips the next context write), ``context``, ``session_open``, ``session_time`` (the
     ``conversation_time`` given to START_SESSION, None when none was), ``last_time`` (the time of the last message
     stored or accepted since START_SESSION), ``pending`` (batched mode: messages accepted and not yet written,
-    oldest first; at most a batch), ``memory`` (the memory the thread is bound to: ``vault_id``, ``memory_id``,
+    oldest first; at most a batch), ``recent`` (digests of the thread's last messages taken in, the last one
+    being its last message, emptied when a session starts or ends: a resend from a new process is recognised by
+    them), ``memory`` (the memory the thread is bound to: ``vault_id``, ``memory_id``,
     ``user``; absent: the agent's own), and the totals
     ``progress`` (:class:`~mycelian_agent.agent.report.ThreadProgress` as a dict) and ``usage``
     (:class:`~mycelian_agent.agent.report.Usage` as a dict).
@@ -50,3 +52,4 @@ class AgentState(TypedDict, total=False):
     progress: dict[str, int]
     usage: dict[str, int]
     memory: dict[str, str]  # the thread's memory when bound to a user: vault_id, memory_id, user
+    recent: list[str]  # message_digest of the last RECENT_DIGESTS messages taken in

@@ -11,6 +11,7 @@ environment. The commands live by concern: :mod:`.replay`, :mod:`.memory` (the c
 from __future__ import annotations
 
 import importlib
+import logging
 import sys
 
 import click
@@ -27,6 +28,7 @@ __all__ = ["cli", "main"]
 _COMMANDS = {
     "add": (".memory", "add"),
     "bench": ("..benchmarks.cli", "bench"),
+    "check": ("..memory_server.cli", "check_command"),
     "delete": (".memory", "delete"),
     "embeddings": ("..memory_server.cli", "embeddings_group"),
     "export": (".memory", "export"),
@@ -63,6 +65,8 @@ def cli() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: MycelianError becomes a one-line message and exit status 1."""
+    # psycopg's note on a pipeline a lost connection cut short: the error that follows names the server.
+    logging.getLogger("psycopg").setLevel(logging.ERROR)
     try:
         cli.main(args=argv, standalone_mode=False)
     except click.exceptions.Abort:

@@ -100,7 +100,7 @@ async def replay_conversation(
     stats = stats or ReplayStats()
     thread = thread_id or conversation.conversation_id
     started_at = time.perf_counter()
-    status = await invoker.athread_status(thread)
+    status = await invoker.aclaim_thread(thread)  # under the thread's lease: no other process moves it now
     first, open_, done = resume_position(conversation, status)
     stats.skipped += sum(len(s.messages) for s in conversation.sessions[:first]) + done
     for index in range(first, len(conversation.sessions)):

@@ -9,6 +9,7 @@ itself is described in :mod:`~mycelian_agent.integrations.store`, whose :class:`
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping
 from datetime import datetime
@@ -19,7 +20,7 @@ from langgraph.store.base import Item, MatchCondition, SearchItem
 from ..errors import InputError
 from ..limits import RAW_ENTRY_MAX_CHARS, SUMMARY_TARGET_CHARS, TAG_VALUE_MAX_CHARS, TITLE_MAX_CHARS, unicode_problem
 
-__all__ = ["CREATED_TAG", "FIELD_TAG", "KEY_TAG", "SPEAKER", "check_labels", "encode_item", "matches",
+__all__ = ["CREATED_TAG", "FIELD_TAG", "KEY_TAG", "SPEAKER", "check_key", "check_labels", "encode_item", "matches",
            "namespace_matches", "namespace_title", "to_item", "to_search_item"]
 
 #: Tag holding an item's key.
@@ -62,13 +63,41 @@ def _time(moment: str) -> datetime:
     return datetime.fromisoformat(moment.replace("Z", "+00:00"))
 
 
-def encode_item(key: object, value: object) -> tuple[str, str, dict[str, str]]:
-    """``(raw_entry, summary, tags)`` of an item (see the module docstring)."""
+def check_key(key: object) -> str:
+    """``key`` when it can name an item (it is kept in a tag: a non-empty string of at most
+    :data:`TAG_VALUE_MAX_CHARS` characters that can be stored), else an :class:`InputError` naming it."""
     if not isinstance(key, str) or not key:
         raise InputError(f"key must be a non-empty string, got {key!r}")
     if len(key) > TAG_VALUE_MAX_CHARS:
         raise InputError(f"key has {len(key)} characters; a MycelianStore key has at most {TAG_VALUE_MAX_CHARS} "
                          "(it is kept in a tag)")
+    if problem := unicode_problem(key):
+        raise InputError(f"key {key!r}: {problem}")
+    return key
+
+
+def _json_problem(value: object, where: str) -> str | None:
+    """What keeps ``value`` from coming back as it was put, or None: a key that is not a string (JSON would turn
+    ``None`` into ``"null"``) or a number that is not finite (NaN and infinities are not JSON)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{where} is {value!r}: not a JSON number (store it as a string or None)"
+    if isinstance(value, Mapping):
+        for field_name, inner in value.items():
+            if not isinstance(field_name, str):
+                return (f"{where} has the key {field_name!r} ({type(field_name).__name__}): JSON keys are strings, "
+                        "so it would come back changed")
+            if problem := _json_problem(inner, f"{where}[{field_name!r}]"):
+                return problem
+    elif isinstance(value, (list, tuple)):
+        for index, inner in enumerate(value):
+            if problem := _json_problem(inner, f"{where}[{index}]"):
+                return problem
+    return None
+
+
+def encode_item(key: object, value: object) -> tuple[str, str, dict[str, str]]:
+    """``(raw_entry, summary, tags)`` of an item (see the module docstring)."""
+    key = check_key(key)
     if not isinstance(value, Mapping):
         raise InputError(f"value of key {key!r} must be a mapping (a dict), got {type(value).__name__}")
     tags = {KEY_TAG: key, "speaker": SPEAKER}
@@ -78,8 +107,10 @@ def encode_item(key: object, value: object) -> tuple[str, str, dict[str, str]]:
         raw = only[1]
         tags[FIELD_TAG] = only[0]
     else:
+        if problem := _json_problem(value, f"value of key {key!r}"):
+            raise InputError(problem)
         try:
-            raw = json.dumps(value, ensure_ascii=False)
+            raw = json.dumps(value, ensure_ascii=False, allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise InputError(f"value of key {key!r} is not JSON data: {exc}") from None
     problem = unicode_problem(raw)

@@ -74,13 +74,15 @@ from langgraph.store.base import (
 
 from .._sync import run_sync
 from ..errors import InputError, MemoryServerError
-from ..limits import QUERY_MAX_CHARS, SEARCH_DEPTH_MAX
+from ..limits import SEARCH_DEPTH_MAX
+from ..recall.reader import check_query
 from ..recall.users import create_or_find
 from ._common import memory_parts
 from .items import (
     CREATED_TAG,
     FIELD_TAG,
     KEY_TAG,
+    check_key,
     check_labels,
     encode_item,
     matches,
@@ -299,6 +301,7 @@ class MycelianStore(BaseStore):
     # -- operations ----------------------------------------------------------------------------------------
 
     async def _get(self, op: GetOp) -> Item | None:
+        check_key(op.key)
         namespace = tuple(op.namespace)
         memory_id = await self._spaces.find(namespace, create=False)
         if memory_id is None:
@@ -339,6 +342,7 @@ class MycelianStore(BaseStore):
             index.forget(op.key, older)
 
     async def _delete(self, namespace: tuple[str, ...], key: str) -> None:
+        check_key(key)
         memory_id = await self._spaces.find(namespace, create=False)
         if memory_id is None:
             return
@@ -397,15 +401,10 @@ class MycelianStore(BaseStore):
 
     async def _search(self, op: SearchOp) -> list[SearchItem]:
         prefix = check_labels(tuple(op.namespace_prefix), "namespace_prefix")
-        for name, number in (("limit", op.limit), ("offset", op.offset)):
-            if isinstance(number, bool) or not isinstance(number, int) or number < 0:
-                raise InputError(f"{name} must be a non-negative integer, got {number!r}")
-        need = op.offset + op.limit
+        need = _check_page(op.limit, op.offset)
         if op.query is not None and not isinstance(op.query, str):
             raise InputError(f"query must be a string, got {type(op.query).__name__}")
-        query = (op.query or "").strip()
-        if len(query) > QUERY_MAX_CHARS:
-            raise InputError(f"query has {len(query)} characters; a search takes at most {QUERY_MAX_CHARS}")
+        query = check_query(op.query or "", empty=True)
         if query and need > SEARCH_DEPTH_MAX:
             raise InputError(f"offset + limit is {need}; a ranked search reaches at most {SEARCH_DEPTH_MAX} items")
         if op.filter is not None and not isinstance(op.filter, Mapping):
@@ -425,6 +424,10 @@ class MycelianStore(BaseStore):
         return merged[op.offset:need]
 
     async def _list_namespaces(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
+        _check_page(op.limit, op.offset)
+        if op.max_depth is not None and (isinstance(op.max_depth, bool) or not isinstance(op.max_depth, int)
+                                         or op.max_depth < 1):
+            raise InputError(f"max_depth must be a positive integer or None, got {op.max_depth!r}")
         conditions = tuple(op.match_conditions or ())
         spaces = [ns for _, ns in await self._spaces.matching(())
                   if all(namespace_matches(condition, ns) for condition in conditions)]
@@ -454,3 +457,14 @@ class MycelianStore(BaseStore):
         """Synchronous :meth:`abatch` (from any thread but the loop's own: LangGraph runs sync nodes in worker
         threads, so ``store.put(...)`` in a sync node works)."""
         return run_sync(self.abatch(list(ops)), self._loop)
+
+
+def _check_page(limit: object, offset: object) -> int:
+    """``limit`` and ``offset`` of a search or a namespace listing, checked: non-negative integers (a negative one
+    would slice from the end). Returns ``offset + limit``."""
+    checked: list[int] = []
+    for name, number in (("limit", limit), ("offset", offset)):
+        if isinstance(number, bool) or not isinstance(number, int) or number < 0:
+            raise InputError(f"{name} must be a non-negative integer, got {number!r}")
+        checked.append(number)
+    return sum(checked)

@@ -1,5 +1,5 @@
-"""The memory server's commands: ``serve`` (stdio by default, or streamable HTTP), ``embeddings backfill`` and
-``embeddings status``.
+"""The memory server's commands: ``serve`` (stdio by default, or streamable HTTP), ``embeddings backfill``,
+``embeddings status`` and ``check`` (a SQLite file's integrity).
 
 All are click commands of the ``mycelian-agent`` tree (``mycelian-agent serve``, ``mycelian-agent embeddings
 backfill DB``, ``mycelian-agent embeddings status DB``); ``mycelian-memory-server`` (and ``python -m mycelian_agent.memory_server``, which the stdio clients
@@ -26,7 +26,7 @@ from .retrieval.dense import encoders
 from .retrieval.dense.index import HNSW_MIN, WRITE_MODES, dense_by_default
 from .retrieval.dense.threads import OPENMP_SPIN_COUNT
 
-__all__ = ["embeddings_group", "encoder_options", "main", "serve_command", "status_command"]
+__all__ = ["check_command", "embeddings_group", "encoder_options", "main", "serve_command", "status_command"]
 
 _CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 110}
 _SERVER = "mycelian-memory-server"
@@ -133,6 +133,8 @@ def serve_command(ctx: click.Context, transport: str, host: str, port: int, db: 
     # One line per record, as the messages above (FastMCP would install a rich handler that wraps a record over
     # several lines at 80 columns; logging.basicConfig keeps the first configuration).
     logging.basicConfig(level=log_level.upper(), format=f"{prog}: %(levelname)s: %(message)s")
+    # The pool says each failed reconnection to a restarting PostgreSQL; a call that outwaits it says it once.
+    logging.getLogger("psycopg.pool").setLevel(max(logging.ERROR, logging.getLogger().level))
     try:
         if db != ":memory:":
             # Fail fast with a clear message (bad path, unreachable server, newer schema) instead of inside the
@@ -186,6 +188,40 @@ def serve_command(ctx: click.Context, transport: str, host: str, port: int, db: 
         sys.exit(130)
 
 
+@click.command("check", context_settings=_CONTEXT)
+@click.argument("db")
+@click.option("--save", "save", default=None, metavar="FILE.json",
+              help="Write every entry that can still be read (and each memory's latest context) to FILE.json.")
+def check_command(db: str, save: str | None) -> None:
+    """Check the SQLite memory file DB (read-only): SQLite's integrity check, and which memories can still be read
+    in full. Exit status 1 when the file is damaged, with how to save what is left (--save)."""
+    from .storage import is_postgres_url
+    from .storage.sqlite.check import check_database, salvage_database
+
+    if is_postgres_url(db):
+        raise click.UsageError("check reads a SQLite file; a PostgreSQL server checks its own data (amcheck)")
+    try:
+        report = check_database(db)
+        for memory in report.memories:
+            read = "cannot be read in full" if memory.entries is None else f"{memory.entries:,} entries readable"
+            click.echo(f"memory {memory.title!r} (vault {memory.vault!r}): {read}")
+        if not report.database:
+            raise ConfigError(f"{report.path} is not a memory database ({report.problems[0]}): is it the right file?")
+        if save:
+            saved, lost = salvage_database(db, save)
+            click.echo(f"saved {saved:,} entries to {save}" + (f"; {lost:,} could not be read" if lost else ""))
+    except MycelianError as exc:
+        raise click.ClickException(str(exc)) from None
+    if report.sound:
+        click.echo(f"{report.path}: sound (integrity check passed)")
+        return
+    click.echo(f"{report.path}: damaged: " + "; ".join(report.problems), err=True)
+    if not save:
+        click.echo(f"save what can still be read: mycelian-agent check {report.path} --save saved.json; then "
+                   "restore the file from a backup, or start a new one", err=True)
+    sys.exit(1)
+
+
 @click.group("embeddings", context_settings=_CONTEXT)
 def embeddings_group() -> None:
     """Dense vectors of the memory server's entries."""
@@ -200,7 +236,7 @@ def backfill_command(db: str, embeddings_model: str, embeddings_threads: int) ->
 
     try:
         count = backfill_database(db, embeddings_model, batch_threads=embeddings_threads)
-    except ConfigError as exc:
+    except MycelianError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(f"embedded {count} entries")
 
@@ -229,7 +265,8 @@ def status_command(db: str, embeddings_model: str, as_json: bool) -> None:
                               "or `mycelian-agent replay` wrote")
         store = open_store(db if is_postgres_url(db) else str(Path(db).expanduser()), pool_size=1)
         try:
-            status = store.vector_status(model)
+            with store.explained():
+                status = store.vector_status(model)
         finally:
             store.close()
     except MycelianError as exc:

@@ -24,14 +24,15 @@ from typing import Any
 
 from ..dates import normalise_time, resolve_relative_dates
 from ..errors import InputError, MemoryServerError
-from ..limits import QUERY_MAX_CHARS, SEARCH_DEPTH_MAX
+from ..limits import QUERY_MAX_CHARS, SEARCH_DEPTH_MAX, unicode_problem
 from mycelian_agent.memory_server.retrieval.ranking import WORD_RE
 from .hits import MemoryHit, MemoryHits, Recall, RecalledTurn, estimate_tokens, render_recall
 from .notes import select_notes
 from .retry import read_call
 from .users import Connection, UserDirectory
 
-__all__ = ["MemoryReader", "SEARCH_TOP_K_MAX", "MIN_BUDGET_TOKENS", "TOP_K_MAX", "check_min_score", "check_top_k"]
+__all__ = ["MemoryReader", "SEARCH_TOP_K_MAX", "MIN_BUDGET_TOKENS", "TOP_K_MAX", "check_min_score", "check_query",
+           "check_top_k"]
 
 #: The most hits one ``search_memories`` call returns (its ``top_ke`` limit, upstream's too).
 SEARCH_TOP_K_MAX = 25
@@ -50,13 +51,31 @@ NOTES_SHARE = 0.3
 STANDING_SHARE = 0.1
 
 
-def _check_query(query: object) -> str:
-    if not isinstance(query, str) or not query.strip():
+def check_query(query: object, *, empty: bool = False) -> str:
+    """``query`` stripped, as every read checks it: a string of at most :data:`QUERY_MAX_CHARS` characters, not
+    empty (unless ``empty``: then "" asks for no ranking), with no lone surrogate (it cannot be sent); else
+    :class:`InputError`."""
+    if not isinstance(query, str) or not (empty or query.strip()):
         raise InputError(f"query is empty: say what to look for (got {query!r})")
     if len(query) > QUERY_MAX_CHARS:
         raise InputError(f"query has {len(query)} characters; a search takes at most {QUERY_MAX_CHARS} "
                          "(search with the question, not the whole conversation)")
+    if problem := unicode_problem(query, stored=False):
+        raise InputError(f"query: {problem}")
     return query.strip()
+
+
+def _check_read(query: object, top_k: object, min_score: object, by_meaning: object, after: str | datetime | None,
+                before: str | datetime | None) -> tuple[str, float | None, str | None, str | None]:
+    """The inputs a search and a recall share, checked up front: the query, ``min_score`` and the bounds as used."""
+    query = check_query(query)
+    check_top_k(top_k)
+    score = check_min_score(min_score)
+    _check_flag("by_meaning", by_meaning)
+    start, end = _bound("after", after), _bound("before", before)
+    if start and end and start >= end:
+        raise InputError(f"after ({start}) must be earlier than before ({end})")
+    return query, score, start, end
 
 
 def _check_count(name: str, value: object, low: int, high: int) -> int:
@@ -215,13 +234,7 @@ class MemoryReader:
         the ranking on a server that pages (ours); another gives at most its 25. An empty or over-long query, a
         bad ``top_k``, ``min_score`` or bound, or an unknown user (when creation is off) raise :class:`InputError`.
         """
-        query = _check_query(query)
-        check_top_k(top_k)
-        min_score = check_min_score(min_score)
-        _check_flag("by_meaning", by_meaning)
-        after, before = _bound("after", after), _bound("before", before)
-        if after and before and after >= before:
-            raise InputError(f"after ({after}) must be earlier than before ({before})")
+        query, min_score, after, before = _check_read(query, top_k, min_score, by_meaning, after, before)
         _, _, hits, _ = await self._user_search(user, query, top_k, after, before, min_score)
         if by_meaning:
             return hits
@@ -257,16 +270,12 @@ class MemoryReader:
         ``by_meaning=False`` leaves out every hit found by meaning alone; ``min_score`` every hit scoring below it
         and ``top_k`` is 1-100 (see :meth:`asearch`).
 
-        Raises :class:`InputError` for an empty query, a budget too small to hold one entry, a bad ``top_k`` or
-        ``min_score``, or an unknown user (creation off); a memory with nothing relevant gives an empty recall whose
+        Raises :class:`InputError` for an empty query, a budget too small to hold one entry, a bad ``top_k``,
+        ``min_score`` or bound (``after`` not earlier than ``before``), or an unknown user (creation off); a memory with nothing relevant gives an empty recall whose
         block says so.
         """
-        query = _check_query(query)
+        query, min_score, after, before = _check_read(query, top_k, min_score, by_meaning, after, before)
         _check_count("budget_tokens", budget_tokens, MIN_BUDGET_TOKENS, 1_000_000)
-        check_top_k(top_k)
-        min_score = check_min_score(min_score)
-        _check_flag("by_meaning", by_meaning)
-        after, before = _bound("after", after), _bound("before", before)
         memory_id, user, hits, document = await self._user_search(user, query, top_k, after, before, min_score)
         pending = hits.pending_vectors
         if not by_meaning:

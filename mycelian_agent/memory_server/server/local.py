@@ -66,7 +66,8 @@ class LocalConnection:
             raise InputError(f"{tool} is not available on a local database connection "
                              f"(available: {', '.join(LOCAL_TOOLS)})")
         try:
-            return method(self.store, **dict(arguments or {}))
+            with self.store.explained():
+                return method(self.store, **dict(arguments or {}))
         except MycelianError as exc:  # worded as the MCP client words a tool's error
             raise type(exc)(f"{tool} failed: {exc}") from exc
 

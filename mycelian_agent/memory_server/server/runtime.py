@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 import anyio
 
+from mycelian_agent.errors import MemoryServerError
 from mycelian_agent.memory_server.storage.base import DenseIndex, MemoryStore
 
 from mycelian_agent.memory_server.storage import open_store
@@ -65,10 +66,22 @@ class StoreRunner:
     async def call(self, method: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         """Run ``method(store, *args, **kwargs)`` (e.g. ``MemoryStore.add_entry``) on a worker thread."""
         job = partial(method, self._store, *args, **kwargs)
-        future = asyncio.get_running_loop().run_in_executor(self._executor, job)
-        self._pending.add(future)
-        future.add_done_callback(self._pending.discard)
-        return await future
+        loop = asyncio.get_running_loop()
+        deadline, delay = loop.time() + self._store.reconnect_wait, 0.25
+        while True:
+            future = loop.run_in_executor(self._executor, job)
+            self._pending.add(future)
+            future.add_done_callback(self._pending.discard)
+            try:
+                with self._store.explained():  # a damaged file, a full disk, a server gone: one line naming it
+                    return await future
+            except MemoryServerError as problem:
+                # A server restarting: the same call again on a new connection (add_entry's idempotency key keeps
+                # a write whose answer was lost from being stored twice), until the store's reconnect wait is over.
+                if not problem.transient or loop.time() + delay > deadline:
+                    raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
 
     async def barrier(self, method: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         """Like :meth:`call`, after every call submitted before this one has finished (``await_consistency``)."""

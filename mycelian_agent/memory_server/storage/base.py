@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Mapping, Sequence
-from contextlib import AbstractContextManager, nullcontext
-from typing import Any
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import Any, Protocol
 
 from mycelian_agent.errors import InputError, MemoryServerError
 from mycelian_agent.memory_server.storage import context_items, term_stats
@@ -196,6 +196,27 @@ class MemoryStore(ABC):
                 self._dense.close()
         finally:
             self._close()
+
+    #: Seconds a call whose :meth:`problem` is transient (a database server restarting) is tried again for.
+    reconnect_wait = 0.0
+
+    def problem(self, exc: BaseException) -> MemoryServerError | None:
+        """A failure of a call as the one-line error naming the database and what to do, when it is a problem of
+        the database itself (a damaged file, a full disk; the backend knows its driver's errors); None for any
+        other failure. The store's callers raise it instead (:meth:`explained`)."""
+        return None
+
+    @contextmanager
+    def explained(self) -> Iterator[None]:
+        """Raise a failure of the block as :meth:`problem` words it, when it is a problem of the database (the
+        server's store runner, the CLI's local connection and the embeddings commands run store calls in it)."""
+        try:
+            yield
+        except Exception as exc:
+            problem = self.problem(exc)
+            if problem is None:
+                raise
+            raise problem from exc
 
     def counts(self) -> dict[str, int]:
         """Row counts of every table and index (tests, diagnostics)."""

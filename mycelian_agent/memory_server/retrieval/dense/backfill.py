@@ -23,7 +23,7 @@ def backfill_database(target: str, name: str | None = encoders.AUTO, *, batch_th
     # Opened with the index: on PostgreSQL with pgvector, the vectors go to its column too.
     store = open_store(target, dense_factory=lambda: index)
     try:
-        with store.maintenance_connection() as conn:
+        with store.explained(), store.maintenance_connection() as conn:
             return index.backfill(conn)
     finally:
         store.close()

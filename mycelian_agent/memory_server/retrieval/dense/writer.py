@@ -294,9 +294,9 @@ class VectorWriter:
         try:
             with self._connect() as conn:
                 rows = self._missing(conn)
-        except Exception:
-            _log.exception("could not look for entries without vectors; the search catch-up and the backfill "
-                           "command still embed them")
+        except Exception as exc:
+            _log.error("could not look for entries without vectors (%s); the search catch-up and the backfill "
+                       "command still embed them", exc, exc_info=_unexpected(exc))
             rows = []
         with self._lock:
             for seq, memory_id in rows:
@@ -334,10 +334,10 @@ class VectorWriter:
             self.written += self._embed(self._open, [seq for seq, _, _ in batch])
         except _Abandoned:
             pass
-        except Exception:
+        except Exception as exc:
             failed = True
-            _log.exception("could not embed %d entries (seqs %d-%d); each is tried again alone, up to %d tries",
-                           len(batch), batch[0][0], batch[-1][0], ATTEMPTS)
+            _log.error("could not embed %d entries (seqs %d-%d: %s); each is tried again alone, up to %d tries",
+                       len(batch), batch[0][0], batch[-1][0], exc, ATTEMPTS, exc_info=_unexpected(exc))
         finally:
             with self._lock:
                 self._in_flight, self._in_flight_queued = {}, set()
@@ -370,3 +370,9 @@ def _lower_priority() -> None:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICE)
     except OSError:
         _log.debug("could not lower the vector writer's priority", exc_info=True)
+
+
+def _unexpected(exc: BaseException) -> bool:
+    """Whether a failure is worth its traceback in the log: a database's own error (a damaged file, a full disk, a
+    server gone) is said in one line; any other may be a bug."""
+    return type(exc).__module__.partition(".")[0] not in ("sqlite3", "psycopg")

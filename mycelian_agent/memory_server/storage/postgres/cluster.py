@@ -128,6 +128,7 @@ class TemporaryCluster:
         self.port = port
         self.run_as = run_as
         self.user = "mycelian"
+        self.options = ""  # the server's command-line options (pg_ctl -o), kept for resume()
 
     @property
     def data(self) -> Path:
@@ -176,10 +177,8 @@ class TemporaryCluster:
                 "-c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200 "
                 "-c shared_buffers=64MB"
             )
-            cluster._run(
-                str(bindir / "pg_ctl"), "-D", str(cluster.data), "-l", str(root / "server.log"), "-o", options,
-                "-w", "-t", "60", "start",
-            )
+            cluster.options = options
+            cluster.resume()
         except BaseException:
             shutil.rmtree(root, ignore_errors=True)
             raise
@@ -196,6 +195,15 @@ class TemporaryCluster:
         with psycopg.connect(self.url(), autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{template}"')
         return self.url(name)
+
+    def halt(self) -> None:
+        """Stop the server (fast shutdown: every connection is cut), keeping its data for :meth:`resume`."""
+        self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+    def resume(self) -> None:
+        """Start the server (again) on the same port and data."""
+        self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-l", str(self.root / "server.log"), "-o",
+                  self.options, "-w", "-t", "60", "start")
 
     def stop(self) -> None:
         """Stop the server (fast shutdown) and delete the cluster's directory."""

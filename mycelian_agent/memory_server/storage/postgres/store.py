@@ -57,6 +57,7 @@ from mycelian_agent.memory_server.storage.postgres.connecting import (
     redact_url,
     require_psycopg,
 )
+from mycelian_agent.memory_server.storage.postgres.problems import RECONNECT_WAIT, server_problem
 from mycelian_agent.memory_server.storage.postgres.migrations import (
     ENTRY_TSV,
     TERMS_VERSION,
@@ -85,6 +86,7 @@ _TERM_KEYS = "(memory_id, kind, term) IN (SELECT %s, %s::smallint, unnest(%s::te
 
 class PostgresStore(MemoryStore):
     """The PostgreSQL memory database. Create with :meth:`open`; every primitive is one transaction."""
+    reconnect_wait = RECONNECT_WAIT
 
     def __init__(self, pool: Any, *, url: str, pool_size: int, dense: DenseIndex | None = None) -> None:
         self._pool = pool
@@ -130,8 +132,7 @@ class PostgresStore(MemoryStore):
             raise MemoryServerError(f"cannot prepare the memory database {shown}: {one_line(exc)}") from exc
         pool = ConnectionPool(
             url,
-            min_size=1,
-            max_size=pool_size,
+            min_size=1, max_size=pool_size, check=ConnectionPool.check_connection,  # a restart cut them all
             kwargs={"autocommit": True, "row_factory": dict_row},
             configure=_configure,
             open=False,
@@ -151,6 +152,9 @@ class PostgresStore(MemoryStore):
 
     def _close(self) -> None:
         self._pool.close()
+
+    def problem(self, exc: BaseException) -> MemoryServerError | None:
+        return server_problem(exc, redact_url(self.url))
 
     # -- plumbing ------------------------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ from mycelian_agent.memory_server.storage import moments, term_stats
 from mycelian_agent.memory_server.storage.base import DenseIndex, Link, MemoryStore, NewEntry, Row, Statistics
 from mycelian_agent.memory_server.storage.sqlite import lexical, postings
 from mycelian_agent.memory_server.storage.sqlite.migrations import migrate
+from mycelian_agent.memory_server.storage.sqlite.problems import file_problem
 from mycelian_agent.memory_server.storage.sqlite.vectors import SqliteVectors
 from mycelian_agent.memory_server.storage.context_items import content_changed
 from mycelian_agent.memory_server.storage.validation import format_timestamp
@@ -90,7 +91,8 @@ class Store(MemoryStore):
             migrate(conn)
         except sqlite3.Error as exc:
             conn.close()
-            raise MemoryServerError(f"cannot open the memory database {target}: {exc}") from exc
+            raise file_problem(exc, target) or MemoryServerError(
+                f"cannot open the memory database {target}: {exc}") from exc
         except BaseException:
             conn.close()
             raise
@@ -105,6 +107,9 @@ class Store(MemoryStore):
     def _close(self) -> None:
         # The WAL is checkpointed by SQLite on the last close.
         self._conn.close()
+
+    def problem(self, exc: BaseException) -> MemoryServerError | None:
+        return file_problem(exc, self._target)
 
     # -- plumbing ------------------------------------------------------------------------------------------
 
