@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Callable, Collection, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Protocol
 
 from mycelian_agent.errors import InputError, MemoryServerError
 from mycelian_agent.memory_server.storage import context_items, term_stats
 from mycelian_agent.memory_server.storage.dense_index import DenseIndex
 from mycelian_agent.memory_server.storage.entry_cache import EntryCache
+from mycelian_agent.memory_server.storage.explained import ExplainsProblems
 from mycelian_agent.memory_server.storage.placeholder import PLACEHOLDER_CONTEXT
 from mycelian_agent.memory_server.storage.rows import ENTRY_FIELDS, DenseHits, Link, NewEntry, Row, entry_json, memory_json
 from mycelian_agent.memory_server.storage.vectors import EntryVectors, VectorStatus
@@ -92,7 +93,7 @@ def _check_same_entry(row: Row, inserted: bool, entry: NewEntry, memory_id: str)
         )
 
 
-class MemoryStore(ABC):
+class MemoryStore(ExplainsProblems, ABC):
     """The memory database behind the tools. Public methods validate, then call one backend primitive; the search
     reads (:data:`SEARCH_READS`, at the end) are what retrieval asks of a store, with arguments it already checked."""
 
@@ -196,27 +197,6 @@ class MemoryStore(ABC):
                 self._dense.close()
         finally:
             self._close()
-
-    #: Seconds a call whose :meth:`problem` is transient (a database server restarting) is tried again for.
-    reconnect_wait = 0.0
-
-    def problem(self, exc: BaseException) -> MemoryServerError | None:
-        """A failure of a call as the one-line error naming the database and what to do, when it is a problem of
-        the database itself (a damaged file, a full disk; the backend knows its driver's errors); None for any
-        other failure. The store's callers raise it instead (:meth:`explained`)."""
-        return None
-
-    @contextmanager
-    def explained(self) -> Iterator[None]:
-        """Raise a failure of the block as :meth:`problem` words it, when it is a problem of the database (the
-        server's store runner, the CLI's local connection and the embeddings commands run store calls in it)."""
-        try:
-            yield
-        except Exception as exc:
-            problem = self.problem(exc)
-            if problem is None:
-                raise
-            raise problem from exc
 
     def counts(self) -> dict[str, int]:
         """Row counts of every table and index (tests, diagnostics)."""
