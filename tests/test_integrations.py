@@ -102,14 +102,32 @@ async def test_retriever_refuses_bad_input(invoker) -> None:
         retriever.invoke("dog", ALICE)  # sync inside the loop: refused, never a deadlock
 
 
-async def test_unknown_user_with_creation_off_is_named() -> None:
-    async with in_process(create_users=False) as invoker:
-        with pytest.raises(InputError, match="unknown user 'zoe'"):
-            await MycelianRetriever(memory=invoker).ainvoke("dog", {"configurable": {"user_id": "zoe"}})
-        with pytest.raises(InputError, match="unknown user 'zoe'"):
-            await make_search_memory_tool(invoker).ainvoke({"query": "dog"}, {"configurable": {"user_id": "zoe"}})
-        with pytest.raises(InputError, match="creation is off"):
-            await MycelianStore(invoker).aput(("notes", "zoe"), "k", {"text": "hello"})
+@pytest.mark.parametrize("create_users", [True, False])
+async def test_reads_of_an_unknown_user_return_nothing_and_create_nothing(create_users: bool) -> None:
+    async with in_process(create_users=create_users) as invoker:
+        if create_users:
+            await _seed(invoker)
+        vault = invoker.reader.vault_id
+
+        async def titles() -> list[str]:
+            return sorted(m["title"] for m in await invoker.connection.call_json("list_memories", {"vault_id": vault}))
+
+        before = await titles()
+        zoe = {"configurable": {"user_id": "zoe"}}
+        assert await MycelianRetriever(memory=invoker).ainvoke("dog", zoe) == []
+        block = await make_search_memory_tool(invoker).ainvoke({"query": "dog"}, zoe)
+        assert "Memory holds nothing about this yet." in block and "Rex" not in block
+        store = MycelianStore(invoker)
+        assert await store.aget(("zoe",), "k") is None
+        assert await store.asearch(("zoe",), query="dog") == []
+        assert await store.asearch(("notes", "zoe")) == []
+        assert await titles() == before  # nothing created by any of those reads
+        if not create_users:
+            with pytest.raises(InputError, match="creation is off"):
+                await store.aput(("notes", "zoe"), "k", {"text": "hello"})
+        else:
+            await store.aput(("notes", "zoe"), "k", {"text": "hello"})  # a write creates
+            assert await titles() == sorted([*before, "notes-zoe"])
 
 
 # -- the search_memory tool ------------------------------------------------------------------------------------

@@ -161,11 +161,12 @@ class Recall:
     entries and their neighbouring turns, deduplicated, in time order; ``hits`` the search's ranked hits (all of
     them, also those left out of the block for the budget). ``tokens`` is the block's estimated size, never above
     ``budget_tokens``. ``pending_vectors``: as :attr:`MemoryHits.pending_vectors` for the search behind it.
+    ``memory_id`` is None when the user has no memory (a read creates none): the recall is then empty.
     """
 
     query: str
     user: str | None
-    memory_id: str
+    memory_id: str | None
     notes: tuple[str, ...]
     turns: tuple[RecalledTurn, ...]
     hits: tuple[MemoryHit, ...]
