@@ -1,5 +1,5 @@
-"""The ``mycelian-agent`` command: replay conversations into memory, add, list, show, search, export and delete,
-serve the memory, embed it, run the benchmarks.
+"""The ``mycelian-agent`` command: replay conversations into memory, add, list, show, search, export, get, update,
+history and delete, serve the memory, embed it, run the benchmarks.
 
 Configuration comes from flags, with environment-variable fallbacks (``MYCELIAN_DB``, ``MYCELIAN_SERVER``,
 ``MYCELIAN_TOKEN``, ``MYCELIAN_MODEL``, ``OPENAI_API_KEY``, ``OPENAI_BASE_URL``, ...); nothing deeper reads the
@@ -35,8 +35,9 @@ def _add_commands() -> None:
     from ..models.local_llm.cli import local_llm
     from . import memory, replay
 
-    for command in (replay.replay, memory.add, memory.delete, memory.export, memory.list_, memory.recall,
-                    memory.search, memory.show, serve_command, embeddings_group, bench):
+    for command in (replay.replay, memory.add, memory.get, memory.update, memory.history, memory.delete,
+                    memory.export, memory.list_, memory.recall, memory.search, memory.show, serve_command,
+                    embeddings_group, bench):
         cli.add_command(command)
     cli.add_command(local_llm)
 
