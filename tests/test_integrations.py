@@ -22,7 +22,8 @@ from typing_extensions import TypedDict
 
 from mycelian_agent import MycelianError, build_agent
 from mycelian_agent.errors import InputError
-from mycelian_agent.integrations import MycelianRetriever, MycelianStore, make_search_memory_tool, namespace_title
+from mycelian_agent.integrations import (MycelianRetriever, MycelianStore, make_manage_memory_tool,
+                                         make_search_memory_tool, namespace_title)
 from mycelian_agent.integrations.store import CREATED_TAG, KEY_TAG
 
 ALICE = {"configurable": {"user_id": "alice"}}
@@ -159,6 +160,33 @@ async def test_search_memory_tool_in_a_langgraph_tool_node(invoker) -> None:
     assert "learning to play the cello" in out["messages"][-1].content
     out = await app.ainvoke({"messages": [call]}, ALICE)
     assert "learning to play the cello" not in out["messages"][-1].content
+
+
+# -- the manage_memory tool ------------------------------------------------------------------------------------
+
+
+async def test_manage_memory_tool_tells_the_model_what_it_got_wrong(invoker) -> None:
+    tool = make_manage_memory_tool(invoker)
+    assert tool.name == "manage_memory"
+    assert set(tool.tool_call_schema.model_json_schema()["properties"]) == {"content", "action", "id"}
+    created = await tool.ainvoke({"content": "Alice takes the 8:15 train."}, ALICE)
+    note = created.removeprefix("created memory ")
+    assert (await invoker.aget(note, user="alice")).text == "Alice takes the 8:15 train."
+    fixed = make_manage_memory_tool(invoker, user="bob")  # the config's user_id wins over the fixed one
+    answers = [await tool.ainvoke(args, ALICE) for args in (
+        {"action": "create"}, {"action": "update", "content": "x"}, {"action": "delete"},
+        {"action": "create", "content": "x", "id": note}, {"action": "delete", "id": "the train one"},
+        {"action": "update", "id": note, "content": " "})]
+    assert [answer.split(":")[0] for answer in answers] == [
+        "content is empty", "id is missing", "id is missing", "create makes a new memory and takes no id; use action "
+        "'update' to change one", "entry id 'the train one' is not an entry id", "content is empty"]
+    refused = await fixed.ainvoke({"action": "delete", "id": note})
+    assert f"entry {note} not found in the memory of user 'bob'" in refused
+    assert (await fixed.ainvoke({"action": "delete", "id": note}, ALICE)) == f"deleted memory {note}"
+    with pytest.raises(MycelianError, match="the invoker build_agent"):
+        make_manage_memory_tool(invoker.reader)
+    with pytest.raises(InputError, match="cannot name a memory"):
+        await tool.ainvoke({"content": "x"}, {"configurable": {"user_id": "a b"}})
 
 
 # -- the LangGraph store ---------------------------------------------------------------------------------------
