@@ -196,28 +196,26 @@ async def _entry_tool(tool: str, entry_id: str, db: str | None, server: str, tok
         await connection.aclose()
 
 
-@click.command()
-@click.argument("entry_id")
-@server_options
-@click.option("--memory", required=True, help="Memory title or id.")
-def get(entry_id: str, db: str | None, server: str, token: str | None, vault: str, timeout: float,
-        reconnect_wait: float, memory: str) -> None:
-    """Print one entry of a memory (ENTRY_ID: its id, as search --json, export or add print it) as JSON."""
-    found = asyncio.run(_entry_tool("get_entry", _entry_id(entry_id), db, server, token, vault, memory, timeout,
-                                    reconnect_wait))
-    click.echo(json.dumps(found, indent=2, ensure_ascii=False))
+def _entry_command(name: str, tool: str, summary: str) -> click.Command:
+    """A command printing the JSON answer of ``tool`` on one entry (ENTRY_ID) of ``--memory``."""
+
+    @click.command(name=name, help=summary)
+    @click.argument("entry_id")
+    @server_options
+    @click.option("--memory", required=True, help="Memory title or id.")
+    def command(entry_id: str, db: str | None, server: str, token: str | None, vault: str, timeout: float,
+                reconnect_wait: float, memory: str) -> None:
+        found = asyncio.run(_entry_tool(tool, _entry_id(entry_id), db, server, token, vault, memory, timeout,
+                                        reconnect_wait))
+        click.echo(json.dumps(found, indent=2, ensure_ascii=False))
+
+    return command
 
 
-@click.command()
-@click.argument("entry_id")
-@server_options
-@click.option("--memory", required=True, help="Memory title or id.")
-def history(entry_id: str, db: str | None, server: str, token: str | None, vault: str, timeout: float,
-            reconnect_wait: float, memory: str) -> None:
-    """Print every version of one entry, oldest first (the current one last), as JSON."""
-    found = asyncio.run(_entry_tool("list_entry_versions", _entry_id(entry_id), db, server, token, vault, memory,
-                                    timeout, reconnect_wait))
-    click.echo(json.dumps(found, indent=2, ensure_ascii=False))
+get = _entry_command("get", "get_entry", "Print one entry of a memory (ENTRY_ID: its id, as search --json, "
+                     "export or add print it) as JSON.")
+history = _entry_command("history", "list_entry_versions", "Print every version of one entry (ENTRY_ID), oldest "
+                         "first (the current one last), as JSON.")
 
 
 @click.command()

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from ..dates import normalise_time
 from ..errors import InputError, MemoryServerError
 from ..limits import TAGS_MAX_KEYS
+from .hits import StoredText, stored_fields
 from .reader import MemoryReader
 from .retry import read_call
 from .users import check_user
@@ -50,7 +51,7 @@ class FieldWriter(Protocol):
 
 
 @dataclass(frozen=True)
-class MemoryEntry:
+class MemoryEntry(StoredText):
     """One stored entry (or one version of it, from :meth:`MemoryLifecycle.ahistory`).
 
     ``text`` is the verbatim text, ``summary`` and ``tags`` as stored, ``speaker`` / ``role`` / ``thread`` read
@@ -59,13 +60,6 @@ class MemoryEntry:
     when a later version replaced it (None: the current version), ``user`` whose memory holds it (None: the
     invoker's own)."""
 
-    entry_id: str
-    text: str
-    summary: str
-    speaker: str | None
-    role: str | None
-    time: str | None
-    thread: str | None
     memory_id: str
     user: str | None = None
     created: str | None = None
@@ -77,18 +71,14 @@ class MemoryEntry:
     def from_entry(cls, entry: Mapping[str, Any], *, memory_id: str, user: str | None) -> MemoryEntry:
         """An entry object of the tool contract (``get_entry``, ``list_entries``, ``update_entry``, a version of
         ``list_entry_versions``)."""
-        tags = dict(entry.get("tags") or {})
         version = entry.get("version")
-        return cls(entry_id=str(entry["entryId"]), text=str(entry.get("rawEntry") or ""),
-                   summary=str(entry.get("summary") or ""), speaker=tags.get("speaker") or tags.get("role"),
-                   role=tags.get("role"), time=entry.get("conversationTime") or entry.get("creationTime"),
-                   thread=tags.get("thread"), memory_id=memory_id, user=user, created=entry.get("creationTime"),
+        return cls(**stored_fields(entry), memory_id=memory_id, user=user,
                    version=version if isinstance(version, int) and not isinstance(version, bool) else None,
-                   replaced_at=entry.get("replacedAt"), tags=tags)
+                   replaced_at=entry.get("replacedAt"))
 
     def as_dict(self) -> dict[str, Any]:
         """The entry as plain JSON-ready data."""
-        return {name: getattr(self, name) for name in self.__dataclass_fields__} | {"tags": dict(self.tags)}
+        return {**asdict(self), "tags": dict(self.tags)}
 
 
 @dataclass(frozen=True)
