@@ -183,17 +183,49 @@ def test_the_sync_twins_outside_an_event_loop() -> None:
         assert invoker.delete_user("carol")["entries"] == 0
 
 
+async def _whole_cycle(invoker) -> None:
+    """Every call once, on whatever server ``invoker`` reaches: list, read, correct, history, forget, forget all."""
+    await _tell(invoker, "dana", ALICE[:2])
+    before = await _titles(invoker)
+    assert (await invoker.aget_all(user="nobody")).entries == () and await _titles(invoker) == before
+    lisbon = next(e for e in await invoker.aget_all(user="dana") if "Lisbon" in e.text)
+    assert (await invoker.aget(lisbon.entry_id, user="dana")).text == lisbon.text
+    updated = await invoker.aupdate(lisbon.entry_id, "My sister Ana moved to Porto.", user="dana")
+    assert updated.version == 2 and "Porto" in updated.summary
+    assert [v.version for v in await invoker.ahistory(lisbon.entry_id, user="dana")] == [1, 2]
+    assert [h.entry_id for h in await invoker.asearch("Porto", user="dana", by_meaning=False)] == [lisbon.entry_id]
+    assert (await invoker.adelete(lisbon.entry_id, user="dana"))["status"] == "deleted"
+    assert [e.text for e in await invoker.aget_all(user="dana")] == [ALICE[0]]
+    assert (await invoker.adelete_user("dana"))["entries"] == 1
+    assert "dana" not in await _titles(invoker)
+
+
 async def test_the_lifecycle_over_the_embedded_stdio_server(tmp_path: Path) -> None:
     async with build_agent("extractive", db=tmp_path / "memory.db") as invoker:  # server="embedded": stdio
-        await _tell(invoker, "dana", ALICE[:2])
-        before = await _titles(invoker)
-        assert (await invoker.aget_all(user="nobody")).entries == () and await _titles(invoker) == before
-        lisbon = next(e for e in await invoker.aget_all(user="dana") if "Lisbon" in e.text)
-        assert (await invoker.aget(lisbon.entry_id, user="dana")).text == lisbon.text
-        updated = await invoker.aupdate(lisbon.entry_id, "My sister Ana moved to Porto.", user="dana")
-        assert updated.version == 2 and "Porto" in updated.summary
-        assert [v.version for v in await invoker.ahistory(lisbon.entry_id, user="dana")] == [1, 2]
-        assert (await invoker.adelete(lisbon.entry_id, user="dana"))["status"] == "deleted"
-        assert [e.text for e in await invoker.aget_all(user="dana")] == [ALICE[0]]
-        assert (await invoker.adelete_user("dana"))["entries"] == 1
-        assert "dana" not in await _titles(invoker)
+        await _whole_cycle(invoker)
+
+
+async def test_the_lifecycle_on_each_backend(memory_db: str) -> None:
+    async with build_agent("extractive", server="in-process", db=memory_db) as invoker:
+        await _whole_cycle(invoker)
+
+
+async def test_over_http_a_token_never_reads_or_deletes_another_vaults_entries() -> None:
+    from mycelian_agent.memory_server import create_server
+    from mycelian_agent.memory_server.testing import serve_http
+
+    acme, other, admin = "acme-token-0123456789", "other-token-0123456789", "admin-token-0123456789"
+    tokens = {acme: frozenset({"acme"}), other: frozenset({"other"})}
+    async with serve_http(create_server(":memory:"), token=admin, tokens=tokens) as url:
+        async with build_agent(server=url, token=acme, vault="acme") as invoker:
+            await _tell(invoker, "alice", ["The launch code is tangerine."])
+            secret = (await invoker.aget_all(user="alice")).entries[0]
+        async with build_agent(server=url, token=other, vault="other") as intruder:
+            await _tell(intruder, "alice", ["My locker code is plum."])  # the same user name: another memory
+            for call in (intruder.aget, intruder.ahistory, intruder.adelete):
+                with pytest.raises(InputError, match=f"entry {secret.entry_id} not found"):
+                    await call(secret.entry_id, user="alice")
+            assert [e.text for e in await intruder.aget_all(user="alice")] == ["My locker code is plum."]
+            await _whole_cycle(intruder)
+        async with build_agent(server=url, token=acme, vault="acme") as invoker:
+            assert await invoker.aget(secret.entry_id, user="alice") == secret
