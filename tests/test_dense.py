@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from collections.abc import Callable
 
 import pytest
 from click.testing import CliRunner
@@ -78,6 +79,50 @@ def test_vectors_are_written_by_add_entry_and_none_at_search(db_target: str, wri
         seqs, _ = store._dense_similarities(m, "automobile", None, None)
         assert len(seqs) == 2
         assert car not in [e["entryId"] for e in search(store, m, "automobile purchase", top_ke=3)["entries"]]
+
+
+def test_an_updated_entry_is_found_by_its_new_meaning_only(db_target: str, writes: str) -> None:
+    """The replaced text's vector leaves the database and the cached matrix (same count of vectors before and
+    after: only an explicit forget keeps the scan from serving the old vector)."""
+    index = DenseVectors(CountingEncoder(), model="fake", write_behind=writes == "behind")
+    with contextlib.closing(open_store(db_target, dense_factory=lambda: index)) as store:
+        v, m = _memory(store)
+        entry = store.add_entry(v, m, "I bought a new car last week", "bought car")["entryId"]
+        store.add_entry(v, m, "My puppy chewed the sofa", "puppy")
+        store.wait_for_vectors(m)
+        assert search(store, m, "automobile", top_ke=1)["entries"][0]["entryId"] == entry  # the matrix is cached
+        seq = next(iter(store.entry_rows(m, [1, 2, 3])))
+        before = dict(zip(*store._dense_similarities(m, "automobile", None, None), strict=True))[seq]
+        store.update_entry(v, m, entry, "We went to the bakery", "bakery visit")
+        store.wait_for_vectors(m)
+        assert store.counts()["entry_vectors"] == 2
+        after = dict(zip(*store._dense_similarities(m, "automobile", None, None), strict=True))[seq]
+        assert before > 0.9 > 0.1 > after
+        assert search(store, m, "bread", top_ke=1)["entries"][0]["entryId"] == entry
+
+
+def test_a_vector_encoded_from_a_replaced_text_is_not_stored(tmp_path) -> None:
+    """The writer read the old text and the entry was updated while it encoded: the old text's vector is not
+    stored over the new one."""
+    encoder = CountingEncoder()
+    updates: list[Callable[[], object]] = []
+
+    def encode(texts: list[str]) -> object:
+        vectors = encoder(texts)
+        while updates:  # the update commits while the writer encodes
+            updates.pop()()
+        return vectors
+
+    index = DenseVectors(encode, model="fake", write_behind=False)
+    with contextlib.closing(Store.open(tmp_path / "m.db", dense=index)) as store:
+        v, m = _memory(store)
+        entry = store.add_entry(v, m, "I bought a new car last week", "bought car")["entryId"]
+        seq = next(iter(store.entry_rows(m, [1])))
+        updates.append(lambda: store.update_entry(v, m, entry, "We went to the bakery", "bakery visit"))
+        assert index.embed_entries(store._side_connection, [seq]) == 0  # the writer's old vector: dropped
+        cosines = dict(zip(*store._dense_similarities(m, "bread", None, None), strict=True))
+        assert cosines[seq] > 0.9  # the update's own vector (written inline) stays
+        assert index.embed_entries(store._side_connection, [seq]) == 1 and seq not in index._removed_at
 
 
 def test_add_entries_embeds_its_batch_in_one_encoder_call_all_or_none(db_target: str, writes: str) -> None:

@@ -73,6 +73,8 @@ async def test_tool_surface_matches_reference(world: World) -> None:
         "add_entries": ["vault_id", "memory_id", "entries"],
         "list_entries": ["vault_id", "memory_id"],
         "get_entry": ["vault_id", "memory_id", "entry_id"],
+        "update_entry": ["vault_id", "memory_id", "entry_id", "raw_entry", "summary"],
+        "list_entry_versions": ["vault_id", "memory_id", "entry_id"],
         "put_context": ["vault_id", "memory_id", "content"],
         "get_context": ["vault_id", "memory_id"],
         "await_consistency": ["memory_id"],
@@ -125,6 +127,7 @@ async def test_happy_path_every_tool(world: World) -> None:
         "rawEntry",
         "summary",
         "tags",
+        "version",
     }
     first = await call_json(s, "get_entry", vault_id=V, memory_id=M, entry_id=world.E)
     assert "conversationTime" not in first
@@ -365,6 +368,17 @@ REFUSALS = [
     ("delete_entry", {"vault_id": "$V", "memory_id": "$M", "entry_id": UNKNOWN}, f"entry {UNKNOWN} not found"),
     ("delete_entry", {"vault_id": "$V", "memory_id": "$M", "entry_id": "$OE"}, "entry $OE not found in memory $M"),
     ("delete_entry", {"vault_id": "$V", "memory_id": "$OM", "entry_id": "$OE"}, "memory $OM not found in vault $V"),
+    ("update_entry", {"vault_id": "$V", "memory_id": "$M", "entry_id": "$E", "raw_entry": "r"},
+     "missing required argument 'summary'"),
+    ("update_entry", {"vault_id": "$V", "memory_id": "$M", "entry_id": "$OE", "raw_entry": "r", "summary": "s"},
+     "entry $OE not found in memory $M"),
+    ("update_entry", {"vault_id": "$V", "memory_id": "$M", "entry_id": "$E", "raw_entry": " ", "summary": "s"},
+     "raw_entry"),
+    ("update_entry", {"vault_id": "$V", "memory_id": "$M", "entry_id": "$E", "raw_entry": "r", "summary": "s",
+                      "idempotency_key": "k"}, "unknown argument 'idempotency_key'"),
+    ("list_entry_versions", {"vault_id": "$V", "memory_id": "$M", "entry_id": UNKNOWN}, f"entry {UNKNOWN} not found"),
+    ("list_entry_versions", {"vault_id": "$V", "memory_id": "$OM", "entry_id": "$OE"},
+     "memory $OM not found in vault $V"),
     ("delete_memory", {"vault_id": "$V"}, "missing required argument 'memory_id'"),
     ("delete_memory", {"vault_id": "$V", "memory_id": "$OM"}, "memory $OM not found in vault $V"),
     ("delete_memory", {"vault_id": UNKNOWN, "memory_id": "$M"}, f"vault {UNKNOWN} not found"),
@@ -381,6 +395,21 @@ async def test_refusal_is_an_error_and_changes_nothing(world: World, tool: str, 
         fragment = fragment.replace(f"${name}", getattr(world, name))
     assert fragment in text, text
     assert await world.snapshot() == before
+
+
+async def test_an_entry_is_updated_under_its_id_and_its_history_is_listed(world: World) -> None:
+    s, V, M, E = world.session, world.V, world.M, world.E
+    updated = await call_json(s, "update_entry", vault_id=V, memory_id=M, entry_id=E, raw_entry="I adopted a dog",
+                              summary="dog", tags={"speaker": "Ann"})
+    assert (updated["entryId"], updated["version"], updated["status"]) == (E, 2, "updated")
+    assert (await call_json(s, "get_entry", vault_id=V, memory_id=M, entry_id=E))["rawEntry"] == "I adopted a dog"
+    found = await call_json(s, "search_memories", memory_id=M, query="cat", vault_id=V, include_raw_entries=True)
+    assert [hit["match"] for hit in found["entries"]] in ([], ["meaning"])  # (a dense index finds a dog near a cat)
+    assert all(hit["rawEntry"] == "I adopted a dog" for hit in found["entries"])
+    history = await call_json(s, "list_entry_versions", vault_id=V, memory_id=M, entry_id=E)
+    assert [(h["version"], h["rawEntry"], h["replacedAt"] is None) for h in history["versions"]] == [
+        (1, "I adopted a cat", False), (2, "I adopted a dog", True)]
+    assert history["count"] == 2 and history["entryId"] == E
 
 
 async def test_await_consistency_is_a_barrier_for_concurrent_writes(world: World) -> None:

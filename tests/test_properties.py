@@ -150,7 +150,7 @@ def served():
 
 TOOLS = ["create_vault", "list_vaults", "create_memory_in_vault", "list_memories", "get_memory", "add_entry",
          "list_entries", "get_entry", "put_context", "get_context", "await_consistency", "search_memories",
-         "get_default_prompts", "delete_entry", "delete_memory"]
+         "get_default_prompts", "delete_entry", "delete_memory", "update_entry", "list_entry_versions"]
 ARG_NAMES = ["vault_id", "memory_id", "entry_id", "title", "memory_type", "description", "raw_entry", "summary",
              "tags", "conversation_time", "idempotency_key", "limit", "before", "after", "content", "query", "top_ke",
              "top_kc", "include_raw_entries", "unknown"]

@@ -13,7 +13,8 @@ from mycelian_agent.errors import InputError, MemoryServerError
 from mycelian_agent.memory_server import PLACEHOLDER_CONTEXT, MemoryStore
 
 UNKNOWN = "00000000-0000-4000-8000-000000000000"
-ENTRY_KEYS = {"entryId", "memoryId", "vaultId", "creationTime", "conversationTime", "rawEntry", "summary", "tags"}
+ENTRY_KEYS = {"entryId", "memoryId", "vaultId", "creationTime", "conversationTime", "rawEntry", "summary", "tags",
+              "version"}
 
 
 def _memory(store: MemoryStore, title: str = "chat", vault: str | None = None) -> tuple[str, str]:

@@ -293,6 +293,31 @@ async def get_entry(ctx: Context, vault_id: VaultId, memory_id: MemoryId, entry_
     return _json(await _app(ctx).store.call(MemoryStore.get_entry, vault_id, memory_id, entry_id))
 
 
+async def update_entry(
+    ctx: Context,
+    vault_id: VaultId,
+    memory_id: MemoryId,
+    entry_id: EntryId,
+    raw_entry: RawEntry,
+    summary: Summary,
+    tags: Tags = None,
+    conversation_time: Timestamp = None,
+) -> str:
+    """Replace an entry's rawEntry, summary and tags (and conversationTime, when given) under the same entryId.
+    The replaced version leaves search and stays in list_entry_versions. Returns the entry as now stored with its
+    "version" (the first write is 1) and "status": "updated"."""
+    result = await _app(ctx).store.call(
+        MemoryStore.update_entry, vault_id, memory_id, entry_id, raw_entry, summary, tags, conversation_time
+    )
+    return _json(result)
+
+
+async def list_entry_versions(ctx: Context, vault_id: VaultId, memory_id: MemoryId, entry_id: EntryId) -> str:
+    """List every version of an entry, oldest first and the current one last: {"entryId", "versions": [entry +
+    "version" + "replacedAt" (null for the current one)], "count"}."""
+    return _json(await _app(ctx).store.call(MemoryStore.list_entry_versions, vault_id, memory_id, entry_id))
+
+
 async def put_context(
     ctx: Context,
     vault_id: VaultId,
@@ -402,6 +427,8 @@ _TOOLS: tuple[tuple[Callable[..., Any], bool, bool], ...] = (
     (add_entries, False, False),  # ours: a batch of add_entry in one transaction
     (list_entries, True, False),
     (get_entry, True, False),
+    (update_entry, False, True),  # ours (issue 39): a new version under the same entryId
+    (list_entry_versions, True, False),  # ours (issue 39)
     (put_context, False, False),
     (get_context, True, False),
     (await_consistency, True, False),

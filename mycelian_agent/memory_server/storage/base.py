@@ -105,6 +105,11 @@ class DenseIndex(Protocol):
         and how many of its entries had no vector yet (``connect()``: the store's connection). Waits for nothing:
         vectors written behind that are not there yet are counted in ``pending``."""
 
+    def entries_removed(self, memory_id: str, seqs: Sequence[int] | None, *, replaced: bool = False) -> None:
+        """Called after a write that deleted the memory's entries ``seqs`` (None: the whole memory) or ``replaced``
+        their text commits: forget what the index keeps in memory of them (cached matrices, samples, queued
+        writes), and store no vector of a replaced text after it."""
+
     def attach(self, vectors: EntryVectors, connect: Callable[[], AbstractContextManager[Any]] | None) -> None:
         """Called once the store is open: ``vectors`` is the backend's vector SQL; ``connect()`` gives a connection
         of the index's own (None: none can be given), for writing vectors behind the entries' transactions."""
@@ -194,6 +199,16 @@ class MemoryStore(ABC):
     @abstractmethod
     def _delete_entry(self, vault_id: str, memory_id: str, entry_id: str) -> bool:
         """Delete one entry (the memory must exist); whether it was there."""
+
+    @abstractmethod
+    def _update_entry(self, vault_id: str, memory_id: str, entry_id: str, entry: NewEntry) -> Row | None:
+        """Replace an entry's text, summary and tags (and its conversation time when ``entry`` has one) under the
+        same id and seq, keeping the replaced version in ``entry_versions``; the new row, or None when the memory
+        holds no such entry (the memory must exist). The old version leaves the index, statistics and vectors."""
+
+    @abstractmethod
+    def _entry_versions(self, memory_id: str, entry_id: str) -> list[Row]:
+        """The replaced versions of an entry, oldest first (with ``version`` and ``replaced_at``)."""
 
     @abstractmethod
     def _append_context(self, vault_id: str, memory_id: str, content: str) -> str:
@@ -432,6 +447,47 @@ class MemoryStore(ABC):
         if row is None:
             raise MemoryServerError(f"entry {entry_id} not found in memory {memory_id}")
         return entry_json(row)
+
+    def update_entry(
+        self,
+        vault_id: str,
+        memory_id: str,
+        entry_id: str,
+        raw_entry: str,
+        summary: str,
+        tags: dict[str, str] | None = None,
+        conversation_time: str | None = None,
+    ) -> dict[str, Any]:
+        """Replace an entry's text, summary and tags (and conversation time, when given) under the same id: the
+        entry as now stored plus ``"version"`` (the first write is version 1) and ``"status": "updated"``. The
+        replaced version leaves search (index, statistics, vectors, caches) and stays in
+        :meth:`list_entry_versions`. ``add_entry``'s rules apply to the new fields."""
+        vault_id = check_uuid("vault_id", vault_id)
+        memory_id = check_uuid("memory_id", memory_id)
+        entry_id = check_uuid("entry_id", entry_id)
+        entry = check_entry(raw_entry, summary, tags, conversation_time, None)
+        row = self._update_entry(vault_id, memory_id, entry_id, entry)
+        if row is None:
+            raise MemoryServerError(f"entry {entry_id} not found in memory {memory_id}")
+        if self._dense is not None:
+            self._dense.entries_removed(memory_id, [int(row["seq"])], replaced=True)
+            self._dense.entries_written(memory_id, [int(row["seq"])])
+        return {**entry_json(row), "status": "updated"}
+
+    def list_entry_versions(self, vault_id: str, memory_id: str, entry_id: str) -> dict[str, Any]:
+        """Every version of an entry, oldest first and the current one last: ``{"entryId", "versions": [entry +
+        "version" + "replacedAt" (None for the current one)], "count"}``."""
+        vault_id = check_uuid("vault_id", vault_id)
+        memory_id = check_uuid("memory_id", memory_id)
+        entry_id = check_uuid("entry_id", entry_id)
+        self._memory_row(vault_id, memory_id)
+        current = self._entry_row(memory_id, entry_id)
+        if current is None:
+            raise MemoryServerError(f"entry {entry_id} not found in memory {memory_id}")
+        versions = [{**entry_json(row), "replacedAt": row["replaced_at"]}
+                    for row in self._entry_versions(memory_id, entry_id)]
+        versions.append({**entry_json(current), "replacedAt": None})
+        return {"entryId": entry_id, "versions": versions, "count": len(versions)}
 
     def delete_entry(self, vault_id: str, memory_id: str, entry_id: str) -> dict[str, Any]:
         """Delete one entry (and its index rows)."""

@@ -20,9 +20,9 @@ CACHED_ENTRIES = 20_000
 
 
 class EntryCache:
-    """:class:`EntryTerms` by entry seq, least recently used dropped first. Entries never change after they are
-    written (only deleted, and a deleted seq is never a candidate again, nor reused), so nothing goes stale: a
-    search tokenises only the candidates it has not scored before. Thread-safe."""
+    """:class:`EntryTerms` by entry seq, least recently used dropped first. A seq is never reused; an entry that
+    is updated or deleted is dropped (:meth:`discard`) and an update puts its new terms, so nothing goes stale in
+    this process: a search tokenises only the candidates it has not scored before. Thread-safe."""
 
     def __init__(self, capacity: int = CACHED_ENTRIES) -> None:
         self._capacity = capacity
@@ -35,6 +35,15 @@ class EntryCache:
             self._items.update(items)
             while len(self._items) > self._capacity:
                 self._items.popitem(last=False)
+
+    def discard(self, seqs: Iterable[int] | None = None) -> None:
+        """Forget these entries' terms (None: every entry's), after they were replaced or deleted."""
+        with self._lock:
+            if seqs is None:
+                self._items.clear()
+                return
+            for seq in seqs:
+                self._items.pop(seq, None)
 
     def get(self, seqs: Sequence[int], load: Callable[[list[int]], Mapping[int, EntryTerms]]) -> dict[int, EntryTerms]:
         """The terms of ``seqs`` (``load(missing seqs)`` computes the others; seqs it does not return are left out)."""

@@ -78,6 +78,7 @@ def entry_json(row: Row) -> dict[str, Any]:
     entry["rawEntry"] = row["raw_entry"]
     entry["summary"] = row["summary"]
     entry["tags"] = json.loads(row["tags"])
+    entry["version"] = int(row["version"])
     return entry
 
 

@@ -95,6 +95,8 @@ class DenseVectors:
         self.searches = {"hnsw": 0, "scan": 0}
         #: The kept query vectors (``query_cache.py``).
         self.query_vectors = QueryVectorCache(query_cache)
+        self._removals = 0  # entries_removed calls so far
+        self._removed_at: dict[int, int] = {}  # seq -> the entries_removed call that last replaced or deleted it
 
     def _vectors(self, texts: Sequence[str], *, behind: bool = False) -> np.ndarray:
         encode = self._encode_behind if behind else self._encode
@@ -150,6 +152,23 @@ class DenseVectors:
         if seqs and self._writer is not None and self._writer.alive:
             self._writer.submit(memory_id, seqs)
 
+    def entries_removed(self, memory_id: str, seqs: Sequence[int] | None, *, replaced: bool = False) -> None:
+        """Called by the store after a write that deleted the memory's entries ``seqs`` (None: the memory was
+        deleted) or ``replaced`` their text commits: forget what this process keeps of them (the memory's cached
+        matrix, layout, counts and HNSW sample, the writer's queued entries, the kept query vectors); a replaced
+        entry is marked, so that a vector the writer encoded from its old text is not stored after the change."""
+        with self._cache_lock:
+            self._removals += 1
+            for seq in seqs if replaced and seqs else ():
+                self._removed_at[seq] = self._removals
+            self._cache.pop(memory_id, None)
+            self._layouts.pop(memory_id, None)
+        self._counted.pop(memory_id, None)
+        self._large.pop(memory_id, None)
+        self.query_vectors.clear()  # a query may have quoted the forgotten text
+        if self._writer is not None:
+            self._writer.drop(memory_id, seqs)
+
     def settle(self, memory_id: str | None = None, timeout: float = SETTLE_TIMEOUT) -> bool:
         """Wait until the writer has embedded the entries it holds of ``memory_id`` (None: of every memory), within
         ``timeout`` seconds; False if it could not. Only explicit waits for vectors call it (benchmarks, tests,
@@ -174,13 +193,30 @@ class DenseVectors:
         and entry id) is still there when it is written."""
         if not seqs:
             return 0
+        read_at = self._removals
         with connect() as conn:
             rows = self._db(conn).entry_texts(conn, seqs)
         if not rows:
             return 0
         vectors = self._encode_rows(rows, behind=True)
+        # An entry replaced since its text was read is left out: its new text is queued again.
+        with self._cache_lock:
+            keep = [i for i, row in enumerate(rows) if self._removed_at.get(int(row["seq"]), 0) <= read_at]
+        if not keep:
+            return 0
         with connect() as conn:
-            return self._store_vectors(conn, rows, vectors)
+            stored = self._store_vectors(conn, [rows[i] for i in keep], vectors[keep])
+        with self._cache_lock:
+            # A replaced entry's vector is written over its old one (same count): drop the memory's cached matrix,
+            # which a search may have loaded with the old vector in between.
+            for i in keep:
+                seq, memory_id = int(rows[i]["seq"]), rows[i]["memory_id"]
+                if seq in self._removed_at:
+                    if self._removed_at[seq] <= read_at:
+                        del self._removed_at[seq]
+                    self._cache.pop(memory_id, None)
+                    self._layouts.pop(memory_id, None)
+        return stored
 
     def _encode_rows(self, rows: Sequence[Row], *, behind: bool = False) -> np.ndarray:
         return self._vectors([self.entry_text(row["summary"], row["raw_entry"]) for row in rows], behind=behind)

@@ -166,6 +166,18 @@ class VectorWriter:
                 self._lock.notify_all()  # a settle() may be done now
             return claimed
 
+    def drop(self, memory_id: str, seqs: Sequence[int] | None = None) -> None:
+        """Take the memory's entries ``seqs`` (None: all of the memory's) out of the queue and the backlog: they
+        were deleted (a batch being embedded writes nothing for an entry that is gone)."""
+        with self._lock:
+            held = [seq for seq, owner in [*self._queue.items(), *self._backlog.items()] if owner == memory_id]
+            for seq in held if seqs is None else [seq for seq in seqs if seq in held]:
+                if self._queue.pop(seq, None) is not None:
+                    self._forget(memory_id)
+                self._backlog.pop(seq, None)
+                self._attempts.pop(seq, None)
+            self._lock.notify_all()
+
     def _forget(self, memory_id: str) -> None:
         """One of the memory's queued entries left the queue for good (lock held)."""
         left = self._waiting[memory_id] - 1

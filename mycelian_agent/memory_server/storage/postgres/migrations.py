@@ -256,10 +256,31 @@ def _bound_pending_lists(conn: Any) -> None:
         conn.execute(PENDING_LIST_STATEMENT.format(index))
 
 
+# Version 8: entry versions (``update_entry``). An entry keeps its id and seq (its place in the conversation) and
+# counts its versions; each replaced version is kept, unindexed, in entry_versions until the entry is deleted.
+_V8 = [
+    "ALTER TABLE entries ADD COLUMN version integer NOT NULL DEFAULT 1",
+    f"""CREATE TABLE entry_versions (
+        seq bigint NOT NULL REFERENCES entries(seq) ON DELETE CASCADE,
+        version integer NOT NULL,
+        entry_id text NOT NULL,
+        memory_id text NOT NULL,
+        vault_id text NOT NULL,
+        creation_time {_TEXT_C} NOT NULL,
+        conversation_time {_TEXT_C},
+        raw_entry text NOT NULL,
+        summary text NOT NULL,
+        tags text NOT NULL,
+        replaced_at {_TEXT_C} NOT NULL,
+        PRIMARY KEY (seq, version)
+    )""",
+    "CREATE INDEX entry_versions_by_entry ON entry_versions (entry_id, version)",
+]
+
 #: Migration ``n`` (1-based) is ``MIGRATIONS[n - 1]``: SQL statements, or functions of the connection for steps
 #: that need Python (each one runs inside the migration's transaction).
 MIGRATIONS: tuple[Sequence[str | Callable[[Any], None]], ...] = (
-    _V1, [_reindex_non_ascii], _V3, [_index_by_memory], [_inline_tsvectors], _V6, [_bound_pending_lists]
+    _V1, [_reindex_non_ascii], _V3, [_index_by_memory], [_inline_tsvectors], _V6, [_bound_pending_lists], _V8
 )
 #: The schema version a fully migrated database has.
 SCHEMA_VERSION = len(MIGRATIONS)

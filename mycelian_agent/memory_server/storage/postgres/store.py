@@ -69,7 +69,8 @@ __all__ = ["INSTALL_HINT", "PostgresStore", "announce_dense_path", "one_line", "
 INSTALL_HINT = "pip install 'mycelian-agent[postgres]'"
 
 _ENTRY_COLUMNS = (
-    "seq, entry_id, memory_id, vault_id, creation_time, conversation_time, raw_entry, summary, tags, idempotency_key"
+    "seq, entry_id, memory_id, vault_id, creation_time, conversation_time, raw_entry, summary, tags, idempotency_key, "
+    "version"
 )
 # The term_stats rows of one memory and kind for a list of terms, from parameters (memory_id, kind, terms). As a
 # join on the whole key, each term is one primary-key probe whatever the table's statistics say (`term = ANY(...)`
@@ -463,6 +464,60 @@ class PostgresStore(MemoryStore):
             )
             return True
 
+    def _update_entry(self, vault_id: str, memory_id: str, entry_id: str, entry: NewEntry) -> Row | None:
+        with self._tx() as conn:
+            self._require_memory(conn, vault_id, memory_id, lock=True)
+            old = conn.execute(
+                f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE entry_id = %s AND memory_id = %s", (entry_id, memory_id)
+            ).fetchone()
+            if old is None:
+                return None
+            seq = int(old["seq"])
+            conn.execute(
+                "INSERT INTO entry_versions (seq, version, entry_id, memory_id, vault_id, creation_time, "
+                "conversation_time, raw_entry, summary, tags, replaced_at) SELECT seq, version, entry_id, memory_id, "
+                "vault_id, creation_time, conversation_time, raw_entry, summary, tags, %s FROM entries WHERE seq = %s",
+                (format_timestamp(datetime.now(UTC)), seq),
+            )
+            before = term_stats.entry_counts(old["raw_entry"], old["summary"], old["tags"],
+                                             old["conversation_time"] or old["creation_time"])
+            self._delta.add(memory_id, before, -1)
+            conversation_time = entry.conversation_time or old["conversation_time"]
+            moment = conversation_time or old["creation_time"]
+            after = term_stats.entry_counts(entry.raw_entry, entry.summary, entry.tags, moment)
+            values = {
+                "seq": seq,
+                "conversation_time": conversation_time,
+                "raw_entry": entry.raw_entry,
+                "summary": entry.summary,
+                "tags": json.dumps(entry.tags, ensure_ascii=False, sort_keys=True),
+                "summary_words": index_words(entry.summary),
+                "raw_words": index_words(entry.raw_entry),
+                "labels": index_words(entry_labels(entry.tags)),
+                "dated": entry_dated(moment),
+                "terms": pg_terms.encode(after.terms),
+            }
+            terms = "terms = %(terms)s, " if self._keeps_terms else ""
+            row = conn.execute(
+                "UPDATE entries SET conversation_time = %(conversation_time)s, raw_entry = %(raw_entry)s, "
+                f"summary = %(summary)s, tags = %(tags)s, {terms}tsv = {ENTRY_TSV}, version = version + 1 "
+                f"WHERE seq = %(seq)s RETURNING {_ENTRY_COLUMNS}",
+                values,
+            ).fetchone()
+            self._delta.add(memory_id, after, seq=seq)
+            # The replaced text's vector goes now; the new one is written inline here or behind (entries_written).
+            conn.execute("DELETE FROM entry_vectors WHERE seq = %s", (seq,))
+            if self._dense is not None:
+                self._dense.index_entry(conn, seq, memory_id, entry.summary, entry.raw_entry)
+        return row
+
+    def _entry_versions(self, memory_id: str, entry_id: str) -> list[Row]:
+        with self._read() as conn:
+            return conn.execute(
+                "SELECT * FROM entry_versions WHERE entry_id = %s AND memory_id = %s ORDER BY version",
+                (entry_id, memory_id),
+            ).fetchall()
+
     # -- context -------------------------------------------------------------------------------------------
 
     def _append_context(self, vault_id: str, memory_id: str, content: str) -> str:
@@ -588,6 +643,7 @@ class PostgresStore(MemoryStore):
             "memories": "creation_time, memory_id",
             "entries": "seq",
             "contexts": "seq",
+            "entry_versions": "seq, version",
         }
         with self._read() as conn:
             return {

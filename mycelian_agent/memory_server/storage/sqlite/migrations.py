@@ -208,9 +208,30 @@ _V5: list[str | Callable[[sqlite3.Connection], None]] = [
     postings.rebuild,
 ]
 
+# Migration 6: entry versions (``update_entry``). An entry keeps its id and seq (its place in the conversation) and
+# counts its versions; each replaced version is kept, unindexed, in entry_versions until the entry is deleted.
+_V6 = [
+    "ALTER TABLE entries ADD COLUMN version INTEGER NOT NULL DEFAULT 1",
+    """CREATE TABLE entry_versions (
+        seq INTEGER NOT NULL REFERENCES entries(seq) ON DELETE CASCADE,
+        version INTEGER NOT NULL,
+        entry_id TEXT NOT NULL,
+        memory_id TEXT NOT NULL,
+        vault_id TEXT NOT NULL,
+        creation_time TEXT NOT NULL,
+        conversation_time TEXT,
+        raw_entry TEXT NOT NULL,
+        summary TEXT NOT NULL,
+        tags TEXT NOT NULL,
+        replaced_at TEXT NOT NULL,
+        UNIQUE (seq, version)
+    )""",
+    "CREATE INDEX entry_versions_by_entry ON entry_versions (entry_id, version)",
+]
+
 #: Migration ``n`` (1-based) is ``MIGRATIONS[n - 1]``: SQL statements, or functions of the connection (run inside
 #: the migration's transaction).
-MIGRATIONS: tuple[Sequence[str | Callable[[sqlite3.Connection], None]], ...] = (_V1, _V2, _V3, _V4, _V5)
+MIGRATIONS: tuple[Sequence[str | Callable[[sqlite3.Connection], None]], ...] = (_V1, _V2, _V3, _V4, _V5, _V6)
 #: The schema version a fully migrated database has.
 SCHEMA_VERSION = len(MIGRATIONS)
 

@@ -312,6 +312,48 @@ class Store(MemoryStore):
             self._delta.add(memory_id, counts, -1)
             return True
 
+    def _update_entry(self, vault_id: str, memory_id: str, entry_id: str, entry: NewEntry) -> Row | None:
+        with self._write() as conn:
+            self._require_memory(conn, vault_id, memory_id)
+            old = conn.execute(
+                "SELECT * FROM entries WHERE entry_id = ? AND memory_id = ?", (entry_id, memory_id)
+            ).fetchone()
+            if old is None:
+                return None
+            seq = int(old["seq"])
+            conn.execute(
+                "INSERT INTO entry_versions (seq, version, entry_id, memory_id, vault_id, creation_time, "
+                "conversation_time, raw_entry, summary, tags, replaced_at) SELECT seq, version, entry_id, memory_id, "
+                "vault_id, creation_time, conversation_time, raw_entry, summary, tags, ? FROM entries WHERE seq = ?",
+                (format_timestamp(datetime.now(UTC)), seq),
+            )
+            key = self._key(conn, memory_id)
+            before = term_stats.entry_counts(old["raw_entry"], old["summary"], old["tags"],
+                                             old["conversation_time"] or old["creation_time"])
+            postings.unindex_entry(conn, key, seq, before.fields)
+            self._delta.add(memory_id, before, -1)
+            conversation_time = entry.conversation_time or old["conversation_time"]
+            conn.execute(
+                "UPDATE entries SET raw_entry = ?, summary = ?, tags = ?, conversation_time = ?, "
+                "version = version + 1 WHERE seq = ?",
+                (entry.raw_entry, entry.summary, json.dumps(entry.tags, ensure_ascii=False, sort_keys=True),
+                 conversation_time, seq),
+            )
+            after = term_stats.entry_counts(entry.raw_entry, entry.summary, entry.tags,
+                                            conversation_time or old["creation_time"])
+            postings.index_entry(conn, key, seq, after.fields)
+            self._delta.add(memory_id, after, seq=seq)
+            # The replaced text's vector goes now; the new one is written inline here or behind (entries_written).
+            conn.execute("DELETE FROM entry_vectors WHERE seq = ?", (seq,))
+            if self._dense is not None:
+                self._dense.index_entry(conn, seq, memory_id, entry.summary, entry.raw_entry)
+            return conn.execute("SELECT * FROM entries WHERE seq = ?", (seq,)).fetchone()
+
+    def _entry_versions(self, memory_id: str, entry_id: str) -> list[Row]:
+        return self._conn.execute(
+            "SELECT * FROM entry_versions WHERE entry_id = ? AND memory_id = ? ORDER BY version", (entry_id, memory_id)
+        ).fetchall()
+
     # -- context -------------------------------------------------------------------------------------------
 
     def _append_context(self, vault_id: str, memory_id: str, content: str) -> str:
@@ -407,7 +449,7 @@ class Store(MemoryStore):
     def _snapshot(self) -> dict[str, list[tuple[Any, ...]]]:
         return {
             t: [tuple(r) for r in self._conn.execute(f"SELECT * FROM {t} ORDER BY rowid")]
-            for t in ("vaults", "memories", "entries", "contexts")
+            for t in ("vaults", "memories", "entries", "contexts", "entry_versions")
         }
 
     @contextmanager
