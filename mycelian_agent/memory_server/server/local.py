@@ -1,8 +1,8 @@
 """The memory tools on a database opened in this process, without MCP: the CLI's read and edit commands.
 
-``mycelian-agent list|show|search|export|delete`` against the embedded database (``--db``, no ``--server``) only
-read or delete; loading the MCP SDK and LangChain for that took ~1.5 s of the ~2 s each command took. This
-connection answers the same tool names with the same JSON shapes by calling :class:`MemoryStore` directly (the
+``mycelian-agent list|show|search|export|get|history|delete`` against the embedded database (``--db``, no
+``--server``) only read or delete; loading the MCP SDK and LangChain for that took ~1.5 s of the ~2 s each command
+took. This connection answers the same tool names with the same JSON shapes by calling :class:`MemoryStore` directly (the
 tools in ``app.py`` are one store call each), so those commands start in a few hundred milliseconds. Writes of
 messages (``add``, ``replay``) still go through the agent and the tools.
 """
@@ -30,6 +30,7 @@ LOCAL_TOOLS: Mapping[str, Callable[..., Any]] = {
     "get_memory": MemoryStore.get_memory,
     "list_entries": MemoryStore.list_entries,
     "get_entry": MemoryStore.get_entry,
+    "list_entry_versions": MemoryStore.list_entry_versions,
     "get_context": MemoryStore.get_context,
     "search_memories": search,
     "delete_entry": MemoryStore.delete_entry,
