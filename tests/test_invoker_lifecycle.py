@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from mycelian_agent import InputError, build_agent
+from mycelian_agent import InputError, build_agent, make_manage_memory_tool
 from mycelian_agent.recall import EntryPage, MemoryEntry
 from mycelian_agent.testing import ScriptedChatModel, tool_call_message
 
@@ -180,7 +180,10 @@ def test_the_sync_twins_outside_an_event_loop() -> None:
         assert [v.text for v in invoker.history(bike.entry_id, user="carol")][-1] == "My bike is a red Brompton."
         assert invoker.delete(bike.entry_id, user="carol")["status"] == "deleted"
         assert invoker.flush_all() == []
-        assert invoker.delete_user("carol")["entries"] == 0
+        manage = make_manage_memory_tool(invoker, user="carol")  # the tool's sync form runs on the invoker's loop
+        note = manage.invoke({"content": "Carol rides to work."}).removeprefix("created memory ")
+        assert invoker.get(note, user="carol").text == "Carol rides to work."
+        assert invoker.delete_user("carol")["entries"] == 1
 
 
 async def _whole_cycle(invoker) -> None:

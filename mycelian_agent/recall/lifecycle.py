@@ -23,14 +23,15 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from ..dates import normalise_time
-from ..errors import InputError, MemoryServerError
+from ..errors import ConfigError, InputError, MemoryServerError
 from ..limits import TAGS_MAX_KEYS
 from .hits import StoredText, stored_fields
 from .reader import MemoryReader
 from .retry import read_call
 from .users import check_user
 
-__all__ = ["EntryPage", "KEPT_TAGS", "MemoryEntry", "MemoryLifecycle", "NOTE_TAGS", "PAGE_MAX"]
+__all__ = ["EntryPage", "FieldWriter", "KEPT_TAGS", "MemoryEntry", "MemoryLifecycle", "NOTE_TAGS", "PAGE_MAX",
+           "check_entry_id"]
 
 #: The most entries one ``aget_all`` page holds (read from the server 50 at a time, ``list_entries``' largest page).
 PAGE_MAX = 1000
@@ -207,17 +208,15 @@ class MemoryLifecycle:
 
     def _writer(self) -> FieldWriter:
         if self.write_fields is None:
-            from ..errors import ConfigError
-
             raise ConfigError("no model writes summaries and tags here: use the invoker build_agent(...) yields")
         return self.write_fields
 
     async def aupdate(self, entry_id: str, text: str, user: str | None = None) -> MemoryEntry:
         """Replace the text of the entry ``entry_id`` of ``user``'s memory by ``text``: a new version under the
         same id (its summary and tags written by the model, the code's and the caller's tags kept, see
-        :data:`KEPT_TAGS`).
-        Returns the entry as now stored (``version`` counts up). The old version leaves search and recall and
-        stays in :meth:`ahistory`."""
+        :data:`KEPT_TAGS`). Returns the entry as now stored (``version`` counts up). The old version leaves search
+        and recall and stays in :meth:`ahistory`. One entry holds one part of a long message: ``text`` must fit
+        one entry."""
         text = _check_text(text)
         self._require("update_entry")  # before the model writes anything
         current = await self.aget(entry_id, user)
