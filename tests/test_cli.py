@@ -261,7 +261,7 @@ def test_list_add_export_delete_and_errors_that_name_the_cause(tmp_path, cli):
     assert len(exported["entries"]) == 17 and exported["memory"]["title"] == "quickstart" and exported["context"]
     assert sorted(e["rawEntry"] for e in exported["entries"]) == sorted(stored_raw_entries(db))
     gone = cli("delete", "--db", str(db), "--memory", "quickstart", "--entry", entry["entryId"], "--yes")
-    assert json.loads(gone.stdout) == {"entryId": entry["entryId"], "status": "deleted"}
+    assert json.loads(gone.stdout) == {"entryId": entry["entryId"], "status": "deleted", "contextItemsRemoved": 0}
     assert len(stored_raw_entries(db)) == 16
     assert json.loads(cli("delete", "--db", str(db), "--memory", "quickstart", "--yes").stdout)["entries"] == 16
     assert stored_raw_entries(db) == []

@@ -160,6 +160,7 @@ async def test_happy_path_every_tool(world: World) -> None:
     assert await call_json(s, "delete_entry", vault_id=V, memory_id=M, entry_id=entry["entryId"]) == {
         "entryId": entry["entryId"],
         "status": "deleted",
+        "contextItemsRemoved": 0,
     }
     assert await call_json(s, "delete_memory", vault_id=V, memory_id=M) == {
         "memoryId": M,
@@ -410,6 +411,30 @@ async def test_an_entry_is_updated_under_its_id_and_its_history_is_listed(world:
     assert [(h["version"], h["rawEntry"], h["replacedAt"] is None) for h in history["versions"]] == [
         (1, "I adopted a cat", False), (2, "I adopted a dog", True)]
     assert history["count"] == 2 and history["entryId"] == E
+
+
+async def test_reads_of_unknown_vaults_memories_and_entries_create_nothing(world: World) -> None:
+    """Issue 39: no read tool creates a vault or memory (or anything else), whatever ids it is given."""
+    s, V, M, E = world.session, world.V, world.M, world.E
+    for memory in (M, world.OM):  # (a search embeds a small gap of vectors itself: none left to embed)
+        assert await call_text(s, "await_consistency", memory_id=memory, vectors=True) == "consistent"
+    before = await world.snapshot()
+    reads = [("list_memories", {"vault_id": UNKNOWN}), ("get_memory", {"vault_id": V, "memory_id": UNKNOWN}),
+             ("list_entries", {"vault_id": V, "memory_id": UNKNOWN}),
+             ("get_entry", {"vault_id": V, "memory_id": M, "entry_id": UNKNOWN}),
+             ("get_entry", {"vault_id": UNKNOWN, "memory_id": M, "entry_id": E}),
+             ("get_context", {"vault_id": V, "memory_id": UNKNOWN}),
+             ("list_entry_versions", {"vault_id": V, "memory_id": M, "entry_id": UNKNOWN}),
+             ("search_memories", {"memory_id": UNKNOWN, "query": "cat"}),
+             ("search_memories", {"memory_id": M, "query": "cat", "vault_id": UNKNOWN}),
+             ("await_consistency", {"memory_id": UNKNOWN})]
+    for tool, arguments in reads:
+        result = await s.call_tool(tool, arguments)
+        assert result.isError and "not found" in result.content[0].text, (tool, result)
+    await call_json(s, "search_memories", memory_id=M, query="nobody", vault_id=V)  # a search that finds nothing
+    assert await call_json(s, "list_vaults") == [{"vaultId": V, "title": "home"}, {"vaultId": world.OV,
+                                                                                    "title": "other"}]
+    assert await world.snapshot() == before
 
 
 async def test_await_consistency_is_a_barrier_for_concurrent_writes(world: World) -> None:

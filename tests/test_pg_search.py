@@ -11,7 +11,7 @@ import logging
 import pytest
 
 from mycelian_agent.memory_server.storage.postgres import lexical as pg_lexical
-from mycelian_agent.memory_server.storage.postgres import store as pg_store
+from mycelian_agent.memory_server.storage.postgres import connecting as pg_store
 from mycelian_agent.memory_server.storage.postgres.migrations import MEMORY_INDEX, PENDING_LIST_KB, SCHEMA_VERSION
 from mycelian_agent.memory_server.storage.postgres.store import PostgresStore
 from mycelian_agent.memory_server.retrieval import search

@@ -11,7 +11,7 @@ import pytest
 
 np = pytest.importorskip("numpy")
 
-from mycelian_agent.memory_server.storage.postgres import store as pg_store  # noqa: E402
+from mycelian_agent.memory_server.storage.postgres import connecting as pg_store  # noqa: E402
 from mycelian_agent.memory_server.storage.postgres import vectors as pg_vectors  # noqa: E402
 from mycelian_agent.memory_server.storage import open_store  # noqa: E402
 from mycelian_agent.memory_server.retrieval.dense.index import DenseVectors, require_dense_index  # noqa: E402

@@ -32,7 +32,8 @@ def test_an_update_keeps_the_id_and_place_bumps_the_version_and_replaces_what_se
     assert (updated["entryId"], updated["version"], updated["creationTime"]) == (entry_id, 2, before["creationTime"])
     assert updated["conversationTime"] == before["conversationTime"]  # kept: none was given
     assert (updated["rawEntry"], updated["summary"]) == ("I moved to Porto last spring", "Ann moved to Porto")
-    assert store.get_entry(v, m, entry_id) == {k: val for k, val in updated.items() if k != "status"}
+    assert store.get_entry(v, m, entry_id) == {k: val for k, val in updated.items()
+                                               if k not in ("status", "contextItemsRemoved")}
     # Same place in the memory: the newest entry is still the kayak trip.
     assert [e["entryId"] for e in store.list_entries(v, m)["entries"]] == [after_it, entry_id]
     assert ids(store, m, "Lisbon", top_ke=25) == []
@@ -61,7 +62,7 @@ def test_the_history_lists_every_version_oldest_first_with_when_each_was_replace
     assert versions[0]["replacedAt"] <= versions[1]["replacedAt"] and versions[2]["replacedAt"] is None
     assert all(h["creationTime"] == first["creationTime"] for h in versions)
     assert {k: val for k, val in versions[2].items() if k != "replacedAt"} == {
-        k: val for k, val in third.items() if k != "status"}
+        k: val for k, val in third.items() if k not in ("status", "contextItemsRemoved")}
     # The history is read-only, and an entry never updated has one version.
     assert store.list_entry_versions(v, m, entry_id) == history
     other = store.add_entry(v, m, "I run on Mondays", "runs")["entryId"]
@@ -102,3 +103,21 @@ def test_bad_updates_are_refused_by_name_and_change_nothing(store: MemoryStore) 
         with pytest.raises(error, match=message):
             call()
     assert store.snapshot() == before
+
+
+def test_an_update_takes_the_items_only_the_replaced_text_said_out_of_every_context_snapshot(
+        store: MemoryStore) -> None:
+    v, m = _memory(store)
+    moved = store.add_entry(v, m, "I moved to Lisbon last spring", "Ann moved to Lisbon")["entryId"]
+    tea = store.add_entry(v, m, "I like green tea a lot", "Ann likes green tea")["entryId"]
+    document = "## Facts\n- Ann moved to Lisbon last spring\n- Ann likes green tea a lot\n- Ann has a cat"
+    store.put_context(v, m, document)
+    store.put_context(v, m, document + "\n- Ann runs")
+    answer = store.update_entry(v, m, moved, "I moved to Porto last spring", "Ann moved to Porto")
+    assert answer["contextItemsRemoved"] == 2  # one item in each snapshot
+    assert store.get_context(v, m) == "## Facts\n- Ann likes green tea a lot\n- Ann has a cat\n- Ann runs"
+    # The new text still says what the item says: it stays.
+    assert store.update_entry(v, m, tea, "I like green tea a lot, and coffee", "Ann likes tea and coffee")[
+        "contextItemsRemoved"] == 0
+    assert "- Ann likes green tea a lot" in store.get_context(v, m)
+    assert store.list_entry_versions(v, m, moved)["versions"][0]["rawEntry"] == "I moved to Lisbon last spring"

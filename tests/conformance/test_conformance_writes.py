@@ -271,7 +271,7 @@ def test_a_deleted_entry_leaves_listing_search_and_index(backend: Backend, store
     v, m = _memory(store)
     gone = store.add_entry(v, m, "walrus", "walrus", {"speaker": "Ann"}, "2023-05-08T13:56:00Z")["entryId"]
     kept = store.add_entry(v, m, "walrus", "walrus", {"speaker": "Ann"})["entryId"]
-    assert store.delete_entry(v, m, gone) == {"entryId": gone, "status": "deleted"}
+    assert store.delete_entry(v, m, gone) == {"entryId": gone, "status": "deleted", "contextItemsRemoved": 0}
     assert ids(store, m, "walrus Ann May", top_ke=25) == [kept]  # its words, name and date left with it
     assert [e["entryId"] for e in store.list_entries(v, m)["entries"]] == [kept]
     with pytest.raises(MemoryServerError, match=f"entry {gone} not found in memory {m}"):

@@ -3,7 +3,9 @@ SQLite or PostgreSQL store.
 
 Tool names, parameters, defaults and result shapes follow the upstream Mycelian memory server
 (github.com/mycelian-ai/mycelian-memory) and docs/ARCHITECTURE.md ("Memory server contract"). Every result is one
-text content; every failure is an MCP error result whose text names the problem.
+text content; every failure is an MCP error result whose text names the problem. It is one module because the tool
+surface is one contract: every tool's name, parameters and result, in the reference page's order, beside the strict
+argument and vault checks they all pass through.
 """
 
 from __future__ import annotations
@@ -406,7 +408,9 @@ async def get_default_prompts(
 
 
 async def delete_entry(ctx: Context, vault_id: VaultId, memory_id: MemoryId, entry_id: EntryId) -> str:
-    """Delete one entry of a memory. Returns {"entryId", "status": "deleted"}."""
+    """Delete one entry of a memory and everything derived from it: its versions, index rows, vector, and the items
+    of every context snapshot that quote it (unless another entry says the same). Returns {"entryId", "status":
+    "deleted", "contextItemsRemoved": n}."""
     return _json(await _app(ctx).store.call(MemoryStore.delete_entry, vault_id, memory_id, entry_id))
 
 

@@ -17,10 +17,11 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any, Protocol
+from typing import Any
 
 from mycelian_agent.errors import InputError, MemoryServerError
-from mycelian_agent.memory_server.storage import term_stats
+from mycelian_agent.memory_server.storage import context_items, term_stats
+from mycelian_agent.memory_server.storage.dense_index import DenseIndex
 from mycelian_agent.memory_server.storage.entry_cache import EntryCache
 from mycelian_agent.memory_server.storage.placeholder import PLACEHOLDER_CONTEXT
 from mycelian_agent.memory_server.storage.rows import ENTRY_FIELDS, DenseHits, Link, NewEntry, Row, entry_json, memory_json
@@ -29,6 +30,7 @@ from mycelian_agent.memory_server.storage.validation import (
     LIMITS,
     check_entry,
     check_entry_item,
+    check_memory_ids,
     check_memory_type,
     check_optional_text,
     check_text,
@@ -52,6 +54,7 @@ __all__ = [
     "Statistics",
     "VectorStatus",
     "entry_json",
+    "entry_not_found",
     "memory_json",
     "memory_not_found",
 ]
@@ -69,60 +72,9 @@ SEARCH_READS = ("check_memory", "lexical_candidates", "term_counts", "entry_rows
 Statistics = Callable[[Sequence[str]], tuple[int, dict[str, int], int]]
 
 
-class DenseIndex(Protocol):
-    """What a store needs from an optional dense (embedding) index; see ``retrieval/dense``. ``conn`` is the
-    backend's connection (sqlite3 or psycopg), inside the caller's transaction for writes. The index reads and
-    writes vectors only through the :class:`~mycelian_agent.memory_server.storage.vectors.EntryVectors` the store
-    gives it (:meth:`attach`)."""
-
-    def index_entry(self, conn: Any, seq: int, memory_id: str, summary: str, raw_entry: str) -> None:
-        """Store the vector of one new entry (inside the caller's transaction); the index decides what text of
-        the entry it embeds."""
-
-    def batch(self) -> AbstractContextManager[None]:
-        """A block whose entries are embedded together at its end (inside the same transaction)."""
-
-    def similarities(
-        self,
-        conn: Any,
-        memory_id: str,
-        query: str,
-        after: str | None = None,
-        before: str | None = None,
-    ) -> tuple[list[int], Any]:
-        """``(seqs, cosines)`` of the memory's embedded entries (-inf outside the time bounds), by an exact scan."""
-
-    def hits(
-        self,
-        connect: Callable[[], AbstractContextManager[Any]],
-        memory_id: str,
-        query: str,
-        k: int,
-        after: str | None = None,
-        before: str | None = None,
-    ) -> DenseHits | None:
-        """The dense side of a search (:class:`DenseHits`): the ``k`` nearest entries, the memory's typical cosine
-        and how many of its entries had no vector yet (``connect()``: the store's connection). Waits for nothing:
-        vectors written behind that are not there yet are counted in ``pending``."""
-
-    def entries_removed(self, memory_id: str, seqs: Sequence[int] | None, *, replaced: bool = False) -> None:
-        """Called after a write that deleted the memory's entries ``seqs`` (None: the whole memory) or ``replaced``
-        their text commits: forget what the index keeps in memory of them (cached matrices, samples, queued
-        writes), and store no vector of a replaced text after it."""
-
-    def attach(self, vectors: EntryVectors, connect: Callable[[], AbstractContextManager[Any]] | None) -> None:
-        """Called once the store is open: ``vectors`` is the backend's vector SQL; ``connect()`` gives a connection
-        of the index's own (None: none can be given), for writing vectors behind the entries' transactions."""
-
-    def entries_written(self, memory_id: str, seqs: Sequence[int]) -> None:
-        """Called after a write commits, with the seqs of the entries it inserted."""
-
-    def settle(self, memory_id: str | None = None, timeout: float = 60.0) -> bool:
-        """Wait up to ``timeout`` seconds until the vectors written behind of the memory's entries (None: of every
-        memory) are written (False: gave up waiting). Only explicit waits for vectors call it."""
-
-    def close(self) -> None:
-        """Finish and release what :meth:`attach` started (called before the store's connections close)."""
+def entry_not_found(entry_id: str, memory_id: str) -> MemoryServerError:
+    """The error for an entry that is not in the memory."""
+    return MemoryServerError(f"entry {entry_id} not found in memory {memory_id}")
 
 
 def memory_not_found(memory_id: str, vault_id: str | None) -> MemoryServerError:
@@ -209,6 +161,19 @@ class MemoryStore(ABC):
     @abstractmethod
     def _entry_versions(self, memory_id: str, entry_id: str) -> list[Row]:
         """The replaced versions of an entry, oldest first (with ``version`` and ``replaced_at``)."""
+
+    @abstractmethod
+    def _context_rows(self, memory_id: str) -> list[Row]:
+        """``seq, content`` of every context snapshot of the memory, oldest first."""
+
+    @abstractmethod
+    def _replace_context(self, memory_id: str, seq: int, old: str, new: str) -> None:
+        """Rewrite snapshot ``seq`` from ``old`` to ``new`` (and its index rows), in place; raise if its content is
+        no longer ``old`` (another client wrote in between)."""
+
+    def _purge(self) -> None:
+        """After a delete commits: make the engine drop what it still holds of the deleted rows where it can do so
+        at once (SQLite: merge the full-text index, checkpoint the WAL). Nothing by default."""
 
     @abstractmethod
     def _append_context(self, vault_id: str, memory_id: str, content: str) -> str:
@@ -308,8 +273,7 @@ class MemoryStore(ABC):
 
     def get_memory(self, vault_id: str, memory_id: str) -> dict[str, Any]:
         """One memory of a vault."""
-        vault_id = check_uuid("vault_id", vault_id)
-        memory_id = check_uuid("memory_id", memory_id)
+        vault_id, memory_id = check_memory_ids(vault_id, memory_id)
         return memory_json(self._memory_row(vault_id, memory_id))
 
     def check_memory(self, memory_id: str, vault_id: str | None = None) -> None:
@@ -347,10 +311,14 @@ class MemoryStore(ABC):
             return entry_vectors(conn).status(conn, model, memory_id)
 
     def delete_memory(self, vault_id: str, memory_id: str) -> dict[str, Any]:
-        """Delete a memory with its entries, contexts and index rows."""
-        vault_id = check_uuid("vault_id", vault_id)
-        memory_id = check_uuid("memory_id", memory_id)
+        """Delete a memory with every row it has (entries, versions, contexts, vectors, statistics, index key)
+        and what this process caches of it."""
+        vault_id, memory_id = check_memory_ids(vault_id, memory_id)
         count = self._delete_memory(vault_id, memory_id)
+        self._entry_cache.discard()  # (its seqs are not known here; deleting a memory is rare)
+        if self._dense is not None:
+            self._dense.entries_removed(memory_id, None)
+        self._purge()
         return {"memoryId": memory_id, "status": "deleted", "entries": count}
 
     # -- entries -------------------------------------------------------------------------------------------
@@ -366,8 +334,7 @@ class MemoryStore(ABC):
         idempotency_key: str | None = None,
     ) -> dict[str, Any]:
         """Append an entry; with ``idempotency_key``, a retry returns the stored entry (``deduplicated``)."""
-        vault_id = check_uuid("vault_id", vault_id)
-        memory_id = check_uuid("memory_id", memory_id)
+        vault_id, memory_id = check_memory_ids(vault_id, memory_id)
         entry = check_entry(raw_entry, summary, tags, conversation_time, idempotency_key)
         row, inserted = self._append_entry(vault_id, memory_id, entry)
         _check_same_entry(row, inserted, entry, memory_id)
@@ -384,8 +351,7 @@ class MemoryStore(ABC):
         (``deduplicated``), so retrying a whole call stores nothing twice. Entries are appended in the given order.
         Returns ``{"entries": [entry + "deduplicated"], "count", "stored", "deduplicated", "status": "stored"}``.
         """
-        vault_id = check_uuid("vault_id", vault_id)
-        memory_id = check_uuid("memory_id", memory_id)
+        vault_id, memory_id = check_memory_ids(vault_id, memory_id)
         most = LIMITS["add_entries"]
         if isinstance(entries, (str, bytes, Mapping)) or not isinstance(entries, Sequence):
             raise InputError(f"entries must be a list of entry objects (got {type(entries).__name__})")
@@ -416,8 +382,7 @@ class MemoryStore(ABC):
         self, vault_id: str, memory_id: str, limit: int = 25, before: str | None = None, after: str | None = None
     ) -> dict[str, Any]:
         """A page of entries: newest first (or, with ``after``, oldest first after it), with the next cursor."""
-        vault_id = check_uuid("vault_id", vault_id)
-        memory_id = check_uuid("memory_id", memory_id)
+        vault_id, memory_id = check_memory_ids(vault_id, memory_id)
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 50:
             raise InputError(f"limit must be an integer from 1 to 50 (got {limit!r})")
         before = parse_rfc3339("before", before)
@@ -439,79 +404,88 @@ class MemoryStore(ABC):
 
     def get_entry(self, vault_id: str, memory_id: str, entry_id: str) -> dict[str, Any]:
         """One entry of a memory."""
-        vault_id = check_uuid("vault_id", vault_id)
-        memory_id = check_uuid("memory_id", memory_id)
+        return entry_json(self._require_entry(vault_id, memory_id, entry_id))
+
+    def _require_entry(self, vault_id: str, memory_id: str, entry_id: str) -> Row:
+        """The entry's row, after checking the three ids and the memory (errors name what is missing)."""
+        vault_id, memory_id = check_memory_ids(vault_id, memory_id)
         entry_id = check_uuid("entry_id", entry_id)
         self._memory_row(vault_id, memory_id)
         row = self._entry_row(memory_id, entry_id)
         if row is None:
-            raise MemoryServerError(f"entry {entry_id} not found in memory {memory_id}")
-        return entry_json(row)
+            raise entry_not_found(entry_id, memory_id)
+        return row
 
-    def update_entry(
-        self,
-        vault_id: str,
-        memory_id: str,
-        entry_id: str,
-        raw_entry: str,
-        summary: str,
-        tags: dict[str, str] | None = None,
-        conversation_time: str | None = None,
-    ) -> dict[str, Any]:
+    def update_entry(self, vault_id: str, memory_id: str, entry_id: str, raw_entry: str, summary: str,
+                     tags: dict[str, str] | None = None, conversation_time: str | None = None) -> dict[str, Any]:
         """Replace an entry's text, summary and tags (and conversation time, when given) under the same id: the
-        entry as now stored plus ``"version"`` (the first write is version 1) and ``"status": "updated"``. The
-        replaced version leaves search (index, statistics, vectors, caches) and stays in
-        :meth:`list_entry_versions`. ``add_entry``'s rules apply to the new fields."""
-        vault_id = check_uuid("vault_id", vault_id)
-        memory_id = check_uuid("memory_id", memory_id)
-        entry_id = check_uuid("entry_id", entry_id)
+        entry as now stored plus ``"version"`` (the first write is version 1), ``"status": "updated"`` and
+        ``"contextItemsRemoved"``. The replaced version leaves search (index, statistics, vectors, caches) and the
+        context snapshots (its items, unless the new text or another entry still says them: ``context_items.py``),
+        and stays in :meth:`list_entry_versions`. ``add_entry``'s rules apply to the new fields."""
         entry = check_entry(raw_entry, summary, tags, conversation_time, None)
-        row = self._update_entry(vault_id, memory_id, entry_id, entry)
-        if row is None:
-            raise MemoryServerError(f"entry {entry_id} not found in memory {memory_id}")
+        old = self._require_entry(vault_id, memory_id, entry_id)
+        vault_id, memory_id, entry_id, seq = old["vault_id"], old["memory_id"], old["entry_id"], int(old["seq"])
+        rewrites = self._context_rewrites(memory_id, seq, [old["raw_entry"], old["summary"]],
+                                          kept=[entry.raw_entry, entry.summary])
+        with self._transaction():
+            row = self._update_entry(vault_id, memory_id, entry_id, entry)
+            if row is None:
+                raise entry_not_found(entry_id, memory_id)
+            for context_seq, before, after, _ in rewrites:
+                self._replace_context(memory_id, context_seq, before, after)
         if self._dense is not None:
-            self._dense.entries_removed(memory_id, [int(row["seq"])], replaced=True)
-            self._dense.entries_written(memory_id, [int(row["seq"])])
-        return {**entry_json(row), "status": "updated"}
+            self._dense.entries_removed(memory_id, [seq], replaced=True)
+            self._dense.entries_written(memory_id, [seq])
+        return {**entry_json(row), "status": "updated", "contextItemsRemoved": sum(r[3] for r in rewrites)}
 
     def list_entry_versions(self, vault_id: str, memory_id: str, entry_id: str) -> dict[str, Any]:
         """Every version of an entry, oldest first and the current one last: ``{"entryId", "versions": [entry +
         "version" + "replacedAt" (None for the current one)], "count"}``."""
-        vault_id = check_uuid("vault_id", vault_id)
-        memory_id = check_uuid("memory_id", memory_id)
-        entry_id = check_uuid("entry_id", entry_id)
-        self._memory_row(vault_id, memory_id)
-        current = self._entry_row(memory_id, entry_id)
-        if current is None:
-            raise MemoryServerError(f"entry {entry_id} not found in memory {memory_id}")
+        current = self._require_entry(vault_id, memory_id, entry_id)
         versions = [{**entry_json(row), "replacedAt": row["replaced_at"]}
-                    for row in self._entry_versions(memory_id, entry_id)]
+                    for row in self._entry_versions(current["memory_id"], current["entry_id"])]
         versions.append({**entry_json(current), "replacedAt": None})
-        return {"entryId": entry_id, "versions": versions, "count": len(versions)}
+        return {"entryId": current["entry_id"], "versions": versions, "count": len(versions)}
 
     def delete_entry(self, vault_id: str, memory_id: str, entry_id: str) -> dict[str, Any]:
-        """Delete one entry (and its index rows)."""
-        vault_id = check_uuid("vault_id", vault_id)
-        memory_id = check_uuid("memory_id", memory_id)
-        entry_id = check_uuid("entry_id", entry_id)
-        if not self._delete_entry(vault_id, memory_id, entry_id):
-            raise MemoryServerError(f"entry {entry_id} not found in memory {memory_id}")
-        return {"entryId": entry_id, "status": "deleted"}
+        """Forget one entry: its row, versions, index rows, statistics, vector and cached terms, and the items of
+        every context snapshot of the memory derived from it (``context_items.py``), in one transaction. Returns
+        ``{"entryId", "status": "deleted", "contextItemsRemoved": n}``."""
+        row = self._require_entry(vault_id, memory_id, entry_id)
+        vault_id, memory_id, entry_id, seq = row["vault_id"], row["memory_id"], row["entry_id"], int(row["seq"])
+        versions = [row, *self._entry_versions(memory_id, entry_id)]
+        gone = [text for version in versions for text in (version["raw_entry"], version["summary"])]
+        rewrites = self._context_rewrites(memory_id, seq, gone)
+        with self._transaction():
+            if not self._delete_entry(vault_id, memory_id, entry_id):
+                raise entry_not_found(entry_id, memory_id)
+            for context_seq, old, new, _ in rewrites:
+                self._replace_context(memory_id, context_seq, old, new)
+        self._entry_cache.discard([seq])
+        if self._dense is not None:
+            self._dense.entries_removed(memory_id, [seq])
+        self._purge()
+        return {"entryId": entry_id, "status": "deleted", "contextItemsRemoved": sum(r[3] for r in rewrites)}
+
+    def _context_rewrites(self, memory_id: str, seq: int, gone: list[str], kept: Sequence[str] = ()) -> list[Any]:
+        """``context_items.rewrites`` of the memory's snapshots for the texts ``gone`` that entry ``seq`` loses
+        (``kept``: the texts it keeps, which, like another entry's, still support an item)."""
+        return context_items.rewrites([(int(c["seq"]), c["content"]) for c in self._context_rows(memory_id)], gone,
+                                      lambda item: [*kept, *context_items.supporting_texts(self, memory_id, item, seq)])
 
     # -- context -------------------------------------------------------------------------------------------
 
     def put_context(self, vault_id: str, memory_id: str, content: str) -> dict[str, Any]:
         """Store a new context snapshot (the whole document); older snapshots stay searchable."""
-        vault_id = check_uuid("vault_id", vault_id)
-        memory_id = check_uuid("memory_id", memory_id)
+        vault_id, memory_id = check_memory_ids(vault_id, memory_id)
         content = check_text("content", content, LIMITS["content"])
         now = self._append_context(vault_id, memory_id, content)
         return {"memoryId": memory_id, "timestamp": now, "status": "stored", "chars": len(content)}
 
     def get_context(self, vault_id: str, memory_id: str) -> str:
         """The newest context snapshot, or :data:`PLACEHOLDER_CONTEXT` if none was stored."""
-        vault_id = check_uuid("vault_id", vault_id)
-        memory_id = check_uuid("memory_id", memory_id)
+        vault_id, memory_id = check_memory_ids(vault_id, memory_id)
         self._memory_row(vault_id, memory_id)
         row = self.latest_context(memory_id)
         return PLACEHOLDER_CONTEXT if row is None else row["content"]

@@ -20,6 +20,7 @@ __all__ = [
     "LIMITS",
     "check_entry",
     "check_entry_item",
+    "check_memory_ids",
     "check_idempotency_key",
     "check_memory_type",
     "check_optional_text",
@@ -68,6 +69,11 @@ def check_uuid(name: str, value: str) -> str:
     if not isinstance(value, str) or not _UUID_RE.fullmatch(value):
         raise InputError(f"{name} must be a UUID like 123e4567-e89b-12d3-a456-426614174000 (got {_show(value)})")
     return value.lower()
+
+
+def check_memory_ids(vault_id: str, memory_id: str) -> tuple[str, str]:
+    """``(vault_id, memory_id)`` checked as UUIDs."""
+    return check_uuid("vault_id", vault_id), check_uuid("memory_id", memory_id)
 
 
 def check_title(name: str, value: str) -> str:

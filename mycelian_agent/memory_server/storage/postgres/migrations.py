@@ -44,6 +44,7 @@ __all__ = [
     "PENDING_LIST_STATEMENT",
     "SCHEMA_VERSION",
     "TERMS_VERSION",
+    "VERSIONS_VERSION",
     "has_memory_index",
     "migrate",
     "schema_version",
@@ -276,6 +277,8 @@ _V8 = [
     )""",
     "CREATE INDEX entry_versions_by_entry ON entry_versions (entry_id, version)",
 ]
+#: The schema version from which entries have versions.
+VERSIONS_VERSION = 8
 
 #: Migration ``n`` (1-based) is ``MIGRATIONS[n - 1]``: SQL statements, or functions of the connection for steps
 #: that need Python (each one runs inside the migration's transaction).

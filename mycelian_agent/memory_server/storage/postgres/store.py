@@ -25,14 +25,12 @@ create it), also a ``vector`` column with an HNSW index, which answers the dense
 from __future__ import annotations
 
 import json
-import logging
 import threading
 import uuid
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from mycelian_agent.errors import ConfigError, MemoryServerError
 from mycelian_agent.memory_server.storage import term_stats
@@ -48,25 +46,33 @@ from mycelian_agent.memory_server.storage.base import (
 from mycelian_agent.memory_server.storage.postgres import lexical
 from mycelian_agent.memory_server.storage.postgres import terms as pg_terms
 from mycelian_agent.memory_server.storage.postgres import vectors as pg_vectors
+# (INSTALL_HINT, announce_dense_path, one_line, redact_url, require_psycopg: re-exported, callers import them here)
+from mycelian_agent.memory_server.storage.postgres.connecting import (
+    INSTALL_HINT,
+    _configure,
+    _say_dense_path,
+    _say_no_memory_index,
+    announce_dense_path,
+    one_line,
+    redact_url,
+    require_psycopg,
+)
 from mycelian_agent.memory_server.storage.postgres.migrations import (
     ENTRY_TSV,
-    MEMORY_INDEX,
-    MEMORY_INDEX_STATEMENTS,
-    PENDING_LIST_STATEMENT,
     TERMS_VERSION,
+    VERSIONS_VERSION,
     has_memory_index,
     migrate,
     schema_version,
 )
 from mycelian_agent.memory_server.storage import moments
 from mycelian_agent.memory_server.storage.moments import time_bounds
+from mycelian_agent.memory_server.storage.context_items import content_changed
 from mycelian_agent.memory_server.storage.validation import format_timestamp
+from mycelian_agent.memory_server.storage.versions import keep_version
 from mycelian_agent.memory_server.text.analysis import EntryTerms, entry_dated, entry_labels, index_words
 
 __all__ = ["INSTALL_HINT", "PostgresStore", "announce_dense_path", "one_line", "redact_url", "require_psycopg"]
-
-#: What to install when psycopg is missing.
-INSTALL_HINT = "pip install 'mycelian-agent[postgres]'"
 
 _ENTRY_COLUMNS = (
     "seq, entry_id, memory_id, vault_id, creation_time, conversation_time, raw_entry, summary, tags, idempotency_key, "
@@ -76,91 +82,6 @@ _ENTRY_COLUMNS = (
 # join on the whole key, each term is one primary-key probe whatever the table's statistics say (`term = ANY(...)`
 # was planned as a filter over every row of the memory and kind until the table was analysed).
 _TERM_KEYS = "(memory_id, kind, term) IN (SELECT %s, %s::smallint, unnest(%s::text[]))"
-
-def require_psycopg() -> None:
-    """Raise :class:`ConfigError` naming the install command unless psycopg 3 and psycopg_pool import."""
-    try:
-        import psycopg  # noqa: F401
-        import psycopg_pool  # noqa: F401
-    except ImportError as exc:
-        raise ConfigError(f"a postgresql:// memory database needs psycopg 3 ({exc}): {INSTALL_HINT}") from None
-
-
-def redact_url(url: str) -> str:
-    """``url`` with its password replaced by ``***`` (for messages and logs)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
-def one_line(exc: BaseException) -> str:
-    """An exception's message on one line (libpq's messages carry newlines and tabs)."""
-    return " ".join(str(exc).split())
-
-
-_log = logging.getLogger(__name__)
-_said_no_memory_index = False
-
-
-def _say_no_memory_index() -> None:
-    # Once per process: every store opened on such a database would say the same.
-    global _said_no_memory_index
-    if not _said_no_memory_index:
-        _said_no_memory_index = True
-        _log.warning(
-            "the memory database has no search index by memory (CREATE EXTENSION btree_gin was refused: it needs "
-            "the CREATE right on the database): searches read every memory's postings and slow down as the "
-            "database grows; as an administrator run CREATE EXTENSION btree_gin; then %s",
-            "; ".join([*MEMORY_INDEX_STATEMENTS, *(PENDING_LIST_STATEMENT.format(index)
-                                                   for index in (MEMORY_INDEX, "contexts_memory_tsv"))]),
-        )
-
-
-_said: set[tuple[str, bool]] = set()
-
-
-def announce_dense_path(url: str, hnsw_min: int) -> str:
-    """At a server's start (``--embeddings`` on ``url``): migrate the database and prepare it for pgvector if it can
-    be had (``pg_vectors.prepare``), log which dense path serves (once, as a store's open would) and return it in a few
-    words for the startup line."""
-    require_psycopg()
-    import psycopg
-
-    shown = redact_url(url)
-    try:
-        with psycopg.connect(url, autocommit=True) as conn:
-            migrate(conn)
-            vectors = pg_vectors.prepare(conn)
-    except psycopg.Error as exc:
-        raise MemoryServerError(f"cannot prepare the memory database {shown}: {one_line(exc)}") from exc
-    _say_dense_path(shown, vectors, hnsw_min)
-    if vectors.available:
-        return f"dense: pgvector {vectors.version} HNSW for memories of {hnsw_min}+ vectors"
-    return "dense: exact scan (no pgvector)"
-
-
-def _say_dense_path(shown: str, vectors: pg_vectors.Availability, hnsw_min: int | None) -> None:
-    """Log which dense path serves the database (once per database and path in a process: sessions reopen it)."""
-    if (shown, vectors.available) in _said:
-        return
-    _said.add((shown, vectors.available))
-    if vectors.available:
-        _log.info("dense search on %s: pgvector %s, an HNSW index for memories of %s+ vectors (smaller ones: the "
-                  "exact scan)", shown, vectors.version, hnsw_min)
-    else:
-        _log.warning("dense search on %s: the exact scan in the server process (slow for memories of 100k "
-                     "entries) because %s", shown, vectors.reason)
-
-
-def _configure(conn: Any) -> None:
-    """Each pooled connection: sequential scans start at the table's first page (PostgreSQL lets a large table's
-    scan join one under way, wherever it is), so a statement taking the first N matches with no order
-    (``lexical.rank_bounded``) gets the same rows on a sequential scan as on a bitmap scan (both go in the table's
-    order), and from one search to the next."""
-    conn.execute("SET synchronize_seqscans = off")
-
 
 class PostgresStore(MemoryStore):
     """The PostgreSQL memory database. Create with :meth:`open`; every primitive is one transaction."""
@@ -173,6 +94,7 @@ class PostgresStore(MemoryStore):
         self._joined = threading.local()  # the connection of this thread's open _transaction, if any
         self._lexicon = lexical.Lexicon()  # the lexemes of the query terms seen
         self._keeps_terms = True  # whether entries have the terms column (False only at an older schema: tests)
+        self._columns = _ENTRY_COLUMNS  # (an older schema, in tests, has no version column: 1 AS version)
 
     @classmethod
     def open(
@@ -194,6 +116,7 @@ class PostgresStore(MemoryStore):
             with psycopg.connect(url, autocommit=True, connect_timeout=int(timeout)) as conn:
                 migrate(conn)
                 keeps_terms = schema_version(conn) >= TERMS_VERSION
+                versions = schema_version(conn) >= VERSIONS_VERSION
                 if not has_memory_index(conn):
                     _say_no_memory_index()
                 if dense is not None:
@@ -218,6 +141,8 @@ class PostgresStore(MemoryStore):
         pool.open(wait=True, timeout=timeout)
         store = cls(pool, url=url, pool_size=pool_size, dense=dense)
         store._keeps_terms = keeps_terms
+        if not versions:
+            store._columns = _ENTRY_COLUMNS.replace("version", "1 AS version")
         if dense is not None and vectors is not None:
             _say_dense_path(shown, vectors, getattr(dense, "hnsw_min", None))
         store._attach_dense(pg_vectors.PostgresVectors(pgvector=vectors is not None and vectors.available),
@@ -390,7 +315,7 @@ class PostgresStore(MemoryStore):
 
     def _append_entry(self, vault_id: str, memory_id: str, entry: NewEntry) -> tuple[Row, bool]:
         raw_entry, summary, tags, conversation_time, idempotency_key = entry
-        by_key = f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE memory_id = %s AND idempotency_key = %s"
+        by_key = f"SELECT {self._columns} FROM entries WHERE memory_id = %s AND idempotency_key = %s"
         with self._tx() as conn:
             appended = self._joined.appended
             previous = appended.get((vault_id, memory_id))
@@ -427,7 +352,7 @@ class PostgresStore(MemoryStore):
                 f"summary, tags, idempotency_key, {column}tsv) VALUES (%(entry_id)s, %(memory_id)s, %(vault_id)s, "
                 "%(creation_time)s, %(conversation_time)s, %(raw_entry)s, %(summary)s, %(tags)s, "
                 f"%(idempotency_key)s, {value}{ENTRY_TSV}) ON CONFLICT (memory_id, idempotency_key) DO NOTHING "
-                f"RETURNING {_ENTRY_COLUMNS}",
+                f"RETURNING {self._columns}",
                 values,
             ).fetchone()
             if row is None:  # only without the row lock's protection (kept as a second line of defence)
@@ -441,12 +366,12 @@ class PostgresStore(MemoryStore):
     def _entry_page(self, memory_id: str, limit: int, before: str | None, after: str | None) -> list[Row]:
         sql, params = moments.entry_page(memory_id, limit, before, after, mark="%s")
         with self._read() as conn:
-            return conn.execute(f"SELECT {_ENTRY_COLUMNS} FROM entries {sql}", params).fetchall()
+            return conn.execute(f"SELECT {self._columns} FROM entries {sql}", params).fetchall()
 
     def _entry_row(self, memory_id: str, entry_id: str) -> Row | None:
         with self._read() as conn:
             return conn.execute(
-                f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE entry_id = %s AND memory_id = %s", (entry_id, memory_id)
+                f"SELECT {self._columns} FROM entries WHERE entry_id = %s AND memory_id = %s", (entry_id, memory_id)
             ).fetchone()
 
     def _delete_entry(self, vault_id: str, memory_id: str, entry_id: str) -> bool:
@@ -468,17 +393,12 @@ class PostgresStore(MemoryStore):
         with self._tx() as conn:
             self._require_memory(conn, vault_id, memory_id, lock=True)
             old = conn.execute(
-                f"SELECT {_ENTRY_COLUMNS} FROM entries WHERE entry_id = %s AND memory_id = %s", (entry_id, memory_id)
+                f"SELECT {self._columns} FROM entries WHERE entry_id = %s AND memory_id = %s", (entry_id, memory_id)
             ).fetchone()
             if old is None:
                 return None
             seq = int(old["seq"])
-            conn.execute(
-                "INSERT INTO entry_versions (seq, version, entry_id, memory_id, vault_id, creation_time, "
-                "conversation_time, raw_entry, summary, tags, replaced_at) SELECT seq, version, entry_id, memory_id, "
-                "vault_id, creation_time, conversation_time, raw_entry, summary, tags, %s FROM entries WHERE seq = %s",
-                (format_timestamp(datetime.now(UTC)), seq),
-            )
+            conn.execute(keep_version("%s"), (format_timestamp(datetime.now(UTC)), seq))
             before = term_stats.entry_counts(old["raw_entry"], old["summary"], old["tags"],
                                              old["conversation_time"] or old["creation_time"])
             self._delta.add(memory_id, before, -1)
@@ -501,7 +421,7 @@ class PostgresStore(MemoryStore):
             row = conn.execute(
                 "UPDATE entries SET conversation_time = %(conversation_time)s, raw_entry = %(raw_entry)s, "
                 f"summary = %(summary)s, tags = %(tags)s, {terms}tsv = {ENTRY_TSV}, version = version + 1 "
-                f"WHERE seq = %(seq)s RETURNING {_ENTRY_COLUMNS}",
+                f"WHERE seq = %(seq)s RETURNING {self._columns}",
                 values,
             ).fetchone()
             self._delta.add(memory_id, after, seq=seq)
@@ -530,6 +450,22 @@ class PostgresStore(MemoryStore):
                 (memory_id, content, now, index_words(content)),
             )
         return now
+
+    def _context_rows(self, memory_id: str) -> list[Row]:
+        with self._read() as conn:
+            return conn.execute(
+                "SELECT seq, content FROM contexts WHERE memory_id = %s ORDER BY seq", (memory_id,)
+            ).fetchall()
+
+    def _replace_context(self, memory_id: str, seq: int, old: str, new: str) -> None:
+        with self._tx() as conn:
+            changed = conn.execute(
+                "UPDATE contexts SET content = %s, tsv = to_tsvector('mycelian', %s) "
+                "WHERE seq = %s AND memory_id = %s AND content = %s",
+                (new, index_words(new), seq, memory_id, old),
+            ).rowcount
+        if not changed:
+            raise content_changed(memory_id)
 
     def latest_context(self, memory_id: str) -> Row | None:
         with self._read() as conn:
@@ -575,7 +511,7 @@ class PostgresStore(MemoryStore):
         # its memory index (3 ms for a new 10k-entry memory).
         with self._read() as conn:
             rows = conn.execute(
-                f"SELECT * FROM (SELECT {_ENTRY_COLUMNS} FROM entries WHERE seq = ANY(%s) OFFSET 0) e "
+                f"SELECT * FROM (SELECT {self._columns} FROM entries WHERE seq = ANY(%s) OFFSET 0) e "
                 "WHERE e.memory_id = %s",
                 (list(seqs), memory_id),
             ).fetchall()

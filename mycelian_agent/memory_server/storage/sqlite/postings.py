@@ -38,6 +38,7 @@ __all__ = [
     "keyed",
     "memory_key",
     "rebuild",
+    "unindex_context",
     "unindex_entry",
     "unindex_memory",
 ]
@@ -92,6 +93,11 @@ def unindex_entry(conn: sqlite3.Connection, key: int, seq: int, fields: Sequence
 def index_context(conn: sqlite3.Connection, key: int, seq: int, content: str) -> None:
     """Index context snapshot ``seq`` of the memory ``key``."""
     conn.execute(_INSERT_CONTEXT, (seq, keyed(key, tokens(content))))
+
+
+def unindex_context(conn: sqlite3.Connection, key: int, seq: int, content: str) -> None:
+    """Remove context snapshot ``seq`` (of the memory ``key``, holding ``content``) from the index."""
+    conn.execute(_DELETE_CONTEXT, (seq, keyed(key, tokens(content))))
 
 
 def _entries_of(conn: sqlite3.Connection, memory_id: str | None) -> Iterable[tuple[int, str, list[list[str]]]]:

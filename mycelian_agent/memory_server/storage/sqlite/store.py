@@ -23,7 +23,9 @@ from mycelian_agent.memory_server.storage.base import DenseIndex, Link, MemorySt
 from mycelian_agent.memory_server.storage.sqlite import lexical, postings
 from mycelian_agent.memory_server.storage.sqlite.migrations import migrate
 from mycelian_agent.memory_server.storage.sqlite.vectors import SqliteVectors
+from mycelian_agent.memory_server.storage.context_items import content_changed
 from mycelian_agent.memory_server.storage.validation import format_timestamp
+from mycelian_agent.memory_server.storage.versions import keep_version
 
 __all__ = ["SYNC_MODES", "Store"]
 
@@ -84,6 +86,7 @@ class Store(MemoryStore):
             # Both values come from SYNC_MODES above, never from raw user text.
             conn.execute(f"PRAGMA synchronous = {mode}")
             conn.execute("PRAGMA foreign_keys = ON")
+            conn.execute("PRAGMA secure_delete = ON")  # deleted rows' bytes are overwritten (issue 39: forgetting)
             migrate(conn)
         except sqlite3.Error as exc:
             conn.close()
@@ -115,6 +118,7 @@ class Store(MemoryStore):
             conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
             conn.execute(f"PRAGMA synchronous = {self._mode}")  # from SYNC_MODES, never raw user text
             conn.execute("PRAGMA foreign_keys = ON")
+            conn.execute("PRAGMA secure_delete = ON")
             yield conn
         finally:
             conn.close()
@@ -321,12 +325,7 @@ class Store(MemoryStore):
             if old is None:
                 return None
             seq = int(old["seq"])
-            conn.execute(
-                "INSERT INTO entry_versions (seq, version, entry_id, memory_id, vault_id, creation_time, "
-                "conversation_time, raw_entry, summary, tags, replaced_at) SELECT seq, version, entry_id, memory_id, "
-                "vault_id, creation_time, conversation_time, raw_entry, summary, tags, ? FROM entries WHERE seq = ?",
-                (format_timestamp(datetime.now(UTC)), seq),
-            )
+            conn.execute(keep_version("?"), (format_timestamp(datetime.now(UTC)), seq))
             key = self._key(conn, memory_id)
             before = term_stats.entry_counts(old["raw_entry"], old["summary"], old["tags"],
                                              old["conversation_time"] or old["creation_time"])
@@ -367,6 +366,33 @@ class Store(MemoryStore):
                 raise MemoryServerError(f"the new context of memory {memory_id} got no row id")
             postings.index_context(conn, self._key(conn, memory_id), cursor.lastrowid, content)
         return now
+
+    def _context_rows(self, memory_id: str) -> list[Row]:
+        return self._conn.execute(
+            "SELECT seq, content FROM contexts WHERE memory_id = ? ORDER BY seq", (memory_id,)
+        ).fetchall()
+
+    def _replace_context(self, memory_id: str, seq: int, old: str, new: str) -> None:
+        with self._write() as conn:
+            changed = conn.execute(
+                "UPDATE contexts SET content = ? WHERE seq = ? AND memory_id = ? AND content = ?",
+                (new, seq, memory_id, old),
+            ).rowcount
+            if not changed:
+                raise content_changed(memory_id)
+            key = self._key(conn, memory_id)
+            postings.unindex_context(conn, key, seq, old)
+            postings.index_context(conn, key, seq, new)
+
+    def _purge(self) -> None:
+        # secure_delete (set on every connection) zeroes the freed cells and pages; the full-text index keeps a
+        # deleted document's terms in its old segments until they are merged, and the WAL keeps old page images
+        # until a checkpoint: so merge both indexes, then checkpoint and truncate the WAL. A reader holding an old
+        # snapshot (another process) can keep the checkpoint from finishing; the next delete's checkpoint retries.
+        with self._write() as conn:
+            for table in ("entries_fts", "contexts_fts"):
+                conn.execute(f"INSERT INTO {table} ({table}) VALUES ('optimize')")
+        self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
 
     def _key(self, conn: sqlite3.Connection, memory_id: str) -> int:
         """The memory's index key (postings.py), inside a write that has checked the memory exists."""
