@@ -102,9 +102,16 @@ async def test_reads_of_an_unknown_user_find_nothing_and_create_nothing(invoker)
 
 
 async def test_delete_forgets_an_entry_and_delete_user_a_whole_memory(invoker) -> None:
+    await invoker.aend_session("alice-chat")  # the context document now holds the allergy too
+    ids = {"vault_id": invoker.reader.vault_id, "memory_id": await invoker.reader.users.find("alice")}
+    assert "peanuts" in await invoker.connection.call("get_context", ids)
     peanuts = next(e for e in await invoker.aget_all(user="alice") if "peanuts" in e.text)
     deleted = await invoker.adelete(peanuts.entry_id, user="alice")
     assert deleted["entryId"] == peanuts.entry_id and deleted["status"] == "deleted"
+    assert deleted["contextItemsRemoved"] >= 1
+    assert "peanuts" not in await invoker.connection.call("get_context", ids)  # nor anything built on it
+    recall = await invoker.arecall("peanuts allergy", user="alice")
+    assert not any("peanuts" in line for line in (*recall.notes, *(turn.text for turn in recall.turns)))
     with pytest.raises(InputError, match=f"entry {peanuts.entry_id} not found"):
         await invoker.aget(peanuts.entry_id, user="alice")
     assert all("peanuts" not in e.text for e in await invoker.aget_all(user="alice"))
