@@ -111,7 +111,7 @@ def build_chatbot(invoker: Any, chat_model: BaseChatModel, *, budget_tokens: int
 def build_tool_agent(invoker: Any, chat_model: BaseChatModel, *, checkpointer: Any = None):
     """A tool-calling agent over ``invoker`` and ``chat_model`` (which must support tool calling): the model calls
     ``search_memory`` and ``manage_memory`` for the config's ``user_id`` as it sees fit, until it answers."""
-    tools = [make_search_memory_tool(invoker, budget_tokens=800), make_manage_memory_tool(invoker)]
+    tools = [make_search_memory_tool(invoker, budget_tokens=800, show_ids=True), make_manage_memory_tool(invoker)]
     model = chat_model.bind_tools(tools)
 
     async def agent(state: MessagesState) -> dict[str, Any]:

@@ -109,6 +109,7 @@ async def test_tool_agent_keeps_corrects_and_forgets_with_the_memory_tools(chatb
         assert (entry.entry_id, entry.text, entry.role) == (note, "Alice is allergic to peanuts.", "assistant")
         [found] = await turn("alice", tool_call_message("search_memory", {"query": "peanuts allergy"}))
         assert "Alice is allergic to peanuts." in found
+        assert f"- {note}: Alice is allergic to peanuts." in found  # the id manage_memory takes
         # bob's agent cannot touch alice's memory: the model is told, nothing changes
         [refused] = await turn("bob", manage(action="delete", id=note))
         assert f"entry {note} not found" in refused

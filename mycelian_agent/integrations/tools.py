@@ -47,15 +47,17 @@ class SearchMemoryInput(BaseModel):
 
 def make_search_memory_tool(memory: Any, *, user: str | None = None, budget_tokens: int = 1500,
                             name: str = "search_memory", description: str = DEFAULT_DESCRIPTION,
-                            min_score: float | None = None) -> StructuredTool:
+                            min_score: float | None = None, show_ids: bool = False) -> StructuredTool:
     """A ``search_memory(query)`` tool over ``memory`` (the invoker ``build_agent`` yields, or a ``MemoryReader``)
     answering with the recall block of at most ``budget_tokens`` (estimated), built from the hits whose relevance
-    score is at least ``min_score`` (0-1, None: every hit; see ``MemoryHit.score``).
+    score is at least ``min_score`` (0-1, None: every hit; see ``MemoryHit.score``). ``show_ids``: the block is
+    followed by the ids of the hits it shows (a line each, beyond the budget), which ``manage_memory`` takes to
+    update or delete them.
 
     The user is the calling graph's ``config["configurable"]["user_id"]`` (the tool receives the config LangGraph
-    passes to it), else ``user``, else the invoker's own memory. An empty query is reported to the model as the
-    tool's answer (so it can ask again); an unknown user (``create_users=False``) or a user that cannot name a
-    memory raises :class:`~mycelian_agent.errors.InputError`.
+    passes to it), else ``user``, else the invoker's own memory; a user without a memory gets the empty block (no
+    memory is created). An empty query is reported to the model as the tool's answer (so it can ask again); a user
+    that cannot name a memory raises :class:`~mycelian_agent.errors.InputError`.
     """
     reader, loop = memory_parts(memory)
     if user is not None:
@@ -69,7 +71,11 @@ def make_search_memory_tool(memory: Any, *, user: str | None = None, budget_toke
             raise ToolException("query is empty: call search_memory with what to look for")
         recall = await reader.arecall(query, user=config_user(config, user), budget_tokens=budget_tokens,
                                       min_score=min_score)
-        return recall.as_prompt()
+        hits = [turn for turn in recall.turns if turn.hit]
+        if not show_ids or not hits:
+            return recall.as_prompt()
+        return recall.as_prompt() + "\nIds of the entries found (for manage_memory):\n" + "".join(
+            f"- {turn.entry_id}: {_clip(turn.text)}\n" for turn in hits)
 
     def search_memory_sync(query: str, config: RunnableConfig) -> str:
         return run_sync(search_memory(query, config), loop)
@@ -79,9 +85,15 @@ def make_search_memory_tool(memory: Any, *, user: str | None = None, budget_toke
                                         handle_tool_error=True)
 
 
+def _clip(text: str, width: int = 80) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= width else line[:width - 3] + "..."
+
+
 MANAGE_DESCRIPTION = (
     "Create, update or delete a memory of the user that should persist across conversations. Include the memory's "
-    "id when updating or deleting it; omit it when creating one (the id is made for you). Call it when the user "
+    "id (from search_memory or an earlier create) when updating or deleting it; omit it when creating one (the id "
+    "is made for you). Call it when the user "
     "tells you something to remember (a preference, a fact about them, a plan), corrects something you remember "
     "(update), or asks you to forget it (delete)."
 )
@@ -121,7 +133,7 @@ def make_manage_memory_tool(invoker: Any, *, user: str | None = None, name: str 
             raise ToolException(f"content is empty: {action} needs the memory's text")
         if action in ("update", "delete") and not id:
             raise ToolException(f"id is missing: {action} needs the id of the memory (from 'created memory <id>' "
-                                "or a search)")
+                                "or search_memory)")
         if action == "create" and id:
             raise ToolException("create makes a new memory and takes no id; use action 'update' to change one")
         try:
