@@ -306,8 +306,9 @@ async def update_entry(
     conversation_time: Timestamp = None,
 ) -> str:
     """Replace an entry's rawEntry, summary and tags (and conversationTime, when given) under the same entryId.
-    The replaced version leaves search and stays in list_entry_versions. Returns the entry as now stored with its
-    "version" (the first write is 1) and "status": "updated"."""
+    The replaced version leaves search and the context snapshots' items that quote it, and stays in
+    list_entry_versions. Returns the entry as now stored with its "version" (the first write is 1), "status":
+    "updated" and "contextItemsRemoved"."""
     result = await _app(ctx).store.call(
         MemoryStore.update_entry, vault_id, memory_id, entry_id, raw_entry, summary, tags, conversation_time
     )
