@@ -1,4 +1,6 @@
-"""A LangGraph chatbot with long-term memory: recall -> respond -> remember.
+"""A LangGraph chatbot with long-term memory, two ways.
+
+The chatbot (``build_chatbot``): recall -> respond -> remember.
 
     recall    asks memory about the user's last message (invoker.arecall(..., user=...)): the block goes into the
               system prompt of the model call;
@@ -6,11 +8,15 @@
     remember  stores the user's message and the reply in the user's memory (invoker.aprocess_conversation_messages
               on the graph's thread), so the next conversation, in any thread, can recall them.
 
+The tool-calling agent (``build_tool_agent``, ``--tools``): the model decides itself when to read memory
+(``search_memory``) and what to keep, correct or forget in it (``manage_memory``: create, update, delete).
+
 The user and the thread come from the graph's config, ``{"configurable": {"user_id": ..., "thread_id": ...}}``:
 one graph serves every user, and each user's memory stays their own.
 
     python examples/langgraph_chatbot.py --user alice                   # offline: a stand-in model
     python examples/langgraph_chatbot.py --chat-model openai:gpt-4o-mini  # needs OPENAI_API_KEY (OPENAI_BASE_URL)
+    python examples/langgraph_chatbot.py --tools --chat-model openai:gpt-4o-mini  # the tool-calling agent
     printf 'My dog Rex loves the beach.\\nWhere does my dog like to go?\\n' | python examples/langgraph_chatbot.py
 """
 
@@ -30,11 +36,15 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
 
-from mycelian_agent import build_agent, resolve_model
+from mycelian_agent import build_agent, make_manage_memory_tool, make_search_memory_tool, resolve_model
 
 SYSTEM = ("You are a helpful assistant with long-term memory of your conversations with this user. Use what memory "
           "holds when it bears on the question; do not invent memories.\n\n")
+TOOL_SYSTEM = ("You are a helpful assistant with long-term memory of this user. Call search_memory before answering "
+               "anything that may depend on earlier conversations; call manage_memory to keep what the user wants "
+               "remembered, to correct it (update, with its id) or to forget it (delete, with its id).")
 _TURN = re.compile(r"^\[[^\]]*\] (?P<who>[^:]*): (?P<text>.*)$")
 
 
@@ -98,12 +108,31 @@ def build_chatbot(invoker: Any, chat_model: BaseChatModel, *, budget_tokens: int
     return graph.compile(checkpointer=checkpointer)
 
 
+def build_tool_agent(invoker: Any, chat_model: BaseChatModel, *, checkpointer: Any = None):
+    """A tool-calling agent over ``invoker`` and ``chat_model`` (which must support tool calling): the model calls
+    ``search_memory`` and ``manage_memory`` for the config's ``user_id`` as it sees fit, until it answers."""
+    tools = [make_search_memory_tool(invoker, budget_tokens=800, show_ids=True), make_manage_memory_tool(invoker)]
+    model = chat_model.bind_tools(tools)
+
+    async def agent(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [await model.ainvoke([SystemMessage(TOOL_SYSTEM), *state["messages"][-20:]])]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", agent)
+    graph.add_node("tools", ToolNode(tools))
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", tools_condition)
+    graph.add_edge("tools", "agent")
+    return graph.compile(checkpointer=checkpointer)
+
+
 async def chat(args: argparse.Namespace) -> None:
     chat_model = (resolve_model(args.chat_model, api_key=os.environ.get("OPENAI_API_KEY"),
                                 base_url=os.environ.get("OPENAI_BASE_URL"))
                   if args.chat_model else MemoryEchoModel())
     async with build_agent("extractive", args.server, db=args.db) as invoker:
-        bot = build_chatbot(invoker, chat_model, checkpointer=InMemorySaver())
+        build = build_tool_agent if args.tools else build_chatbot
+        bot = build(invoker, chat_model, checkpointer=InMemorySaver())
         thread = args.thread or f"{args.user}-{uuid.uuid4().hex[:8]}"
         config = {"configurable": {"user_id": args.user, "thread_id": thread}}
         interactive = sys.stdin.isatty()
@@ -124,7 +153,12 @@ def main() -> None:
     parser.add_argument("--user", default="demo-user", help="whose memory (letters, digits, hyphens)")
     parser.add_argument("--thread", default=None, help="conversation thread id (default: a new one per run)")
     parser.add_argument("--chat-model", default=None, help="e.g. openai:gpt-4o-mini (default: offline stand-in)")
-    asyncio.run(chat(parser.parse_args()))
+    parser.add_argument("--tools", action="store_true",
+                        help="the tool-calling agent (search_memory, manage_memory); needs --chat-model")
+    args = parser.parse_args()
+    if args.tools and not args.chat_model:
+        parser.error("--tools needs a tool-calling chat model: --chat-model openai:<model>")
+    asyncio.run(chat(args))
 
 
 if __name__ == "__main__":

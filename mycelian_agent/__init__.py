@@ -34,9 +34,12 @@ _EXPORTS = {
     "MemoryHit": "recall",
     "MemoryReader": "recall",
     "Recall": "recall",
+    "MemoryEntry": "recall",
+    "EntryPage": "recall",
     "MycelianRetriever": "integrations",
     "MycelianStore": "integrations",
     "make_search_memory_tool": "integrations",
+    "make_manage_memory_tool": "integrations",
     "PromptSet": "agent.prompts",
     "resolve_model": "models.resolve",
     "ExtractiveChatModel": "models.extractive",
@@ -74,9 +77,9 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
                          ToolCallError)
     from .models.extractive import ExtractiveChatModel
     from .agent.invoker import MycelianAgentInvoker
-    from .integrations import MycelianRetriever, MycelianStore, make_search_memory_tool
+    from .integrations import MycelianRetriever, MycelianStore, make_manage_memory_tool, make_search_memory_tool
     from .mcp import MemoryConnection
-    from .recall import MemoryHit, MemoryReader, Recall
+    from .recall import EntryPage, MemoryEntry, MemoryHit, MemoryReader, Recall
     from .models.resolve import resolve_model
     from .agent.prompts import PromptSet
     from .agent.report import InvocationResult, ThreadStatus

@@ -267,6 +267,36 @@ def test_list_add_export_delete_and_errors_that_name_the_cause(tmp_path, cli):
     assert stored_raw_entries(db) == []
 
 
+def test_get_update_history_and_delete_one_entry(tmp_path, cli):
+    db = tmp_path / "memory.db"
+    where = ("--db", str(db), "--memory", "pets")
+    entry = json.loads(cli("add", "I adopted a cat named Miso.", *where).stdout)
+    assert cli("add", "I start at the bakery on Monday.", "--db", str(db), "--memory", "work").returncode == 0
+    got = cli("get", entry["entryId"], *where)
+    assert got.returncode == 0 and json.loads(got.stdout)["rawEntry"] == "I adopted a cat named Miso."
+    assert cli("get", entry["entryId"], *where, "--server", "in-process").stdout == got.stdout  # as over MCP
+    updated = cli("update", entry["entryId"], "I adopted two cats, Miso and Tofu.", *where)
+    assert updated.returncode == 0, updated.stderr
+    now = json.loads(updated.stdout)
+    assert (now["entryId"], now["rawEntry"], now["version"]) == (entry["entryId"],
+                                                                 "I adopted two cats, Miso and Tofu.", 2)
+    assert "Tofu" in now["summary"] and now["tags"]["role"] == "user"
+    versions = json.loads(cli("history", entry["entryId"], *where).stdout)["versions"]
+    assert [(v["version"], v["rawEntry"]) for v in versions] == [
+        (1, "I adopted a cat named Miso."), (2, "I adopted two cats, Miso and Tofu.")]
+    # an entry of another memory, a memory that does not exist, an id that is none: named, nothing created
+    other = cli("get", entry["entryId"], "--db", str(db), "--memory", "work")
+    assert other.returncode == 1 and f"entry {entry['entryId']} not found" in other.stderr
+    missing = cli("update", entry["entryId"], "Hello.", "--db", str(db), "--memory", "garden")
+    assert missing.returncode == 1 and "memory 'garden' not found" in missing.stderr
+    assert "garden" not in cli("list", "--db", str(db)).stdout
+    bad = cli("history", "miso", *where)
+    assert bad.returncode == 1 and "entry id 'miso' is not an entry id" in bad.stderr
+    gone = cli("delete", *where, "--entry", entry["entryId"], "--yes")
+    assert gone.returncode == 0 and json.loads(gone.stdout)["status"] == "deleted"
+    assert cli("get", entry["entryId"], *where).returncode == 1
+
+
 def test_read_commands_read_the_store_directly_with_the_tools_answers(tmp_path, cli):
     """On the embedded database, list/show/search/export call the store in-process (no MCP SDK, no LangChain:
     they start in well under a second) and print exactly what they print over the MCP tools."""

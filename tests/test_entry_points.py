@@ -87,6 +87,10 @@ def _script(name: str, *args: str) -> tuple[str, ...]:
     return ("-c", code, *args)
 
 
+#: An entry id no database holds.
+ENTRY = "00000000-0000-4000-8000-000000000000"
+
+
 def _cases(p: Paths) -> list[Case]:
     db = ("--db", str(p.db))
     ex, lme, locomo = str(EXAMPLE), str(p.longmemeval), str(p.locomo)
@@ -127,6 +131,10 @@ def _cases(p: Paths) -> list[Case]:
         Case(_cli("add", "hello", "--db", str(p.under_file), *memory), (str(p.under_file),)),
         Case(_cli("add", "hello", "--db", str(p.folder), *memory), (str(p.folder),)),
         Case(_cli("delete", "--db", m := missing(), *memory, "--yes"), (m,)),
+        Case(_cli("get", ENTRY, "--db", m := missing(), *memory), (m,)),
+        Case(_cli("history", ENTRY, "--db", str(p.folder), *memory), (str(p.folder),)),
+        Case(_cli("update", ENTRY, "new text", "--db", str(p.under_file), *memory), (str(p.under_file),)),
+        Case(_cli("get", "not-an-id", *db, *memory), ("'not-an-id' is not an entry id",)),
         Case(_cli("export", "--db", str(p.unreadable), *memory), (str(p.unreadable),)),
         Case(_cli("export", *db, *memory, "--out", m := missing()), (m,)),
         Case(_cli("export", *db, *memory, "--out", str(p.folder)), (str(p.folder),)),

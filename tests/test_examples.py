@@ -1,4 +1,5 @@
-"""The examples run: the LangGraph chatbot graph (with a fake chat model) and chat_pipeline.py as a process."""
+"""The examples run: the LangGraph chatbot graph and tool-calling agent (with scripted chat models) and
+chat_pipeline.py as a process."""
 
 from __future__ import annotations
 
@@ -8,10 +9,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from langchain_core.messages import HumanMessage, SystemMessage
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
 
 from mycelian_agent import build_agent
-from mycelian_agent.testing import ScriptedChatModel, text_message
+from mycelian_agent.testing import ScriptedChatModel, text_message, tool_call_message
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -81,3 +82,40 @@ def test_chat_pipeline_runs_offline_with_piped_stdin(tmp_path: Path) -> None:
     assert replies == ["assistant> (offline assistant) Noted.",
                        "assistant> (offline assistant) I remember you said: I moved to Denver with my dog Rex."]
     assert "session ended: 4 messages stored in total" in done.stdout
+
+
+async def test_tool_agent_keeps_corrects_and_forgets_with_the_memory_tools(chatbot) -> None:
+    """The tool-calling agent with a scripted model: manage_memory creates, updates and deletes the user's memory
+    item, search_memory finds it; each call lands in the config's user's memory only."""
+    async with build_agent("extractive", server="in-process", db=":memory:") as invoker:
+
+        async def turn(user: str, *replies: AIMessage) -> list[str]:
+            """One user turn with the model's scripted replies; the tools' answers, in order."""
+            model = ScriptedChatModel(responses=[*replies, text_message("Done.")])
+            agent = chatbot.build_tool_agent(invoker, model)
+            config = {"configurable": {"user_id": user, "thread_id": f"{user}-tools"}}
+            state = await agent.ainvoke({"messages": [HumanMessage("...")]}, config)
+            assert state["messages"][-1].content == "Done."
+            assert {tool["function"]["name"] for tool in model.bound_tools} == {"search_memory", "manage_memory"}
+            return [str(m.content) for m in state["messages"] if isinstance(m, ToolMessage)]
+
+        def manage(**args: str) -> AIMessage:
+            return tool_call_message("manage_memory", args)
+
+        [created] = await turn("alice", manage(content="Alice is allergic to peanuts."))
+        assert created.startswith("created memory ")
+        note = created.removeprefix("created memory ")
+        [entry] = (await invoker.aget_all(user="alice")).entries
+        assert (entry.entry_id, entry.text, entry.role) == (note, "Alice is allergic to peanuts.", "assistant")
+        [found] = await turn("alice", tool_call_message("search_memory", {"query": "peanuts allergy"}))
+        assert "Alice is allergic to peanuts." in found
+        assert f"- {note}: Alice is allergic to peanuts." in found  # the id manage_memory takes
+        # bob's agent cannot touch alice's memory: the model is told, nothing changes
+        [refused] = await turn("bob", manage(action="delete", id=note))
+        assert f"entry {note} not found" in refused
+        [updated] = await turn("alice", manage(action="update", id=note, content="Alice is allergic to cashews."))
+        assert updated == f"updated memory {note}"
+        assert (await invoker.aget(note, user="alice")).text == "Alice is allergic to cashews."
+        [deleted] = await turn("alice", manage(action="delete", id=note))
+        assert deleted == f"deleted memory {note}"
+        assert (await invoker.aget_all(user="alice")).entries == ()

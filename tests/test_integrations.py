@@ -22,7 +22,8 @@ from typing_extensions import TypedDict
 
 from mycelian_agent import MycelianError, build_agent
 from mycelian_agent.errors import InputError
-from mycelian_agent.integrations import MycelianRetriever, MycelianStore, make_search_memory_tool, namespace_title
+from mycelian_agent.integrations import (MycelianRetriever, MycelianStore, make_manage_memory_tool,
+                                         make_search_memory_tool, namespace_title)
 from mycelian_agent.integrations.store import CREATED_TAG, KEY_TAG
 
 ALICE = {"configurable": {"user_id": "alice"}}
@@ -102,14 +103,32 @@ async def test_retriever_refuses_bad_input(invoker) -> None:
         retriever.invoke("dog", ALICE)  # sync inside the loop: refused, never a deadlock
 
 
-async def test_unknown_user_with_creation_off_is_named() -> None:
-    async with in_process(create_users=False) as invoker:
-        with pytest.raises(InputError, match="unknown user 'zoe'"):
-            await MycelianRetriever(memory=invoker).ainvoke("dog", {"configurable": {"user_id": "zoe"}})
-        with pytest.raises(InputError, match="unknown user 'zoe'"):
-            await make_search_memory_tool(invoker).ainvoke({"query": "dog"}, {"configurable": {"user_id": "zoe"}})
-        with pytest.raises(InputError, match="creation is off"):
-            await MycelianStore(invoker).aput(("notes", "zoe"), "k", {"text": "hello"})
+@pytest.mark.parametrize("create_users", [True, False])
+async def test_reads_of_an_unknown_user_return_nothing_and_create_nothing(create_users: bool) -> None:
+    async with in_process(create_users=create_users) as invoker:
+        if create_users:
+            await _seed(invoker)
+        vault = invoker.reader.vault_id
+
+        async def titles() -> list[str]:
+            return sorted(m["title"] for m in await invoker.connection.call_json("list_memories", {"vault_id": vault}))
+
+        before = await titles()
+        zoe = {"configurable": {"user_id": "zoe"}}
+        assert await MycelianRetriever(memory=invoker).ainvoke("dog", zoe) == []
+        block = await make_search_memory_tool(invoker).ainvoke({"query": "dog"}, zoe)
+        assert "Memory holds nothing about this yet." in block and "Rex" not in block
+        store = MycelianStore(invoker)
+        assert await store.aget(("zoe",), "k") is None
+        assert await store.asearch(("zoe",), query="dog") == []
+        assert await store.asearch(("notes", "zoe")) == []
+        assert await titles() == before  # nothing created by any of those reads
+        if not create_users:
+            with pytest.raises(InputError, match="creation is off"):
+                await store.aput(("notes", "zoe"), "k", {"text": "hello"})
+        else:
+            await store.aput(("notes", "zoe"), "k", {"text": "hello"})  # a write creates
+            assert await titles() == sorted([*before, "notes-zoe"])
 
 
 # -- the search_memory tool ------------------------------------------------------------------------------------
@@ -141,6 +160,33 @@ async def test_search_memory_tool_in_a_langgraph_tool_node(invoker) -> None:
     assert "learning to play the cello" in out["messages"][-1].content
     out = await app.ainvoke({"messages": [call]}, ALICE)
     assert "learning to play the cello" not in out["messages"][-1].content
+
+
+# -- the manage_memory tool ------------------------------------------------------------------------------------
+
+
+async def test_manage_memory_tool_tells_the_model_what_it_got_wrong(invoker) -> None:
+    tool = make_manage_memory_tool(invoker)
+    assert tool.name == "manage_memory"
+    assert set(tool.tool_call_schema.model_json_schema()["properties"]) == {"content", "action", "id"}
+    created = await tool.ainvoke({"content": "Alice takes the 8:15 train."}, ALICE)
+    note = created.removeprefix("created memory ")
+    assert (await invoker.aget(note, user="alice")).text == "Alice takes the 8:15 train."
+    fixed = make_manage_memory_tool(invoker, user="bob")  # the config's user_id wins over the fixed one
+    answers = [await tool.ainvoke(args, ALICE) for args in (
+        {"action": "create"}, {"action": "update", "content": "x"}, {"action": "delete"},
+        {"action": "create", "content": "x", "id": note}, {"action": "delete", "id": "the train one"},
+        {"action": "update", "id": note, "content": " "})]
+    assert [answer.split(":")[0] for answer in answers] == [
+        "content is empty", "id is missing", "id is missing", "create makes a new memory and takes no id; use action "
+        "'update' to change one", "entry id 'the train one' is not an entry id", "content is empty"]
+    refused = await fixed.ainvoke({"action": "delete", "id": note})
+    assert f"entry {note} not found in the memory of user 'bob'" in refused
+    assert (await fixed.ainvoke({"action": "delete", "id": note}, ALICE)) == f"deleted memory {note}"
+    with pytest.raises(MycelianError, match="the invoker build_agent"):
+        make_manage_memory_tool(invoker.reader)
+    with pytest.raises(InputError, match="cannot name a memory"):
+        await tool.ainvoke({"content": "x"}, {"configurable": {"user_id": "a b"}})
 
 
 # -- the LangGraph store ---------------------------------------------------------------------------------------

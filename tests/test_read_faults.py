@@ -86,7 +86,7 @@ async def test_a_search_in_flight_when_the_http_server_dies_fails_within_the_rec
         _stop(server)
 
 
-async def test_a_user_deleted_meanwhile_reads_as_empty_or_unknown_never_as_another(tmp_path: Path) -> None:
+async def test_a_user_deleted_meanwhile_reads_as_empty_never_as_another(tmp_path: Path) -> None:
     async with build_agent(server="in-process", db=tmp_path / "m.db") as invoker:
         await _store(invoker, "alice", ["Alice keeps bees."])
         await _store(invoker, "bob", ["Bob keeps bees too."])
@@ -95,14 +95,20 @@ async def test_a_user_deleted_meanwhile_reads_as_empty_or_unknown_never_as_anoth
         # Another process erases alice (the directory still has her old memory id).
         await invoker.connection.call_json("delete_memory", {"vault_id": invoker.reader.vault_id,
                                                               "memory_id": alice})
-        assert await invoker.asearch("bees", user="alice") == []  # a new, empty memory: created on first use
-        assert await invoker.reader.users.memory_id("alice") != alice
+        assert await invoker.asearch("bees", user="alice") == []  # she has no memory now, and a read makes none
+        assert await invoker.reader.users.find("alice") is None
         assert [h.text for h in await invoker.asearch("bees", user="bob")] == ["Bob keeps bees too."]
+        await invoker.aprocess_conversation_message("user", "Alice keeps wasps.", "alice-2", user="alice")  # a write
+        # creates her memory again (a new thread: the old one stays bound to the memory that was deleted)
+        assert await invoker.reader.users.memory_id("alice") != alice
+        assert [h.text for h in await invoker.asearch("bees wasps", user="alice")] == ["Alice keeps wasps."]
     async with build_agent(server="in-process", db=tmp_path / "m.db", create_users=False) as strict:
         bob = await strict.reader.users.memory_id("bob")
         await strict.connection.call_json("delete_memory", {"vault_id": strict.reader.vault_id, "memory_id": bob})
-        with pytest.raises(InputError, match="unknown user 'bob'"):
-            await strict.arecall("bees", user="bob")
+        recall = await strict.arecall("bees", user="bob")
+        assert recall.empty and recall.memory_id is None
+        with pytest.raises(InputError, match="unknown user 'bob'"):  # a write, with creation off
+            await strict.aprocess_conversation_message("user", "Bob is back.", "b2", user="bob")
 
 
 WRITER = """

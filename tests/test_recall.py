@@ -138,8 +138,9 @@ async def test_read_side_errors_name_the_problem(tmp_path: Path) -> None:
             await invoker.arecall("Lisbon", budget_tokens=10)
         with pytest.raises(InputError, match="too small to hold one entry"):
             await invoker.arecall("Lisbon", budget_tokens=40)
-        with pytest.raises(InputError, match="unknown user 'zoe'.*create_users=True"):
-            await invoker.asearch("Lisbon", user="zoe")
+        assert await invoker.asearch("Lisbon", user="zoe") == []  # no memory: nothing found, nothing created
+        with pytest.raises(InputError, match="unknown user 'zoe'.*create_users=True"):  # a write is refused
+            await invoker.astart_session("z", user="zoe")
         with pytest.raises(InputError, match="cannot name a memory"):
             await invoker.arecall("Lisbon", user="zoe@example.com")
         with pytest.raises(InputError, match="by_meaning must be True or False, got 'no'"):

@@ -34,9 +34,10 @@ from ..errors import InputError, MemoryServerError, MycelianError
 from ..models.extractive import ExtractiveChatModel
 from .checkpointers import checkpoint_problem, prune_thread
 from .control import PLANS, ControlState, Step
+from .entries import entry_tags
 from .inputs import MESSAGE_KEYS, check_messages, check_thread, checked_tags, memory_binding, parse_control, to_turn
 from .invocation import Invocation, thread_totals
-from .prompts import PromptSet
+from .prompts import PromptSet, build_add_entry_prompt
 from .report import InvocationResult, ThreadStatus, Usage
 from .resends import message_digest, recent_digests
 from .settings import AgentSettings
@@ -198,6 +199,26 @@ class MycelianMemoryAgent:
         digests = tuple(message_digest(turn["role"], turn["content"], turn.get("name")) for turn, _ in incoming)
         return await self._run(control, thread_id, state_in, started, recursion=64, incoming=incoming,
                                digests=digests)
+
+    async def awrite_entry_fields(self, message: ChatMessage | Mapping[str, Any],
+                                  conversation_time: str | datetime | None = None, *,
+                                  tags: Mapping[str, str] | None = None, context: str = "") -> dict[str, Any]:
+        """The ``summary`` and ``tags`` of an entry holding ``message`` (a ``{"role", "content", "name"?}``
+        mapping or a ChatMessage), written as an ``add_entry`` step writes them: the same prompt (with
+        ``context``, no recent turns), the same corrective re-prompts and the same fallback to the extractive
+        model. ``tags`` are code's (kept over the model's, which fill the room left). Nothing is stored. An
+        invalid message, or one that does not fit one entry (over ``settings.entry_max_chars``), raises
+        :class:`InputError`."""
+        turn = to_turn(message, normalise_time(conversation_time))
+        limit = self.settings.entry_max_chars
+        if len(turn["content"]) > limit:
+            raise InputError(f"the text has {len(turn['content'])} characters; one entry holds at most {limit}")
+        report = InvocationResult(control=ControlState.PROCESS_MESSAGE, thread_id="")
+        prompt = build_add_entry_prompt(self.prompts, message=turn, content=turn["content"], recent=[],
+                                        context=context, recent_message_chars=self.settings.recent_message_chars,
+                                        context_chars=self.settings.entry_context_chars)
+        written = await self._steps.writer.write("add_entry", prompt, report)  # report: the writer's bookkeeping
+        return {"summary": written["summary"], "tags": entry_tags(written["tags"], {}, checked_tags(tags))}
 
     def check_messages(self, messages: Sequence[ChatMessage | Mapping[str, Any]],
                        conversation_time: str | datetime | None = None) -> list[tuple[Turn, dict[str, str]]]:

@@ -14,6 +14,9 @@ searchable) and every ``batch_size``-th pending message, the flush cadence, the 
 ``max_delay_s`` after the oldest pending message was accepted writes all pending messages with one model call.
 :meth:`aprocess_conversation_messages` takes many messages at once: one invocation (one checkpoint write) per
 batch instead of one per message, with the same cadence.
+
+It is one module because the per-thread positions, locks and timers and the calls that keep them belong together;
+the read, correct and forget calls live beside it (:mod:`~mycelian_agent.agent.lifecycle_calls`).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from .._sync import run_sync
 from .graph import MycelianMemoryAgent
 from .resends import Doubt, message_digest, resent
 from .leases import ThreadLeases
+from .lifecycle_calls import LifecycleCalls
 from .control import ControlState
 from ..errors import ConfigError, InputError, MycelianError
 from .report import InvocationResult, ThreadStatus
@@ -45,9 +49,10 @@ _log = logging.getLogger(__name__)
 THREADS_HELD = 256
 
 
-class MycelianAgentInvoker:
+class MycelianAgentInvoker(LifecycleCalls):
     """The entry point for chat pipelines: ``start_session``, ``process_conversation_message``, ``end_session`` to
-    write; ``search`` and ``recall`` to read.
+    write; ``search`` and ``recall`` to read; ``get_all``, ``get``, ``update``, ``history``, ``delete`` and
+    ``delete_user`` to read, correct and forget entries one by one (:class:`LifecycleCalls`).
 
     Many users share one invoker (one server connection): a thread is bound to a user's memory by ``user=`` at
     ``astart_session`` (or its first message), kept in the thread's checkpoint; reads name the user per call.
@@ -481,14 +486,23 @@ class MycelianAgentInvoker:
         """Synchronous :meth:`aflush`."""
         return run_sync(self.aflush(thread_id), self.agent._loop)
 
-    def search(self, query: str, **options: Any) -> list[MemoryHit]:
-        """Synchronous :meth:`asearch` (the same keyword arguments: ``user``, ``top_k``, ``after``, ``before``,
-        ``by_meaning``, ``min_score``)."""
-        return run_sync(self.asearch(query, **options), self.agent._loop)
+    def flush_all(self) -> list[InvocationResult]:
+        """Synchronous :meth:`aflush_all`."""
+        return run_sync(self.aflush_all(), self.agent._loop)
 
-    def recall(self, query: str, **options: Any) -> Recall:
-        """Synchronous :meth:`arecall` (the same keyword arguments as it, ``budget_tokens`` included)."""
-        return run_sync(self.arecall(query, **options), self.agent._loop)
+    def search(self, query: str, *, user: str | None = None, top_k: int = 10, after: str | datetime | None = None,
+               before: str | datetime | None = None, by_meaning: bool = True,
+               min_score: float | None = None) -> list[MemoryHit]:
+        """Synchronous :meth:`asearch`."""
+        return run_sync(self.asearch(query, user=user, top_k=top_k, after=after, before=before,
+                                     by_meaning=by_meaning, min_score=min_score), self.agent._loop)
+
+    def recall(self, query: str, *, user: str | None = None, budget_tokens: int = 1500, top_k: int = 10,
+               after: str | datetime | None = None, before: str | datetime | None = None, by_meaning: bool = True,
+               min_score: float | None = None) -> Recall:
+        """Synchronous :meth:`arecall`."""
+        return run_sync(self.arecall(query, user=user, budget_tokens=budget_tokens, top_k=top_k, after=after,
+                                     before=before, by_meaning=by_meaning, min_score=min_score), self.agent._loop)
 
     def thread_status(self, thread_id: str) -> ThreadStatus:
         """Synchronous :meth:`athread_status`."""

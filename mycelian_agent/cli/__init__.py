@@ -1,5 +1,5 @@
-"""The ``mycelian-agent`` command: replay conversations into memory, add, list, show, search, export and delete,
-serve the memory, embed it, run the benchmarks.
+"""The ``mycelian-agent`` command: replay conversations into memory, add, list, show, search, export, get, update,
+history and delete, serve the memory, embed it, run the benchmarks.
 
 Configuration comes from flags, with environment-variable fallbacks (``MYCELIAN_DB``, ``MYCELIAN_SERVER``,
 ``MYCELIAN_TOKEN``, ``MYCELIAN_MODEL``, ``OPENAI_API_KEY``, ``OPENAI_BASE_URL``, ...); nothing deeper reads the
@@ -32,6 +32,8 @@ _COMMANDS = {
     "delete": (".memory", "delete"),
     "embeddings": ("..memory_server.cli", "embeddings_group"),
     "export": (".memory", "export"),
+    "get": (".memory", "get"),
+    "history": (".memory", "history"),
     "list": (".memory", "list_"),
     "local-llm": ("..models.local_llm.cli", "local_llm"),
     "recall": (".memory", "recall"),
@@ -39,6 +41,7 @@ _COMMANDS = {
     "search": (".memory", "search"),
     "serve": ("..memory_server.cli", "serve_command"),
     "show": (".memory", "show"),
+    "update": (".memory", "update"),
 }
 
 

@@ -1,5 +1,5 @@
-"""The commands on one memory server: ``list``, ``show``, ``search``, ``recall``, ``add``, ``delete``,
-``export``."""
+"""The commands on one memory server: ``list``, ``show``, ``search``, ``recall``, ``add``, ``get``, ``update``,
+``history``, ``delete``, ``export``."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from ..paths import check_store_location
 from .common import (connect, console, err_console, find_vault, memory_reader, open_memory, open_writer, read_options,
                      server_options)
 
-__all__ = ["add", "delete", "export", "list_", "recall", "search", "show"]
+__all__ = ["add", "delete", "export", "get", "history", "list_", "recall", "search", "show", "update"]
 
 
 @click.command()
@@ -197,6 +197,74 @@ def add(text: str, db: str | None, server: str, token: str | None, vault: str, t
 
     for entry in asyncio.run(one_shot() if is_extractive(model) else by_agent()):
         click.echo(json.dumps(entry, indent=2, ensure_ascii=False))
+
+
+def _entry_id(entry_id: str) -> str:
+    from ..recall.lifecycle import check_entry_id
+
+    return check_entry_id(entry_id)
+
+
+async def _entry_tool(tool: str, entry_id: str, db: str | None, server: str, token: str | None, vault: str,
+                      memory: str, timeout: float, reconnect_wait: float) -> Any:
+    """The answer of ``tool`` (``get_entry``, ``list_entry_versions``) on one entry of ``memory``."""
+    connection, vault_id, memory_id = await open_memory(db, server, token, vault, memory, timeout, reconnect_wait)
+    try:
+        return await connection.call_json(tool, {"vault_id": vault_id, "memory_id": memory_id, "entry_id": entry_id})
+    finally:
+        await connection.aclose()
+
+
+def _entry_command(name: str, tool: str, summary: str) -> click.Command:
+    """A command printing the JSON answer of ``tool`` on one entry (ENTRY_ID) of ``--memory``."""
+
+    @click.command(name=name, help=summary)
+    @click.argument("entry_id")
+    @server_options
+    @click.option("--memory", required=True, help="Memory title or id.")
+    def command(entry_id: str, db: str | None, server: str, token: str | None, vault: str, timeout: float,
+                reconnect_wait: float, memory: str) -> None:
+        found = asyncio.run(_entry_tool(tool, _entry_id(entry_id), db, server, token, vault, memory, timeout,
+                                        reconnect_wait))
+        click.echo(json.dumps(found, indent=2, ensure_ascii=False))
+
+    return command
+
+
+get = _entry_command("get", "get_entry", "Print one entry of a memory (ENTRY_ID: its id, as search --json, "
+                     "export or add print it) as JSON.")
+history = _entry_command("history", "list_entry_versions", "Print every version of one entry (ENTRY_ID), oldest "
+                         "first (the current one last), as JSON.")
+
+
+@click.command()
+@click.argument("entry_id")
+@click.argument("text")
+@server_options
+@click.option("--memory", required=True, help="Memory title or id.")
+@click.option("--model", envvar="MYCELIAN_MODEL", default="extractive", show_default=True,
+              help="'extractive' (no network) or 'openai:<model>' [env MYCELIAN_MODEL].")
+def update(entry_id: str, text: str, db: str | None, server: str, token: str | None, vault: str, timeout: float,
+           reconnect_wait: float, memory: str, model: str) -> None:
+    """Correct one entry: TEXT becomes its new version (same id; summary and tags written by the model, as for
+    add). The old version leaves search and recall and stays in `history`. Prints the entry as now stored."""
+    entry_id = _entry_id(entry_id)
+    # The memory and the entry must exist before a model is loaded (and before build_agent, which would create
+    # a missing memory).
+    asyncio.run(_entry_tool("get_entry", entry_id, db, server, token, vault, memory, timeout, reconnect_wait))
+    from ..builder import ConnectionSettings, build_agent
+
+    local = server in ("embedded", "in-process")
+    connection = ConnectionSettings.from_env(os.environ, server=server, db=db, token=token, timeout=timeout,
+                                             reconnect_wait=reconnect_wait, embeddings=False if local else None)
+
+    async def run() -> Any:
+        async with build_agent(model, connection=connection, vault=vault, memory=memory) as invoker:
+            await invoker.aupdate(entry_id, text)
+            ids = {"vault_id": invoker.agent.vault_id, "memory_id": invoker.agent.memory_id}
+            return await invoker.connection.call_json("get_entry", {**ids, "entry_id": entry_id})
+
+    click.echo(json.dumps(asyncio.run(run()), indent=2, ensure_ascii=False))
 
 
 @click.command()

@@ -2,7 +2,8 @@
 
 - :class:`MycelianRetriever` (``integrations.retriever``): a LangChain retriever; each hit is a ``Document``.
 - :func:`make_search_memory_tool` (``integrations.tools``): a ``search_memory`` tool for tool-calling agents that
-  answers with the recall block.
+  answers with the recall block; :func:`make_manage_memory_tool` a ``manage_memory`` tool that creates, updates
+  and deletes the user's memory items.
 - :class:`MycelianStore` (``integrations.store``): LangGraph's ``BaseStore`` over the memory server, for
   ``graph.compile(store=...)`` and the tools written for LangGraph's store.
 
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 from .retriever import MycelianRetriever
 from .store import MycelianStore, namespace_title
-from .tools import SearchMemoryInput, make_search_memory_tool
+from .tools import ManageMemoryInput, SearchMemoryInput, make_manage_memory_tool, make_search_memory_tool
 
-__all__ = ["MycelianRetriever", "MycelianStore", "SearchMemoryInput", "make_search_memory_tool", "namespace_title"]
+__all__ = ["ManageMemoryInput", "MycelianRetriever", "MycelianStore", "SearchMemoryInput", "make_manage_memory_tool",
+           "make_search_memory_tool", "namespace_title"]

@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-__all__ = ["MATCH_MEANING", "MATCH_WORDS", "MemoryHit", "MemoryHits", "RecalledTurn", "Recall", "estimate_tokens",
-           "pending_note", "speaker_label", "when_label"]
+__all__ = ["MATCH_MEANING", "MATCH_WORDS", "MemoryHit", "MemoryHits", "RecalledTurn", "Recall", "StoredText",
+           "estimate_tokens", "pending_note", "speaker_label", "stored_fields", "when_label"]
 
 #: The values of :attr:`MemoryHit.match` (the ``match`` of a ``search_memories`` entry; the server's
 #: ``retrieval.pipeline.MATCH_WORDS`` / ``MATCH_MEANING``, repeated here: the read side speaks only the tool contract).
@@ -59,7 +59,31 @@ def _number(value: Any) -> float:
 
 
 @dataclass(frozen=True)
-class MemoryHit:
+class StoredText:
+    """What every entry read back carries (a search hit, a listed entry, a version): its id, verbatim text, summary,
+    and the speaker, role, time and thread read from its tags and times."""
+
+    entry_id: str
+    text: str
+    summary: str
+    speaker: str | None
+    role: str | None
+    time: str | None
+    thread: str | None
+
+
+def stored_fields(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """The :class:`StoredText` fields, ``created`` and ``tags`` of an entry object of the tool contract."""
+    tags = dict(entry.get("tags") or {})
+    role = tags.get("role")
+    return {"entry_id": str(entry["entryId"]), "text": str(entry.get("rawEntry") or ""),
+            "summary": str(entry.get("summary") or ""), "speaker": tags.get("speaker") or role, "role": role,
+            "time": entry.get("conversationTime") or entry.get("creationTime"), "thread": tags.get("thread"),
+            "created": entry.get("creationTime"), "tags": tags}
+
+
+@dataclass(frozen=True)
+class MemoryHit(StoredText):
     """One entry a search found.
 
     ``text`` is the verbatim message (one part of a long message, see ``tags["part"]``), ``summary`` the
@@ -76,13 +100,6 @@ class MemoryHit:
     or None (a server that does not say).
     """
 
-    entry_id: str
-    text: str
-    summary: str
-    speaker: str | None
-    role: str | None
-    time: str | None
-    thread: str | None
     score: float
     memory_id: str
     user: str | None = None
@@ -99,13 +116,8 @@ class MemoryHit:
     def from_entry(cls, entry: Mapping[str, Any], *, memory_id: str, user: str | None,
                    score: float = 0.0) -> MemoryHit:
         """A hit from an entry object of the tool contract (``search_memories`` or ``list_entries``)."""
-        tags = dict(entry.get("tags") or {})
-        role = tags.get("role")
-        return cls(entry_id=str(entry["entryId"]), text=str(entry.get("rawEntry") or ""),
-                   summary=str(entry.get("summary") or ""), speaker=tags.get("speaker") or role, role=role,
-                   time=entry.get("conversationTime") or entry.get("creationTime"), thread=tags.get("thread"),
-                   score=_number(entry.get("score", score)), memory_id=memory_id, user=user,
-                   created=entry.get("creationTime"), tags=tags, match=entry.get("match"))
+        return cls(**stored_fields(entry), score=_number(entry.get("score", score)), memory_id=memory_id, user=user,
+                   match=entry.get("match"))
 
     def as_dict(self) -> dict[str, Any]:
         """The hit as plain JSON-ready data."""
@@ -161,11 +173,12 @@ class Recall:
     entries and their neighbouring turns, deduplicated, in time order; ``hits`` the search's ranked hits (all of
     them, also those left out of the block for the budget). ``tokens`` is the block's estimated size, never above
     ``budget_tokens``. ``pending_vectors``: as :attr:`MemoryHits.pending_vectors` for the search behind it.
+    ``memory_id`` is None when the user has no memory (a read creates none): the recall is then empty.
     """
 
     query: str
     user: str | None
-    memory_id: str
+    memory_id: str | None
     notes: tuple[str, ...]
     turns: tuple[RecalledTurn, ...]
     hits: tuple[MemoryHit, ...]

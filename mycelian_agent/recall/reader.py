@@ -145,11 +145,12 @@ class MemoryReader:
     def vault_id(self) -> str:
         return self.users.vault_id
 
-    async def memory_of(self, user: str | None) -> tuple[str, str | None]:
-        """``(memory id, user)`` read for ``user`` (None: the default memory)."""
+    async def memory_of(self, user: str | None) -> tuple[str | None, str | None]:
+        """``(memory id, user)`` read for ``user`` (None: the default memory); the id is None when ``user`` has no
+        memory in the vault. A read never creates one."""
         if user is None:
             return self.default_memory_id, self.default_user
-        return await self.users.memory_id(user), user
+        return await self.users.find(user), user
 
     def _search_params(self) -> set[str]:
         if self._declared is None:
@@ -201,11 +202,13 @@ class MemoryReader:
         return MemoryHits(hits[:top_k], pending_vectors=counted), document
 
     async def _user_search(self, user: str | None, query: str, top_k: int, after: str | None, before: str | None,
-                           min_score: float | None = None) -> tuple[str, str | None, MemoryHits, str | None]:
-        """``(memory id, user, hits, context document)``. A user's memory deleted since it was cached (by another
-        process: its id is gone) is looked up again: created anew (empty) when users are created on first use,
-        else an unknown user; never another memory."""
+                           min_score: float | None = None) -> tuple[str | None, str | None, MemoryHits, str | None]:
+        """``(memory id, user, hits, context document)``; no hits and no memory id for a user without a memory. A
+        user's memory deleted since it was cached (by another process: its id is gone) is looked up again: found
+        anew when it was created again, else the user has none; never another memory, never a new one."""
         memory_id, user = await self.memory_of(user)
+        if memory_id is None:
+            return None, user, MemoryHits(), None
         try:
             hits, document = await self._search(memory_id, user, query, top_k, after, before, min_score)
         except MemoryServerError as exc:
@@ -213,6 +216,8 @@ class MemoryReader:
                 raise
             self.users.forget(user)
             memory_id, user = await self.memory_of(user)
+            if memory_id is None:
+                return None, user, MemoryHits(), None
             hits, document = await self._search(memory_id, user, query, top_k, after, before, min_score)
         return memory_id, user, hits, document
 
@@ -232,7 +237,8 @@ class MemoryReader:
         every search, non-increasing down the list); ``min_score`` keeps only hits scoring at least that (compared
         with what the server sends: another server's scale may differ). More than 25 hits are read as pages of
         the ranking on a server that pages (ours); another gives at most its 25. An empty or over-long query, a
-        bad ``top_k``, ``min_score`` or bound, or an unknown user (when creation is off) raise :class:`InputError`.
+        bad ``top_k``, ``min_score`` or bound raise :class:`InputError`; a user without a memory gets no hits (and
+        no memory is created: reads have no side effects).
         """
         query, min_score, after, before = _check_read(query, top_k, min_score, by_meaning, after, before)
         _, _, hits, _ = await self._user_search(user, query, top_k, after, before, min_score)
@@ -271,12 +277,15 @@ class MemoryReader:
         and ``top_k`` is 1-100 (see :meth:`asearch`).
 
         Raises :class:`InputError` for an empty query, a budget too small to hold one entry, a bad ``top_k``,
-        ``min_score`` or bound (``after`` not earlier than ``before``), or an unknown user (creation off); a memory with nothing relevant gives an empty recall whose
-        block says so.
+        ``min_score`` or bound (``after`` not earlier than ``before``); a memory with nothing relevant, or a user
+        without a memory (none is created), gives an empty recall whose block says so.
         """
         query, min_score, after, before = _check_read(query, top_k, min_score, by_meaning, after, before)
         _check_count("budget_tokens", budget_tokens, MIN_BUDGET_TOKENS, 1_000_000)
         memory_id, user, hits, document = await self._user_search(user, query, top_k, after, before, min_score)
+        if memory_id is None:  # the user has no memory: nothing to recall, and nothing created
+            return Recall(query=query, user=user, memory_id=None, notes=(), turns=(), hits=(),
+                          budget_tokens=budget_tokens, tokens=estimate_tokens(render_recall(query, (), ())))
         pending = hits.pending_vectors
         if not by_meaning:
             hits = MemoryHits(hit for hit in hits if not hit.by_meaning)

@@ -1,8 +1,9 @@
 """Users are data, not processes: user ``alice`` is the memory titled ``alice`` in the invoker's vault.
 
 One :class:`UserDirectory` per invoker maps user names to memory ids over the invoker's one server connection,
-creating a user's memory on first use (unless creation is off). The vault's memory list is read once; after that a
-known user costs nothing and a new one one ``create_memory_in_vault`` call. Only Mycelian tools are used
+creating a user's memory on its first write (unless creation is off); reads never create one
+(:meth:`UserDirectory.find`). The vault's memory list is read once; after that a known user costs nothing and a new
+one one ``create_memory_in_vault`` call. Only Mycelian tools are used
 (``list_memories``, ``create_memory_in_vault``), so it works against a remote Mycelian server too.
 """
 
@@ -54,7 +55,8 @@ def check_user(user: object) -> str:
 
 
 class UserDirectory:
-    """User name -> memory id in one vault, cached; a user's memory is created on first use when ``create``.
+    """User name -> memory id in one vault, cached; a user's memory is created on first write when ``create``
+    (:meth:`memory_id`; reads use :meth:`find`, which never creates).
 
     ``memory_type`` is the type of the memories it creates. Concurrent first uses of one user create one memory
     (creations are serialised in this process; a creation lost to another process reads the winner's memory).
@@ -102,6 +104,17 @@ class UserDirectory:
             if isinstance(item, dict) and "title" in item and "memoryId" in item:
                 self.remember(str(item["title"]), str(item["memoryId"]))
         self._loaded = True
+
+    async def find(self, user: str) -> str | None:
+        """The memory id of ``user``, or None when the vault holds no memory of that user: never creates one (a
+        read has no side effects). An unknown user is looked up again in the vault (another process may have
+        created it since)."""
+        check_user(user)
+        found = self._ids.get(user)
+        if found is None:
+            await self._reload()
+            found = self._ids.get(user)
+        return found
 
     async def memory_id(self, user: str, *, create: bool | None = None) -> str:
         """The memory id of ``user``; created when missing if ``create`` (default: the directory's setting), else

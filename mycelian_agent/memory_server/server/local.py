@@ -1,11 +1,11 @@
 """The memory tools on a database opened in this process, without MCP: the CLI's one-shot commands.
 
-``mycelian-agent list|show|search|export|delete`` against the embedded database (``--db``, no ``--server``) read
-or delete, and ``add`` with the extractive model writes one entry (``agent/oneshot.py``); loading the MCP SDK and
-LangChain for that took ~1.5 s of the ~2 s each command took. This connection answers the same tool names with the
-same JSON shapes by calling :class:`MemoryStore` directly (the tools in ``app.py`` are one store call each), so those
-commands start in a few hundred milliseconds. ``replay`` and ``add`` with another model go through the agent and the
-MCP tools.
+``mycelian-agent list|show|search|export|get|history|delete`` against the embedded database (``--db``, no
+``--server``) read or delete, and ``add`` with the extractive model writes one entry (``agent/oneshot.py``); loading
+the MCP SDK and LangChain for that took ~1.5 s of the ~2 s each command took. This connection answers the same tool
+names with the same JSON shapes by calling :class:`MemoryStore` directly (the tools in ``app.py`` are one store call
+each), so those commands start in a few hundred milliseconds. ``replay``, ``update`` and ``add`` with another model go
+through the agent and the MCP tools.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ LOCAL_TOOLS: Mapping[str, Callable[..., Any]] = {
     "list_entries": MemoryStore.list_entries,
     "get_entry": MemoryStore.get_entry,
     "add_entry": MemoryStore.add_entry,
+    "list_entry_versions": MemoryStore.list_entry_versions,
     "get_context": MemoryStore.get_context,
     "search_memories": search,
     "delete_entry": MemoryStore.delete_entry,
