@@ -44,7 +44,7 @@ from .metrics import RecallRecord, aggregate, recall_at_k, unique_in_order
 from ..models.resolve import model_name, resolve_model
 from .records import append_jsonl, read_jsonl, write_json
 from .runner import (BenchmarkReport, BenchmarkRunner, MemoryHarness, ingestion_totals, progress_bar, report_notes,
-                     run_pool, run_rates)
+                     run_pool, run_rates, usage_by_model, usage_totals)
 
 __all__ = [
     "SingleQuestionRunner", "RETRIEVAL_ONLY_MARK", "QA_SYSTEM_PROMPT", "answer_question",
@@ -260,10 +260,12 @@ class SingleQuestionRunner(BenchmarkRunner):
             "recall": {"session": tables["session recall (answer_session_ids)"].as_dict(),
                        "turn": tables["turn recall (has_answer turns)"].as_dict()},
             "ingestion": ingestion_totals([r["ingestion"] for r in records]),
-            "usage": {"ingestion": _sum(r["usage"]["ingestion"] for r in records),
+            "usage": {"ingestion": usage_totals(r["usage"]["ingestion"] for r in records),
                       "qa": _sum(r["usage"]["qa"] for r in records)},
             "search_s_mean": round(sum(r["search_s"] for r in records) / len(records), 4) if records else None,
         }
+        summary["usage_by_model"] = usage_by_model(summary["usage"]["ingestion"], summary["qa_model"],
+                                                   summary["usage"]["qa"])
         write_json(Path(self.out) / "summary.json", summary)
         return BenchmarkReport(summary, tables, _notes(summary))
 
