@@ -187,6 +187,7 @@ class BenchmarkRunner(ABC):
     model_timeout: float | None = 120.0
     flush_every: int = 6
     batch_size: int = 1  # > 1: batched mode (AgentSettings.batch_size)
+    prompt_examples: bool = False  # show the model the prompts' worked examples (build_agent's)
     embeddings: bool | None = None  # None: the server's default (dense + BM25 when a dense model is installed)
     top_k: int = 10
     ks: tuple[int, ...] = (1, 5, 10)
@@ -258,7 +259,7 @@ class BenchmarkRunner(ABC):
                                flush_every=self.flush_every, api_key=self.api_key, base_url=self.base_url,
                                tool_choice_mode=self.tool_choice_mode, max_tokens=self.max_tokens,
                                model_timeout=self.model_timeout, batch_size=self.batch_size,
-                               embeddings=self.embeddings) as invoker:
+                               embeddings=self.embeddings, prompt_examples=self.prompt_examples) as invoker:
             yield MemoryHarness(invoker, self.flush_every)
 
 
