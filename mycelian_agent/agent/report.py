@@ -110,9 +110,10 @@ class Usage(_Counts):
         """One model call, with the token counts the provider reported (0 where it reported none); counted for
         ``model`` when it is named."""
         usage = getattr(reply, "usage_metadata", None) or {}
-        counts = {"llm_calls": 1, "prompt_tokens": int(usage.get("input_tokens", 0) or 0),
-                  "completion_tokens": int(usage.get("output_tokens", 0) or 0)}
-        return cls.of(model, **counts) if model is not None else cls(**counts)
+        prompt, completion = int(usage.get("input_tokens", 0) or 0), int(usage.get("output_tokens", 0) or 0)
+        if model is None:
+            return cls(llm_calls=1, prompt_tokens=prompt, completion_tokens=completion)
+        return cls.of(model, llm_calls=1, prompt_tokens=prompt, completion_tokens=completion)
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any] | None) -> Usage:
@@ -125,7 +126,7 @@ class Usage(_Counts):
                    by_model={str(model): ModelUsage.from_mapping(row) for model, row in rows.items()
                              if isinstance(row, Mapping)})
 
-    def as_dict(self) -> dict[str, Any]:  # type: ignore[override]
+    def as_dict(self) -> dict[str, Any]:
         """Plain data: the totals under their names, and ``by_model`` (model name → counters)."""
         return {**{name: getattr(self, name) for name in _TOTALS},
                 "by_model": {model: row.as_dict() for model, row in self.by_model.items()}}

@@ -188,6 +188,7 @@ class LoCoMoRunner(BenchmarkRunner):
         if any(r.get("adversarial") for r in records):
             tables[adversarial_name] = aggregate(recall_records(True), self.ks)
         usage = usage_totals(sample["usage"] for sample in samples)
+        qa = _qa_summary(records, self.qa_model)
         summary = {
             "benchmark": "locomo",
             "out": str(self.out),
@@ -206,10 +207,9 @@ class LoCoMoRunner(BenchmarkRunner):
             "usage": usage,
             "search_s_mean": round(sum(r["search_s"] for r in records) / len(records), 4) if records else None,
             "sessions": self.sessions,
-            "qa": _qa_summary(records, self.qa_model),
+            "qa": qa,
+            "usage_by_model": usage_by_model(usage, model_name(self.qa_model) if qa else None, qa and qa["usage"]),
         }
-        qa = summary["qa"]
-        summary["usage_by_model"] = usage_by_model(usage, qa and qa["model"], qa and qa["usage"])
         write_json(Path(self.out) / "summary.json", summary)
         return BenchmarkReport(summary, tables, _notes(summary))
 

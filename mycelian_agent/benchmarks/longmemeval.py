@@ -246,6 +246,8 @@ class SingleQuestionRunner(BenchmarkRunner):
             "turn recall (has_answer turns)": aggregate(
                 (_recall_record(r, "retrieved_turns", "evidence_turns") for r in records), self.ks),
         }
+        ingestion_usage = usage_totals(r["usage"]["ingestion"] for r in records)
+        qa_usage = _sum(r["usage"]["qa"] for r in records)
         summary = {
             "benchmark": "longmemeval",
             "out": str(self.out),
@@ -260,12 +262,11 @@ class SingleQuestionRunner(BenchmarkRunner):
             "recall": {"session": tables["session recall (answer_session_ids)"].as_dict(),
                        "turn": tables["turn recall (has_answer turns)"].as_dict()},
             "ingestion": ingestion_totals([r["ingestion"] for r in records]),
-            "usage": {"ingestion": usage_totals(r["usage"]["ingestion"] for r in records),
-                      "qa": _sum(r["usage"]["qa"] for r in records)},
+            "usage": {"ingestion": ingestion_usage, "qa": qa_usage},
             "search_s_mean": round(sum(r["search_s"] for r in records) / len(records), 4) if records else None,
         }
-        summary["usage_by_model"] = usage_by_model(summary["usage"]["ingestion"], summary["qa_model"],
-                                                   summary["usage"]["qa"])
+        summary["usage_by_model"] = usage_by_model(
+            ingestion_usage, model_name(self.qa_model) if self.qa_model is not None else None, qa_usage)
         write_json(Path(self.out) / "summary.json", summary)
         return BenchmarkReport(summary, tables, _notes(summary))
 
