@@ -22,7 +22,8 @@ how often every evidence turn was shown to the reader (``evidence_shown``).
 
 **Files** in ``out``: ``qa_records.jsonl`` (one line per question and condition, appended as they are answered:
 a re-run skips the pairs it holds), ``qa_summary.json``, ``qa_config.json`` (the settings the records were made
-with; a re-run with other settings is refused) and the memory / checkpoint databases. Per slice the conditions
+with; a re-run with other settings is refused), ``qa_ingestion.jsonl`` (each slice's ingestion usage, for the
+summary's ``usage_by_model`` rows beside the reader's) and the memory / checkpoint databases. Per slice the conditions
 run one after the other, ``full`` first: a llama.cpp reader then re-reads the shared prefix from its cache.
 """
 
