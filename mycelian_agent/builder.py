@@ -246,6 +246,7 @@ class AgentContext:
     flush_every: int = 6
     settings: AgentSettings | None = None
     prompts: PromptSet | Literal["package", "server"] | str | Path = "package"
+    prompt_examples: bool = False
     api_key: str | None = None
     base_url: str | None = None
     tool_choice_mode: Literal["named", "required", "auto"] | None = None
@@ -312,15 +313,16 @@ class AgentContext:
         from .agent.prompts import PromptSet
         if isinstance(self.prompts, PromptSet):
             return self.prompts
+        examples = self.prompt_examples
         if self.prompts == "package":
-            return PromptSet.load()
+            return PromptSet.load(examples=examples)
         if self.prompts == "server":
             try:
                 served = await memory.call_json("get_default_prompts", {"memory_type": "chat"})
             except MemoryServerError as exc:
                 raise ConfigError(f"prompts='server' but the server gave none: {exc}") from exc
-            return PromptSet.load().with_server_rules(served)
-        return PromptSet.load(self.prompts)
+            return PromptSet.load(examples=examples).with_server_rules(served)
+        return PromptSet.load(self.prompts, examples=examples)
 
     async def __aexit__(self, *exc_info: object) -> None:
         stack, self._stack = self._stack, None
@@ -371,6 +373,7 @@ def build_agent(
     flush_every: int = 6,
     settings: AgentSettings | None = None,
     prompts: PromptSet | Literal["package", "server"] | str | Path = "package",
+    prompt_examples: bool = False,
     api_key: str | None = None,
     base_url: str | None = None,
     memory_type: str = "NOTES",
@@ -410,7 +413,8 @@ def build_agent(
       (vectors written by a background thread; searches wait for them) or ``"inline"`` (inside each entry's
       write); ``embeddings_model``: ``"e5-small"``, ``"minilm"`` or ``"auto"``
       (default: the first installed, see ``memory_server/retrieval/dense/encoders.py``).
-    - ``prompts``: ``"package"``, ``"server"`` (the server's ``get_default_prompts`` rules), or a directory.
+    - ``prompts``: ``"package"``, ``"server"`` (the server's ``get_default_prompts`` rules), or a directory;
+      ``prompt_examples``: also show the model the worked examples (``prompts/*_examples.md``; BENCHMARKS.md §5).
     - ``tool_choice_mode``: how the tool is forced (``AgentSettings.tool_choice_mode``; overrides ``settings``):
       ``"named"`` (default), ``"required"`` for llama.cpp's server and similar endpoints, or ``"auto"``.
     - ``max_tokens``: completion limit of an ``openai:`` model.
@@ -436,6 +440,7 @@ def build_agent(
                               f"keywords, not both (also given: {', '.join(clashing)})")
     return AgentContext(model=model, connection=connection, vault=vault, memory=memory, memory_type=memory_type,
                         create_users=create_users, thread_wait=thread_wait, checkpointer=checkpointer,
-                        flush_every=flush_every, settings=settings, prompts=prompts, api_key=api_key,
+                        flush_every=flush_every, settings=settings, prompts=prompts,
+                        prompt_examples=prompt_examples, api_key=api_key,
                         base_url=base_url, tool_choice_mode=tool_choice_mode, max_tokens=max_tokens,
                         batch_size=batch_size, max_delay_s=max_delay_s, model_timeout=model_timeout)

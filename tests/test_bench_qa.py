@@ -217,6 +217,9 @@ def test_end_to_end_with_a_scripted_reader_and_resume(locomo_file: Path, tmp_pat
     assert summary["questions_paired"] == 4 and set(summary["conditions"]) == set(CONDITIONS)
     assert summary["conditions"]["none"]["f1"] < summary["conditions"]["full"]["f1"]
     assert json.loads((out / "qa_summary.json").read_text())["questions_paired"] == 4
+    # usage per model: the extractive model wrote the slices' memories, the reader answered every record
+    rows = summary["usage_by_model"]
+    assert rows[f"{summary['reader']} (QA)"]["llm_calls"] == 16 and rows["extractive"]["llm_calls"] > 0
     # A killed run: the last two answers are lost (one torn line). The re-run asks exactly those two.
     lines = (out / "qa_records.jsonl").read_text().splitlines(keepends=True)
     (out / "qa_records.jsonl").write_text("".join(lines[:-2]) + lines[-2][:20])
@@ -242,6 +245,8 @@ def test_reader_over_an_openai_compatible_endpoint_reports_usage(locomo_file: Pa
     row = summary["conditions"]["bm25"]
     assert (row["prompt_tokens"], row["prompt_tokens_source"]) == (321, "endpoint")
     assert summary["target"] is None and summary["reader"] == "openai:stub"
+    reader = summary["usage_by_model"]["openai:stub (QA)"]
+    assert (reader["llm_calls"], reader["prompt_tokens"], reader["completion_tokens"]) == (2, 642, 6)
 
 
 def _closed_port() -> int:
@@ -276,4 +281,5 @@ def test_command_line(locomo_file: Path, tmp_path: Path) -> None:
                              env={"OPENAI_BASE_URL": None, "OPENAI_API_KEY": None})
     assert done.exit_code == 0, done.output
     assert "questions answered under every condition" in done.output and "F1 per category" in done.output
+    assert "model usage: openai:stub (QA): 8 calls" in done.output
     assert len((tmp_path / "qa" / "qa_records.jsonl").read_text().splitlines()) == 2 * 4

@@ -137,6 +137,11 @@ async def test_a_slice_of_sessions_with_qa_scored_by_token_f1(data: Path, tmp_pa
     assert summary["sessions"] == 1 and summary["qa"]["questions"] == 1
     assert summary["qa"]["usage"] == {"llm_calls": 1, "prompt_tokens": 90, "completion_tokens": 6}
     assert "token F1" in summary["qa"]["judge"] and "mean F1 0.333" in report.format()
+    # usage per model: the extractive model wrote the memory, the QA model answered
+    assert summary["usage_by_model"]["scripted (QA)"] == {**dict.fromkeys(summary["usage_by_model"]["extractive"], 0),
+                                                          "llm_calls": 1, "prompt_tokens": 90, "completion_tokens": 6}
+    assert summary["usage"]["by_model"]["extractive"]["llm_calls"] == summary["usage"]["llm_calls"] > 0
+    assert "  scripted (QA): 1 calls, 90 / 6 tokens" in report.format()
 
 
 def test_token_f1_follows_locomo():

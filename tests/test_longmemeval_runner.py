@@ -145,6 +145,9 @@ async def test_qa_model_answers_from_the_evidence(data: Path, tmp_path: Path):
     assert "Question date: 2023-06-01 10:00" in prompt and "[2023-05-10 (Wed) 18:30] user" in prompt
     assert "Long-term memory relevant to: Which city did I relocate to" in prompt  # what invoker.arecall gives
     assert report.summary["usage"]["qa"]["prompt_tokens"] == 120
+    rows = report.summary["usage_by_model"]
+    assert rows["scripted (QA)"]["llm_calls"] == 1 and rows["extractive"]["llm_calls"] >= 6
+    assert "  extractive: " in report.format() and "  scripted (QA): 1 calls, 120 / 7 tokens" in report.format()
 
 
 @pytest.mark.parametrize("count", [1, 2, 3, 5])

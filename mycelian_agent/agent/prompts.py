@@ -3,12 +3,15 @@ with the context merge) and put_context (the context merge).
 
 Templates are ``string.Template`` files in ``prompts/``; substitution is strict, so a missing variable is a
 :class:`PromptError` naming it. Rule files (entry capture, summary, context) are attached verbatim: they may come
-from the package or from the memory server's ``get_default_prompts``.
+from the package or from the memory server's ``get_default_prompts``. Worked examples (``*_examples.md``, opt-in:
+``PromptSet.load(examples=True)``) follow the rules in the system message, substituted as strictly as the tasks;
+they are a fixed text per operation, so they add the same tokens to every call of it and do not grow with the
+conversation.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from string import Template
 from typing import Any, Mapping, Sequence
@@ -25,6 +28,7 @@ __all__ = ["PromptSet", "BatchItem", "render", "build_add_entry_prompt", "build_
            "build_put_context_prompt"]
 
 _TEMPLATE_NAMES = ("agent_prefix", "add_entry_task", "put_context_task")
+_EXAMPLE_NAMES = ("add_entry_examples", "add_entries_examples", "put_context_examples")
 
 
 def render(template: str, name: str, values: Mapping[str, Any]) -> str:
@@ -48,14 +52,22 @@ class PromptSet:
     summary_prompt: str
     context_prompt: str
     add_entries_task: str = ""  # batched mode; a prompt directory without add_entries_task.md gets the package's
+    # Worked examples shown after the rules ("" = none, the default): one to three invented exchanges per operation.
+    add_entry_examples: str = ""
+    add_entries_examples: str = ""
+    put_context_examples: str = ""
 
     @classmethod
-    def load(cls, directory: Path | str | None = None) -> "PromptSet":
-        """Load every prompt from ``directory`` (default: the package's ``prompts/``)."""
+    def load(cls, directory: Path | str | None = None, *, examples: bool = False) -> "PromptSet":
+        """Load every prompt from ``directory`` (default: the package's ``prompts/``); with ``examples`` also the
+        worked examples (``add_entry_examples``, ``add_entries_examples``, ``put_context_examples``), which a
+        directory must then hold too."""
         base = Path(directory) if directory is not None else None
         texts = {name: read_prompt(name, base) for name in (*_TEMPLATE_NAMES, *PROMPT_NAMES)}
         batch = base / "add_entries_task.md" if base is not None else None
         texts["add_entries_task"] = read_prompt("add_entries_task", base if batch and batch.is_file() else None)
+        if examples:
+            texts.update({name: read_prompt(name, base) for name in _EXAMPLE_NAMES})
         return cls(**texts)
 
     def with_server_rules(self, default_prompts: Mapping[str, Any]) -> "PromptSet":
@@ -66,13 +78,15 @@ class PromptSet:
         missing = [name for name in PROMPT_NAMES if not isinstance(templates.get(name), str) or not templates[name]]
         if missing:
             raise PromptError(f"get_default_prompts is missing template(s): {', '.join(missing)}")
-        return PromptSet(
-            agent_prefix=self.agent_prefix,
-            add_entry_task=self.add_entry_task,
-            put_context_task=self.put_context_task,
-            add_entries_task=self.add_entries_task,
-            **{name: templates[name] for name in PROMPT_NAMES},
-        )
+        return replace(self, **{name: templates[name] for name in PROMPT_NAMES})
+
+
+def _system(parts: Sequence[str], examples: str, name: str, values: Mapping[str, Any]) -> SystemMessage:
+    """The system message: the rule texts, then the operation's worked examples (if loaded) rendered strictly."""
+    texts = [part.strip() for part in parts]
+    if examples.strip():
+        texts.append(render(examples, name, values).strip())
+    return SystemMessage("\n\n".join(texts))
 
 
 def _format_messages(items: Sequence[Mapping[str, Any]]) -> str:
@@ -116,11 +130,10 @@ def build_add_entry_prompt(
         "content": content,
         "part_note": "whole message" if total == 1 else f"part {index} of {total} of a long message",
     }
-    system = "\n\n".join(
-        [prompts.agent_prefix.strip(), prompts.entry_capture_prompt.strip(), prompts.summary_prompt.strip()]
-    )
+    system = _system([prompts.agent_prefix, prompts.entry_capture_prompt, prompts.summary_prompt],
+                     prompts.add_entry_examples, "add_entry_examples", values)
     task = render(prompts.add_entry_task, "add_entry_task", values)
-    return [SystemMessage(system), HumanMessage(task, additional_kwargs={TASK_KEY: payload})]
+    return [system, HumanMessage(task, additional_kwargs={TASK_KEY: payload})]
 
 
 @dataclass(frozen=True)
@@ -182,9 +195,9 @@ def build_add_entries_prompt(
             "earlier messages and the messages to record, following the context rules (at most "
             f"{max_chars} characters).") if with_context else "",
     }
-    rules = [prompts.agent_prefix.strip(), prompts.entry_capture_prompt.strip(), prompts.summary_prompt.strip()]
+    rules = [prompts.agent_prefix, prompts.entry_capture_prompt, prompts.summary_prompt]
     if with_context:
-        rules.append(prompts.context_prompt.strip())
+        rules.append(prompts.context_prompt)
     task = render(prompts.add_entries_task, "add_entries_task", values)
     if note:
         task = f"{note}\n\n{task}"
@@ -207,7 +220,8 @@ def build_add_entries_prompt(
             "messages": flush_items,
             "max_chars": max_chars,
         }
-    return [SystemMessage("\n\n".join(rules)), HumanMessage(task, additional_kwargs={TASK_KEY: payload})]
+    system = _system(rules, prompts.add_entries_examples, "add_entries_examples", values)
+    return [system, HumanMessage(task, additional_kwargs={TASK_KEY: payload})]
 
 
 def build_put_context_prompt(
@@ -225,7 +239,8 @@ def build_put_context_prompt(
         "messages": _format_messages(items),
         "max_chars": max_chars,
     }
-    system = "\n\n".join([prompts.agent_prefix.strip(), prompts.context_prompt.strip()])
+    system = _system([prompts.agent_prefix, prompts.context_prompt], prompts.put_context_examples,
+                     "put_context_examples", values)
     task = render(prompts.put_context_task, "put_context_task", values)
     payload = {
         "operation": "put_context",
@@ -233,5 +248,5 @@ def build_put_context_prompt(
         "messages": items,
         "max_chars": max_chars,
     }
-    return [SystemMessage(system), HumanMessage(task, additional_kwargs={TASK_KEY: payload})]
+    return [system, HumanMessage(task, additional_kwargs={TASK_KEY: payload})]
 

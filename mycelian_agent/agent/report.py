@@ -15,7 +15,7 @@ from langchain_core.messages import BaseMessage
 
 from .control import ControlState
 
-__all__ = ["Usage", "InvocationResult", "ThreadProgress", "ThreadStatus"]
+__all__ = ["Usage", "ModelUsage", "InvocationResult", "ThreadProgress", "ThreadStatus"]
 
 
 @dataclass(frozen=True)
@@ -34,8 +34,54 @@ class _Counts:
 
 
 @dataclass(frozen=True)
+class ModelUsage(_Counts):
+    """One model's share of a :class:`Usage`: its calls, tokens and recoveries.
+
+    ``fallbacks`` are the steps this model could not write (the fallback model wrote them), ``fallback_entries``
+    the entries among them (a context document is a step, not an entry); ``stand_ins`` are the steps this model
+    wrote as the fallback for another, and ``stand_in_entries`` the entries among them. A fallback's own calls
+    are counted there, not in ``llm_calls``, so the rows' calls add up to the total.
+    """
+
+    llm_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    corrections: int = 0
+    fallbacks: int = 0
+    fallback_entries: int = 0
+    model_retries: int = 0
+    stand_ins: int = 0
+    stand_in_entries: int = 0
+
+    def __add__(self, other: ModelUsage) -> ModelUsage:
+        return ModelUsage(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
+
+    def describe(self) -> str:
+        """One line for a report: calls and tokens, then the recoveries that happened."""
+        parts = [f"{self.llm_calls} calls, {self.prompt_tokens:,} / {self.completion_tokens:,} tokens"]
+        if self.corrections:
+            parts.append(f"{self.corrections} corrections")
+        if self.model_retries:
+            parts.append(f"{self.model_retries} retries")
+        if self.fallbacks:
+            parts.append(f"{self.fallbacks} steps to the fallback ({self.fallback_entries} entries)")
+        if self.stand_ins:
+            parts.append(f"wrote {self.stand_ins} steps as the fallback ({self.stand_in_entries} entries)")
+        return ", ".join(parts)
+
+
+#: The counters a model row and the totals share; the totals are their sums over the rows.
+_SHARED = ("llm_calls", "prompt_tokens", "completion_tokens", "corrections", "fallbacks", "model_retries")
+
+
+@dataclass(frozen=True)
 class Usage(_Counts):
-    """Model usage and recoveries; values add up with ``+``."""
+    """Model usage and recoveries; values add up with ``+``.
+
+    The integer fields are the totals. ``by_model`` breaks them down by model name (``"openai:gpt-4o-mini"``,
+    ``"extractive"``): each row is a :class:`ModelUsage`, and the rows' shared counters add up to the totals
+    (``retries``, memory-server retries, belong to no model). Build a model's counts with :meth:`of`.
+    """
 
     llm_calls: int = 0
     prompt_tokens: int = 0
@@ -44,16 +90,53 @@ class Usage(_Counts):
     corrections: int = 0  # re-prompts after a reply without a usable tool call
     fallbacks: int = 0  # steps whose arguments the fallback (extractive) model wrote
     model_retries: int = 0  # model calls repeated after a transient failure (HTTP 429 / 5xx, timeout, connection)
+    by_model: Mapping[str, ModelUsage] = field(default_factory=dict)
 
     def __add__(self, other: Usage) -> Usage:
-        return Usage(**{f.name: getattr(self, f.name) + getattr(other, f.name) for f in fields(self)})
+        totals = {name: getattr(self, name) + getattr(other, name) for name in _TOTALS}
+        rows = dict(self.by_model)
+        for model, row in other.by_model.items():
+            rows[model] = rows[model] + row if model in rows else row
+        return Usage(**totals, by_model=rows)
 
     @classmethod
-    def of_reply(cls, reply: BaseMessage) -> Usage:
-        """One model call, with the token counts the provider reported (0 where it reported none)."""
+    def of(cls, model: str, **counts: int) -> Usage:
+        """``counts`` (:class:`ModelUsage` fields) of the model named ``model``, with the totals they add to."""
+        row = ModelUsage(**counts)
+        return cls(**{name: getattr(row, name) for name in _SHARED}, by_model={model: row})
+
+    @classmethod
+    def of_reply(cls, reply: BaseMessage, model: str | None = None) -> Usage:
+        """One model call, with the token counts the provider reported (0 where it reported none); counted for
+        ``model`` when it is named."""
         usage = getattr(reply, "usage_metadata", None) or {}
-        return cls(llm_calls=1, prompt_tokens=int(usage.get("input_tokens", 0) or 0),
-                   completion_tokens=int(usage.get("output_tokens", 0) or 0))
+        prompt, completion = int(usage.get("input_tokens", 0) or 0), int(usage.get("output_tokens", 0) or 0)
+        if model is None:
+            return cls(llm_calls=1, prompt_tokens=prompt, completion_tokens=completion)
+        return cls.of(model, llm_calls=1, prompt_tokens=prompt, completion_tokens=completion)
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any] | None) -> Usage:
+        """The counters in ``values`` (other keys ignored, missing ones 0), ``by_model`` rows included."""
+        values = values or {}
+        rows = values.get("by_model") or {}
+        if not isinstance(rows, Mapping):
+            rows = {}
+        return cls(**{name: int(values.get(name, 0) or 0) for name in _TOTALS},
+                   by_model={str(model): ModelUsage.from_mapping(row) for model, row in rows.items()
+                             if isinstance(row, Mapping)})
+
+    def as_dict(self) -> dict[str, Any]:
+        """Plain data: the totals under their names, and ``by_model`` (model name → counters)."""
+        return {**{name: getattr(self, name) for name in _TOTALS},
+                "by_model": {model: row.as_dict() for model, row in self.by_model.items()}}
+
+    def rows(self) -> list[tuple[str, ModelUsage]]:
+        """The per-model rows, the most called model first."""
+        return sorted(self.by_model.items(), key=lambda item: (-item[1].llm_calls, -item[1].stand_ins, item[0]))
+
+
+_TOTALS = tuple(f.name for f in fields(Usage) if f.name != "by_model")
 
 
 @dataclass
@@ -101,7 +184,7 @@ class InvocationResult:
         return {**data, **self.usage.as_dict(), "framework_s": self.framework_s}
 
 
-_USAGE_FIELDS = frozenset(f.name for f in fields(Usage))
+_USAGE_FIELDS = frozenset(f.name for f in fields(Usage))  # by_model included
 
 
 @dataclass(frozen=True)

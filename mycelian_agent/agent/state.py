@@ -8,7 +8,7 @@ Everything here is plain data (dicts, strings, numbers), so checkpoints hold no 
 
 from __future__ import annotations
 
-from typing import Annotated, TypedDict
+from typing import Annotated, Any, TypedDict
 
 from langchain_core.messages import AnyMessage
 from langgraph.graph.message import add_messages
@@ -50,6 +50,6 @@ class AgentState(TypedDict, total=False):
     session_time: str | None
     last_time: str | None
     progress: dict[str, int]
-    usage: dict[str, int]
+    usage: dict[str, Any]  # Usage.as_dict(): the totals and the per-model rows
     memory: dict[str, str]  # the thread's memory when bound to a user: vault_id, memory_id, user
     recent: list[str]  # message_digest of the last RECENT_DIGESTS messages taken in

@@ -14,6 +14,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from ..errors import ToolCallError, describe_cause
+from ..models.resolve import model_name
 from .model_tools import ToolChoiceMode, tool_choice, tool_schema
 from .replies import (TEXT_CALL_NOTE, read_batch_reply, read_reply, transient_model_error, unreadable_output,
                       validate_reply)
@@ -28,7 +29,8 @@ TEXT_CALL_STOP = "\n\n\n"
 class ToolArgumentWriter:
     """Gets one tool's model-owned arguments: the model, bounded corrective re-prompts, then the fallback model.
 
-    Usage, errors and model time are recorded on the invocation's :class:`InvocationResult`.
+    Usage, errors and model time are recorded on the invocation's :class:`InvocationResult`, usage under each
+    model's name (:func:`~mycelian_agent.models.resolve.model_name`).
     """
 
     def __init__(self, model: BaseChatModel, fallback_model: BaseChatModel, *, max_corrections: int,
@@ -41,6 +43,8 @@ class ToolArgumentWriter:
         self.model_backoff_s = model_backoff_s
         self.tool_choice_mode = tool_choice_mode
         self.fallback_model = fallback_model
+        self.model_name = model_name(model)
+        self.fallback_name = model_name(fallback_model)
         self.max_corrections = max_corrections
         self.fallback_on_model_error = fallback_on_model_error
         self.context_max_chars = context_max_chars
@@ -78,7 +82,7 @@ class ToolArgumentWriter:
             except Exception as exc:  # provider errors come in many types
                 if attempt == self.model_attempts or unreadable_output(exc) or not transient_model_error(exc):
                     raise
-                report.usage += Usage(model_retries=1)
+                report.usage += Usage.of(self.model_name, model_retries=1)
                 report.notes += (f"{tool_name}: model call retried after {describe_cause(exc)}",)
                 await asyncio.sleep(self.model_backoff_s * 2 ** (attempt - 1))
         raise AssertionError("unreachable")
@@ -96,7 +100,7 @@ class ToolArgumentWriter:
                                           f'with only the JSON object {{"name": "{tool_name}", "arguments": '
                                           "{...}}, with no code fence and no other text.")]
                 continue
-            report.usage += Usage.of_reply(reply)
+            report.usage += Usage.of_reply(reply, self.model_name)
             args, problem, from_text = read_reply(tool_name, reply, self.context_max_chars)
             if from_text:
                 unusable = "" if problem is None else f" (unusable: {problem})"
@@ -106,17 +110,23 @@ class ToolArgumentWriter:
             report.errors += (f"{tool_name}: reply unusable: {problem}",)
             if attempt == self.max_corrections:
                 break
-            report.usage += Usage(corrections=1)
+            report.usage += Usage.of(self.model_name, corrections=1)
             messages += [AIMessage(content=str(reply.content or "(no tool call)")),
                          HumanMessage(f"That reply cannot be used: {problem}. Call the `{tool_name}` tool exactly once, "
                                       "with the arguments its schema asks for: reply with only the JSON object "
                                       f'{{"name": "{tool_name}", "arguments": {{...}}}}.')]
-        report.usage += Usage(fallbacks=1)
+        report.usage += self._fallback_usage(1 if tool_name == "add_entry" else 0)
         reply = await self._ask(self.fallback_model, tool_name, prompt, report)
         args, problem = validate_reply(tool_name, reply, self.context_max_chars)
         if args is None:
             raise ToolCallError(f"neither the model nor the fallback produced a usable {tool_name} call: {problem}")
         return args
+
+    def _fallback_usage(self, entries: int) -> Usage:
+        """One step handed to the fallback model, writing ``entries`` entries: counted against the model (a
+        fallback) and for the fallback model (a stand-in)."""
+        return (Usage.of(self.model_name, fallbacks=1, fallback_entries=entries)
+                + Usage.of(self.fallback_name, stand_ins=1, stand_in_entries=entries))
 
     def _correctable(self, tool_name: str, exc: Exception, attempt: int, report: InvocationResult) -> bool:
         """Whether the model's failure ``exc`` at ``attempt`` is answered by a re-prompt (True) or by the fallback
@@ -127,7 +137,7 @@ class ToolArgumentWriter:
             # the output itself never reached us.
             report.errors += (f"{tool_name}: reply unusable: the server could not read it as a call "
                               f"({describe_cause(exc)})",)
-            report.usage += Usage(llm_calls=1, corrections=1)
+            report.usage += Usage.of(self.model_name, llm_calls=1, corrections=1)
             return True
         if not self.fallback_on_model_error:
             raise ToolCallError(f"the model failed while writing {tool_name}: {describe_cause(exc)}") from exc
@@ -160,7 +170,7 @@ class ToolArgumentWriter:
                 note = (f"The server could not read your reply as a `{tool_name}` call. Reply with only the "
                         f'JSON object {{"name": "{tool_name}", "arguments": {{...}}}}, with no code fence.')
                 continue
-            report.usage += Usage.of_reply(reply)
+            report.usage += Usage.of_reply(reply, self.model_name)
             reading = read_batch_reply(tool_name, reply, missing, self.context_max_chars)
             if reading.from_text:
                 report.notes += (f"{tool_name}: {TEXT_CALL_NOTE}",)
@@ -174,10 +184,10 @@ class ToolArgumentWriter:
                 return done, context
             if attempt == self.max_corrections:
                 break
-            report.usage += Usage(corrections=1)
+            report.usage += Usage.of(self.model_name, corrections=1)
             note = ("Your previous reply could not be used for the messages below: " + "; ".join(reading.problems)
                     + ". Call `add_entries` once, with one entry (item, summary, tags) for each of them.")
-        report.usage += Usage(fallbacks=1)
+        report.usage += self._fallback_usage(len(missing))
         reply = await self._ask(self.fallback_model, "add_entries", build(missing, False, ""), report)
         reading = read_batch_reply("add_entries", reply, missing, self.context_max_chars)
         done.update(reading.items)

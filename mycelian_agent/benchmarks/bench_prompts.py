@@ -109,7 +109,8 @@ def prompt_parts(record: dict[str, Any], count: Callable[[str], int]) -> dict[st
 
 
 async def _ingest(mode: str, conversation: Any, work: Path, flush_every: int,
-                  batch_size: int = 1, batch_context: bool = True) -> RecordingExtractiveModel:
+                  batch_size: int = 1, batch_context: bool = True,
+                  prompt_examples: bool = False) -> RecordingExtractiveModel:
     from ..agent.settings import AgentSettings
     from ..builder import build_agent
     from ..conversations.formats import valid_title
@@ -122,7 +123,8 @@ async def _ingest(mode: str, conversation: Any, work: Path, flush_every: int,
     settings = AgentSettings.naive() if mode == "naive" else AgentSettings(batch_context=batch_context)
     async with build_agent(model, db=folder / "memory.db", vault="bench", flush_every=flush_every,
                            memory=valid_title(conversation.conversation_id), settings=settings,
-                           batch_size=batch_size if mode == "ours" else 1, embeddings=False) as invoker:
+                           batch_size=batch_size if mode == "ours" else 1, embeddings=False,
+                           prompt_examples=prompt_examples and mode == "ours") as invoker:
         await replay_conversation(invoker, conversation, thread_id=conversation.conversation_id)
     return model
 
@@ -144,10 +146,12 @@ def _why(runs: dict[str, Any]) -> str:
 
 
 def run_prompts(out: Path, *, data: str | Path, sessions: int | None = None, flush_every: int = 6,
-                batch_size: int = 1, batch_context: bool = True, naive: bool = True) -> BenchResult:
+                batch_size: int = 1, batch_context: bool = True, naive: bool = True,
+                prompt_examples: bool = False) -> BenchResult:
     """Ingest the first LongMemEval question of the file ``data`` (its first ``sessions`` sessions) in both modes
     (``batch_size`` > 1: ours in batched mode; ``batch_context=False``: a flush that coincides with a batch write
-    writes the context document with a call of its own; ``naive=False``: ours only)."""
+    writes the context document with a call of its own; ``naive=False``: ours only; ``prompt_examples``: ours
+    with the prompts' worked examples)."""
     from .longmemeval import load_longmemeval
 
     started = time.perf_counter()
@@ -159,7 +163,8 @@ def run_prompts(out: Path, *, data: str | Path, sessions: int | None = None, flu
     work = out / "work" / "prompts"
     runs: dict[str, Any] = {}
     for mode in ("ours", "naive") if naive else ("ours",):
-        model = asyncio.run(_ingest(mode, conversation, work, flush_every, batch_size, batch_context))
+        model = asyncio.run(_ingest(mode, conversation, work, flush_every, batch_size, batch_context,
+                                    prompt_examples))
         per_call = [prompt_tokens(r, count) for r in model.records]
         ops = [r["operation"] for r in model.records]
         totals = [m + t for m, t in per_call]
@@ -188,6 +193,7 @@ def run_prompts(out: Path, *, data: str | Path, sessions: int | None = None, flu
         "params": {"data": str(path), "question_id": conversation.conversation_id,
                    "sessions": len(conversation.sessions), "messages": conversation.message_count,
                    "flush_every": flush_every, "batch_size": batch_size, "batch_context": batch_context,
+                   "prompt_examples": prompt_examples,
                    "tokenizer": tokenizer,
                    "exact_tokens": exact},
         "runs": runs, "naive_over_ours": ratio,

@@ -22,7 +22,8 @@ how often every evidence turn was shown to the reader (``evidence_shown``).
 
 **Files** in ``out``: ``qa_records.jsonl`` (one line per question and condition, appended as they are answered:
 a re-run skips the pairs it holds), ``qa_summary.json``, ``qa_config.json`` (the settings the records were made
-with; a re-run with other settings is refused) and the memory / checkpoint databases. Per slice the conditions
+with; a re-run with other settings is refused), ``qa_ingestion.jsonl`` (each slice's ingestion usage, for the
+summary's ``usage_by_model`` rows beside the reader's) and the memory / checkpoint databases. Per slice the conditions
 run one after the other, ``full`` first: a llama.cpp reader then re-reads the shared prefix from its cache.
 """
 
@@ -42,7 +43,7 @@ from ..dates import strip_resolved_dates
 from ..errors import ConfigError, make_folder
 from ..recall.hits import estimate_tokens, when_label
 from .records import append_jsonl, read_jsonl, write_json
-from .runner import progress_bar
+from .runner import progress_bar, usage_by_model, usage_totals
 from .bench_common import QA_CONDITIONS
 from .metrics import answer_tokens, token_f1
 from .qa_report import markdown_tables, print_summary, summarize
@@ -335,6 +336,9 @@ class QABench:
         async with build_agent("extractive", "in-process", db=str(out / "memory.db"), vault=VAULT,
                                memory=piece.title, checkpointer=f"sqlite:{out / 'state.db'}") as invoker:
             stats = await replay_conversation(invoker, piece.conversation, thread_id=piece.title)
+            if stats.messages:  # the thread's usage totals, for the summary's rows (a resumed slice keeps its line)
+                status = await invoker.athread_status(piece.title)
+                append_jsonl(self.ingestion_path, {"slice_id": piece.slice_id, "usage": status.usage.as_dict()})
             if self.echo and stats.messages:
                 self.echo(f"{piece.slice_id}: {stats.messages} messages stored in {stats.elapsed_s:.1f} s")
             if not hasattr(invoker, "arecall"):
@@ -374,6 +378,18 @@ class QABench:
             "seconds": round(time.perf_counter() - started, 3), **extra,
         }
 
+    @property
+    def ingestion_path(self) -> Path:
+        """``<out>/qa_ingestion.jsonl``: the model usage of each slice's replay (the newest line per slice counts)."""
+        return Path(self.out) / "qa_ingestion.jsonl"
+
+    def _usage_by_model(self, records: Sequence[dict[str, Any]]) -> dict[str, dict[str, int]]:
+        """The rows of the ingestion model(s) and the reader's, over ``records``."""
+        latest = {line["slice_id"]: line["usage"] for line in read_jsonl(self.ingestion_path)}
+        reader = {"llm_calls": len(records), **{key: sum(int(r.get(key) or 0) for r in records)
+                                                for key in ("prompt_tokens", "completion_tokens")}}
+        return usage_by_model(usage_totals(latest.values()), self.reader_name, reader)
+
     def summary(self, plan: Sequence[tuple[QASlice, list[Question]]] | None = None,
                 this_run: dict[str, Any] | None = None) -> dict[str, Any]:
         """Rebuild ``qa_summary.json`` from the records of the planned questions (all recorded ones without a
@@ -389,5 +405,6 @@ class QABench:
             "failed": dict(self.failures), "this_run": this_run or {},
         })
         summary["settings"].pop("prompt", None)
+        summary["usage_by_model"] = self._usage_by_model(records)
         write_json(Path(self.out) / "qa_summary.json", summary)
         return summary

@@ -37,7 +37,7 @@ from ..errors import ConfigError, InputError, make_folder
 from ..models.resolve import model_name
 from .records import append_jsonl, read_jsonl, write_json
 from .runner import (BenchmarkReport, BenchmarkRunner, MemoryHarness, ingestion_totals, progress_bar, report_notes,
-                     run_pool, run_rates)
+                     run_pool, run_rates, usage_by_model, usage_totals)
 from .longmemeval import answer_question, resolve_qa_model
 from .metrics import RecallRecord, aggregate, recall_at_k, token_f1, unique_in_order
 
@@ -187,10 +187,8 @@ class LoCoMoRunner(BenchmarkRunner):
         tables = {main_name: aggregate(recall_records(False), self.ks)}
         if any(r.get("adversarial") for r in records):
             tables[adversarial_name] = aggregate(recall_records(True), self.ks)
-        usage: dict[str, int] = {}
-        for sample in samples:
-            for key, value in sample["usage"].items():
-                usage[key] = usage.get(key, 0) + value
+        usage = usage_totals(sample["usage"] for sample in samples)
+        qa = _qa_summary(records, self.qa_model)
         summary = {
             "benchmark": "locomo",
             "out": str(self.out),
@@ -209,7 +207,8 @@ class LoCoMoRunner(BenchmarkRunner):
             "usage": usage,
             "search_s_mean": round(sum(r["search_s"] for r in records) / len(records), 4) if records else None,
             "sessions": self.sessions,
-            "qa": _qa_summary(records, self.qa_model),
+            "qa": qa,
+            "usage_by_model": usage_by_model(usage, model_name(self.qa_model) if qa else None, qa and qa["usage"]),
         }
         write_json(Path(self.out) / "summary.json", summary)
         return BenchmarkReport(summary, tables, _notes(summary))

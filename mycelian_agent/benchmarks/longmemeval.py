@@ -44,7 +44,7 @@ from .metrics import RecallRecord, aggregate, recall_at_k, unique_in_order
 from ..models.resolve import model_name, resolve_model
 from .records import append_jsonl, read_jsonl, write_json
 from .runner import (BenchmarkReport, BenchmarkRunner, MemoryHarness, ingestion_totals, progress_bar, report_notes,
-                     run_pool, run_rates)
+                     run_pool, run_rates, usage_by_model, usage_totals)
 
 __all__ = [
     "SingleQuestionRunner", "RETRIEVAL_ONLY_MARK", "QA_SYSTEM_PROMPT", "answer_question",
@@ -246,6 +246,8 @@ class SingleQuestionRunner(BenchmarkRunner):
             "turn recall (has_answer turns)": aggregate(
                 (_recall_record(r, "retrieved_turns", "evidence_turns") for r in records), self.ks),
         }
+        ingestion_usage = usage_totals(r["usage"]["ingestion"] for r in records)
+        qa_usage = _sum(r["usage"]["qa"] for r in records)
         summary = {
             "benchmark": "longmemeval",
             "out": str(self.out),
@@ -260,10 +262,11 @@ class SingleQuestionRunner(BenchmarkRunner):
             "recall": {"session": tables["session recall (answer_session_ids)"].as_dict(),
                        "turn": tables["turn recall (has_answer turns)"].as_dict()},
             "ingestion": ingestion_totals([r["ingestion"] for r in records]),
-            "usage": {"ingestion": _sum(r["usage"]["ingestion"] for r in records),
-                      "qa": _sum(r["usage"]["qa"] for r in records)},
+            "usage": {"ingestion": ingestion_usage, "qa": qa_usage},
             "search_s_mean": round(sum(r["search_s"] for r in records) / len(records), 4) if records else None,
         }
+        summary["usage_by_model"] = usage_by_model(
+            ingestion_usage, model_name(self.qa_model) if self.qa_model is not None else None, qa_usage)
         write_json(Path(self.out) / "summary.json", summary)
         return BenchmarkReport(summary, tables, _notes(summary))
 

@@ -102,6 +102,8 @@ def print_summary(summary: dict[str, Any], console: Any = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from ..agent.report import ModelUsage
+
     if console is None:
         console = Console()
         if not console.is_terminal:  # a log file: rich's default 80 columns would fold the table
@@ -118,6 +120,8 @@ def print_summary(summary: dict[str, Any], console: Any = None) -> None:
     target = _target_line(summary)
     if target:
         console.print(target)
+    for name, row in (summary.get("usage_by_model") or {}).items():
+        console.print(f"model usage: {name}: {ModelUsage.from_mapping(row).describe()}")
     if summary.get("failed"):
         console.print(f"FAILED ({len(summary['failed'])}; run the same command again to retry): "
                       + "; ".join(f"{k}: {v}" for k, v in list(summary["failed"].items())[:5]))

@@ -14,7 +14,7 @@ import asyncio
 import os
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from ..recall import Recall
 
 __all__ = ["BenchmarkReport", "BenchmarkRunner", "MemoryHarness", "ingestion_totals", "progress_bar", "report_notes",
-           "run_pool", "run_rates"]
+           "run_pool", "run_rates", "usage_by_model", "usage_totals"]
 
 T = TypeVar("T")
 
@@ -187,6 +187,7 @@ class BenchmarkRunner(ABC):
     model_timeout: float | None = 120.0
     flush_every: int = 6
     batch_size: int = 1  # > 1: batched mode (AgentSettings.batch_size)
+    prompt_examples: bool = False  # show the model the prompts' worked examples (build_agent's)
     embeddings: bool | None = None  # None: the server's default (dense + BM25 when a dense model is installed)
     top_k: int = 10
     ks: tuple[int, ...] = (1, 5, 10)
@@ -258,7 +259,7 @@ class BenchmarkRunner(ABC):
                                flush_every=self.flush_every, api_key=self.api_key, base_url=self.base_url,
                                tool_choice_mode=self.tool_choice_mode, max_tokens=self.max_tokens,
                                model_timeout=self.model_timeout, batch_size=self.batch_size,
-                               embeddings=self.embeddings) as invoker:
+                               embeddings=self.embeddings, prompt_examples=self.prompt_examples) as invoker:
             yield MemoryHarness(invoker, self.flush_every)
 
 
@@ -323,13 +324,36 @@ def ingestion_totals(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
             "entries": sum(i["entries"] for i in items), "contexts": sum(i["contexts"] for i in items)}
 
 
+def usage_totals(items: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """The sum of usage dicts (``Usage.as_dict``: the totals and the ``by_model`` rows), in the same form."""
+    from ..agent.report import Usage
+
+    total = Usage()
+    for item in items:
+        total += Usage.from_mapping(item)
+    return total.as_dict()
+
+
+def usage_by_model(ingestion: Mapping[str, Any], qa_model: str | None = None,
+                   qa: Mapping[str, Any] | None = None) -> dict[str, dict[str, int]]:
+    """Every model's row of a run: the rows of the ingestion usage (``Usage.as_dict`` form) and, when a QA model
+    answered, its calls and tokens as the row ``"<name> (QA)"`` (the QA model may be the ingestion model)."""
+    from ..agent.report import Usage
+
+    usage = Usage.from_mapping(ingestion)
+    if qa_model and qa and qa.get("llm_calls"):
+        usage += Usage.of(f"{qa_model} (QA)", **{key: int(qa.get(key) or 0)
+                                                for key in ("llm_calls", "prompt_tokens", "completion_tokens")})
+    return {name: row.as_dict() for name, row in usage.rows()}
+
+
 def report_notes(summary: dict[str, Any], *, recorded: str, this_run: str, usage: Any,
                  extra: Sequence[str] = ()) -> list[str]:
     """The text lines under a runner's recall tables, from its ``summary``.
 
     ``recorded``: what is recorded in total; ``this_run``: what this run did, before its wall time (shown only
-    when the summary has a ``this_run``); ``usage``: the ingestion model usage; ``extra``: lines before the
-    failures.
+    when the summary has a ``this_run``); ``usage``: the ingestion model usage (its totals; the summary's
+    ``usage_by_model`` gives a line per model); ``extra``: lines before the failures.
     """
     ing, run = summary["ingestion"], summary["this_run"]
     rate = run.get("messages_per_s")
@@ -338,7 +362,8 @@ def report_notes(summary: dict[str, Any], *, recorded: str, this_run: str, usage
         recorded + (f" (this run: {this_run}{run.get('wall_s', 0):.1f} s wall{speed})" if run else ""),
         f"ingestion (all recorded): {ing['messages']} messages, {ing['entries']} entries, {ing['contexts']} context "
         f"documents; model {summary['model']}",
-        f"model usage (ingestion): {usage}",
+        f"model usage (ingestion): {({k: v for k, v in usage.items() if k != 'by_model'})}",
+        *_model_lines(summary.get("usage_by_model") or {}),
         *extra,
     ]
     if summary["failed"]:
@@ -358,3 +383,8 @@ def progress_bar(enabled: bool) -> Any:
                     TextColumn("{task.fields[note]}"), TimeElapsedColumn(),
                     console=console, disable=not (enabled and console.is_terminal))
 
+
+def _model_lines(rows: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    from ..agent.report import ModelUsage
+
+    return [f"  {name}: {ModelUsage.from_mapping(row).describe()}" for name, row in rows.items()]

@@ -120,6 +120,7 @@ def replay(files: tuple[Path, ...], db: str | None, server: str, token: str | No
             ("model calls", usage.llm_calls), ("prompt / completion tokens", f"{usage.prompt_tokens} / {usage.completion_tokens}"),
             ("corrections / fallbacks", f"{usage.corrections} / {usage.fallbacks}"),
             ("retries: memory server / model", f"{usage.retries} / {usage.model_retries}"),
+            *((f"  {name}", row.describe()) for name, row in usage.rows()),
             ("memory server reconnections", stats.reconnects),
             ("elapsed", f"{stats.elapsed_s:.2f} s ({stats.messages_per_s:.0f} messages/s)")]
     for name, value in rows:

@@ -58,6 +58,9 @@ def _runner_options(func: Callable[..., Any]) -> Callable[..., Any]:
                      help="Write the context document every N messages."),
         click.option("--batch", "batch_size", type=COUNT, default=1, show_default=True,
                      help="Batched mode: one model call writes the entries of N messages (1 = one call per message)."),
+        click.option("--prompt-examples/--no-prompt-examples", envvar="MYCELIAN_PROMPT_EXAMPLES", show_envvar=True,
+                     default=False, show_default=True,
+                     help="Show the ingestion model the prompts' worked examples (prompts/*_examples.md)."),
         click.option("--top-k", type=click.IntRange(1, 25), default=10, show_default=True,
                      help="Entries retrieved per question (the server's limit is 25)."),
         click.option("--workers", type=COUNT, default=1, show_default=True,
@@ -81,7 +84,7 @@ def _runner_options(func: Callable[..., Any]) -> Callable[..., Any]:
 def _runner_kwargs(options: dict[str, Any]) -> dict[str, Any]:
     keys = ("out", "db", "state", "server", "token", "model", "api_key", "base_url", "tool_choice_mode",
             "max_tokens", "model_timeout", "flush_every", "batch_size", "top_k", "workers", "shard", "limit",
-            "embeddings")
+            "embeddings", "prompt_examples")
     kwargs = {key: options[key] for key in keys}
     kwargs["progress"] = not options["no_progress"]
     if options["vault"]:

@@ -33,6 +33,8 @@ _OPTIONS: list[tuple[str, tuple[str, ...], dict[str, Any]]] = [
                                               "a put_context call of its own even when a flush coincides with a "
                                               "batch write.")),
     ("prompts", ("--skip-naive",), dict(is_flag=True, help="Measure ours only (the naive run is the slow one).")),
+    ("prompts", ("--prompt-examples",), dict(is_flag=True, help="Ours with the prompts' worked examples "
+                                             "(prompts/*_examples.md).")),
     ("prompts", ("--lme",), dict(type=FILE, help="LongMemEval file (default: DATA/longmemeval/longmemeval_s_1q.json).")),
     ("prompts", ("--sessions",), dict(type=COUNT, help="Only the first N haystack sessions (all; quick 3).")),
     ("recall ablation", ("--locomo",), dict(type=FILE, multiple=True, help="LoCoMo file; repeat for several "
@@ -113,7 +115,8 @@ def _bench_params(options: dict[str, Any]) -> dict[str, dict[str, Any]]:
         "overhead": {"messages": get("messages"), "window": get("window"), "naive_budget_s": get("naive_budget")},
         "prompts": {"data": get("lme"), "sessions": get("sessions"), "flush_every": get("flush_every"),
                     "batch_size": get("batch"), "batch_context": False if get("separate_context") else None,
-                    "naive": False if get("skip_naive") else None},
+                    "naive": False if get("skip_naive") else None,
+                    "prompt_examples": True if get("prompt_examples") else None},
         "recall": {"locomo": get("locomo") or None, "longmemeval": get("longmemeval") or None,
                    "limit": get("limit"), "limit_questions": get("limit_questions"), "hybrid": get("hybrid"),
                    "workers": get("workers"), "batch_size": get("batch"),
