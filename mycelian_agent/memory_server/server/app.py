@@ -10,22 +10,22 @@ problem.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from functools import lru_cache, partial
 from pathlib import Path
-from typing import Annotated, Any, cast, get_type_hints
+from typing import Annotated, Any, TypeVar, cast, get_type_hints
 
 from mcp.server.fastmcp import Context
 from mcp.server.fastmcp.tools import Tool
 from mcp.types import ToolAnnotations
 from pydantic import Field
 
-from mycelian_agent.errors import ConfigError, InputError
+from mycelian_agent.errors import ConfigError, InputError, MemoryServerError
 from mycelian_agent.limits import ADD_ENTRIES_MAX_ITEMS, SEARCH_DEPTH_MAX
 from mycelian_agent.prompt_files import PROMPT_NAMES, read_prompt
 from mycelian_agent.memory_server.server.runtime import StoreHandle
 from mycelian_agent.memory_server.server.arguments import (
-    Description, EntryId, EntryItem, IdempotencyKey, MemoryId, OptionalVaultId, RawEntry, Summary, Tags,
+    Description, EntryId, EntryItem, IdempotencyKey, IfExists, MemoryId, OptionalVaultId, RawEntry, Summary, Tags,
     Timestamp, Title, VaultId,
 )
 from mycelian_agent.memory_server.server.hosts import transport_security
@@ -63,15 +63,42 @@ _INSTRUCTIONS = (
 # -- tools ---------------------------------------------------------------------------------------------------
 
 
+_T = TypeVar("_T")
+
+
 async def _store(ctx: Context, method: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
     """``method(store, *args, **kwargs)`` on the session's store; the dict it answers is the tool's result, of the
     shape the tool's return annotation (results.py) describes."""
     return await app_context(ctx).store.call(method, *args, **kwargs)
 
 
-async def create_vault(ctx: Context, title: Title, description: Description = "") -> Vault:
-    """Create a vault (a container of memories). Returns {"vaultId", "title"}; a duplicate title is an error."""
-    return await _store(ctx, MemoryStore.create_vault, title, description)
+async def _created_or_existing(
+    if_exists: str, create: Callable[[], Awaitable[_T]], find: Callable[[], Awaitable[_T | None]]
+) -> _T:
+    """What ``create`` makes; with ``if_exists="return"``, what ``find`` reads when the title is taken (before the
+    create, or after it lost a race with another session)."""
+    if if_exists == "return" and (found := await find()) is not None:
+        return found
+    try:
+        return await create()
+    except MemoryServerError:
+        if if_exists != "return" or (found := await find()) is None:
+            raise
+        return found
+
+
+async def create_vault(
+    ctx: Context, title: Title, description: Description = "", if_exists: IfExists = "error"
+) -> Vault:
+    """Create a vault (a container of memories). Returns {"vaultId", "title"}; a duplicate title is an error, or
+    with if_exists "return" (ours) the existing vault."""
+
+    async def find() -> Vault | None:
+        vaults: list[Vault] = await _store(ctx, MemoryStore.list_vaults)
+        return next((v for v in vaults if v["title"] == title), None)
+
+    create = partial(_store, ctx, MemoryStore.create_vault, title, description)
+    return await _created_or_existing(if_exists, create, find)
 
 
 async def list_vaults(ctx: Context) -> list[Vault]:
@@ -87,10 +114,19 @@ async def create_memory_in_vault(
     title: Title,
     memory_type: Annotated[str, Field(description="Memory type, e.g. NOTES or chat")],
     description: Description = "",
+    if_exists: IfExists = "error",
 ) -> Memory:
     """Create a memory in a vault. Returns the memory {memoryId, vaultId, title, description, memoryType,
-    creationTime}; a duplicate title in the vault is an error."""
-    return await _store(ctx, MemoryStore.create_memory, vault_id, title, memory_type, description)
+    creationTime}; a duplicate title in the vault is an error, or with if_exists "return" (ours) the existing
+    memory (its type and description as they are)."""
+
+    async def find() -> Memory | None:
+        memories: list[MemoryRef] = await _store(ctx, MemoryStore.list_memories, vault_id)
+        found = next((m["memoryId"] for m in memories if m["title"] == title), None)
+        return None if found is None else await _store(ctx, MemoryStore.get_memory, vault_id, found)
+
+    create = partial(_store, ctx, MemoryStore.create_memory, vault_id, title, memory_type, description)
+    return await _created_or_existing(if_exists, create, find)
 
 
 async def list_memories(ctx: Context, vault_id: VaultId) -> list[MemoryRef]:

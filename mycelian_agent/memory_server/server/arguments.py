@@ -8,7 +8,7 @@ error that names the argument, never a silent conversion.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from mcp.server.fastmcp.exceptions import ToolError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -17,7 +17,7 @@ from typing_extensions import NotRequired, TypedDict
 from mycelian_agent.limits import RAW_ENTRY_MAX_CHARS, SUMMARY_MAX_CHARS, TAGS_MAX_KEYS
 
 __all__ = [
-    "Description", "EntryId", "EntryItem", "IdempotencyKey", "MemoryId", "OptionalVaultId", "RawEntry",
+    "Description", "EntryId", "EntryItem", "IdempotencyKey", "IfExists", "MemoryId", "OptionalVaultId", "RawEntry",
     "Summary", "Tags", "Timestamp", "Title", "VaultId", "check_arguments",
 ]
 
@@ -32,6 +32,11 @@ RawEntry = Annotated[str, Field(description=f"The full text of the entry (1-{RAW
 Summary = Annotated[str, Field(description=f"A short retrieval-oriented summary (1-{SUMMARY_MAX_CHARS} characters)")]
 Tags = Annotated[
     dict[str, str] | None, Field(description=f"Optional object of string to string (at most {TAGS_MAX_KEYS} keys)")
+]
+IfExists = Annotated[
+    Literal["error", "return"],
+    Field(description='When the title is taken: "error" (the default, as upstream) or "return" the existing one as '
+                      "it is (nothing is changed)"),
 ]
 IdempotencyKey = Annotated[
     str | None,
