@@ -7,6 +7,7 @@ The tools themselves, and the table that registers them, are in ``app.py``.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -19,12 +20,15 @@ from mcp.server.fastmcp.tools import Tool
 from mcp.types import CallToolResult, TextContent
 from pydantic import BaseModel
 
+from mycelian_agent.errors import MycelianError, describe_cause
 from mycelian_agent.memory_server.server.access import vaults_of
 from mycelian_agent.memory_server.server.arguments import check_arguments
 from mycelian_agent.memory_server.server.runtime import StoreHandle, StoreRunner
 from mycelian_agent.memory_server.storage.base import MemoryStore
 
 __all__ = ["AppContext", "MemoryServer", "app_context", "token_vaults"]
+
+_log = logging.getLogger("mycelian_agent.memory_server")
 
 # Tools whose vault_id is optional upstream; required over HTTP (MemoryServer.require_vault).
 _VAULT_SCOPED = ("search_memories",)
@@ -76,7 +80,17 @@ class MemoryServer(FastMCP[AppContext]):
         tool = self._tools_by_name.get(name)
         if tool is None:
             return await super().call_tool(name, arguments)
-        return _answer(tool, await tool.run(arguments, context=context))
+        try:
+            value = await tool.run(arguments, context=context)
+        except ToolError as exc:
+            cause = exc.__cause__
+            if cause is None or isinstance(cause, (MycelianError, ToolError)):
+                raise
+            # Not one of our errors: a bug or a fault of the machine. The client hears what it was (FastMCP would
+            # send the bare message), the server's log keeps where.
+            _log.error("tool %s failed unexpectedly", name, exc_info=cause)
+            raise ToolError(f"Error executing tool {name}: {describe_cause(cause)}") from cause
+        return _answer(tool, value)
 
     async def _check_vault_access(
         self, name: str, model: type[BaseModel], arguments: dict[str, Any], allowed: frozenset[str]
