@@ -206,7 +206,7 @@ async def test_every_failure_is_an_mcp_error_that_langchain_raises_and_the_agent
     transport: str, tmp_path: Path
 ) -> None:
     async with _served(transport, tmp_path, broken_prompts=True) as connection:
-        client = MultiServerMCPClient({"memory": connection})  # type: ignore[dict-item]
+        client = MultiServerMCPClient({"memory": connection})
         async with client.session("memory") as session:
             vault = await call_json(session, "create_vault", title="errors")
             memory = await call_json(session, "create_memory_in_vault", vault_id=vault["vaultId"], title="m",
@@ -307,10 +307,10 @@ class _Recorded:
 async def test_ensure_uses_if_exists_only_where_the_server_declares_it(upstream: bool, tmp_path: Path) -> None:
     async with connect("in-process", db=str(tmp_path / "m.db")) as inner:
         memory = _Recorded(inner, upstream=upstream)
-        vault_id = await ensure_vault(memory, "home")  # type: ignore[arg-type]
-        memory_id = await ensure_memory(memory, vault_id, "dana")  # type: ignore[arg-type]
-        assert await ensure_vault(memory, "home") == vault_id  # type: ignore[arg-type]
-        assert await ensure_memory(memory, vault_id, "dana") == memory_id  # type: ignore[arg-type]
+        vault_id = await ensure_vault(memory, "home")
+        memory_id = await ensure_memory(memory, vault_id, "dana")
+        assert await ensure_vault(memory, "home") == vault_id
+        assert await ensure_memory(memory, vault_id, "dana") == memory_id
     if upstream:  # find first, create only what is missing, never an argument upstream lacks
         assert [name for name, _ in memory.calls] == ["list_vaults", "create_vault", "list_memories",
                                                       "create_memory_in_vault", "list_vaults", "list_memories"]
