@@ -166,7 +166,7 @@ async def test_langchain_mcp_adapters_hand_the_model_the_json_text_and_keep_the_
 ) -> None:
     """Through langchain-mcp-adapters over stdio: the model still reads the JSON text; the structured value comes
     as the ToolMessage's artifact."""
-    command, args = server_command(tmp_path / "memory.db")
+    command, args = server_command(tmp_path / "memory.db", "--no-embeddings")
     client = MultiServerMCPClient({"memory": {"transport": "stdio", "command": command, "args": args}})
     async with client.session("memory") as session:
         schemas = {tool.name: tool.outputSchema for tool in (await session.list_tools()).tools}
