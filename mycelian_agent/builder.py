@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Literal, Mapping
 from ._sync import LoopThread
 from .errors import ConfigError, MemoryServerError, make_parent_folder
 from .paths import default_db_path
-from .recall.users import Connection, create_or_find
+from .recall.users import Connection, create_or_find, if_exists_return
 
 if TYPE_CHECKING:  # the agent (LangChain, LangGraph) is imported when an agent is built, not by connect(); the MCP
     # client when a connection is opened, not by ensure_vault / ensure_memory over an in-process one
@@ -45,9 +45,13 @@ def _is_uuid(text: str) -> bool:
     return True
 
 
-async def _find_or_create(find: Callable[[], Awaitable[str | None]], create: Callable[[], Awaitable[str]]) -> str:
+async def _find_or_create(find: Callable[[], Awaitable[str | None]], create: Callable[[], Awaitable[str]], *,
+                          reuses: bool) -> str:
     """The id ``find`` returns, else the id of what ``create`` makes (a create that loses a race with another
-    process reads the winner's: :func:`~mycelian_agent.recall.users.create_or_find`)."""
+    process reads the winner's: :func:`~mycelian_agent.recall.users.create_or_find`). ``reuses``: ``create`` answers
+    an existing title's id itself (the server declares ``if_exists``), so it is the one call."""
+    if reuses:
+        return await create()
     found = await find()
     return found if found is not None else await create_or_find(create, find)
 
@@ -66,11 +70,13 @@ async def ensure_vault(memory: Connection, vault: str, description: str = "") ->
                 return str(item["vaultId"])
         return None
 
+    reuse = if_exists_return(memory, "create_vault")
+
     async def create() -> str:
-        created = await memory.call_json("create_vault", {"title": vault, "description": description})
+        created = await memory.call_json("create_vault", {"title": vault, "description": description, **reuse})
         return str(created["vaultId"])
 
-    return await _find_or_create(find, create)
+    return await _find_or_create(find, create, reuses=bool(reuse))
 
 
 async def ensure_memory(memory: Connection, vault_id: str, title: str, memory_type: str = "NOTES",
@@ -87,12 +93,14 @@ async def ensure_memory(memory: Connection, vault_id: str, title: str, memory_ty
                 return str(item["memoryId"])
         return None
 
+    reuse = if_exists_return(memory, "create_memory_in_vault")
+
     async def create() -> str:
         created = await memory.call_json("create_memory_in_vault", {
-            "vault_id": vault_id, "title": title, "memory_type": memory_type, "description": description})
+            "vault_id": vault_id, "title": title, "memory_type": memory_type, "description": description, **reuse})
         return str(created["memoryId"])
 
-    return await _find_or_create(find, create)
+    return await _find_or_create(find, create, reuses=bool(reuse))
 
 
 _LOCAL_SERVERS = ("embedded", "in-process")

@@ -57,6 +57,8 @@ async def world(memory_db: str) -> World:
     ov = (await call_json(s, "create_vault", title="other"))["vaultId"]
     om = (await call_json(s, "create_memory_in_vault", vault_id=ov, title="chat-2", memory_type="NOTES"))["memoryId"]
     oe = await call_json(s, "add_entry", vault_id=ov, memory_id=om, raw_entry="secret of other", summary="other")
+    for vault, memory in ((v, m), (ov, om)):  # vectors are written behind: a snapshot taken before would change
+        assert await call_text(s, "await_consistency", vault_id=vault, memory_id=memory, vectors=True) == "consistent"
     yield World(bg, v, m, e["entryId"], ov, om, oe["entryId"])
     await bg.aclose()
 

@@ -20,12 +20,16 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the MCP SDK only where a benchmark talks to a server
+    from mcp import ClientSession
 
 __all__ = [
     "QA_CONDITIONS",
     "BenchResult",
     "Target",
+    "call_server",
     "elapsed",
     "embeddings_available",
     "file_bytes",
@@ -140,6 +144,15 @@ def save_plot(result: BenchResult, out: Path, draw: Callable[[Any], None], *, si
         result.plots.append(path.name)
     finally:
         plt.close(fig)
+
+
+async def call_server(session: ClientSession, tool: str, **arguments: Any) -> Any:
+    """Call ``tool`` on an MCP client session and parse its JSON, as the agent's connection calls: without the SDK's
+    check of the result against the tool's output schema, so a benchmark times the server, not the check."""
+    from ..mcp import call_tool_unchecked
+    from ..memory_server.testing import result_text
+
+    return json.loads(result_text(tool, await call_tool_unchecked(session, tool, arguments)))
 
 
 def md_table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:

@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .bench_common import md_table, summarize
+from .bench_common import call_server, md_table, summarize
 
 __all__ = ["PASSES", "SIDES", "distinct_queries", "measure_query_cost", "query_cost_table"]
 
@@ -89,7 +89,7 @@ async def _over_stdio(db: Path, memory_id: str, queries: Sequence[str], warmup: 
     from mcp import ClientSession, StdioServerParameters
     from mcp.client.stdio import stdio_client
 
-    from ..memory_server.testing import call_json, server_command
+    from ..memory_server.testing import server_command
 
     flags = {"lexical": ["--no-embeddings"],
              "hybrid": ["--embeddings", *(["--embeddings-model", model] if model else [])]}
@@ -103,8 +103,8 @@ async def _over_stdio(db: Path, memory_id: str, queries: Sequence[str], warmup: 
             await sessions[side].initialize()
 
         def call(side: str, query: str) -> Awaitable[Any]:
-            return call_json(sessions[side], "search_memories", memory_id=memory_id, query=query, top_ke=_TOP_KE,
-                             top_kc=_TOP_KC)
+            return call_server(sessions[side], "search_memories", memory_id=memory_id, query=query, top_ke=_TOP_KE,
+                               top_kc=_TOP_KC)
 
         for query in warmup:
             for side in SIDES:

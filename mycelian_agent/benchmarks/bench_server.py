@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from .bench_common import _CITIES, _NAMES, BenchResult, Target, md_table, save_plot, summarize
+from .bench_common import _CITIES, _NAMES, BenchResult, Target, call_server, md_table, save_plot, summarize
 from .bench_querycost import distinct_queries, measure_query_cost, query_cost_table
 
 __all__ = ["HYBRID_RATIO_TARGET", "HYBRID_TARGETS_MS", "TARGETS_MS", "make_corpus", "make_queries", "run_server"]
@@ -164,8 +164,8 @@ async def _measure(db: str | Path, vault: str, big: str, corpus: list[dict[str, 
         for i in range(warmup + adds):
             entry = corpus[rng.randrange(len(corpus))]
             started = time.perf_counter()
-            await call_json(session, "add_entry", vault_id=vault, memory_id=memory["memoryId"],
-                            idempotency_key=f"bench:{i}", **entry)
+            await call_server(session, "add_entry", vault_id=vault, memory_id=memory["memoryId"],
+                              idempotency_key=f"bench:{i}", **entry)
             if i >= warmup:
                 add_samples.append(time.perf_counter() - started)
         # Unmeasured: with --embeddings the adds' vectors are written behind; searches are timed once they are in.
@@ -174,8 +174,8 @@ async def _measure(db: str | Path, vault: str, big: str, corpus: list[dict[str, 
         searched = list(memories) or [big]
         for i, query in enumerate(make_queries(warmup + searches)):
             started = time.perf_counter()
-            found = await call_json(session, "search_memories", memory_id=searched[i % len(searched)], query=query,
-                                    top_ke=TOP_KE, top_kc=TOP_KC)
+            found = await call_server(session, "search_memories", memory_id=searched[i % len(searched)],
+                                      query=query, top_ke=TOP_KE, top_kc=TOP_KC)
             if i >= warmup:
                 search_samples.append(time.perf_counter() - started)
                 hits += found["count"] > 0

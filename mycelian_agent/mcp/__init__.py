@@ -18,7 +18,8 @@ end is seen), :mod:`.session_end` (the end itself and a server's exit status).
 
 from __future__ import annotations
 
-from .connection import MemoryConnection
+from .connection import MemoryConnection, call_tool_unchecked
 from .endpoints import SessionFactory, embedded_connection, http_connection, in_process_connection
 
-__all__ = ["MemoryConnection", "SessionFactory", "embedded_connection", "http_connection", "in_process_connection"]
+__all__ = ["MemoryConnection", "SessionFactory", "call_tool_unchecked", "embedded_connection", "http_connection",
+           "in_process_connection"]

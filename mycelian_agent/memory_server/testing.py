@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from mcp import ClientSession
+from mcp.types import CallToolResult
 from mcp.shared.memory import create_connected_server_and_client_session
 
 from ..errors import MemoryServerError
@@ -22,7 +23,8 @@ from mycelian_agent.memory_server.server.access import TokenScopes
 from mycelian_agent.memory_server.server.app import MemoryServer
 from mycelian_agent.memory_server.server.runtime import StoreRunner
 
-__all__ = ["BackgroundSession", "call_json", "call_text", "in_memory_session", "serve_http", "server_command"]
+__all__ = ["BackgroundSession", "call_json", "call_text", "in_memory_session", "result_text", "serve_http",
+           "server_command"]
 
 
 @asynccontextmanager
@@ -116,13 +118,18 @@ def server_command(db_path: str | Path, *args: str) -> tuple[str, list[str]]:
     return sys.executable, ["-m", "mycelian_agent.memory_server", "--db", str(db_path), *args]
 
 
-async def call_text(session: ClientSession, tool: str, **arguments: Any) -> str:
-    """Call ``tool`` and return its text; an MCP error result raises :class:`MemoryServerError`."""
-    result = await session.call_tool(tool, arguments)
+def result_text(tool: str, result: CallToolResult) -> str:
+    """The text of ``tool``'s result; an MCP error result raises :class:`MemoryServerError`."""
     text = "".join(getattr(block, "text", "") for block in result.content)
     if result.isError:
         raise MemoryServerError(text, tool=tool)
     return text
+
+
+async def call_text(session: ClientSession, tool: str, **arguments: Any) -> str:
+    """Call ``tool`` and return its text; an MCP error result raises :class:`MemoryServerError`. The SDK checks the
+    structured content against the tool's output schema, as any MCP client does."""
+    return result_text(tool, await session.call_tool(tool, arguments))
 
 
 async def call_json(session: ClientSession, tool: str, **arguments: Any) -> Any:

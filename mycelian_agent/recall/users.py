@@ -16,7 +16,7 @@ from typing import Any, Awaitable, Callable, Protocol
 from ..errors import InputError, MemoryServerError
 from .retry import read_call
 
-__all__ = ["Connection", "UserDirectory", "check_user", "create_or_find"]
+__all__ = ["Connection", "UserDirectory", "check_user", "create_or_find", "if_exists_return"]
 
 _USER_RE = re.compile(r"[A-Za-z0-9-]{1,50}")
 
@@ -42,6 +42,14 @@ async def create_or_find(create: Callable[[], Awaitable[str]], find: Callable[[]
         if "already exists" not in str(exc) or (found := await find()) is None:
             raise
         return found
+
+
+def if_exists_return(connection: Connection, tool: str) -> dict[str, str]:
+    """``{"if_exists": "return"}`` when ``tool`` (``create_vault``, ``create_memory_in_vault``) declares that
+    parameter (our server): a title that is taken, also by another process a moment ago, then answers the existing
+    vault or memory instead of an error. Empty for a server without it (upstream's), where :func:`create_or_find`
+    reads the winner's after the "already exists" error."""
+    return {"if_exists": "return"} if "if_exists" in connection.parameters(tool) else {}
 
 
 def check_user(user: object) -> str:
@@ -142,7 +150,8 @@ class UserDirectory:
             async def create_memory() -> str:
                 created = await self.connection.call_json("create_memory_in_vault", {
                     "vault_id": self.vault_id, "title": user, "memory_type": self.memory_type,
-                    "description": f"long-term memory of user {user}"})
+                    "description": f"long-term memory of user {user}",
+                    **if_exists_return(self.connection, "create_memory_in_vault")})
                 self.remember(user, str(created["memoryId"]))
                 return self._ids[user]
 

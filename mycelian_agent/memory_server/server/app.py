@@ -3,34 +3,38 @@ SQLite or PostgreSQL store.
 
 Tool names, parameters, defaults and result shapes follow the upstream Mycelian memory server
 (github.com/mycelian-ai/mycelian-memory) and docs/ARCHITECTURE.md ("Memory server contract"). Every result is one
-text content; every failure is an MCP error result whose text names the problem. It is one module because the tool
-surface is one contract: every tool's name, parameters and result, in the reference page's order, beside the strict
-argument and vault checks they all pass through.
+text content (JSON, or plain text where upstream answers text); a JSON result is also the tool's structured content,
+as its declared output schema (``results.py``) says. Every failure is an MCP error result whose text names the
+problem. It is one module because the tool surface is one contract: every tool's name, parameters and result, in the
+reference page's order.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from collections.abc import Awaitable, Callable, Sequence
 from functools import lru_cache, partial
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, TypeVar, cast, get_type_hints
 
-from mcp.server.fastmcp import Context, FastMCP
-from mcp.server.fastmcp.exceptions import ToolError
+from mcp.server.fastmcp import Context
 from mcp.server.fastmcp.tools import Tool
 from mcp.types import ToolAnnotations
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from typing_extensions import NotRequired, TypedDict
+from pydantic import Field
 
-from mycelian_agent.errors import ConfigError, InputError
-from mycelian_agent.limits import ADD_ENTRIES_MAX_ITEMS, RAW_ENTRY_MAX_CHARS, SEARCH_DEPTH_MAX, SUMMARY_MAX_CHARS, TAGS_MAX_KEYS
+from mycelian_agent.errors import ConfigError, InputError, MemoryServerError
+from mycelian_agent.limits import ADD_ENTRIES_MAX_ITEMS, SEARCH_DEPTH_MAX
 from mycelian_agent.prompt_files import PROMPT_NAMES, read_prompt
-from mycelian_agent.memory_server.server.runtime import StoreHandle, StoreRunner
-from mycelian_agent.memory_server.server.access import vaults_of
+from mycelian_agent.memory_server.server.runtime import StoreHandle
+from mycelian_agent.memory_server.server.arguments import (
+    Description, EntryId, EntryItem, IdempotencyKey, IfExists, MemoryId, OptionalVaultId, RawEntry, Summary, Tags,
+    Timestamp, Title, VaultId,
+)
 from mycelian_agent.memory_server.server.hosts import transport_security
+from mycelian_agent.memory_server.server.mcp_server import AppContext, MemoryServer, app_context, token_vaults
+from mycelian_agent.memory_server.server.results import (
+    DeletedEntry, DeletedMemory, Entry, EntryPage, EntryVersions, Memory, MemoryRef, Prompts, PromptTemplates,
+    SearchResult, StoredContext, StoredEntries, StoredEntry, UpdatedEntry, Vault,
+)
 from mycelian_agent.memory_server.retrieval.pipeline import search
 from mycelian_agent.memory_server.storage.base import DenseIndex, MemoryStore
 from mycelian_agent.memory_server.storage import is_postgres_url
@@ -45,8 +49,6 @@ VECTORS_WAIT = 30.0
 #: ``version`` of the ``get_default_prompts`` answer.
 PROMPTS_VERSION = "1"
 _SUPPORTED_MEMORY_TYPES = ("chat",)
-# Tools whose vault_id is optional upstream; required over HTTP (MemoryServer.require_vault).
-_VAULT_SCOPED = ("search_memories",)
 _CONTEXT_SUMMARY_RULES = (
     "Keep one context document per memory and replace it whole with put_context: durable facts, preferences, "
     "decisions and plans, a dated timeline and open questions, in Markdown with absolute dates. Keep facts from "
@@ -59,164 +61,52 @@ _INSTRUCTIONS = (
 )
 
 
-@dataclass(frozen=True)
-class AppContext:
-    """What each MCP session's lifespan yields to the tools."""
-
-    store: StoreRunner
-    prompts_dir: Path | None
-
-
-class MemoryServer(FastMCP[AppContext]):
-    """FastMCP with strict argument checking and a store shared by all sessions.
-
-    FastMCP validates arguments in pydantic's lax mode (``"5"`` becomes ``5``, a JSON string becomes an object),
-    and ignores unknown arguments. This server first checks the raw arguments strictly and rejects unknown ones,
-    so a wrong type is an error that names the argument, never a silent conversion.
-    """
-
-    def __init__(
-        self, handle: StoreHandle, *, tools: list[Tool], token: str | None, prompts_dir: Path | None, **settings: Any
-    ):
-        super().__init__(lifespan=_lifespan, tools=tools, **settings)
-        self.handle = handle
-        self.token = token
-        self.prompts_dir = prompts_dir
-        self._strict_models: dict[str, type[BaseModel]] = {t.name: t.fn_metadata.arg_model for t in tools}
-        #: Whether search_memories must name its vault (set for HTTP, where several clients share the server).
-        self.require_vault = False
-
-    async def call_tool(self, name: str, arguments: dict[str, Any]) -> Any:
-        """Check ``arguments`` strictly and against the token's vaults, then run the tool (errors become MCP error
-        results)."""
-        model = self._strict_models.get(name)
-        if model is not None:
-            _check_arguments(name, model, arguments)
-        if self.require_vault and name in _VAULT_SCOPED and arguments.get("vault_id") is None:
-            raise ToolError(f"{name} needs vault_id on this server: a search is confined to the vault it names "
-                            "(pass the UUID of the memory's vault)")
-        allowed = _token_vaults(self.get_context())
-        if allowed is not None and model is not None:
-            await self._check_vault_access(name, model, arguments, allowed)
-        return await super().call_tool(name, arguments)
-
-    async def _check_vault_access(
-        self, name: str, model: type[BaseModel], arguments: dict[str, Any], allowed: frozenset[str]
-    ) -> None:
-        # A limited token sees another vault exactly as a vault that does not exist.
-        if name == "create_vault":
-            if arguments.get("title") not in allowed:
-                raise ToolError(f"this token may not create vault {arguments.get('title')!r}: it is limited to the "
-                                f"vaults {', '.join(sorted(allowed))} (the server's tokens file)")
-            return
-        if "vault_id" not in model.model_fields:
-            return
-        vault_id = arguments.get("vault_id")
-        if vault_id is None:
-            raise ToolError(f"{name} needs vault_id with this token: it is limited to the vaults "
-                            f"{', '.join(sorted(allowed))}")
-        runner = self.get_context().request_context.lifespan_context.store
-        titles = {v["vaultId"]: v["title"] for v in await runner.call(MemoryStore.list_vaults)}
-        if titles.get(vault_id) not in allowed:
-            raise ToolError(f"vault {vault_id} not found")
-
-    @asynccontextmanager
-    async def hold(self) -> AsyncIterator[StoreRunner]:
-        """Keep the database open across sessions (e.g. a ``:memory:`` database between test sessions)."""
-        async with self.handle.hold() as runner:
-            yield runner
-
-
-def _show(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _check_arguments(tool: str, model: type[BaseModel], arguments: dict[str, Any]) -> None:
-    problems = [f"unknown argument {key!r}" for key in arguments if key not in model.model_fields]
-    try:
-        model.model_validate(arguments, strict=True)
-    except ValidationError as exc:
-        for err in exc.errors(include_url=False):
-            where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err["loc"]).lstrip(".") or "arguments"
-            if err["type"] == "missing":
-                problems.append(f"missing required argument {where!r}")
-            else:
-                got = err.get("input")
-                problems.append(f"argument {where!r}: {err['msg']} (got {type(got).__name__} {_show(got)})")
-    if problems:
-        expected = ", ".join(model.model_fields)
-        raise ToolError(f"invalid arguments for {tool}: {'; '.join(problems)} (parameters: {expected})")
-
-
-@asynccontextmanager
-async def _lifespan(server: FastMCP[AppContext]) -> AsyncIterator[AppContext]:
-    assert isinstance(server, MemoryServer)
-    async with server.handle.hold() as runner:
-        yield AppContext(store=runner, prompts_dir=server.prompts_dir)
-
-
-def _app(ctx: Context) -> AppContext:
-    return ctx.request_context.lifespan_context
-
-
-def _token_vaults(ctx: Context) -> frozenset[str] | None:
-    """The vault titles the HTTP request's bearer token is limited to (None: every vault; stdio, in-process)."""
-    try:
-        request = ctx.request_context.request
-    except ValueError:  # outside a request
-        return None
-    return vaults_of(getattr(request, "scope", None))
-
-
-def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False)
-
-
-# -- parameter types (descriptions and ranges show in the tools' JSON schemas) ---------------------------------
-
-VaultId = Annotated[str, Field(description="The UUID of the vault")]
-MemoryId = Annotated[str, Field(description="The UUID of the memory")]
-EntryId = Annotated[str, Field(description="The UUID of the entry")]
-Title = Annotated[str, Field(description="1-50 characters: letters, digits and hyphen")]
-Description = Annotated[str, Field(description="Optional description (at most 1000 characters)")]
-Timestamp = Annotated[str | None, Field(description="RFC 3339 timestamp with a time zone, e.g. 2024-05-01T12:00:00Z")]
-OptionalVaultId = Annotated[str | None, Field(description="Optional: the memory's vault UUID, checked if given")]
-RawEntry = Annotated[str, Field(description=f"The full text of the entry (1-{RAW_ENTRY_MAX_CHARS} characters)")]
-Summary = Annotated[str, Field(description=f"A short retrieval-oriented summary (1-{SUMMARY_MAX_CHARS} characters)")]
-Tags = Annotated[
-    dict[str, str] | None, Field(description=f"Optional object of string to string (at most {TAGS_MAX_KEYS} keys)")
-]
-IdempotencyKey = Annotated[
-    str | None,
-    Field(description="Optional key (<= 200 chars): a retry with the same key and raw_entry is not duplicated"),
-]
-
-
-class EntryItem(TypedDict):
-    """One entry of an ``add_entries`` call: ``add_entry``'s fields, without the ids."""
-
-    __pydantic_config__ = ConfigDict(extra="forbid")  # type: ignore[misc]
-    raw_entry: RawEntry
-    summary: Summary
-    tags: NotRequired[Tags]
-    conversation_time: NotRequired[Timestamp]
-    idempotency_key: NotRequired[IdempotencyKey]
-
-
 # -- tools ---------------------------------------------------------------------------------------------------
 
 
-async def create_vault(ctx: Context, title: Title, description: Description = "") -> str:
-    """Create a vault (a container of memories). Returns {"vaultId", "title"}; a duplicate title is an error."""
-    return _json(await _app(ctx).store.call(MemoryStore.create_vault, title, description))
+_T = TypeVar("_T")
 
 
-async def list_vaults(ctx: Context) -> str:
+async def _store(ctx: Context, method: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    """``method(store, *args, **kwargs)`` on the session's store; the dict it answers is the tool's result, of the
+    shape the tool's return annotation (results.py) describes."""
+    return await app_context(ctx).store.call(method, *args, **kwargs)
+
+
+async def _created_or_existing(
+    if_exists: str, create: Callable[[], Awaitable[_T]], find: Callable[[], Awaitable[_T | None]]
+) -> _T:
+    """What ``create`` makes; with ``if_exists="return"``, what ``find`` reads when the title is taken (before the
+    create, or after it lost a race with another session)."""
+    if if_exists == "return" and (found := await find()) is not None:
+        return found
+    try:
+        return await create()
+    except MemoryServerError:
+        if if_exists != "return" or (found := await find()) is None:
+            raise
+        return found
+
+
+async def create_vault(
+    ctx: Context, title: Title, description: Description = "", if_exists: IfExists = "error"
+) -> Vault:
+    """Create a vault (a container of memories). Returns {"vaultId", "title"}; a duplicate title is an error, or
+    with if_exists "return" (ours) the existing vault."""
+
+    async def find() -> Vault | None:
+        vaults: list[Vault] = await _store(ctx, MemoryStore.list_vaults)
+        return next((v for v in vaults if v["title"] == title), None)
+
+    create = partial(_store, ctx, MemoryStore.create_vault, title, description)
+    return await _created_or_existing(if_exists, create, find)
+
+
+async def list_vaults(ctx: Context) -> list[Vault]:
     """List all vaults as a JSON array of {"vaultId", "title"}."""
-    vaults = await _app(ctx).store.call(MemoryStore.list_vaults)
-    allowed = _token_vaults(ctx)
-    return _json(vaults if allowed is None else [v for v in vaults if v["title"] in allowed])
+    vaults = await _store(ctx, MemoryStore.list_vaults)
+    allowed = token_vaults(ctx)
+    return vaults if allowed is None else [v for v in vaults if v["title"] in allowed]
 
 
 async def create_memory_in_vault(
@@ -225,20 +115,29 @@ async def create_memory_in_vault(
     title: Title,
     memory_type: Annotated[str, Field(description="Memory type, e.g. NOTES or chat")],
     description: Description = "",
-) -> str:
+    if_exists: IfExists = "error",
+) -> Memory:
     """Create a memory in a vault. Returns the memory {memoryId, vaultId, title, description, memoryType,
-    creationTime}; a duplicate title in the vault is an error."""
-    return _json(await _app(ctx).store.call(MemoryStore.create_memory, vault_id, title, memory_type, description))
+    creationTime}; a duplicate title in the vault is an error, or with if_exists "return" (ours) the existing
+    memory (its type and description as they are)."""
+
+    async def find() -> Memory | None:
+        memories: list[MemoryRef] = await _store(ctx, MemoryStore.list_memories, vault_id)
+        found = next((m["memoryId"] for m in memories if m["title"] == title), None)
+        return None if found is None else await _store(ctx, MemoryStore.get_memory, vault_id, found)
+
+    create = partial(_store, ctx, MemoryStore.create_memory, vault_id, title, memory_type, description)
+    return await _created_or_existing(if_exists, create, find)
 
 
-async def list_memories(ctx: Context, vault_id: VaultId) -> str:
+async def list_memories(ctx: Context, vault_id: VaultId) -> list[MemoryRef]:
     """List the memories of a vault as a JSON array of {"memoryId", "title"}."""
-    return _json(await _app(ctx).store.call(MemoryStore.list_memories, vault_id))
+    return await _store(ctx, MemoryStore.list_memories, vault_id)
 
 
-async def get_memory(ctx: Context, vault_id: VaultId, memory_id: MemoryId) -> str:
+async def get_memory(ctx: Context, vault_id: VaultId, memory_id: MemoryId) -> Memory:
     """Get one memory of a vault."""
-    return _json(await _app(ctx).store.call(MemoryStore.get_memory, vault_id, memory_id))
+    return await _store(ctx, MemoryStore.get_memory, vault_id, memory_id)
 
 
 async def add_entry(
@@ -250,13 +149,12 @@ async def add_entry(
     tags: Tags = None,
     conversation_time: Timestamp = None,
     idempotency_key: IdempotencyKey = None,
-) -> str:
+) -> StoredEntry:
     """Append an entry to a memory. It is stored before this returns: the answer is the stored entry plus
     "status": "stored" and "deduplicated" (true when idempotency_key matched an earlier identical write)."""
-    result = await _app(ctx).store.call(
+    return await _store(ctx, 
         MemoryStore.add_entry, vault_id, memory_id, raw_entry, summary, tags, conversation_time, idempotency_key
     )
-    return _json(result)
 
 
 async def add_entries(
@@ -268,12 +166,12 @@ async def add_entries(
         Field(description=f"1-{ADD_ENTRIES_MAX_ITEMS} entries, appended in this order; each with add_entry's fields "
                           "and rules"),
     ],
-) -> str:
+) -> StoredEntries:
     """Append several entries to a memory in one transaction: all are stored before this returns, or none is
     (an invalid item or an idempotency conflict names the item, e.g. entries[3], and stores nothing). An item whose
     idempotency_key and raw_entry match an earlier write answers that entry, so a retried call stores nothing twice.
     Returns {"entries": [stored entry + "deduplicated"], "count", "stored", "deduplicated", "status": "stored"}."""
-    return _json(await _app(ctx).store.call(MemoryStore.add_entries, vault_id, memory_id, entries))
+    return await _store(ctx, MemoryStore.add_entries, vault_id, memory_id, entries)
 
 
 async def list_entries(
@@ -283,16 +181,16 @@ async def list_entries(
     limit: Annotated[int, Field(ge=1, le=50, description="Page size, 1-50")] = 25,
     before: Annotated[str | None, Field(description="RFC 3339: entries created before this (newest first)")] = None,
     after: Annotated[str | None, Field(description="RFC 3339: entries created after this (oldest first)")] = None,
-) -> str:
+) -> EntryPage:
     """List entries of a memory, newest first (with `after`, oldest first). `before` and `after` are exclusive
     of each other. Returns {"entries", "count", "applied_limit", "next_before", "next_after"}; a cursor is set
     when more entries exist in that direction."""
-    return _json(await _app(ctx).store.call(MemoryStore.list_entries, vault_id, memory_id, limit, before, after))
+    return await _store(ctx, MemoryStore.list_entries, vault_id, memory_id, limit, before, after)
 
 
-async def get_entry(ctx: Context, vault_id: VaultId, memory_id: MemoryId, entry_id: EntryId) -> str:
+async def get_entry(ctx: Context, vault_id: VaultId, memory_id: MemoryId, entry_id: EntryId) -> Entry:
     """Get one entry of a memory."""
-    return _json(await _app(ctx).store.call(MemoryStore.get_entry, vault_id, memory_id, entry_id))
+    return await _store(ctx, MemoryStore.get_entry, vault_id, memory_id, entry_id)
 
 
 async def update_entry(
@@ -304,21 +202,21 @@ async def update_entry(
     summary: Summary,
     tags: Tags = None,
     conversation_time: Timestamp = None,
-) -> str:
+) -> UpdatedEntry:
     """Replace an entry's rawEntry, summary and tags (and conversationTime, when given) under the same entryId.
     The replaced version leaves search and the context snapshots' items that quote it, and stays in
     list_entry_versions. Returns the entry as now stored with its "version" (the first write is 1), "status":
     "updated" and "contextItemsRemoved"."""
-    result = await _app(ctx).store.call(
-        MemoryStore.update_entry, vault_id, memory_id, entry_id, raw_entry, summary, tags, conversation_time
-    )
-    return _json(result)
+    return await _store(ctx, MemoryStore.update_entry, vault_id, memory_id, entry_id, raw_entry, summary, tags,
+                        conversation_time)
 
 
-async def list_entry_versions(ctx: Context, vault_id: VaultId, memory_id: MemoryId, entry_id: EntryId) -> str:
+async def list_entry_versions(
+    ctx: Context, vault_id: VaultId, memory_id: MemoryId, entry_id: EntryId
+) -> EntryVersions:
     """List every version of an entry, oldest first and the current one last: {"entryId", "versions": [entry +
     "version" + "replacedAt" (null for the current one)], "count"}."""
-    return _json(await _app(ctx).store.call(MemoryStore.list_entry_versions, vault_id, memory_id, entry_id))
+    return await _store(ctx, MemoryStore.list_entry_versions, vault_id, memory_id, entry_id)
 
 
 async def put_context(
@@ -326,16 +224,16 @@ async def put_context(
     vault_id: VaultId,
     memory_id: MemoryId,
     content: Annotated[str, Field(description="The whole context document (at most 65536 characters)")],
-) -> str:
+) -> StoredContext:
     """Store a new context snapshot (the whole document) for a memory; it becomes the current context and older
     snapshots stay searchable. Returns {"memoryId", "timestamp", "status": "stored", "chars"}."""
-    return _json(await _app(ctx).store.call(MemoryStore.put_context, vault_id, memory_id, content))
+    return await _store(ctx, MemoryStore.put_context, vault_id, memory_id, content)
 
 
 async def get_context(ctx: Context, vault_id: VaultId, memory_id: MemoryId) -> str:
     """Get the current (newest) context document of a memory as plain text. A new memory answers a placeholder
     that says it is a default: treat it as empty."""
-    return await _app(ctx).store.call(MemoryStore.get_context, vault_id, memory_id)
+    return await _store(ctx, MemoryStore.get_context, vault_id, memory_id)
 
 
 async def await_consistency(
@@ -348,7 +246,7 @@ async def await_consistency(
     """Wait until every earlier write to the memory is visible to search (by its words); answers "consistent".
     Vectors are written behind and not waited for unless ``vectors`` is true: then the answer is "consistent"
     once they are written too, or "vectors pending: N" if N entries still had none after 30 s (call again)."""
-    runner = _app(ctx).store
+    runner = app_context(ctx).store
     await runner.barrier(MemoryStore.await_consistency, memory_id, vault_id)
     if vectors and await runner.call(lambda store: store.has_dense):
         await runner.wait_for_vectors(memory_id, VECTORS_WAIT)
@@ -370,7 +268,7 @@ async def search_memories(
     vault_id: OptionalVaultId = None,
     offset: Annotated[int, Field(ge=0, le=SEARCH_DEPTH_MAX - 25,
                                  description="Entries to skip: the next page of the ranking starts here")] = 0,
-) -> str:
+) -> SearchResult:
     """Search a memory's entries and context snapshots. Returns {"entries": [{entryId, summary, rawEntry?, score,
     match, creationTime, conversationTime?, tags}], "count", "latestContext", "latestContextTimestamp", "contexts":
     [{context, timestamp, score}]}, best first. score is a relevance from 0 to 1, on the same scale in every
@@ -380,7 +278,7 @@ async def search_memories(
     from the page before. match is "words" when the query's words led to the entry (in it
     or in the turns beside it) and "meaning" when only semantic similarity did (servers with embeddings): entries
     that are all "meaning" mean no entry shares a word with the query, and they may be unrelated."""
-    result = await _app(ctx).store.call(
+    return await _store(ctx, 
         search,
         memory_id,
         query,
@@ -392,36 +290,48 @@ async def search_memories(
         vault_id=vault_id,
         offset=offset,
     )
-    return _json(result)
 
 
 async def get_default_prompts(
     ctx: Context, memory_type: Annotated[str, Field(description="Memory type; supported: chat")]
-) -> str:
+) -> Prompts:
     """Get the default prompt templates for a memory type: {"version", "context_summary_rules", "templates":
     {"context_prompt", "entry_capture_prompt", "summary_prompt"}}."""
     if not isinstance(memory_type, str) or memory_type.strip().lower() not in _SUPPORTED_MEMORY_TYPES:
         supported = ", ".join(_SUPPORTED_MEMORY_TYPES)
         raise InputError(f"unsupported memory_type {memory_type!r}: supported memory types are {supported}")
-    directory = _app(ctx).prompts_dir
-    templates = {name: read_prompt(name, directory) for name in sorted(PROMPT_NAMES)}
-    return _json({"version": PROMPTS_VERSION, "context_summary_rules": _CONTEXT_SUMMARY_RULES, "templates": templates})
+    directory = app_context(ctx).prompts_dir
+    templates = cast(PromptTemplates, {name: read_prompt(name, directory) for name in sorted(PROMPT_NAMES)})
+    return {"version": PROMPTS_VERSION, "context_summary_rules": _CONTEXT_SUMMARY_RULES, "templates": templates}
 
 
-async def delete_entry(ctx: Context, vault_id: VaultId, memory_id: MemoryId, entry_id: EntryId) -> str:
+async def delete_entry(ctx: Context, vault_id: VaultId, memory_id: MemoryId, entry_id: EntryId) -> DeletedEntry:
     """Delete one entry of a memory and everything derived from it: its versions, index rows, vector, and the items
     of every context snapshot that quote it (unless another entry says the same). Returns {"entryId", "status":
     "deleted", "contextItemsRemoved": n}."""
-    return _json(await _app(ctx).store.call(MemoryStore.delete_entry, vault_id, memory_id, entry_id))
+    return await _store(ctx, MemoryStore.delete_entry, vault_id, memory_id, entry_id)
 
 
-async def delete_memory(ctx: Context, vault_id: VaultId, memory_id: MemoryId) -> str:
+async def delete_memory(ctx: Context, vault_id: VaultId, memory_id: MemoryId) -> DeletedMemory:
     """Delete a memory with all its entries and context snapshots. Returns {"memoryId", "status": "deleted",
     "entries": n}."""
-    return _json(await _app(ctx).store.call(MemoryStore.delete_memory, vault_id, memory_id))
+    return await _store(ctx, MemoryStore.delete_memory, vault_id, memory_id)
 
 
-# In the reference page's order; the flags are MCP tool annotations (read-only / destructive hints).
+# The tools, in the reference page's order; the flags are MCP tool annotations (read-only / destructive hints).
+#
+# The pattern a tool follows (a new tool too):
+# - its return annotation is its result's shape: a TypedDict of results.py (or a list of one) for a JSON result,
+#   which declares the tool's outputSchema and answers the value as structured content besides the JSON text
+#   (MemoryServer.call_tool, _answer); `str` for a plain-text result (upstream's get_context, await_consistency),
+#   which declares none. The function returns the value itself, never JSON text;
+# - a failure is raised (InputError for a bad argument, MemoryServerError for an unknown id or a conflict,
+#   ToolError): every exception becomes an MCP error result (isError) whose text names the problem, which
+#   langchain-mcp-adapters raises as a ToolException (or hands the model as an error ToolMessage) and
+#   MemoryConnection.call as MemoryServerError; a tool never answers an error as a result;
+# - an optional parameter beyond upstream's keeps upstream's behaviour as its default (clients test for it with
+#   MemoryConnection.parameters).
+# tests/test_mcp_structured.py checks every tool here against its schema over stdio and HTTP.
 _TOOLS: tuple[tuple[Callable[..., Any], bool, bool], ...] = (
     (create_vault, False, False),
     (list_vaults, True, False),
@@ -450,8 +360,9 @@ def _tool_definitions() -> tuple[Tool, ...]:
     tools = []
     for fn, read_only, destructive in _TOOLS:
         annotations = ToolAnnotations(readOnlyHint=read_only, destructiveHint=destructive, openWorldHint=False)
-        # structured_output=False: every result is exactly one text content, as upstream answers.
-        tools.append(Tool.from_function(fn, annotations=annotations, structured_output=False))
+        # A JSON result is typed (an output schema); a text result (-> str) stays one text content, as upstream's.
+        structured = get_type_hints(fn).get("return") is not str
+        tools.append(Tool.from_function(fn, annotations=annotations, structured_output=structured))
     return tuple(tools)
 
 
