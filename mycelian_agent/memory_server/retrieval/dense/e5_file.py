@@ -146,7 +146,8 @@ def read_e5_file(data: bytes | memoryview) -> E5File:
     offsets = np.frombuffer(reader.take((n_pieces + 1) * 4), dtype="<u4")
     scores = np.frombuffer(reader.take(n_pieces * 4), dtype="<f4").astype(np.float32)
     blob = bytes(reader.take(blob_length))
-    pieces = tuple(blob[offsets[i]:offsets[i + 1]] for i in range(n_pieces))
+    bounds = offsets.tolist()
+    pieces = tuple(blob[start:end] for start, end in zip(bounds, bounds[1:]))
     norm: dict[int, tuple[int, ...]] = {}
     entries = reader.int(4, True)
     norm_reader = _Reader(reader.take(reader.int(4)))

@@ -33,13 +33,15 @@ class E5Tokenizer:
     def __init__(self, model: E5File) -> None:
         self.bos, self.eos, self.unk = model.bos, model.eos, model.unk
         self.max_content = model.max_positions - 2
-        self._pieces: dict[bytes, int] = {}
-        for index, piece in enumerate(model.pieces):
-            if piece and index != model.unk:
-                self._pieces.setdefault(piece, index)  # the engine's hash finds the first of equal pieces
-        self._scores = [float(score) for score in model.scores]
+        # The engine's hash finds the first of equal pieces: built backwards, the first one is written last.
+        count = len(model.pieces)
+        self._pieces = dict(zip(reversed(model.pieces), range(count - 1, -1, -1)))
+        self._pieces.pop(b"", None)
+        if self._pieces.get(model.pieces[model.unk]) == model.unk:
+            del self._pieces[model.pieces[model.unk]]
+        self._scores: list[float] = model.scores.tolist()
         self._unk_score = _f32(min(self._scores) - 10.0)
-        self._longest = max((len(piece) for piece in model.pieces), default=1)
+        self._longest = max(map(len, model.pieces), default=1)
         self._norm = {chr(code): "".join(map(chr, out)) for code, out in model.norm.items()}
 
     def normalise(self, text: str) -> str:
