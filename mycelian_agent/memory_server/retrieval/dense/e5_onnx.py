@@ -20,10 +20,10 @@ import os
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from mycelian_agent.errors import ConfigError
-from mycelian_agent.memory_server.retrieval.dense.e5_file import file_key, read_e5_file
+from mycelian_agent.memory_server.retrieval.dense.e5_file import E5File, file_key, read_e5_file
 from mycelian_agent.memory_server.retrieval.dense.e5_graph import INPUT, OUTPUT, build_graph
 from mycelian_agent.memory_server.retrieval.dense.e5_tokenizer import E5Tokenizer
 
@@ -107,7 +107,7 @@ class OnnxQueries:
         return vector / max(float(np.linalg.norm(vector)), 1e-6)
 
 
-def _cached_graph(weights: Path, model: Any, cache: Path, *, rebuild: bool = False) -> Path:
+def _cached_graph(weights: Path, model: E5File, cache: Path, *, rebuild: bool = False) -> Path:
     """The built graph's file for ``weights``: the cached one if its bytes match their digest, else built now."""
     path = cache / f"e5-small-q4-b{BUILDER_VERSION}-{file_key(weights)[:48]}.onnx"
     digest_path = path.with_suffix(".sha256")
