@@ -225,9 +225,10 @@ def rank_entries(
     (``named_time``, see ``query_time.py``), the turns of a speaker the query names raised (``names``, see
     ``coverage.py``), fused with dense similarities when the store has an index, and the entries nearest to the
     query moved towards the best fused hits placed after the first ones (``dense_feedback``, see
-    ``dense_feedback.py``). Last, a stated change is placed above what it revises (``ranking.revisions_first``)
-    and an assistant's reaction just below the statement it follows (``statements``, see ``exchanges.py``); for a
-    question asking when, the entries that tell a time are lifted (``answer_type``, ``query_time.lift_told_times``).
+    ``dense_feedback.py``). For a question asking when, the entries that tell a time are then lifted
+    (``answer_type``, ``query_time.lift_told_times``). Last, a stated change is placed above what it revises
+    (``ranking.revisions_first``) and an assistant's reaction just below the statement it follows (``statements``,
+    see ``exchanges.py``).
     ``weights`` replaces the index column weights BM25 weighs each field's terms by
     (``ENTRY_WEIGHTS``; the ablation turns fields off with it). Each entry says whether words led to it
     (:data:`MATCH_WORDS`) or only the dense side did (:data:`MATCH_MEANING`); the list's ``pending_vectors`` says

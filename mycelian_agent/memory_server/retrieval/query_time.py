@@ -52,7 +52,7 @@ TOLD_AFTER_BOOST = 0.5
 SPAN_SEARCH = True
 #: Score factor 1 + ASKS_TIME_BOOST of a hit that tells a time, when the question asks for one ("When did ...?"): the
 #: answer a "when" question expects is a time (the expected answer type of question answering). One parameter, tuned
-#: on LoCoMo dev's conv-26 + conv-30 and checked on conv-41 (BENCHMARKS.md §3, "Issue 38: ...").
+#: on LoCoMo dev's conv-26 + conv-30 and checked on conv-41 (BENCHMARKS.md §3, "the answer a 'when' question expects").
 ASKS_TIME_BOOST = 0.25
 #: Years back that a date without a year ("in June") covers, counted from the reference's year.
 YEARS_BACK = 30
