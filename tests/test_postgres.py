@@ -206,7 +206,7 @@ async def test_checkpointer_setup_from_many_connections_at_once(pg_fresh_url: st
         async with open_checkpointer(pg_fresh_url) as saver:
             return type(saver).__name__
 
-    assert await asyncio.gather(*(one() for _ in range(6))) == ["AsyncPostgresSaver"] * 6
+    assert await asyncio.gather(*(one() for _ in range(6))) == ["PooledPostgresSaver"] * 6
 
 
 # -- many workers --------------------------------------------------------------------------------------------
