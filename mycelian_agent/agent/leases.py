@@ -12,9 +12,9 @@ the holder (or waits for it, when asked to).
 - PostgreSQL checkpointer (rows as dicts): a session-level advisory lock per thread (released by the server when the
   session ends, so also when the process dies); the holder is found in ``pg_stat_activity`` by the session's
   ``application_name``. A ``"postgresql://..."`` checkpointer (``pg_checkpoints.PooledPostgresSaver``) keeps the
-  locks on a session of their own, checked before each checkpoint read or write of a held thread: after a restart
-  of the server every held lease is taken again, and an invocation of a thread another process took meanwhile
-  raises :class:`ThreadBusyError` when it reads the thread's checkpoint, before it writes anything. A saver the caller opened on one connection keeps them on that connection.
+  locks on a session of their own, checked before a checkpoint read or write of a held thread when a restart may
+  have ended it (``pg_checkpoints.py``): after a restart every held lease is taken again, and an invocation of a
+  thread another process took meanwhile raises :class:`ThreadBusyError`. A saver the caller opened on one connection keeps them on that connection.
 - The in-memory checkpointer (one process) and savers of other kinds: no lease (nothing else can write there).
 """
 
@@ -199,8 +199,8 @@ class _PostgresLeases(ThreadLeases):
 
 
 class _PooledPostgresLeases(_PostgresLeases):
-    """Advisory locks on the pooled saver's own session, checked before each checkpoint read or write of a held
-    thread."""
+    """Advisory locks on the pooled saver's own session, checked before a checkpoint read or write of a held thread
+    when the pool made a connection since the last check, or the last check is ``LEASE_RECHECK_S`` old."""
 
     def __init__(self, saver: Any) -> None:
         super().__init__(saver)
@@ -208,6 +208,7 @@ class _PooledPostgresLeases(_PostgresLeases):
         self._lock = asyncio.Lock()
         #: Leases lost to another process while the server restarted, with their new holder: writes refused.
         self._lost: dict[tuple[int, int], str] = {}
+        self._checked_at = (-1, 0.0)  # (the pool's connections made, the loop's time) at the last check
         saver.check_lease = self.check_lease
 
     async def _session(self) -> Any:
@@ -228,18 +229,22 @@ class _PooledPostgresLeases(_PostgresLeases):
         await super().release(thread_id)
 
     async def check_lease(self, thread_id: str) -> None:
-        """Make sure this process still holds ``thread_id``'s lease before its checkpoint is used: one round trip
-        on the leases' session; when the session ended (a restart of the server), a new one takes every held lease
+        """Make sure this process still holds ``thread_id``'s lease before its checkpoint is used, when a restart may
+        have ended the leases' session: one round trip on it; when it ended, a new one takes every held lease
         again, and a thread another process took meanwhile raises :class:`ThreadBusyError`."""
         from psycopg import OperationalError
 
+        from .pg_checkpoints import LEASE_RECHECK_S
+
         key = _pg_key(thread_id)
-        if key in self._held:
+        made, now = self.saver.connections_made, asyncio.get_running_loop().time()
+        if key in self._held and (made != self._checked_at[0] or now - self._checked_at[1] > LEASE_RECHECK_S):
             async with self._lock:
                 try:
                     await (await self._session()).execute("SELECT 1")
                 except OperationalError:
                     await self._take_again()
+            self._checked_at = (made, now)  # only once checked: a check that failed is made again next time
         if key in self._lost:
             raise ThreadBusyError(thread_id, self._lost[key])
 

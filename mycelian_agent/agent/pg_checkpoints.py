@@ -4,10 +4,11 @@ session of its own for the thread leases (``leases.py``).
 LangGraph's ``AsyncPostgresSaver.from_conn_string`` holds one connection: once the server restarts, every later
 call of the process fails. Here a pool lends connections it checks first, so the process goes on once the server is
 back (a call waits up to ``reconnect_wait`` seconds for it). The leases' advisory locks live on one connection that
-is not the pool's: a restart ends that session and frees its locks, so before each checkpoint read or write of a
-thread whose lease this process holds the session is checked (one round trip), and after a restart every held lease
-is taken again; one that another process took meanwhile fails the invocation with ``ThreadBusyError`` when it reads
-the thread's checkpoint, before anything is written, instead of two writers interleaving.
+is not the pool's: a restart ends that session and frees its locks, so before a checkpoint read or write of a
+thread whose lease this process holds the session is checked (one round trip) when the pool has made a connection
+since the last check (as it does after a restart) or the last check is :data:`LEASE_RECHECK_S` old; after a restart
+every held lease is taken again, and one that another process took meanwhile fails the invocation with
+``ThreadBusyError`` instead of two writers interleaving.
 
 Imported only when a ``postgresql://`` checkpointer is opened (it needs the ``postgres`` extra).
 """
@@ -28,10 +29,13 @@ from psycopg import AsyncConnection, OperationalError
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
-__all__ = ["PooledPostgresSaver", "open_pooled_saver"]
+__all__ = ["LEASE_RECHECK_S", "PooledPostgresSaver", "open_pooled_saver"]
 
 #: Connections of the pool: a thread's invocation holds one while it reads or saves a checkpoint.
 POOL_SIZE = 4
+#: Seconds after which a held lease's session is checked again even when the pool made no new connection (a chat
+#: thread idle across a restart is checked at its next message; a replay's back-to-back calls are not).
+LEASE_RECHECK_S = 5.0
 # Advisory lock serialising LangGraph's checkpoint schema setup across processes ("lgsetup" in ASCII).
 _SETUP_LOCK = 0x6C67736574757000
 
@@ -41,17 +45,33 @@ async def _connect(url: str, **settings: Any) -> AsyncConnection[dict[str, Any]]
     return await AsyncConnection.connect(url, autocommit=True, prepare_threshold=0, row_factory=dict_row, **settings)
 
 
+class _Made:
+    """A pool's ``configure`` callback that counts the connections it makes."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    async def __call__(self, conn: AsyncConnection[Any]) -> None:
+        self.count += 1
+
+
 class PooledPostgresSaver(AsyncPostgresSaver):
     """LangGraph's PostgreSQL saver over a checked pool, with a separate session for advisory locks
     (:meth:`lease_session`) and a hook the leases set to run before each checkpoint read or write of a thread."""
 
-    def __init__(self, pool: AsyncConnectionPool, url: str, reconnect_wait: float) -> None:
+    def __init__(self, pool: AsyncConnectionPool, url: str, reconnect_wait: float, made: _Made) -> None:
         super().__init__(pool)  # type: ignore[arg-type]
         self._url = url
         self._reconnect_wait = reconnect_wait
         self._session: AsyncConnection[dict[str, Any]] | None = None
         #: Called with the thread id before each checkpoint read or write (set by the thread leases).
         self.check_lease: Callable[[str], Awaitable[None]] | None = None
+        self._made = made
+
+    @property
+    def connections_made(self) -> int:
+        """Connections the pool has made: a new one after the first means one was lost (or aged out)."""
+        return self._made.count
 
     async def lease_session(self, *, renew: bool = False) -> AsyncConnection[dict[str, Any]]:
         """The connection the thread leases' advisory locks live on (opened on first use; ``renew``: a new one,
@@ -117,12 +137,14 @@ async def open_pooled_saver(url: str, reconnect_wait: float) -> AsyncIterator[Po
             await AsyncPostgresSaver(conn).setup()
         finally:
             await conn.execute("SELECT pg_advisory_unlock(%s)", (_SETUP_LOCK,))
+    made = _Made()
     pool = AsyncConnectionPool(url, kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
                                min_size=1, max_size=POOL_SIZE, open=False, timeout=max(reconnect_wait, 0.1),
-                               check=AsyncConnectionPool.check_connection, name="mycelian-checkpoints")
+                               check=AsyncConnectionPool.check_connection, configure=made,
+                               name="mycelian-checkpoints")
+    saver = PooledPostgresSaver(pool, url, reconnect_wait, made)
     try:
         await pool.open(wait=True, timeout=max(reconnect_wait, 5.0))
-        saver = PooledPostgresSaver(pool, url, reconnect_wait)
         try:
             yield saver
         finally:
