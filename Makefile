@@ -31,9 +31,11 @@ quickstart: install
 	$(BIN)/mycelian-agent search "When is the Lisbon trip?" --db $(QUICKSTART_DB) --memory quickstart
 	$(BIN)/mycelian-agent recall "When is the Lisbon trip?" --db $(QUICKSTART_DB) --memory quickstart --budget-tokens 600
 
-## Install test dependencies, type-check the package (mypy, config in pyproject.toml) and run the test suite (the 15
-## slowest tests are listed at the end).
+## Install test dependencies, lint and format-check (ruff), type-check the package (mypy; both configured in
+## pyproject.toml) and run the test suite (the 15 slowest tests are listed at the end).
 test: install-test
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/python -m mypy
 	$(BIN)/python -m pytest -q --durations=15
 

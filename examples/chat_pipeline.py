@@ -7,7 +7,8 @@ returned), or with a real chat model:
 
     python examples/chat_pipeline.py --user dana                      # type messages; empty line or Ctrl-D ends
     python examples/chat_pipeline.py --chat-model openai:gpt-4o-mini  # needs OPENAI_API_KEY (and OPENAI_BASE_URL)
-    printf 'I moved to Denver with my dog Rex.\\nWhat do you remember about my dog?\\n' | python examples/chat_pipeline.py --db /tmp/chat.db
+    printf 'I moved to Denver with my dog Rex.\\nWhat do you remember about my dog?\\n' \\
+        | python examples/chat_pipeline.py --db /tmp/chat.db
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import argparse
 import asyncio
 import os
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from langchain_core.messages import HumanMessage, SystemMessage
@@ -46,7 +47,7 @@ async def chat(args: argparse.Namespace) -> None:
             line = (await asyncio.to_thread(sys.stdin.readline)).strip()
             if not line:
                 break
-            now = datetime.now(timezone.utc)
+            now = datetime.now(UTC)
             recall = await invoker.arecall(line, user=args.user, budget_tokens=1000)  # before storing the message
             await invoker.aprocess_conversation_message("user", line, args.thread, now, name=args.name, user=args.user)
             reply = await answer(chat_model, recall, line)

@@ -282,7 +282,8 @@ class AgentContext:
             memory = await stack.enter_async_context(open_connection(self.connection))
             vault_id = await ensure_vault(memory, self.vault)
             memory_id = await ensure_memory(memory, vault_id, self.memory, self.memory_type)
-            saver = await stack.enter_async_context(open_checkpointer(self.checkpointer))
+            saver = await stack.enter_async_context(
+                open_checkpointer(self.checkpointer, reconnect_wait=self.connection.reconnect_wait))
             prompts = await self._prompts(memory)
             # The agent retries transient model failures itself (bounded, counted: AgentSettings.model_attempts).
             model = resolve_model(self.model, api_key=self.api_key, base_url=self.base_url, max_tokens=self.max_tokens,
@@ -431,7 +432,8 @@ def build_agent(
       ``invoker.aflush(thread_id)``, after ``max_delay_s`` seconds, and when the context manager exits). A message
       is searchable only once written.
     - ``timeout``: seconds each memory tool call may take before it is retried (None: no limit);
-      ``reconnect_wait``: seconds an HTTP connection waits for a server that went away to come back.
+      ``reconnect_wait``: seconds an HTTP connection waits for a server that went away to come back (and a
+      PostgreSQL checkpointer for its server).
     - ``model_timeout``: seconds an ``openai:`` model call may take. A call failing transiently (HTTP 429 / 5xx,
       timeout) is retried by the agent (``AgentSettings.model_attempts``, counted as ``model_retries``), then the
       fallback model writes the step.

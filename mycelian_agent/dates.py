@@ -155,8 +155,8 @@ _NUMBER_WORDS = {
 _SEASONS = {"spring": (3, 5), "summer": (6, 8), "fall": (9, 11), "autumn": (9, 11), "winter": (12, 2)}
 # What resolve_relative_dates writes in its parentheses (the labels of _resolve below).
 _RESOLVED_DATE = re.compile(
-    r" \((?:(?:week|weekend) of \d{4}-\d{2}-\d{2}|\d{4}-\d{2}-\d{2}|(?:%s) \d{4}|(?:%s) \d{4}(?:-\d{4})?|\d{4})\)"
-    % ("|".join(month.capitalize() for month in MONTHS), "|".join(_SEASONS)))
+    r" \((?:(?:week|weekend) of \d{4}-\d{2}-\d{2}|\d{4}-\d{2}-\d{2}|(?:{months}) \d{4}|(?:{seasons}) \d{4}(?:-\d{4})?|\d{4})\)"
+    .replace("{months}", "|".join(month.capitalize() for month in MONTHS)).replace("{seasons}", "|".join(_SEASONS)))
 _COUNT = r"(\d{1,3}|a couple of|couple of|a couple|an|a|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)"
 _UNIT = r"(day|week|month|year)s?"
 _RELATIVE_DATE = re.compile(
@@ -276,8 +276,9 @@ def _resolve(match: re.Match[str], today: date) -> str | None:
 
 # The labels of _resolve that name a day, a week, a weekend or a month (seasons and years are too wide to lift a
 # question's day or span by).
-_PERIOD_LABEL = re.compile(r"\((?:(?P<kind>week|weekend) of )?(?P<day>\d{4}-\d{2}-\d{2})\)|\((?P<month>%s) (?P<year>\d{4})\)"
-                           % "|".join(month.capitalize() for month in MONTHS))
+_PERIOD_LABEL = re.compile(
+    r"\((?:(?P<kind>week|weekend) of )?(?P<day>\d{4}-\d{2}-\d{2})\)|\((?P<month>{months}) (?P<year>\d{4})\)"
+    .replace("{months}", "|".join(month.capitalize() for month in MONTHS)))
 
 
 def resolved_periods(text: str, when: str | date | datetime | None) -> list[tuple[date, date]]:

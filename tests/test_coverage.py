@@ -1,16 +1,16 @@
-"""Coverage for questions about a person (``memory_server/retrieval/coverage.py``): the turns of the speaker a question names
+"""Coverage for questions about a person (``memory_server/retrieval/coverage.py``): the turns of the speaker a
+question names
 rank above the other person's turns that only mention them, on both backends (the ``memory_db`` fixture)."""
 
 from __future__ import annotations
 
 import pytest
 
-from mycelian_agent.memory_server.storage.base import MemoryStore
-
-from mycelian_agent.memory_server.storage import open_store
+from mycelian_agent.memory_server.retrieval import rank_entries, search
 from mycelian_agent.memory_server.retrieval.coverage import boost_named_speakers
 from mycelian_agent.memory_server.retrieval.ranking import query_terms
-from mycelian_agent.memory_server.retrieval import rank_entries, search
+from mycelian_agent.memory_server.storage import open_store
+from mycelian_agent.memory_server.storage.base import MemoryStore
 
 
 @pytest.fixture

@@ -16,17 +16,20 @@ from click.testing import CliRunner
 
 np = pytest.importorskip("numpy")
 
-from mycelian_agent.errors import ConfigError, InputError, MemoryServerError  # noqa: E402
-from mycelian_agent.memory_server.retrieval.dense import index as embeddings  # noqa: E402
-from mycelian_agent.memory_server.retrieval.dense import encoders  # noqa: E402
-from mycelian_agent.memory_server.retrieval import fusion  # noqa: E402
-from mycelian_agent.memory_server.retrieval.dense.index import DenseVectors, require_dense_index  # noqa: E402
-from mycelian_agent.memory_server.cli import embeddings_group  # noqa: E402
-from mycelian_agent.memory_server.storage import open_store  # noqa: E402
-from mycelian_agent.memory_server.storage.sqlite.store import Store  # noqa: E402
-from mycelian_agent.memory_server.retrieval import search  # noqa: E402
 from dense_stub import CountingEncoder  # noqa: E402
 from dense_stub import memory_of as _memory  # noqa: E402
+
+from mycelian_agent.errors import ConfigError, InputError, MemoryServerError  # noqa: E402
+from mycelian_agent.memory_server.cli import embeddings_group  # noqa: E402
+from mycelian_agent.memory_server.retrieval import (
+    fusion,
+    search,
+)
+from mycelian_agent.memory_server.retrieval.dense import encoders  # noqa: E402
+from mycelian_agent.memory_server.retrieval.dense import index as embeddings  # noqa: E402
+from mycelian_agent.memory_server.retrieval.dense.index import DenseVectors, require_dense_index  # noqa: E402
+from mycelian_agent.memory_server.storage import open_store  # noqa: E402
+from mycelian_agent.memory_server.storage.sqlite.store import Store  # noqa: E402
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

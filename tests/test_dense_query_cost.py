@@ -13,6 +13,11 @@ import pytest
 
 np = pytest.importorskip("numpy")
 
+from dense_stub import (
+    CountingEncoder,
+    memory_of,
+)
+
 from mycelian_agent.memory_server.retrieval import search  # noqa: E402
 from mycelian_agent.memory_server.retrieval.dense.index import DenseVectors  # noqa: E402
 from mycelian_agent.memory_server.retrieval.dense.query_cache import (  # noqa: E402
@@ -21,8 +26,6 @@ from mycelian_agent.memory_server.retrieval.dense.query_cache import (  # noqa: 
 )
 from mycelian_agent.memory_server.storage.sqlite.store import Store  # noqa: E402
 from mycelian_agent.memory_server.storage.sqlite.vectors import SqliteVectors  # noqa: E402
-from dense_stub import CountingEncoder  # noqa: E402
-from dense_stub import memory_of  # noqa: E402
 
 
 def _encode_counting(seen: list[str]):

@@ -75,7 +75,8 @@ async def test_evidence_recall_per_category_and_adversarial_apart(data: Path, tm
 
     breed = records["tiny-1:0"]
     # D1:2's summary quotes D1:1 (the message it replies to) and search lends a reply a share of the score of the
-    # message before it (memory_server/storage/sqlite/lexical.py, neighbour context): in this five-entry memory both lead.
+    # message before it (memory_server/storage/sqlite/lexical.py, neighbour context): in this five-entry memory both
+    # lead.
     assert set(breed["retrieved_dia_ids"][:2]) == {"D1:1", "D1:2"}
     assert breed["recall"]["any@5"] and breed["recall"]["all@5"]
     both = records["tiny-1:1"]

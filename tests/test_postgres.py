@@ -1,7 +1,9 @@
 """PostgreSQL: migrations, concurrency, the agent end to end, checkpoints, many workers, recall parity with SQLite.
 
-Dense vectors on PostgreSQL: test_dense.py. Everything runs against a real throwaway cluster (conftest.py ``pg_cluster``: initdb + pg_ctl in a temp dir); the
-tool contract itself is tested on both backends by test_memory_server_tools.py, the storage interface by tests/conformance.
+Dense vectors on PostgreSQL: test_dense.py. Everything runs against a real throwaway cluster (conftest.py
+``pg_cluster``: initdb + pg_ctl in a temp dir); the
+tool contract itself is tested on both backends by test_memory_server_tools.py, the storage interface by
+tests/conformance.
 """
 
 from __future__ import annotations
@@ -21,9 +23,9 @@ import pytest
 from mycelian_agent import build_agent
 from mycelian_agent.builder import connect, ensure_memory, ensure_vault
 from mycelian_agent.errors import ConfigError, MemoryServerError
+from mycelian_agent.memory_server.retrieval import search
 from mycelian_agent.memory_server.storage.postgres.migrations import SCHEMA_VERSION
 from mycelian_agent.memory_server.storage.postgres.store import PostgresStore, redact_url, require_psycopg
-from mycelian_agent.memory_server.retrieval import search
 
 psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
 
@@ -204,7 +206,7 @@ async def test_checkpointer_setup_from_many_connections_at_once(pg_fresh_url: st
         async with open_checkpointer(pg_fresh_url) as saver:
             return type(saver).__name__
 
-    assert await asyncio.gather(*(one() for _ in range(6))) == ["AsyncPostgresSaver"] * 6
+    assert await asyncio.gather(*(one() for _ in range(6))) == ["PooledPostgresSaver"] * 6
 
 
 # -- many workers --------------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Time named in a question (issue 24, item 4): the parser (``memory_server/retrieval/query_time.py``) against a fixed date,
+"""Time named in a question (issue 24, item 4): the parser (``memory_server/retrieval/query_time.py``) against a
+fixed date,
 and hand-made memories spread over months, on both backends, where a question naming a time finds that time's turn
 first."""
 
@@ -9,11 +10,10 @@ from datetime import UTC, date, datetime
 import pytest
 
 from mycelian_agent.dates import parse_rfc3339
-from mycelian_agent.memory_server.retrieval import query_time
-from mycelian_agent.memory_server.storage.base import MemoryStore
-from mycelian_agent.memory_server.storage import open_store
+from mycelian_agent.memory_server.retrieval import query_time, search
 from mycelian_agent.memory_server.retrieval.query_time import QueryTime, TimeSpan, boost, parse_query_time
-from mycelian_agent.memory_server.retrieval import search
+from mycelian_agent.memory_server.storage import open_store
+from mycelian_agent.memory_server.storage.base import MemoryStore
 
 # A Sunday: "last weekend" is the one before (12-13 August), "last week" Monday 7 to Sunday 13 August.
 REFERENCE = date(2023, 8, 20)

@@ -15,8 +15,6 @@ from ..errors import ConfigError, MycelianError, make_parent_folder
 __all__ = ["checkpoint_problem", "open_checkpointer", "prune_thread"]
 
 _SQLITE_BUSY_S = 30.0
-# Advisory lock serialising LangGraph's checkpoint schema setup across processes ("lgsetup" in ASCII).
-_SETUP_LOCK = 0x6C67736574757000
 
 
 async def _while_locked(step: Callable[[], Awaitable[Any]]) -> None:
@@ -39,12 +37,14 @@ async def _while_locked(step: Callable[[], Awaitable[Any]]) -> None:
 
 
 @asynccontextmanager
-async def open_checkpointer(spec: str | BaseCheckpointSaver | None = "memory") -> AsyncIterator[BaseCheckpointSaver]:
+async def open_checkpointer(spec: str | BaseCheckpointSaver | None = "memory", *,
+                            reconnect_wait: float = 30.0) -> AsyncIterator[BaseCheckpointSaver]:
     """Open the checkpointer ``spec`` names for the duration of the context.
 
     - ``"memory"`` (default): in-process, lost on exit.
     - ``"sqlite:PATH"``: a SQLite file (WAL); a new process resumes every thread from it.
-    - ``"postgresql://user:pass@host/db"``: PostgreSQL, with ``pip install 'mycelian-agent[postgres]'``.
+    - ``"postgresql://user:pass@host/db"``: PostgreSQL, with ``pip install 'mycelian-agent[postgres]'``; a call
+      waits up to ``reconnect_wait`` seconds for a server that restarts.
     - a ``BaseCheckpointSaver``: used as is (the caller owns it).
     """
     if spec is None or spec == "memory":
@@ -82,38 +82,32 @@ async def open_checkpointer(spec: str | BaseCheckpointSaver | None = "memory") -
                 raise ConfigError(f"cannot open the checkpoint store {path}: {exc}") from None
             yield saver
     elif isinstance(spec, str) and spec.startswith(("postgres://", "postgresql://")):
-        try:
-            from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
-        except ImportError:
-            raise ConfigError("the Postgres checkpointer needs: pip install 'mycelian-agent[postgres]'") from None
-        from psycopg import AsyncConnection, OperationalError
-
-        try:
-            async with AsyncPostgresSaver.from_conn_string(spec) as pg_saver:
-                # LangGraph's setup() is not safe to run from several processes at once (CREATE TABLE IF NOT
-                # EXISTS and its version rows race): N workers starting together take turns on an advisory lock.
-                # Polled with pg_try_advisory_lock, never waited for inside a statement: setup() runs CREATE INDEX
-                # CONCURRENTLY, which waits for every open transaction, a blocked lock wait included (a deadlock).
-                pg_conn = pg_saver.conn
-                assert isinstance(pg_conn, AsyncConnection)  # from_conn_string opens one connection, not a pool
-                while True:
-                    row = await (await pg_conn.execute("SELECT pg_try_advisory_lock(%s) AS got",
-                                                       (_SETUP_LOCK,))).fetchone()
-                    if row is not None and row["got"]:
-                        break
-                    await asyncio.sleep(0.05)
-                try:
-                    await pg_saver.setup()
-                finally:
-                    await pg_conn.execute("SELECT pg_advisory_unlock(%s)", (_SETUP_LOCK,))
-                yield pg_saver
-        except OperationalError as exc:
-            from mycelian_agent.memory_server.storage.postgres.store import one_line, redact_url
-
-            raise ConfigError(f"cannot open the Postgres checkpointer {redact_url(spec)}: {one_line(exc)} "
-                              "(check that PostgreSQL is running and the URL)") from exc
+        async with _open_postgres(spec, reconnect_wait) as pg_saver:
+            yield pg_saver
     else:
         raise ConfigError(f"unknown checkpointer {spec!r}: use 'memory', 'sqlite:PATH' or a postgresql:// URL")
+
+
+@asynccontextmanager
+async def _open_postgres(url: str, reconnect_wait: float) -> AsyncIterator[BaseCheckpointSaver]:
+    """LangGraph's PostgreSQL saver over a checked pool (``pg_checkpoints.py``): a process outlives a restart of the
+    server; an invocation cut mid-save fails with one line (:func:`checkpoint_problem`)."""
+    try:
+        from psycopg import OperationalError
+        from psycopg_pool import PoolTimeout
+
+        from .pg_checkpoints import open_pooled_saver
+    except ImportError:
+        raise ConfigError("the Postgres checkpointer needs: pip install 'mycelian-agent[postgres]'") from None
+    async with AsyncExitStack() as stack:
+        try:
+            saver = await stack.enter_async_context(open_pooled_saver(url, reconnect_wait))
+        except (OperationalError, PoolTimeout) as exc:
+            from mycelian_agent.memory_server.storage.postgres.store import one_line, redact_url
+
+            raise ConfigError(f"cannot open the Postgres checkpointer {redact_url(url)}: {one_line(exc)} "
+                              "(check that PostgreSQL is running and the URL)") from exc
+        yield saver
 
 
 async def prune_thread(saver: Any, thread_id: str) -> bool:
@@ -126,7 +120,7 @@ async def prune_thread(saver: Any, thread_id: str) -> bool:
     if isinstance(saver, InMemorySaver):
         _prune_in_memory(saver, thread_id)
         return True
-    if type(saver).__name__ == "AsyncPostgresSaver":
+    if any(kind.__name__ == "AsyncPostgresSaver" for kind in type(saver).__mro__):  # ours is a subclass
         await _prune_postgres(saver, thread_id)
         return True
     if type(saver).__name__ != "AsyncSqliteSaver":
@@ -189,13 +183,28 @@ async def _prune_postgres(saver: Any, thread_id: str) -> None:
 
 def checkpoint_problem(exc: BaseException, saver: Any) -> MycelianError | None:
     """``exc`` as one line naming the checkpoint store when it says the store's PostgreSQL server cannot be reached
-    (stopped, restarted: the saver's one connection is cut); None for any other failure."""
-    if type(exc).__name__ != "OperationalError" or not type(exc).__module__.startswith("psycopg"):
+    (stopped, restarted: the connection in use is cut, or the pool found none within its wait); None for any other
+    failure."""
+    kind = type(exc)
+    if (kind.__name__, kind.__module__.split(".")[0]) not in {("OperationalError", "psycopg"),
+                                                              ("PoolTimeout", "psycopg_pool")}:
         return None
-    info = getattr(getattr(saver, "conn", None), "info", None)
+    return MycelianError(f"the checkpoint store {_server_of(saver)} cannot be reached ({' '.join(str(exc).split())}): "
+                         "what was taken in before is kept; run again to resume once the server is back")
+
+
+def _server_of(saver: Any) -> str:
+    """``postgresql://user@host:port/dbname`` of the saver's connection or pool (never a password)."""
+    conn = getattr(saver, "conn", None)
     try:
-        where = f"postgresql://{info.user}@{info.host}:{info.port}/{info.dbname}" if info is not None else "PostgreSQL"
+        if isinstance(conninfo := getattr(conn, "conninfo", None), str):  # a pool
+            from psycopg.conninfo import conninfo_to_dict
+
+            parts = conninfo_to_dict(conninfo)
+            user, host, port, dbname = (parts.get(k, "") for k in ("user", "host", "port", "dbname"))
+        else:
+            info = conn.info  # type: ignore[union-attr]
+            user, host, port, dbname = info.user, info.host, info.port, info.dbname
     except Exception:  # noqa: BLE001 - a connection closed under us may not describe itself: name the kind
-        where = "PostgreSQL"
-    return MycelianError(f"the checkpoint store {where} cannot be reached ({' '.join(str(exc).split())}): what was "
-                         "taken in before is kept; run again to resume once the server is back")
+        return "PostgreSQL"
+    return f"postgresql://{user}@{host}:{port or 5432}/{dbname}"

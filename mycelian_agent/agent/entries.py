@@ -14,8 +14,7 @@ from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
-from ..limits import (SUMMARY_MAX_CHARS, TAG_VALUE_MAX_CHARS, TAGS_MAX_KEYS, clip_tags, split_oversize,
-                      unicode_problem)
+from ..limits import SUMMARY_MAX_CHARS, TAG_VALUE_MAX_CHARS, TAGS_MAX_KEYS, clip_tags, split_oversize, unicode_problem
 from .turn import Turn
 
 __all__ = ["CODE_TAGS", "Unusable", "add_entry_task", "check_summary", "check_tags", "clip", "entry_args",
@@ -98,7 +97,7 @@ def entry_tags(model_tags: Mapping[str, str], input_tags: Mapping[str, str],
     model's are cut to the room left under the server's key limit."""
     inputs = {k: v for k, v in input_tags.items() if k not in code_tags}
     room = max(0, TAGS_MAX_KEYS - len(code_tags) - len(inputs))
-    model = dict(list((k, v) for k, v in model_tags.items() if k not in inputs and k not in code_tags)[:room])
+    model = dict([(k, v) for k, v in model_tags.items() if k not in inputs and k not in code_tags][:room])
     return {**model, **inputs, **code_tags}
 
 

@@ -9,9 +9,12 @@ the holder (or waits for it, when asked to).
 - SQLite checkpointer: a row per thread in ``mycelian_thread_leases`` (same file, taken in an immediate
   transaction): owner, process id, host, the process's start time. A row whose process is gone (same host: no such
   process, or another process under a reused id) is taken over; the rows of this process are deleted on close.
-- PostgreSQL checkpointer (one connection, as ``"postgresql://..."`` opens it; rows as dicts): a session-level
-  advisory lock per thread on the saver's connection (released by the server when the connection closes, so also
-  when the process dies); the holder is found in ``pg_stat_activity`` by the connection's ``application_name``.
+- PostgreSQL checkpointer (rows as dicts): a session-level advisory lock per thread (released by the server when the
+  session ends, so also when the process dies); the holder is found in ``pg_stat_activity`` by the session's
+  ``application_name``. A ``"postgresql://..."`` checkpointer (``pg_checkpoints.PooledPostgresSaver``) keeps the
+  locks on a session of their own, checked before a checkpoint read or write of a held thread when a restart may
+  have ended it (``pg_checkpoints.py``): after a restart every held lease is taken again, and an invocation of a
+  thread another process took meanwhile raises :class:`ThreadBusyError`. A saver the caller opened on one connection keeps them on that connection.
 - The in-memory checkpointer (one process) and savers of other kinds: no lease (nothing else can write there).
 """
 
@@ -141,55 +144,137 @@ def _pg_key(thread_id: str) -> tuple[int, int]:
 
 
 class _PostgresLeases(ThreadLeases):
+    """Advisory locks on the connection of a saver opened on one connection (the caller's)."""
+
     def __init__(self, saver: Any) -> None:
         self.saver = saver
         self._held: set[tuple[int, int]] = set()
         self._named = False
+        self._lock: asyncio.Lock = saver.lock
+
+    async def _session(self) -> Any:
+        """The connection the locks live on."""
+        return self.saver.conn
 
     async def _try(self, thread_id: str) -> str | None:
         key = _pg_key(thread_id)
         if key in self._held:
             return None
-        conn = self.saver.conn
-        async with self.saver.lock:
+        async with self._lock:
+            conn = await self._session()
             if not self._named:  # how a blocked process names this one
                 await conn.execute("SELECT set_config('application_name', %s, false)",
                                    (f"mycelian-agent pid {os.getpid()} on {socket.gethostname()}"[:63],))
                 self._named = True
-            got = await (await conn.execute("SELECT pg_try_advisory_lock(%s, %s) AS got",
-                                            (_signed(key[0]), _signed(key[1])))).fetchone()
-            if got["got"]:
+            if await _take(conn, key):
                 self._held.add(key)
                 return None
-            row = await (await conn.execute(
-                "SELECT a.application_name, a.client_addr::text AS addr, a.backend_start FROM pg_locks l "
-                "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted "
-                "AND l.classid = %s::bigint::oid AND l.objid = %s::bigint::oid AND l.objsubid = 2",
-                key)).fetchone()
-        if row is None:  # released between the two statements
-            return await self._try(thread_id)
-        name, addr = row["application_name"] or "a PostgreSQL client", row["addr"]
-        return f"{name}{f' from {addr}' if addr else ''}, connected since {row['backend_start']:%Y-%m-%d %H:%M:%S}"
+            holder = await _holder(conn, key)
+        return holder if holder is not None else await self._try(thread_id)  # None: released meanwhile
 
     async def release(self, thread_id: str) -> None:
         key = _pg_key(thread_id)
-        if key not in self._held:
-            return
-        if self.saver.conn.closed:  # the server ended the session, and its locks with it
-            self._held.clear()
-            return
-        async with self.saver.lock:
-            await self.saver.conn.execute("SELECT pg_advisory_unlock(%s, %s)", (_signed(key[0]), _signed(key[1])))
+        if key in self._held:
+            async with self._lock:
+                await self._unlock([key])
         self._held.discard(key)
 
     async def release_all(self) -> None:
-        if not self._held or self.saver.conn.closed:  # closed: the server released them with the session
-            self._held.clear()
-            return
-        async with self.saver.lock:
-            for key in self._held:
-                await self.saver.conn.execute("SELECT pg_advisory_unlock(%s, %s)", (_signed(key[0]), _signed(key[1])))
+        if self._held:
+            async with self._lock:
+                await self._unlock(sorted(self._held))
         self._held.clear()
+
+    async def _unlock(self, keys: list[tuple[int, int]]) -> None:
+        from psycopg import OperationalError
+
+        conn = await self._session()
+        try:
+            for key in keys:
+                if conn.closed:
+                    return
+                await conn.execute("SELECT pg_advisory_unlock(%s, %s)", (_signed(key[0]), _signed(key[1])))
+        except OperationalError:  # the server ended the session (a restart, a shutdown), and its locks with it
+            return
+
+
+class _PooledPostgresLeases(_PostgresLeases):
+    """Advisory locks on the pooled saver's own session, checked before a checkpoint read or write of a held thread
+    when the pool made a connection since the last check, or the last check is ``LEASE_RECHECK_S`` old."""
+
+    def __init__(self, saver: Any) -> None:
+        super().__init__(saver)
+        self._named = True  # the session is named when it is opened
+        self._lock = asyncio.Lock()
+        #: Leases lost to another process while the server restarted, with their new holder: writes refused.
+        self._lost: dict[tuple[int, int], str] = {}
+        self._checked_at = (-1, 0.0)  # (the pool's connections made, the loop's time) at the last check
+        saver.check_lease = self.check_lease
+
+    async def _session(self) -> Any:
+        return await self.saver.lease_session()
+
+    async def _try(self, thread_id: str) -> str | None:
+        from psycopg import OperationalError
+
+        try:
+            return await super()._try(thread_id)
+        except OperationalError:  # the session ended (a restart): take the held leases again, then this one
+            async with self._lock:
+                await self._take_again()
+            return await super()._try(thread_id)
+
+    async def release(self, thread_id: str) -> None:
+        self._lost.pop(_pg_key(thread_id), None)
+        await super().release(thread_id)
+
+    async def check_lease(self, thread_id: str) -> None:
+        """Make sure this process still holds ``thread_id``'s lease before its checkpoint is used, when a restart may
+        have ended the leases' session: one round trip on it; when it ended, a new one takes every held lease
+        again, and a thread another process took meanwhile raises :class:`ThreadBusyError`."""
+        from psycopg import OperationalError
+
+        from .pg_checkpoints import LEASE_RECHECK_S
+
+        key = _pg_key(thread_id)
+        made, now = self.saver.connections_made, asyncio.get_running_loop().time()
+        if key in self._held and (made != self._checked_at[0] or now - self._checked_at[1] > LEASE_RECHECK_S):
+            async with self._lock:
+                try:
+                    await (await self._session()).execute("SELECT 1")
+                except OperationalError:
+                    await self._take_again()
+            self._checked_at = (made, now)  # only once checked: a check that failed is made again next time
+        if key in self._lost:
+            raise ThreadBusyError(thread_id, self._lost[key])
+
+    async def _take_again(self) -> None:
+        """On a new session, take every held lease again; those another process holds now move to ``_lost``."""
+        session = await self.saver.lease_session(renew=True)
+        for key in sorted(self._held):
+            if not await _take(session, key):
+                self._held.discard(key)
+                holder = await _holder(session, key)
+                self._lost[key] = f"{holder or 'another process'}; taken while the checkpoint server restarted"
+
+
+async def _take(conn: Any, key: tuple[int, int]) -> bool:
+    row = await (await conn.execute("SELECT pg_try_advisory_lock(%s, %s) AS got",
+                                    (_signed(key[0]), _signed(key[1])))).fetchone()
+    return bool(row["got"])
+
+
+async def _holder(conn: Any, key: tuple[int, int]) -> str | None:
+    """Who holds the lock ``key`` (None: nobody now)."""
+    row = await (await conn.execute(
+        "SELECT a.application_name, a.client_addr::text AS addr, a.backend_start FROM pg_locks l "
+        "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted "
+        "AND l.classid = %s::bigint::oid AND l.objid = %s::bigint::oid AND l.objsubid = 2",
+        key)).fetchone()
+    if row is None:
+        return None
+    name, addr = row["application_name"] or "a PostgreSQL client", row["addr"]
+    return f"{name}{f' from {addr}' if addr else ''}, connected since {row['backend_start']:%Y-%m-%d %H:%M:%S}"
 
 
 def _signed(half: int) -> int:
@@ -202,6 +287,8 @@ def thread_leases(saver: Any) -> ThreadLeases:
     kind = type(saver).__name__
     if kind == "AsyncSqliteSaver":
         return _SqliteLeases(saver)
+    if kind == "PooledPostgresSaver":
+        return _PooledPostgresLeases(saver)
     if kind == "AsyncPostgresSaver" and not callable(getattr(saver.conn, "connection", None)):
         return _PostgresLeases(saver)
     return ThreadLeases()

@@ -31,7 +31,8 @@ __all__ = ["MycelianRetriever", "hit_document"]
 
 def hit_document(hit: MemoryHit) -> Document:
     """A search hit as a LangChain ``Document``: the verbatim text, and metadata ``entry_id``, ``summary``,
-    ``speaker``, ``role``, ``time``, ``thread``, ``score`` (the 0-1 relevance of :attr:`MemoryHit.score`), ``match`` (``"words"`` or ``"meaning"``, see
+    ``speaker``, ``role``, ``time``, ``thread``, ``score`` (the 0-1 relevance of :attr:`MemoryHit.score`), ``match``
+    (``"words"`` or ``"meaning"``, see
     :attr:`MemoryHit.match`), ``user``, ``memory_id`` (``id`` is the entry id)."""
     return Document(id=hit.entry_id, page_content=hit.text, metadata={
         "entry_id": hit.entry_id, "summary": hit.summary, "speaker": hit.speaker, "role": hit.role,

@@ -3,7 +3,8 @@
 Importing this package is cheap (no FastMCP, no SQLite work): the server pieces load on first use.
 
 - :func:`create_server` builds the FastMCP server for a database path or ``postgresql://`` URL (:func:`open_store`
-  opens the store itself: :class:`MemoryStore`, SQLite's :class:`Store` or ``storage.postgres.PostgresStore``); :func:`create_http_app` wraps it as a
+  opens the store itself: :class:`MemoryStore`, SQLite's :class:`Store` or ``storage.postgres.PostgresStore``);
+  :func:`create_http_app` wraps it as a
   Starlette app (streamable HTTP at ``/mcp``, optional bearer token); ``mycelian-memory-server`` is the CLI.
 - :data:`PLACEHOLDER_CONTEXT` / :func:`is_placeholder_context`: the context a new memory answers, and how clients
   recognise it (ours and upstream's wording).
@@ -28,10 +29,10 @@ from mycelian_agent.memory_server.storage.placeholder import PLACEHOLDER_CONTEXT
 
 if TYPE_CHECKING:
     from mycelian_agent.memory_server.server.app import MemoryServer, create_server
-    from mycelian_agent.memory_server.storage.base import MemoryStore
     from mycelian_agent.memory_server.storage import open_store
-    from mycelian_agent.memory_server.transport.http_app import create_http_app
+    from mycelian_agent.memory_server.storage.base import MemoryStore
     from mycelian_agent.memory_server.storage.sqlite.store import Store
+    from mycelian_agent.memory_server.transport.http_app import create_http_app
 
 __all__ = [
     "PLACEHOLDER_CONTEXT",

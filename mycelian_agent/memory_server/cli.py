@@ -2,7 +2,8 @@
 ``embeddings status`` and ``check`` (a SQLite file's integrity).
 
 All are click commands of the ``mycelian-agent`` tree (``mycelian-agent serve``, ``mycelian-agent embeddings
-backfill DB``, ``mycelian-agent embeddings status DB``); ``mycelian-memory-server`` (and ``python -m mycelian_agent.memory_server``, which the stdio clients
+backfill DB``, ``mycelian-agent embeddings status DB``); ``mycelian-memory-server`` (and ``python -m
+mycelian_agent.memory_server``, which the stdio clients
 spawn) is the ``serve`` command on its own, with the same flags.
 
 Configuration is read here only: flags first, then their environment variables (``MYCELIAN_DB``,

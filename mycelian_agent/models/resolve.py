@@ -13,7 +13,7 @@ from langchain_core.language_models.chat_models import BaseChatModel
 from ..errors import ConfigError
 from .extractive import ExtractiveChatModel, is_extractive
 
-__all__ = ["resolve_model", "model_name", "ACCEPTED_FORMS"]
+__all__ = ["ACCEPTED_FORMS", "model_name", "resolve_model"]
 
 ACCEPTED_FORMS = (
     '"extractive" (the default, no network), "openai:<model>" (e.g. "openai:gpt-4o-mini"), or a BaseChatModel instance'
@@ -35,7 +35,8 @@ def resolve_model(
 ) -> BaseChatModel:
     """Return the chat model ``spec`` names.
 
-    - ``None`` or ``"extractive"``: :class:`~mycelian_agent.models.extractive.ExtractiveChatModel` (other settings unused).
+    - ``None`` or ``"extractive"``: :class:`~mycelian_agent.models.extractive.ExtractiveChatModel` (other settings
+      unused).
     - ``"openai:<model>"``: ``langchain_openai.ChatOpenAI``; ``api_key`` defaults to ``OPENAI_API_KEY`` and
       ``base_url`` to ``OPENAI_BASE_URL`` (read by langchain-openai). ``max_tokens_field="max_tokens"`` sends the
       limit as ``max_tokens`` for OpenAI-compatible servers that ignore ``max_completion_tokens``.

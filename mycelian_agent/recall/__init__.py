@@ -1,6 +1,7 @@
 """The read side: what a chat pipeline asks memory before it answers.
 
-:class:`MemoryReader` searches (``asearch`` -> :class:`MemoryHits`, a :class:`MemoryHit` list) and recalls (``arecall`` -> :class:`Recall`,
+:class:`MemoryReader` searches (``asearch`` -> :class:`MemoryHits`, a :class:`MemoryHit` list) and recalls
+(``arecall`` -> :class:`Recall`,
 whose ``as_prompt()`` is the block to put into a prompt) over one vault, one memory per user
 (:class:`UserDirectory`); :class:`MemoryLifecycle` reads, corrects and forgets entries one by one
 (:class:`MemoryEntry`; pages of them, :class:`EntryPage`). The invoker exposes them all (``invoker.asearch``,

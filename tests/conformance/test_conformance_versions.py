@@ -121,3 +121,21 @@ def test_an_update_takes_the_items_only_the_replaced_text_said_out_of_every_cont
         "contextItemsRemoved"] == 0
     assert "- Ann likes green tea a lot" in store.get_context(v, m)
     assert store.list_entry_versions(v, m, moved)["versions"][0]["rawEntry"] == "I moved to Lisbon last spring"
+
+
+def test_a_retried_write_of_an_entry_corrected_since_is_answered_not_refused(store: MemoryStore) -> None:
+    """A writer that lost the answer to its add_entry retries it with the same key and text after someone corrected
+    the entry: the retry is the same write, so it gets the entry as now stored; another text under the key is still
+    a conflict."""
+    v, m = _memory(store)
+    first = store.add_entry(v, m, "I moved to Boston", "moved", idempotency_key="t1:msg:1")
+    store.update_entry(v, m, first["entryId"], "I moved to Denver", "moved")
+    before = store.snapshot()
+    again = store.add_entry(v, m, "I moved to Boston", "moved", idempotency_key="t1:msg:1")
+    batch = store.add_entries(v, m, [{"raw_entry": "I moved to Boston", "summary": "moved",
+                                      "idempotency_key": "t1:msg:1"}])
+    assert (again["entryId"], again["rawEntry"], again["deduplicated"]) == (first["entryId"], "I moved to Denver", True)
+    assert (batch["stored"], batch["entries"][0]["rawEntry"]) == (0, "I moved to Denver")
+    assert store.snapshot() == before
+    with pytest.raises(MemoryServerError, match="idempotency_key 't1:msg:1' conflicts"):
+        store.add_entry(v, m, "I moved to Austin", "moved", idempotency_key="t1:msg:1")

@@ -17,7 +17,8 @@ needs one weight):
 With ``LEXICAL_SHARE`` well above one half an entry with a clear lexical lead keeps it; the dense side reorders
 lexical near-ties and lifts an entry BM25 missed only above weak lexical matches.
 
-The fusion needs no more than a few cosines (:class:`DenseHits`, a row type of ``storage/rows.py``): the query's nearest entries (which give the best
+The fusion needs no more than a few cosines (:class:`DenseHits`, a row type of ``storage/rows.py``): the query's
+nearest entries (which give the best
 cosine and the dense candidates), the cosines of the lexical candidates, and the typical cosine. The typical cosine
 is the median over a fixed sample of the memory (:data:`SAMPLE` entries picked by a hash of their seq,
 :func:`sample_order`, defined in ``storage/vectors.py`` next to its SQL), not over every entry, so an approximate
@@ -123,7 +124,7 @@ def fuse(
             return 0.0
         return min(1.0, max(0.0, (cosine - typical) / spread))
 
-    candidates = {seq: score for seq, score in lexical}
+    candidates = dict(lexical)
     extra = limit * DENSE_CANDIDATES if dense_candidates is None else dense_candidates
     for seq in dense.nearest[:max(extra, 0)]:
         candidates.setdefault(seq, 0.0)

@@ -106,7 +106,8 @@ def with_context(
     borrows nothing from the statement, and ranks just below it (its score is capped at the statement's, times
     :data:`ECHO_BELOW`): the statement is the person's own word and came first.
 
-    ``outer`` gives the same links for the hits' neighbours that are not hits themselves: through them each hit also passes
+    ``outer`` gives the same links for the hits' neighbours that are not hits themselves: through them each hit also
+    passes
     :data:`CONTEXT_FAR_AFTER` of its score to the entry two turns later and :data:`CONTEXT_FAR_BEFORE` to the entry
     two turns earlier (when those are in ``allowed``).
     """

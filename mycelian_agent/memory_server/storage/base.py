@@ -84,15 +84,6 @@ def memory_not_found(memory_id: str, vault_id: str | None) -> MemoryServerError:
     return MemoryServerError(f"memory {memory_id} not found{where}")
 
 
-def _check_same_entry(row: Row, inserted: bool, entry: NewEntry, memory_id: str) -> None:
-    """An idempotency key already stored with another ``raw_entry`` is a conflict, not a retry."""
-    if not inserted and row["raw_entry"] != entry.raw_entry:
-        raise MemoryServerError(
-            f"idempotency_key {entry.idempotency_key!r} conflicts: memory {memory_id} already holds entry "
-            f"{row['entry_id']} under that key with a different raw_entry"
-        )
-
-
 class MemoryStore(ExplainsProblems, ABC):
     """The memory database behind the tools. Public methods validate, then call one backend primitive; the search
     reads (:data:`SEARCH_READS`, at the end) are what retrieval asks of a store, with arguments it already checked."""
@@ -338,10 +329,23 @@ class MemoryStore(ExplainsProblems, ABC):
         vault_id, memory_id = check_memory_ids(vault_id, memory_id)
         entry = check_entry(raw_entry, summary, tags, conversation_time, idempotency_key)
         row, inserted = self._append_entry(vault_id, memory_id, entry)
-        _check_same_entry(row, inserted, entry, memory_id)
+        self._check_same_entry(row, inserted, entry, memory_id)
         if inserted and self._dense is not None:
             self._dense.entries_written(memory_id, [int(row["seq"])])
         return {**entry_json(row), "status": "stored", "deduplicated": not inserted}
+
+    def _check_same_entry(self, row: Row, inserted: bool, entry: NewEntry, memory_id: str) -> None:
+        """An idempotency key already stored with another ``raw_entry`` is a conflict, not a retry, unless that
+        ``raw_entry`` is one of the entry's replaced versions: the retry of a write that landed and was corrected
+        since (``update_entry``) is answered with the entry as now stored, never written again."""
+        if inserted or row["raw_entry"] == entry.raw_entry:
+            return
+        if any(old["raw_entry"] == entry.raw_entry for old in self._entry_versions(memory_id, row["entry_id"])):
+            return
+        raise MemoryServerError(
+            f"idempotency_key {entry.idempotency_key!r} conflicts: memory {memory_id} already holds entry "
+            f"{row['entry_id']} under that key with a different raw_entry"
+        )
 
     def add_entries(self, vault_id: str, memory_id: str, entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """Append several entries in one transaction: all are stored, or none (any bad item, conflict or failure).
@@ -366,7 +370,7 @@ class MemoryStore(ExplainsProblems, ABC):
             for index, entry in enumerate(items):
                 try:
                     row, inserted = self._append_entry(vault_id, memory_id, entry)
-                    _check_same_entry(row, inserted, entry, memory_id)
+                    self._check_same_entry(row, inserted, entry, memory_id)
                 except (InputError, MemoryServerError) as exc:
                     exc.args = (f"entries[{index}]: {exc}; nothing was stored",)
                     raise

@@ -147,7 +147,8 @@ def create_http_app(server: MemoryServer, *, token: str | None = None, tokens: T
 
     ``token`` (default: the server's own) turns on bearer authentication; that token may use every vault.
     ``tokens`` adds tokens limited to some vaults (``access.load_tokens_file``). Over HTTP ``search_memories`` must name
-    its vault (``vault_id``): the access model is in docs/ARCHITECTURE.md ("Access model"). The app's lifespan keeps the database
+    its vault (``vault_id``): the access model is in docs/ARCHITECTURE.md ("Access model"). The app's lifespan keeps
+    the database
     open from startup to shutdown, so all HTTP sessions share it (a ``:memory:`` database included). Build one
     app per server: FastMCP's session manager runs once.
     """

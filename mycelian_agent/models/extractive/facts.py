@@ -142,7 +142,7 @@ def profile_kind(sentence: str, speaker_name: str = "") -> str | None:
         return "diet"
     for m in _STATE.finditer(sentence):
         article, word, following = m[1], m[2], (m[3] or "").lower()
-        if word.lower() in _PASSING and following != "of" or word.lower().endswith("ing"):
+        if (word.lower() in _PASSING and following != "of") or word.lower().endswith("ing"):
             continue
         if word == speaker_name or (word[:1].isupper() and not article and word in _DATE_NAMES):
             continue  # "I'm Dana" said by Dana; "I'm June ..." is no state
@@ -302,7 +302,7 @@ def _analyse(item: str) -> _Item:
     who = owner(core)
     body = _body(core)
     tokens = body.replace('"', " ").split()
-    names = {t.strip(".,!?;:()'").removesuffix("'s") for prev, t in zip(["."] + tokens[:-1], tokens, strict=True)
+    names = {t.strip(".,!?;:()'").removesuffix("'s") for prev, t in zip([".", *tokens[:-1]], tokens, strict=True)
              if t[:1].isupper() and prev[-1:] not in ".:!?"}
     names = {n.lower() for n in names if n and n not in _DATE_NAMES and n.lower() != who}
     return _Item(core, who, _slot(core), bool(_ENDING.search(core)), bool(_CHANGE.search(core)),

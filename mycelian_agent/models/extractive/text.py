@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 from ...dates import month_number, resolve_relative_dates
 from ...limits import SUMMARY_TARGET_CHARS
 
-__all__ = ["summarize_message", "entry_tags", "third_person", "conversation_date"]
+__all__ = ["conversation_date", "entry_tags", "summarize_message", "third_person"]
 
 
 # --- sentence splitting -------------------------------------------------------------------------------------------
@@ -356,7 +356,8 @@ def summarize_message(
     The speaker is named by ``name`` when given ("Caroline moved to Denver", "Melanie said: ..."), else by the role
     ("The user moved ...", "The assistant said: ..."); the role alone decides how sentences are chosen. User
     sentences stating facts, numbers, dates, names, preferences or plans are preferred and kept verbatim (or
-    rewritten to third person where that is certainly grammatical). Relative dates get the absolute date beside them, seen from ``conversation_time``
+    rewritten to third person where that is certainly grammatical). Relative dates get the absolute date beside them,
+    seen from ``conversation_time``
     ("yesterday (2023-05-07)"; :func:`~mycelian_agent.dates.resolve_relative_dates`). A very short reply ("Yes,
     please") says what it answers, using the previous message of ``recent``. Never empty; at most ``max_chars``
     characters.

@@ -13,6 +13,7 @@ weight ``j + 16`` in its high one, each weight ``(nibble - 8) * d``; vectors are
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,7 +58,7 @@ class E5File:
         """A float32 tensor as a flat array (a copy)."""
         import numpy as np
 
-        dtype, count, data = self._tensor(name)
+        _dtype, count, data = self._tensor(name)
         return np.frombuffer(data, dtype="<f4", count=count).astype(np.float32)
 
     def raw_matrix(self, name: str, rows: int, cols: int) -> tuple[np.ndarray, np.ndarray]:
@@ -140,7 +141,7 @@ def read_e5_file(data: bytes | memoryview) -> E5File:
     scores = np.frombuffer(reader.take(n_pieces * 4), dtype="<f4").astype(np.float32)
     blob = bytes(reader.take(blob_length))
     bounds = offsets.tolist()
-    pieces = tuple(blob[start:end] for start, end in zip(bounds, bounds[1:]))
+    pieces = tuple(blob[start:end] for start, end in itertools.pairwise(bounds))
     norm: dict[int, tuple[int, ...]] = {}
     entries = reader.int(4, True)
     norm_reader = _Reader(reader.take(reader.int(4)))

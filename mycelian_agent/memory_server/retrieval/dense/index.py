@@ -24,7 +24,8 @@ A search embeds at most :data:`CATCHUP_LIMIT` missing entries of its memory on t
 a few entries written by a lexical-only writer: tens of milliseconds); a larger gap is searched with the vectors
 present and reported in the result, so a search never stalls.
 
-The dense side is in pieces: this module is its front (the names other rooms import; the commands are in ``memory_server/cli.py``);
+The dense side is in pieces: this module is its front (the names other rooms import; the commands are in
+``memory_server/cli.py``);
 ``dense_vectors.py`` is the index (what to embed and when, the dense side of a search), ``loading.py`` picks and
 loads the model, ``backfill.py`` embeds a database's missing vectors, ``writer.py`` writes vectors behind, and
 ``encoders.py`` wraps the packaged models. Every statement on ``entry_vectors`` is in storage
@@ -51,8 +52,8 @@ __all__ = [
     "HNSW_MIN",
     "WRITE_MODES",
     "DenseVectors",
-    "check_encoder_options",
     "backfill_database",
+    "check_encoder_options",
     "dense_by_default",
     "load_dense_index",
     "require_dense_index",

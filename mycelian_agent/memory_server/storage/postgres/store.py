@@ -17,7 +17,8 @@ connection from the same pool, joins the same per-thread transaction and holds t
 term statistics its writes change are written by the transaction that holds them.
 
 Dense vectors (``--embeddings``): float32 bytes in ``entry_vectors`` (bytea), scored by an exact scan in the server
-process as on SQLite (``retrieval/dense``'s ``DenseVectors`` serves both); when the database has pgvector (or this role can
+process as on SQLite (``retrieval/dense``'s ``DenseVectors`` serves both); when the database has pgvector (or this
+role can
 create it), also a ``vector`` column with an HNSW index, which answers the dense side of a search in a large memory
 (``vectors.py``). Which path serves is said once per database when the store opens.
 """
@@ -33,7 +34,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from mycelian_agent.errors import ConfigError, MemoryServerError
-from mycelian_agent.memory_server.storage import term_stats
+from mycelian_agent.memory_server.storage import moments, term_stats
 from mycelian_agent.memory_server.storage.base import (
     DenseIndex,
     Link,
@@ -43,9 +44,12 @@ from mycelian_agent.memory_server.storage.base import (
     Statistics,
     memory_not_found,
 )
+from mycelian_agent.memory_server.storage.context_items import content_changed
+from mycelian_agent.memory_server.storage.moments import time_bounds
 from mycelian_agent.memory_server.storage.postgres import lexical
 from mycelian_agent.memory_server.storage.postgres import terms as pg_terms
 from mycelian_agent.memory_server.storage.postgres import vectors as pg_vectors
+
 # (INSTALL_HINT, announce_dense_path, one_line, redact_url, require_psycopg: re-exported, callers import them here)
 from mycelian_agent.memory_server.storage.postgres.connecting import (
     INSTALL_HINT,
@@ -57,7 +61,6 @@ from mycelian_agent.memory_server.storage.postgres.connecting import (
     redact_url,
     require_psycopg,
 )
-from mycelian_agent.memory_server.storage.postgres.problems import RECONNECT_WAIT, server_problem
 from mycelian_agent.memory_server.storage.postgres.migrations import (
     ENTRY_TSV,
     TERMS_VERSION,
@@ -66,9 +69,7 @@ from mycelian_agent.memory_server.storage.postgres.migrations import (
     migrate,
     schema_version,
 )
-from mycelian_agent.memory_server.storage import moments
-from mycelian_agent.memory_server.storage.moments import time_bounds
-from mycelian_agent.memory_server.storage.context_items import content_changed
+from mycelian_agent.memory_server.storage.postgres.problems import RECONNECT_WAIT, server_problem
 from mycelian_agent.memory_server.storage.validation import format_timestamp
 from mycelian_agent.memory_server.storage.versions import keep_version
 from mycelian_agent.memory_server.text.analysis import EntryTerms, entry_dated, entry_labels, index_words
@@ -543,7 +544,7 @@ class PostgresStore(MemoryStore):
             for found in conn.execute(
                 "SELECT NULL::smallint AS kind, NULL::text AS term, entries, tokens FROM memory_stats "
                 f"WHERE memory_id = %s UNION ALL {terms} UNION ALL {terms}",
-                (memory_id, *(value for kind, found in counts.items() for value in (memory_id, kind, list(found)))),
+                (memory_id, *(value for kind, terms_ in counts.items() for value in (memory_id, kind, list(terms_)))),
             ):
                 if found["kind"] is None:
                     entries, tokens = int(found["entries"]), int(found["tokens"])
