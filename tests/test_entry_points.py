@@ -326,7 +326,7 @@ def test_the_walk_covers_every_python_dash_m_module(paths: Paths) -> None:
     assert runnable - walked == set(), f"python -m modules without a case: {sorted(runnable - walked)}"
 
 
-DOCS = ("docs/ARCHITECTURE.md", "README.md", "BENCHMARKS.md")
+DOCS = ("README.md", "BENCHMARKS.md", *sorted(f"docs/{page.name}" for page in (REPO / "docs").glob("*.md")))
 
 
 def _repository_files() -> set[str] | None:
@@ -364,6 +364,28 @@ def test_the_docs_refer_only_to_files_a_clone_has(doc: str) -> None:
         if not found:
             broken.append(reference)
     assert not broken, f"{doc} refers to files a clone does not have: {broken}"
+
+
+def _heading_anchors(markdown: str) -> set[str]:
+    """The anchors GitHub gives a page's headings (lower case, punctuation dropped, spaces as hyphens)."""
+    prose = re.sub(r"^```.*?^```", "", markdown, flags=re.MULTILINE | re.DOTALL)  # a '# comment' is no heading
+    return {re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-")
+            for title in re.findall(r"^#{1,6} (.+)$", prose, flags=re.MULTILINE)}
+
+
+@pytest.mark.parametrize("doc", DOCS)
+def test_the_docs_link_to_headings_that_exist(doc: str) -> None:
+    # The README's reference moved into docs/ pages that link each other by section: a renamed heading must not
+    # leave a link landing at the top of a long page.
+    text = (REPO / doc).read_text(encoding="utf-8")
+    broken = []
+    for target, anchor in re.findall(r"\]\(([^)\s#]*)#([^)\s]+)\)", text):
+        if re.match(r"[a-z][a-z0-9+.-]*:", target):
+            continue  # a URL
+        page = (REPO / doc).parent / target if target else REPO / doc
+        if not page.is_file() or anchor not in _heading_anchors(page.read_text(encoding="utf-8")):
+            broken.append(f"{target}#{anchor}")
+    assert not broken, f"{doc} links to headings that do not exist: {broken}"
 
 
 async def test_library_edges_name_a_bad_store_path(tmp_path: Path) -> None:
