@@ -50,8 +50,7 @@ async def connect(db: str | None, server: str, token: str | None, timeout: float
     --db is reported, not created). ``dense``: an embedded database is searched as its server would (dense + BM25
     when a dense model is installed)."""
     if server in ("embedded", "in-process"):
-        from ..memory_server.storage import is_postgres_url
-        from ..paths import default_db_path
+        from ..paths import default_db_path, is_postgres_url
 
         path = Path(db).expanduser() if db else default_db_path(os.environ)
         if path.is_dir():

@@ -16,7 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ..errors import MycelianError
-from ..paths import check_store_location
+from ..paths import check_store_location, is_postgres_url
 from .common import console, err_console, server_options
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -177,8 +177,6 @@ def _shard(conversations: list[Any], shard: tuple[int, int] | None) -> list[Any]
 
 def checkpointer_spec(state: str | Path | None) -> str:
     """The checkpointer of ``--state``: a postgresql:// URL as is, a file as ``sqlite:FILE``, none in memory."""
-    from ..memory_server.storage import is_postgres_url
-
     if not state:
         return "memory"
     return str(state) if is_postgres_url(str(state)) else f"sqlite:{state}"

@@ -23,6 +23,7 @@ from pydantic import Field
 
 from mycelian_agent.errors import ConfigError, InputError, MemoryServerError
 from mycelian_agent.limits import ADD_ENTRIES_MAX_ITEMS, SEARCH_DEPTH_MAX
+from mycelian_agent.paths import is_postgres_url
 from mycelian_agent.prompt_files import PROMPT_NAMES, read_prompt
 from mycelian_agent.memory_server.server.runtime import StoreHandle
 from mycelian_agent.memory_server.server.arguments import (
@@ -37,7 +38,6 @@ from mycelian_agent.memory_server.server.results import (
 )
 from mycelian_agent.memory_server.retrieval.pipeline import search
 from mycelian_agent.memory_server.storage.base import DenseIndex, MemoryStore
-from mycelian_agent.memory_server.storage import is_postgres_url
 from mycelian_agent.memory_server.storage.sqlite.store import SYNC_MODES
 
 __all__ = ["DEFAULT_PORT", "PROMPTS_VERSION", "VECTORS_WAIT", "AppContext", "MemoryServer", "create_server", "transport_security"]

@@ -44,7 +44,6 @@ from mycelian_agent.memory_server.text.analysis import EntryTerms
 
 __all__ = [
     "ENTRY_FIELDS",
-    "POSTGRES_SCHEMES",
     "SEARCH_READS",
     "DenseHits",
     "DenseIndex",
@@ -62,8 +61,6 @@ __all__ = [
 
 _ENTRY_CACHE_LOCK = threading.Lock()
 
-#: URL prefixes that select the PostgreSQL backend.
-POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 #: What retrieval asks a store for (the public reads of :class:`MemoryStore`'s "search reads" section); each is
 #: covered by ``tests/conformance`` on every backend.
 SEARCH_READS = ("check_memory", "lexical_candidates", "term_counts", "entry_rows", "entry_terms", "neighbour_links",
