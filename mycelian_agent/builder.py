@@ -411,11 +411,10 @@ def build_agent(
       :class:`~mycelian_agent.errors.ThreadBusyError` naming the other process, or waits for it up to
       ``thread_wait`` seconds.
     - ``embeddings``: our server (embedded or in-process) fuses dense vectors with BM25 (the ``dense`` extra):
-      None (default) as the server's default says (``embeddings.DENSE_BY_DEFAULT``), False never (BM25 only),
-      True or ``"behind"``
-      (vectors written by a background thread; searches wait for them) or ``"inline"`` (inside each entry's
-      write); ``embeddings_model``: ``"e5-small"``, ``"minilm"`` or ``"auto"``
-      (default: the first installed, see ``memory_server/retrieval/dense/encoders.py``).
+      None (default) as the server's default says (``memory_server/retrieval/dense/loading.py``'s
+      ``DENSE_BY_DEFAULT``), False never (BM25 only), True or ``"behind"`` (vectors written by a background thread;
+      searches wait for them) or ``"inline"`` (inside each entry's write); ``embeddings_model``: ``"e5-small"``,
+      ``"minilm"`` or ``"auto"`` (default: the first installed, see ``memory_server/retrieval/dense/encoders.py``).
     - ``prompts``: ``"package"``, ``"server"`` (the server's ``get_default_prompts`` rules), or a directory;
       ``prompt_examples``: also show the model the worked examples (``prompts/*_examples.md``; BENCHMARKS.md §5).
     - ``tool_choice_mode``: how the tool is forced (``AgentSettings.tool_choice_mode``; overrides ``settings``):

@@ -545,7 +545,7 @@ class MemoryStore(ExplainsProblems, ABC):
     @abstractmethod
     def entries_within(self, memory_id: str, seqs: Collection[int], after: str | None, before: str | None) -> set[int]:
         """Those of the memory's entries ``seqs`` whose moment (conversation time, else creation time) lies inside
-        the exclusive bounds (``storage.query.time_bounds``)."""
+        the exclusive bounds (``storage.moments.time_bounds``)."""
 
     @abstractmethod
     def ranked_contexts(self, memory_id: str, terms: list[str], limit: int) -> list[tuple[Row, float]]:
