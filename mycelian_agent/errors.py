@@ -77,7 +77,6 @@ def describe_cause(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
-
 def one_line(exc: BaseException) -> str:
     """An exception's message on one line (libpq's messages carry newlines and tabs)."""
     return " ".join(str(exc).split())

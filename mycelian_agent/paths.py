@@ -35,7 +35,6 @@ def default_db_path(env: Mapping[str, str] | None = None) -> Path:
     return Path(base) / "mycelian" / "memory.db"
 
 
-
 def is_postgres_url(target: object) -> TypeGuard[str]:
     """Whether ``target`` names a PostgreSQL database (a ``postgresql://`` or ``postgres://`` URL)."""
     return isinstance(target, str) and target.startswith(POSTGRES_SCHEMES)

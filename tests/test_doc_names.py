@@ -20,7 +20,8 @@ _FILE = re.compile(r"(?<![\w./-])[\w/-]+\.py\b")
 _DOTTED = re.compile(r"(?<![\w.])[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?![\w.])")
 _PACKAGE_PATH = re.compile(r"\bmycelian_agent(?:\.\w+)+")
 # A dotted name ending so is a file (``memory.db``, ``data.json``), not a module member.
-_EXTENSIONS = {"py", "db", "md", "json", "jsonl", "toml", "txt", "yaml", "yml", "whl", "gguf", "csv", "html", "sh", "log"}
+_EXTENSIONS = {"py", "db", "md", "json", "jsonl", "toml", "txt", "yaml", "yml", "whl", "gguf", "csv", "html", "sh",
+               "log"}
 
 
 def _module_name(path: Path) -> str:
@@ -47,7 +48,7 @@ def _classes() -> dict[str, tuple[set[str], list[str]]]:
                     members.add(inner.name)
                 elif isinstance(inner, ast.Name) and isinstance(inner.ctx, ast.Store):
                     members.add(inner.id)
-                elif isinstance(inner, ast.Attribute) and isinstance(inner.value, ast.Name) and inner.value.id == "self":
+                elif isinstance(inner, ast.Attribute) and getattr(inner.value, "id", None) == "self":
                     members.add(inner.attr)
             bases = [b.id if isinstance(b, ast.Name) else b.attr
                      for b in node.bases if isinstance(b, (ast.Name, ast.Attribute))]
