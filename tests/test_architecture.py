@@ -23,7 +23,7 @@ MS_ENTRY_POINTS = {f"{MS}.cli", f"{MS}.testing"}
 # lazy front of the floors below it) imports only units of the floors before its own, never its own floor's others.
 FLOORS = [
     {"errors"},
-    {"_sync", "dates", "limits", "paths", "prompt_files", "testing", "words"},
+    {"_sync", "dates", "limits", "paths", "placeholder", "prompt_files", "testing", "words"},
     {"memory_server", "models"},
     {"mcp", "recall"},
     {"agent"},

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from mycelian_agent.memory_server.storage.placeholder import PLACEHOLDER_CONTEXT, is_placeholder_context
+from mycelian_agent.placeholder import PLACEHOLDER_CONTEXT, is_placeholder_context
 
 if TYPE_CHECKING:
     from mycelian_agent.memory_server.retrieval.dense.index import pending_vectors

@@ -24,7 +24,6 @@ from mycelian_agent.memory_server.storage import context_items, term_stats
 from mycelian_agent.memory_server.storage.dense_index import DenseIndex
 from mycelian_agent.memory_server.storage.entry_cache import EntryCache
 from mycelian_agent.memory_server.storage.explained import ExplainsProblems
-from mycelian_agent.memory_server.storage.placeholder import PLACEHOLDER_CONTEXT
 from mycelian_agent.memory_server.storage.rows import ENTRY_FIELDS, DenseHits, Link, NewEntry, Row, entry_json, memory_json
 from mycelian_agent.memory_server.storage.vectors import EntryVectors, VectorStatus
 from mycelian_agent.memory_server.storage.validation import (
@@ -41,6 +40,7 @@ from mycelian_agent.memory_server.storage.validation import (
 )
 from mycelian_agent.memory_server.text import analysis
 from mycelian_agent.memory_server.text.analysis import EntryTerms
+from mycelian_agent.placeholder import PLACEHOLDER_CONTEXT
 
 __all__ = [
     "ENTRY_FIELDS",
