@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Literal, Mapping
 
 from ._sync import LoopThread
 from .errors import ConfigError, MemoryServerError, make_parent_folder
-from .paths import default_db_path
+from .paths import default_db_path, is_postgres_url
 from .recall.users import Connection, create_or_find, if_exists_return
 
 if TYPE_CHECKING:  # the agent (LangChain, LangGraph) is imported when an agent is built, not by connect(); the MCP
@@ -160,8 +160,6 @@ class ConnectionSettings:
 
     def database(self) -> str:
         """The database of an embedded or in-process server: ``db`` as given (a path expanded), or the default."""
-        from .memory_server.storage import is_postgres_url
-
         if self.db is None:
             return str(default_db_path())
         if str(self.db) == ":memory:" or is_postgres_url(str(self.db)):
@@ -171,8 +169,6 @@ class ConnectionSettings:
     def prepared_database(self) -> str:
         """:meth:`database`, with the folder of a SQLite file made when missing (the file is created when opened);
         a folder that cannot be made is a :class:`ConfigError` naming ``--db``."""
-        from .memory_server.storage import is_postgres_url
-
         target = self.database()
         if target != ":memory:" and not is_postgres_url(target):
             make_parent_folder(target, "--db")
@@ -200,7 +196,6 @@ def connect(server: str = "embedded", *, db: str | Path | None = None, token: st
 def open_connection(settings: ConnectionSettings) -> MemoryConnection:
     """A (not yet opened) connection to the memory server ``settings`` name."""
     from .mcp import MemoryConnection, embedded_connection, http_connection, in_process_connection
-    from .memory_server.storage import is_postgres_url
 
     s = settings
     writes = _embeddings_writes(s.embeddings)
@@ -417,11 +412,10 @@ def build_agent(
       :class:`~mycelian_agent.errors.ThreadBusyError` naming the other process, or waits for it up to
       ``thread_wait`` seconds.
     - ``embeddings``: our server (embedded or in-process) fuses dense vectors with BM25 (the ``dense`` extra):
-      None (default) as the server's default says (``embeddings.DENSE_BY_DEFAULT``), False never (BM25 only),
-      True or ``"behind"``
-      (vectors written by a background thread; searches wait for them) or ``"inline"`` (inside each entry's
-      write); ``embeddings_model``: ``"e5-small"``, ``"minilm"`` or ``"auto"``
-      (default: the first installed, see ``memory_server/retrieval/dense/encoders.py``).
+      None (default) as the server's default says (``memory_server/retrieval/dense/loading.py``'s
+      ``DENSE_BY_DEFAULT``), False never (BM25 only), True or ``"behind"`` (vectors written by a background thread;
+      searches wait for them) or ``"inline"`` (inside each entry's write); ``embeddings_model``: ``"e5-small"``,
+      ``"minilm"`` or ``"auto"`` (default: the first installed, see ``memory_server/retrieval/dense/encoders.py``).
     - ``prompts``: ``"package"``, ``"server"`` (the server's ``get_default_prompts`` rules), or a directory;
       ``prompt_examples``: also show the model the worked examples (``prompts/*_examples.md``; BENCHMARKS.md §5).
     - ``tool_choice_mode``: how the tool is forced (``AgentSettings.tool_choice_mode``; overrides ``settings``):

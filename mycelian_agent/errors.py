@@ -17,6 +17,7 @@ __all__ = [
     "ToolCallError",
     "ThreadBusyError",
     "describe_cause",
+    "one_line",
     "is_transient",
     "is_transient_text",
     "make_folder",
@@ -74,6 +75,11 @@ def describe_cause(exc: BaseException) -> str:
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
     return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception's message on one line (libpq's messages carry newlines and tabs)."""
+    return " ".join(str(exc).split())
 
 
 def is_transient(exc: BaseException) -> bool:

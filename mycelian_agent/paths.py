@@ -1,6 +1,9 @@
-"""Where stores live: the default memory database, and early checks of the locations a command is given (``--db``,
-``--state``): one that cannot work is refused in one line before the agent's modules load (~1.5 s) or a server
-starts, instead of deep inside them."""
+"""Where stores live: the default memory database, which locations are PostgreSQL URLs (and how one is shown without
+its password), and early checks of the locations a command is given (``--db``, ``--state``): one that cannot work is
+refused in one line before the agent's modules load (~1.5 s) or a server starts, instead of deep inside them.
+
+Both sides of the memory server use these (the agent's checkpointer and commands, the server's stores), so they
+live below both."""
 
 from __future__ import annotations
 
@@ -8,12 +11,15 @@ import importlib.util
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TypeGuard
+from urllib.parse import urlsplit, urlunsplit
 
 from .errors import ConfigError, make_parent_folder
 
-__all__ = ["check_store_location", "default_db_path"]
+__all__ = ["POSTGRES_SCHEMES", "check_store_location", "default_db_path", "is_postgres_url", "redact_url"]
 
-_POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+#: URL prefixes that name a PostgreSQL database (a memory store or a checkpointer).
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 #: What a postgresql:// memory database or checkpointer imports (the postgres extra).
 _POSTGRES_MODULES = ("psycopg", "psycopg_pool", "langgraph.checkpoint.postgres")
 
@@ -27,6 +33,20 @@ def default_db_path(env: Mapping[str, str] | None = None) -> Path:
     """
     base = (os.environ if env is None else env).get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(base) / "mycelian" / "memory.db"
+
+
+def is_postgres_url(target: object) -> TypeGuard[str]:
+    """Whether ``target`` names a PostgreSQL database (a ``postgresql://`` or ``postgres://`` URL)."""
+    return isinstance(target, str) and target.startswith(POSTGRES_SCHEMES)
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its password replaced by ``***`` (for messages and logs)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def _missing_module(names: tuple[str, ...]) -> str | None:
@@ -46,7 +66,7 @@ def check_store_location(location: str | Path | None, option: str, what: str, ex
     if location is None or str(location) in ("", ":memory:"):
         return
     text = str(location)
-    if text.startswith(_POSTGRES_SCHEMES):
+    if is_postgres_url(text):
         if missing := _missing_module(_POSTGRES_MODULES):
             raise ConfigError(f"{option}: a postgresql:// {what} needs the postgres extra (no module {missing!r}): "
                               "pip install 'mycelian-agent[postgres]'")

@@ -1,5 +1,6 @@
-"""The package's architecture, checked: rooms import only downwards, no import circle (lazy imports included),
-no module over 600 lines, and a module over 500 lines says at its top why it is one module."""
+"""The package's architecture, checked (lazy imports included): its floors import only downwards, code outside the
+memory server uses only the server's front, the server's rooms import only downwards, no import circle, no module
+over 600 lines, and a module over 500 lines says at its top why it is one module (docs/ARCHITECTURE.md)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,24 @@ EXPLAIN_OVER = 500
 # memory_server's rooms, lowest first: a room may import its own modules and the rooms before it, never after.
 ROOMS = ["text", "storage", "retrieval", "server", "transport"]
 MS = f"{ROOT}.memory_server"
+# What code outside memory_server may import of it besides the names of its front (its __init__'s __all__): its
+# entry points, the commands `mycelian-agent` mounts and the helpers tests drive a server with.
+MS_ENTRY_POINTS = {f"{MS}.cli", f"{MS}.testing"}
+
+# The package's floors, lowest first: a unit (a top-level module or package; "" is the package's own __init__, the
+# lazy front of the floors below it) imports only units of the floors before its own, never its own floor's others.
+FLOORS = [
+    {"errors"},
+    {"_sync", "dates", "limits", "paths", "placeholder", "prompt_files", "testing", "words"},
+    {"memory_server", "models"},
+    {"mcp", "recall"},
+    {"agent"},
+    {"conversations", "integrations"},
+    {"builder"},
+    {"cli"},
+    {""},
+]
+UNCHECKED = {"benchmarks"}  # leaving the package (issue 42 item 2); its imports are not checked here
 
 
 def _modules() -> dict[str, Path]:
@@ -33,20 +52,22 @@ def _is_package(name: str) -> bool:
     return MODULES.get(name, Path()).name == "__init__.py"
 
 
+def _source(name: str, node: ast.ImportFrom) -> str:
+    """The module a ``from ... import`` statement of module ``name`` imports from (relative ones resolved)."""
+    if not node.level:
+        return node.module or ""
+    base = (name if _is_package(name) else name.rpartition(".")[0]).split(".")
+    return ".".join(base[: len(base) - node.level + 1] + ([node.module] if node.module else []))
+
+
 def _imports(name: str, path: Path) -> set[str]:
     """Every package module ``name`` imports, at module level or inside functions (lazy imports count)."""
-    package = name if _is_package(name) else name.rpartition(".")[0]
     targets = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             targets.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = package.split(".")
-                base = base[: len(base) - node.level + 1]
-                source = ".".join(base + ([node.module] if node.module else []))
-            else:
-                source = node.module or ""
+            source = _source(name, node)
             for alias in node.names:
                 submodule = f"{source}.{alias.name}"
                 targets.add(submodule if submodule in MODULES else source)
@@ -69,19 +90,65 @@ def _room(name: str) -> str | None:
     return head if head in ROOMS else None
 
 
+EDGES = sorted((name, target) for name, targets in GRAPH.items() for target in targets)
+
+
 def test_rooms_import_only_downwards() -> None:
     upward = []
-    for name, targets in GRAPH.items():
-        room = _room(name)
+    for name, target in EDGES:
+        room, other = _room(name), _room(target)
         if room is None:
             continue
-        for target in targets:
-            other = _room(target)
-            if target.startswith(MS) and other is None and target != MS:
-                upward.append(f"{name} -> {target} (outside the rooms)")
-            elif other is not None and ROOMS.index(other) > ROOMS.index(room):
-                upward.append(f"{name} -> {target}")
+        if target.startswith(MS) and other is None and target != MS:
+            upward.append(f"{name} -> {target} (outside the rooms)")
+        elif other is not None and ROOMS.index(other) > ROOMS.index(room):
+            upward.append(f"{name} -> {target}")
     assert not upward, "imports up the rooms " + " > ".join(ROOMS) + ":\n" + "\n".join(sorted(upward))
+
+
+def _unit(name: str) -> str:
+    return name.split(".")[1] if "." in name else ""
+
+
+def _floor(unit: str) -> int:
+    return next(i for i, floor in enumerate(FLOORS) if unit in floor)
+
+
+def test_every_unit_has_a_floor() -> None:
+    units = {_unit(name) for name in MODULES} - UNCHECKED
+    placed = set().union(*FLOORS)
+    assert units <= placed, f"units on no floor (add them to FLOORS): {sorted(units - placed)}"
+    assert not placed - units, f"FLOORS names units that do not exist: {sorted(placed - units)}"
+
+
+def test_floors_import_only_downwards() -> None:
+    upward = []
+    for name, target in EDGES:
+        unit, other = _unit(name), _unit(target)
+        if unit != other and not {unit, other} & UNCHECKED and _floor(other) >= _floor(unit):
+            upward.append(f"{name} -> {target} (floor {_floor(unit)} -> {_floor(other)})")
+    assert not upward, "imports up or across the floors:\n" + "\n".join(sorted(upward))
+
+
+def _front() -> set[str]:
+    tree = ast.parse(MODULES[MS].read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets):
+            return set(ast.literal_eval(node.value))
+    raise AssertionError(f"{MS} has no __all__")
+
+
+def test_only_the_memory_servers_front_is_imported_from_outside() -> None:
+    front, crossing = _front(), []
+    for name, path in MODULES.items():
+        if name == MS or name.startswith(MS + ".") or _unit(name) in UNCHECKED:
+            continue
+        crossing += [f"{name} -> {t}" for t in GRAPH[name] if t.startswith(MS + ".") and t not in MS_ENTRY_POINTS]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and _source(name, node) == MS:
+                crossing += [f"{name} -> {MS}.{a.name} (not in its __all__)" for a in node.names
+                             if a.name not in front and f"{MS}.{a.name}" not in MS_ENTRY_POINTS]
+    assert not crossing, "imports of memory_server's rooms from outside it:\n" + "\n".join(sorted(crossing))
 
 
 def test_no_import_circle() -> None:

@@ -8,9 +8,9 @@ import pytest
 
 from mycelian_agent.memory_server.retrieval import rank_entries, search
 from mycelian_agent.memory_server.retrieval.coverage import boost_named_speakers
-from mycelian_agent.memory_server.retrieval.ranking import query_terms
 from mycelian_agent.memory_server.storage import open_store
 from mycelian_agent.memory_server.storage.base import MemoryStore
+from mycelian_agent.words import query_terms
 
 
 @pytest.fixture

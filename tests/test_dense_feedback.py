@@ -18,7 +18,7 @@ from mycelian_agent.memory_server.retrieval import dense_feedback, rank_entries,
 from mycelian_agent.memory_server.retrieval.dense.index import DenseVectors  # noqa: E402
 from mycelian_agent.memory_server.storage.rows import DenseHits  # noqa: E402
 from mycelian_agent.memory_server.storage.sqlite.store import Store  # noqa: E402
-from mycelian_agent.memory_server.text.analysis import query_terms  # noqa: E402
+from mycelian_agent.words import query_terms  # noqa: E402
 from dense_stub import memory_of  # noqa: E402
 
 #: Word -> dimensions of the stand-in encoder. Every text also has dimension 0 (what every turn of a conversation

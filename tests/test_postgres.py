@@ -25,7 +25,8 @@ from mycelian_agent.builder import connect, ensure_memory, ensure_vault
 from mycelian_agent.errors import ConfigError, MemoryServerError
 from mycelian_agent.memory_server.retrieval import search
 from mycelian_agent.memory_server.storage.postgres.migrations import SCHEMA_VERSION
-from mycelian_agent.memory_server.storage.postgres.store import PostgresStore, redact_url, require_psycopg
+from mycelian_agent.memory_server.storage.postgres.store import PostgresStore, require_psycopg
+from mycelian_agent.paths import redact_url
 
 psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
 

@@ -317,7 +317,7 @@ def test_notes_of_a_bounded_recall_leave_out_items_dated_outside_its_bounds() ->
 
 
 def test_notes_take_matching_items_then_standing_facts_never_the_unmatched_timeline() -> None:
-    from mycelian_agent.memory_server.storage.placeholder import PLACEHOLDER_CONTEXT
+    from mycelian_agent.placeholder import PLACEHOLDER_CONTEXT
     from mycelian_agent.recall.notes import select_notes
 
     document = """# Conversation context

@@ -10,7 +10,8 @@ import pytest
 from mycelian_agent.benchmarks.bench_small import ask_suite, ingest_suite, load_suite
 from mycelian_agent.memory_server.retrieval.exchanges import Turn, reacts_to, statements_first
 from mycelian_agent.memory_server.retrieval.ranking import revisions_first
-from mycelian_agent.memory_server.text.analysis import EntryTerms, content_stems, query_terms
+from mycelian_agent.memory_server.text.analysis import EntryTerms, content_stems
+from mycelian_agent.words import query_terms
 
 #: First hits of the hybrid search measured on the suite (BENCHMARKS.md §3 "Issue 38: the stated fact first"):
 #: the floor this suite guards; issue 38's target is 90% (39 of 43).

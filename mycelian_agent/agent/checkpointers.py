@@ -10,7 +10,8 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
 
-from ..errors import ConfigError, MycelianError, make_parent_folder
+from ..errors import ConfigError, MycelianError, make_parent_folder, one_line
+from ..paths import is_postgres_url, redact_url
 
 __all__ = ["checkpoint_problem", "open_checkpointer", "prune_thread"]
 
@@ -81,7 +82,7 @@ async def open_checkpointer(spec: str | BaseCheckpointSaver | None = "memory", *
             except sqlite3.Error as exc:
                 raise ConfigError(f"cannot open the checkpoint store {path}: {exc}") from None
             yield saver
-    elif isinstance(spec, str) and spec.startswith(("postgres://", "postgresql://")):
+    elif is_postgres_url(spec):
         async with _open_postgres(spec, reconnect_wait) as pg_saver:
             yield pg_saver
     else:
@@ -103,8 +104,6 @@ async def _open_postgres(url: str, reconnect_wait: float) -> AsyncIterator[BaseC
         try:
             saver = await stack.enter_async_context(open_pooled_saver(url, reconnect_wait))
         except (OperationalError, PoolTimeout) as exc:
-            from mycelian_agent.memory_server.storage.postgres.store import one_line, redact_url
-
             raise ConfigError(f"cannot open the Postgres checkpointer {redact_url(url)}: {one_line(exc)} "
                               "(check that PostgreSQL is running and the URL)") from exc
         yield saver

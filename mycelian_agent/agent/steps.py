@@ -19,7 +19,7 @@ from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 
 from ..errors import MemoryServerError, MycelianError
 from ..limits import ADD_ENTRIES_MAX_ITEMS
-from ..memory_server.storage.placeholder import is_placeholder_context
+from ..placeholder import is_placeholder_context
 from .control import PLANS, ControlState, Step
 from .entries import entry_args, split_parts
 from .invocation import Invocation, bump_progress, inherit_time, plain_turn, thread_totals

@@ -50,8 +50,7 @@ async def connect(db: str | None, server: str, token: str | None, timeout: float
     --db is reported, not created). ``dense``: an embedded database is searched as its server would (dense + BM25
     when a dense model is installed)."""
     if server in ("embedded", "in-process"):
-        from ..memory_server.storage import is_postgres_url
-        from ..paths import default_db_path
+        from ..paths import default_db_path, is_postgres_url
 
         path = Path(db).expanduser() if db else default_db_path(os.environ)
         if path.is_dir():
@@ -60,7 +59,7 @@ async def connect(db: str | None, server: str, token: str | None, timeout: float
             raise MycelianError(f"no memory database at {path}: check --db (or MYCELIAN_DB); `mycelian-agent replay` "
                                 "or `add` creates one")
         if server == "embedded":  # the store itself, in this process: no MCP SDK or LangChain to load
-            from ..memory_server.server.local import LocalConnection
+            from ..memory_server import LocalConnection
 
             return LocalConnection.open(db if db and is_postgres_url(db) else str(path), dense=dense)
     from ..builder import ConnectionSettings, open_connection
@@ -74,7 +73,7 @@ async def open_writer(settings: ConnectionSettings) -> Any:
     embedded database opened in this process (created when missing; no dense model: its new entries' vectors are left
     to the backlog), else the server ``settings`` names, over MCP."""
     if settings.server == "embedded":
-        from ..memory_server.server.local import LocalConnection
+        from ..memory_server import LocalConnection
 
         return LocalConnection.open(settings.prepared_database())
     from ..builder import open_connection

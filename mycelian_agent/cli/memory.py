@@ -316,7 +316,7 @@ def export(db: str | None, server: str, token: str | None, vault: str, timeout: 
                 if not page.get("next_after"):
                     break
                 page = await connection.call_json("list_entries", {**ids, "limit": 50, "after": page["next_after"]})
-            from ..memory_server.storage.placeholder import is_placeholder_context
+            from ..placeholder import is_placeholder_context
 
             context = await connection.call("get_context", ids)
             return {"vault": {"vaultId": vault_id, "title": vault},

@@ -16,7 +16,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from ..errors import MycelianError
-from ..paths import check_store_location
+from ..paths import check_store_location, is_postgres_url
 from .common import console, err_console, server_options
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -139,33 +139,20 @@ def _vectors_left(db: str | None, server: str, embeddings: bool | None, wait: bo
     if server not in ("embedded", "in-process") or embeddings is False:
         return None
     from ..builder import ConnectionSettings
-    from ..memory_server.retrieval.dense import encoders
-    from ..memory_server.retrieval.dense.index import dense_by_default
-    from ..memory_server.storage import is_postgres_url, open_store
+    from ..memory_server import pending_vectors
 
-    if embeddings is None and not dense_by_default():
-        return None
     target = ConnectionSettings.from_env(os.environ, server=server, db=db).database()
     # The model the spawned server uses: its environment's, else auto (the spawned server reads the same variable).
-    name = os.environ.get("MYCELIAN_EMBEDDINGS_MODEL")
-    model = encoders.MODEL_NAMES.get(encoders.resolve_model(name))
-    if model is None or target == ":memory:":
+    counts = pending_vectors(target, os.environ.get("MYCELIAN_EMBEDDINGS_MODEL"), embeddings=embeddings,
+                             backfill=wait)
+    if counts is None:
         return None
-    written = ""
-    if wait:
-        from ..memory_server.retrieval.dense.index import backfill_database
-
-        count = backfill_database(target, name)
-        written = f"wrote {count:,} pending vectors; "
-    store = open_store(target, pool_size=1)
-    try:
-        pending = store.vector_status(model).pending
-    finally:
-        store.close()
+    written, pending = counts
+    done = f"wrote {written:,} pending vectors; " if wait else ""
     if not pending:
-        return 0, f"{written}every entry has its vector"
+        return 0, f"{done}every entry has its vector"
     shown = "DB" if is_postgres_url(target) else target  # a URL may carry a password
-    return pending, (f"{written}{pending:,} entries await vectors: they are written by the next hybrid server that "
+    return pending, (f"{done}{pending:,} entries await vectors: they are written by the next hybrid server that "
                      f"opens this database, or now by `mycelian-agent embeddings backfill {shown}`")
 
 
@@ -177,8 +164,6 @@ def _shard(conversations: list[Any], shard: tuple[int, int] | None) -> list[Any]
 
 def checkpointer_spec(state: str | Path | None) -> str:
     """The checkpointer of ``--state``: a postgresql:// URL as is, a file as ``sqlite:FILE``, none in memory."""
-    from ..memory_server.storage import is_postgres_url
-
     if not state:
         return "memory"
     return str(state) if is_postgres_url(str(state)) else f"sqlite:{state}"

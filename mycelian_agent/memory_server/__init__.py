@@ -8,6 +8,12 @@ Importing this package is cheap (no FastMCP, no SQLite work): the server pieces 
   Starlette app (streamable HTTP at ``/mcp``, optional bearer token); ``mycelian-memory-server`` is the CLI.
 - :data:`PLACEHOLDER_CONTEXT` / :func:`is_placeholder_context`: the context a new memory answers, and how clients
   recognise it (ours and upstream's wording).
+- :class:`LocalConnection`: the memory tools on a database opened in this process, without MCP (the CLI's one-shot
+  commands); :func:`pending_vectors`: how many entries of a database still wait for their dense vector.
+
+This is the package's front: code outside ``memory_server/`` imports these names (and the entry points ``cli`` and
+``testing``), never its rooms (``text``, ``storage``, ``retrieval``, ``server``, ``transport``);
+``tests/test_architecture.py`` checks it.
 
 In-process use (tests)::
 
@@ -25,10 +31,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from mycelian_agent.memory_server.storage.placeholder import PLACEHOLDER_CONTEXT, is_placeholder_context
+from mycelian_agent.placeholder import PLACEHOLDER_CONTEXT, is_placeholder_context
 
 if TYPE_CHECKING:
+    from mycelian_agent.memory_server.retrieval.dense.index import pending_vectors
     from mycelian_agent.memory_server.server.app import MemoryServer, create_server
+    from mycelian_agent.memory_server.server.local import LocalConnection
     from mycelian_agent.memory_server.storage import open_store
     from mycelian_agent.memory_server.storage.base import MemoryStore
     from mycelian_agent.memory_server.storage.sqlite.store import Store
@@ -36,6 +44,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "PLACEHOLDER_CONTEXT",
+    "LocalConnection",
     "MemoryServer",
     "MemoryStore",
     "Store",
@@ -43,6 +52,7 @@ __all__ = [
     "create_server",
     "is_placeholder_context",
     "open_store",
+    "pending_vectors",
 ]
 
 _LAZY = {
@@ -52,6 +62,8 @@ _LAZY = {
     "Store": ("storage.sqlite.store", "Store"),
     "MemoryStore": ("storage.base", "MemoryStore"),
     "open_store": ("storage", "open_store"),
+    "LocalConnection": ("server.local", "LocalConnection"),
+    "pending_vectors": ("retrieval.dense.index", "pending_vectors"),
 }
 
 

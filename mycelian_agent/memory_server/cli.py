@@ -22,7 +22,7 @@ from typing import Any, NoReturn
 import click
 
 from ..errors import ConfigError, MycelianError
-from ..paths import default_db_path
+from ..paths import default_db_path, is_postgres_url, redact_url
 from .retrieval.dense import encoders
 from .retrieval.dense.index import HNSW_MIN, WRITE_MODES, dense_by_default
 from .retrieval.dense.threads import OPENMP_SPIN_COUNT
@@ -134,7 +134,7 @@ def serve_command(ctx: click.Context, transport: str, host: str, port: int, db: 
               "serves without one.")
 
     from .server import app
-    from .storage import is_postgres_url, open_store
+    from .storage import open_store
 
     # One line per record, as the messages above (FastMCP would install a rich handler that wraps a record over
     # several lines at 80 columns; logging.basicConfig keeps the first configuration).
@@ -181,7 +181,6 @@ def serve_command(ctx: click.Context, transport: str, host: str, port: int, db: 
             return
         import uvicorn
 
-        from .storage.postgres.store import redact_url
         from .transport.http_app import create_http_app
 
         auth = "bearer token required" if token or tokens else "no authentication"
@@ -202,7 +201,6 @@ def serve_command(ctx: click.Context, transport: str, host: str, port: int, db: 
 def check_command(db: str, save: str | None) -> None:
     """Check the SQLite memory file DB (read-only): SQLite's integrity check, and which memories can still be read
     in full. Exit status 1 when the file is damaged, with how to save what is left (--save)."""
-    from .storage import is_postgres_url
     from .storage.sqlite.check import check_database, salvage_database
 
     if is_postgres_url(db):
@@ -261,7 +259,7 @@ def status_command(db: str, embeddings_model: str, as_json: bool) -> None:
     import json
     from pathlib import Path
 
-    from .storage import is_postgres_url, open_store
+    from .storage import open_store
 
     try:
         model = encoders.MODEL_NAMES.get(encoders.resolve_model(embeddings_model))

@@ -14,8 +14,8 @@ from __future__ import annotations
 import math
 import re
 
-from mycelian_agent.memory_server.storage.placeholder import is_placeholder_context
-from mycelian_agent.memory_server.retrieval.ranking import WORD_RE, query_terms
+from mycelian_agent.placeholder import is_placeholder_context
+from mycelian_agent.words import WORD_RE, query_terms
 
 __all__ = ["context_items", "select_notes", "within_bounds"]
 

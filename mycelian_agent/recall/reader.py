@@ -25,7 +25,7 @@ from typing import Any
 from ..dates import normalise_time, resolve_relative_dates
 from ..errors import InputError, MemoryServerError
 from ..limits import QUERY_MAX_CHARS, SEARCH_DEPTH_MAX, unicode_problem
-from mycelian_agent.memory_server.retrieval.ranking import WORD_RE
+from ..words import WORD_RE
 from .hits import MemoryHit, MemoryHits, Recall, RecalledTurn, estimate_tokens, render_recall
 from .notes import select_notes
 from .retry import read_call

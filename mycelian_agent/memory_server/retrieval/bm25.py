@@ -6,8 +6,8 @@ FTS5 (SQLite) and ``tsvector`` (PostgreSQL) only find the candidates (the backen
     score(e) = sum over query stems t of  idf(t) * tf * (K1 + 1) / (tf + K1 * (1 - B + B * len(e) / avglen))
     idf(t)   = ln(1 + (N - n(t) + 0.5) / (n(t) + 0.5))
 
-with ``tf`` the weighted count of ``t`` in the entry's fields (``ranking.ENTRY_WEIGHTS``: raw_entry 1, summary 1.5,
-labels 1, dated 0.5, the weighted term frequency of BM25F), ``len(e)`` its token count over the fields, and
+with ``tf`` the weighted count of ``t`` in the entry's fields (``text.analysis.ENTRY_WEIGHTS``: raw_entry 1, summary
+1.5, labels 1, dated 0.5, the weighted term frequency of BM25F), ``len(e)`` its token count over the fields, and
 ``N``, ``n(t)``, ``avglen`` the memory's entries, those containing ``t`` and their mean length
 (``term_stats.py``, kept in the database by each write). Lucene's IDF never reaches zero: FTS5's
 ``ln((N - n + 0.5) / (n + 0.5))``, clamped to 1e-6, gives every word in more than half the entries the same

@@ -15,7 +15,7 @@ A turn is a reaction (:func:`reacts_to`) when all of these hold:
 - it is the assistant's (role ``assistant``) and names no speaker: an AI assistant, whose turns are replies rather
   than facts about anyone. A conversation between two people replayed with roles (LoCoMo's) names both speakers,
   and their turns keep their own places: there the reply is often the evidence;
-- it directly follows, within the conversation (``ranking.CONTEXT_GAP_DAYS``), a turn of another author that is a
+- it directly follows, within the conversation (``text.analysis.CONTEXT_GAP_DAYS``), a turn of another author that is a
   statement: a reply to a question is its answer ("Ramen." to "What's your favourite food?");
 - it says less of its own than that statement (fewer distinct content stems, ``text.analysis.content_stems``): an
   assistant turn that adds more than it was told (a worked-out budget, a recommendation) keeps its own place.

@@ -23,16 +23,16 @@ from typing import Any, NamedTuple
 
 from mycelian_agent.errors import InputError
 from mycelian_agent.limits import SEARCH_DEPTH_MAX
+from mycelian_agent.placeholder import PLACEHOLDER_CONTEXT
 from mycelian_agent.memory_server.retrieval import bm25, coverage, dense_feedback as dense_feedback_module, exchanges
 from mycelian_agent.memory_server.retrieval import feedback as feedback_module, fusion, query_time, relevance
-from mycelian_agent.memory_server.retrieval.ranking import (CONTEXT_DEPTH, QUESTION_MARKS, current_first,
-                                                            revisions_first, with_context)
+from mycelian_agent.memory_server.retrieval.ranking import CONTEXT_DEPTH, current_first, revisions_first, with_context
 from mycelian_agent.memory_server.storage import term_stats
 from mycelian_agent.memory_server.storage.base import MemoryStore, Row
-from mycelian_agent.memory_server.storage.placeholder import PLACEHOLDER_CONTEXT
 from mycelian_agent.memory_server.storage.rows import DenseHits, Link
 from mycelian_agent.memory_server.storage.validation import LIMITS, check_text, check_uuid, parse_rfc3339
-from mycelian_agent.memory_server.text.analysis import content_stems, query_stems, query_terms
+from mycelian_agent.memory_server.text.analysis import QUESTION_MARKS, content_stems, query_stems
+from mycelian_agent.words import query_terms
 
 __all__ = ["MATCH_MEANING", "MATCH_WORDS", "RankedEntry", "Ranking", "rank_entries", "search"]
 

@@ -3,8 +3,7 @@ stated change lifted above what it revises.
 
 Both backends find candidates (``storage``) and score them with ``bm25.py``; the pipeline (``pipeline.py``) feeds
 the hits through :func:`with_context` and :func:`current_first` here, so the neighbour shares are one piece of code.
-The text rules these lean on (query terms, question marks, the conversation gap, the index columns) are in
-``text/analysis.py``, re-exported here for callers that knew them as ranking's.
+The text rules these lean on (question marks, the conversation gap, revision words) are in ``text/analysis.py``.
 """
 
 from __future__ import annotations
@@ -13,20 +12,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol
 
 from mycelian_agent.memory_server.storage.rows import Link
-from mycelian_agent.memory_server.text.analysis import (
-    CONTEXT_GAP_DAYS,
-    ENTRY_WEIGHTS,
-    MAX_QUERY_TERMS,
-    QUESTION_MARKS,
-    REVISION_WORDS,
-    STOPWORDS,
-    WORD_RE,
-    entry_dated,
-    entry_labels,
-    index_words,
-    query_terms,
-    revises,
-)
 
 __all__ = [
     "CONTEXT_AFTER_QUESTION",
@@ -34,23 +19,11 @@ __all__ = [
     "CONTEXT_DEPTH",
     "CONTEXT_FAR_AFTER",
     "CONTEXT_FAR_BEFORE",
-    "CONTEXT_GAP_DAYS",
     "CONTEXT_WEIGHT",
     "ECHO_BELOW",
-    "ENTRY_WEIGHTS",
-    "MAX_QUERY_TERMS",
-    "QUESTION_MARKS",
     "REVISION_LIFT",
-    "REVISION_WORDS",
-    "STOPWORDS",
-    "WORD_RE",
     "Link",
     "current_first",
-    "entry_dated",
-    "entry_labels",
-    "index_words",
-    "query_terms",
-    "revises",
     "revisions_first",
     "with_context",
 ]

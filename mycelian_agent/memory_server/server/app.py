@@ -23,6 +23,7 @@ from pydantic import Field
 
 from mycelian_agent.errors import ConfigError, InputError, MemoryServerError
 from mycelian_agent.limits import ADD_ENTRIES_MAX_ITEMS, SEARCH_DEPTH_MAX
+from mycelian_agent.paths import is_postgres_url
 from mycelian_agent.prompt_files import PROMPT_NAMES, read_prompt
 from mycelian_agent.memory_server.server.runtime import StoreHandle
 from mycelian_agent.memory_server.server.arguments import (
@@ -37,7 +38,6 @@ from mycelian_agent.memory_server.server.results import (
 )
 from mycelian_agent.memory_server.retrieval.pipeline import search
 from mycelian_agent.memory_server.storage.base import DenseIndex, MemoryStore
-from mycelian_agent.memory_server.storage import is_postgres_url
 from mycelian_agent.memory_server.storage.sqlite.store import SYNC_MODES
 
 __all__ = ["DEFAULT_PORT", "PROMPTS_VERSION", "VECTORS_WAIT", "AppContext", "MemoryServer", "create_server", "transport_security"]
@@ -399,12 +399,13 @@ def create_server(
     Nothing is opened here: each MCP session (stdio, in-memory, HTTP) opens the shared database in the server's
     lifespan, and the last one closes it. ``token`` is used by :func:`create_http_app` (HTTP only).
     ``synchronous`` is ``"NORMAL"`` (survives a process kill) or ``"FULL"`` (also survives power loss).
-    ``embeddings`` fuses dense vectors with BM25 (None, the default: as ``embeddings.dense_by_default()`` says; False:
-    BM25 only), on ``embeddings_model`` (default ``auto``: the first installed of ``encoders.MODELS``), batches
-    encoded on ``embeddings_threads`` (0: one per core), e5-small's queries by ``embeddings_queries``
+    ``embeddings`` fuses dense vectors with BM25 (None, the default: as ``retrieval.dense.index.dense_by_default()``
+    says; False: BM25 only), on ``embeddings_model`` (default ``auto``: the first installed of ``encoders.MODELS``),
+    batches encoded on ``embeddings_threads`` (0: one per core), e5-small's queries by ``embeddings_queries``
     (``encoders.QUERY_ENCODERS``), vectors written ``embeddings_writes`` (``"behind"``: by a background thread after
-    each write commits, ``"inline"``: inside it; see embeddings.py), memories of ``embeddings_hnsw_min`` vectors or
-    more searched through pgvector's HNSW index on a PostgreSQL database that has it (None: ``embeddings.HNSW_MIN``).
+    each write commits, ``"inline"``: inside it; see ``retrieval/dense/index.py``), memories of
+    ``embeddings_hnsw_min`` vectors or more searched through pgvector's HNSW index on a PostgreSQL database that has
+    it (None: ``retrieval.dense.index.HNSW_MIN``).
     ``host`` and ``allowed_hosts`` set the HTTP Host/Origin checks (see :func:`transport_security`).
     """
     if synchronous.upper() not in SYNC_MODES:

@@ -4,23 +4,19 @@
   primitives a backend implements) and its row types; it names no backend.
 - :mod:`.sqlite` and :mod:`.postgres`: one package per backend, each with its store, lexical SQL and migrations.
   A new backend is a new package here that subclasses :class:`MemoryStore` and passes ``tests/conformance``.
-- :func:`open_store` picks the backend from the target: a ``postgresql://`` (or ``postgres://``) URL, else a SQLite
-  path; backends are imported only when opened.
+- :func:`open_store` picks the backend from the target: a ``postgresql://`` (or ``postgres://``) URL
+  (``paths.is_postgres_url``), else a SQLite path; backends are imported only when opened.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from mycelian_agent.memory_server.storage.base import POSTGRES_SCHEMES, DenseIndex, MemoryStore
+from mycelian_agent.memory_server.storage.base import DenseIndex, MemoryStore
 from mycelian_agent.memory_server.storage.vectors import EntryVectors
+from mycelian_agent.paths import is_postgres_url
 
-__all__ = ["MemoryStore", "entry_vectors", "is_postgres_url", "open_store"]
-
-
-def is_postgres_url(target: object) -> bool:
-    """Whether ``target`` names a PostgreSQL database (a ``postgresql://`` or ``postgres://`` URL)."""
-    return isinstance(target, str) and target.startswith(POSTGRES_SCHEMES)
+__all__ = ["MemoryStore", "entry_vectors", "open_store"]
 
 
 def open_store(

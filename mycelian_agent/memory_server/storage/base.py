@@ -24,7 +24,6 @@ from mycelian_agent.memory_server.storage import context_items, term_stats
 from mycelian_agent.memory_server.storage.dense_index import DenseIndex
 from mycelian_agent.memory_server.storage.entry_cache import EntryCache
 from mycelian_agent.memory_server.storage.explained import ExplainsProblems
-from mycelian_agent.memory_server.storage.placeholder import PLACEHOLDER_CONTEXT
 from mycelian_agent.memory_server.storage.rows import ENTRY_FIELDS, DenseHits, Link, NewEntry, Row, entry_json, memory_json
 from mycelian_agent.memory_server.storage.vectors import EntryVectors, VectorStatus
 from mycelian_agent.memory_server.storage.validation import (
@@ -41,10 +40,10 @@ from mycelian_agent.memory_server.storage.validation import (
 )
 from mycelian_agent.memory_server.text import analysis
 from mycelian_agent.memory_server.text.analysis import EntryTerms
+from mycelian_agent.placeholder import PLACEHOLDER_CONTEXT
 
 __all__ = [
     "ENTRY_FIELDS",
-    "POSTGRES_SCHEMES",
     "SEARCH_READS",
     "DenseHits",
     "DenseIndex",
@@ -62,8 +61,6 @@ __all__ = [
 
 _ENTRY_CACHE_LOCK = threading.Lock()
 
-#: URL prefixes that select the PostgreSQL backend.
-POSTGRES_SCHEMES = ("postgresql://", "postgres://")
 #: What retrieval asks a store for (the public reads of :class:`MemoryStore`'s "search reads" section); each is
 #: covered by ``tests/conformance`` on every backend.
 SEARCH_READS = ("check_memory", "lexical_candidates", "term_counts", "entry_rows", "entry_terms", "neighbour_links",
@@ -552,7 +549,7 @@ class MemoryStore(ExplainsProblems, ABC):
     @abstractmethod
     def entries_within(self, memory_id: str, seqs: Collection[int], after: str | None, before: str | None) -> set[int]:
         """Those of the memory's entries ``seqs`` whose moment (conversation time, else creation time) lies inside
-        the exclusive bounds (``storage.query.time_bounds``)."""
+        the exclusive bounds (``storage.moments.time_bounds``)."""
 
     @abstractmethod
     def ranked_contexts(self, memory_id: str, terms: list[str], limit: int) -> list[tuple[Row, float]]:

@@ -30,7 +30,8 @@ from typing import Protocol
 
 from mycelian_agent.errors import MemoryServerError
 from mycelian_agent.memory_server.storage.rows import Row
-from mycelian_agent.memory_server.text.analysis import STOPWORDS, WORD_RE, query_terms, tokens
+from mycelian_agent.memory_server.text.analysis import tokens
+from mycelian_agent.words import STOPWORDS, WORD_RE, query_terms
 
 __all__ = ["MIN_RUN", "SUPPORT_CANDIDATES", "content_changed", "content_words", "quote_length", "remove_derived",
            "rewrites", "supporting_texts"]

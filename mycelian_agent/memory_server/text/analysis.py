@@ -3,7 +3,8 @@ terms BM25 weighs and the words query feedback may borrow.
 
 Storage needs these at write time (the index columns, the term statistics, the entry cache), retrieval at search
 time (the same stems for the query); both read them from here, so the two sides cannot tokenise differently. Tokens
-are FTS5's: ``unicode61 remove_diacritics 2`` words, Porter-stemmed (``porter.py``, checked against FTS5).
+are FTS5's: ``unicode61 remove_diacritics 2`` words, Porter-stemmed (``porter.py``, checked against FTS5). What a
+word is, the stop words and a query's terms are ``mycelian_agent/words.py``'s, shared with the recall side.
 """
 
 from __future__ import annotations
@@ -15,16 +16,18 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from mycelian_agent.memory_server.text.porter import stem
+from mycelian_agent.words import STOPWORDS, WORD_RE
+
+# The benchmarks import query_terms from here until they leave the package (issue 42 item 2); everything else imports
+# it from mycelian_agent.words. Delete this line with them.
+from mycelian_agent.words import query_terms  # noqa: F401
 
 __all__ = [
     "CONTEXT_GAP_DAYS",
     "CONVERSATION_TAGS",
     "ENTRY_WEIGHTS",
-    "MAX_QUERY_TERMS",
     "QUESTION_MARKS",
     "REVISION_WORDS",
-    "STOPWORDS",
-    "WORD_RE",
     "EntryTerms",
     "content_stems",
     "entry_dated",
@@ -34,13 +37,10 @@ __all__ = [
     "feedback_words",
     "index_words",
     "query_stems",
-    "query_terms",
     "revises",
     "tokens",
 ]
 
-#: At most this many distinct terms of a query are searched (long queries stay fast).
-MAX_QUERY_TERMS = 48
 #: Weights of an entry's indexed fields ``(raw_entry, summary, labels, dated)``: the summary is written for
 #: retrieval; ``labels`` (tag values such as the speaker's name) weighs like the text, so a question naming a
 #: person finds that person's own turns, which rarely contain their name; ``dated`` (the entry's date in words)
@@ -67,30 +67,8 @@ REVISION_WORDS = frozenset(
 #: and "trip" in every entry, so the IDF of both was ~0 and the order noise.
 CONVERSATION_TAGS = frozenset({"thread"})
 
-# Letters and digits only: operators, quotes and punctuation can never reach an index's query language.
-WORD_RE = re.compile(r"[^\W_]+")
-
-#: Dropped from a query only when it has other terms: OR-ing them matches nearly every entry, which costs time and
-#: adds almost nothing to BM25 (their IDF is tiny). Never feedback words either (``feedback.py``).
-STOPWORDS = frozenset(
-    """a about above after again against all am an and any are as at be because been before being below between
-    both but by can could did do does doing down during each few for from further had has have having he her
-    here hers herself him himself his how i if in into is it its itself just me more most my myself no nor not
-    of off on once only or other our ours ourselves out over own same she should so some such than that the
-    their theirs them themselves then there these they this those through to too under until up very was we
-    were what when where which while who whom why will with would you your yours yourself yourselves s t d ll
-    m re ve""".split()  # noqa: SIM905 (a list literal would be 60 lines)
-)
 _MONTHS = "January February March April May June July August September October November December".split()
 _DIGIT = re.compile(r"\d")
-
-
-def query_terms(query: str) -> list[str]:
-    """The distinct word tokens of ``query`` (case-folded, stop words dropped when others remain), in order."""
-    words = WORD_RE.findall(unicodedata.normalize("NFKC", query).casefold())
-    seen: dict[str, None] = dict.fromkeys(words)
-    content = [w for w in seen if w not in STOPWORDS]
-    return (content or list(seen))[:MAX_QUERY_TERMS]
 
 
 def revises(text: str) -> bool:

@@ -35,7 +35,7 @@ EntryVectors`.
 
 from __future__ import annotations
 
-from mycelian_agent.memory_server.retrieval.dense.backfill import backfill_database
+from mycelian_agent.memory_server.retrieval.dense.backfill import backfill_database, pending_vectors
 from mycelian_agent.memory_server.retrieval.dense.dense_vectors import CATCHUP_LIMIT, HNSW_MIN, DenseVectors
 from mycelian_agent.memory_server.retrieval.dense.loading import (
     DENSE_BY_DEFAULT,
@@ -56,5 +56,6 @@ __all__ = [
     "check_encoder_options",
     "dense_by_default",
     "load_dense_index",
+    "pending_vectors",
     "require_dense_index",
 ]

@@ -1,14 +1,13 @@
-"""Connecting a store to a PostgreSQL database: the driver check, URLs and errors shown without secrets or line
-breaks, each pooled connection's settings, and what is said once per database (no index by memory, which dense
-path serves)."""
+"""Connecting a store to a PostgreSQL database: the driver check, each pooled connection's settings, and what is said
+once per database (no index by memory, which dense path serves). URLs are shown without their password
+(``paths.redact_url``)."""
 
 from __future__ import annotations
 
 import logging
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
-from mycelian_agent.errors import ConfigError, MemoryServerError
+from mycelian_agent.errors import ConfigError, MemoryServerError, one_line
 from mycelian_agent.memory_server.storage.postgres import vectors as pg_vectors
 from mycelian_agent.memory_server.storage.postgres.migrations import (
     MEMORY_INDEX,
@@ -16,8 +15,9 @@ from mycelian_agent.memory_server.storage.postgres.migrations import (
     PENDING_LIST_STATEMENT,
     migrate,
 )
+from mycelian_agent.paths import redact_url
 
-__all__ = ["INSTALL_HINT", "announce_dense_path", "one_line", "redact_url", "require_psycopg"]
+__all__ = ["INSTALL_HINT", "announce_dense_path", "require_psycopg"]
 
 #: What to install when psycopg is missing.
 INSTALL_HINT = "pip install 'mycelian-agent[postgres]'"
@@ -30,20 +30,6 @@ def require_psycopg() -> None:
         import psycopg_pool  # noqa: F401
     except ImportError as exc:
         raise ConfigError(f"a postgresql:// memory database needs psycopg 3 ({exc}): {INSTALL_HINT}") from None
-
-
-def redact_url(url: str) -> str:
-    """``url`` with its password replaced by ``***`` (for messages and logs)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
-def one_line(exc: BaseException) -> str:
-    """An exception's message on one line (libpq's messages carry newlines and tabs)."""
-    return " ".join(str(exc).split())
 
 
 _log = logging.getLogger(__name__)

@@ -168,7 +168,7 @@ def rank(
     known_counts: Known | None = None,
 ) -> list[tuple[int, float]]:
     """BM25-shaped ranking of a memory's rows of ``table`` (see the module docstring), within ``where``
-    (``storage.query.time_bounds`` on alias ``t``): ``(seq, score > 0)``, best first."""
+    (``storage.moments.time_bounds`` on alias ``t``): ``(seq, score > 0)``, best first."""
     if limit <= 0:
         return []
     lexemes_of = lexicon.lexemes(conn, terms)

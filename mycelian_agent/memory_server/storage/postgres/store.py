@@ -33,7 +33,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from mycelian_agent.errors import ConfigError, MemoryServerError
+from mycelian_agent.errors import ConfigError, MemoryServerError, one_line
 from mycelian_agent.memory_server.storage import moments, term_stats
 from mycelian_agent.memory_server.storage.base import (
     DenseIndex,
@@ -49,16 +49,13 @@ from mycelian_agent.memory_server.storage.moments import time_bounds
 from mycelian_agent.memory_server.storage.postgres import lexical
 from mycelian_agent.memory_server.storage.postgres import terms as pg_terms
 from mycelian_agent.memory_server.storage.postgres import vectors as pg_vectors
-
-# (INSTALL_HINT, announce_dense_path, one_line, redact_url, require_psycopg: re-exported, callers import them here)
+# (INSTALL_HINT, announce_dense_path, require_psycopg: re-exported, callers import them here)
 from mycelian_agent.memory_server.storage.postgres.connecting import (
     INSTALL_HINT,
     _configure,
     _say_dense_path,
     _say_no_memory_index,
     announce_dense_path,
-    one_line,
-    redact_url,
     require_psycopg,
 )
 from mycelian_agent.memory_server.storage.postgres.migrations import (
@@ -73,8 +70,9 @@ from mycelian_agent.memory_server.storage.postgres.problems import RECONNECT_WAI
 from mycelian_agent.memory_server.storage.validation import format_timestamp
 from mycelian_agent.memory_server.storage.versions import keep_version
 from mycelian_agent.memory_server.text.analysis import EntryTerms, entry_dated, entry_labels, index_words
+from mycelian_agent.paths import redact_url
 
-__all__ = ["INSTALL_HINT", "PostgresStore", "announce_dense_path", "one_line", "redact_url", "require_psycopg"]
+__all__ = ["INSTALL_HINT", "PostgresStore", "announce_dense_path", "require_psycopg"]
 
 _ENTRY_COLUMNS = (
     "seq, entry_id, memory_id, vault_id, creation_time, conversation_time, raw_entry, summary, tags, idempotency_key, "

@@ -1,4 +1,9 @@
-"""The placeholder context of a new memory, and recognising placeholders (ours and upstream's)."""
+"""The placeholder context of a new memory, and recognising placeholders (ours and upstream's).
+
+A Mycelian server answers ``get_context`` with a placeholder until a context is stored; every client must treat one
+as empty, whichever server wrote it. Our server answers with it and the client side (the agent, recall, the CLI)
+recognises it, so it lives below both; ``mycelian_agent.memory_server`` offers it at its front too.
+"""
 
 from __future__ import annotations
 
