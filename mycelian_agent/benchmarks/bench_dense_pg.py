@@ -160,7 +160,7 @@ def run_dense_pg(out: Path, *, entries: int = 100_000, other: int = 100_000, sea
     from mycelian_agent.memory_server.storage import open_store
     from ..memory_server.storage.postgres import vectors as pg_vectors
     from mycelian_agent.memory_server.retrieval.dense.index import HNSW_MIN, DenseVectors
-    from mycelian_agent.memory_server.storage.postgres.cluster import TemporaryCluster, find_pgvector_bindir
+    from mycelian_agent.memory_server.pg_cluster import TemporaryCluster, find_pgvector_bindir
 
     bindir = find_pgvector_bindir()
     if bindir is None:

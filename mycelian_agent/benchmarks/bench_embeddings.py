@@ -111,7 +111,7 @@ def locomo_parity(locomo: Path, out: Path, *, pg_url: str | None = None, limit: 
                   workers: int = 3, dense: bool = True) -> dict[str, Any]:
     """LoCoMo recall with vectors written at ingestion (lexical search alone without ``dense``), SQLite vs
     PostgreSQL (``pg_url``: an empty database)."""
-    from mycelian_agent.memory_server.storage.postgres.cluster import TemporaryCluster
+    from mycelian_agent.memory_server.pg_cluster import TemporaryCluster
     from .bench_recall import _with_embeddings
     from .locomo import LoCoMoRunner
 

@@ -390,7 +390,7 @@ def run_scale(out: Path, *, backends: Sequence[str] = BACKENDS, memories: int = 
     try:
         for backend in backends:
             if backend == "postgres" and pg_url is None and cluster is None:
-                from mycelian_agent.memory_server.storage.postgres.cluster import TemporaryCluster
+                from mycelian_agent.memory_server.pg_cluster import TemporaryCluster
 
                 cluster = TemporaryCluster.start()
             db = _Database(backend, work, cluster, pg_url, str(int(time.time())))

