@@ -3,7 +3,7 @@
 The same command as ``mycelian-agent bench locomo`` (``--help`` lists the options); re-run to resume.
 """
 
-from mycelian_agent.benchmarks.cli import locomo_command
+from mycelian_bench.cli import locomo_command
 
 if __name__ == "__main__":
     locomo_command()

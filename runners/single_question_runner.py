@@ -3,7 +3,7 @@
 The same command as ``mycelian-agent bench longmemeval`` (``--help`` lists the options); re-run to resume.
 """
 
-from mycelian_agent.benchmarks.cli import longmemeval_command
+from mycelian_bench.cli import longmemeval_command
 
 if __name__ == "__main__":
     longmemeval_command()

@@ -1,13 +1,17 @@
 """The package's architecture, checked: rooms import only downwards, no import circle (lazy imports included),
-no module over 600 lines, and a module over 500 lines says at its top why it is one module."""
+no module over 600 lines, and a module over 500 lines says at its top why it is one module. The benchmarks
+(``bench/mycelian_bench``) are held to the same circles and sizes, and the package never imports them."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "mycelian_agent"
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "mycelian_agent"
 ROOT = "mycelian_agent"
+BENCH = "mycelian_bench"
+PACKAGES = (PACKAGE, REPO / "bench" / BENCH)
 MAX_LINES = 600
 EXPLAIN_OVER = 500
 
@@ -18,10 +22,10 @@ MS = f"{ROOT}.memory_server"
 
 def _modules() -> dict[str, Path]:
     found = {}
-    for path in PACKAGE.rglob("*.py"):
-        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        found[name] = path
+    for package in PACKAGES:
+        for path in package.rglob("*.py"):
+            parts = path.relative_to(package.parent).with_suffix("").parts
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return found
 
 
@@ -54,7 +58,7 @@ def _imports(name: str, path: Path) -> set[str]:
     for target in targets:
         while target and target not in MODULES:
             target = target.rpartition(".")[0]
-        if target.startswith(ROOT) and target != name:
+        if target.startswith((ROOT, BENCH)) and target != name:
             found.add(target)
     return found
 
@@ -82,6 +86,13 @@ def test_rooms_import_only_downwards() -> None:
             elif other is not None and ROOMS.index(other) > ROOMS.index(room):
                 upward.append(f"{name} -> {target}")
     assert not upward, "imports up the rooms " + " > ".join(ROOMS) + ":\n" + "\n".join(sorted(upward))
+
+
+def test_the_package_never_imports_the_benchmarks() -> None:
+    # `mycelian-agent bench` names mycelian_bench.cli in a string, loaded when the command runs (cli/__init__.py).
+    upward = [f"{name} -> {target}" for name, targets in GRAPH.items() if name.startswith(ROOT)
+              for target in targets if target.startswith(BENCH)]
+    assert BENCH in MODULES and not upward, "the package imports the benchmarks:\n" + "\n".join(sorted(upward))
 
 
 def test_no_import_circle() -> None:

@@ -11,14 +11,15 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from mycelian_agent.benchmarks import parse_shard, read_jsonl, select_items
-from mycelian_agent.benchmarks.cli import longmemeval_command
-from mycelian_agent.benchmarks.longmemeval import RETRIEVAL_ONLY_MARK, SingleQuestionRunner, load_longmemeval
 from mycelian_agent.builder import connect
 from mycelian_agent.conversations.formats import valid_title
-from mycelian_agent.errors import ConfigError
 from mycelian_agent.conversations.replay import replay_conversation
+from mycelian_agent.conversations.selection import parse_shard, select_items
+from mycelian_agent.errors import ConfigError
 from mycelian_agent.testing import ScriptedChatModel, text_message
+from mycelian_bench import read_jsonl
+from mycelian_bench.cli import longmemeval_command
+from mycelian_bench.longmemeval import RETRIEVAL_ONLY_MARK, SingleQuestionRunner, load_longmemeval
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -288,7 +288,7 @@ def test_replay_workers_split_the_conversations(pg_url: str, tmp_path: Path) -> 
 def test_locomo_recall_on_postgres_matches_sqlite(pg_url: str, shared_data: Path, tmp_path: Path) -> None:
     """One LoCoMo conversation here (~40 s), through the parity benchmark's lexical mode; the whole dev set is in
     BENCHMARKS.md ("Scaling out")."""
-    from mycelian_agent.benchmarks.bench_embeddings import locomo_parity
+    from mycelian_bench.bench_embeddings import locomo_parity
 
     stale = tmp_path / "sqlite" / "records.jsonl"  # an earlier run's records are not this run's recall
     stale.parent.mkdir()
@@ -337,7 +337,7 @@ async def test_bulk_accept_and_add_entries_on_postgres(pg_url: str) -> None:
 @pytest.mark.slow
 def test_scaleout_benchmark_runs_end_to_end_at_a_tiny_size(pg_cluster, tmp_path: Path) -> None:
     """``bench_scaleout`` against the session's cluster (``--pg-url``): both backends timed, 1 and 2 workers."""
-    from mycelian_agent.benchmarks import bench_scaleout
+    from mycelian_bench import bench_scaleout
 
     admin = pg_cluster.create_database("scaleout_admin")
     results = bench_scaleout.run_scaleout(tmp_path, entries=40, adds=4, searches=4, warmup=1, conversations=2,
