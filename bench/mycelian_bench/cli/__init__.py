@@ -11,9 +11,10 @@
     mycelian-agent bench embeddings ingest|replay|oneshot|parity ...   ingestion with vectors, its cost; recall per backend
     mycelian-agent bench scores --locomo FILE --out OUT          the 0-1 search scores of evidence vs other hits
 
-The commands live in :mod:`.suite`, :mod:`.runners` and :mod:`.stores`; the scripts in ``runners/`` call them.
-Only click is imported here: each command imports its benchmark when it runs, so ``--help`` and option errors come
-back at once.
+The commands live in :mod:`.suite`, :mod:`.runners` (``qa``, and what the runners share), :mod:`.stores`, and in
+the repository's ``runners/`` scripts (``longmemeval``, ``locomo``: loaded from there by :mod:`.scripts` when asked
+for). Only click is imported here: each command imports its benchmark when it runs, so ``--help`` and option errors
+come back at once.
 """
 
 from __future__ import annotations
@@ -22,22 +23,29 @@ import click
 
 from mycelian_bench.bench_suite import BENCHMARK_NAMES
 from mycelian_bench.cli.options import CONTEXT
-from mycelian_bench.cli.runners import locomo_command, longmemeval_command, qa_command
+from mycelian_bench.cli.runners import qa_command
 from mycelian_bench.cli.scores import scores_command
+from mycelian_bench.cli.scripts import RUNNER_SCRIPTS, runner_command
 from mycelian_bench.cli.stores import dense_pg_command, embeddings_group, scale_command, scaleout_command
 from mycelian_bench.cli.suite import BENCHMARK_COMMANDS, suite_command
 
-__all__ = ["BENCHMARK_COMMANDS", "bench", "dense_pg_command", "embeddings_group", "locomo_command",
-           "longmemeval_command", "qa_command", "scale_command", "scaleout_command", "scores_command",
-           "suite_command"]
+__all__ = ["BENCHMARK_COMMANDS", "bench", "dense_pg_command", "embeddings_group", "qa_command", "scale_command",
+           "scaleout_command", "scores_command", "suite_command"]
 
 
 class _BenchGroup(click.Group):
-    """Commands in the order added (the suite's benchmarks, then the runners), and ``bench NAME NAME ...``
-    as a shorthand for ``bench suite NAME NAME ...``."""
+    """Commands in the order added (the suite's benchmarks, then the runners), the runners' commands loaded from
+    their scripts when asked for, and ``bench NAME NAME ...`` as a shorthand for ``bench suite NAME NAME ...``."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return list(self.commands)
+        names = list(self.commands)
+        place = names.index("suite") + 1
+        return names[:place] + list(RUNNER_SCRIPTS) + names[place:]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in RUNNER_SCRIPTS:
+            return runner_command(cmd_name)
+        return super().get_command(ctx, cmd_name)
 
     def resolve_command(self, ctx: click.Context,
                         args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
@@ -65,6 +73,6 @@ def bench() -> None:
     """
 
 
-for _command in (*BENCHMARK_COMMANDS.values(), suite_command, longmemeval_command, locomo_command, qa_command,
-                 scale_command, scaleout_command, dense_pg_command, embeddings_group, scores_command):
+for _command in (*BENCHMARK_COMMANDS.values(), suite_command, qa_command, scale_command, scaleout_command,
+                 dense_pg_command, embeddings_group, scores_command):
     bench.add_command(_command)

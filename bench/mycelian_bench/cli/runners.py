@@ -1,5 +1,6 @@
-"""The runners' commands: ``bench longmemeval``, ``bench locomo`` (resumable, one memory per item) and
-``bench qa`` (what a reader answers from memory)."""
+"""What the runners' commands share (their options, how a run is reported), and ``bench qa`` (what a reader answers
+from memory). The runners' commands themselves are the scripts in ``runners/`` (``single_question_runner.py``:
+``bench longmemeval``; ``locomo_runner.py``: ``bench locomo``), loaded by :mod:`.scripts`."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import click
 from mycelian_agent.errors import MycelianError, make_folder
 from mycelian_bench.cli.options import CONTEXT, COUNT, FILE, reported
 
-__all__ = ["locomo_command", "longmemeval_command", "qa_command"]
+__all__ = ["qa_command", "run_runner", "runner_options"]
 
 
 def _parse_shard(_ctx: click.Context, _param: click.Parameter, text: str | None) -> tuple[int, int] | None:
@@ -27,7 +28,8 @@ def _parse_shard(_ctx: click.Context, _param: click.Parameter, text: str | None)
         raise click.BadParameter(str(exc)) from None
 
 
-def _runner_options(func: Callable[..., Any]) -> Callable[..., Any]:
+def runner_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """The options every runner takes (FILES, --out, the server, the ingestion model, --shard, --limit, ...)."""
     options = [
         click.argument("files", nargs=-1, type=FILE),
         click.option("--out", required=True, type=click.Path(file_okay=False, path_type=Path),
@@ -92,7 +94,7 @@ def _runner_kwargs(options: dict[str, Any]) -> dict[str, Any]:
     return kwargs
 
 
-def _run_runner(make_runner: Callable[[dict[str, Any]], Any], files: tuple[Path, ...], options: dict[str, Any]) -> None:
+def run_runner(make_runner: Callable[[dict[str, Any]], Any], files: tuple[Path, ...], options: dict[str, Any]) -> None:
     """Build the runner, run it (or only rebuild its report), print; exit 1 when an item failed."""
     if not files and not options["report_only"]:
         raise click.UsageError("give at least one data file (or --report-only)")
@@ -106,52 +108,6 @@ def _run_runner(make_runner: Callable[[dict[str, Any]], Any], files: tuple[Path,
     click.echo(json.dumps(report.summary, indent=2) if options["as_json"] else report.format())
     if report.failures:
         sys.exit(1)
-
-
-@click.command("longmemeval", context_settings=CONTEXT,
-               short_help="LongMemEval runner: one memory per question, recall@k, optional QA (resumable).")
-@_runner_options
-@click.option("--qa-model", envvar="MYCELIAN_QA_MODEL", show_envvar=True, default=None,
-              help="'openai:<model>' answers from the retrieved evidence; none: retrieval-only hypotheses.")
-def longmemeval_command(files: tuple[Path, ...], qa_model: str | None, **options: Any) -> None:
-    """LongMemEval FILES: ingest each question's haystack into a memory of its own, retrieve, answer, score.
-
-    Writes OUT/records.jsonl, OUT/hypotheses.jsonl (for LongMemEval's evaluate_qa.py) and OUT/summary.json.
-    Run the same command again to resume; use one OUT per data file.
-    """
-
-    def make(kwargs: dict[str, Any]) -> Any:
-        from mycelian_bench.longmemeval import SingleQuestionRunner
-
-        return SingleQuestionRunner(**kwargs, qa_model=qa_model)
-
-    _run_runner(make, files, options)
-
-
-@click.command("locomo", context_settings=CONTEXT,
-               short_help="LoCoMo runner: one memory per sample, evidence recall@k per category (resumable).")
-@_runner_options
-@click.option("--limit-questions", type=click.IntRange(min=0), default=None,
-              help="Only the first N questions of each sample.")
-@click.option("--sessions", type=COUNT, default=None,
-              help="Only the first N sessions of each sample, and the questions whose evidence lies there.")
-@click.option("--qa-model", envvar="MYCELIAN_QA_MODEL", show_envvar=True, default=None,
-              help="'openai:<model>' answers each question (categories 1-4) from the retrieved entries, scored "
-                   "by token F1 against the gold answer.")
-def locomo_command(files: tuple[Path, ...], limit_questions: int | None, sessions: int | None,
-                   qa_model: str | None, **options: Any) -> None:
-    """LoCoMo FILES: ingest each sample into a memory of its own, score evidence recall@k per category.
-
-    Writes OUT/records.jsonl, OUT/samples.jsonl and OUT/summary.json; category 5 (adversarial) is reported in
-    its own table. Run the same command again to resume.
-    """
-
-    def make(kwargs: dict[str, Any]) -> Any:
-        from mycelian_bench.locomo import LoCoMoRunner
-
-        return LoCoMoRunner(**kwargs, limit_questions=limit_questions, sessions=sessions, qa_model=qa_model)
-
-    _run_runner(make, files, options)
 
 
 # ------------------------------------------------------------------------------------------------ QA
