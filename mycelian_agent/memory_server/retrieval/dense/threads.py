@@ -79,7 +79,7 @@ class ThreadChoice:
             now = self._clock()
             other = 1 if best == self.wide else self.wide
             # The timed retry waits as many times retry_seconds as the other count was slower: under heavy load the
-            # slower count can take ten times as long, and a retry at a fixed interval spent a good part of the time
+            # slower count can take many times as long, and a retry at a fixed interval spent a good part of the time
             # on it (BENCHMARKS.md §3 "Tuned constants"); this way retries cost at most about one call
             # on the faster count per retry_seconds.
             slower = max(1.0, self._cost[other] / self._cost[best]) if self._cost[best] > 0 else 1.0
