@@ -390,9 +390,9 @@ def test_server_benchmark_with_embeddings_holds_the_hybrid_target(tmp_path: Path
 
     if not installed_models():
         pytest.skip("needs a dense model: the dense or embeddings extra")
+    from mycelian_agent.memory_server.retrieval.dense.e5_onnx import onnx_installed
     from mycelian_bench.bench_querycost import ENGINE_SIDE
     from mycelian_bench.bench_server import HYBRID_TARGETS_MS, run_server
-    from mycelian_agent.memory_server.retrieval.dense.e5_onnx import onnx_installed
 
     result = run_server(tmp_path, entries=60, adds=3, searches=4, warmup=1, embeddings=True)
     assert result.data["environment"]["search"] == f"bm25 + dense {installed_models()[0]} (convex fusion)"
