@@ -3,7 +3,7 @@
 The same command as ``mycelian-agent bench suite`` (``--help`` lists the options; BENCHMARKS.md the results).
 """
 
-from mycelian_agent.benchmarks.cli import suite_command
+from mycelian_bench.cli import suite_command
 
 if __name__ == "__main__":
     suite_command()

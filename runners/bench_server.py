@@ -3,7 +3,7 @@
 The same command as ``mycelian-agent bench server``: writes OUT/server.json with the suite's other results.
 """
 
-from mycelian_agent.benchmarks.cli import BENCHMARK_COMMANDS
+from mycelian_bench.cli import BENCHMARK_COMMANDS
 
 if __name__ == "__main__":
     BENCHMARK_COMMANDS["server"]()

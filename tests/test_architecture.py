@@ -1,14 +1,19 @@
 """The package's architecture, checked (lazy imports included): its floors import only downwards, code outside the
 memory server uses only the server's front, the server's rooms import only downwards, no import circle, no module
-over 600 lines, and a module over 500 lines says at its top why it is one module (docs/ARCHITECTURE.md)."""
+over 600 lines, and a module over 500 lines says at its top why it is one module (docs/ARCHITECTURE.md). The
+benchmarks (``bench/mycelian_bench``) are held to the same circles and sizes, and the package never imports them;
+they may measure the server's rooms, so the floors and the front are the package's rules only."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "mycelian_agent"
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE = REPO / "mycelian_agent"
 ROOT = "mycelian_agent"
+BENCH = "mycelian_bench"
+PACKAGES = (PACKAGE, REPO / "bench" / BENCH)
 MAX_LINES = 600
 EXPLAIN_OVER = 500
 
@@ -32,16 +37,20 @@ FLOORS = [
     {"cli"},
     {""},
 ]
-UNCHECKED = {"benchmarks"}  # leaving the package (issue 42 item 2); its imports are not checked here
 
 
 def _modules() -> dict[str, Path]:
     found = {}
-    for path in PACKAGE.rglob("*.py"):
-        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        found[name] = path
+    for package in PACKAGES:
+        for path in package.rglob("*.py"):
+            parts = path.relative_to(package.parent).with_suffix("").parts
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return found
+
+
+def _ours(name: str) -> bool:
+    """Whether ``name`` is a module of the package (not of the benchmarks)."""
+    return name == ROOT or name.startswith(ROOT + ".")
 
 
 MODULES = _modules()
@@ -75,7 +84,7 @@ def _imports(name: str, path: Path) -> set[str]:
     for target in targets:
         while target and target not in MODULES:
             target = target.rpartition(".")[0]
-        if target.startswith(ROOT) and target != name:
+        if target.startswith((ROOT, BENCH)) and target != name:
             found.add(target)
     return found
 
@@ -115,7 +124,7 @@ def _floor(unit: str) -> int:
 
 
 def test_every_unit_has_a_floor() -> None:
-    units = {_unit(name) for name in MODULES} - UNCHECKED
+    units = {_unit(name) for name in MODULES if _ours(name)}
     placed = set().union(*FLOORS)
     assert units <= placed, f"units on no floor (add them to FLOORS): {sorted(units - placed)}"
     assert not placed - units, f"FLOORS names units that do not exist: {sorted(placed - units)}"
@@ -125,7 +134,7 @@ def test_floors_import_only_downwards() -> None:
     upward = []
     for name, target in EDGES:
         unit, other = _unit(name), _unit(target)
-        if unit != other and not {unit, other} & UNCHECKED and _floor(other) >= _floor(unit):
+        if _ours(name) and _ours(target) and unit != other and _floor(other) >= _floor(unit):
             upward.append(f"{name} -> {target} (floor {_floor(unit)} -> {_floor(other)})")
     assert not upward, "imports up or across the floors:\n" + "\n".join(sorted(upward))
 
@@ -141,7 +150,7 @@ def _front() -> set[str]:
 def test_only_the_memory_servers_front_is_imported_from_outside() -> None:
     front, crossing = _front(), []
     for name, path in MODULES.items():
-        if name == MS or name.startswith(MS + ".") or _unit(name) in UNCHECKED:
+        if name == MS or name.startswith(MS + ".") or not _ours(name):
             continue
         crossing += [f"{name} -> {t}" for t in GRAPH[name] if t.startswith(MS + ".") and t not in MS_ENTRY_POINTS]
         for node in ast.walk(ast.parse(path.read_text())):
@@ -149,6 +158,12 @@ def test_only_the_memory_servers_front_is_imported_from_outside() -> None:
                 crossing += [f"{name} -> {MS}.{a.name} (not in its __all__)" for a in node.names
                              if a.name not in front and f"{MS}.{a.name}" not in MS_ENTRY_POINTS]
     assert not crossing, "imports of memory_server's rooms from outside it:\n" + "\n".join(sorted(crossing))
+
+
+def test_the_package_never_imports_the_benchmarks() -> None:
+    # `mycelian-agent bench` names mycelian_bench.cli in a string, loaded when the command runs (cli/__init__.py).
+    upward = [f"{name} -> {target}" for name, target in EDGES if _ours(name) and target.startswith(BENCH)]
+    assert BENCH in MODULES and not upward, "the package imports the benchmarks:\n" + "\n".join(sorted(upward))
 
 
 def test_no_import_circle() -> None:

@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from mycelian_agent.benchmarks.bench_common import have_module, summarize
-from mycelian_agent.benchmarks.bench_prompts import prompt_tokens, token_counter
-from mycelian_agent.benchmarks.bench_recall import bm25_ranker, tokenize
-from mycelian_agent.benchmarks.bench_suite import benchmark_params
-from mycelian_agent.benchmarks.cli import bench
 from mycelian_agent.errors import ConfigError
+from mycelian_bench.bench_common import have_module, summarize
+from mycelian_bench.bench_prompts import prompt_tokens, token_counter
+from mycelian_bench.bench_recall import bm25_ranker, tokenize
+from mycelian_bench.bench_suite import benchmark_params
+from mycelian_bench.cli import bench
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -302,7 +302,7 @@ def test_unknown_benchmark_is_a_usage_error(tmp_path: Path):
 
 
 def test_commands_start_without_importing_the_heavy_libraries():
-    code = ("import sys, mycelian_agent.cli, mycelian_agent.benchmarks.bench_throughput; "
+    code = ("import sys, mycelian_agent.cli, mycelian_bench.bench_throughput; "
             "print(sorted(m for m in ('langgraph', 'matplotlib', 'numpy', 'rank_bm25', 'mcp', "
             "'mycelian_agent.testing') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -390,9 +390,9 @@ def test_server_benchmark_with_embeddings_holds_the_hybrid_target(tmp_path: Path
 
     if not installed_models():
         pytest.skip("needs a dense model: the dense or embeddings extra")
-    from mycelian_agent.benchmarks.bench_querycost import ENGINE_SIDE
-    from mycelian_agent.benchmarks.bench_server import HYBRID_TARGETS_MS, run_server
     from mycelian_agent.memory_server.retrieval.dense.e5_onnx import onnx_installed
+    from mycelian_bench.bench_querycost import ENGINE_SIDE
+    from mycelian_bench.bench_server import HYBRID_TARGETS_MS, run_server
 
     result = run_server(tmp_path, entries=60, adds=3, searches=4, warmup=1, embeddings=True)
     assert result.data["environment"]["search"] == f"bm25 + dense {installed_models()[0]} (convex fusion)"

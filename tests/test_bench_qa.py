@@ -15,14 +15,14 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 
+from mycelian_agent.errors import ConfigError
 from mycelian_agent.recall import estimate_tokens
-from mycelian_agent.benchmarks.bench_qa import (
+from mycelian_bench.bench_qa import (
     CONDITIONS, QABench, bm25_block, evidence_shown, exact_match, full_block, make_slices,
     markdown_tables, pick_questions, reader_prompt, slice_conversation, slice_turns, summarize,
 )
-from mycelian_agent.benchmarks.cli import bench
-from mycelian_agent.benchmarks.locomo import load_locomo
-from mycelian_agent.errors import ConfigError
+from mycelian_bench.cli import bench
+from mycelian_bench.locomo import load_locomo
 
 from openai_stub import OpenAIStub, text_reply
 

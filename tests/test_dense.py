@@ -319,7 +319,7 @@ def test_real_packaged_model_embeds_at_write_time() -> None:
 
 
 def test_ingestion_benchmark_writes_every_message_with_its_vector(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from mycelian_agent.benchmarks import bench_embeddings
+    from mycelian_bench import bench_embeddings
 
     encoder = CountingEncoder()
     monkeypatch.setitem(encoders._LOADERS, "fake", lambda _threads: encoders.Encoder("fake", encoder, encoder))

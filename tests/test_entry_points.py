@@ -31,6 +31,7 @@ EXAMPLE = REPO / "examples" / "quickstart_conversation.json"
 PG_URL = "postgresql://nobody@127.0.0.1:1/nothing"  # never reached: the missing client is reported first
 INSTALL_POSTGRES = "mycelian-agent[postgres]"
 INSTALL_EMBEDDINGS = "mycelian-agent[dense]"
+INSTALL_BENCH = "pip install -e '.[bench]'"
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -57,6 +58,7 @@ class Case:
     argv: tuple[str, ...]
     names: tuple[str, ...]
     ok: bool = False  # a control case: must succeed (the extras' absence leaves the base install working)
+    hide: str = ""  # more packages made unimportable (tests/no_extras' MYCELIAN_TEST_HIDE)
 
     @property
     def id(self) -> str:
@@ -77,6 +79,11 @@ class Paths:
 
 def _cli(*args: str) -> tuple[str, ...]:
     return ("-m", "mycelian_agent.cli", *args)
+
+
+def _runner(script: str, *args: str) -> tuple[str, ...]:
+    """A script of runners/, run as a user runs it: ``python runners/SCRIPT ...``."""
+    return (str(REPO / "runners" / script), *args)
 
 
 def _script(name: str, *args: str) -> tuple[str, ...]:
@@ -182,6 +189,16 @@ def _cases(p: Paths) -> list[Case]:
         Case(_cli("bench", "embeddings", "oneshot", "--runs", "0"), ("--runs", "0")),
         Case(_cli("bench", "embeddings", "parity", "--locomo", locomo, "--lexical", "--out", out()),
              (INSTALL_POSTGRES,)),
+        # an install without the benchmarks (a wheel: bench/ is not in it) says how to install them
+        Case(_cli("bench", "suite", "--quick", "--out", out()), ("'bench' is not installed", INSTALL_BENCH),
+             hide="mycelian_bench"),
+        Case(_cli("bench", "--help"), ("'bench' is not installed", INSTALL_BENCH), hide="mycelian_bench"),
+        # the runner scripts
+        Case(_runner("single_question_runner.py", str(p.unreadable), "--out", out()), (str(p.unreadable),)),
+        Case(_runner("locomo_runner.py", str(p.folder), "--out", out()), (str(p.folder),)),
+        Case(_runner("replay_conversation.py", m := missing()), (m, "does not exist")),
+        Case(_runner("bench.py", "overhead", "--quick", "--out", "/dev/full"), ("/dev/full",)),
+        Case(_runner("bench_server.py", "--quick", "--out", str(p.under_file)), (str(p.under_file),)),
         # the local model: bad folders only (a good one would download the model)
         Case(_cli("local-llm", "install", "--dir", "/dev/full"), ("/dev/full",)),
         Case(_cli("local-llm", "install", "--dir", str(p.under_file)), (str(p.under_file),)),
@@ -247,7 +264,8 @@ class Outcome:
 
 
 def _run(case: Case, cwd: Path) -> Outcome:
-    env = {**os.environ, "PYTHONPATH": _pythonpath(), "MYCELIAN_LLM_CACHE": str(cwd / "llm-cache")}
+    env = {**os.environ, "PYTHONPATH": _pythonpath(), "MYCELIAN_LLM_CACHE": str(cwd / "llm-cache"),
+           "MYCELIAN_TEST_HIDE": case.hide}
     for name in ("MYCELIAN_DB", "MYCELIAN_SERVER", "MYCELIAN_DATA", "MYCELIAN_LOCAL_LLM_DIR", "COLUMNS"):
         env.pop(name, None)
     # The CPU time is measured by a wrapper (the child's rusage), for the slowest-cases line below.
@@ -300,8 +318,10 @@ def test_every_entry_point_says_what_is_wrong_in_one_line(outcomes: dict[str, tu
 
 
 def _command_paths(command: click.Command, prefix: tuple[str, ...] = ()) -> set[tuple[str, ...]]:
-    if isinstance(command, click.Group):
-        return {path for name, sub in command.commands.items() for path in _command_paths(sub, (*prefix, name))}
+    if isinstance(command, click.Group):  # asked as click asks (the groups load their commands lazily)
+        ctx = click.Context(command)
+        subs = {name: command.get_command(ctx, name) for name in command.list_commands(ctx)}
+        return {path for name, sub in subs.items() if sub is not None for path in _command_paths(sub, (*prefix, name))}
     return {prefix}
 
 
@@ -324,6 +344,12 @@ def test_the_walk_covers_every_python_dash_m_module(paths: Paths) -> None:
             runnable.add(module.removesuffix(".__main__"))
     walked = {case.argv[1] for case in _cases(paths) if case.argv[0] == "-m"}
     assert runnable - walked == set(), f"python -m modules without a case: {sorted(runnable - walked)}"
+
+
+def test_the_walk_covers_every_runner_script(paths: Paths) -> None:
+    scripts = {str(path) for path in (REPO / "runners").glob("*.py")}
+    walked = {case.argv[0] for case in _cases(paths)}
+    assert scripts - walked == set(), f"runner scripts without a case: {sorted(scripts - walked)}"
 
 
 DOCS = ("README.md", "BENCHMARKS.md", *sorted(f"docs/{page.name}" for page in (REPO / "docs").glob("*.md")))

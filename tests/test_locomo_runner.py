@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from mycelian_agent.benchmarks import read_jsonl
-from mycelian_agent.benchmarks.locomo import LoCoMoRunner
 from mycelian_agent.builder import connect
 from mycelian_agent.conversations.formats import valid_title
+from mycelian_bench import read_jsonl
+from mycelian_bench.locomo import LoCoMoRunner
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -146,7 +146,7 @@ async def test_a_slice_of_sessions_with_qa_scored_by_token_f1(data: Path, tmp_pa
 
 
 def test_token_f1_follows_locomo():
-    from mycelian_agent.benchmarks.metrics import token_f1
+    from mycelian_bench.metrics import token_f1
 
     assert token_f1("The beach, May 2023.", "May 2023; the beach") == 1.0  # order, articles, punctuation
     assert token_f1("sailing", "Sailing") == 1.0

@@ -11,14 +11,15 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from mycelian_agent.benchmarks import parse_shard, read_jsonl, select_items
-from mycelian_agent.benchmarks.cli import longmemeval_command
-from mycelian_agent.benchmarks.longmemeval import RETRIEVAL_ONLY_MARK, SingleQuestionRunner, load_longmemeval
 from mycelian_agent.builder import connect
 from mycelian_agent.conversations.formats import valid_title
-from mycelian_agent.errors import ConfigError
 from mycelian_agent.conversations.replay import replay_conversation
+from mycelian_agent.conversations.selection import parse_shard, select_items
+from mycelian_agent.errors import ConfigError
 from mycelian_agent.testing import ScriptedChatModel, text_message
+from mycelian_bench import read_jsonl
+from mycelian_bench.cli import bench
+from mycelian_bench.longmemeval import RETRIEVAL_ONLY_MARK, SingleQuestionRunner, load_longmemeval
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -218,22 +219,22 @@ def test_torn_last_record_line_is_dropped(tmp_path: Path):
 
 def test_command_reads_its_environment_and_rejects_extractive_qa(data: Path, tmp_path: Path):
     cli = CliRunner()
-    bad = cli.invoke(longmemeval_command, [str(data), "--out", str(tmp_path / "bad"), "--no-progress"],
+    bad = cli.invoke(bench, ["longmemeval", str(data), "--out", str(tmp_path / "bad"), "--no-progress"],
                      env={"MYCELIAN_QA_MODEL": "extractive"})
     assert bad.exit_code == 1 and "cannot answer" in bad.stderr and bad.stderr.count("\n") == 1
-    done = cli.invoke(longmemeval_command, [str(data), "--out", str(tmp_path / "o"), "--limit", "2", "--no-progress"],
+    done = cli.invoke(bench, ["longmemeval", str(data), "--out", str(tmp_path / "o"), "--limit", "2", "--no-progress"],
                       env={"MYCELIAN_QA_MODEL": None, "MYCELIAN_MODEL": "extractive"})
     assert done.exit_code == 0, done.output
     assert "| overall | 2 | 0 |" in done.stdout and "questions recorded: 2" in done.stdout
-    report = cli.invoke(longmemeval_command, ["--out", str(tmp_path / "o"), "--report-only", "--json"])
+    report = cli.invoke(bench, ["longmemeval", "--out", str(tmp_path / "o"), "--report-only", "--json"])
     assert report.exit_code == 0 and json.loads(report.stdout)["questions"] == 2
 
 
 def test_command_usage_errors(data: Path, tmp_path: Path):
     cli = CliRunner()
-    no_files = cli.invoke(longmemeval_command, ["--out", str(tmp_path / "o")])
+    no_files = cli.invoke(bench, ["longmemeval", "--out", str(tmp_path / "o")])
     assert no_files.exit_code == 2 and "give at least one data file (or --report-only)" in no_files.stderr
-    bad_shard = cli.invoke(longmemeval_command, [str(data), "--out", str(tmp_path / "o"), "--shard", "2/2"])
+    bad_shard = cli.invoke(bench, ["longmemeval", str(data), "--out", str(tmp_path / "o"), "--shard", "2/2"])
     assert bad_shard.exit_code == 2 and "shard i/n needs 0 <= i < n" in bad_shard.stderr
     assert not (tmp_path / "o").exists()
 

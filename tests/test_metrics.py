@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from mycelian_agent.benchmarks.metrics import RecallRecord, aggregate, recall_at_k, unique_in_order
+from mycelian_bench.metrics import RecallRecord, aggregate, recall_at_k, unique_in_order
 
 # Entries retrieved for one question, mapped to their session ids, best first. Distinct in order: s3, s1, s7, s2.
 RETRIEVED = ["s3", "s3", "s1", "s3", "s7", "s1", "s2"]

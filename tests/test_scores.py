@@ -248,7 +248,7 @@ def test_a_server_with_another_scale_does_not_break_the_client() -> None:
 
 
 def test_the_scores_benchmark_tables() -> None:
-    from mycelian_agent.benchmarks.bench_scores import markdown, shown
+    from mycelian_bench.bench_scores import markdown, shown
 
     hits = [{"own": 1.0, "borrowed": 0.0, "meaning": 0.4, "match": "words", "evidence": False},
             {"own": 0.0, "borrowed": 0.8, "meaning": 0.2, "match": "words", "evidence": True},

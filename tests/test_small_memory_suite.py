@@ -1,4 +1,4 @@
-"""The small-memory suite (``benchmarks/data/small_memories.json``, issue 38) through the agent and the real
+"""The small-memory suite (``bench/mycelian_bench/data/small_memories.json``, issue 38) through the agent and the real
 server, and the two ranking rules it exercises: an assistant's reaction below the statement it follows
 (``retrieval/exchanges.py``) and a stated change above what it revises after the fusion
 (``ranking.revisions_first``)."""
@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import pytest
 
-from mycelian_agent.benchmarks.bench_small import ask_suite, ingest_suite, load_suite
 from mycelian_agent.memory_server.retrieval.exchanges import Turn, reacts_to, statements_first
 from mycelian_agent.memory_server.retrieval.ranking import revisions_first
 from mycelian_agent.memory_server.text.analysis import EntryTerms, content_stems
 from mycelian_agent.words import query_terms
+from mycelian_bench.bench_small import ask_suite, ingest_suite, load_suite
 
 #: First hits of the hybrid search measured on the suite (BENCHMARKS.md §3 "Issue 38: the stated fact first"):
 #: the floor this suite guards; issue 38's target is 90% (39 of 43).

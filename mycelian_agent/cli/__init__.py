@@ -4,8 +4,9 @@ history and delete, serve the memory, embed it, run the benchmarks.
 Configuration comes from flags, with environment-variable fallbacks (``MYCELIAN_DB``, ``MYCELIAN_SERVER``,
 ``MYCELIAN_TOKEN``, ``MYCELIAN_MODEL``, ``OPENAI_API_KEY``, ``OPENAI_BASE_URL``, ...); nothing deeper reads the
 environment. The commands live by concern: :mod:`.replay`, :mod:`.memory` (the commands on one memory server),
-``memory_server.cli`` (``serve``, ``embeddings``), ``benchmarks.cli`` (``bench``) and ``models.local_llm``
-(``local-llm``); this module builds the tree and runs it.
+``memory_server.cli`` (``serve``, ``embeddings``), ``models.local_llm`` (``local-llm``) and, outside the package,
+``mycelian_bench.cli`` (``bench``: the benchmarks' own project in ``bench/``, installed from a clone with
+``pip install -e '.[bench]'``); this module builds the tree and runs it.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ __all__ = ["cli", "main"]
 #: benchmarks' or the local model's (urllib, ssl) modules.
 _COMMANDS = {
     "add": (".memory", "add"),
-    "bench": ("..benchmarks.cli", "bench"),
+    "bench": ("mycelian_bench.cli", "bench"),
     "check": ("..memory_server.cli", "check_command"),
     "delete": (".memory", "delete"),
     "embeddings": ("..memory_server.cli", "embeddings_group"),
@@ -55,9 +56,34 @@ class _Commands(click.Group):
         if cmd_name not in _COMMANDS:
             return None
         module, name = _COMMANDS[cmd_name]
-        command = getattr(importlib.import_module(module, __name__), name)
+        try:
+            command = getattr(importlib.import_module(module, __name__), name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module.partition(".")[0] or module.startswith("."):
+                raise
+            return _not_installed(cmd_name, exc.name)
         assert isinstance(command, click.Command)
         return command
+
+
+#: How to install a command whose code lives outside this package (its top-level package is missing).
+_INSTALL = {"mycelian_bench": "from a clone of the repository: pip install -e '.[bench]' (the benchmarks live in its "
+                              "bench/ folder, outside the mycelian-agent package)"}
+
+
+def _not_installed(cmd_name: str, package: str) -> click.Command:
+    """A command whose code is not installed: listed by ``--help``, and run (with any arguments, ``--help`` too)
+    it says how to install it in one line, exit status 2 (click's status for a usage error)."""
+    how = _INSTALL.get(package, f"install the {package} package")
+    message = f"'{cmd_name}' is not installed; {how}"
+
+    def refuse(args: tuple[str, ...]) -> None:
+        err_console.print(f"[red]error:[/] {escape(message)}", soft_wrap=True)
+        sys.exit(2)
+
+    return click.Command(cmd_name, callback=refuse, add_help_option=False, short_help=f"(not installed) {how}",
+                         params=[click.Argument(["args"], nargs=-1, type=click.UNPROCESSED)],
+                         context_settings={"ignore_unknown_options": True})
 
 
 @click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})

@@ -78,8 +78,8 @@ def replay(files: tuple[Path, ...], db: str | None, server: str, token: str | No
     Accepted files: {"messages": [...]}, {"sessions": [...]}, LongMemEval records and LoCoMo samples. Every
     file is checked before anything is stored. Re-running is safe: each message is stored exactly once.
     """
-    from ..benchmarks.records import parse_shard
     from ..conversations.formats import load_conversations
+    from ..conversations.selection import parse_shard
 
     parsed = parse_shard(shard)
     if parsed is not None and workers > 1:
@@ -157,7 +157,7 @@ def _vectors_left(db: str | None, server: str, embeddings: bool | None, wait: bo
 
 
 def _shard(conversations: list[Any], shard: tuple[int, int] | None) -> list[Any]:
-    from ..benchmarks.records import select_items
+    from ..conversations.selection import select_items
 
     return select_items(conversations, lambda c: c.conversation_id, shard=shard)
 

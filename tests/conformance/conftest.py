@@ -19,7 +19,7 @@ from conformance import Backend
 from mycelian_agent.memory_server import MemoryStore
 
 if TYPE_CHECKING:
-    from mycelian_agent.memory_server.storage.postgres.cluster import TemporaryCluster
+    from mycelian_agent.memory_server.pg_cluster import TemporaryCluster
 
 #: The backends every conformance test runs on (each has a ``<name>_backend`` fixture below).
 BACKENDS = ["sqlite", "postgres"]

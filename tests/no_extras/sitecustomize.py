@@ -6,6 +6,7 @@ wrapped so that a blocked package is *not found* (``importlib.util.find_spec`` r
 Used by tests/test_entry_points.py.
 """
 
+import os
 import sys
 
 #: Top-level packages of the extras (embeddings, bench, postgres, test), what they pull in, and the local model's
@@ -17,6 +18,8 @@ BLOCKED = frozenset({
 })
 #: Blocked sub-packages of packages the base install has.
 BLOCKED_PREFIXES = ("langgraph.checkpoint.postgres",)
+#: More top-level packages to block, comma-separated (the benchmarks' ``mycelian_bench``: an install from a wheel).
+BLOCKED |= frozenset(name for name in os.environ.get("MYCELIAN_TEST_HIDE", "").split(",") if name)
 
 
 def _blocked(name: str) -> bool:

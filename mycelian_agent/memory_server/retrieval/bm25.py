@@ -52,10 +52,8 @@ __all__ = [
 K1 = 1.2
 B = 0.75
 #: The backend's own ranking is cut at this many times the pool before the BM25 here re-scores it. A memory with
-#: fewer matches than that (every small one) is scored whole. On LoCoMo dev (bench recall, lexical) with SQLite's
-#: index keyed by memory (its pool ranked with the memory's document frequencies but the file's row count), 1 gave
-#: any@1 / any@10 / all@10 0.520 / 0.867 / 0.749 and 2 gave 0.525 / 0.869 / 0.757: the larger pool lets this BM25
-#: (the memory's own statistics) decide more of the order, for ~0.3 ms a search at 1M entries.
+#: fewer matches than that (every small one) is scored whole. A larger pool lets this BM25 (the memory's own
+#: statistics) decide more of the order. Tuned on LoCoMo dev: BENCHMARKS.md §3 "Tuned constants".
 CANDIDATES = 2
 
 

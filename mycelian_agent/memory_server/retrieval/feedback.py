@@ -30,23 +30,18 @@ __all__ = [
     "feedback_words",
 ]
 
-#: The parameters were set on LoCoMo dev (383 questions, in-process on one ingested copy; BENCHMARKS.md §3), where
-#: recall any@10 is 0.775 without feedback. The settings of hits, words and weight were first tried without
-#: excluding the source hits (below): 17 of 18 gained and none lost. Hits (after neighbour context) whose words are
-#: weighed, 3 / 5 / 10 (10 words, weight 0.4): 0.789 / 0.802 / 0.786.
+#: Hits (after neighbour context) whose words are weighed. This, FEEDBACK_TERMS and FEEDBACK_WEIGHT were tuned on
+#: LoCoMo dev: BENCHMARKS.md §3 "Tuned constants".
 FEEDBACK_DOCS = 5
-#: Words added to the second search (5 / 10 / 20 at 5 hits, weight 0.4: 0.799 / 0.802 / 0.794).
+#: Words added to the second search.
 FEEDBACK_TERMS = 10
-#: Weight of the second ranking against the first. The hits the words came from get no second score (they match
-#: their own words best; with it, recall any@1 fell from 0.355 to 0.295 at weight 0.3). Recall any@1 / @5 / @10:
-#: 0.2 0.358 / 0.674 / 0.796, 0.3 0.360 / 0.661 / 0.796, 0.4 0.339 / 0.668 / 0.789; no feedback 0.355 / 0.650 /
-#: 0.775. The smaller end of the flat part was kept; at 0.2 any@10 rose on each of the three dev conversations
-#: (+0.03, +0.01, +0.01) and @1 fell on none.
+#: Weight of the second ranking against the first: the smaller end of the flat part. The hits the words came from
+#: get no second score (they match their own words best: with it, any@1 fell).
 FEEDBACK_WEIGHT = 0.2
 #: At most this many entries (the sum of the chosen words' frequencies) match the second search. Its cost grows with
-#: the entries its words match, and words found in hundreds of entries say little about one topic: on LoCoMo dev
-#: (~600 entries a memory) a budget of 250 to unlimited gives the same recall; on the 10,000 templated entries of
-#: `bench server`, where every word is common, the second search costs +1 ms at 250 and +14 ms unbounded.
+#: the entries its words match, and words found in hundreds of entries say little about one topic: below this
+#: budget recall was the same on LoCoMo dev, and a memory where every word is common pays less.
+#: BENCHMARKS.md §3 "Tuned constants".
 FEEDBACK_POSTINGS = 250
 #: Smaller memories get no feedback: it assumes the top hits are a small sample of a larger memory, and in a few
 #: dozen entries they are a good part of it (the second search would return the first one's hits and neighbours).

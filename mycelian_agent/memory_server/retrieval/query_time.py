@@ -39,13 +39,11 @@ __all__ = [
     "moment", "parse_query_time", "reference_date", "referenced_spans", "span_bounds", "tells_time",
 ]
 
-#: Score factor of a hit inside a named time span: score * (1 + TIME_BOOST). On LoCoMo dev (41 questions naming a
-#: time) 0.5 / 0.75 / 1.0 / 1.5 / 2.0 gave any@1 0.585 / 0.585 / 0.585 / 0.561 / 0.561 and any@10 0.927 / 0.951 / 0.951
-#: / 0.927 / 0.927; above 1 the temporal category lost a question at @10.
+#: Score factor of a hit inside a named time span: score * (1 + TIME_BOOST); above 1 the temporal category lost.
+#: Tuned on LoCoMo dev: BENCHMARKS.md §3 "Tuned constants".
 TIME_BOOST = 1.0
 #: Things are told after they happen ("last week I ran a 5K"): a hit within this many days after a span's end
-#: gets the smaller factor 1 + TOLD_AFTER_BOOST. LoCoMo dev: any@1 on the 41 questions 0.585 -> 0.610 (7 days, 0.5);
-#: 31 days lost one at @10.
+#: gets the smaller factor 1 + TOLD_AFTER_BOOST. Tuned on LoCoMo dev: BENCHMARKS.md §3 "Tuned constants".
 TOLD_AFTER_DAYS = 7
 TOLD_AFTER_BOOST = 0.5
 #: Whether a query naming a single span also searches that span alone (its entries join the pool).

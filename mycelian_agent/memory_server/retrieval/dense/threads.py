@@ -18,7 +18,8 @@ __all__ = ["OPENMP_SPIN_COUNT", "ThreadChoice"]
 #: ``GOMP_SPINCOUNT`` for a server that encodes (``mycelian-memory-server --embeddings`` sets it unless the
 #: environment sets ``OMP_WAIT_POLICY`` or it): how long an idle OpenMP thread spins before it sleeps. libgomp's
 #: default (300,000) keeps a core busy for milliseconds after every encode; ``OMP_WAIT_POLICY=PASSIVE`` (0) wakes
-#: the second thread at every barrier, which made a query on two threads slower than on one (18 against 17 ms).
+#: the second thread at every barrier, which made a query on two threads slower than on one
+#: (BENCHMARKS.md §3 "Tuned constants").
 OPENMP_SPIN_COUNT = 20_000
 
 # Characters a text costs before its first character (the prefix, the model's fixed work), so that times of texts
@@ -77,9 +78,10 @@ class ThreadChoice:
             best = self._best()
             now = self._clock()
             other = 1 if best == self.wide else self.wide
-            # The timed retry waits as many times retry_seconds as the other count was slower: on a 2-core machine
-            # under heavy load two threads took 1.5 s against 0.13 s on one, and a retry every 10 s spent 15% of
-            # the time on it; this way retries cost at most about one call on the faster count per retry_seconds.
+            # The timed retry waits as many times retry_seconds as the other count was slower: under heavy load the
+            # slower count can take many times as long, and a retry at a fixed interval spent a good part of the time
+            # on it (BENCHMARKS.md §3 "Tuned constants"); this way retries cost at most about one call
+            # on the faster count per retry_seconds.
             slower = max(1.0, self._cost[other] / self._cost[best]) if self._cost[best] > 0 else 1.0
             due = self._since_retry >= self._retry_every or (
                 self._since_retry >= self._retry_min and now - self._last_retry >= self._retry_seconds * slower)

@@ -46,7 +46,7 @@ __all__ = ["ATTEMPTS", "BATCH", "CLOSE_TIMEOUT", "GATHER_BATCH", "GATHER_SECONDS
 SETTLE_TIMEOUT = 60.0
 #: How long closing the store lets the thread finish the batch it is embedding; the entries not yet embedded are
 #: found at the next start (a batch on one thread takes about a second, which a closing process should not wait for:
-#: 1 s here was ~0.9 s of a one-shot hybrid replay's extra wall time on a quiet machine).
+#: BENCHMARKS.md §3 "Tuned constants").
 CLOSE_TIMEOUT = 0.25
 #: Entries per batch: on one thread the cost per passage is the same from 8 texts to 128 (BENCHMARKS.md §3,
 #: "Issue 38"), and a small batch stores its vectors sooner (searches find them) and leaves less unfinished work
@@ -61,7 +61,7 @@ GATHER_SECONDS = 0.2
 GATHER_BATCH = 16
 #: The writer thread's nice value on Linux (where it is a thread's own): it encodes with the CPU that the agent, the
 #: server's requests and the machine's other work leave idle, instead of taking it from them (a hybrid replay on a
-#: busy 2-core machine: 1.40x a lexical one at nice 0; BENCHMARKS.md §3, "Issue 38"). Its vectors then take longer
+#: busy 2-core machine was slower at nice 0: BENCHMARKS.md §3 "Tuned constants"). Its vectors then take longer
 #: on a busy machine; the backlog stays visible (``vector_status``) and a search embeds a small gap itself.
 NICE = 19
 # Backlog batches are small: a new write queued behind one waits for it.

@@ -1,7 +1,7 @@
 """The PostgreSQL backend: :class:`PostgresStore` (a psycopg pool), its ``tsvector`` search, migrations, pgvector.
 
-``cluster`` starts throwaway clusters for tests and benchmarks. Importing this package needs ``psycopg`` only when
-:class:`PostgresStore` is used (install the ``postgres`` extra).
+Importing this package needs ``psycopg`` only when :class:`PostgresStore` is used (install the ``postgres`` extra).
+Throwaway clusters for tests and benchmarks are ``memory_server.pg_cluster``, outside the storage room.
 """
 
 from __future__ import annotations
