@@ -100,7 +100,7 @@ class MycelianAgentInvoker(LifecycleCalls):
     @property
     def loop(self) -> asyncio.AbstractEventLoop | None:
         """The event loop this invoker's server session is bound to (where the sync methods run their work)."""
-        return self.agent._loop
+        return self.agent.loop
 
     def _lock(self, thread_id: str) -> asyncio.Lock:
         return self._locks.setdefault(thread_id, asyncio.Lock())
@@ -113,7 +113,7 @@ class MycelianAgentInvoker(LifecycleCalls):
         doubt = self._doubts.get(thread_id)
         if doubt is None:
             return None
-        await self.agent.asettle(thread_id)
+        await self.agent.wait_for_cancelled_save(thread_id)
         if thread_id in self._counts:
             status = await self.agent.aget_thread(thread_id)
             self._counts[thread_id] = status.accepted
@@ -247,7 +247,7 @@ class MycelianAgentInvoker(LifecycleCalls):
 
     def claim_thread(self, thread_id: str) -> ThreadStatus:
         """Synchronous :meth:`aclaim_thread`."""
-        return run_sync(self.aclaim_thread(thread_id), self.agent._loop)
+        return run_sync(self.aclaim_thread(thread_id), self.agent.loop)
 
     async def astart_session(self, thread_id: str, conversation_time: str | datetime | None = None, *,
                              user: str | None = None) -> InvocationResult:
@@ -460,7 +460,7 @@ class MycelianAgentInvoker(LifecycleCalls):
     def start_session(self, thread_id: str, conversation_time: str | datetime | None = None, *,
                       user: str | None = None) -> InvocationResult:
         """Synchronous :meth:`astart_session`."""
-        return run_sync(self.astart_session(thread_id, conversation_time, user=user), self.agent._loop)
+        return run_sync(self.astart_session(thread_id, conversation_time, user=user), self.agent.loop)
 
     def process_conversation_message(self, role: str, content: str, thread_id: str,
                                      conversation_time: str | datetime | None = None, *,
@@ -468,7 +468,7 @@ class MycelianAgentInvoker(LifecycleCalls):
                                      name: str | None = None, user: str | None = None) -> InvocationResult:
         """Synchronous :meth:`aprocess_conversation_message`."""
         return run_sync(self.aprocess_conversation_message(role, content, thread_id, conversation_time, tags=tags,
-                                                           name=name, user=user), self.agent._loop)
+                                                           name=name, user=user), self.agent.loop)
 
     def process_conversation_messages(self, thread_id: str, messages: Sequence[ChatMessage | Mapping[str, Any]],
                                       conversation_time: str | datetime | None = None, *,
@@ -476,37 +476,37 @@ class MycelianAgentInvoker(LifecycleCalls):
                                       user: str | None = None) -> list[InvocationResult]:
         """Synchronous :meth:`aprocess_conversation_messages`."""
         return run_sync(self.aprocess_conversation_messages(thread_id, messages, conversation_time,
-                                                            on_result=on_result, user=user), self.agent._loop)
+                                                            on_result=on_result, user=user), self.agent.loop)
 
     def end_session(self, thread_id: str, conversation_time: str | datetime | None = None) -> InvocationResult:
         """Synchronous :meth:`aend_session`."""
-        return run_sync(self.aend_session(thread_id, conversation_time), self.agent._loop)
+        return run_sync(self.aend_session(thread_id, conversation_time), self.agent.loop)
 
     def flush(self, thread_id: str) -> InvocationResult:
         """Synchronous :meth:`aflush`."""
-        return run_sync(self.aflush(thread_id), self.agent._loop)
+        return run_sync(self.aflush(thread_id), self.agent.loop)
 
     def flush_all(self) -> list[InvocationResult]:
         """Synchronous :meth:`aflush_all`."""
-        return run_sync(self.aflush_all(), self.agent._loop)
+        return run_sync(self.aflush_all(), self.agent.loop)
 
     def search(self, query: str, *, user: str | None = None, top_k: int = 10, after: str | datetime | None = None,
                before: str | datetime | None = None, by_meaning: bool = True,
                min_score: float | None = None) -> list[MemoryHit]:
         """Synchronous :meth:`asearch`."""
         return run_sync(self.asearch(query, user=user, top_k=top_k, after=after, before=before,
-                                     by_meaning=by_meaning, min_score=min_score), self.agent._loop)
+                                     by_meaning=by_meaning, min_score=min_score), self.agent.loop)
 
     def recall(self, query: str, *, user: str | None = None, budget_tokens: int = 1500, top_k: int = 10,
                after: str | datetime | None = None, before: str | datetime | None = None, by_meaning: bool = True,
                min_score: float | None = None) -> Recall:
         """Synchronous :meth:`arecall`."""
         return run_sync(self.arecall(query, user=user, budget_tokens=budget_tokens, top_k=top_k, after=after,
-                                     before=before, by_meaning=by_meaning, min_score=min_score), self.agent._loop)
+                                     before=before, by_meaning=by_meaning, min_score=min_score), self.agent.loop)
 
     def thread_status(self, thread_id: str) -> ThreadStatus:
         """Synchronous :meth:`athread_status`."""
-        return run_sync(self.athread_status(thread_id), self.agent._loop)
+        return run_sync(self.athread_status(thread_id), self.agent.loop)
 
 
 def _as_mapping(turn: Mapping[str, Any], tags: Mapping[str, str]) -> dict[str, Any]:
