@@ -42,9 +42,9 @@ from .report import InvocationResult, ThreadStatus, Usage
 from .resends import message_digest, recent_digests
 from .settings import AgentSettings
 from .state import AgentState
-from .turn import Turn
 from .steps import StepRunner
 from .tool_results import declared_params, execute_checked, last_results
+from .turn import Turn
 from .writer import ToolArgumentWriter
 
 __all__ = ["MESSAGE_KEYS", "MycelianMemoryAgent", "Invocation"]
