@@ -60,6 +60,12 @@ class ThreadState:
         """Held, and nothing to lose by forgetting the position: no call, no pending message, no timer."""
         return self.held and not self.callers and not self.pending and self.flush_timer is None
 
+    @property
+    def unused(self) -> bool:
+        """No call uses it (so its lock is never replaced under a waiting call) and it holds nothing a later call
+        needs: no position, no interrupted call, no timer."""
+        return not self.callers and not self.held and self.interrupted is None and self.flush_timer is None
+
     def read(self, status: ThreadStatus) -> int:
         """Take the thread's position from its checkpoint (``status``; its pending messages count from now) and
         return the messages it has taken in."""
@@ -113,10 +119,7 @@ class Threads:
                 yield state
         finally:
             state.callers -= 1
-            # Dropped only when no call holds it (so a lock is never replaced under a waiting call) and it holds
-            # nothing a later call needs.
-            if (not state.callers and not state.held and state.interrupted is None and state.flush_timer is None
-                    and self._states.get(thread_id) is state):
+            if state.unused and self._states.get(thread_id) is state:
                 del self._states[thread_id]
 
     def used(self, state: ThreadState) -> None:
