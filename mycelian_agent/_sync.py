@@ -1,20 +1,53 @@
 """Thin synchronous wrappers over the async API.
 
 MCP sessions are bound to the event loop that opened them, so sync calls run on that loop: a background loop
-thread owned by the sync builder, or the loop of the thread that built the agent.
+thread owned by the sync builder, or the loop of the thread that built the agent. A class whose objects know that
+loop (``loop``) builds each sync method from its async twin with :func:`sync_twin`, so the two cannot drift apart.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import threading
-from typing import Any, Coroutine, TypeVar
+from typing import Any, Callable, Concatenate, Coroutine, ParamSpec, Protocol, TypeVar
 
 from .errors import MycelianError
 
-__all__ = ["LoopThread", "run_sync"]
+__all__ = ["LoopBound", "LoopThread", "run_sync", "sync_twin"]
 
 T = TypeVar("T")
+P = ParamSpec("P")
+
+
+class LoopBound(Protocol):
+    """An object whose async methods run on one event loop: the loop its MCP session was opened on (None: none
+    yet, a sync call then runs in a fresh loop)."""
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None: ...
+
+
+Owner = TypeVar("Owner", bound=LoopBound)
+
+
+def sync_twin(method: Callable[Concatenate[Owner, P], Coroutine[Any, Any, T]]) -> Callable[Concatenate[Owner, P], T]:
+    """The synchronous twin of the async method ``method`` (``aflush`` gives ``flush``): the same parameters and
+    return type, running the coroutine on the owner's ``loop`` with :func:`run_sync` (so not inside a running event
+    loop). Used in the class body, after the async method: ``flush = sync_twin(aflush)``."""
+    name = method.__name__
+    if not name.startswith("a"):
+        raise TypeError(f"sync_twin takes an async method named a<name>, got {name!r}")
+
+    def twin(self: Owner, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return run_sync(method(self, *args, **kwargs), self.loop)
+
+    functools.update_wrapper(twin, method)  # its signature (through __wrapped__), module and annotations
+    twin.__name__ = name[1:]
+    twin.__qualname__ = f"{method.__qualname__[:-len(name)]}{name[1:]}"
+    twin.__doc__ = f"Synchronous :meth:`{name}` (not for use inside a running event loop).\n\n{inspect.getdoc(method)}"
+    return twin
 
 
 def run_sync(coro: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop | None = None) -> T:

@@ -28,7 +28,7 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES
 from langgraph.prebuilt import ToolNode
 from langgraph.runtime import Runtime
 
-from .._sync import run_sync
+from .._sync import sync_twin
 from ..dates import normalise_time
 from ..errors import InputError, MemoryServerError, MycelianError
 from ..models.extractive import ExtractiveChatModel
@@ -42,9 +42,9 @@ from .report import InvocationResult, ThreadStatus, Usage
 from .resends import message_digest, recent_digests
 from .settings import AgentSettings
 from .state import AgentState
-from .turn import Turn
 from .steps import StepRunner
 from .tool_results import declared_params, execute_checked, last_results
+from .turn import Turn
 from .writer import ToolArgumentWriter
 
 __all__ = ["MESSAGE_KEYS", "MycelianMemoryAgent", "Invocation"]
@@ -57,7 +57,8 @@ class MycelianMemoryAgent:
 
     ``tools`` are the memory server's tools (from :class:`~mycelian_agent.mcp.MemoryConnection`). ``model`` writes
     summaries, tags and context documents; ``fallback_model`` (default: the extractive model) writes them when the
-    model fails to produce a valid tool call.
+    model fails to produce a valid tool call. ``loop`` is the event loop the tools' MCP session is bound to: the
+    sync twins (``invoke``, ...) run their work there (:func:`~mycelian_agent._sync.sync_twin`).
     """
 
     def __init__(
@@ -98,10 +99,11 @@ class MycelianMemoryAgent:
             # Our server's batch write (one transaction per call); a server without it gets one add_entry per entry.
             bulk=idempotency and "add_entries" in self._tools,
             consistency_vault="vault_id" in declared_params(self._tools["await_consistency"]))
-        self._loop = loop
+        #: The event loop the tools' MCP session is bound to, where the sync twins run (None: a fresh loop each).
+        self.loop = loop
         self._invocations: dict[str, int] = {}
         self._running: dict[str, InvocationResult] = {}  # the report of each thread's invocation in progress
-        self._exits: dict[str, list[asyncio.Future[Any]]] = {}  # per thread: LangGraph's saves left running (asettle)
+        self._exits: dict[str, list[asyncio.Future[Any]]] = {}  # per thread: LangGraph's saves left running
         self.graph = self._build_graph()
 
     # -- public API -------------------------------------------------------------------------------------------
@@ -243,7 +245,8 @@ class MycelianMemoryAgent:
             await self.graph.ainvoke(state_in, config, context=context, durability="exit")
         except asyncio.CancelledError as exc:
             # Cancelled while LangGraph saved the run's last checkpoint: that save goes on in a task of its own,
-            # which LangGraph hands over in the error; the thread's next invocation waits for it (asettle).
+            # which LangGraph hands over in the error; the thread's next invocation waits for it
+            # (wait_for_cancelled_save).
             exits = [arg for arg in exc.args if isinstance(arg, asyncio.Future) and not arg.done()]
             if exits:
                 self._exits[thread_id] = exits
@@ -257,9 +260,10 @@ class MycelianMemoryAgent:
         report.duration_s = time.perf_counter() - started
         return report
 
-    async def asettle(self, thread_id: str, timeout: float = 30.0) -> None:
+    async def wait_for_cancelled_save(self, thread_id: str, timeout: float = 30.0) -> None:
         """Wait (at most ``timeout`` seconds) for the checkpoint save of ``thread_id``'s last invocation when that
-        invocation was cancelled during the save, so that the next read of the thread sees where it stands."""
+        invocation was cancelled during the save, so that the next read of the thread sees where it stands. The
+        invoker's bookkeeping between two calls of a thread, on the agent's loop: no sync twin."""
         exits = self._exits.pop(thread_id, None)
         if exits:
             await asyncio.wait(exits, timeout=timeout)
@@ -268,19 +272,6 @@ class MycelianMemoryAgent:
         """Messages whose entry the server acknowledged in invocations that did not finish (interrupted or failed
         after add_entry). A retry stores them again only as a deduplicated answer; summaries count them as stored."""
         return sum(1 for report in self._running.values() if report.acknowledged_entries)
-
-    def accept_messages(self, thread_id: str, messages: Sequence[ChatMessage | Mapping[str, Any]],
-                        conversation_time: str | datetime | None = None, *,
-                        control: ControlState | str = ControlState.ACCEPT_MESSAGE) -> InvocationResult:
-        """Synchronous :meth:`aaccept_messages` (not for use inside a running event loop)."""
-        return run_sync(self.aaccept_messages(thread_id, messages, conversation_time, control=control), self._loop)
-
-    def invoke(self, control: ControlState | str, thread_id: str, to_process: Any = None,
-               conversation_time: str | datetime | None = None, *, tags: Mapping[str, str] | None = None,
-               name: str | None = None) -> InvocationResult:
-        """Synchronous :meth:`ainvoke` (not for use inside a running event loop)."""
-        return run_sync(self.ainvoke(control, thread_id, to_process, conversation_time, tags=tags, name=name),
-                        self._loop)
 
     async def aget_thread(self, thread_id: str) -> ThreadStatus:
         """The checkpointed position and totals of ``thread_id`` (zeros for a new thread)."""
@@ -298,6 +289,11 @@ class MycelianMemoryAgent:
                             memory_id=(values.get("memory") or {}).get("memory_id"),
                             user=(values.get("memory") or {}).get("user") or None,
                             recent=tuple(values.get("recent") or ()))
+
+    invoke = sync_twin(ainvoke)
+    accept_messages = sync_twin(aaccept_messages)
+    write_entry_fields = sync_twin(awrite_entry_fields)
+    get_thread = sync_twin(aget_thread)
 
     async def _maybe_prune(self, thread_id: str) -> None:
         every = self.settings.prune_every

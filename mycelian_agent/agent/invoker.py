@@ -2,7 +2,22 @@
 
 It counts the messages of each thread, sends message n as PROCESS_MESSAGE_AND_FLUSH when n is a multiple of
 ``flush_every``, and starts and ends sessions. The counts live in the agent's checkpointed state, so a thread
-resumed in a new process keeps its cadence; the invoker caches them per thread and serialises calls per thread.
+resumed in a new process keeps its cadence; the invoker keeps them per thread (:mod:`~.threads`) and runs the calls
+of one thread one at a time.
+
+The walk of one message (:meth:`~MycelianAgentInvoker.aprocess_conversation_message`), top-down:
+
+1. take the thread's state (:class:`~.threads.ThreadState`) and its lock;
+2. recover from the thread's last call if it was interrupted (:meth:`~MycelianAgentInvoker._recover`: wait for its
+   checkpoint save, read the position again);
+3. bind the thread to ``user``'s memory, or check its binding (:meth:`~MycelianAgentInvoker._memory_for`);
+4. tell whether the message was taken in already, by an interrupted call or by another process before this one
+   (:meth:`~MycelianAgentInvoker._already_taken_in`); the first use of a thread here reads its position from its
+   checkpoint under its lease (:meth:`~MycelianAgentInvoker._position`);
+5. choose the control from the cadence (:meth:`~MycelianAgentInvoker._cadence`) and run one invocation of the
+   agent's graph (:meth:`MycelianMemoryAgent.ainvoke`);
+6. keep the position in step with its report and arm or clear the ``max_delay_s`` timer
+   (:meth:`~MycelianAgentInvoker._note`); a call that raised is noted as interrupted instead.
 
 Times: the ``conversation_time`` given to ``start_session`` is the session's time. A message sent without a
 ``conversation_time`` is stored with the later of the session's time and the time of the last message stored in the
@@ -15,8 +30,8 @@ searchable) and every ``batch_size``-th pending message, the flush cadence, the 
 :meth:`aprocess_conversation_messages` takes many messages at once: one invocation (one checkpoint write) per
 batch instead of one per message, with the same cadence.
 
-It is one module because the per-thread positions, locks and timers and the calls that keep them belong together;
-the read, correct and forget calls live beside it (:mod:`~mycelian_agent.agent.lifecycle_calls`).
+The read, correct and forget calls live beside it (:mod:`~mycelian_agent.agent.lifecycle_calls`); every sync method
+is its async twin run on the agent's loop (:func:`~mycelian_agent._sync.sync_twin`).
 """
 
 from __future__ import annotations
@@ -24,19 +39,21 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from langchain_core.messages import ChatMessage
 
-from .._sync import run_sync
+from .._sync import sync_twin
+from ..errors import ConfigError, InputError, MycelianError
+from .control import ControlState
 from .graph import MycelianMemoryAgent
-from .resends import Doubt, message_digest, resent
 from .leases import ThreadLeases
 from .lifecycle_calls import LifecycleCalls
-from .control import ControlState
-from ..errors import ConfigError, InputError, MycelianError
 from .report import InvocationResult, ThreadStatus
+from .resends import InterruptedCall, message_digest, resent
+from .threads import Threads, ThreadState
 
 if TYPE_CHECKING:  # the read side is plain data and MCP calls: typed here, imported where used
     from ..recall import MemoryHit, MemoryReader, Recall
@@ -65,24 +82,18 @@ class MycelianAgentInvoker(LifecycleCalls):
     def __init__(self, agent: MycelianMemoryAgent, flush_every: int = 6, *, batch_size: int | None = None,
                  max_delay_s: float | None = None, reader: MemoryReader | None = None,
                  leases: ThreadLeases | None = None, thread_wait: float | None = None) -> None:
-        if not isinstance(flush_every, int) or flush_every < 1:
+        if isinstance(flush_every, bool) or not isinstance(flush_every, int) or flush_every < 1:
             raise ConfigError(f"flush_every must be a positive integer, got {flush_every!r}")
-        batch_size = agent.settings.batch_size if batch_size is None else batch_size
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ConfigError(f"batch_size must be a positive integer, got {batch_size!r}")
-        max_delay_s = agent.settings.max_delay_s if max_delay_s is None else max_delay_s
-        if max_delay_s is not None and (isinstance(max_delay_s, bool) or not isinstance(max_delay_s, (int, float))
-                                        or not max_delay_s > 0):
-            raise ConfigError(f"max_delay_s must be a positive number of seconds or None, got {max_delay_s!r}")
+        # The batch settings given here override the agent's; AgentSettings checks them (one place).
+        settings = agent.settings
+        batching = replace(settings, batch_size=settings.batch_size if batch_size is None else batch_size,
+                           max_delay_s=settings.max_delay_s if max_delay_s is None else max_delay_s)
         self.agent = agent
         self.flush_every = flush_every
-        self.batch_size = batch_size
-        self.max_delay_s = max_delay_s
-        self._counts: dict[str, int] = {}  # messages taken in per thread (stored + pending)
-        self._pending: dict[str, tuple[int, float]] = {}  # per thread: (pending messages, when the oldest came)
-        self._locks: dict[str, asyncio.Lock] = {}
-        self._timers: dict[str, asyncio.TimerHandle] = {}
-        self._background: set[asyncio.Task[Any]] = set()
+        self.batch_size = batching.batch_size
+        self.max_delay_s = batching.max_delay_s
+        self._threads = Threads()
+        self._background_flushes: set[asyncio.Task[None]] = set()  # kept so that a running one is not collected
         #: Problems of background writes (``max_delay_s``); the messages stay pending and are written later.
         self.background_errors: list[str] = []
         #: Set by the builder: the memory server connection and context that own this invoker's resources.
@@ -93,161 +104,13 @@ class MycelianAgentInvoker(LifecycleCalls):
         #: (``thread_wait``: seconds to wait for another process's lease, None: fail at once); see ``leases.py``.
         self.leases = leases if leases is not None else ThreadLeases()
         self.thread_wait = thread_wait
-        self._bound: dict[str, str | None] = {}  # per thread: the memory id it is bound to (None: the agent's own)
-        self._doubts: dict[str, Doubt] = {}  # per thread: the last call, when it failed or was cancelled
-        self._recent: dict[str, tuple[str, ...]] = {}  # per thread read, not yet called: its last messages (resends.py)
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop | None:
         """The event loop this invoker's server session is bound to (where the sync methods run their work)."""
-        return self.agent._loop
+        return self.agent.loop
 
-    def _lock(self, thread_id: str) -> asyncio.Lock:
-        return self._locks.setdefault(thread_id, asyncio.Lock())
-
-    async def _settle(self, thread_id: str) -> Doubt | None:
-        """After a call of ``thread_id`` that failed or was cancelled: wait for its checkpoint save, read the
-        thread's position again (the call may have taken its messages in before it was interrupted) and return
-        what the call sent (None when the last call ended normally)."""
-        self._recent.pop(thread_id, None)  # a call of this process came first: a later one is not its resend
-        doubt = self._doubts.get(thread_id)
-        if doubt is None:
-            return None
-        await self.agent.asettle(thread_id)
-        if thread_id in self._counts:
-            status = await self.agent.aget_thread(thread_id)
-            self._counts[thread_id] = status.accepted
-            self._pending[thread_id] = (status.pending, time.monotonic())
-            self._bound[thread_id] = status.memory_id
-        self._doubts.pop(thread_id, None)
-        return doubt
-
-    def _doubt(self, thread_id: str, start: int | None, digests: tuple[str, ...] = ()) -> None:
-        """Note that a call of ``thread_id`` ended without its report (failed or cancelled): ``start`` messages
-        were taken in before it, ``digests`` are the messages it sent (see :meth:`_taken`)."""
-        self._doubts[thread_id] = Doubt(start, digests)
-
-    async def _taken(self, doubt: Doubt | None, thread_id: str, digests: tuple[str, ...]) -> int:
-        """How many of ``digests`` (a call's messages, in order) were already taken in: by the last call of the
-        thread, when it failed or was cancelled and sent the same messages (its retry), or, for the first call of
-        a thread in this invoker, as the thread's last messages (a resend to a new process; see ``resends.py``)."""
-        if doubt is not None and doubt.start is not None and doubt.digests == digests:
-            return max(0, min(len(digests), await self._count(thread_id) - doubt.start))
-        await self._count(thread_id)  # a thread new here: its position and last digests are read now
-        return resent(self._recent.pop(thread_id, ()), digests)
-
-    async def _count(self, thread_id: str) -> int:
-        if thread_id in self._counts:
-            self._counts[thread_id] = self._counts.pop(thread_id)  # most recently used last
-        else:
-            await self._forget_idle()
-            # Before the checkpoint is read: a position read while another process writes is stale at once.
-            await self.leases.acquire(thread_id, wait=self.thread_wait)
-            status = await self.agent.aget_thread(thread_id)
-            self._counts[thread_id] = status.accepted
-            self._bound[thread_id] = status.memory_id
-            self._pending[thread_id] = (status.pending, time.monotonic())
-            self._recent[thread_id] = status.recent
-        return self._counts[thread_id]
-
-    async def _forget_idle(self) -> None:
-        """Keep at most :data:`THREADS_HELD` threads' positions (and leases): past that, the least recently used
-        idle thread (not running, nothing pending) gives its lease back and is read again from its checkpoint when
-        it is next used. A service meeting thousands of threads holds a bounded number of leases (on PostgreSQL
-        each is a lock of the server's shared lock table)."""
-        while len(self._counts) >= THREADS_HELD:
-            idle = next((t for t in self._counts if not self._lock(t).locked() and not self._pending.get(t, (0,))[0]
-                         and t not in self._timers), None)
-            if idle is None:
-                return
-            async with self._lock(idle):  # free (checked above): taken at once; a caller of that thread waits
-                await self.leases.release(idle)
-                for cache in (self._counts, self._pending, self._bound):
-                    cache.pop(idle, None)
-
-    def _note(self, thread_id: str, result: InvocationResult) -> InvocationResult:
-        """Keep the per-thread counts in step with what the invocation did; arm or clear the delay timer."""
-        if result.message_index is not None:
-            self._counts[thread_id] = max(self._counts.get(thread_id, 0), result.message_index)
-        before, since = self._pending.get(thread_id, (0, time.monotonic()))
-        now = time.monotonic()
-        self._pending[thread_id] = (result.pending, since if before and result.pending else now)
-        if not result.pending:
-            timer = self._timers.pop(thread_id, None)
-            if timer is not None:
-                timer.cancel()
-        elif self.max_delay_s is not None and thread_id not in self._timers:
-            delay = max(0.0, self.max_delay_s - (now - self._pending[thread_id][1]))
-            self._timers[thread_id] = asyncio.get_running_loop().call_later(delay, self._flush_later, thread_id)
-        return result
-
-    def _flush_later(self, thread_id: str) -> None:
-        self._timers.pop(thread_id, None)
-        task = asyncio.get_running_loop().create_task(self._background_flush(thread_id))
-        self._background.add(task)
-        task.add_done_callback(self._background.discard)
-
-    async def _background_flush(self, thread_id: str) -> None:
-        try:
-            await self.aflush(thread_id)
-        except Exception as exc:  # noqa: BLE001 - a background write must not kill the loop; the messages stay pending
-            message = f"{thread_id}: writing pending messages after max_delay_s failed: {exc}"
-            self.background_errors.append(message)
-            _log.warning(message)
-
-    def _reader(self) -> MemoryReader:
-        if self.reader is None:
-            raise ConfigError("this invoker has no reader: build it with build_agent(...), which connects the read "
-                              "side (search, recall, user=) to the memory server")
-        return self.reader
-
-    async def _memory_for(self, thread_id: str, user: str | None) -> dict[str, str] | None:
-        """The memory binding to send with an invocation of ``thread_id`` for ``user`` (None: keep the thread's).
-
-        A thread keeps the memory it was bound to: naming another user for it, or a user for a thread that already
-        wrote to the invoker's own memory, is an :class:`InputError` (a message must never land in another user's
-        memory)."""
-        if user is None:
-            return None
-        reader = self._reader()
-        memory_id = await reader.users.memory_id(user)
-        accepted = await self._count(thread_id)
-        bound = self._bound.get(thread_id)
-        if bound is None and accepted and memory_id != reader.default_memory_id:
-            raise InputError(f"thread {thread_id!r} already holds {accepted} messages in the invoker's own memory; "
-                             f"it cannot move to user {user!r}: start a new thread for that user")
-        if bound is not None and bound != memory_id:
-            owner = await reader.users.owner_of(bound)
-            if owner is None:  # bound to a memory this server does not hold as a user
-                raise InputError(
-                    f"thread {thread_id!r} is bound to memory {bound}, which is not a user's memory on this memory "
-                    f"server (was its checkpoint store used with another memory database?): use the checkpoint "
-                    f"store that goes with this database, or a new thread for user {user!r}")
-            raise InputError(f"thread {thread_id!r} belongs to user {owner!r}, not {user!r}: a thread keeps its "
-                             "user; start a new thread for this one")
-        return {"vault_id": reader.vault_id, "memory_id": memory_id, "user": user}
-
-    def _bind(self, thread_id: str, memory: Mapping[str, str] | None) -> None:
-        if memory is not None:
-            self._bound[thread_id] = memory["memory_id"]
-
-    def pending_threads(self) -> list[str]:
-        """The threads this invoker knows to have messages accepted and not yet written."""
-        return [thread for thread, (count, _since) in self._pending.items() if count]
-
-    async def aclaim_thread(self, thread_id: str) -> ThreadStatus:
-        """Take ``thread_id``'s lease (waiting up to ``thread_wait`` for another process that writes it) and return
-        the thread's position read under it: where a writer resumes. :meth:`athread_status` reads without the
-        lease, so a process that waited for the lease after reading it would number the rest anew (duplicates)."""
-        async with self._lock(thread_id):
-            await self._settle(thread_id)
-            await self._count(thread_id)
-            self._recent.pop(thread_id, None)  # the caller knows where it stands: what it sends next is new
-            return await self.agent.aget_thread(thread_id)
-
-    def claim_thread(self, thread_id: str) -> ThreadStatus:
-        """Synchronous :meth:`aclaim_thread`."""
-        return run_sync(self.aclaim_thread(thread_id), self.agent._loop)
+    # -- writing: the protocol's calls ------------------------------------------------------------------------
 
     async def astart_session(self, thread_id: str, conversation_time: str | datetime | None = None, *,
                              user: str | None = None) -> InvocationResult:
@@ -257,16 +120,16 @@ class MycelianAgentInvoker(LifecycleCalls):
         ``user`` binds the thread to that user's memory (created on first use unless the invoker's user creation
         is off); the binding is kept in the checkpoint, so a resumed thread keeps it. A thread bound to another
         user raises :class:`InputError`."""
-        async with self._lock(thread_id):
-            await self._settle(thread_id)
-            memory = await self._memory_for(thread_id, user)
+        async with self._threads.calling(thread_id) as thread:
+            await self._recover(thread)
+            memory = await self._memory_for(thread, user)
             try:
                 result = await self.agent.ainvoke(ControlState.START_SESSION, thread_id,
                                                   conversation_time=conversation_time, memory=memory)
             except BaseException:
-                self._doubt(thread_id, None)
+                thread.interrupted = InterruptedCall(None)
                 raise
-            self._bind(thread_id, memory)
+            self._bind(thread, memory)
             return result
 
     async def aprocess_conversation_message(
@@ -288,36 +151,27 @@ class MycelianAgentInvoker(LifecycleCalls):
         checks an existing binding. An invalid role, content, time, name or user raises :class:`InputError` before
         anything is written.
         """
-        async with self._lock(thread_id):
-            doubt = await self._settle(thread_id)
-            memory = await self._memory_for(thread_id, user)
+        async with self._threads.calling(thread_id) as thread:
+            interrupted = await self._recover(thread)
+            memory = await self._memory_for(thread, user)
             digests = (message_digest(role, content, name),)
-            if await self._taken(doubt, thread_id, digests):
-                number = await self._count(thread_id)
+            if await self._already_taken_in(thread, interrupted, digests):
+                number = await self._position(thread)
                 return InvocationResult(
                     control=ControlState.PROCESS_MESSAGE if self.batch_size == 1 else ControlState.ACCEPT_MESSAGE,
-                    thread_id=thread_id, message_index=number, pending=self._pending.get(thread_id, (0, 0.0))[0],
+                    thread_id=thread_id, message_index=number, pending=thread.pending,
                     notes=(f"message {number} was taken in by the call that sent it before (it failed, was "
                            "cancelled or its process ended after that): not taken in again",))
-            number = await self._count(thread_id) + 1
-            flush = number % self.flush_every == 0
-            if self.batch_size == 1:
-                control = ControlState.PROCESS_MESSAGE_AND_FLUSH if flush else ControlState.PROCESS_MESSAGE
-            else:
-                pending, since = self._pending.get(thread_id, (0, time.monotonic()))
-                overdue = (self.max_delay_s is not None and pending
-                           and time.monotonic() - since >= self.max_delay_s)
-                control = (ControlState.ACCEPT_MESSAGE_AND_FLUSH if flush
-                           else ControlState.ACCEPT_MESSAGE_AND_WRITE if pending + 1 >= self.batch_size or overdue
-                           else ControlState.ACCEPT_MESSAGE)
+            taken_in = await self._position(thread)
+            control, _ = self._cadence(thread, taken_in, 1)
             try:
                 result = await self.agent.ainvoke(control, thread_id, {"role": role, "content": content},
                                                   conversation_time, tags=tags, name=name, memory=memory)
             except BaseException:
-                self._doubt(thread_id, number - 1, digests)
+                thread.interrupted = InterruptedCall(taken_in, digests)
                 raise
-            self._bind(thread_id, memory)
-            return self._note(thread_id, result)
+            self._bind(thread, memory)
+            return self._note(thread, result)
 
     async def aprocess_conversation_messages(
         self,
@@ -346,46 +200,34 @@ class MycelianAgentInvoker(LifecycleCalls):
         """
         checked = self.agent.check_messages(messages, conversation_time)
         results: list[InvocationResult] = []
-        async with self._lock(thread_id):
-            doubt = await self._settle(thread_id)
-            memory = await self._memory_for(thread_id, user)
+        async with self._threads.calling(thread_id) as thread:
+            interrupted = await self._recover(thread)
+            memory = await self._memory_for(thread, user)
             digests = tuple(message_digest(turn["role"], turn["content"], turn.get("name")) for turn, _tags in checked)
-            done = skipped = await self._taken(doubt, thread_id, digests)
-            start = await self._count(thread_id) - done
+            done = skipped = await self._already_taken_in(thread, interrupted, digests)
+            start = await self._position(thread) - done
             if skipped:
                 _log.info("%s: messages %d-%d were taken in by the call that sent them before; not again",
                           thread_id, start + 1, start + skipped)
             try:
                 while done < len(checked):
-                    number = await self._count(thread_id)
+                    control, take = self._cadence(thread, await self._position(thread), len(checked) - done)
                     if self.batch_size == 1:
                         turn, tags = checked[done]
-                        flush = (number + 1) % self.flush_every == 0
-                        control = ControlState.PROCESS_MESSAGE_AND_FLUSH if flush else ControlState.PROCESS_MESSAGE
                         result = await self.agent.ainvoke(control, thread_id, turn, turn.get("conversation_time"),
                                                           tags=tags, memory=memory)
-                        take = 1
                     else:
-                        pending, since = self._pending.get(thread_id, (0, time.monotonic()))
-                        to_flush = self.flush_every - number % self.flush_every
-                        to_write = max(1, self.batch_size - pending)
-                        take = min(to_flush, to_write, len(checked) - done)
-                        overdue = (self.max_delay_s is not None and pending
-                                   and time.monotonic() - since >= self.max_delay_s)
-                        control = (ControlState.ACCEPT_MESSAGE_AND_FLUSH if take == to_flush
-                                   else ControlState.ACCEPT_MESSAGE_AND_WRITE if take == to_write or overdue
-                                   else ControlState.ACCEPT_MESSAGE)
                         result = await self.agent.aaccept_messages(
                             thread_id, [_as_mapping(*item) for item in checked[done:done + take]], control=control,
                             memory=memory)
-                    self._bind(thread_id, memory)
+                    self._bind(thread, memory)
                     memory = None  # bound by the first invocation
-                    results.append(self._note(thread_id, result))
+                    results.append(self._note(thread, result))
                     done += take
                     if on_result is not None:
                         on_result(result)
             except BaseException as exc:
-                self._doubt(thread_id, start, digests)
+                thread.interrupted = InterruptedCall(start, digests)
                 if done and isinstance(exc, MycelianError):
                     exc.args = (f"{exc.args[0] if exc.args else exc} (messages[{done}] and after were not accepted; "
                                 f"the {done} before them were)",)
@@ -396,42 +238,42 @@ class MycelianAgentInvoker(LifecycleCalls):
         """Write the thread's pending messages now (batched mode): one model call, one entry per message. Nothing
         to write: no model call and no tool call. No context document is written (that is the flush cadence's
         and the session end's)."""
-        async with self._lock(thread_id):
-            await self._settle(thread_id)
-            await self._count(thread_id)
-            try:
-                result = await self.agent.ainvoke(ControlState.WRITE_PENDING, thread_id)
-            except BaseException:
-                self._doubt(thread_id, None)
-                raise
-            return self._note(thread_id, result)
+        return await self._write(thread_id, ControlState.WRITE_PENDING)
 
     async def aflush_all(self) -> list[InvocationResult]:
         """:meth:`aflush` every thread this invoker knows to have pending messages (e.g. before shutting down)."""
         return [await self.aflush(thread) for thread in self.pending_threads()]
 
-    def cancel_timers(self) -> None:
-        """Stop the ``max_delay_s`` timers (the pending messages stay in the checkpoint, written at the next
-        trigger or by :meth:`aflush`)."""
-        for timer in self._timers.values():
-            timer.cancel()
-        self._timers.clear()
-        for task in list(self._background):
-            task.cancel()
-
     async def aend_session(self, thread_id: str, conversation_time: str | datetime | None = None) -> InvocationResult:
         """Write the pending messages (batched mode), wait for consistency and write the session's context
         document."""
-        async with self._lock(thread_id):
-            await self._settle(thread_id)
-            await self._count(thread_id)
-            try:
-                result = await self.agent.ainvoke(ControlState.END_SESSION, thread_id,
-                                                  conversation_time=conversation_time)
-            except BaseException:
-                self._doubt(thread_id, None)
-                raise
-            return self._note(thread_id, result)
+        return await self._write(thread_id, ControlState.END_SESSION, conversation_time)
+
+    async def aclaim_thread(self, thread_id: str) -> ThreadStatus:
+        """Take ``thread_id``'s lease (waiting up to ``thread_wait`` for another process that writes it) and return
+        the thread's position read under it: where a writer resumes. :meth:`athread_status` reads without the
+        lease, so a process that waited for the lease after reading it would number the rest anew (duplicates)."""
+        async with self._threads.calling(thread_id) as thread:
+            await self._recover(thread)
+            await self._position(thread)
+            thread.checkpoint_recent = ()  # the caller knows where it stands: what it sends next is new
+            return await self.agent.aget_thread(thread_id)
+
+    def pending_threads(self) -> list[str]:
+        """The threads this invoker knows to have messages accepted and not yet written."""
+        return self._threads.pending()
+
+    def cancel_timers(self) -> None:
+        """Stop the ``max_delay_s`` timers (the pending messages stay in the checkpoint, written at the next
+        trigger or by :meth:`aflush`)."""
+        for thread in self._threads:
+            if thread.flush_timer is not None:
+                thread.flush_timer.cancel()
+                thread.flush_timer = None
+        for task in list(self._background_flushes):
+            task.cancel()
+
+    # -- reading -----------------------------------------------------------------------------------------------
 
     async def asearch(self, query: str, *, user: str | None = None, top_k: int = 10,
                       after: str | datetime | None = None, before: str | datetime | None = None,
@@ -457,56 +299,158 @@ class MycelianAgentInvoker(LifecycleCalls):
         """Position and usage totals of ``thread_id`` (from its checkpoint)."""
         return await self.agent.aget_thread(thread_id)
 
-    def start_session(self, thread_id: str, conversation_time: str | datetime | None = None, *,
-                      user: str | None = None) -> InvocationResult:
-        """Synchronous :meth:`astart_session`."""
-        return run_sync(self.astart_session(thread_id, conversation_time, user=user), self.agent._loop)
+    start_session = sync_twin(astart_session)
+    process_conversation_message = sync_twin(aprocess_conversation_message)
+    process_conversation_messages = sync_twin(aprocess_conversation_messages)
+    flush = sync_twin(aflush)
+    flush_all = sync_twin(aflush_all)
+    end_session = sync_twin(aend_session)
+    claim_thread = sync_twin(aclaim_thread)
+    search = sync_twin(asearch)
+    recall = sync_twin(arecall)
+    thread_status = sync_twin(athread_status)
 
-    def process_conversation_message(self, role: str, content: str, thread_id: str,
-                                     conversation_time: str | datetime | None = None, *,
-                                     tags: Mapping[str, str] | None = None,
-                                     name: str | None = None, user: str | None = None) -> InvocationResult:
-        """Synchronous :meth:`aprocess_conversation_message`."""
-        return run_sync(self.aprocess_conversation_message(role, content, thread_id, conversation_time, tags=tags,
-                                                           name=name, user=user), self.agent._loop)
+    # -- one call of a thread, step by step (the module docstring's walk) ---------------------------------------
 
-    def process_conversation_messages(self, thread_id: str, messages: Sequence[ChatMessage | Mapping[str, Any]],
-                                      conversation_time: str | datetime | None = None, *,
-                                      on_result: Callable[[InvocationResult], None] | None = None,
-                                      user: str | None = None) -> list[InvocationResult]:
-        """Synchronous :meth:`aprocess_conversation_messages`."""
-        return run_sync(self.aprocess_conversation_messages(thread_id, messages, conversation_time,
-                                                            on_result=on_result, user=user), self.agent._loop)
+    async def _write(self, thread_id: str, control: ControlState,
+                     conversation_time: str | datetime | None = None) -> InvocationResult:
+        """A call that sends no message (write the pending ones, end the session): one invocation of ``control``."""
+        async with self._threads.calling(thread_id) as thread:
+            await self._recover(thread)
+            await self._position(thread)
+            try:
+                result = await self.agent.ainvoke(control, thread_id, conversation_time=conversation_time)
+            except BaseException:
+                thread.interrupted = InterruptedCall(None)
+                raise
+            return self._note(thread, result)
 
-    def end_session(self, thread_id: str, conversation_time: str | datetime | None = None) -> InvocationResult:
-        """Synchronous :meth:`aend_session`."""
-        return run_sync(self.aend_session(thread_id, conversation_time), self.agent._loop)
+    async def _recover(self, thread: ThreadState) -> InterruptedCall | None:
+        """After a call of the thread that failed or was cancelled: wait for its checkpoint save, read the thread's
+        position again (the call may have taken its messages in before it was interrupted) and return what the call
+        sent (None when the last call ended normally)."""
+        thread.checkpoint_recent = ()  # a call of this process came first: a later one is not its resend
+        interrupted = thread.interrupted
+        if interrupted is None:
+            return None
+        await self.agent.wait_for_cancelled_save(thread.thread_id)
+        if thread.held:
+            thread.read(await self.agent.aget_thread(thread.thread_id))
+        thread.interrupted = None
+        return interrupted
 
-    def flush(self, thread_id: str) -> InvocationResult:
-        """Synchronous :meth:`aflush`."""
-        return run_sync(self.aflush(thread_id), self.agent._loop)
+    async def _memory_for(self, thread: ThreadState, user: str | None) -> dict[str, str] | None:
+        """The memory binding to send with an invocation of the thread for ``user`` (None: keep the thread's).
 
-    def flush_all(self) -> list[InvocationResult]:
-        """Synchronous :meth:`aflush_all`."""
-        return run_sync(self.aflush_all(), self.agent._loop)
+        A thread keeps the memory it was bound to: naming another user for it, or a user for a thread that already
+        wrote to the invoker's own memory, is an :class:`InputError` (a message must never land in another user's
+        memory)."""
+        if user is None:
+            return None
+        reader = self._reader()
+        memory_id = await reader.users.memory_id(user)
+        taken_in = await self._position(thread)
+        bound, thread_id = thread.memory_id, thread.thread_id
+        if bound is None and taken_in and memory_id != reader.default_memory_id:
+            raise InputError(f"thread {thread_id!r} already holds {taken_in} messages in the invoker's own memory; "
+                             f"it cannot move to user {user!r}: start a new thread for that user")
+        if bound is not None and bound != memory_id:
+            owner = await reader.users.owner_of(bound)
+            if owner is None:  # bound to a memory this server does not hold as a user
+                raise InputError(
+                    f"thread {thread_id!r} is bound to memory {bound}, which is not a user's memory on this memory "
+                    f"server (was its checkpoint store used with another memory database?): use the checkpoint "
+                    f"store that goes with this database, or a new thread for user {user!r}")
+            raise InputError(f"thread {thread_id!r} belongs to user {owner!r}, not {user!r}: a thread keeps its "
+                             "user; start a new thread for this one")
+        return {"vault_id": reader.vault_id, "memory_id": memory_id, "user": user}
 
-    def search(self, query: str, *, user: str | None = None, top_k: int = 10, after: str | datetime | None = None,
-               before: str | datetime | None = None, by_meaning: bool = True,
-               min_score: float | None = None) -> list[MemoryHit]:
-        """Synchronous :meth:`asearch`."""
-        return run_sync(self.asearch(query, user=user, top_k=top_k, after=after, before=before,
-                                     by_meaning=by_meaning, min_score=min_score), self.agent._loop)
+    async def _already_taken_in(self, thread: ThreadState, interrupted: InterruptedCall | None,
+                                digests: tuple[str, ...]) -> int:
+        """How many of ``digests`` (a call's messages, in order) were already taken in: by the thread's last call,
+        when it was interrupted and sent the same messages (this is its retry), or, for the first call of a thread
+        in this invoker, as the thread's last messages (a resend to a new process; see ``resends.py``)."""
+        if interrupted is not None and interrupted.taken_in_before is not None and interrupted.digests == digests:
+            return max(0, min(len(digests), await self._position(thread) - interrupted.taken_in_before))
+        await self._position(thread)  # a thread new here: its position and last digests are read now
+        recent, thread.checkpoint_recent = thread.checkpoint_recent, ()
+        return resent(recent, digests)
 
-    def recall(self, query: str, *, user: str | None = None, budget_tokens: int = 1500, top_k: int = 10,
-               after: str | datetime | None = None, before: str | datetime | None = None, by_meaning: bool = True,
-               min_score: float | None = None) -> Recall:
-        """Synchronous :meth:`arecall`."""
-        return run_sync(self.arecall(query, user=user, budget_tokens=budget_tokens, top_k=top_k, after=after,
-                                     before=before, by_meaning=by_meaning, min_score=min_score), self.agent._loop)
+    async def _position(self, thread: ThreadState) -> int:
+        """The messages the thread has taken in; read from its checkpoint, under its lease, at its first use here."""
+        taken_in = thread.taken_in
+        if taken_in is None:
+            await self._forget_idle()
+            # Before the checkpoint is read: a position read while another process writes is stale at once.
+            await self.leases.acquire(thread.thread_id, wait=self.thread_wait)
+            status = await self.agent.aget_thread(thread.thread_id)
+            taken_in = thread.read(status)
+            thread.checkpoint_recent = status.recent
+        self._threads.used(thread)
+        return taken_in
 
-    def thread_status(self, thread_id: str) -> ThreadStatus:
-        """Synchronous :meth:`athread_status`."""
-        return run_sync(self.athread_status(thread_id), self.agent._loop)
+    async def _forget_idle(self) -> None:
+        """Keep at most :data:`THREADS_HELD` threads' positions (and leases): past that, the least recently used
+        idle thread (no call, nothing pending) gives its lease back and is read again from its checkpoint when it
+        is next used. A service meeting thousands of threads holds a bounded number of leases (on PostgreSQL each
+        is a lock of the server's shared lock table)."""
+        while self._threads.held() >= THREADS_HELD:
+            idle = self._threads.least_recently_used_idle()
+            if idle is None:
+                return
+            async with self._threads.calling(idle.thread_id):  # no call holds it (idle): taken at once
+                await self.leases.release(idle.thread_id)
+                idle.forget_position()
+
+    def _cadence(self, thread: ThreadState, taken_in: int, left: int) -> tuple[ControlState, int]:
+        """The control of the thread's next invocation, which has ``left`` messages to send and ``taken_in`` taken in
+        before, and how many of them it sends: one at a time, each ``flush_every``-th flushing; in batched mode up
+        to the next flush or batch write (a write when ``batch_size`` are pending or the oldest is overdue)."""
+        flush_in = self.flush_every - taken_in % self.flush_every  # messages up to and including the next flush
+        if self.batch_size == 1:
+            return (ControlState.PROCESS_MESSAGE_AND_FLUSH if flush_in == 1 else ControlState.PROCESS_MESSAGE), 1
+        write_in = max(1, self.batch_size - thread.pending)
+        take = min(flush_in, write_in, left)
+        control = (ControlState.ACCEPT_MESSAGE_AND_FLUSH if take == flush_in
+                   else ControlState.ACCEPT_MESSAGE_AND_WRITE if take == write_in or thread.overdue(self.max_delay_s)
+                   else ControlState.ACCEPT_MESSAGE)
+        return control, take
+
+    def _bind(self, thread: ThreadState, memory: Mapping[str, str] | None) -> None:
+        if memory is not None:
+            thread.memory_id = memory["memory_id"]
+
+    def _note(self, thread: ThreadState, result: InvocationResult) -> InvocationResult:
+        """Keep the thread's position in step with what the invocation did; arm or clear the delay timer."""
+        thread.note(result)
+        if not result.pending:
+            if thread.flush_timer is not None:
+                thread.flush_timer.cancel()
+                thread.flush_timer = None
+        elif self.max_delay_s is not None and thread.flush_timer is None:
+            delay = max(0.0, self.max_delay_s - (time.monotonic() - thread.oldest_pending_at))
+            thread.flush_timer = asyncio.get_running_loop().call_later(delay, self._flush_later, thread)
+        return result
+
+    def _flush_later(self, thread: ThreadState) -> None:
+        thread.flush_timer = None
+        task = asyncio.get_running_loop().create_task(self._background_flush(thread.thread_id))
+        self._background_flushes.add(task)
+        task.add_done_callback(self._background_flushes.discard)
+
+    async def _background_flush(self, thread_id: str) -> None:
+        try:
+            await self.aflush(thread_id)
+        except Exception as exc:  # noqa: BLE001 - a background write must not kill the loop; the messages stay pending
+            message = f"{thread_id}: writing pending messages after max_delay_s failed: {exc}"
+            self.background_errors.append(message)
+            _log.warning(message)
+
+    def _reader(self) -> MemoryReader:
+        if self.reader is None:
+            raise ConfigError("this invoker has no reader: build it with build_agent(...), which connects the read "
+                              "side (search, recall, user=) to the memory server")
+        return self.reader
 
 
 def _as_mapping(turn: Mapping[str, Any], tags: Mapping[str, str]) -> dict[str, Any]:

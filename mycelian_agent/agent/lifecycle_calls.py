@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .._sync import run_sync
+from .._sync import sync_twin
 
 if TYPE_CHECKING:
+    import asyncio
+
     from ..recall import MemoryReader
     from ..recall.lifecycle import EntryPage, MemoryEntry, MemoryLifecycle
     from .graph import MycelianMemoryAgent
@@ -25,6 +27,9 @@ class LifecycleCalls:
         agent: MycelianMemoryAgent
 
         def _reader(self) -> MemoryReader: ...
+
+        @property
+        def loop(self) -> asyncio.AbstractEventLoop | None: ...
 
     @property
     def lifecycle(self) -> MemoryLifecycle:
@@ -60,26 +65,9 @@ class LifecycleCalls:
         """Forget ``user``: their whole memory (entries, versions, context documents)."""
         return await self.lifecycle.adelete_user(user)
 
-    def get_all(self, user: str | None = None, limit: int = 25, cursor: str | None = None) -> EntryPage:
-        """Synchronous :meth:`aget_all`."""
-        return run_sync(self.aget_all(user, limit, cursor), self.agent._loop)
-
-    def get(self, entry_id: str, user: str | None = None) -> MemoryEntry:
-        """Synchronous :meth:`aget`."""
-        return run_sync(self.aget(entry_id, user), self.agent._loop)
-
-    def update(self, entry_id: str, text: str, user: str | None = None) -> MemoryEntry:
-        """Synchronous :meth:`aupdate`."""
-        return run_sync(self.aupdate(entry_id, text, user), self.agent._loop)
-
-    def history(self, entry_id: str, user: str | None = None) -> list[MemoryEntry]:
-        """Synchronous :meth:`ahistory`."""
-        return run_sync(self.ahistory(entry_id, user), self.agent._loop)
-
-    def delete(self, entry_id: str, user: str | None = None) -> dict[str, Any]:
-        """Synchronous :meth:`adelete`."""
-        return run_sync(self.adelete(entry_id, user), self.agent._loop)
-
-    def delete_user(self, user: str) -> dict[str, Any]:
-        """Synchronous :meth:`adelete_user`."""
-        return run_sync(self.adelete_user(user), self.agent._loop)
+    get_all = sync_twin(aget_all)
+    get = sync_twin(aget)
+    update = sync_twin(aupdate)
+    history = sync_twin(ahistory)
+    delete = sync_twin(adelete)
+    delete_user = sync_twin(adelete_user)

@@ -1,9 +1,10 @@
 """Telling a message sent again from a new one, so that it is not taken in twice.
 
 A caller whose call failed, was cancelled or whose process died before it answered sends the same messages again.
-Within a process the invoker keeps the failed call (:class:`Doubt`: where the thread stood and what it sent); across
-processes the thread's checkpoint keeps the digests of its last messages (``recent``, :func:`recent_digests`), and
-the first call of a thread in a new invoker whose first messages are those is their resend (:func:`resent`).
+Within a process the invoker keeps the failed call (:class:`InterruptedCall`: where the thread stood and what it
+sent); across processes the thread's checkpoint keeps the digests of its last messages (``recent``,
+:func:`recent_digests`), and the first call of a thread in a new invoker whose first messages are those is their
+resend (:func:`resent`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any, Mapping
 from .control import ControlState
 from .invocation import Invocation
 
-__all__ = ["RECENT_DIGESTS", "Doubt", "message_digest", "recent_digests", "resent"]
+__all__ = ["RECENT_DIGESTS", "InterruptedCall", "message_digest", "recent_digests", "resent"]
 
 #: Digests of the thread's last messages kept in its checkpoint (16 characters each): a resend from a new process
 #: is recognised over at most this many messages.
@@ -42,13 +43,13 @@ def recent_digests(state: Mapping[str, Any], control: ControlState, run: Invocat
 
 
 @dataclass(frozen=True)
-class Doubt:
+class InterruptedCall:
     """A call of a thread that ended without its report (it failed or was cancelled): it may have taken some of its
-    messages in before it was interrupted. ``start``: the messages the thread had taken in before the call (None:
-    the call sent no messages); ``digests``: the call's messages (:func:`message_digest`), in order."""
+    messages in before it was interrupted. ``taken_in_before``: the messages the thread had taken in before the call
+    (None: the call sent no messages); ``digests``: the call's messages (:func:`message_digest`), in order."""
 
-    start: int | None
-    digests: tuple[str, ...]
+    taken_in_before: int | None
+    digests: tuple[str, ...] = ()
 
 
 def resent(recent: tuple[str, ...], digests: tuple[str, ...]) -> int:
