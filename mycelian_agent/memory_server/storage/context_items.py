@@ -12,7 +12,7 @@ the whole of a shorter such text of at least two content words ("I'm allergic to
 allergic to peanuts"). It is removed unless a **remaining entry supports it equally**: quotes of the same length
 from an entry still in the memory keep it, since the fact is still held there.
 
-Limits (README, docs/ARCHITECTURE.md "Versions and forgetting"): an item that restates the entry in other words (an
+Limits (docs/LIFECYCLE.md, docs/ARCHITECTURE.md "Versions and forgetting"): an item that restates the entry in other words (an
 LLM's
 paraphrase, a translation, a summary merging several entries into new wording) shares no such run and stays; and a
 client that read the document before the delete may write the item back with its next ``put_context``. After a
