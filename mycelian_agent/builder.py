@@ -1,4 +1,7 @@
-"""build_agent: connect to a memory server, make sure the vault and memory exist, return a ready invoker.
+"""build_agent: connect to a memory server, make sure the vault exists, return a ready invoker.
+
+The invoker's own memory (``memory=``, the memory of threads and reads that name no user) is created by its first
+write, not here: reads of a database nobody wrote to leave it unchanged.
 
 ``build_agent(...)`` returns a context manager usable both ways::
 
@@ -20,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Literal, Mapping
 from ._sync import LoopThread
 from .errors import ConfigError, MemoryServerError, make_parent_folder
 from .paths import default_db_path
-from .recall.users import Connection, create_or_find, if_exists_return
+from .recall.users import Connection, check_user, create_or_find, if_exists_return
 
 if TYPE_CHECKING:  # the agent (LangChain, LangGraph) is imported when an agent is built, not by connect(); the MCP
     # client when a connection is opened, not by ensure_vault / ensure_memory over an in-process one
@@ -281,7 +284,9 @@ class AgentContext:
         try:
             memory = await stack.enter_async_context(open_connection(self.connection))
             vault_id = await ensure_vault(memory, self.vault)
-            memory_id = await ensure_memory(memory, vault_id, self.memory, self.memory_type)
+            # A memory named by id must exist; one named by title (a user) is created by its first write.
+            memory_id = await ensure_memory(memory, vault_id, self.memory) if _is_uuid(self.memory) else None
+            reader = self._reader(memory, vault_id, memory_id)
             saver = await stack.enter_async_context(open_checkpointer(self.checkpointer))
             prompts = await self._prompts(memory)
             # The agent retries transient model failures itself (bounded, counted: AgentSettings.model_attempts).
@@ -296,26 +301,23 @@ class AgentContext:
                 settings = replace(settings or AgentSettings(), max_delay_s=self.max_delay_s)
             agent = MycelianMemoryAgent(model, memory.tools, vault_id=vault_id, memory_id=memory_id,
                                         checkpointer=saver, settings=settings, prompts=prompts,
-                                        loop=asyncio.get_running_loop())
+                                        loop=asyncio.get_running_loop(), own_memory=reader)
         except BaseException:
             await stack.aclose()
             raise
         self._stack = stack
-        invoker = MycelianAgentInvoker(agent, flush_every=self.flush_every,
-                                       reader=self._reader(memory, vault_id, memory_id),
+        invoker = MycelianAgentInvoker(agent, flush_every=self.flush_every, reader=reader,
                                        leases=thread_leases(saver), thread_wait=self.thread_wait)
         invoker.connection = memory
         self._invoker = invoker
         return invoker
 
-    def _reader(self, memory: MemoryConnection, vault_id: str, memory_id: str) -> MemoryReader:
+    def _reader(self, memory: MemoryConnection, vault_id: str, memory_id: str | None) -> MemoryReader:
         from .recall import MemoryReader, UserDirectory
 
         users = UserDirectory(memory, vault_id, create=self.create_users, memory_type=self.memory_type)
-        title = None if _is_uuid(self.memory) else self.memory
-        if title is not None:
-            users.remember(title, memory_id)
-        return MemoryReader(memory, users, default_memory_id=memory_id, default_user=title)
+        return MemoryReader(memory, users, default_memory_id=memory_id,
+                            default_user=None if memory_id is not None else check_user(self.memory))
 
     async def _prompts(self, memory: MemoryConnection) -> PromptSet:
         from .agent.prompts import PromptSet

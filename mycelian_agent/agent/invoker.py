@@ -213,7 +213,7 @@ class MycelianAgentInvoker(LifecycleCalls):
         memory_id = await reader.users.memory_id(user)
         accepted = await self._count(thread_id)
         bound = self._bound.get(thread_id)
-        if bound is None and accepted and memory_id != reader.default_memory_id:
+        if bound is None and accepted and memory_id != await reader.default_memory():
             raise InputError(f"thread {thread_id!r} already holds {accepted} messages in the invoker's own memory; "
                              f"it cannot move to user {user!r}: start a new thread for that user")
         if bound is not None and bound != memory_id:

@@ -54,7 +54,6 @@ rules, are in :mod:`~mycelian_agent.integrations.items`.
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -75,6 +74,7 @@ from langgraph.store.base import (
 from .._sync import run_sync
 from ..errors import InputError, MemoryServerError
 from ..limits import SEARCH_DEPTH_MAX
+from ..recall.names import described_labels, is_encoded, namespace_description
 from ..recall.reader import check_query
 from ..recall.users import create_or_find
 from ._common import memory_parts
@@ -94,7 +94,6 @@ from .items import (
 
 __all__ = ["MycelianStore", "namespace_title", "KEY_TAG", "FIELD_TAG", "CREATED_TAG"]
 
-_MARKER = "LangGraph store namespace "
 _EPOCH = "1970-01-01T00:00:00Z"
 _PAGE = 50  # list_entries' largest page
 _SEARCH_PAGE = 25  # search_memories' largest page
@@ -162,16 +161,14 @@ class _Namespaces:
         if known is not None:
             return known
         namespace: tuple[str, ...] = (title,)
-        if "-" in title:  # only a joined title can hold several labels
+        if "-" in title:  # only a joined or an encoded title can hold other labels (kept in the description)
             memory = await self.store._call("get_memory", {"memory_id": memory_id})
-            description = str(memory.get("description") or "")
-            if description.startswith(_MARKER):
-                try:
-                    labels = json.loads(description[len(_MARKER):])
-                except json.JSONDecodeError:
-                    labels = None
-                if isinstance(labels, list) and all(isinstance(x, str) for x in labels) and "-".join(labels) == title:
-                    namespace = tuple(labels)
+            labels = described_labels(str(memory.get("description") or ""))
+            try:
+                if labels is not None and namespace_title(labels) == title:
+                    namespace = labels
+            except InputError:  # a description this store did not write
+                pass
         self.spaces[memory_id] = namespace
         return namespace
 
@@ -200,12 +197,12 @@ class _Namespaces:
             async def create() -> str:
                 created = await self.store._call("create_memory_in_vault", {
                     "title": title, "memory_type": self.store._memory_type,
-                    "description": _MARKER + json.dumps(list(namespace))})
+                    "description": namespace_description(namespace)})
                 memory_id = str(created["memoryId"])
                 self.ids[title] = memory_id
                 self.spaces[memory_id] = namespace
                 if len(namespace) == 1:  # a user's memory: the invoker's user directory learns it
-                    self.store._reader.users.remember(title, memory_id)
+                    self.store._reader.users.remember(namespace[0], memory_id)
                 return memory_id
 
             async def find() -> str | None:
@@ -218,7 +215,9 @@ class _Namespaces:
         """``(memory id, namespace)`` of every memory whose namespace starts with ``prefix``."""
         await self.reload()
         joined = "-".join(prefix)
-        titles = [t for t in self.ids if not prefix or t == joined or t.startswith(joined + "-")]
+        # A plain title without the joined prefix cannot hold the namespace; an encoded one may.
+        titles = [t for t in self.ids
+                  if not prefix or t == joined or t.startswith(joined + "-") or is_encoded(t)]
         spaces = await asyncio.gather(*(self.namespace_of(title) for title in titles))
         return [(self.ids[t], ns) for t, ns in zip(titles, spaces) if ns[:len(prefix)] == prefix]
 
