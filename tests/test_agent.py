@@ -56,11 +56,15 @@ async def test_start_session_reads_context_and_recent_entries_without_llm(db):
     async with in_process(model, db=db) as invoker:
         result = await invoker.astart_session("t1")
         assert result.control is ControlState.START_SESSION
+        assert result.tool_calls == ()  # the invoker's own memory holds nothing yet: it does not exist
+        assert invoker.agent.memory_id is None
+        await invoker.aprocess_conversation_message("user", "I adopted a cat named Miso.", "t0")  # creates it
+        result = await invoker.astart_session("t2")
         assert result.tool_calls == ("get_context", "list_entries")
         assert result.llm_calls == 0 and model.calls == []
-        status = await invoker.athread_status("t1")
+        status = await invoker.athread_status("t2")
         assert status.context == ""  # the new memory's placeholder counts as empty
-        assert status.session_open
+        assert status.session_open and (await invoker.athread_status("t1")).session_open
 
 
 async def test_process_message_stores_verbatim_text_with_code_owned_fields(db):

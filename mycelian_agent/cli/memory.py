@@ -125,24 +125,36 @@ def list_(db: str | None, server: str, token: str | None, vault: str, timeout: f
     """List the vaults and their memories (titles and ids); --vault shows one vault."""
 
     async def run() -> list[tuple[str, str, list[dict[str, Any]]]]:
+        from ..recall.names import described_labels, is_encoded
+
         connection = await connect(db, server, token, timeout, reconnect_wait)
         try:
             vaults = await connection.call_json("list_vaults")
             if vault != "mycelian":  # a vault named: only that one (the default lists them all)
                 chosen = await find_vault(connection, vault)
                 vaults = [v for v in vaults if v["vaultId"] == chosen]
-            return [(v["title"], v["vaultId"], await connection.call_json("list_memories", {"vault_id": v["vaultId"]}))
-                    for v in vaults]
+            listed = [(v["title"], v["vaultId"], await connection.call_json("list_memories", {"vault_id": v["vaultId"]}))
+                      for v in vaults]
+            for _, vault_id, memories in listed:  # an encoded title: its user id as given, from its description
+                for item in memories:
+                    if is_encoded(item["title"]):
+                        found = await connection.call_json("get_memory", {"vault_id": vault_id,
+                                                                          "memory_id": item["memoryId"]})
+                        labels = described_labels(str(found.get("description") or ""))
+                        item["labels"] = labels
+            return listed
         finally:
             await connection.aclose()
 
     table = Table(title="vaults and memories")
-    for column in ("vault", "memory", "memory id"):
+    for column in ("vault", "memory", "user / namespace", "memory id"):
         table.add_column(column, overflow="fold")
     for title, vault_id, memories in asyncio.run(run()):
-        table.add_row(f"{title} ({vault_id})", "", "")
+        table.add_row(f"{title} ({vault_id})", "", "", "")
         for item in memories:
-            table.add_row("", item["title"], item["memoryId"])
+            labels = item.get("labels")
+            shown = "" if not labels else labels[0] if len(labels) == 1 else repr(labels)
+            table.add_row("", item["title"], shown, item["memoryId"])
     console.print(table)
 
 

@@ -188,9 +188,23 @@ def _operator(actual: Any, op: str, operand: Any) -> bool:
     return {"$gt": left > right, "$gte": left >= right, "$lt": left < right, "$lte": left <= right}[op]
 
 
+def _field(value: Mapping[str, Any], key: str) -> Any:
+    """``value[key]``; a key it lacks that holds dots is a path into nested dicts (``"user.access-level"``), as
+    LangGraph's SQLite and PostgreSQL stores read it."""
+    if key in value or "." not in key:
+        return value.get(key)
+    found: Any = value
+    for part in key.split("."):
+        if not isinstance(found, Mapping):
+            return None
+        found = found.get(part)
+    return found
+
+
 def matches(value: Mapping[str, Any], wanted: Mapping[str, Any] | None) -> bool:
-    """Whether ``value`` passes the search ``filter`` ``wanted`` (``InMemoryStore``'s rule)."""
-    return not wanted or all(_compare(value.get(k), v) for k, v in wanted.items())
+    """Whether ``value`` passes the search ``filter`` ``wanted`` (``InMemoryStore``'s rule; a dotted key is a path
+    into nested fields)."""
+    return not wanted or all(_compare(_field(value, k), v) for k, v in wanted.items())
 
 
 def namespace_matches(condition: MatchCondition, namespace: tuple[str, ...]) -> bool:

@@ -72,7 +72,7 @@ from langgraph.store.base import (
 )
 
 from .._sync import run_sync
-from ..errors import InputError, MemoryServerError
+from ..errors import ConfigError, InputError, MemoryServerError, MycelianError
 from ..limits import SEARCH_DEPTH_MAX
 from ..recall.names import described_labels, is_encoded, namespace_description
 from ..recall.reader import check_query
@@ -234,7 +234,13 @@ class MycelianStore(BaseStore):
     supports_ttl = False
 
     def __init__(self, memory: Any, *, create_namespaces: bool | None = None,
-                 loop: asyncio.AbstractEventLoop | None = None) -> None:
+                 loop: asyncio.AbstractEventLoop | None = None, index: Any = None, ttl: Any = None) -> None:
+        if index is not None:
+            raise ConfigError("MycelianStore does not take index=: the memory server indexes the stored text itself "
+                              "(BM25 words, and dense vectors when it runs with embeddings); leave index out")
+        if ttl is not None:
+            raise ConfigError("MycelianStore does not take ttl=: items do not expire (supports_ttl is False); "
+                              "delete them instead")
         self._reader, self._loop = memory_parts(memory, loop)
         self._connection = self._reader.connection
         self._vault_id = self._reader.vault_id
@@ -435,7 +441,20 @@ class MycelianStore(BaseStore):
         return sorted(set(spaces))[op.offset:op.offset + op.limit]
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
-        """Run ``ops`` in order on the invoker's event loop; one result per operation (None for a put)."""
+        """Run ``ops`` in order on the invoker's event loop; one result per operation (None for a put). Awaited
+        on another event loop, the operations are handed to the invoker's (running in another thread, as a sync
+        ``build_agent`` has it); a :class:`MycelianError` at once when that loop is not running."""
+        ops = list(ops)
+        running = asyncio.get_running_loop()
+        if self._loop is not None and running is not self._loop:
+            if self._loop.is_closed() or not self._loop.is_running():
+                raise MycelianError("MycelianStore: awaited on another event loop than its invoker's, which is not "
+                                    "running (its MCP session is bound to that loop); use the store inside the "
+                                    "invoker's `async with build_agent(...)` block, or a sync build_agent")
+            return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._abatch(ops), self._loop))
+        return await self._abatch(ops)
+
+    async def _abatch(self, ops: list[Op]) -> list[Result]:
         results: list[Result] = []
         for op in ops:
             if isinstance(op, GetOp):
@@ -455,7 +474,13 @@ class MycelianStore(BaseStore):
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         """Synchronous :meth:`abatch` (from any thread but the loop's own: LangGraph runs sync nodes in worker
         threads, so ``store.put(...)`` in a sync node works)."""
-        return run_sync(self.abatch(list(ops)), self._loop)
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return run_sync(self._abatch(list(ops)), self._loop)
+        # As LangGraph's async stores: blocking the running loop on itself would deadlock it.
+        raise asyncio.InvalidStateError("MycelianStore: a synchronous call inside a running event loop; await its "
+                                        "async twin (aput, aget, asearch, ...) instead")
 
 
 def _check_page(limit: object, offset: object) -> int:
