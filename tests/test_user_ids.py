@@ -30,7 +30,8 @@ def test_titles_are_ids_that_already_are_titles_else_a_stable_code() -> None:
     assert len(set(titles)) == len(IDS) and all(len(t) <= 50 for t in titles)
     assert [memory_title(user) for user in IDS] == titles  # stable
     for bad, problem in (("", "is empty"), ("  ", "is empty"), (7, "must be a string"), ("a" * 256, "at most 255"),
-                         ("a\nb", "control character"), ("a\ud83d", "lone surrogate")):
+                         ("a\x00b", "NUL character"), ("a\ud83d", "lone surrogate"),
+                         ("\x01" * 200, "too long to keep")):
         with pytest.raises(InputError, match=problem):
             memory_title(bad)
 

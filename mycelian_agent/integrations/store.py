@@ -8,12 +8,12 @@ The mapping:
 
 - A namespace is one memory of the invoker's vault, titled by its labels joined with ``-``:
   ``("memories", "alice")`` is the memory ``memories-alice``; ``("alice",)`` is ``alice``, the very memory the
-  invoker reads and writes for ``user="alice"``. Labels are letters, digits and hyphens and the title at most 50
-  characters (the Mycelian title rule); anything else is an :class:`~mycelian_agent.errors.InputError` naming the
-  namespace. A memory the store creates records its namespace in its description, so
-  ``("memories", "u-1042")`` lists back as itself; a memory it did not create is the one-label namespace
-  ``(title,)``. Two namespaces that join to one title (``("a", "b")`` and ``("a-b",)``) cannot both be used: the
-  second one is refused with both named.
+  invoker reads and writes for ``user="alice"``. Labels are any strings (a UUID, an e-mail address):
+  labels or a joined title that break the Mycelian title rule give an encoded title
+  (:mod:`~mycelian_agent.recall.names`). A memory the store creates records its namespace in its description, so
+  ``("memories", "u-1042")`` lists back as itself; a memory it did not create is its user's one-label namespace.
+  Two namespaces whose title-shaped labels join to one title (``("a", "b")`` and ``("a-b",)``) cannot both be
+  used: the second one is refused with both named.
 - ``put(namespace, key, value)`` appends an entry (``add_entry``) tagged ``store_key=key``. A value with exactly one
   field holding non-empty text (``{"content": ...}`` as LangMem writes, ``{"text": ...}``, ``{"memory": ...}``)
   is stored as that text (tag ``store_field`` names the field), so searches, recall blocks and the agent see
@@ -39,15 +39,19 @@ Where it bends (what LangGraph's own stores do differently):
 - ``filter`` (exact values, nested dicts and ``$eq $ne $gt $gte $lt $lte``, as ``InMemoryStore``) is applied to the
   ranked hits after the search, to a depth of ``max(50, 4 × (offset + limit))``: a rare filter may return fewer
   items than exist; ``offset + limit`` is at most 1,000 with a query;
-- ``index`` is ignored (the server indexes the stored text: words with BM25, and dense vectors when the server
-  runs with embeddings); ``ttl`` is not supported (``supports_ttl = False``); ``refresh_ttl`` is ignored;
-- ``list_namespaces`` lists the vault's memories, also those the store did not create (the invoker's default memory
-  and each user's memory, as one-label namespaces) and memories whose items were all deleted (the memory stays);
+- ``index=`` and ``ttl=`` are refused when the store is built (the server indexes the stored text: words with
+  BM25, and dense vectors when the server runs with embeddings; items do not expire, ``supports_ttl = False``);
+  ``refresh_ttl`` is ignored;
+- ``list_namespaces`` lists the vault's memories, also those the store did not create (each user's memory, and the
+  invoker's own once written to, as one-label namespaces) and memories whose items were all deleted (the memory
+  stays);
 - search scores are the server's relevance (0 to 1, see ``MemoryHit.score``: the share of the query's informative
   words an item holds, or at most 0.5 for one found by meaning alone), not cosine similarities.
 
 Batches run their operations in order, on the invoker's event loop (the MCP session is bound to it): ``abatch`` on
-that loop, ``batch`` from any other thread. How an item is encoded as an entry, and the filter and namespace
+that loop (awaited on another loop, it is handed to the invoker's, or refused at once when that one is not
+running), ``batch`` from any thread without a running loop (inside one it raises ``asyncio.InvalidStateError``, as
+LangGraph's async stores do). How an item is encoded as an entry, and the filter and namespace
 rules, are in :mod:`~mycelian_agent.integrations.items`.
 """
 

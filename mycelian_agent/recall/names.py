@@ -25,7 +25,7 @@ import unicodedata
 from collections.abc import Sequence
 
 from ..errors import InputError
-from ..limits import TITLE_MAX_CHARS, unicode_problem
+from ..limits import DESCRIPTION_MAX_CHARS, TITLE_MAX_CHARS, unicode_problem
 
 __all__ = ["USER_MAX_CHARS", "check_label", "described_labels", "is_encoded", "memory_title", "namespace_description",
            "namespace_memory_title", "user_description"]
@@ -43,8 +43,8 @@ _NAMESPACE_MARK = "LangGraph store namespace "
 
 
 def check_label(label: object, what: str = "user") -> str:
-    """``label`` when it can name a memory (a non-empty string of at most :data:`USER_MAX_CHARS` characters, on one
-    line, storable), else an :class:`InputError` naming it and the rule."""
+    """``label`` when it can name a memory (a string of 1 to :data:`USER_MAX_CHARS` characters, not all blank, that
+    can be stored: no NUL, no lone surrogate), else an :class:`InputError` naming it and the rule."""
     if not isinstance(label, str):
         raise InputError(f"{what} must be a string, got {type(label).__name__} {label!r:.80}")
     if not label.strip():
@@ -52,8 +52,6 @@ def check_label(label: object, what: str = "user") -> str:
                          "e-mail address)")
     if len(label) > USER_MAX_CHARS:
         raise InputError(f"{what} {label[:40]!r}... has {len(label)} characters; at most {USER_MAX_CHARS}")
-    if any(ord(c) < 32 or ord(c) == 127 for c in label):
-        raise InputError(f"{what} {label!r} holds a control character (a line break, a tab): an id is one line")
     if problem := unicode_problem(label):
         raise InputError(f"{what} {label!r}: {problem}")
     return label
@@ -78,6 +76,9 @@ def memory_title(user: object) -> str:
     user = check_label(user)
     if _TITLE_RE.fullmatch(user) and not is_encoded(user):
         return user
+    if len(user_description(user)) > DESCRIPTION_MAX_CHARS:  # escaped control characters, 6 characters each
+        raise InputError(f"user {user[:40]!r}... is too long to keep in a memory's description (at most "
+                         f"{DESCRIPTION_MAX_CHARS} characters as JSON)")
     return _encoded([user])
 
 

@@ -54,7 +54,7 @@ def if_exists_return(connection: Connection, tool: str) -> dict[str, str]:
 
 
 def check_user(user: object) -> str:
-    """``user`` if it can name a memory (any one-line string of 1-255 characters: see
+    """``user`` if it can name a memory (any string of 1-255 characters: see
     :func:`~mycelian_agent.recall.names.check_label`), else :class:`InputError` saying why."""
     return check_label(user)
 

@@ -1,4 +1,5 @@
-"""The store LangGraph's tests get: a MycelianStore over an invoker on a real SQLite file (the server in process)."""
+"""The store LangGraph's tests get: a MycelianStore over an invoker on a real database, the server in process: a
+SQLite file, and an emptied PostgreSQL database of the throwaway cluster (skipped where PostgreSQL is missing)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from mycelian_agent import build_agent
 from mycelian_agent.integrations import MycelianStore
 
 
-@pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[MycelianStore]:
-    async with build_agent("extractive", server="in-process", db=tmp_path / "memory.db", embeddings=False) as invoker:
+@pytest.fixture(params=["sqlite", "postgres"])
+async def store(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[MycelianStore]:
+    db = str(tmp_path / "memory.db") if request.param == "sqlite" else request.getfixturevalue("pg_url")
+    async with build_agent("extractive", server="in-process", db=db, embeddings=False) as invoker:
         yield MycelianStore(invoker)

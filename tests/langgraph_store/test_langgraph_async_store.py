@@ -1,6 +1,6 @@
 # Adapted from langchain-ai/langgraph, libs/checkpoint-sqlite/tests/test_async_store.py at commit
 # f09cfe8ffc1eeffd68f4b628ed69c30f7cad229f (MIT licence, Copyright (c) 2024 LangChain, Inc.).
-# Changed: only how the store is built (the `store` fixture of conftest.py: a MycelianStore on a real SQLite file;
+# Changed: only how the store is built (the `store` fixture of conftest.py: a MycelianStore on SQLite and PostgreSQL;
 # the tests that built a vector store get the same store without `index`). Not copied: the vector-index tests and
 # test_large_batches_async (6,000 concurrent operations; the same operations run in the tests below).
 import asyncio

@@ -54,6 +54,8 @@ async def test_a_dotted_filter_key_is_a_path_into_nested_fields(store: MycelianS
     assert [i.key for i in await store.asearch(("docs",), filter={"access-level": "public"})] == ["a"]
     assert [i.key for i in await store.asearch(("docs",), filter={"user.access-level": "nested"})] == ["a"]
     assert [i.key for i in await store.asearch(("docs",), filter={"user.123abc": "ok"})] == ["a"]
+    # Filters are applied in Python, never put into SQL: a key written as SQL matches nothing.
+    assert await store.asearch(("docs",), filter={"access') = 'public' OR '1'='1": "x"}) == []
 
 
 async def test_no_namespace_nobody_wrote_to(store: MycelianStore) -> None:
