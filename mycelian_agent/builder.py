@@ -37,10 +37,11 @@ if TYPE_CHECKING:  # the agent (LangChain, LangGraph) is imported when an agent 
     from .recall import MemoryReader
 
 __all__ = ["build_agent", "AgentContext", "ConnectionSettings", "ensure_vault", "ensure_memory", "connect",
-           "open_connection"]
+           "is_uuid", "open_connection"]
 
 
-def _is_uuid(text: str) -> bool:
+def is_uuid(text: str) -> bool:
+    """Whether ``text`` is a UUID (a vault or memory given by id, not by title)."""
     try:
         uuid.UUID(text)
     except (ValueError, AttributeError, TypeError):
@@ -64,7 +65,7 @@ async def ensure_vault(memory: Connection, vault: str, description: str = "") ->
 
     Safe when several processes ensure the same vault at once: the one whose create loses the race reads the
     winner's vault instead of failing with "already exists"."""
-    if _is_uuid(vault):
+    if is_uuid(vault):
         return vault
 
     async def find() -> str | None:
@@ -86,7 +87,7 @@ async def ensure_memory(memory: Connection, vault_id: str, title: str, memory_ty
                         description: str = "") -> str:
     """The id of memory ``title`` in ``vault_id`` (a UUID, or a title created when missing); safe when several
     processes ensure the same memory at once (see :func:`ensure_vault`)."""
-    if _is_uuid(title):
+    if is_uuid(title):
         await memory.call_json("get_memory", {"vault_id": vault_id, "memory_id": title})
         return title
 
@@ -285,7 +286,7 @@ class AgentContext:
             memory = await stack.enter_async_context(open_connection(self.connection))
             vault_id = await ensure_vault(memory, self.vault)
             # A memory named by id must exist; one named by title (a user) is created by its first write.
-            memory_id = await ensure_memory(memory, vault_id, self.memory) if _is_uuid(self.memory) else None
+            memory_id = await ensure_memory(memory, vault_id, self.memory) if is_uuid(self.memory) else None
             reader = self._reader(memory, vault_id, memory_id)
             saver = await stack.enter_async_context(open_checkpointer(self.checkpointer))
             prompts = await self._prompts(memory)

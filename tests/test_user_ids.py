@@ -90,3 +90,8 @@ def test_the_cli_finds_and_lists_a_user_by_the_id_given(tmp_path: Path) -> None:
     found = runner.invoke(main, ["search", "cello", "--db", str(db), "--memory", "dana@example.com", "--json"])
     assert found.exit_code == 0, found.output
     assert '"Dana plays the cello."' in found.output and '"user": "dana@example.com"' in found.output
+    added = runner.invoke(main, ["add", "Dana also sings in a choir.", "--db", str(db), "--memory", "dana@example.com"])
+    assert added.exit_code == 0, added.output
+    with build_agent("extractive", server="in-process", db=db, embeddings=False) as invoker:  # the same memory
+        assert len(invoker.get_all(user="dana@example.com")) == 2
+    assert len(_memories(db)) == 1

@@ -187,13 +187,16 @@ def add(text: str, db: str | None, server: str, token: str | None, vault: str, t
 
     async def one_shot() -> list[Any]:
         from ..agent.oneshot import astore_message, check_message
-        from ..builder import ensure_memory, ensure_vault
+        from ..builder import ensure_memory, ensure_vault, is_uuid
+        from ..recall import UserDirectory
 
         message = check_message(role, text, when, name=name)  # before anything is created
         writer = await open_writer(connection)
         try:
             ids = {"vault_id": await ensure_vault(writer, vault)}
-            ids["memory_id"] = await ensure_memory(writer, ids["vault_id"], memory)
+            # --memory is a user as build_agent(memory=...) takes it (any id), or a memory id
+            ids["memory_id"] = (await ensure_memory(writer, ids["vault_id"], memory) if is_uuid(memory)
+                                else await UserDirectory(writer, ids["vault_id"]).memory_id(memory, create=True))
             stored = await astore_message(writer, ids["vault_id"], ids["memory_id"], thread, message)
             return [await writer.call_json("get_entry", {**ids, "entry_id": e}) for e in stored]
         finally:
@@ -261,8 +264,8 @@ def update(entry_id: str, text: str, db: str | None, server: str, token: str | N
     """Correct one entry: TEXT becomes its new version (same id; summary and tags written by the model, as for
     add). The old version leaves search and recall and stays in `history`. Prints the entry as now stored."""
     entry_id = _entry_id(entry_id)
-    # The memory and the entry must exist before a model is loaded (and before build_agent, which would create
-    # a missing memory).
+    # The memory and the entry must exist before a model is loaded (and before build_agent, which would create a
+    # missing memory by its first write).
     asyncio.run(_entry_tool("get_entry", entry_id, db, server, token, vault, memory, timeout, reconnect_wait))
     from ..builder import ConnectionSettings, build_agent
 
