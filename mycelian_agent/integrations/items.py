@@ -18,8 +18,13 @@ from typing import Any
 from langgraph.store.base import Item, MatchCondition, SearchItem
 
 from ..errors import InputError
-from ..limits import (DESCRIPTION_MAX_CHARS, RAW_ENTRY_MAX_CHARS, SUMMARY_TARGET_CHARS, TAG_VALUE_MAX_CHARS,
-                      unicode_problem)
+from ..limits import (
+    DESCRIPTION_MAX_CHARS,
+    RAW_ENTRY_MAX_CHARS,
+    SUMMARY_TARGET_CHARS,
+    TAG_VALUE_MAX_CHARS,
+    unicode_problem,
+)
 from ..recall.names import check_label, namespace_description, namespace_memory_title
 
 __all__ = ["CREATED_TAG", "FIELD_TAG", "KEY_TAG", "SPEAKER", "check_key", "check_labels", "encode_item", "matches",

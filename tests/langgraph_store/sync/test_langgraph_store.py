@@ -6,7 +6,7 @@
 import time
 import uuid
 from collections.abc import Iterable
-from typing import Any, cast
+from typing import cast
 
 import pytest
 from langgraph.store.base import (
@@ -17,10 +17,9 @@ from langgraph.store.base import (
     PutOp,
     SearchOp,
 )
+from mycelian_build import mycelian_store
 
 from mycelian_agent.integrations import MycelianStore
-
-from mycelian_build import mycelian_store
 
 
 def test_batch_order(store: MycelianStore) -> None:
