@@ -72,7 +72,7 @@ def _encoded(labels: Sequence[str]) -> str:
 
 def memory_title(user: object) -> str:
     """The title of ``user``'s memory (see the module docstring); :class:`InputError` for a user that cannot be
-    one (not a string, empty, over :data:`USER_MAX_CHARS` characters, several lines)."""
+    one (see :func:`check_label`, or too long to keep in a description once its control characters are escaped)."""
     user = check_label(user)
     if _TITLE_RE.fullmatch(user) and not is_encoded(user):
         return user
