@@ -3,6 +3,7 @@
 # Changed: only how the store is built (`store` / `mycelian_store()` of conftest.py: a MycelianStore on a SQLite
 # file and on PostgreSQL; the tests that built a vector store get the same store without `index`). Not copied: the
 # vector-index and score tests, and the tests of SqliteStore's own SQL helpers and migrations.
+# Also test_search_namespace_like_metacharacters of libs/checkpoint-postgres/tests/test_store.py (at the end).
 import time
 import uuid
 from collections.abc import Iterable
@@ -875,3 +876,24 @@ def test_list_namespaces_metacharacter_labels(store: MycelianStore) -> None:
         assert set(store.list_namespaces(prefix=[label, "child"], limit=100)) == {
             (label, "child"),
         }
+
+
+# From libs/checkpoint-postgres/tests/test_store.py at the same commit (its other contract tests are the ones above).
+def test_search_namespace_like_metacharacters(store) -> None:
+    """`_` and `%` are legal namespace labels, not LIKE wildcards."""
+    for namespace in [
+        ("user_1",),
+        ("user_1", "child"),
+        ("userX1",),
+        ("a%b",),
+        ("axxb",),
+    ]:
+        store.put(namespace, "k", {"v": 1})
+
+    def _namespaces(prefix: tuple[str, ...]) -> set[tuple[str, ...]]:
+        return {item.namespace for item in store.search(prefix, limit=100)}
+
+    # Also asserts the namespace still matches itself, which catches escaping
+    # the equality arm by mistake.
+    assert _namespaces(("user_1",)) == {("user_1",), ("user_1", "child")}
+    assert _namespaces(("a%b",)) == {("a%b",)}
