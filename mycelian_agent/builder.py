@@ -1,4 +1,7 @@
-"""build_agent: connect to a memory server, make sure the vault and memory exist, return a ready invoker.
+"""build_agent: connect to a memory server, make sure the vault exists, return a ready invoker.
+
+The invoker's own memory (``memory=``, the memory of threads and reads that name no user) is created by its first
+write, not here: reads of a database nobody wrote to leave it unchanged.
 
 ``build_agent(...)`` returns a context manager usable both ways::
 
@@ -20,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Awaitable, Callable, Literal, Mapping
 from ._sync import LoopThread
 from .errors import ConfigError, MemoryServerError, make_parent_folder
 from .paths import default_db_path, is_postgres_url
-from .recall.users import Connection, create_or_find, if_exists_return
+from .recall.users import Connection, check_user, create_or_find, if_exists_return
 
 if TYPE_CHECKING:  # the agent (LangChain, LangGraph) is imported when an agent is built, not by connect(); the MCP
     # client when a connection is opened, not by ensure_vault / ensure_memory over an in-process one
@@ -34,10 +37,11 @@ if TYPE_CHECKING:  # the agent (LangChain, LangGraph) is imported when an agent 
     from .recall import MemoryReader
 
 __all__ = ["build_agent", "AgentContext", "ConnectionSettings", "ensure_vault", "ensure_memory", "connect",
-           "open_connection"]
+           "is_uuid", "open_connection"]
 
 
-def _is_uuid(text: str) -> bool:
+def is_uuid(text: str) -> bool:
+    """Whether ``text`` is a UUID (a vault or memory given by id, not by title)."""
     try:
         uuid.UUID(text)
     except (ValueError, AttributeError, TypeError):
@@ -61,7 +65,7 @@ async def ensure_vault(memory: Connection, vault: str, description: str = "") ->
 
     Safe when several processes ensure the same vault at once: the one whose create loses the race reads the
     winner's vault instead of failing with "already exists"."""
-    if _is_uuid(vault):
+    if is_uuid(vault):
         return vault
 
     async def find() -> str | None:
@@ -83,7 +87,7 @@ async def ensure_memory(memory: Connection, vault_id: str, title: str, memory_ty
                         description: str = "") -> str:
     """The id of memory ``title`` in ``vault_id`` (a UUID, or a title created when missing); safe when several
     processes ensure the same memory at once (see :func:`ensure_vault`)."""
-    if _is_uuid(title):
+    if is_uuid(title):
         await memory.call_json("get_memory", {"vault_id": vault_id, "memory_id": title})
         return title
 
@@ -276,7 +280,9 @@ class AgentContext:
         try:
             memory = await stack.enter_async_context(open_connection(self.connection))
             vault_id = await ensure_vault(memory, self.vault)
-            memory_id = await ensure_memory(memory, vault_id, self.memory, self.memory_type)
+            # A memory named by id must exist; one named by title (a user) is created by its first write.
+            memory_id = await ensure_memory(memory, vault_id, self.memory) if is_uuid(self.memory) else None
+            reader = self._reader(memory, vault_id, memory_id)
             saver = await stack.enter_async_context(
                 open_checkpointer(self.checkpointer, reconnect_wait=self.connection.reconnect_wait))
             prompts = await self._prompts(memory)
@@ -292,26 +298,23 @@ class AgentContext:
                 settings = replace(settings or AgentSettings(), max_delay_s=self.max_delay_s)
             agent = MycelianMemoryAgent(model, memory.tools, vault_id=vault_id, memory_id=memory_id,
                                         checkpointer=saver, settings=settings, prompts=prompts,
-                                        loop=asyncio.get_running_loop())
+                                        loop=asyncio.get_running_loop(), own_memory=reader)
         except BaseException:
             await stack.aclose()
             raise
         self._stack = stack
-        invoker = MycelianAgentInvoker(agent, flush_every=self.flush_every,
-                                       reader=self._reader(memory, vault_id, memory_id),
+        invoker = MycelianAgentInvoker(agent, flush_every=self.flush_every, reader=reader,
                                        leases=thread_leases(saver), thread_wait=self.thread_wait)
         invoker.connection = memory
         self._invoker = invoker
         return invoker
 
-    def _reader(self, memory: MemoryConnection, vault_id: str, memory_id: str) -> MemoryReader:
+    def _reader(self, memory: MemoryConnection, vault_id: str, memory_id: str | None) -> MemoryReader:
         from .recall import MemoryReader, UserDirectory
 
         users = UserDirectory(memory, vault_id, create=self.create_users, memory_type=self.memory_type)
-        title = None if _is_uuid(self.memory) else self.memory
-        if title is not None:
-            users.remember(title, memory_id)
-        return MemoryReader(memory, users, default_memory_id=memory_id, default_user=title)
+        return MemoryReader(memory, users, default_memory_id=memory_id,
+                            default_user=None if memory_id is not None else check_user(self.memory))
 
     async def _prompts(self, memory: MemoryConnection) -> PromptSet:
         from .agent.prompts import PromptSet

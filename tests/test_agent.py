@@ -41,6 +41,8 @@ def context_reply(content: str = "## Facts\n- The user is testing.") -> AIMessag
 
 async def entries(invoker, memory_id: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
     agent = invoker.agent
+    if memory_id is None and agent.memory_id is None:  # nothing written yet: the invoker's own memory does not exist
+        return []
     result = await invoker.connection.call_json(
         "list_entries", {"vault_id": agent.vault_id, "memory_id": memory_id or agent.memory_id, "limit": limit})
     return result["entries"]
@@ -56,11 +58,16 @@ async def test_start_session_reads_context_and_recent_entries_without_llm(db):
     async with in_process(model, db=db) as invoker:
         result = await invoker.astart_session("t1")
         assert result.control is ControlState.START_SESSION
+        assert result.tool_calls == ()  # the invoker's own memory holds nothing yet: it does not exist
+        assert invoker.agent.memory_id is None
+        await invoker.aprocess_conversation_message("user", "I adopted a cat named Miso.", "t0")  # creates it
+        calls = len(model.calls)
+        result = await invoker.astart_session("t2")
         assert result.tool_calls == ("get_context", "list_entries")
-        assert result.llm_calls == 0 and model.calls == []
-        status = await invoker.athread_status("t1")
+        assert result.llm_calls == 0 and len(model.calls) == calls
+        status = await invoker.athread_status("t2")
         assert status.context == ""  # the new memory's placeholder counts as empty
-        assert status.session_open
+        assert status.session_open and (await invoker.athread_status("t1")).session_open
 
 
 async def test_process_message_stores_verbatim_text_with_code_owned_fields(db):

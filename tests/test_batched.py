@@ -43,6 +43,8 @@ def batch_reply(*items: tuple[int, str], context: str | None = None) -> AIMessag
 
 async def entries(invoker) -> list[dict[str, Any]]:
     agent = invoker.agent
+    if agent.memory_id is None:  # nothing written yet: the invoker's own memory does not exist
+        return []
     result = await invoker.connection.call_json(
         "list_entries", {"vault_id": agent.vault_id, "memory_id": agent.memory_id, "limit": 50, "after": ""})
     return result["entries"]
@@ -50,12 +52,16 @@ async def entries(invoker) -> list[dict[str, Any]]:
 
 async def listed(invoker) -> list[dict[str, Any]]:
     agent = invoker.agent
+    if agent.memory_id is None:  # nothing written yet: the invoker's own memory does not exist
+        return []
     result = await invoker.connection.call_json(
         "list_entries", {"vault_id": agent.vault_id, "memory_id": agent.memory_id, "limit": 50})
     return sorted(result["entries"], key=lambda e: int(e["tags"]["msg"]))
 
 
 async def search(invoker, query: str) -> list[dict[str, Any]]:
+    if invoker.agent.memory_id is None:  # nothing written yet: the invoker's own memory does not exist
+        return []
     result = await invoker.connection.call_json(
         "search_memories", {"memory_id": invoker.agent.memory_id, "query": query, "top_ke": 10,
                             "include_raw_entries": True})
@@ -342,7 +348,8 @@ async def test_without_the_servers_add_entries_the_batch_is_one_add_entry_per_en
     async with in_process("extractive", db=db, batch_size=4, flush_every=100) as invoker:
         agent = invoker.agent
         tools = [t for t in invoker.connection.tools if t.name != "add_entries"]
-        upstream = MycelianMemoryAgent(agent.model, tools, vault_id=agent.vault_id, memory_id=agent.memory_id,
+        memory_id = await invoker.reader.default_memory(create=True)
+        upstream = MycelianMemoryAgent(agent.model, tools, vault_id=agent.vault_id, memory_id=memory_id,
                                        checkpointer=agent.checkpointer, settings=agent.settings)
         fallback = MycelianAgentInvoker(upstream, flush_every=100)
         results = await fallback.aprocess_conversation_messages("t1", CHAT[:6])
@@ -352,7 +359,7 @@ async def test_without_the_servers_add_entries_the_batch_is_one_add_entry_per_en
         assert [raw for raw, _, _ in stored_keys(db)] == [m["content"] for m in CHAT[:6]]
         # A re-run of the thread without its checkpoint, through add_entries: the same keys, nothing stored twice.
         fresh = MycelianMemoryAgent(agent.model, invoker.connection.tools, vault_id=agent.vault_id,
-                                    memory_id=agent.memory_id, checkpointer=InMemorySaver(), settings=agent.settings)
+                                    memory_id=memory_id, checkpointer=InMemorySaver(), settings=agent.settings)
         rerun = MycelianAgentInvoker(fresh, flush_every=100)
         again = await rerun.aprocess_conversation_messages("t1", CHAT[:6])
         again.append(await rerun.aflush("t1"))

@@ -285,7 +285,8 @@ async def test_surrogates_are_refused_at_the_agent_edge_and_before_sending(tmp_p
                 await invoker.aprocess_conversation_message("user", "hello", "t1", **kwargs)
         with pytest.raises(InputError, match="lone surrogate"):
             await invoker.aprocess_conversation_message("user", "bad \ud83d text", "t1")
-        ids = {"vault_id": invoker.agent.vault_id, "memory_id": invoker.agent.memory_id}
+        assert invoker.agent.memory_id is None  # nothing was written: not even the invoker's own memory
+        ids = {"vault_id": invoker.agent.vault_id, "memory_id": await invoker.reader.default_memory(create=True)}
         with pytest.raises(MemoryServerError, match="cannot be sent as JSON text") as info:
             await invoker.connection.call("add_entry", {**ids, "raw_entry": "x", "summary": "x", "tags": {"\ud83d": "v"}})
         assert not info.value.transient

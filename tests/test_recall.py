@@ -141,8 +141,9 @@ async def test_read_side_errors_name_the_problem(tmp_path: Path) -> None:
         assert await invoker.asearch("Lisbon", user="zoe") == []  # no memory: nothing found, nothing created
         with pytest.raises(InputError, match="unknown user 'zoe'.*create_users=True"):  # a write is refused
             await invoker.astart_session("z", user="zoe")
-        with pytest.raises(InputError, match="cannot name a memory"):
-            await invoker.arecall("Lisbon", user="zoe@example.com")
+        assert (await invoker.arecall("Lisbon", user="zoe@example.com")).empty  # any id names a user
+        with pytest.raises(InputError, match="a NUL character"):
+            await invoker.arecall("Lisbon", user="zoe\x00smith")
         with pytest.raises(InputError, match="by_meaning must be True or False, got 'no'"):
             await invoker.asearch("Lisbon", by_meaning="no")  # type: ignore[arg-type]
         with pytest.raises(InputError, match="by_meaning must be True or False"):

@@ -28,6 +28,8 @@ T = "2023-05-08T13:56:00Z"  # a Monday
 
 async def entries(invoker) -> list[dict[str, Any]]:
     agent = invoker.agent
+    if agent.memory_id is None:  # nothing written yet: the invoker's own memory does not exist
+        return []
     result = await invoker.connection.call_json(
         "list_entries", {"vault_id": agent.vault_id, "memory_id": agent.memory_id, "after": "2000-01-01T00:00:00Z",
                          "limit": 50})

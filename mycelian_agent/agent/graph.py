@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import time
 from datetime import datetime
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, ChatMessage, RemoveMessage
@@ -47,7 +47,16 @@ from .tool_results import declared_params, execute_checked, last_results
 from .turn import Turn
 from .writer import ToolArgumentWriter
 
-__all__ = ["MESSAGE_KEYS", "MycelianMemoryAgent", "Invocation"]
+__all__ = ["MESSAGE_KEYS", "MycelianMemoryAgent", "Invocation", "OwnMemory"]
+
+
+class OwnMemory(Protocol):
+    """Where an agent built without a memory id finds its own memory (a :class:`~mycelian_agent.recall.MemoryReader`:
+    the memory of its default user, created by the first write)."""
+
+    default_memory_id: str | None
+
+    async def default_memory(self, *, create: bool = False) -> str | None: ...  # pragma: no cover - a protocol
 
 _REQUIRED_TOOLS = ("get_context", "list_entries", "add_entry", "await_consistency", "put_context")
 
@@ -67,18 +76,22 @@ class MycelianMemoryAgent:
         tools: Sequence[BaseTool],
         *,
         vault_id: str,
-        memory_id: str,
+        memory_id: str | None,
         checkpointer: Any,
         settings: AgentSettings | None = None,
         prompts: PromptSet | None = None,
         fallback_model: BaseChatModel | None = None,
         loop: asyncio.AbstractEventLoop | None = None,
+        own_memory: OwnMemory | None = None,
     ) -> None:
         if checkpointer is None:
             raise MycelianError("MycelianMemoryAgent needs a checkpointer (e.g. langgraph's InMemorySaver)")
         self.model = model
         self.vault_id = vault_id
-        self.memory_id = memory_id
+        self._memory_id = memory_id
+        self._own_memory = own_memory
+        if memory_id is None and own_memory is None:
+            raise MycelianError("MycelianMemoryAgent needs a memory_id, or own_memory to find and create its memory")
         self.settings = settings or AgentSettings()
         self.prompts = prompts or PromptSet.load()
         self.fallback_model = fallback_model or ExtractiveChatModel()
@@ -108,11 +121,24 @@ class MycelianMemoryAgent:
 
     # -- public API -------------------------------------------------------------------------------------------
 
+    @property
+    def memory_id(self) -> str | None:
+        """The agent's own memory (of threads bound to no user); None while it does not exist: built with
+        ``own_memory`` (as ``build_agent`` does), it is created by the first write to it."""
+        if self._memory_id is None and self._own_memory is not None:
+            return self._own_memory.default_memory_id
+        return self._memory_id
+
+    async def _resolve_own(self, create: bool) -> str | None:
+        if self._memory_id is not None or self._own_memory is None:
+            return self._memory_id
+        return await self._own_memory.default_memory(create=create)
+
     def with_memory(self, vault_id: str, memory_id: str) -> MycelianMemoryAgent:
         """The same agent (graph, model, tools, checkpointer) writing to another memory."""
         clone = object.__new__(MycelianMemoryAgent)
         clone.__dict__.update(self.__dict__)
-        clone.vault_id, clone.memory_id = vault_id, memory_id
+        clone.vault_id, clone._memory_id = vault_id, memory_id
         return clone
 
     async def ainvoke(
@@ -237,7 +263,8 @@ class MycelianMemoryAgent:
         state_in = {**state_in, "control": control.value, "step": 0,
                     "tool_history": [RemoveMessage(id=REMOVE_ALL_MESSAGES)]}
         config = {"configurable": {"thread_id": thread_id}, "recursion_limit": recursion}
-        context = Invocation(thread_id, self.vault_id, self.memory_id, report, incoming=incoming, digests=digests)
+        context = Invocation(thread_id, self.vault_id, self.memory_id, report, incoming=incoming, digests=digests,
+                             own_memory=self._resolve_own)
         # durability="exit": one checkpoint per invocation, written when the run ends. A run that fails or is
         # cancelled also saves one (the state of its last finished step), but that holds only this invocation's
         # input and tool flow: the thread's position and memory are staged until the last step (see _observe).

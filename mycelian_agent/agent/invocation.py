@@ -7,8 +7,9 @@ the report it fills in. The helpers read and update the checkpointed state's tot
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from typing import Any, Awaitable, Callable, Mapping
 
+from ..errors import MycelianError
 from .report import InvocationResult, ThreadProgress, Usage
 from .turn import Turn
 
@@ -21,7 +22,7 @@ class Invocation:
 
     thread_id: str
     vault_id: str
-    memory_id: str
+    memory_id: str | None  # None: the agent's own memory, not created yet (see resolve_memory)
     report: InvocationResult
     batch_entries: int = 0  # add_entry calls made by ADD_ENTRIES in this invocation (ADD_ENTRY counts its own)
     incoming: list[tuple[Turn, dict[str, str]]] | None = None  # aaccept_messages: the checked messages to accept
@@ -31,9 +32,20 @@ class Invocation:
     #: The state changes of the steps done so far, written to the checkpoint only by the invocation's last step.
     staged: dict[str, Any] = field(default_factory=dict)
     digests: tuple[str, ...] = ()  # the messages this invocation takes in (message_digest), in order
+    #: Finds (``create=False``) or creates the agent's own memory, for a thread bound to no user's.
+    own_memory: Callable[[bool], Awaitable[str | None]] | None = None
+
+    async def resolve_memory(self, *, create: bool) -> str | None:
+        """The id of the memory this invocation writes: the agent's own one is found when first needed and
+        created by the first write (``create``), so reads leave a database without it unchanged."""
+        if self.memory_id is None and self.own_memory is not None:
+            self.memory_id = await self.own_memory(create)
+        return self.memory_id
 
     @property
     def ids(self) -> dict[str, str]:
+        if self.memory_id is None:  # resolve_memory comes first: a call to no memory is a bug, not a request
+            raise MycelianError("memory agent: a tool call before its memory was resolved")
         return {"vault_id": self.vault_id, "memory_id": self.memory_id}
 
 

@@ -351,7 +351,7 @@ class MycelianAgentInvoker(LifecycleCalls):
         memory_id = await reader.users.memory_id(user)
         taken_in = await self._position(thread)
         bound, thread_id = thread.memory_id, thread.thread_id
-        if bound is None and taken_in and memory_id != reader.default_memory_id:
+        if bound is None and taken_in and memory_id != await reader.default_memory():
             raise InputError(f"thread {thread_id!r} already holds {taken_in} messages in the invoker's own memory; "
                              f"it cannot move to user {user!r}: start a new thread for that user")
         if bound is not None and bound != memory_id:

@@ -54,6 +54,8 @@ class StepRunner:
                     run: Invocation) -> tuple[dict[str, Any], AIMessage | None]:
         """The state update and tool calls that start ``step`` (no calls: the step is done or skipped)."""
         if step is Step.READ_MEMORY:
+            if await run.resolve_memory(create=False) is None:  # the agent's own memory, never written
+                return self._after_read(state, []), None
             return {}, direct_call(("get_context", run.ids),
                                    ("list_entries", {**run.ids, "limit": self.settings.recent_entries}))
         if step is Step.ACCEPT:
@@ -61,14 +63,18 @@ class StepRunner:
         if step is Step.ADD_ENTRIES:
             if not state.get("pending"):
                 return {}, None
+            await run.resolve_memory(create=True)
             return {}, await self._entries_call(state, run)
         if step is Step.ADD_ENTRY:
+            await run.resolve_memory(create=True)
             part = count_results(history, "add_entry") - run.batch_entries
             update = inherit_time(state, run) if part == 0 else {}
             return update, await self._entry_call({**state, **update}, part, run)
         if step is Step.AWAIT_CONSISTENCY:
             # Upstream's await_consistency takes the memory alone; ours also takes the vault, which a token limited
             # to some vaults needs.
+            if await run.resolve_memory(create=False) is None:  # nothing was written to it: nothing to await
+                return {}, None
             ids = run.ids if self.consistency_vault else {"memory_id": run.memory_id}
             return {}, direct_call(("await_consistency", ids))
         if step is Step.PUT_CONTEXT:
@@ -80,6 +86,7 @@ class StepRunner:
                 # context, so that context already covers them; another snapshot would only pile up.
                 run.report.notes += ("every message since the last flush was already stored: context unchanged",)
                 return {}, None
+            await run.resolve_memory(create=True)
             if run.batch_context is not None:  # written by the ADD_ENTRIES call of this invocation
                 return {}, direct_call(("put_context", {**run.ids, "content": run.batch_context}))
             return {}, await self._context_call(state, run)

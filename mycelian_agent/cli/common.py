@@ -93,13 +93,19 @@ async def find_vault(connection: Any, vault: str) -> str:
 
 async def open_memory(db: str | None, server: str, token: str | None, vault: str, memory: str, timeout: float = 60.0,
                       reconnect_wait: float = 30.0, dense: bool = False) -> tuple[Any, str, str]:
-    """A connection (as :func:`connect`), the id of ``vault`` and the id of its memory ``memory`` (a title or an
-    id); an error listing the memories when there is none (the connection is then closed)."""
+    """A connection (as :func:`connect`), the id of ``vault`` and the id of its memory ``memory`` (a title, a user
+    id as the invoker takes it, e.g. ``bob@example.com``, or a memory id); an error listing the memories when there
+    is none (the connection is then closed)."""
     connection = await connect(db, server, token, timeout, reconnect_wait, dense)
     try:
         vault_id = await find_vault(connection, vault)
         memories = {m["title"]: m["memoryId"] for m in await connection.call_json("list_memories", {"vault_id": vault_id})}
         if memory not in memories and memory not in memories.values():
+            from ..recall import UserDirectory
+
+            found = await UserDirectory(connection, vault_id, create=False).find(memory)
+            if found is not None:
+                return connection, vault_id, found
             known = ", ".join(sorted(memories)) or "none"
             raise MycelianError(f"memory {memory!r} not found in vault {vault!r} (memories: {known}); check --memory")
         return connection, vault_id, memories.get(memory, memory)

@@ -125,24 +125,36 @@ def list_(db: str | None, server: str, token: str | None, vault: str, timeout: f
     """List the vaults and their memories (titles and ids); --vault shows one vault."""
 
     async def run() -> list[tuple[str, str, list[dict[str, Any]]]]:
+        from ..recall.names import described_labels, is_encoded
+
         connection = await connect(db, server, token, timeout, reconnect_wait)
         try:
             vaults = await connection.call_json("list_vaults")
             if vault != "mycelian":  # a vault named: only that one (the default lists them all)
                 chosen = await find_vault(connection, vault)
                 vaults = [v for v in vaults if v["vaultId"] == chosen]
-            return [(v["title"], v["vaultId"], await connection.call_json("list_memories", {"vault_id": v["vaultId"]}))
-                    for v in vaults]
+            listed = [(v["title"], v["vaultId"], await connection.call_json("list_memories", {"vault_id": v["vaultId"]}))
+                      for v in vaults]
+            for _, vault_id, memories in listed:  # an encoded title: its user id as given, from its description
+                for item in memories:
+                    if is_encoded(item["title"]):
+                        found = await connection.call_json("get_memory", {"vault_id": vault_id,
+                                                                          "memory_id": item["memoryId"]})
+                        labels = described_labels(str(found.get("description") or ""))
+                        item["labels"] = labels
+            return listed
         finally:
             await connection.aclose()
 
     table = Table(title="vaults and memories")
-    for column in ("vault", "memory", "memory id"):
+    for column in ("vault", "memory", "user / namespace", "memory id"):
         table.add_column(column, overflow="fold")
     for title, vault_id, memories in asyncio.run(run()):
-        table.add_row(f"{title} ({vault_id})", "", "")
+        table.add_row(f"{title} ({vault_id})", "", "", "")
         for item in memories:
-            table.add_row("", item["title"], item["memoryId"])
+            labels = item.get("labels")
+            shown = "" if not labels else labels[0] if len(labels) == 1 else repr(labels)
+            table.add_row("", item["title"], shown, item["memoryId"])
     console.print(table)
 
 
@@ -175,13 +187,16 @@ def add(text: str, db: str | None, server: str, token: str | None, vault: str, t
 
     async def one_shot() -> list[Any]:
         from ..agent.oneshot import astore_message, check_message
-        from ..builder import ensure_memory, ensure_vault
+        from ..builder import ensure_memory, ensure_vault, is_uuid
+        from ..recall import UserDirectory
 
         message = check_message(role, text, when, name=name)  # before anything is created
         writer = await open_writer(connection)
         try:
             ids = {"vault_id": await ensure_vault(writer, vault)}
-            ids["memory_id"] = await ensure_memory(writer, ids["vault_id"], memory)
+            # --memory is a user as build_agent(memory=...) takes it (any id), or a memory id
+            ids["memory_id"] = (await ensure_memory(writer, ids["vault_id"], memory) if is_uuid(memory)
+                                else await UserDirectory(writer, ids["vault_id"]).memory_id(memory, create=True))
             stored = await astore_message(writer, ids["vault_id"], ids["memory_id"], thread, message)
             return [await writer.call_json("get_entry", {**ids, "entry_id": e}) for e in stored]
         finally:
@@ -249,8 +264,8 @@ def update(entry_id: str, text: str, db: str | None, server: str, token: str | N
     """Correct one entry: TEXT becomes its new version (same id; summary and tags written by the model, as for
     add). The old version leaves search and recall and stays in `history`. Prints the entry as now stored."""
     entry_id = _entry_id(entry_id)
-    # The memory and the entry must exist before a model is loaded (and before build_agent, which would create
-    # a missing memory).
+    # The memory and the entry must exist before a model is loaded (and before build_agent, which would create a
+    # missing memory by its first write).
     asyncio.run(_entry_tool("get_entry", entry_id, db, server, token, vault, memory, timeout, reconnect_wait))
     from ..builder import ConnectionSettings, build_agent
 

@@ -1,7 +1,8 @@
 """How a LangGraph store item is kept as a Mycelian entry, and the store's matching rules.
 
 An item's key, value and times become an entry's raw text, summary and tags (:func:`encode_item`) and come back from
-it (:func:`to_item`, :func:`to_search_item`); a namespace names a memory (:func:`namespace_title`); searches filter
+it (:func:`to_item`, :func:`to_search_item`); a namespace names a memory (:func:`namespace_title`, any labels:
+see :mod:`~mycelian_agent.recall.names`); searches filter
 values and list namespaces as ``InMemoryStore`` does (:func:`matches`, :func:`namespace_matches`). The mapping
 itself is described in :mod:`~mycelian_agent.integrations.store`, whose :class:`MycelianStore` uses these.
 """
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -18,7 +18,14 @@ from typing import Any
 from langgraph.store.base import Item, MatchCondition, SearchItem
 
 from ..errors import InputError
-from ..limits import RAW_ENTRY_MAX_CHARS, SUMMARY_TARGET_CHARS, TAG_VALUE_MAX_CHARS, TITLE_MAX_CHARS, unicode_problem
+from ..limits import (
+    DESCRIPTION_MAX_CHARS,
+    RAW_ENTRY_MAX_CHARS,
+    SUMMARY_TARGET_CHARS,
+    TAG_VALUE_MAX_CHARS,
+    unicode_problem,
+)
+from ..recall.names import check_label, namespace_description, namespace_memory_title
 
 __all__ = ["CREATED_TAG", "FIELD_TAG", "KEY_TAG", "SPEAKER", "check_key", "check_labels", "encode_item", "matches",
            "namespace_matches", "namespace_title", "to_item", "to_search_item"]
@@ -31,32 +38,30 @@ FIELD_TAG = "store_field"
 CREATED_TAG = "store_created"
 #: Speaker shown for stored items in recall blocks.
 SPEAKER = "saved note"
-_LABEL_RE = re.compile(r"[A-Za-z0-9-]+")
 
 
 def check_labels(namespace: object, what: str) -> tuple[str, ...]:
-    """``namespace`` when it is a tuple of labels that can name a memory, else an :class:`InputError` naming it."""
-    if not isinstance(namespace, tuple):
+    """``namespace`` when it is a tuple of strings (a search prefix or a namespace), else an :class:`InputError`
+    naming it."""
+    if not isinstance(namespace, tuple) or not all(isinstance(label, str) for label in namespace):
         raise InputError(f"{what} must be a tuple of strings, got {namespace!r}")
-    for label in namespace:
-        if not isinstance(label, str) or not _LABEL_RE.fullmatch(label):
-            raise InputError(f"{what} {namespace!r} cannot name a Mycelian memory: label {label!r} must be letters, "
-                             "digits or hyphens (the labels are joined with '-' into the memory's title); map other "
-                             "ids (e-mail addresses, names with spaces) to such a key")
     return namespace
 
 
 def namespace_title(namespace: tuple[str, ...]) -> str:
-    """The title of the memory holding ``namespace``: its labels joined with ``-`` (``("memories", "alice")`` ->
-    ``memories-alice``); an :class:`InputError` when the labels or the title break the Mycelian title rule."""
+    """The title of the memory holding ``namespace``: its labels joined with ``-`` when that is a Mycelian title
+    (``("memories", "alice")`` -> ``memories-alice``), else an encoded title
+    (:func:`~mycelian_agent.recall.names.namespace_memory_title`); an :class:`InputError` for an empty namespace,
+    a label that cannot name a memory, or labels too long to keep in the memory's description."""
     check_labels(namespace, "namespace")
     if not namespace:
         raise InputError("namespace is empty: give at least one label, e.g. ('memories', user_id)")
-    title = "-".join(namespace)
-    if len(title) > TITLE_MAX_CHARS:
-        raise InputError(f"namespace {namespace!r} makes the memory title {title!r} of {len(title)} characters; a "
-                         f"Mycelian title has at most {TITLE_MAX_CHARS} (use shorter labels)")
-    return title
+    for label in namespace:
+        check_label(label, f"namespace {namespace!r}: label")
+    if len(namespace_description(namespace)) > DESCRIPTION_MAX_CHARS:
+        raise InputError(f"namespace {namespace!r} is too long to keep in a memory's description (at most "
+                         f"{DESCRIPTION_MAX_CHARS} characters as JSON): use fewer or shorter labels")
+    return namespace_memory_title(namespace)
 
 
 def _time(moment: str) -> datetime:
@@ -188,9 +193,23 @@ def _operator(actual: Any, op: str, operand: Any) -> bool:
     return {"$gt": left > right, "$gte": left >= right, "$lt": left < right, "$lte": left <= right}[op]
 
 
+def _field(value: Mapping[str, Any], key: str) -> Any:
+    """``value[key]``; a key it lacks that holds dots is a path into nested dicts (``"user.access-level"``), as
+    LangGraph's SQLite and PostgreSQL stores read it."""
+    if key in value or "." not in key:
+        return value.get(key)
+    found: Any = value
+    for part in key.split("."):
+        if not isinstance(found, Mapping):
+            return None
+        found = found.get(part)
+    return found
+
+
 def matches(value: Mapping[str, Any], wanted: Mapping[str, Any] | None) -> bool:
-    """Whether ``value`` passes the search ``filter`` ``wanted`` (``InMemoryStore``'s rule)."""
-    return not wanted or all(_compare(value.get(k), v) for k, v in wanted.items())
+    """Whether ``value`` passes the search ``filter`` ``wanted`` (``InMemoryStore``'s rule; a dotted key is a path
+    into nested fields)."""
+    return not wanted or all(_compare(_field(value, k), v) for k, v in wanted.items())
 
 
 def namespace_matches(condition: MatchCondition, namespace: tuple[str, ...]) -> bool:

@@ -8,12 +8,12 @@ The mapping:
 
 - A namespace is one memory of the invoker's vault, titled by its labels joined with ``-``:
   ``("memories", "alice")`` is the memory ``memories-alice``; ``("alice",)`` is ``alice``, the very memory the
-  invoker reads and writes for ``user="alice"``. Labels are letters, digits and hyphens and the title at most 50
-  characters (the Mycelian title rule); anything else is an :class:`~mycelian_agent.errors.InputError` naming the
-  namespace. A memory the store creates records its namespace in its description, so
-  ``("memories", "u-1042")`` lists back as itself; a memory it did not create is the one-label namespace
-  ``(title,)``. Two namespaces that join to one title (``("a", "b")`` and ``("a-b",)``) cannot both be used: the
-  second one is refused with both named.
+  invoker reads and writes for ``user="alice"``. Labels are any strings (a UUID, an e-mail address):
+  labels or a joined title that break the Mycelian title rule give an encoded title
+  (:mod:`~mycelian_agent.recall.names`). A memory the store creates records its namespace in its description, so
+  ``("memories", "u-1042")`` lists back as itself; a memory it did not create is its user's one-label namespace.
+  Two namespaces whose title-shaped labels join to one title (``("a", "b")`` and ``("a-b",)``) cannot both be
+  used: the second one is refused with both named.
 - ``put(namespace, key, value)`` appends an entry (``add_entry``) tagged ``store_key=key``. A value with exactly one
   field holding non-empty text (``{"content": ...}`` as LangMem writes, ``{"text": ...}``, ``{"memory": ...}``)
   is stored as that text (tag ``store_field`` names the field), so searches, recall blocks and the agent see
@@ -39,22 +39,25 @@ Where it bends (what LangGraph's own stores do differently):
 - ``filter`` (exact values, nested dicts and ``$eq $ne $gt $gte $lt $lte``, as ``InMemoryStore``) is applied to the
   ranked hits after the search, to a depth of ``max(50, 4 × (offset + limit))``: a rare filter may return fewer
   items than exist; ``offset + limit`` is at most 1,000 with a query;
-- ``index`` is ignored (the server indexes the stored text: words with BM25, and dense vectors when the server
-  runs with embeddings); ``ttl`` is not supported (``supports_ttl = False``); ``refresh_ttl`` is ignored;
-- ``list_namespaces`` lists the vault's memories, also those the store did not create (the invoker's default memory
-  and each user's memory, as one-label namespaces) and memories whose items were all deleted (the memory stays);
+- ``index=`` and ``ttl=`` are refused when the store is built (the server indexes the stored text: words with
+  BM25, and dense vectors when the server runs with embeddings; items do not expire, ``supports_ttl = False``);
+  ``refresh_ttl`` is ignored;
+- ``list_namespaces`` lists the vault's memories, also those the store did not create (each user's memory, and the
+  invoker's own once written to, as one-label namespaces) and memories whose items were all deleted (the memory
+  stays);
 - search scores are the server's relevance (0 to 1, see ``MemoryHit.score``: the share of the query's informative
   words an item holds, or at most 0.5 for one found by meaning alone), not cosine similarities.
 
 Batches run their operations in order, on the invoker's event loop (the MCP session is bound to it): ``abatch`` on
-that loop, ``batch`` from any other thread. How an item is encoded as an entry, and the filter and namespace
+that loop (awaited on another loop, it is handed to the invoker's, or refused at once when that one is not
+running), ``batch`` from any thread without a running loop (inside one it raises ``asyncio.InvalidStateError``, as
+LangGraph's async stores do). How an item is encoded as an entry, and the filter and namespace
 rules, are in :mod:`~mycelian_agent.integrations.items`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -73,8 +76,9 @@ from langgraph.store.base import (
 )
 
 from .._sync import run_sync
-from ..errors import InputError, MemoryServerError
+from ..errors import ConfigError, InputError, MemoryServerError, MycelianError
 from ..limits import SEARCH_DEPTH_MAX
+from ..recall.names import described_labels, is_encoded, namespace_description
 from ..recall.reader import check_query
 from ..recall.users import create_or_find
 from ._common import memory_parts
@@ -94,7 +98,6 @@ from .items import (
 
 __all__ = ["MycelianStore", "namespace_title", "KEY_TAG", "FIELD_TAG", "CREATED_TAG"]
 
-_MARKER = "LangGraph store namespace "
 _EPOCH = "1970-01-01T00:00:00Z"
 _PAGE = 50  # list_entries' largest page
 _SEARCH_PAGE = 25  # search_memories' largest page
@@ -162,16 +165,14 @@ class _Namespaces:
         if known is not None:
             return known
         namespace: tuple[str, ...] = (title,)
-        if "-" in title:  # only a joined title can hold several labels
+        if "-" in title:  # only a joined or an encoded title can hold other labels (kept in the description)
             memory = await self.store._call("get_memory", {"memory_id": memory_id})
-            description = str(memory.get("description") or "")
-            if description.startswith(_MARKER):
-                try:
-                    labels = json.loads(description[len(_MARKER):])
-                except json.JSONDecodeError:
-                    labels = None
-                if isinstance(labels, list) and all(isinstance(x, str) for x in labels) and "-".join(labels) == title:
-                    namespace = tuple(labels)
+            labels = described_labels(str(memory.get("description") or ""))
+            try:
+                if labels is not None and namespace_title(labels) == title:
+                    namespace = labels
+            except InputError:  # a description this store did not write
+                pass
         self.spaces[memory_id] = namespace
         return namespace
 
@@ -200,12 +201,12 @@ class _Namespaces:
             async def create() -> str:
                 created = await self.store._call("create_memory_in_vault", {
                     "title": title, "memory_type": self.store._memory_type,
-                    "description": _MARKER + json.dumps(list(namespace))})
+                    "description": namespace_description(namespace)})
                 memory_id = str(created["memoryId"])
                 self.ids[title] = memory_id
                 self.spaces[memory_id] = namespace
                 if len(namespace) == 1:  # a user's memory: the invoker's user directory learns it
-                    self.store._reader.users.remember(title, memory_id)
+                    self.store._reader.users.remember(namespace[0], memory_id)
                 return memory_id
 
             async def find() -> str | None:
@@ -218,7 +219,9 @@ class _Namespaces:
         """``(memory id, namespace)`` of every memory whose namespace starts with ``prefix``."""
         await self.reload()
         joined = "-".join(prefix)
-        titles = [t for t in self.ids if not prefix or t == joined or t.startswith(joined + "-")]
+        # A plain title without the joined prefix cannot hold the namespace; an encoded one may.
+        titles = [t for t in self.ids
+                  if not prefix or t == joined or t.startswith(joined + "-") or is_encoded(t)]
         spaces = await asyncio.gather(*(self.namespace_of(title) for title in titles))
         return [(self.ids[t], ns) for t, ns in zip(titles, spaces) if ns[:len(prefix)] == prefix]
 
@@ -235,7 +238,13 @@ class MycelianStore(BaseStore):
     supports_ttl = False
 
     def __init__(self, memory: Any, *, create_namespaces: bool | None = None,
-                 loop: asyncio.AbstractEventLoop | None = None) -> None:
+                 loop: asyncio.AbstractEventLoop | None = None, index: Any = None, ttl: Any = None) -> None:
+        if index is not None:
+            raise ConfigError("MycelianStore does not take index=: the memory server indexes the stored text itself "
+                              "(BM25 words, and dense vectors when it runs with embeddings); leave index out")
+        if ttl is not None:
+            raise ConfigError("MycelianStore does not take ttl=: items do not expire (supports_ttl is False); "
+                              "delete them instead")
         self._reader, self._loop = memory_parts(memory, loop)
         self._connection = self._reader.connection
         self._vault_id = self._reader.vault_id
@@ -436,7 +445,20 @@ class MycelianStore(BaseStore):
         return sorted(set(spaces))[op.offset:op.offset + op.limit]
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
-        """Run ``ops`` in order on the invoker's event loop; one result per operation (None for a put)."""
+        """Run ``ops`` in order on the invoker's event loop; one result per operation (None for a put). Awaited
+        on another event loop, the operations are handed to the invoker's (running in another thread, as a sync
+        ``build_agent`` has it); a :class:`MycelianError` at once when that loop is not running."""
+        ops = list(ops)
+        running = asyncio.get_running_loop()
+        if self._loop is not None and running is not self._loop:
+            if self._loop.is_closed() or not self._loop.is_running():
+                raise MycelianError("MycelianStore: awaited on another event loop than its invoker's, which is not "
+                                    "running (its MCP session is bound to that loop); use the store inside the "
+                                    "invoker's `async with build_agent(...)` block, or a sync build_agent")
+            return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._abatch(ops), self._loop))
+        return await self._abatch(ops)
+
+    async def _abatch(self, ops: list[Op]) -> list[Result]:
         results: list[Result] = []
         for op in ops:
             if isinstance(op, GetOp):
@@ -456,7 +478,13 @@ class MycelianStore(BaseStore):
     def batch(self, ops: Iterable[Op]) -> list[Result]:
         """Synchronous :meth:`abatch` (from any thread but the loop's own: LangGraph runs sync nodes in worker
         threads, so ``store.put(...)`` in a sync node works)."""
-        return run_sync(self.abatch(list(ops)), self._loop)
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return run_sync(self._abatch(list(ops)), self._loop)
+        # As LangGraph's async stores: blocking the running loop on itself would deadlock it.
+        raise asyncio.InvalidStateError("MycelianStore: a synchronous call inside a running event loop; await its "
+                                        "async twin (aput, aget, asearch, ...) instead")
 
 
 def _check_page(limit: object, offset: object) -> int:

@@ -238,7 +238,9 @@ class MemoryLifecycle:
         user's memory is created as a write creates it), its summary and tags written by the model."""
         text = _check_text(text)
         if user is None:
-            memory_id = self.reader.default_memory_id
+            memory_id = await self.reader.default_memory(create=True)
+            if memory_id is None:
+                raise InputError("this reader has no default memory: name the user")
         else:
             memory_id = await self.reader.users.memory_id(check_user(user))
         fields = await self._writer()({"role": NOTE_TAGS["role"], "content": text}, tags=NOTE_TAGS)

@@ -130,10 +130,11 @@ class MemoryReader:
     """Search and recall over one vault's memories, one memory per user.
 
     ``users`` maps user names to memories; ``default_memory_id`` is the memory read when no user is named (the one
-    ``build_agent(memory=...)`` opened), ``default_user`` its title.
+    ``build_agent(memory=...)`` names), ``default_user`` its user. With ``default_memory_id=None`` that memory is
+    ``default_user``'s, found when first read and created by the first write (:meth:`default_memory`).
     """
 
-    def __init__(self, connection: Connection, users: UserDirectory, *, default_memory_id: str,
+    def __init__(self, connection: Connection, users: UserDirectory, *, default_memory_id: str | None,
                  default_user: str | None = None) -> None:
         self.connection = connection
         self.users = users
@@ -145,11 +146,21 @@ class MemoryReader:
     def vault_id(self) -> str:
         return self.users.vault_id
 
+    async def default_memory(self, *, create: bool = False) -> str | None:
+        """The id of the memory of reads and threads that name no user: None while it does not exist, unless
+        ``create`` (a write), which creates it (also when the invoker's user creation is off)."""
+        if self.default_memory_id is None and self.default_user is not None:
+            if create:
+                self.default_memory_id = await self.users.memory_id(self.default_user, create=True)
+            else:
+                self.default_memory_id = await self.users.find(self.default_user)
+        return self.default_memory_id
+
     async def memory_of(self, user: str | None) -> tuple[str | None, str | None]:
         """``(memory id, user)`` read for ``user`` (None: the default memory); the id is None when ``user`` has no
         memory in the vault. A read never creates one."""
         if user is None:
-            return self.default_memory_id, self.default_user
+            return await self.default_memory(), self.default_user
         return await self.users.find(user), user
 
     def _search_params(self) -> set[str]:

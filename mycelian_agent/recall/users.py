@@ -1,5 +1,8 @@
 """Users are data, not processes: user ``alice`` is the memory titled ``alice`` in the invoker's vault.
 
+A user is any id a user's system has (``alice``, a UUID, ``bob@example.com``, ``user_1``); one that is not a
+Mycelian title is kept under an encoded title with the id in the memory's description (:mod:`.names`).
+
 One :class:`UserDirectory` per invoker maps user names to memory ids over the invoker's one server connection,
 creating a user's memory on its first write (unless creation is off); reads never create one
 (:meth:`UserDirectory.find`). The vault's memory list is read once; after that a known user costs nothing and a new
@@ -10,15 +13,13 @@ one one ``create_memory_in_vault`` call. Only Mycelian tools are used
 from __future__ import annotations
 
 import asyncio
-import re
 from typing import Any, Awaitable, Callable, Protocol
 
 from ..errors import InputError, MemoryServerError
+from .names import check_label, described_labels, is_encoded, memory_title, user_description
 from .retry import read_call
 
 __all__ = ["Connection", "UserDirectory", "check_user", "create_or_find", "if_exists_return"]
-
-_USER_RE = re.compile(r"[A-Za-z0-9-]{1,50}")
 
 
 class Connection(Protocol):
@@ -53,17 +54,13 @@ def if_exists_return(connection: Connection, tool: str) -> dict[str, str]:
 
 
 def check_user(user: object) -> str:
-    """``user`` if it can name a memory (1-50 letters, digits or hyphens: the Mycelian title rule), else
-    :class:`InputError` saying so."""
-    if not isinstance(user, str) or not _USER_RE.fullmatch(user):
-        raise InputError(f"user {user!r} cannot name a memory: a user is 1-50 letters, digits or hyphens "
-                         "(a Mycelian memory title, e.g. 'alice' or 'u-1042'); map other ids (e-mail addresses, "
-                         "names with spaces) to such a key")
-    return user
+    """``user`` if it can name a memory (any string of 1-255 characters: see
+    :func:`~mycelian_agent.recall.names.check_label`), else :class:`InputError` saying why."""
+    return check_label(user)
 
 
 class UserDirectory:
-    """User name -> memory id in one vault, cached; a user's memory is created on first write when ``create``
+    """User -> memory id in one vault, cached; a user's memory is created on first write when ``create``
     (:meth:`memory_id`; reads use :meth:`find`, which never creates).
 
     ``memory_type`` is the type of the memories it creates. Concurrent first uses of one user create one memory
@@ -76,8 +73,9 @@ class UserDirectory:
         self.vault_id = vault_id
         self.create = create
         self.memory_type = memory_type
-        self._ids: dict[str, str] = {}
-        self._users: dict[str, str] = {}
+        self._ids: dict[str, str] = {}  # user -> memory id
+        self._users: dict[str, str] = {}  # memory id -> user
+        self._titles: dict[str, str] = {}  # title -> memory id, as the vault last listed them
         self._loaded = False
         self._lock: asyncio.Lock | None = None
 
@@ -105,13 +103,41 @@ class UserDirectory:
         seen it: another process may have created it); None when it is no user's memory in the vault."""
         if memory_id not in self._users:
             await self._reload()
+            title = next((t for t, known in self._titles.items() if known == memory_id), None)
+            if title is not None and is_encoded(title):
+                labels = await self._labels(memory_id)
+                if labels is not None and len(labels) == 1 and memory_title(labels[0]) == title:
+                    self.remember(labels[0], memory_id)
         return self._users.get(memory_id)
 
     async def _reload(self) -> None:
-        for item in await read_call(self.connection, "list_memories", {"vault_id": self.vault_id}):
-            if isinstance(item, dict) and "title" in item and "memoryId" in item:
-                self.remember(str(item["title"]), str(item["memoryId"]))
+        self._titles = {str(item["title"]): str(item["memoryId"])
+                        for item in await read_call(self.connection, "list_memories", {"vault_id": self.vault_id})
+                        if isinstance(item, dict) and "title" in item and "memoryId" in item}
+        for title, memory_id in self._titles.items():
+            if not is_encoded(title):  # a plain title is its user; an encoded one is read when asked for
+                self.remember(title, memory_id)
         self._loaded = True
+
+    async def _labels(self, memory_id: str) -> tuple[str, ...] | None:
+        memory = await read_call(self.connection, "get_memory", {"vault_id": self.vault_id, "memory_id": memory_id})
+        return described_labels(str(memory.get("description") or "")) if isinstance(memory, dict) else None
+
+    async def _listed(self, user: str) -> str | None:
+        """The memory id of ``user`` among the titles last listed (an encoded title is confirmed by its
+        description); an :class:`InputError` when its title is another id's (a hash collision)."""
+        if user in self._ids:
+            return self._ids[user]
+        title = memory_title(user)
+        memory_id = self._titles.get(title)
+        if memory_id is None or not is_encoded(title):
+            return None
+        labels = await self._labels(memory_id)
+        if labels != (user,):
+            raise InputError(f"user {user!r} maps to the memory {title!r}, which holds {labels!r}: two ids share "
+                             "one title (a hash collision); use another id for this user")
+        self.remember(user, memory_id)
+        return memory_id
 
     async def find(self, user: str) -> str | None:
         """The memory id of ``user``, or None when the vault holds no memory of that user: never creates one (a
@@ -121,7 +147,7 @@ class UserDirectory:
         found = self._ids.get(user)
         if found is None:
             await self._reload()
-            found = self._ids.get(user)
+            found = await self._listed(user)
         return found
 
     async def memory_id(self, user: str, *, create: bool | None = None) -> str:
@@ -138,25 +164,30 @@ class UserDirectory:
                 return self._ids[user]
             if not self._loaded:
                 await self._reload()
-                if user in self._ids:
-                    return self._ids[user]
+                if (found := await self._listed(user)) is not None:
+                    return found
             if not (self.create if create is None else create):
                 await self._reload()  # another process may have created it since
-                if user in self._ids:
-                    return self._ids[user]
-                raise InputError(f"unknown user {user!r}: vault {self.vault_id} has no memory titled {user!r} and "
+                if (found := await self._listed(user)) is not None:
+                    return found
+                raise InputError(f"unknown user {user!r}: vault {self.vault_id} has no memory of that user and "
                                  "user creation is off (build_agent(create_users=True) creates users on first use)")
+            title = memory_title(user)
 
             async def create_memory() -> str:
                 created = await self.connection.call_json("create_memory_in_vault", {
-                    "vault_id": self.vault_id, "title": user, "memory_type": self.memory_type,
-                    "description": f"long-term memory of user {user}",
+                    "vault_id": self.vault_id, "title": title, "memory_type": self.memory_type,
+                    "description": user_description(user),
                     **if_exists_return(self.connection, "create_memory_in_vault")})
-                self.remember(user, str(created["memoryId"]))
+                self._titles[title] = str(created["memoryId"])
+                self._ids.pop(user, None)
+                # if_exists may answer a memory another id made under this title: confirmed like a listed one
+                found = await self._listed(user) if is_encoded(title) else None
+                self.remember(user, found or str(created["memoryId"]))
                 return self._ids[user]
 
             async def reread() -> str | None:
                 await self._reload()  # created by another process meanwhile
-                return self._ids.get(user)
+                return await self._listed(user)
 
             return await create_or_find(create_memory, reread)
