@@ -36,8 +36,13 @@ async def answer(chat_model, recall, user_text: str) -> str:
 
 
 async def chat(args: argparse.Namespace) -> None:
-    chat_model = resolve_model(args.chat_model, api_key=os.environ.get("OPENAI_API_KEY"),
-                               base_url=os.environ.get("OPENAI_BASE_URL")) if args.chat_model else None
+    chat_model = (
+        resolve_model(
+            args.chat_model, api_key=os.environ.get("OPENAI_API_KEY"), base_url=os.environ.get("OPENAI_BASE_URL")
+        )
+        if args.chat_model
+        else None
+    )
     async with build_agent("extractive", args.server, db=args.db, checkpointer=f"sqlite:{args.state}") as invoker:
         await invoker.astart_session(args.thread, user=args.user)
         interactive = sys.stdin.isatty()
@@ -62,8 +67,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--db", default=".mycelian/chat.db", help="memory database (SQLite file)")
     parser.add_argument("--server", default="embedded", help="'embedded' (stdio), 'in-process' or an http(s) URL")
-    parser.add_argument("--state", default=None,
-                        help="SQLite checkpoint of the thread (default: beside --db, e.g. .mycelian/chat-state.db)")
+    parser.add_argument(
+        "--state",
+        default=None,
+        help="SQLite checkpoint of the thread (default: beside --db, e.g. .mycelian/chat-state.db)",
+    )
     parser.add_argument("--user", default="chat-example", help="whose memory (letters, digits, hyphens)")
     parser.add_argument("--thread", default="chat-example", help="conversation thread id (a thread keeps its user)")
     parser.add_argument("--name", default=None, help="your name: summaries say 'Dana said ...' (default: 'the user')")

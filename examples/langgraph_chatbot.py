@@ -40,11 +40,15 @@ from langgraph.prebuilt import ToolNode, tools_condition
 
 from mycelian_agent import build_agent, make_manage_memory_tool, make_search_memory_tool, resolve_model
 
-SYSTEM = ("You are a helpful assistant with long-term memory of your conversations with this user. Use what memory "
-          "holds when it bears on the question; do not invent memories.\n\n")
-TOOL_SYSTEM = ("You are a helpful assistant with long-term memory of this user. Call search_memory before answering "
-               "anything that may depend on earlier conversations; call manage_memory to keep what the user wants "
-               "remembered, to correct it (update, with its id) or to forget it (delete, with its id).")
+SYSTEM = (
+    "You are a helpful assistant with long-term memory of your conversations with this user. Use what memory "
+    "holds when it bears on the question; do not invent memories.\n\n"
+)
+TOOL_SYSTEM = (
+    "You are a helpful assistant with long-term memory of this user. Call search_memory before answering "
+    "anything that may depend on earlier conversations; call manage_memory to keep what the user wants "
+    "remembered, to correct it (update, with its id) or to forget it (delete, with its id)."
+)
 _TURN = re.compile(r"^\[[^\]]*\] (?P<who>[^:]*): (?P<text>.*)$")
 
 
@@ -62,12 +66,16 @@ class MemoryEchoModel(BaseChatModel):
     def _llm_type(self) -> str:
         return "memory-echo"
 
-    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
-                  **kwargs: Any) -> ChatResult:
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> ChatResult:
         system = next((str(m.content) for m in messages if isinstance(m, SystemMessage)), "")
-        said = [match["text"] for line in system.splitlines() if (match := _TURN.match(line))
-                and match["who"].split(" (")[-1].rstrip(")") == "user"]
-        text = f"(offline) From memory: you said \"{said[0]}\"" if said else "(offline) Noted."
+        said = [
+            match["text"]
+            for line in system.splitlines()
+            if (match := _TURN.match(line)) and match["who"].split(" (")[-1].rstrip(")") == "user"
+        ]
+        text = f'(offline) From memory: you said "{said[0]}"' if said else "(offline) Noted."
         return ChatResult(generations=[ChatGeneration(message=AIMessage(text))])
 
 
@@ -93,9 +101,11 @@ def build_chatbot(invoker: Any, chat_model: BaseChatModel, *, budget_tokens: int
 
     async def remember(state: ChatState, config: RunnableConfig) -> dict[str, Any]:
         question, reply = state["messages"][-2], state["messages"][-1]
-        await invoker.aprocess_conversation_messages(_configured(config, "thread_id"), [
-            {"role": "user", "content": str(question.content)},
-            {"role": "assistant", "content": str(reply.content)}], user=_configured(config, "user_id"))
+        await invoker.aprocess_conversation_messages(
+            _configured(config, "thread_id"),
+            [{"role": "user", "content": str(question.content)}, {"role": "assistant", "content": str(reply.content)}],
+            user=_configured(config, "user_id"),
+        )
         return {}
 
     graph = StateGraph(ChatState)
@@ -127,9 +137,13 @@ def build_tool_agent(invoker: Any, chat_model: BaseChatModel, *, checkpointer: A
 
 
 async def chat(args: argparse.Namespace) -> None:
-    chat_model = (resolve_model(args.chat_model, api_key=os.environ.get("OPENAI_API_KEY"),
-                                base_url=os.environ.get("OPENAI_BASE_URL"))
-                  if args.chat_model else MemoryEchoModel())
+    chat_model = (
+        resolve_model(
+            args.chat_model, api_key=os.environ.get("OPENAI_API_KEY"), base_url=os.environ.get("OPENAI_BASE_URL")
+        )
+        if args.chat_model
+        else MemoryEchoModel()
+    )
     async with build_agent("extractive", args.server, db=args.db) as invoker:
         build = build_tool_agent if args.tools else build_chatbot
         bot = build(invoker, chat_model, checkpointer=InMemorySaver())
@@ -153,8 +167,9 @@ def main() -> None:
     parser.add_argument("--user", default="demo-user", help="whose memory (letters, digits, hyphens)")
     parser.add_argument("--thread", default=None, help="conversation thread id (default: a new one per run)")
     parser.add_argument("--chat-model", default=None, help="e.g. openai:gpt-4o-mini (default: offline stand-in)")
-    parser.add_argument("--tools", action="store_true",
-                        help="the tool-calling agent (search_memory, manage_memory); needs --chat-model")
+    parser.add_argument(
+        "--tools", action="store_true", help="the tool-calling agent (search_memory, manage_memory); needs --chat-model"
+    )
     args = parser.parse_args()
     if args.tools and not args.chat_model:
         parser.error("--tools needs a tool-calling chat model: --chat-model openai:<model>")

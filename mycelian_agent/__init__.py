@@ -69,18 +69,25 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
-    from .agent.graph import MycelianMemoryAgent
-    from .agent.settings import AgentSettings
-    from .builder import ConnectionSettings, build_agent
     from .agent.control import ControlState
-    from .errors import (ConfigError, InputError, MemoryServerError, MycelianError, PromptError, ThreadBusyError,
-                         ToolCallError)
-    from .models.extractive import ExtractiveChatModel
+    from .agent.graph import MycelianMemoryAgent
     from .agent.invoker import MycelianAgentInvoker
-    from .integrations import MycelianRetriever, MycelianStore, make_manage_memory_tool, make_search_memory_tool
-    from .mcp import MemoryConnection
-    from .recall import EntryPage, MemoryEntry, MemoryHit, MemoryReader, Recall
-    from .models.resolve import resolve_model
     from .agent.prompts import PromptSet
     from .agent.report import InvocationResult, ThreadStatus
+    from .agent.settings import AgentSettings
     from .agent.state import AgentState
+    from .builder import ConnectionSettings, build_agent
+    from .errors import (
+        ConfigError,
+        InputError,
+        MemoryServerError,
+        MycelianError,
+        PromptError,
+        ThreadBusyError,
+        ToolCallError,
+    )
+    from .integrations import MycelianRetriever, MycelianStore, make_manage_memory_tool, make_search_memory_tool
+    from .mcp import MemoryConnection
+    from .models.extractive import ExtractiveChatModel
+    from .models.resolve import resolve_model
+    from .recall import EntryPage, MemoryEntry, MemoryHit, MemoryReader, Recall

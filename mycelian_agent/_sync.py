@@ -11,7 +11,8 @@ import asyncio
 import functools
 import inspect
 import threading
-from typing import Any, Callable, Concatenate, Coroutine, ParamSpec, Protocol, TypeVar
+from collections.abc import Callable, Coroutine
+from typing import Any, Concatenate, ParamSpec, Protocol, TypeVar
 
 from .errors import MycelianError
 
@@ -45,7 +46,7 @@ def sync_twin(method: Callable[Concatenate[Owner, P], Coroutine[Any, Any, T]]) -
 
     functools.update_wrapper(twin, method)  # its signature (through __wrapped__), module and annotations
     twin.__name__ = name[1:]
-    twin.__qualname__ = f"{method.__qualname__[:-len(name)]}{name[1:]}"
+    twin.__qualname__ = f"{method.__qualname__[: -len(name)]}{name[1:]}"
     twin.__doc__ = f"Synchronous :meth:`{name}` (not for use inside a running event loop).\n\n{inspect.getdoc(method)}"
     return twin
 

@@ -15,10 +15,11 @@ write, not here: reads of a database nobody wrote to leave it unchanged.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Literal, Mapping
+from typing import TYPE_CHECKING, Any, Literal
 
 from ._sync import LoopThread
 from .errors import ConfigError, MemoryServerError, make_parent_folder
@@ -29,15 +30,22 @@ if TYPE_CHECKING:  # the agent (LangChain, LangGraph) is imported when an agent 
     # client when a connection is opened, not by ensure_vault / ensure_memory over an in-process one
     from langchain_core.language_models import BaseChatModel
 
-    from .mcp import MemoryConnection
-
     from .agent.invoker import MycelianAgentInvoker
     from .agent.prompts import PromptSet
     from .agent.settings import AgentSettings
+    from .mcp import MemoryConnection
     from .recall import MemoryReader
 
-__all__ = ["build_agent", "AgentContext", "ConnectionSettings", "ensure_vault", "ensure_memory", "connect",
-           "is_uuid", "open_connection"]
+__all__ = [
+    "AgentContext",
+    "ConnectionSettings",
+    "build_agent",
+    "connect",
+    "ensure_memory",
+    "ensure_vault",
+    "is_uuid",
+    "open_connection",
+]
 
 
 def is_uuid(text: str) -> bool:
@@ -49,8 +57,9 @@ def is_uuid(text: str) -> bool:
     return True
 
 
-async def _find_or_create(find: Callable[[], Awaitable[str | None]], create: Callable[[], Awaitable[str]], *,
-                          reuses: bool) -> str:
+async def _find_or_create(
+    find: Callable[[], Awaitable[str | None]], create: Callable[[], Awaitable[str]], *, reuses: bool
+) -> str:
     """The id ``find`` returns, else the id of what ``create`` makes (a create that loses a race with another
     process reads the winner's: :func:`~mycelian_agent.recall.users.create_or_find`). ``reuses``: ``create`` answers
     an existing title's id itself (the server declares ``if_exists``), so it is the one call."""
@@ -83,8 +92,9 @@ async def ensure_vault(memory: Connection, vault: str, description: str = "") ->
     return await _find_or_create(find, create, reuses=bool(reuse))
 
 
-async def ensure_memory(memory: Connection, vault_id: str, title: str, memory_type: str = "NOTES",
-                        description: str = "") -> str:
+async def ensure_memory(
+    memory: Connection, vault_id: str, title: str, memory_type: str = "NOTES", description: str = ""
+) -> str:
     """The id of memory ``title`` in ``vault_id`` (a UUID, or a title created when missing); safe when several
     processes ensure the same memory at once (see :func:`ensure_vault`)."""
     if is_uuid(title):
@@ -100,8 +110,10 @@ async def ensure_memory(memory: Connection, vault_id: str, title: str, memory_ty
     reuse = if_exists_return(memory, "create_memory_in_vault")
 
     async def create() -> str:
-        created = await memory.call_json("create_memory_in_vault", {
-            "vault_id": vault_id, "title": title, "memory_type": memory_type, "description": description, **reuse})
+        created = await memory.call_json(
+            "create_memory_in_vault",
+            {"vault_id": vault_id, "title": title, "memory_type": memory_type, "description": description, **reuse},
+        )
         return str(created["memoryId"])
 
     return await _find_or_create(find, create, reuses=bool(reuse))
@@ -140,8 +152,9 @@ class ConnectionSettings:
 
     def __post_init__(self) -> None:
         if self.server not in _LOCAL_SERVERS and not self.server.startswith(("http://", "https://")):
-            raise ConfigError(f"unknown server {self.server!r}: use 'embedded', 'in-process' or an "
-                              "http(s)://host:port/mcp URL")
+            raise ConfigError(
+                f"unknown server {self.server!r}: use 'embedded', 'in-process' or an http(s)://host:port/mcp URL"
+            )
         _embeddings_writes(self.embeddings)  # refuses a bad value now, not at the first connection
 
     @classmethod
@@ -179,9 +192,17 @@ class ConnectionSettings:
         return target
 
 
-def connect(server: str = "embedded", *, db: str | Path | None = None, token: str | None = None,
-            embeddings: bool | str | None = None, timeout: float | None = 60.0, reconnect_wait: float = 30.0,
-            embeddings_model: str | None = None, settings: ConnectionSettings | None = None) -> MemoryConnection:
+def connect(
+    server: str = "embedded",
+    *,
+    db: str | Path | None = None,
+    token: str | None = None,
+    embeddings: bool | str | None = None,
+    timeout: float | None = 60.0,
+    reconnect_wait: float = 30.0,
+    embeddings_model: str | None = None,
+    settings: ConnectionSettings | None = None,
+) -> MemoryConnection:
     """A (not yet opened) connection to a memory server: ``settings``, or the same fields given as keywords (see
     :class:`ConnectionSettings`).
 
@@ -192,8 +213,15 @@ def connect(server: str = "embedded", *, db: str | Path | None = None, token: st
     many processes and hosts may share.
     """
     if settings is None:
-        settings = ConnectionSettings(server=server, db=db, token=token, embeddings=embeddings, timeout=timeout,
-                                      reconnect_wait=reconnect_wait, embeddings_model=embeddings_model)
+        settings = ConnectionSettings(
+            server=server,
+            db=db,
+            token=token,
+            embeddings=embeddings,
+            timeout=timeout,
+            reconnect_wait=reconnect_wait,
+            embeddings_model=embeddings_model,
+        )
     return open_connection(settings)
 
 
@@ -212,8 +240,13 @@ def open_connection(settings: ConnectionSettings) -> MemoryConnection:
     # Resolved here, not by a spawned server: it does not get the caller's environment (the SDK passes few variables).
     target = s.prepared_database()
     if s.server == "in-process":
-        return limited(in_process_connection(target, embeddings=None if s.embeddings is None else writes or False,
-                                             embeddings_model=s.embeddings_model))
+        return limited(
+            in_process_connection(
+                target,
+                embeddings=None if s.embeddings is None else writes or False,
+                embeddings_model=s.embeddings_model,
+            )
+        )
     if s.embeddings is None:
         extra = []
     else:
@@ -269,9 +302,9 @@ class AgentContext:
         import asyncio
 
         from .agent.checkpointers import open_checkpointer
-        from .agent.leases import thread_leases
         from .agent.graph import MycelianMemoryAgent
         from .agent.invoker import MycelianAgentInvoker
+        from .agent.leases import thread_leases
         from .agent.settings import AgentSettings
         from .models.resolve import resolve_model
 
@@ -284,11 +317,18 @@ class AgentContext:
             memory_id = await ensure_memory(memory, vault_id, self.memory) if is_uuid(self.memory) else None
             reader = self._reader(memory, vault_id, memory_id)
             saver = await stack.enter_async_context(
-                open_checkpointer(self.checkpointer, reconnect_wait=self.connection.reconnect_wait))
+                open_checkpointer(self.checkpointer, reconnect_wait=self.connection.reconnect_wait)
+            )
             prompts = await self._prompts(memory)
             # The agent retries transient model failures itself (bounded, counted: AgentSettings.model_attempts).
-            model = resolve_model(self.model, api_key=self.api_key, base_url=self.base_url, max_tokens=self.max_tokens,
-                                  timeout=self.model_timeout, max_retries=0)
+            model = resolve_model(
+                self.model,
+                api_key=self.api_key,
+                base_url=self.base_url,
+                max_tokens=self.max_tokens,
+                timeout=self.model_timeout,
+                max_retries=0,
+            )
             settings = self.settings
             if self.tool_choice_mode is not None:
                 settings = replace(settings or AgentSettings(), tool_choice_mode=self.tool_choice_mode)
@@ -296,15 +336,28 @@ class AgentContext:
                 settings = replace(settings or AgentSettings(), batch_size=self.batch_size)
             if self.max_delay_s is not None:
                 settings = replace(settings or AgentSettings(), max_delay_s=self.max_delay_s)
-            agent = MycelianMemoryAgent(model, memory.tools, vault_id=vault_id, memory_id=memory_id,
-                                        checkpointer=saver, settings=settings, prompts=prompts,
-                                        loop=asyncio.get_running_loop(), own_memory=reader)
+            agent = MycelianMemoryAgent(
+                model,
+                memory.tools,
+                vault_id=vault_id,
+                memory_id=memory_id,
+                checkpointer=saver,
+                settings=settings,
+                prompts=prompts,
+                loop=asyncio.get_running_loop(),
+                own_memory=reader,
+            )
         except BaseException:
             await stack.aclose()
             raise
         self._stack = stack
-        invoker = MycelianAgentInvoker(agent, flush_every=self.flush_every, reader=reader,
-                                       leases=thread_leases(saver), thread_wait=self.thread_wait)
+        invoker = MycelianAgentInvoker(
+            agent,
+            flush_every=self.flush_every,
+            reader=reader,
+            leases=thread_leases(saver),
+            thread_wait=self.thread_wait,
+        )
         invoker.connection = memory
         self._invoker = invoker
         return invoker
@@ -313,11 +366,16 @@ class AgentContext:
         from .recall import MemoryReader, UserDirectory
 
         users = UserDirectory(memory, vault_id, create=self.create_users, memory_type=self.memory_type)
-        return MemoryReader(memory, users, default_memory_id=memory_id,
-                            default_user=None if memory_id is not None else check_user(self.memory))
+        return MemoryReader(
+            memory,
+            users,
+            default_memory_id=memory_id,
+            default_user=None if memory_id is not None else check_user(self.memory),
+        )
 
     async def _prompts(self, memory: MemoryConnection) -> PromptSet:
         from .agent.prompts import PromptSet
+
         if isinstance(self.prompts, PromptSet):
             return self.prompts
         examples = self.prompt_examples
@@ -435,19 +493,43 @@ def build_agent(
       timeout) is retried by the agent (``AgentSettings.model_attempts``, counted as ``model_retries``), then the
       fallback model writes the step.
     """
-    given = ConnectionSettings(server=server, db=db, token=token, embeddings=embeddings,
-                               embeddings_model=embeddings_model, timeout=timeout, reconnect_wait=reconnect_wait)
+    given = ConnectionSettings(
+        server=server,
+        db=db,
+        token=token,
+        embeddings=embeddings,
+        embeddings_model=embeddings_model,
+        timeout=timeout,
+        reconnect_wait=reconnect_wait,
+    )
     if connection is None:
         connection = given
     else:
         defaults = ConnectionSettings()
         clashing = [f.name for f in fields(given) if getattr(given, f.name) != getattr(defaults, f.name)]
         if clashing:
-            raise ConfigError(f"build_agent: give the connection either as connection=ConnectionSettings(...) or as "
-                              f"keywords, not both (also given: {', '.join(clashing)})")
-    return AgentContext(model=model, connection=connection, vault=vault, memory=memory, memory_type=memory_type,
-                        create_users=create_users, thread_wait=thread_wait, checkpointer=checkpointer,
-                        flush_every=flush_every, settings=settings, prompts=prompts,
-                        prompt_examples=prompt_examples, api_key=api_key,
-                        base_url=base_url, tool_choice_mode=tool_choice_mode, max_tokens=max_tokens,
-                        batch_size=batch_size, max_delay_s=max_delay_s, model_timeout=model_timeout)
+            raise ConfigError(
+                f"build_agent: give the connection either as connection=ConnectionSettings(...) or as "
+                f"keywords, not both (also given: {', '.join(clashing)})"
+            )
+    return AgentContext(
+        model=model,
+        connection=connection,
+        vault=vault,
+        memory=memory,
+        memory_type=memory_type,
+        create_users=create_users,
+        thread_wait=thread_wait,
+        checkpointer=checkpointer,
+        flush_every=flush_every,
+        settings=settings,
+        prompts=prompts,
+        prompt_examples=prompt_examples,
+        api_key=api_key,
+        base_url=base_url,
+        tool_choice_mode=tool_choice_mode,
+        max_tokens=max_tokens,
+        batch_size=batch_size,
+        max_delay_s=max_delay_s,
+        model_timeout=model_timeout,
+    )

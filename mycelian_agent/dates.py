@@ -20,13 +20,30 @@ from typing import Any
 from mycelian_agent.errors import InputError
 
 __all__ = [
-    "MONTHS", "format_timestamp", "month_number", "normalise_time", "parse_rfc3339", "resolve_relative_dates",
-    "resolved_periods", "strip_resolved_dates", "to_rfc3339",
+    "MONTHS",
+    "format_timestamp",
+    "month_number",
+    "normalise_time",
+    "parse_rfc3339",
+    "resolve_relative_dates",
+    "resolved_periods",
+    "strip_resolved_dates",
+    "to_rfc3339",
 ]
 
 MONTHS = (
-    "january", "february", "march", "april", "may", "june",
-    "july", "august", "september", "october", "november", "december",
+    "january",
+    "february",
+    "march",
+    "april",
+    "may",
+    "june",
+    "july",
+    "august",
+    "september",
+    "october",
+    "november",
+    "december",
 )
 
 # Regexes rather than strptime for the benchmark forms: strptime's %a, %b and %p follow the process locale, and
@@ -148,15 +165,36 @@ def format_timestamp(moment: datetime) -> str:
 
 _WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 _NUMBER_WORDS = {
-    "a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
-    "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "a couple of": 2, "couple of": 2, "a couple": 2,
+    "a": 1,
+    "an": 1,
+    "one": 1,
+    "two": 2,
+    "three": 3,
+    "four": 4,
+    "five": 5,
+    "six": 6,
+    "seven": 7,
+    "eight": 8,
+    "nine": 9,
+    "ten": 10,
+    "eleven": 11,
+    "twelve": 12,
+    "a couple of": 2,
+    "couple of": 2,
+    "a couple": 2,
 }
 # (first month, last month) of each season, northern hemisphere; winter runs from December into the next year.
 _SEASONS = {"spring": (3, 5), "summer": (6, 8), "fall": (9, 11), "autumn": (9, 11), "winter": (12, 2)}
 # What resolve_relative_dates writes in its parentheses (the labels of _resolve below).
+_RESOLVED_DATE_LABELS = (
+    r" \((?:(?:week|weekend) of \d{4}-\d{2}-\d{2}|\d{4}-\d{2}-\d{2}|(?:{months}) \d{4}|"
+    r"(?:{seasons}) \d{4}(?:-\d{4})?|\d{4})\)"
+)
 _RESOLVED_DATE = re.compile(
-    r" \((?:(?:week|weekend) of \d{4}-\d{2}-\d{2}|\d{4}-\d{2}-\d{2}|(?:{months}) \d{4}|(?:{seasons}) \d{4}(?:-\d{4})?|\d{4})\)"
-    .replace("{months}", "|".join(month.capitalize() for month in MONTHS)).replace("{seasons}", "|".join(_SEASONS)))
+    _RESOLVED_DATE_LABELS.replace("{months}", "|".join(month.capitalize() for month in MONTHS)).replace(
+        "{seasons}", "|".join(_SEASONS)
+    )
+)
 _COUNT = r"(\d{1,3}|a couple of|couple of|a couple|an|a|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)"
 _UNIT = r"(day|week|month|year)s?"
 _RELATIVE_DATE = re.compile(
@@ -167,7 +205,10 @@ _RELATIVE_DATE = re.compile(
     rf"|{_COUNT}\s+{_UNIT}\s+(?P<ago>ago|from now)"
     rf"|(?P<in>in)\s+{_COUNT}\s+{_UNIT}"
     r"|(?P<which>last|next|this past|this coming|this)\s+(?P<what>week|month|year|weekend|"
-    + "|".join(_WEEKDAYS) + "|" + "|".join(_SEASONS) + r")"
+    + "|".join(_WEEKDAYS)
+    + "|"
+    + "|".join(_SEASONS)
+    + r")"
     r")\b(?!\s*\()",  # an expression already followed by "(" is taken to be resolved
     re.I,
 )
@@ -277,8 +318,10 @@ def _resolve(match: re.Match[str], today: date) -> str | None:
 # The labels of _resolve that name a day, a week, a weekend or a month (seasons and years are too wide to lift a
 # question's day or span by).
 _PERIOD_LABEL = re.compile(
-    r"\((?:(?P<kind>week|weekend) of )?(?P<day>\d{4}-\d{2}-\d{2})\)|\((?P<month>{months}) (?P<year>\d{4})\)"
-    .replace("{months}", "|".join(month.capitalize() for month in MONTHS)))
+    r"\((?:(?P<kind>week|weekend) of )?(?P<day>\d{4}-\d{2}-\d{2})\)|\((?P<month>{months}) (?P<year>\d{4})\)".replace(
+        "{months}", "|".join(month.capitalize() for month in MONTHS)
+    )
+)
 
 
 def resolved_periods(text: str, when: str | date | datetime | None) -> list[tuple[date, date]]:

@@ -9,19 +9,19 @@ from __future__ import annotations
 import os
 
 __all__ = [
-    "MycelianError",
     "ConfigError",
     "InputError",
-    "PromptError",
     "MemoryServerError",
-    "ToolCallError",
+    "MycelianError",
+    "PromptError",
     "ThreadBusyError",
+    "ToolCallError",
     "describe_cause",
-    "one_line",
     "is_transient",
     "is_transient_text",
     "make_folder",
     "make_parent_folder",
+    "one_line",
 ]
 
 _TRANSIENT_MARKERS = ("database is locked", "database is busy", "timed out", "timeout", "temporarily unavailable")
@@ -63,9 +63,11 @@ class ThreadBusyError(MycelianError):
     """Another process is writing the thread (``holder`` says which)."""
 
     def __init__(self, thread_id: str, holder: str) -> None:
-        super().__init__(f"thread {thread_id!r} is being written by another process ({holder}); two writers of one "
-                         "thread would store its messages twice. Wait for it to finish (or pass a wait: "
-                         "build_agent(thread_wait=SECONDS), replay --thread-wait SECONDS), or use another thread id")
+        super().__init__(
+            f"thread {thread_id!r} is being written by another process ({holder}); two writers of one "
+            "thread would store its messages twice. Wait for it to finish (or pass a wait: "
+            "build_agent(thread_wait=SECONDS), replay --thread-wait SECONDS), or use another thread id"
+        )
         self.thread_id = thread_id
         self.holder = holder
 

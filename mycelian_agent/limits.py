@@ -12,9 +12,23 @@ from collections.abc import Mapping
 from typing import Any
 
 __all__ = [
-    "RAW_ENTRY_MAX_CHARS", "SUMMARY_MAX_CHARS", "SUMMARY_TARGET_CHARS", "CONTEXT_MAX_CHARS", "DESCRIPTION_MAX_CHARS",
-    "QUERY_MAX_CHARS", "SEARCH_DEPTH_MAX", "TITLE_MAX_CHARS", "TAGS_MAX_KEYS", "TAG_KEY_MAX_CHARS",
-    "TAG_VALUE_MAX_CHARS", "IDEMPOTENCY_KEY_MAX_CHARS", "ADD_ENTRIES_MAX_ITEMS", "NAME_MAX_CHARS", "clip_tags", "name_problem", "split_oversize",
+    "ADD_ENTRIES_MAX_ITEMS",
+    "CONTEXT_MAX_CHARS",
+    "DESCRIPTION_MAX_CHARS",
+    "IDEMPOTENCY_KEY_MAX_CHARS",
+    "NAME_MAX_CHARS",
+    "QUERY_MAX_CHARS",
+    "RAW_ENTRY_MAX_CHARS",
+    "SEARCH_DEPTH_MAX",
+    "SUMMARY_MAX_CHARS",
+    "SUMMARY_TARGET_CHARS",
+    "TAGS_MAX_KEYS",
+    "TAG_KEY_MAX_CHARS",
+    "TAG_VALUE_MAX_CHARS",
+    "TITLE_MAX_CHARS",
+    "clip_tags",
+    "name_problem",
+    "split_oversize",
     "unicode_problem",
 ]
 
@@ -24,7 +38,9 @@ SUMMARY_TARGET_CHARS = 400  # the length summaries are written to (what the mode
 CONTEXT_MAX_CHARS = 65536  # put_context content, hard limit on the server (the agent writes far less: see settings)
 DESCRIPTION_MAX_CHARS = 1000  # vault and memory descriptions
 QUERY_MAX_CHARS = 2000  # search_memories query
-SEARCH_DEPTH_MAX = 1000  # search_memories offset + top_ke: how deep a ranking can be paged (ours; upstream has no paging)
+SEARCH_DEPTH_MAX = (
+    1000  # search_memories offset + top_ke: how deep a ranking can be paged (ours; upstream has no paging)
+)
 TITLE_MAX_CHARS = 50  # vault and memory titles (upstream's rule), memory types
 TAGS_MAX_KEYS = 32
 TAG_KEY_MAX_CHARS = 64
@@ -48,11 +64,15 @@ def unicode_problem(text: str, *, stored: bool = True) -> str | None:
     """
     match = _SURROGATE.search(text)
     if match is not None:
-        return (f"invalid Unicode: lone surrogate \\u{ord(match.group()):04x} at character {match.start()} "
-                "(half of a UTF-16 pair, cannot be stored as UTF-8; fix the text or its \\u escapes)")
+        return (
+            f"invalid Unicode: lone surrogate \\u{ord(match.group()):04x} at character {match.start()} "
+            "(half of a UTF-16 pair, cannot be stored as UTF-8; fix the text or its \\u escapes)"
+        )
     if stored and (nul := text.find("\x00")) >= 0:
-        return (f"a NUL character (U+0000) at character {nul}: it cannot be stored (PostgreSQL text cannot hold "
-                "it, so no backend stores it); remove it from the text")
+        return (
+            f"a NUL character (U+0000) at character {nul}: it cannot be stored (PostgreSQL text cannot hold "
+            "it, so no backend stores it); remove it from the text"
+        )
     return None
 
 
@@ -106,7 +126,7 @@ def split_oversize(content: str, limit: int = RAW_ENTRY_MAX_CHARS) -> list[str]:
     # Offsets into ``content``, never its remainder: slicing the rest after each part copied the whole tail, so
     # splitting cost the square of the message's size.
     while len(content) - start > limit:
-        window = content[start:start + limit]
+        window = content[start : start + limit]
         cut = limit
         for pattern in _BOUNDARIES:
             ends = [m.end() for m in pattern.finditer(window) if m.end() >= min_cut]

@@ -68,8 +68,10 @@ def check_store_location(location: str | Path | None, option: str, what: str, ex
     text = str(location)
     if is_postgres_url(text):
         if missing := _missing_module(_POSTGRES_MODULES):
-            raise ConfigError(f"{option}: a postgresql:// {what} needs the postgres extra (no module {missing!r}): "
-                              "pip install 'mycelian-agent[postgres]'")
+            raise ConfigError(
+                f"{option}: a postgresql:// {what} needs the postgres extra (no module {missing!r}): "
+                "pip install 'mycelian-agent[postgres]'"
+            )
         return
     file = Path(text).expanduser()
     if file.is_dir():

@@ -26,11 +26,11 @@ from langchain_core.utils.function_calling import convert_to_openai_tool
 from pydantic import Field
 
 __all__ = [
-    "ScriptedChatModel",
     "ScriptExhaustedError",
-    "tool_call_message",
-    "text_message",
+    "ScriptedChatModel",
     "invalid_tool_call_message",
+    "text_message",
+    "tool_call_message",
 ]
 
 _call_ids = itertools.count(1)
@@ -72,8 +72,13 @@ def invalid_tool_call_message(
     name: str, raw_args: str, usage: Mapping[str, int] | tuple[int, int] | None = None
 ) -> AIMessage:
     """An AIMessage whose tool call arguments are not valid JSON (as langchain reports a malformed call)."""
-    invalid = {"name": name, "args": raw_args, "id": f"call_scripted_{next(_call_ids)}", "error": "invalid JSON",
-               "type": "invalid_tool_call"}
+    invalid = {
+        "name": name,
+        "args": raw_args,
+        "id": f"call_scripted_{next(_call_ids)}",
+        "error": "invalid JSON",
+        "type": "invalid_tool_call",
+    }
     return AIMessage(content="", invalid_tool_calls=[invalid], usage_metadata=_usage(usage))
 
 

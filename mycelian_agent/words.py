@@ -30,7 +30,7 @@ STOPWORDS = frozenset(
     of off on once only or other our ours ourselves out over own same she should so some such than that the
     their theirs them themselves then there these they this those through to too under until up very was we
     were what when where which while who whom why will with would you your yours yourself yourselves s t d ll
-    m re ve""".split()  # noqa: SIM905 (a list literal would be 60 lines)
+    m re ve""".split()
 )
 
 

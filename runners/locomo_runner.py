@@ -20,18 +20,32 @@ from mycelian_bench.cli.runners import run_runner, runner_options
 __all__ = ["locomo_command"]
 
 
-@click.command("locomo", context_settings=CONTEXT,
-               short_help="LoCoMo runner: one memory per sample, evidence recall@k per category (resumable).")
+@click.command(
+    "locomo",
+    context_settings=CONTEXT,
+    short_help="LoCoMo runner: one memory per sample, evidence recall@k per category (resumable).",
+)
 @runner_options
-@click.option("--limit-questions", type=click.IntRange(min=0), default=None,
-              help="Only the first N questions of each sample.")
-@click.option("--sessions", type=COUNT, default=None,
-              help="Only the first N sessions of each sample, and the questions whose evidence lies there.")
-@click.option("--qa-model", envvar="MYCELIAN_QA_MODEL", show_envvar=True, default=None,
-              help="'openai:<model>' answers each question (categories 1-4) from the retrieved entries, scored "
-                   "by token F1 against the gold answer.")
-def locomo_command(files: tuple[Path, ...], limit_questions: int | None, sessions: int | None,
-                   qa_model: str | None, **options: Any) -> None:
+@click.option(
+    "--limit-questions", type=click.IntRange(min=0), default=None, help="Only the first N questions of each sample."
+)
+@click.option(
+    "--sessions",
+    type=COUNT,
+    default=None,
+    help="Only the first N sessions of each sample, and the questions whose evidence lies there.",
+)
+@click.option(
+    "--qa-model",
+    envvar="MYCELIAN_QA_MODEL",
+    show_envvar=True,
+    default=None,
+    help="'openai:<model>' answers each question (categories 1-4) from the retrieved entries, scored "
+    "by token F1 against the gold answer.",
+)
+def locomo_command(
+    files: tuple[Path, ...], limit_questions: int | None, sessions: int | None, qa_model: str | None, **options: Any
+) -> None:
     """LoCoMo FILES: ingest each sample into a memory of its own, score evidence recall@k per category.
 
     Writes OUT/records.jsonl, OUT/samples.jsonl and OUT/summary.json; category 5 (adversarial) is reported in

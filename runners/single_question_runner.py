@@ -19,11 +19,19 @@ from mycelian_bench.cli.runners import run_runner, runner_options
 __all__ = ["longmemeval_command"]
 
 
-@click.command("longmemeval", context_settings=CONTEXT,
-               short_help="LongMemEval runner: one memory per question, recall@k, optional QA (resumable).")
+@click.command(
+    "longmemeval",
+    context_settings=CONTEXT,
+    short_help="LongMemEval runner: one memory per question, recall@k, optional QA (resumable).",
+)
 @runner_options
-@click.option("--qa-model", envvar="MYCELIAN_QA_MODEL", show_envvar=True, default=None,
-              help="'openai:<model>' answers from the retrieved evidence; none: retrieval-only hypotheses.")
+@click.option(
+    "--qa-model",
+    envvar="MYCELIAN_QA_MODEL",
+    show_envvar=True,
+    default=None,
+    help="'openai:<model>' answers from the retrieved evidence; none: retrieval-only hypotheses.",
+)
 def longmemeval_command(files: tuple[Path, ...], qa_model: str | None, **options: Any) -> None:
     """LongMemEval FILES: ingest each question's haystack into a memory of its own, retrieve, answer, score.
 

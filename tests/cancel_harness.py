@@ -28,7 +28,7 @@ from langchain_core.outputs import ChatGeneration, ChatResult
 from mycelian_agent import AgentSettings, build_agent
 from mycelian_agent.testing import ScriptedChatModel, tool_call_message
 
-__all__ = ["Scenario", "SCENARIOS", "Outcome", "run_scenario", "ToolModel"]
+__all__ = ["SCENARIOS", "Outcome", "Scenario", "ToolModel", "run_scenario"]
 
 
 class ToolModel(ScriptedChatModel):
@@ -52,8 +52,7 @@ class ToolModel(ScriptedChatModel):
             args = {"content": f"Context after {digest}."}
         elif self.tool in ("add_entries", "add_entries_and_context"):
             items = [int(n) for n in re.findall(r'<message item="(\d+)"', text)]
-            args = {"entries": [{"item": n, "summary": f"Message item {n}.", "tags": {"topic": "test"}}
-                                for n in items]}
+            args = {"entries": [{"item": n, "summary": f"Message item {n}.", "tags": {"topic": "test"}} for n in items]}
             if self.tool == "add_entries_and_context":
                 args["context"] = f"Context after {digest}."
         else:
@@ -151,7 +150,8 @@ async def _entries(invoker: Any) -> list[dict[str, Any]]:
     agent, found, after = invoker.agent, [], "1970-01-01T00:00:00Z"
     while True:
         page = await invoker.connection.call_json(
-            "list_entries", {"vault_id": agent.vault_id, "memory_id": agent.memory_id, "limit": 50, "after": after})
+            "list_entries", {"vault_id": agent.vault_id, "memory_id": agent.memory_id, "limit": 50, "after": after}
+        )
         found += page["entries"]
         if not page.get("next_after"):
             return found
@@ -171,8 +171,10 @@ async def _check(invoker: Any, sent: list[str], outcome: Outcome, label: str) ->
     if lost or extra or status.accepted != len(sent) or status.pending:
         outcome.lost += bool(lost)
         outcome.duplicated += bool(extra)
-        outcome.problems.append(f"{label}: {lost} part(s) lost, {extra} extra, checkpoint counts {status.accepted} "
-                                f"of {len(sent)} messages ({status.pending} pending)")
+        outcome.problems.append(
+            f"{label}: {lost} part(s) lost, {extra} extra, checkpoint counts {status.accepted} "
+            f"of {len(sent)} messages ({status.pending} pending)"
+        )
 
 
 def _parts(text: str) -> list[str]:
@@ -187,8 +189,9 @@ async def _send(invoker: Any, scenario: Scenario, texts: list[str]) -> Any:
     return await invoker.aprocess_conversation_messages("t", [{"role": "user", "content": t} for t in texts])
 
 
-async def run_scenario(scenario: Scenario, server: str, workdir: Path, *, max_trials: int = 2000,
-                       stride: int = 1, resend: str = "at once") -> Outcome:
+async def run_scenario(
+    scenario: Scenario, server: str, workdir: Path, *, max_trials: int = 2000, stride: int = 1, resend: str = "at once"
+) -> Outcome:
     """Trials at N = 1, 1 + stride, ... until a whole cycle of calls finishes before its cancellation point."""
     loop = asyncio.get_running_loop()
     clock = Clock()
@@ -201,10 +204,16 @@ async def run_scenario(scenario: Scenario, server: str, workdir: Path, *, max_tr
         # In process, BM25 alone: the trials cancel the agent's and the store's awaits, and a batch's vectors (written
         # behind, on a thread no cancellation reaches) would only make each trial wait for its encoding (~10x the
         # time). Over stdio the server's default, hybrid, runs.
-        async with build_agent(ToolModel(), server=server, db=workdir / "memory.db",
-                               checkpointer=f"sqlite:{workdir / 'state.db'}", flush_every=scenario.flush_every,
-                               batch_size=scenario.batch_size, settings=settings,
-                               embeddings=False if server == "in-process" else None) as invoker:
+        async with build_agent(
+            ToolModel(),
+            server=server,
+            db=workdir / "memory.db",
+            checkpointer=f"sqlite:{workdir / 'state.db'}",
+            flush_every=scenario.flush_every,
+            batch_size=scenario.batch_size,
+            settings=settings,
+            embeddings=False if server == "in-process" else None,
+        ) as invoker:
             await invoker.astart_session("t")
             n = 1
             while outcome.trials < max_trials:
@@ -222,7 +231,7 @@ async def run_scenario(scenario: Scenario, server: str, workdir: Path, *, max_tr
                             await asyncio.sleep(0.05)
                         try:
                             await _send(invoker, scenario, texts)
-                        except Exception as exc:  # noqa: BLE001 - reported in the matrix
+                        except Exception as exc:
                             outcome.problems.append(f"N={n}: the re-send failed: {type(exc).__name__}: {exc}")
                             return outcome
                     else:
@@ -251,8 +260,11 @@ async def _main(servers: tuple[str, ...], root: Path) -> None:
         for server in servers:
             started = time.perf_counter()
             out = await run_scenario(scenario, server, root / f"{scenario.name.replace(' ', '_')}-{server}")
-            print(f"{out.scenario:16} {out.server:10} {out.trials:6} {out.cancelled:6} {out.completed:5} "
-                  f"{out.lost:4} {out.duplicated:4}  {time.perf_counter() - started:.1f}", flush=True)
+            print(
+                f"{out.scenario:16} {out.server:10} {out.trials:6} {out.cancelled:6} {out.completed:5} "
+                f"{out.lost:4} {out.duplicated:4}  {time.perf_counter() - started:.1f}",
+                flush=True,
+            )
             for problem in out.problems[:5]:
                 print("    ", problem, flush=True)
 

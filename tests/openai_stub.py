@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-__all__ = ["OpenAIStub", "StubReply", "tool_call_reply", "text_reply", "error_reply", "slow_reply"]
+__all__ = ["OpenAIStub", "StubReply", "error_reply", "slow_reply", "text_reply", "tool_call_reply"]
 
 _ids = itertools.count(1)
 Usage = tuple[int, int]
@@ -57,8 +57,15 @@ def text_reply(content: str, usage: Usage | None = (10, 5)) -> StubReply:
 
 def slow_reply(seconds: float, then: StubReply) -> StubReply:
     """``then``, answered after ``seconds`` (a client with a shorter timeout sees a timeout)."""
-    return StubReply(message=then.message, usage=then.usage, status=then.status, error=then.error,
-                     error_type=then.error_type, finish_reason=then.finish_reason, delay=seconds)
+    return StubReply(
+        message=then.message,
+        usage=then.usage,
+        status=then.status,
+        error=then.error,
+        error_type=then.error_type,
+        finish_reason=then.finish_reason,
+        delay=seconds,
+    )
 
 
 def error_reply(status: int, message: str = "stub error", error_type: str = "invalid_request_error") -> StubReply:
@@ -103,8 +110,9 @@ class OpenAIStub:
     (names lower-cased).
     """
 
-    def __init__(self, responses: list[StubReply | dict[str, Any] | Callable[[dict], Any]] | None = None,
-                 *, cycle: bool = False) -> None:
+    def __init__(
+        self, responses: list[StubReply | dict[str, Any] | Callable[[dict], Any]] | None = None, *, cycle: bool = False
+    ) -> None:
         self.responses = list(responses or [])
         self.cycle = cycle
         self.requests: list[dict[str, Any]] = []

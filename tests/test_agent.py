@@ -24,19 +24,22 @@ from mycelian_agent import (
 )
 from mycelian_agent.testing import ScriptedChatModel, tool_call_message
 
-
 #: build_agent with the server inside the test process.
 in_process = partial(build_agent, server="in-process")
 
 
 def entry_reply(summary: str = "The user said hello.", **tags: str) -> AIMessage:
-    return tool_call_message("add_entry", {"summary": summary, "tags": tags or {"topic": "greeting"}},
-                             usage={"input_tokens": 100, "output_tokens": 20, "total_tokens": 120})
+    return tool_call_message(
+        "add_entry",
+        {"summary": summary, "tags": tags or {"topic": "greeting"}},
+        usage={"input_tokens": 100, "output_tokens": 20, "total_tokens": 120},
+    )
 
 
 def context_reply(content: str = "## Facts\n- The user is testing.") -> AIMessage:
-    return tool_call_message("put_context", {"content": content},
-                             usage={"input_tokens": 200, "output_tokens": 40, "total_tokens": 240})
+    return tool_call_message(
+        "put_context", {"content": content}, usage={"input_tokens": 200, "output_tokens": 40, "total_tokens": 240}
+    )
 
 
 async def entries(invoker, memory_id: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
@@ -44,7 +47,8 @@ async def entries(invoker, memory_id: str | None = None, limit: int = 50) -> lis
     if memory_id is None and agent.memory_id is None:  # nothing written yet: the invoker's own memory does not exist
         return []
     result = await invoker.connection.call_json(
-        "list_entries", {"vault_id": agent.vault_id, "memory_id": memory_id or agent.memory_id, "limit": limit})
+        "list_entries", {"vault_id": agent.vault_id, "memory_id": memory_id or agent.memory_id, "limit": limit}
+    )
     return result["entries"]
 
 
@@ -75,8 +79,9 @@ async def test_process_message_stores_verbatim_text_with_code_owned_fields(db):
     async with in_process(model, db=db) as invoker:
         await invoker.astart_session("t1")
         text = "  I moved to Denver last week!  "
-        result = await invoker.aprocess_conversation_message("user", text, "t1", "2024-03-08T10:00:00Z",
-                                                             tags={"session_id": "s1", "turn": "0"})
+        result = await invoker.aprocess_conversation_message(
+            "user", text, "t1", "2024-03-08T10:00:00Z", tags={"session_id": "s1", "turn": "0"}
+        )
         assert result.tool_calls == ("add_entry",)
         assert result.message_index == 1 and len(result.entry_ids) == 1
         assert (result.llm_calls, result.prompt_tokens, result.completion_tokens) == (1, 100, 20)
@@ -84,8 +89,14 @@ async def test_process_message_stores_verbatim_text_with_code_owned_fields(db):
         assert entry["rawEntry"] == text
         assert entry["summary"] == "The user moved to Denver on 2024-03-01."
         assert entry["conversationTime"].startswith("2024-03-08T10:00:00")
-        assert entry["tags"] == {"topic": "moving", "session_id": "s1", "turn": "0", "role": "user",
-                                 "thread": "t1", "msg": "1"}
+        assert entry["tags"] == {
+            "topic": "moving",
+            "session_id": "s1",
+            "turn": "0",
+            "role": "user",
+            "thread": "t1",
+            "msg": "1",
+        }
         # the model was bound to add_entry alone, with a forced choice, and saw only its own fields
         assert model.bound_tool_choice == "add_entry"
         schema = model.bound_tools[0]["function"]["parameters"]["properties"]
@@ -103,7 +114,10 @@ async def test_flush_sequence_and_end_session(db):
         for i in range(1, 5):
             r = await invoker.aprocess_conversation_message("user" if i % 2 else "assistant", f"message {i}", "t1")
             controls.append((r.control, r.tool_calls))
-        assert controls[2] == (ControlState.PROCESS_MESSAGE_AND_FLUSH, ("add_entry", "await_consistency", "put_context"))
+        assert controls[2] == (
+            ControlState.PROCESS_MESSAGE_AND_FLUSH,
+            ("add_entry", "await_consistency", "put_context"),
+        )
         assert [c for c, _ in controls].count(ControlState.PROCESS_MESSAGE) == 3
         agent = invoker.agent
         args = {"vault_id": agent.vault_id, "memory_id": agent.memory_id}
@@ -123,9 +137,14 @@ async def test_flush_sequence_and_end_session(db):
 
 
 async def test_identifiers_written_by_the_model_never_reach_the_server(db):
-    bogus = {"summary": "ok", "tags": {"role": "system", "msg": "999", "topic": "x"},
-             "vault_id": "00000000-0000-0000-0000-000000000000", "memory_id": "not-a-memory",
-             "raw_entry": "forged text", "conversation_time": "1999-01-01T00:00:00Z"}
+    bogus = {
+        "summary": "ok",
+        "tags": {"role": "system", "msg": "999", "topic": "x"},
+        "vault_id": "00000000-0000-0000-0000-000000000000",
+        "memory_id": "not-a-memory",
+        "raw_entry": "forged text",
+        "conversation_time": "1999-01-01T00:00:00Z",
+    }
     model = ScriptedChatModel(responses=[tool_call_message("add_entry", bogus)])
     async with in_process(model, db=db, memory="first") as invoker:
         result = await invoker.aprocess_conversation_message("assistant", "the real text", "t1")
@@ -150,8 +169,9 @@ async def test_reply_without_tool_call_is_reprompted_then_falls_back(db):
 
 
 async def test_corrective_reprompt_recovers(db):
-    model = ScriptedChatModel(responses=[
-        tool_call_message("add_entry", {"summary": "", "tags": {}}), entry_reply("Recovered summary.")])
+    model = ScriptedChatModel(
+        responses=[tool_call_message("add_entry", {"summary": "", "tags": {}}), entry_reply("Recovered summary.")]
+    )
     async with in_process(model, db=db) as invoker:
         result = await invoker.aprocess_conversation_message("user", "hello", "t1")
         assert (result.corrections, result.fallbacks) == (1, 0)
@@ -274,8 +294,15 @@ def test_result_as_dict_is_plain_json_with_usage_flattened():
     from mycelian_agent import InvocationResult
     from mycelian_agent.agent.report import Usage
 
-    result = InvocationResult(control=ControlState.END_SESSION, thread_id="t", tool_calls=("await_consistency",),
-                              usage=Usage(llm_calls=2, prompt_tokens=30), duration_s=0.5, tool_s=0.1, model_s=0.2)
+    result = InvocationResult(
+        control=ControlState.END_SESSION,
+        thread_id="t",
+        tool_calls=("await_consistency",),
+        usage=Usage(llm_calls=2, prompt_tokens=30),
+        duration_s=0.5,
+        tool_s=0.1,
+        model_s=0.2,
+    )
     data = json.loads(json.dumps(result.as_dict()))  # no default=: every value must be JSON as it is
     assert data["control"] == "end_session" and data["thread_id"] == "t"
     assert data["tool_calls"] == ["await_consistency"]
@@ -285,15 +312,21 @@ def test_result_as_dict_is_plain_json_with_usage_flattened():
 
 
 async def test_a_new_session_starts_from_the_stored_context_and_recent_entries(db):
-    model = ScriptedChatModel(responses=[
-        entry_reply("Ana moved to Porto."), context_reply("## Facts\n- Ana lives in Porto. " + "x" * 3000),
-        entry_reply("Ana asked about trains.")])
+    model = ScriptedChatModel(
+        responses=[
+            entry_reply("Ana moved to Porto."),
+            context_reply("## Facts\n- Ana lives in Porto. " + "x" * 3000),
+            entry_reply("Ana asked about trains."),
+        ]
+    )
     settings = AgentSettings(entry_context_chars=100)
     async with in_process(model, db=db, settings=settings) as invoker:
         await invoker.astart_session("t1")
         await invoker.aprocess_conversation_message("user", "My sister Ana moved to Porto.", "t1")
         await invoker.aend_session("t1")
-    async with in_process(model, db=db, settings=settings) as invoker:  # a new process: nothing in memory but the server
+    async with in_process(
+        model, db=db, settings=settings
+    ) as invoker:  # a new process: nothing in memory but the server
         await invoker.astart_session("t2")
         await invoker.aprocess_conversation_message("user", "Which train goes there?", "t2")
         payload = model.calls[-1][-1].additional_kwargs["mycelian_task"]

@@ -39,13 +39,17 @@ WRITER = textwrap.dedent("""
 async def write_here(db, state, start, stop) -> dict:
     """WRITER's ``write`` in this process."""
     namespace: dict = {"__name__": "writer"}
-    exec(WRITER, namespace)  # noqa: S102 - our own source, shared with the subprocess
+    exec(WRITER, namespace)
     return await namespace["write"](db, state, start, stop)
 
 
 def write_in_a_new_process(db, state, start, stop) -> dict:
-    out = subprocess.run([sys.executable, "-c", WRITER, str(db), str(state), str(start), str(stop)],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", WRITER, str(db), str(state), str(start), str(stop)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -73,8 +77,10 @@ class MeasuringModel(ExtractiveChatModel):
 
 def latest_checkpoint_bytes(state_path, thread_id: str) -> int:
     with contextlib.closing(sqlite3.connect(state_path)) as conn:  # sqlite3's own "with" commits, does not close
-        row = conn.execute("SELECT length(checkpoint) FROM checkpoints WHERE thread_id = ? "
-                           "ORDER BY checkpoint_id DESC LIMIT 1", (thread_id,)).fetchone()
+        row = conn.execute(
+            "SELECT length(checkpoint) FROM checkpoints WHERE thread_id = ? ORDER BY checkpoint_id DESC LIMIT 1",
+            (thread_id,),
+        ).fetchone()
     return row[0]
 
 
@@ -91,8 +97,9 @@ async def test_prompt_and_checkpoint_size_stay_flat_over_1000_messages(tmp_path)
     files: dict[int, int] = {}
     prompts: dict[int, list[int]] = {}
     # BM25 alone: the agent's prompts and checkpoints are measured; encoding 1,000 entries would only add ~80 s.
-    async with build_agent(model, server="in-process", db=tmp_path / "memory.db",
-                           checkpointer=f"sqlite:{state}", embeddings=False) as invoker:
+    async with build_agent(
+        model, server="in-process", db=tmp_path / "memory.db", checkpointer=f"sqlite:{state}", embeddings=False
+    ) as invoker:
         await invoker.astart_session("long")
         for n in range(1, last + 1):
             before = len(model.prompt_chars)
@@ -115,8 +122,9 @@ async def test_pruned_in_memory_checkpoints_keep_the_thread_intact(tmp_path):
     from langgraph.checkpoint.memory import InMemorySaver
 
     saver = InMemorySaver()
-    async with build_agent("extractive", server="in-process", db=tmp_path / "memory.db", checkpointer=saver,
-                           flush_every=5) as invoker:
+    async with build_agent(
+        "extractive", server="in-process", db=tmp_path / "memory.db", checkpointer=saver, flush_every=5
+    ) as invoker:
         for n in range(1, 41):
             await invoker.aprocess_conversation_message("user", f"message {n}", "t1")
         assert len(saver.storage["t1"][""]) <= invoker.agent.settings.prune_every
@@ -125,7 +133,8 @@ async def test_pruned_in_memory_checkpoints_keep_the_thread_intact(tmp_path):
         # The thread's context is the document of the 8th flush, as stored on the server, and it still carries
         # every message: each flush merged the previous document, which pruning did not lose.
         stored = await invoker.connection.call(
-            "get_context", {"vault_id": invoker.agent.vault_id, "memory_id": invoker.agent.memory_id})
+            "get_context", {"vault_id": invoker.agent.vault_id, "memory_id": invoker.agent.memory_id}
+        )
         assert status.context == stored
         timeline = status.context.split("## Timeline\n", 1)[1].splitlines()
         assert timeline == [f"- User: message {n}." for n in range(1, 41)]
@@ -161,8 +170,12 @@ DIES_AFTER_ITS_CHECKPOINT = textwrap.dedent("""
 
 
 def _dies_after_its_checkpoint(db, state, batch: int, die_at: int, count: int) -> None:
-    run = subprocess.run([sys.executable, "-c", DIES_AFTER_ITS_CHECKPOINT, str(db), str(state), str(batch),
-                          str(die_at), str(count)], capture_output=True, text=True, timeout=120)
+    run = subprocess.run(
+        [sys.executable, "-c", DIES_AFTER_ITS_CHECKPOINT, str(db), str(state), str(batch), str(die_at), str(count)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert run.returncode == -9, run.stderr
 
 
@@ -184,10 +197,12 @@ async def test_a_bulk_call_sent_again_to_a_new_process_takes_in_only_what_the_de
     db, state = tmp_path / "memory.db", tmp_path / "state.db"
     # Two invocations of 10 messages: 1-4 (a batch), 5-6 (to the flush at 6); it dies after the second.
     _dies_after_its_checkpoint(db, state, batch=4, die_at=2, count=10)
-    async with build_agent(server="in-process", db=db, checkpointer=f"sqlite:{state}", batch_size=4,
-                           embeddings=False) as invoker:
+    async with build_agent(
+        server="in-process", db=db, checkpointer=f"sqlite:{state}", batch_size=4, embeddings=False
+    ) as invoker:
         results = await invoker.aprocess_conversation_messages(
-            "t", [{"role": "user", "content": f"message {i}"} for i in range(10)])
+            "t", [{"role": "user", "content": f"message {i}"} for i in range(10)]
+        )
         assert [n for result in results for n in result.accepted] == [7, 8, 9, 10]
         await invoker.aend_session("t")
         # After a session's end a message like the last one is a new message, not a resend.

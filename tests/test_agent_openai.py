@@ -5,22 +5,32 @@ from __future__ import annotations
 import json
 
 import pytest
+from openai_stub import OpenAIStub, error_reply, text_reply, tool_call_reply
 
 from mycelian_agent import build_agent, resolve_model
-from openai_stub import OpenAIStub, error_reply, text_reply, tool_call_reply
 
 
 async def test_openai_model_writes_entries_and_context_over_the_wire(tmp_path):
     replies = [
-        tool_call_reply("add_entry", {"summary": "The user booked flight AL 417 on 2024-04-10.", "tags": {"topic": "flight"}},
-                        usage=(321, 17)),
+        tool_call_reply(
+            "add_entry",
+            {"summary": "The user booked flight AL 417 on 2024-04-10.", "tags": {"topic": "flight"}},
+            usage=(321, 17),
+        ),
         tool_call_reply("put_context", {"content": "## Facts\n- Flight AL 417 booked."}, usage=(400, 12)),
     ]
     with OpenAIStub(responses=replies) as stub:
-        async with build_agent("openai:gpt-4o-mini", "in-process", db=tmp_path / "m.db", api_key="test-key",
-                               base_url=stub.base_url, flush_every=1) as invoker:
+        async with build_agent(
+            "openai:gpt-4o-mini",
+            "in-process",
+            db=tmp_path / "m.db",
+            api_key="test-key",
+            base_url=stub.base_url,
+            flush_every=1,
+        ) as invoker:
             result = await invoker.aprocess_conversation_message(
-                "user", "We booked flight AL 417.", "t1", "2024-04-10T08:05:00Z")
+                "user", "We booked flight AL 417.", "t1", "2024-04-10T08:05:00Z"
+            )
             assert result.tool_calls == ("add_entry", "await_consistency", "put_context")
             assert (result.llm_calls, result.prompt_tokens, result.completion_tokens) == (2, 721, 29)
             agent = invoker.agent
@@ -41,7 +51,9 @@ async def test_openai_model_writes_entries_and_context_over_the_wire(tmp_path):
 
 
 async def test_text_reply_is_corrected_over_the_wire_then_falls_back(tmp_path):
-    with OpenAIStub(responses=[text_reply("I can't call tools."), text_reply("Still no."), error_reply(400, "boom")]) as stub:
+    with OpenAIStub(
+        responses=[text_reply("I can't call tools."), text_reply("Still no."), error_reply(400, "boom")]
+    ) as stub:
         model = resolve_model("openai:gpt-4o-mini", api_key="k", base_url=stub.base_url, max_retries=0)
         async with build_agent(model, "in-process", db=tmp_path / "m.db") as invoker:
             result = await invoker.aprocess_conversation_message("user", "Marco is vegetarian.", "t1")

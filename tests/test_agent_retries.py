@@ -19,17 +19,31 @@ def tool(name: str, behaviour) -> StructuredTool:
     async def run(**kwargs):
         return behaviour(kwargs)
 
-    return StructuredTool.from_function(coroutine=run, name=name, description=name,
-                                        args_schema={"type": "object", "properties": {"idempotency_key": {}}},
-                                        handle_tool_error=True)
+    return StructuredTool.from_function(
+        coroutine=run,
+        name=name,
+        description=name,
+        args_schema={"type": "object", "properties": {"idempotency_key": {}}},
+        handle_tool_error=True,
+    )
 
 
 def make_invoker(add_entry_behaviour) -> MycelianAgentInvoker:
-    tools = [tool("get_context", lambda _: ""), tool("list_entries", lambda _: json.dumps({"entries": []})),
-             tool("add_entry", add_entry_behaviour), tool("await_consistency", lambda _: "consistent"),
-             tool("put_context", lambda _: json.dumps({"status": "stored"}))]
-    agent = MycelianMemoryAgent(ExtractiveChatModel(), tools, vault_id="v", memory_id="m", checkpointer=InMemorySaver(),
-                                settings=AgentSettings(retry_backoff_s=0.001))
+    tools = [
+        tool("get_context", lambda _: ""),
+        tool("list_entries", lambda _: json.dumps({"entries": []})),
+        tool("add_entry", add_entry_behaviour),
+        tool("await_consistency", lambda _: "consistent"),
+        tool("put_context", lambda _: json.dumps({"status": "stored"})),
+    ]
+    agent = MycelianMemoryAgent(
+        ExtractiveChatModel(),
+        tools,
+        vault_id="v",
+        memory_id="m",
+        checkpointer=InMemorySaver(),
+        settings=AgentSettings(retry_backoff_s=0.001),
+    )
     return MycelianAgentInvoker(agent)
 
 
@@ -91,10 +105,18 @@ async def test_an_interrupted_invocation_counts_the_entry_the_server_acknowledge
         blocked.set()
         await asyncio.Event().wait()  # the flush never answers: the user presses Ctrl-C here
 
-    tools = [tool("get_context", lambda _: ""), tool("list_entries", lambda _: json.dumps({"entries": []})),
-             tool("add_entry", failing(0, ConnectionError())), tool("await_consistency", lambda _: "consistent"),
-             StructuredTool.from_function(coroutine=hang, name="put_context", description="put_context",
-                                          args_schema={"type": "object", "properties": {}})]
+    tools = [
+        tool("get_context", lambda _: ""),
+        tool("list_entries", lambda _: json.dumps({"entries": []})),
+        tool("add_entry", failing(0, ConnectionError())),
+        tool("await_consistency", lambda _: "consistent"),
+        StructuredTool.from_function(
+            coroutine=hang,
+            name="put_context",
+            description="put_context",
+            args_schema={"type": "object", "properties": {}},
+        ),
+    ]
     agent = MycelianMemoryAgent(ExtractiveChatModel(), tools, vault_id="v", memory_id="m", checkpointer=Saver())
     invoker = MycelianAgentInvoker(agent, flush_every=1)
     running = asyncio.create_task(invoker.aprocess_conversation_message("user", "hello", "t1"))

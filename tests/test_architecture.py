@@ -95,7 +95,7 @@ GRAPH = {name: _imports(name, path) for name, path in MODULES.items()}
 def _room(name: str) -> str | None:
     if not name.startswith(MS + "."):
         return None
-    head = name[len(MS) + 1:].split(".")[0]
+    head = name[len(MS) + 1 :].split(".")[0]
     return head if head in ROOMS else None
 
 
@@ -155,8 +155,11 @@ def test_only_the_memory_servers_front_is_imported_from_outside() -> None:
         crossing += [f"{name} -> {t}" for t in GRAPH[name] if t.startswith(MS + ".") and t not in MS_ENTRY_POINTS]
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and _source(name, node) == MS:
-                crossing += [f"{name} -> {MS}.{a.name} (not in its __all__)" for a in node.names
-                             if a.name not in front and f"{MS}.{a.name}" not in MS_ENTRY_POINTS]
+                crossing += [
+                    f"{name} -> {MS}.{a.name} (not in its __all__)"
+                    for a in node.names
+                    if a.name not in front and f"{MS}.{a.name}" not in MS_ENTRY_POINTS
+                ]
     assert not crossing, "imports of memory_server's rooms from outside it:\n" + "\n".join(sorted(crossing))
 
 
@@ -179,7 +182,7 @@ def test_no_import_circle() -> None:
         stack.append(name)
         for target in sorted(edges(name)):
             if state.get(target) == 1:
-                cycles.append(stack[stack.index(target):] + [target])
+                cycles.append(stack[stack.index(target) :] + [target])
             elif target not in state:
                 visit(target, stack)
         stack.pop()
@@ -202,5 +205,7 @@ def test_modules_stay_small() -> None:
             if "one module" not in doc.lower():
                 unexplained.append(f"{name}: {lines} lines")
     assert not too_long, f"modules over {MAX_LINES} lines:\n" + "\n".join(too_long)
-    assert not unexplained, (f"modules over {EXPLAIN_OVER} lines whose docstring does not say why they are one module "
-                             "(a sentence with 'one module'):\n" + "\n".join(unexplained))
+    assert not unexplained, (
+        f"modules over {EXPLAIN_OVER} lines whose docstring does not say why they are one module "
+        "(a sentence with 'one module'):\n" + "\n".join(unexplained)
+    )

@@ -33,12 +33,12 @@ in_process = partial(build_agent, server="in-process")
 
 def batch_reply(*items: tuple[int, str], context: str | None = None) -> AIMessage:
     """An add_entries (or, with ``context``, add_entries_and_context) call for ``(item, summary)`` pairs."""
-    args: dict[str, Any] = {"entries": [{"item": n, "summary": summary, "tags": {"topic": f"t{n}"}}
-                                        for n, summary in items]}
+    args: dict[str, Any] = {
+        "entries": [{"item": n, "summary": summary, "tags": {"topic": f"t{n}"}} for n, summary in items]
+    }
     if context is not None:
         args["context"] = context
-    return tool_call_message("add_entries_and_context" if context is not None else "add_entries", args,
-                             usage=(400, 60))
+    return tool_call_message("add_entries_and_context" if context is not None else "add_entries", args, usage=(400, 60))
 
 
 async def entries(invoker) -> list[dict[str, Any]]:
@@ -46,7 +46,8 @@ async def entries(invoker) -> list[dict[str, Any]]:
     if agent.memory_id is None:  # nothing written yet: the invoker's own memory does not exist
         return []
     result = await invoker.connection.call_json(
-        "list_entries", {"vault_id": agent.vault_id, "memory_id": agent.memory_id, "limit": 50, "after": ""})
+        "list_entries", {"vault_id": agent.vault_id, "memory_id": agent.memory_id, "limit": 50, "after": ""}
+    )
     return result["entries"]
 
 
@@ -55,7 +56,8 @@ async def listed(invoker) -> list[dict[str, Any]]:
     if agent.memory_id is None:  # nothing written yet: the invoker's own memory does not exist
         return []
     result = await invoker.connection.call_json(
-        "list_entries", {"vault_id": agent.vault_id, "memory_id": agent.memory_id, "limit": 50})
+        "list_entries", {"vault_id": agent.vault_id, "memory_id": agent.memory_id, "limit": 50}
+    )
     return sorted(result["entries"], key=lambda e: int(e["tags"]["msg"]))
 
 
@@ -63,8 +65,9 @@ async def search(invoker, query: str) -> list[dict[str, Any]]:
     if invoker.agent.memory_id is None:  # nothing written yet: the invoker's own memory does not exist
         return []
     result = await invoker.connection.call_json(
-        "search_memories", {"memory_id": invoker.agent.memory_id, "query": query, "top_ke": 10,
-                            "include_raw_entries": True})
+        "search_memories",
+        {"memory_id": invoker.agent.memory_id, "query": query, "top_ke": 10, "include_raw_entries": True},
+    )
     return result["entries"]
 
 
@@ -78,12 +81,19 @@ def db(tmp_path):
 
 
 async def test_messages_are_accepted_without_a_model_call_then_written_by_one(db):
-    model = ScriptedChatModel(responses=[batch_reply((1, "Ana adopted a dog named Rex."),
-                                                     (2, "The assistant suggested puppy classes."),
-                                                     (3, "Ana booked puppy classes for Rex."))])
+    model = ScriptedChatModel(
+        responses=[
+            batch_reply(
+                (1, "Ana adopted a dog named Rex."),
+                (2, "The assistant suggested puppy classes."),
+                (3, "Ana booked puppy classes for Rex."),
+            )
+        ]
+    )
     async with in_process(model, db=db, batch_size=3, flush_every=100) as invoker:
-        first = await invoker.aprocess_conversation_message("user", "I adopted a dog, Rex!", "t1",
-                                                            "2024-03-01T10:00:00Z", name="Ana")
+        first = await invoker.aprocess_conversation_message(
+            "user", "I adopted a dog, Rex!", "t1", "2024-03-01T10:00:00Z", name="Ana"
+        )
         second = await invoker.aprocess_conversation_message("assistant", "Try puppy classes.", "t1")
         assert (first.control, second.control) == (ControlState.ACCEPT_MESSAGE, ControlState.ACCEPT_MESSAGE)
         assert (first.accepted, first.written, first.pending) == ((1,), (), 1)
@@ -101,14 +111,28 @@ async def test_messages_are_accepted_without_a_model_call_then_written_by_one(db
         assert third.tool_calls == ("add_entries",) and len(third.entry_ids) == 3  # one transaction on the server
         assert model.bound_tool_choice == "add_entries"
         text = task_text(model.calls[0])
-        assert all(part in text for part in ('item="1"', 'item="2"', 'item="3"', 'name="Ana"', "I adopted a dog, Rex!",
-                                             "Booked them for Rex."))
+        assert all(
+            part in text
+            for part in (
+                'item="1"',
+                'item="2"',
+                'item="3"',
+                'name="Ana"',
+                "I adopted a dog, Rex!",
+                "Booked them for Rex.",
+            )
+        )
         stored = await listed(invoker)
-        assert [e["rawEntry"] for e in stored] == ["I adopted a dog, Rex!", "Try puppy classes.",
-                                                   "Booked them for Rex."]
-        assert [e["summary"] for e in stored] == ["Ana adopted a dog named Rex.",
-                                                  "The assistant suggested puppy classes.",
-                                                  "Ana booked puppy classes for Rex."]
+        assert [e["rawEntry"] for e in stored] == [
+            "I adopted a dog, Rex!",
+            "Try puppy classes.",
+            "Booked them for Rex.",
+        ]
+        assert [e["summary"] for e in stored] == [
+            "Ana adopted a dog named Rex.",
+            "The assistant suggested puppy classes.",
+            "Ana booked puppy classes for Rex.",
+        ]
         assert [e["tags"]["msg"] for e in stored] == ["1", "2", "3"]
         assert stored[2]["tags"]["turn"] == "3" and stored[0]["tags"]["topic"] == "t1"
         # code-owned times: the second and third messages inherit the first one's time
@@ -119,14 +143,22 @@ async def test_messages_are_accepted_without_a_model_call_then_written_by_one(db
 
 
 async def test_one_bad_item_is_asked_for_again_alone_and_the_rest_is_kept(db):
-    model = ScriptedChatModel(responses=[
-        tool_call_message("add_entries", {"entries": [
-            {"item": 1, "summary": "Ana likes tea.", "tags": {}},
-            {"item": 2, "summary": "", "tags": {}},  # unusable: empty summary
-            {"item": 3, "summary": "Ana lives in Lisbon.", "tags": {}},
-            {"item": 9, "summary": "not a message of the batch", "tags": {}}]}),
-        batch_reply((2, "Ana drinks coffee in the morning.")),
-    ])
+    model = ScriptedChatModel(
+        responses=[
+            tool_call_message(
+                "add_entries",
+                {
+                    "entries": [
+                        {"item": 1, "summary": "Ana likes tea.", "tags": {}},
+                        {"item": 2, "summary": "", "tags": {}},  # unusable: empty summary
+                        {"item": 3, "summary": "Ana lives in Lisbon.", "tags": {}},
+                        {"item": 9, "summary": "not a message of the batch", "tags": {}},
+                    ]
+                },
+            ),
+            batch_reply((2, "Ana drinks coffee in the morning.")),
+        ]
+    )
     async with in_process(model, db=db, batch_size=3) as invoker:
         for text in ("I like tea.", "Coffee in the morning though.", "I live in Lisbon."):
             result = await invoker.aprocess_conversation_message("user", text, "t1", name="Ana")
@@ -137,7 +169,10 @@ async def test_one_bad_item_is_asked_for_again_alone_and_the_rest_is_kept(db):
         assert "the summary was missing or empty" in retry and "item 9 is not a message of this batch" in retry
         assert any("summary was missing" in e for e in result.errors)
         assert [e["summary"] for e in await listed(invoker)] == [
-            "Ana likes tea.", "Ana drinks coffee in the morning.", "Ana lives in Lisbon."]
+            "Ana likes tea.",
+            "Ana drinks coffee in the morning.",
+            "Ana lives in Lisbon.",
+        ]
 
 
 async def test_an_item_the_model_never_writes_falls_back_to_the_extractive_model_alone(db):
@@ -146,8 +181,9 @@ async def test_an_item_the_model_never_writes_falls_back_to_the_extractive_model
     settings = AgentSettings(max_corrections=2)
     async with in_process(model, db=db, batch_size=2, settings=settings) as invoker:
         await invoker.aprocess_conversation_message("user", "I like tea.", "t1", name="Ana")
-        result = await invoker.aprocess_conversation_message("user", "I moved to Lisbon last week.", "t1",
-                                                             "2024-05-10T09:00:00Z", name="Ana")
+        result = await invoker.aprocess_conversation_message(
+            "user", "I moved to Lisbon last week.", "t1", "2024-05-10T09:00:00Z", name="Ana"
+        )
         assert result.llm_calls == 3 and result.corrections == 2 and result.fallbacks == 1
         stored = await listed(invoker)
         assert stored[0]["summary"] == "Ana likes tea."  # the model's item is kept
@@ -156,12 +192,14 @@ async def test_an_item_the_model_never_writes_falls_back_to_the_extractive_model
 
 
 async def test_a_flush_that_coincides_with_a_write_is_one_model_call(db):
-    model = ScriptedChatModel(responses=[
-        batch_reply((1, "s1"), (2, "s2"), (3, "s3"), (4, "s4"), context="## Facts\n- Four messages."),
-        # the context part unusable: the entries are kept and put_context is asked for on its own
-        batch_reply((1, "s5"), (2, "s6"), (3, "s7"), (4, "s8"), context=""),
-        tool_call_message("put_context", {"content": "## Facts\n- Eight messages."}),
-    ])
+    model = ScriptedChatModel(
+        responses=[
+            batch_reply((1, "s1"), (2, "s2"), (3, "s3"), (4, "s4"), context="## Facts\n- Four messages."),
+            # the context part unusable: the entries are kept and put_context is asked for on its own
+            batch_reply((1, "s5"), (2, "s6"), (3, "s7"), (4, "s8"), context=""),
+            tool_call_message("put_context", {"content": "## Facts\n- Eight messages."}),
+        ]
+    )
     async with in_process(model, db=db, batch_size=8, flush_every=4) as invoker:
         for i in range(1, 5):
             result = await invoker.aprocess_conversation_message("user", f"message {i}", "t1")
@@ -180,10 +218,12 @@ async def test_a_flush_that_coincides_with_a_write_is_one_model_call(db):
 
 
 async def test_session_end_and_aflush_write_the_pending_messages(db):
-    model = ScriptedChatModel(responses=[
-        batch_reply((1, "first"), (2, "second")),
-        batch_reply((1, "third"), context="## Facts\n- Three messages."),
-    ])
+    model = ScriptedChatModel(
+        responses=[
+            batch_reply((1, "first"), (2, "second")),
+            batch_reply((1, "third"), context="## Facts\n- Three messages."),
+        ]
+    )
     async with in_process(model, db=db, batch_size=8, flush_every=100) as invoker:
         await invoker.astart_session("t1", "2024-01-01T09:00:00Z")
         await invoker.aprocess_conversation_message("user", "one", "t1")
@@ -211,7 +251,10 @@ def test_sync_flush_and_pending_written_when_the_context_manager_exits(db):
         assert [r.accepted for r in taken] == [(5,)]
     with contextlib.closing(sqlite3.connect(db)) as conn:
         raws = [row[0] for row in conn.execute("SELECT raw_entry FROM entries ORDER BY rowid")]
-    assert raws == [f"I planted {i + 1} tomato plants." for i in range(3)] + ["And one basil plant.", "Two peppers too."]
+    assert raws == [f"I planted {i + 1} tomato plants." for i in range(3)] + [
+        "And one basil plant.",
+        "Two peppers too.",
+    ]
 
 
 async def test_max_delay_writes_a_quiet_threads_pending_messages(db):
@@ -228,8 +271,13 @@ async def test_max_delay_writes_a_quiet_threads_pending_messages(db):
 
 
 async def test_extractive_summaries_are_the_same_batched_and_unbatched(tmp_path):
-    texts = [("user", "I went hiking near Denver yesterday with my brother Tom."), ("assistant", "Sounds great!"),
-             ("user", "Yes"), ("assistant", "Bring layers next time; mornings are cold."), ("user", "Will do.")]
+    texts = [
+        ("user", "I went hiking near Denver yesterday with my brother Tom."),
+        ("assistant", "Sounds great!"),
+        ("user", "Yes"),
+        ("assistant", "Bring layers next time; mornings are cold."),
+        ("user", "Will do."),
+    ]
     summaries = {}
     for batch in (1, 2):
         async with in_process("extractive", db=tmp_path / f"m{batch}.db", batch_size=batch, flush_every=3) as invoker:
@@ -255,12 +303,17 @@ async def test_a_thread_leaving_batched_mode_writes_its_pending_messages_first(d
         assert result.llm_calls == 2  # one batch call for the pending two, one call for this message
         stored = await listed(batched)
         assert [(e["tags"]["msg"], e["rawEntry"]) for e in stored] == [
-            ("1", "I have a cat named Miso."), ("2", "Miso is three years old."), ("3", "She likes tuna.")]
+            ("1", "I have a cat named Miso."),
+            ("2", "Miso is three years old."),
+            ("3", "She likes tuna."),
+        ]
 
 
 async def test_a_batch_written_as_json_text_is_read_item_by_item(db):
-    text = ('{"name": "add_entries", "arguments": {"entries": [{"item": "1", "summary": "Lee plays chess.", '
-            '"tags": ["chess"]}, {"item": 2, "summary": "Lee plays on Sundays.", "tags": {}}]}}')
+    text = (
+        '{"name": "add_entries", "arguments": {"entries": [{"item": "1", "summary": "Lee plays chess.", '
+        '"tags": ["chess"]}, {"item": 2, "summary": "Lee plays on Sundays.", "tags": {}}]}}'
+    )
     model = ScriptedChatModel(responses=[text_message(text)])
     async with in_process(model, db=db, batch_size=2, tool_choice_mode="auto") as invoker:
         await invoker.aprocess_conversation_message("user", "I play chess.", "t1", name="Lee")
@@ -274,13 +327,20 @@ async def test_a_batch_written_as_json_text_is_read_item_by_item(db):
 
 def stored_keys(db: Path) -> list[tuple[str, str, str]]:
     with contextlib.closing(sqlite3.connect(db)) as conn:
-        return [tuple(row) for row in conn.execute(
-            "SELECT raw_entry, summary, idempotency_key FROM entries ORDER BY rowid")]
+        return [
+            tuple(row) for row in conn.execute("SELECT raw_entry, summary, idempotency_key FROM entries ORDER BY rowid")
+        ]
 
 
-CHAT = [{"role": "user" if i % 2 == 0 else "assistant", "content": f"Note {i}: the heron nests by pond {i % 3}.",
-         **({"name": "Ivo"} if i % 2 == 0 else {}), **({"tags": {"turn": str(i)}} if i % 3 == 0 else {})}
-        for i in range(11)]
+CHAT = [
+    {
+        "role": "user" if i % 2 == 0 else "assistant",
+        "content": f"Note {i}: the heron nests by pond {i % 3}.",
+        **({"name": "Ivo"} if i % 2 == 0 else {}),
+        **({"tags": {"turn": str(i)}} if i % 3 == 0 else {}),
+    }
+    for i in range(11)
+]
 
 
 async def test_many_messages_in_one_call_store_what_one_call_per_message_stores(tmp_path):
@@ -296,16 +356,20 @@ async def test_many_messages_in_one_call_store_what_one_call_per_message_stores(
                 # cut where one call per message would write: 4 pending, the flush at 6, 4 pending again; 11 pending
                 assert [r.accepted for r in results] == [(1, 2, 3, 4), (5, 6), (7, 8, 9, 10), (11,)]
                 assert [r.control for r in results] == [
-                    ControlState.ACCEPT_MESSAGE_AND_WRITE, ControlState.ACCEPT_MESSAGE_AND_FLUSH,
-                    ControlState.ACCEPT_MESSAGE_AND_WRITE, ControlState.ACCEPT_MESSAGE]
+                    ControlState.ACCEPT_MESSAGE_AND_WRITE,
+                    ControlState.ACCEPT_MESSAGE_AND_FLUSH,
+                    ControlState.ACCEPT_MESSAGE_AND_WRITE,
+                    ControlState.ACCEPT_MESSAGE,
+                ]
                 assert [r.written for r in results] == [(1, 2, 3, 4), (5, 6), (7, 8, 9, 10), ()]
                 assert [r.pending for r in results] == [0, 0, 0, 1] and results[1].context_written
                 assert results[0].tool_calls == ("add_entries",) and results[3].tool_calls == ()
                 assert sum(r.llm_calls for r in results) == 3
             else:
                 for m in CHAT:
-                    await invoker.aprocess_conversation_message(m["role"], m["content"], "t1", tags=m.get("tags"),
-                                                                name=m.get("name"))
+                    await invoker.aprocess_conversation_message(
+                        m["role"], m["content"], "t1", tags=m.get("tags"), name=m.get("name")
+                    )
             status = await invoker.athread_status("t1")
             assert (status.accepted, status.pending, status.messages) == (11, 1, 10)
             await invoker.aend_session("t1")
@@ -349,8 +413,14 @@ async def test_without_the_servers_add_entries_the_batch_is_one_add_entry_per_en
         agent = invoker.agent
         tools = [t for t in invoker.connection.tools if t.name != "add_entries"]
         memory_id = await invoker.reader.default_memory(create=True)
-        upstream = MycelianMemoryAgent(agent.model, tools, vault_id=agent.vault_id, memory_id=memory_id,
-                                       checkpointer=agent.checkpointer, settings=agent.settings)
+        upstream = MycelianMemoryAgent(
+            agent.model,
+            tools,
+            vault_id=agent.vault_id,
+            memory_id=memory_id,
+            checkpointer=agent.checkpointer,
+            settings=agent.settings,
+        )
         fallback = MycelianAgentInvoker(upstream, flush_every=100)
         results = await fallback.aprocess_conversation_messages("t1", CHAT[:6])
         assert [r.accepted for r in results] == [(1, 2, 3, 4), (5, 6)]
@@ -358,8 +428,14 @@ async def test_without_the_servers_add_entries_the_batch_is_one_add_entry_per_en
         assert (await fallback.aflush("t1")).tool_calls == ("add_entry",) * 2
         assert [raw for raw, _, _ in stored_keys(db)] == [m["content"] for m in CHAT[:6]]
         # A re-run of the thread without its checkpoint, through add_entries: the same keys, nothing stored twice.
-        fresh = MycelianMemoryAgent(agent.model, invoker.connection.tools, vault_id=agent.vault_id,
-                                    memory_id=memory_id, checkpointer=InMemorySaver(), settings=agent.settings)
+        fresh = MycelianMemoryAgent(
+            agent.model,
+            invoker.connection.tools,
+            vault_id=agent.vault_id,
+            memory_id=memory_id,
+            checkpointer=InMemorySaver(),
+            settings=agent.settings,
+        )
         rerun = MycelianAgentInvoker(fresh, flush_every=100)
         again = await rerun.aprocess_conversation_messages("t1", CHAT[:6])
         again.append(await rerun.aflush("t1"))
@@ -425,24 +501,60 @@ def raw_entries(db: Path) -> list[str]:
         return [row[0] for row in conn.execute("SELECT raw_entry FROM entries ORDER BY rowid")]
 
 
-@pytest.mark.parametrize("where, kill_at, batch, flush, bulk", [
-    ("accepted", 23, 4, 7, "single"),  # one accept invocation per message
-    ("after-write", 12, 4, 7, "single"),
-    # bulk: a session's messages in one call; messages 11-15 accepted by one invocation, then the kill
-    ("accepted", 15, 8, 10, "bulk"),
-    ("after-write", 8, 8, 10, "bulk"),  # messages 1-8 accepted and stored by one invocation, killed before its checkpoint
-])
-def test_a_replay_killed_mid_batch_resumes_and_stores_every_message_exactly_once(tmp_path, capsys, monkeypatch,
-                                                                                 where, kill_at, batch, flush, bulk):
-    sessions = [{"session_id": f"s{s}", "conversation_time": f"2024-0{s + 1}-01T10:00:00Z",
-                 "messages": [{"role": "user" if i % 2 == 0 else "assistant",
-                               "content": f"Session {s} message {i}: note number {s * 100 + i} about topic {i % 5}."}
-                              for i in range(15)]} for s in range(3)]
+@pytest.mark.parametrize(
+    "where, kill_at, batch, flush, bulk",
+    [
+        ("accepted", 23, 4, 7, "single"),  # one accept invocation per message
+        ("after-write", 12, 4, 7, "single"),
+        # bulk: a session's messages in one call; messages 11-15 accepted by one invocation, then the kill
+        ("accepted", 15, 8, 10, "bulk"),
+        (
+            "after-write",
+            8,
+            8,
+            10,
+            "bulk",
+        ),  # messages 1-8 accepted and stored by one invocation, killed before its checkpoint
+    ],
+)
+def test_a_replay_killed_mid_batch_resumes_and_stores_every_message_exactly_once(
+    tmp_path, capsys, monkeypatch, where, kill_at, batch, flush, bulk
+):
+    sessions = [
+        {
+            "session_id": f"s{s}",
+            "conversation_time": f"2024-0{s + 1}-01T10:00:00Z",
+            "messages": [
+                {
+                    "role": "user" if i % 2 == 0 else "assistant",
+                    "content": f"Session {s} message {i}: note number {s * 100 + i} about topic {i % 5}.",
+                }
+                for i in range(15)
+            ],
+        }
+        for s in range(3)
+    ]
     data = tmp_path / "conversation.json"
     data.write_text(json.dumps({"conversation_id": "kill-test", "sessions": sessions}))
     db, state = tmp_path / "memory.db", tmp_path / "state.db"
-    killed = subprocess.run([sys.executable, "-c", REPLAYER, str(data), str(db), str(state), str(kill_at), where,
-                             str(batch), str(flush), bulk], capture_output=True, text=True, timeout=180)
+    killed = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            REPLAYER,
+            str(data),
+            str(db),
+            str(state),
+            str(kill_at),
+            where,
+            str(batch),
+            str(flush),
+            bulk,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     expected = [m["content"] for s in sessions for m in s["messages"]]
     before = raw_entries(db)
@@ -455,8 +567,25 @@ def test_a_replay_killed_mid_batch_resumes_and_stores_every_message_exactly_once
     monkeypatch.setenv("COLUMNS", "1000")
     capsys.readouterr()
     try:  # the user runs the replay again, batched (a session's messages in one call), with the same files
-        main(["replay", str(data), "--db", str(db), "--state", str(state), "--server", "in-process", "--memory",
-              "kill-test", "--flush-every", str(flush), "--batch", str(batch), "--json"])
+        main(
+            [
+                "replay",
+                str(data),
+                "--db",
+                str(db),
+                "--state",
+                str(state),
+                "--server",
+                "in-process",
+                "--memory",
+                "kill-test",
+                "--flush-every",
+                str(flush),
+                "--batch",
+                str(batch),
+                "--json",
+            ]
+        )
         code = 0
     except SystemExit as exc:
         code = exc.code

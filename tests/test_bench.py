@@ -26,32 +26,43 @@ from mycelian_bench.cli import bench
 
 REPO = Path(__file__).resolve().parent.parent
 
-LOCOMO = [{
-    "sample_id": "tiny-1",
-    "conversation": {
-        "speaker_a": "Caroline", "speaker_b": "Melanie",
-        "session_1_date_time": "1:56 pm on 8 May, 2023",
-        "session_1": [
-            {"speaker": "Caroline", "dia_id": "D1:1", "text": "I adopted a golden retriever puppy named Biscuit."},
-            {"speaker": "Melanie", "dia_id": "D1:2", "text": "Congratulations! Golden retrievers are lovely."},
-            {"speaker": "Caroline", "dia_id": "D1:3", "text": "I also started pottery classes on Tuesdays."},
+LOCOMO = [
+    {
+        "sample_id": "tiny-1",
+        "conversation": {
+            "speaker_a": "Caroline",
+            "speaker_b": "Melanie",
+            "session_1_date_time": "1:56 pm on 8 May, 2023",
+            "session_1": [
+                {"speaker": "Caroline", "dia_id": "D1:1", "text": "I adopted a golden retriever puppy named Biscuit."},
+                {"speaker": "Melanie", "dia_id": "D1:2", "text": "Congratulations! Golden retrievers are lovely."},
+                {"speaker": "Caroline", "dia_id": "D1:3", "text": "I also started pottery classes on Tuesdays."},
+            ],
+            "session_2_date_time": "10:00 am on 20 May, 2023",
+            "session_2": [
+                {"speaker": "Melanie", "dia_id": "D2:1", "text": "How is the pottery going?"},
+                {"speaker": "Caroline", "dia_id": "D2:2", "text": "Great, I made a blue vase for my mother in Lisbon."},
+                {"speaker": "Melanie", "dia_id": "D2:3", "text": "Lisbon is beautiful in spring."},
+            ],
+        },
+        "qa": [
+            {"question": "What breed is Biscuit?", "answer": "golden retriever", "evidence": ["D1:1"], "category": 4},
+            {
+                "question": "What did Caroline make in pottery class?",
+                "answer": "a blue vase",
+                "evidence": ["D1:3", "D2:2"],
+                "category": 1,
+            },
+            {"question": "When did Caroline start pottery?", "answer": "May 2023", "evidence": ["D1:3"], "category": 2},
+            {
+                "question": "What breed is Melanie's cat?",
+                "adversarial_answer": "none",
+                "evidence": ["D1:1"],
+                "category": 5,
+            },
         ],
-        "session_2_date_time": "10:00 am on 20 May, 2023",
-        "session_2": [
-            {"speaker": "Melanie", "dia_id": "D2:1", "text": "How is the pottery going?"},
-            {"speaker": "Caroline", "dia_id": "D2:2", "text": "Great, I made a blue vase for my mother in Lisbon."},
-            {"speaker": "Melanie", "dia_id": "D2:3", "text": "Lisbon is beautiful in spring."},
-        ],
-    },
-    "qa": [
-        {"question": "What breed is Biscuit?", "answer": "golden retriever", "evidence": ["D1:1"], "category": 4},
-        {"question": "What did Caroline make in pottery class?", "answer": "a blue vase", "evidence": ["D1:3", "D2:2"],
-         "category": 1},
-        {"question": "When did Caroline start pottery?", "answer": "May 2023", "evidence": ["D1:3"], "category": 2},
-        {"question": "What breed is Melanie's cat?", "adversarial_answer": "none", "evidence": ["D1:1"],
-         "category": 5},
-    ],
-}]
+    }
+]
 
 
 def _turn(role: str, content: str, has_answer: bool = False) -> dict:
@@ -61,28 +72,40 @@ def _turn(role: str, content: str, has_answer: bool = False) -> dict:
     return turn
 
 
-LONGMEMEVAL = [{
-    "question_id": "q-move", "question_type": "knowledge-update", "question": "Which city does the user live in now?",
-    "answer": "Denver", "question_date": "2023/06/01 (Thu) 10:00",
-    "haystack_session_ids": ["s_cook", "s_move", "s_garden"],
-    "haystack_dates": ["2023/05/01 (Mon) 09:00", "2023/05/10 (Wed) 18:30", "2023/05/20 (Sat) 08:15"],
-    "haystack_sessions": [
-        [_turn("user", "Give me a quick pasta recipe for two."),
-         _turn("assistant", "Boil spaghetti, toss with garlic, olive oil and parmesan.")],
-        [_turn("user", "I just moved from Boston to Denver for a new job.", True),
-         _turn("assistant", "Congratulations on the move to Denver!"),
-         _turn("user", "The altitude takes some getting used to.")],
-        [_turn("user", "Which vegetables grow well in a small garden?"),
-         _turn("assistant", "Tomatoes, lettuce and herbs are easy choices.")],
-    ],
-    "answer_session_ids": ["s_move"],
-}]
+LONGMEMEVAL = [
+    {
+        "question_id": "q-move",
+        "question_type": "knowledge-update",
+        "question": "Which city does the user live in now?",
+        "answer": "Denver",
+        "question_date": "2023/06/01 (Thu) 10:00",
+        "haystack_session_ids": ["s_cook", "s_move", "s_garden"],
+        "haystack_dates": ["2023/05/01 (Mon) 09:00", "2023/05/10 (Wed) 18:30", "2023/05/20 (Sat) 08:15"],
+        "haystack_sessions": [
+            [
+                _turn("user", "Give me a quick pasta recipe for two."),
+                _turn("assistant", "Boil spaghetti, toss with garlic, olive oil and parmesan."),
+            ],
+            [
+                _turn("user", "I just moved from Boston to Denver for a new job.", True),
+                _turn("assistant", "Congratulations on the move to Denver!"),
+                _turn("user", "The altitude takes some getting used to."),
+            ],
+            [
+                _turn("user", "Which vegetables grow well in a small garden?"),
+                _turn("assistant", "Tomatoes, lettuce and herbs are easy choices."),
+            ],
+        ],
+        "answer_session_ids": ["s_move"],
+    }
+]
 
 
 def run(*args: object, env: dict[str, str | None] | None = None) -> Result:
     """``mycelian-agent bench ARGS`` in process; MYCELIAN_DATA unset unless ``env`` sets it."""
-    return CliRunner().invoke(bench, [str(a) for a in args], env={"MYCELIAN_DATA": None, **(env or {})},
-                              catch_exceptions=False)
+    return CliRunner().invoke(
+        bench, [str(a) for a in args], env={"MYCELIAN_DATA": None, **(env or {})}, catch_exceptions=False
+    )
 
 
 @pytest.fixture
@@ -101,12 +124,42 @@ def _fraction(value) -> bool:
 def test_quick_suite_runs_every_benchmark_and_writes_sane_json(data, tmp_path: Path):
     out = tmp_path / "out"
     result = run(
-        "suite", "--quick", "--out", out,
-        "--messages", "24", "--window", "12", "--naive-budget", "60",
-        "--lme", data["lme"], "--sessions", "2",
-        "--locomo", data["locomo"], "--longmemeval", data["lme"], "--hybrid", "off",
-        "--levels", "1,2", "--conv-messages", "3", "--latency-ms", "20", "--extractive-messages", "12",
-        "--entries", "300", "--adds", "20", "--searches", "10", "--warmup", "2",
+        "suite",
+        "--quick",
+        "--out",
+        out,
+        "--messages",
+        "24",
+        "--window",
+        "12",
+        "--naive-budget",
+        "60",
+        "--lme",
+        data["lme"],
+        "--sessions",
+        "2",
+        "--locomo",
+        data["locomo"],
+        "--longmemeval",
+        data["lme"],
+        "--hybrid",
+        "off",
+        "--levels",
+        "1,2",
+        "--conv-messages",
+        "3",
+        "--latency-ms",
+        "20",
+        "--extractive-messages",
+        "12",
+        "--entries",
+        "300",
+        "--adds",
+        "20",
+        "--searches",
+        "10",
+        "--warmup",
+        "2",
     )
     assert result.exit_code == 0, result.output
     summary = json.loads((out / "summary.json").read_text())
@@ -181,7 +234,16 @@ def test_quick_suite_runs_every_benchmark_and_writes_sane_json(data, tmp_path: P
     ablation = json.loads((out / "ablation.json").read_text())
     # No dense row: hybrid off.
     assert [row["row"].split(".")[0] for row in ablation["rows"]] == [
-        "1", "2", "3", "4", "5", "6", "7", "not kept: 7 + session spread", "not kept: 7 + term coverage"]
+        "1",
+        "2",
+        "3",
+        "4",
+        "5",
+        "6",
+        "7",
+        "not kept: 7 + session spread",
+        "not kept: 7 + term coverage",
+    ]
     for row in ablation["rows"]:
         overall = row["table"]["overall"]
         assert overall["count"] == 3 and _fraction(overall["recall_any@10"]) and row["search_p50_s"] > 0
@@ -192,8 +254,10 @@ def test_quick_suite_runs_every_benchmark_and_writes_sane_json(data, tmp_path: P
     if have_module("matplotlib"):
         assert all((out / f"{name}.png").stat().st_size > 1000 for name in summary["benchmarks"])
     else:
-        assert all(any("plot skipped" in note for note in json.loads((out / f"{name}.json").read_text())["notes"])
-                   for name in summary["benchmarks"])
+        assert all(
+            any("plot skipped" in note for note in json.loads((out / f"{name}.json").read_text())["notes"])
+            for name in summary["benchmarks"]
+        )
 
 
 def test_without_the_bench_extras_the_benchmarks_fall_back(data, tmp_path: Path, monkeypatch):
@@ -223,7 +287,8 @@ def test_recall_runs_on_the_locomo_file_alone_with_rates_from_wall_time(data, tm
     assert recall["tables"]["locomo"]["bm25"]["evidence recall, categories 1-4"]["overall"]["count"] == 6
     ingestion = recall["tables"]["locomo"]["ingestion"]
     assert ingestion["messages"] == 12 and ingestion["messages_per_s"] == pytest.approx(
-        ingestion["messages"] / ingestion["wall_s"], rel=0.01)
+        ingestion["messages"] / ingestion["wall_s"], rel=0.01
+    )
     note = next(n for n in recall["notes"] if n.startswith("locomo: BM25 baseline"))
     assert f"ingested 12 messages in {ingestion['wall_s']:.1f} s wall with 2 workers" in note
     assert f"({ingestion['messages_per_s']:.1f} messages/s)" in note
@@ -240,14 +305,18 @@ def test_missing_data_is_one_line_naming_the_option(data, tmp_path: Path):
     out = tmp_path / "out"
     result = run("recall", "--out", out)
     assert result.exit_code == 1
-    assert result.output == ("Error: recall needs LoCoMo data: pass --locomo FILE or --data DIR "
-                             "(the folder holding locomo/ and longmemeval/)\n")
+    assert result.output == (
+        "Error: recall needs LoCoMo data: pass --locomo FILE or --data DIR "
+        "(the folder holding locomo/ and longmemeval/)\n"
+    )
     # MYCELIAN_DATA is --data: a folder without the file names the file it looked for.
     empty = tmp_path / "empty"
     empty.mkdir()
     result = run("prompts", "--out", out, env={"MYCELIAN_DATA": str(empty)})
     assert result.exit_code == 1 and len(result.output.splitlines()) == 1
-    assert f"{empty / 'longmemeval' / 'longmemeval_s_1q.json'} not found; pass --lme FILE or --data DIR" in result.output
+    assert (
+        f"{empty / 'longmemeval' / 'longmemeval_s_1q.json'} not found; pass --lme FILE or --data DIR" in result.output
+    )
     # With --data, the files not given come from it: a folder without them names what is missing.
     only_locomo = _data_dir(tmp_path / "d1", "locomo/locomo_dev3.json")
     result = run("recall", "--out", out, "--data", only_locomo)
@@ -267,11 +336,15 @@ def test_data_folder_layout_and_quick_files(tmp_path: Path):
     assert (quick["limit"], quick["limit_questions"], quick["hybrid"]) == (1, 30, "off")
     with pytest.raises(ConfigError, match="longmemeval_s_1q.json not found"):
         benchmark_params("recall", data=root)  # the full run reads both LongMemEval files
-    given = benchmark_params("recall", quick=True, params={"longmemeval": [root / "locomo" / "locomo_dev3.json"]},
-                             data=root)
+    given = benchmark_params(
+        "recall", quick=True, params={"longmemeval": [root / "locomo" / "locomo_dev3.json"]}, data=root
+    )
     assert given["longmemeval"] == [root / "locomo" / "locomo_dev3.json"]
     assert benchmark_params("overhead", quick=True, params={"window": 5, "messages": None}) == {
-        "messages": 100, "window": 5, "naive_budget_s": 30.0}
+        "messages": 100,
+        "window": 5,
+        "naive_budget_s": 30.0,
+    }
     assert benchmark_params("server", quick=True)["entries"] == 2000
 
 
@@ -288,31 +361,44 @@ def test_command_tree_and_help(tmp_path: Path):
     suite = run("suite", "--help").output
     assert "[server] Entries" in suite and "[overhead] Messages" in suite
     runner = run("longmemeval", "--help").output
-    for env in ("MYCELIAN_SERVER", "MYCELIAN_TOKEN", "MYCELIAN_MODEL", "OPENAI_API_KEY", "OPENAI_BASE_URL",
-                "MYCELIAN_QA_MODEL"):
+    for env in (
+        "MYCELIAN_SERVER",
+        "MYCELIAN_TOKEN",
+        "MYCELIAN_MODEL",
+        "OPENAI_API_KEY",
+        "OPENAI_BASE_URL",
+        "MYCELIAN_QA_MODEL",
+    ):
         assert env in runner
 
 
 def test_unknown_benchmark_is_a_usage_error(tmp_path: Path):
     assert run("suite", "nope", "--out", tmp_path).exit_code == 2
     assert run("nope", "--out", tmp_path).exit_code == 2
-    script = subprocess.run([sys.executable, str(REPO / "runners" / "bench.py"), "nope", "--out", str(tmp_path)],
-                            capture_output=True, text=True, timeout=60)
+    script = subprocess.run(
+        [sys.executable, str(REPO / "runners" / "bench.py"), "nope", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert script.returncode == 2 and "'nope' is not one of" in script.stderr
 
 
 def test_commands_start_without_importing_the_heavy_libraries():
-    code = ("import sys, mycelian_agent.cli, mycelian_bench.bench_throughput; "
-            "print(sorted(m for m in ('langgraph', 'matplotlib', 'numpy', 'rank_bm25', 'mcp', "
-            "'mycelian_agent.testing') if m in sys.modules))")
+    code = (
+        "import sys, mycelian_agent.cli, mycelian_bench.bench_throughput; "
+        "print(sorted(m for m in ('langgraph', 'matplotlib', 'numpy', 'rank_bm25', 'mcp', "
+        "'mycelian_agent.testing') if m in sys.modules))"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     # bench_throughput itself needs langchain_core (its scripted model), never the test helpers.
     assert done.stdout.strip() == "[]"
 
 
-def _okapi(corpus: list[list[str]], query: list[str], k1: float = 1.5, b: float = 0.75,
-           epsilon: float = 0.25) -> list[float]:
+def _okapi(
+    corpus: list[list[str]], query: list[str], k1: float = 1.5, b: float = 0.75, epsilon: float = 0.25
+) -> list[float]:
     """BM25 Okapi written out (rank-bm25's formula): idf floored at epsilon x the mean idf."""
     n, avgdl = len(corpus), sum(map(len, corpus)) / len(corpus)
     df = Counter(word for doc in corpus for word in set(doc))
@@ -328,8 +414,13 @@ def _okapi(corpus: list[list[str]], query: list[str], k1: float = 1.5, b: float 
 
 
 def test_bm25_baseline_is_okapi_with_the_usual_parameters():
-    texts = ["I adopted a golden retriever puppy", "golden hour photos in Lisbon", "pottery classes on Tuesdays",
-             "a puppy needs walks", "the the the"]
+    texts = [
+        "I adopted a golden retriever puppy",
+        "golden hour photos in Lisbon",
+        "pottery classes on Tuesdays",
+        "a puppy needs walks",
+        "the the the",
+    ]
     query = tokenize("Which puppy did I adopt, a golden retriever?")
     index, name = bm25_ranker(texts)
     scores = list(index.get_scores(query))
@@ -351,13 +442,14 @@ def test_bm25_baseline_scores_are_rank_bm25s_to_the_bit():
 def test_token_counting_and_percentiles():
     count, description, _exact = token_counter()
     assert count("hello world") >= 2 and isinstance(description, str)
-    record = {"messages": [("system", "rules"), ("human", "the task")],
-              "tools": [{"type": "function", "function": {"name": "add_entry"}}]}
+    record = {
+        "messages": [("system", "rules"), ("human", "the task")],
+        "tools": [{"type": "function", "function": {"name": "add_entry"}}],
+    }
     messages, tools = prompt_tokens(record, count)
     assert messages == count("rules") + count("the task") + 2 * 4 + 3 and tools > 0
     # Linear interpolation between closest ranks: p50 of 1..4 is 2.5, p95 is 3 + 0.85.
-    assert summarize([4.0, 1.0, 3.0, 2.0]) == {"n": 4, "p50": 2.5, "p95": pytest.approx(3.85), "mean": 2.5,
-                                               "max": 4.0}
+    assert summarize([4.0, 1.0, 3.0, 2.0]) == {"n": 4, "p50": 2.5, "p95": pytest.approx(3.85), "mean": 2.5, "max": 4.0}
     assert summarize([5.0]) == {"n": 1, "p50": 5.0, "p95": 5.0, "mean": 5.0, "max": 5.0}
     assert summarize([]) == {"n": 0}
 
@@ -365,9 +457,27 @@ def test_token_counting_and_percentiles():
 @pytest.mark.slow
 def test_batched_prompts_and_throughput_report_calls_per_message_and_the_batch_targets(data, tmp_path: Path):
     out = tmp_path / "out"
-    result = run("prompts", "throughput", "--out", out, "--lme", data["lme"], "--batch", "4", "--flush-every", "4",
-                 "--skip-naive", "--levels", "1", "--conv-messages", "3", "--latency-ms", "5",
-                 "--extractive-messages", "12")
+    result = run(
+        "prompts",
+        "throughput",
+        "--out",
+        out,
+        "--lme",
+        data["lme"],
+        "--batch",
+        "4",
+        "--flush-every",
+        "4",
+        "--skip-naive",
+        "--levels",
+        "1",
+        "--conv-messages",
+        "3",
+        "--latency-ms",
+        "5",
+        "--extractive-messages",
+        "12",
+    )
     assert result.exit_code == 0, result.output
     prompts = json.loads((out / "prompts.json").read_text())
     assert list(prompts["runs"]) == ["ours"] and prompts["params"]["batch_size"] == 4
@@ -381,8 +491,10 @@ def test_batched_prompts_and_throughput_report_calls_per_message_and_the_batch_t
     assert batched["batch_size"] == 4 and batched["row"]["messages"] == batched["baseline"]["messages"] == 12
     assert batched["row"]["model_calls"] < batched["baseline"]["model_calls"]
     assert batched["bulk"]["messages"] == 12 and batched["bulk"]["model_calls"] == batched["row"]["model_calls"]
-    assert {t["name"] for t in throughput["targets"]} >= {"batched ingestion (batch 4, bulk)",
-                                                          "batched framework time (batch 4, bulk)"}
+    assert {t["name"] for t in throughput["targets"]} >= {
+        "batched ingestion (batch 4, bulk)",
+        "batched framework time (batch 4, bulk)",
+    }
 
 
 def test_server_benchmark_with_embeddings_holds_the_hybrid_target(tmp_path: Path) -> None:
@@ -398,8 +510,10 @@ def test_server_benchmark_with_embeddings_holds_the_hybrid_target(tmp_path: Path
     assert result.data["environment"]["search"] == f"bm25 + dense {installed_models()[0]} (convex fusion)"
     assert result.data["targets_ms"] == {"search_memories_p50": HYBRID_TARGETS_MS["search_memories"]}
     assert [t.name for t in result.targets] == [  # add_entry is measured, not judged
-        "search_memories p50", "hybrid / lexical p50 (in process, distinct queries)",
-        "hybrid / lexical p50 (stdio, distinct queries)"]
+        "search_memories p50",
+        "hybrid / lexical p50 (in process, distinct queries)",
+        "hybrid / lexical p50 (stdio, distinct queries)",
+    ]
     assert result.data["add_entry"]["n"] == 3 and result.data["search_memories"]["queries_with_hits"] == 4
     # What meaning costs: both sides timed per query, in both places, on distinct queries and on repeats.
     cost = result.data["query_cost"]

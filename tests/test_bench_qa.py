@@ -14,17 +14,27 @@ from click.testing import CliRunner
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
+from openai_stub import OpenAIStub, text_reply
 
 from mycelian_agent.errors import ConfigError
 from mycelian_agent.recall import estimate_tokens
 from mycelian_bench.bench_qa import (
-    CONDITIONS, QABench, bm25_block, evidence_shown, exact_match, full_block, make_slices,
-    markdown_tables, pick_questions, reader_prompt, slice_conversation, slice_turns, summarize,
+    CONDITIONS,
+    QABench,
+    bm25_block,
+    evidence_shown,
+    exact_match,
+    full_block,
+    make_slices,
+    markdown_tables,
+    pick_questions,
+    reader_prompt,
+    slice_conversation,
+    slice_turns,
+    summarize,
 )
 from mycelian_bench.cli import bench
 from mycelian_bench.locomo import load_locomo
-
-from openai_stub import OpenAIStub, text_reply
 
 
 def _session(n: int, turns: list[tuple[str, str]]) -> list[dict[str, str]]:
@@ -33,34 +43,61 @@ def _session(n: int, turns: list[tuple[str, str]]) -> list[dict[str, str]]:
 
 PAD = " and we talked about the weather for a long while" * 3  # ~40 tokens a turn: sessions of ~130 tokens
 
-LOCOMO = [{
-    "sample_id": "tiny-qa",
-    "conversation": {
-        "speaker_a": "Caroline", "speaker_b": "Melanie",
-        "session_1_date_time": "1:56 pm on 8 May, 2023",
-        "session_1": _session(1, [("Caroline", "I adopted a golden retriever puppy named Biscuit" + PAD),
-                                  ("Melanie", "Congratulations, golden retrievers are lovely" + PAD),
-                                  ("Caroline", "I also started pottery classes on Tuesdays" + PAD)]),
-        "session_2_date_time": "10:00 am on 20 May, 2023",
-        "session_2": _session(2, [("Melanie", "How is the pottery going?" + PAD),
-                                  ("Caroline", "Great, I made a blue vase for my mother in Lisbon" + PAD),
-                                  ("Melanie", "Lisbon is beautiful in spring" + PAD)]),
-        "session_3_date_time": "9:00 am on 2 June, 2023",
-        "session_3": _session(3, [("Caroline", "Biscuit learned to fetch the newspaper" + PAD),
-                                  ("Melanie", "What a clever dog" + PAD)]),
-    },
-    "qa": [
-        {"question": "What breed is Biscuit?", "answer": "golden retriever", "evidence": ["D1:1"], "category": 4},
-        {"question": "What did Caroline make and for whom?", "answer": "a blue vase for her mother",
-         "evidence": ["D1:3", "D2:2"], "category": 1},  # spans two slices at the small size: dropped there
-        {"question": "When did Caroline adopt Biscuit?", "answer": "May 2023", "evidence": ["D1:1"], "category": 2},
-        {"question": "Where does Caroline's mother live?", "answer": "Lisbon", "evidence": ["D2:2"], "category": 3},
-        {"question": "What breed is Melanie's cat?", "adversarial_answer": "none", "evidence": ["D1:1"],
-         "category": 5},
-        {"question": "What trick did Biscuit learn?", "answer": "fetch the newspaper", "evidence": ["D3:1"],
-         "category": 4},
-    ],
-}]
+LOCOMO = [
+    {
+        "sample_id": "tiny-qa",
+        "conversation": {
+            "speaker_a": "Caroline",
+            "speaker_b": "Melanie",
+            "session_1_date_time": "1:56 pm on 8 May, 2023",
+            "session_1": _session(
+                1,
+                [
+                    ("Caroline", "I adopted a golden retriever puppy named Biscuit" + PAD),
+                    ("Melanie", "Congratulations, golden retrievers are lovely" + PAD),
+                    ("Caroline", "I also started pottery classes on Tuesdays" + PAD),
+                ],
+            ),
+            "session_2_date_time": "10:00 am on 20 May, 2023",
+            "session_2": _session(
+                2,
+                [
+                    ("Melanie", "How is the pottery going?" + PAD),
+                    ("Caroline", "Great, I made a blue vase for my mother in Lisbon" + PAD),
+                    ("Melanie", "Lisbon is beautiful in spring" + PAD),
+                ],
+            ),
+            "session_3_date_time": "9:00 am on 2 June, 2023",
+            "session_3": _session(
+                3,
+                [("Caroline", "Biscuit learned to fetch the newspaper" + PAD), ("Melanie", "What a clever dog" + PAD)],
+            ),
+        },
+        "qa": [
+            {"question": "What breed is Biscuit?", "answer": "golden retriever", "evidence": ["D1:1"], "category": 4},
+            {
+                "question": "What did Caroline make and for whom?",
+                "answer": "a blue vase for her mother",
+                "evidence": ["D1:3", "D2:2"],
+                "category": 1,
+            },  # spans two slices at the small size: dropped there
+            {"question": "When did Caroline adopt Biscuit?", "answer": "May 2023", "evidence": ["D1:1"], "category": 2},
+            {"question": "Where does Caroline's mother live?", "answer": "Lisbon", "evidence": ["D2:2"], "category": 3},
+            {
+                "question": "What breed is Melanie's cat?",
+                "adversarial_answer": "none",
+                "evidence": ["D1:1"],
+                "category": 5,
+            },
+            {
+                "question": "What trick did Biscuit learn?",
+                "answer": "fetch the newspaper",
+                "evidence": ["D3:1"],
+                "category": 4,
+            },
+        ],
+    }
+]
 
 
 @pytest.fixture
@@ -74,16 +111,20 @@ class Reader(BaseChatModel):
     """A scripted reader: the first key phrase of ``answers`` found in the prompt's memory gives the answer;
     otherwise "no idea". Counts its calls."""
 
-    answers: dict[str, str] = {"golden retriever puppy": "golden retriever", "blue vase": "Lisbon",
-                               "fetch the newspaper": "fetch the newspaper"}
+    answers: dict[str, str] = {
+        "golden retriever puppy": "golden retriever",
+        "blue vase": "Lisbon",
+        "fetch the newspaper": "fetch the newspaper",
+    }
     calls: list[str] = []
 
     @property
     def _llm_type(self) -> str:
         return "scripted-reader"
 
-    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
-                  **kwargs: Any) -> ChatResult:
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> ChatResult:
         prompt = str(messages[-1].content)
         self.calls.append(prompt)
         memory, _, question = prompt.partition("\n\nQuestion date:")
@@ -105,15 +146,28 @@ def _expected(question: str) -> str:
 
 def test_slices_are_whole_sessions_with_the_questions_whose_evidence_lies_inside(locomo_file: Path) -> None:
     (conversation,) = load_locomo([locomo_file])
-    sizes = [sum(estimate_tokens(t.line) + 1 for t in slice_turns(conversation.__class__(
-        conversation.conversation_id, (s,), conversation.source, "locomo"))) for s in conversation.sessions]
+    sizes = [
+        sum(
+            estimate_tokens(t.line) + 1
+            for t in slice_turns(
+                conversation.__class__(conversation.conversation_id, (s,), conversation.source, "locomo")
+            )
+        )
+        for s in conversation.sessions
+    ]
     # One session per slice: the category-1 question (evidence in sessions 1 and 2) fits in no slice.
     slices = slice_conversation(conversation, max(sizes))
     assert [[s.session_id for s in piece.conversation.sessions] for piece in slices] == [
-        ["session_1"], ["session_2"], ["session_3"]]
+        ["session_1"],
+        ["session_2"],
+        ["session_3"],
+    ]
     kept = [[q.question for q in piece.conversation.questions] for piece in slices]
-    assert kept == [["What breed is Biscuit?", "When did Caroline adopt Biscuit?"],
-                    ["Where does Caroline's mother live?"], ["What trick did Biscuit learn?"]]
+    assert kept == [
+        ["What breed is Biscuit?", "When did Caroline adopt Biscuit?"],
+        ["Where does Caroline's mother live?"],
+        ["What trick did Biscuit learn?"],
+    ]
     # Asked on the date of the session after the slice; the last slice has none.
     assert [piece.question_date for piece in slices] == ["2023-05-20T10:00:00Z", "2023-06-02T09:00:00Z", None]
     assert [piece.slice_id for piece in slices] == ["tiny-qa/s1-1", "tiny-qa/s2-2", "tiny-qa/s3-3"]
@@ -130,7 +184,10 @@ def test_questions_are_picked_round_robin_over_slices_and_categories(locomo_file
     slices = make_slices([locomo_file], 1)
     plan = pick_questions(slices, 3)
     assert [(piece.slice_id, [q.category for q in qs]) for piece, qs in plan] == [
-        ("tiny-qa/s1-1", ["2"]), ("tiny-qa/s2-2", ["3"]), ("tiny-qa/s3-3", ["4"])]
+        ("tiny-qa/s1-1", ["2"]),
+        ("tiny-qa/s2-2", ["3"]),
+        ("tiny-qa/s3-3", ["4"]),
+    ]
     assert sum(len(qs) for _, qs in pick_questions(slices, None)) == 4
     assert sum(len(qs) for _, qs in pick_questions(slices, 100)) == 4
     with pytest.raises(ConfigError, match="no questions"):
@@ -155,8 +212,11 @@ def test_memory_blocks(locomo_file: Path) -> None:
     assert not evidence_shown(None, ["D1:1"], texts)
     # A recall block puts the dates beside relative ones ("yesterday (2023-05-07)"): still the turn's words.
     said = {"D9:9": "I went to a support group yesterday and it was so powerful."}
-    assert evidence_shown("[2023-05-08 (Mon) 13:56] Caroline: I went to a support group yesterday (2023-05-07) and "
-                          "it was so powerful.", ["D9:9"], said)
+    assert evidence_shown(
+        "[2023-05-08 (Mon) 13:56] Caroline: I went to a support group yesterday (2023-05-07) and it was so powerful.",
+        ["D9:9"],
+        said,
+    )
     system, human = reader_prompt(block, "Where?", "2023-05-20T10:00:00Z")
     assert "conversation date of each line" in system
     assert human.startswith("Memory:\n" + block) and "Question date: 2023-05-20 (Sat)" in human
@@ -167,17 +227,30 @@ def test_memory_blocks(locomo_file: Path) -> None:
 
 
 def _record(qid: str, condition: str, f1: float, tokens: int, category: str = "4", em: bool = False) -> dict:
-    return {"question_id": qid, "condition": condition, "category": category, "f1": f1, "em": em,
-            "prompt_tokens": tokens, "prompt_tokens_source": "endpoint", "block_tokens": tokens - 100,
-            "evidence_shown": True, "seconds": 1.0}
+    return {
+        "question_id": qid,
+        "condition": condition,
+        "category": category,
+        "f1": f1,
+        "em": em,
+        "prompt_tokens": tokens,
+        "prompt_tokens_source": "endpoint",
+        "block_tokens": tokens - 100,
+        "evidence_shown": True,
+        "seconds": 1.0,
+    }
 
 
 def test_scoring_exact_match_and_summary() -> None:
     assert exact_match("The Golden Retriever.", "golden retriever")
     assert not exact_match("a golden retriever puppy", "golden retriever") and not exact_match("", "")
-    records = [_record("q1", "recall", 1.0, 1000, em=True), _record("q1", "full", 0.5, 6000),
-               _record("q2", "recall", 0.5, 1000, category="2"), _record("q2", "full", 0.5, 6000, category="2"),
-               _record("q3", "recall", 0.0, 1000)]  # q3 has no full answer: not paired
+    records = [
+        _record("q1", "recall", 1.0, 1000, em=True),
+        _record("q1", "full", 0.5, 6000),
+        _record("q2", "recall", 0.5, 1000, category="2"),
+        _record("q2", "full", 0.5, 6000, category="2"),
+        _record("q3", "recall", 0.0, 1000),
+    ]  # q3 has no full answer: not paired
     summary = summarize(records, ("recall", "full"))
     assert summary["questions_paired"] == 2 and summary["records"] == {"recall": 3, "full": 2}
     recall, full = summary["conditions"]["recall"], summary["conditions"]["full"]
@@ -212,8 +285,11 @@ def test_end_to_end_with_a_scripted_reader_and_resume(locomo_file: Path, tmp_pat
     assert by[breed, "none"]["f1"] == 0.0 and not by[breed, "none"]["evidence_shown"]
     recall = by[breed, "recall"]
     assert recall["prompt_tokens_source"] == "estimate" and recall["block_tokens"] <= 1500
-    assert recall["recall_hits"] >= 1 and "golden retriever puppy" in reader.calls[
-        [r["question_id"] + r["condition"] for r in records].index(breed + "recall")]
+    assert (
+        recall["recall_hits"] >= 1
+        and "golden retriever puppy"
+        in reader.calls[[r["question_id"] + r["condition"] for r in records].index(breed + "recall")]
+    )
     assert summary["questions_paired"] == 4 and set(summary["conditions"]) == set(CONDITIONS)
     assert summary["conditions"]["none"]["f1"] < summary["conditions"]["full"]["f1"]
     assert json.loads((out / "qa_summary.json").read_text())["questions_paired"] == 4
@@ -226,20 +302,33 @@ def test_end_to_end_with_a_scripted_reader_and_resume(locomo_file: Path, tmp_pat
     again = Reader(calls=[])
     summary = QABench(out=out, locomo=[locomo_file], reader=again, questions=None, slice_tokens=1).run()
     assert len(again.calls) == 2 and summary["this_run"]["answers"] == 2
-    keys = [(r["question_id"], r["condition"]) for r in map(json.loads, (out / "qa_records.jsonl").read_text().splitlines())]
+    keys = [
+        (r["question_id"], r["condition"]) for r in map(json.loads, (out / "qa_records.jsonl").read_text().splitlines())
+    ]
     assert len(keys) == len(set(keys)) == 16
     # Nothing left: no reader call (and no endpoint needed).
-    assert QABench(out=out, locomo=[locomo_file], reader=Reader(calls=[]), questions=None,
-                   slice_tokens=1).run()["this_run"]["answers"] == 0
+    assert (
+        QABench(out=out, locomo=[locomo_file], reader=Reader(calls=[]), questions=None, slice_tokens=1).run()[
+            "this_run"
+        ]["answers"]
+        == 0
+    )
     with pytest.raises(ConfigError, match="other settings.*slice_tokens"):
         QABench(out=out, locomo=[locomo_file], reader=Reader(calls=[]), slice_tokens=2).run()
 
 
 def test_reader_over_an_openai_compatible_endpoint_reports_usage(locomo_file: Path, tmp_path: Path) -> None:
     with OpenAIStub([text_reply("golden retriever", usage=(321, 3))], cycle=True) as stub:
-        summary = QABench(out=tmp_path / "qa", locomo=[locomo_file], reader="openai:stub", api_key="test",
-                          base_url=stub.base_url, questions=1, slice_tokens=1,
-                          conditions=("bm25", "none")).run()
+        summary = QABench(
+            out=tmp_path / "qa",
+            locomo=[locomo_file],
+            reader="openai:stub",
+            api_key="test",
+            base_url=stub.base_url,
+            questions=1,
+            slice_tokens=1,
+            conditions=("bm25", "none"),
+        ).run()
         assert len(stub.requests) == 2
         assert stub.requests[0]["max_completion_tokens"] == 64
     row = summary["conditions"]["bm25"]
@@ -258,8 +347,14 @@ def _closed_port() -> int:
 def test_unreachable_reader_endpoint_is_named(locomo_file: Path, tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{_closed_port()}/v1"
     with pytest.raises(ConfigError, match=f"reader endpoint {url} unreachable"):
-        QABench(out=tmp_path / "qa", locomo=[locomo_file], reader="openai:x", api_key="k", base_url=url,
-                conditions=("none",)).run()
+        QABench(
+            out=tmp_path / "qa",
+            locomo=[locomo_file],
+            reader="openai:x",
+            api_key="k",
+            base_url=url,
+            conditions=("none",),
+        ).run()
     with pytest.raises(ConfigError, match="reader must be"):
         QABench(out=tmp_path / "qa2", locomo=[locomo_file], reader="extractive", conditions=("none",)).run()
     with pytest.raises(ConfigError, match="conditions must be"):
@@ -275,10 +370,28 @@ def test_command_line(locomo_file: Path, tmp_path: Path) -> None:
     bad = runner.invoke(bench, ["qa", "--reader", "openai:x", "--locomo", str(locomo_file), "--conditions", "all"])
     assert bad.exit_code != 0 and "recall,bm25,full,none" in bad.output
     with OpenAIStub([text_reply("golden retriever")], cycle=True) as stub:
-        done = runner.invoke(bench, ["qa", "--locomo", str(locomo_file), "--out", str(tmp_path / "qa"),
-                                     "--reader", "openai:stub", "--base-url", stub.base_url, "--api-key", "k",
-                                     "--questions", "2", "--slice-tokens", "1", "--quiet"],
-                             env={"OPENAI_BASE_URL": None, "OPENAI_API_KEY": None})
+        done = runner.invoke(
+            bench,
+            [
+                "qa",
+                "--locomo",
+                str(locomo_file),
+                "--out",
+                str(tmp_path / "qa"),
+                "--reader",
+                "openai:stub",
+                "--base-url",
+                stub.base_url,
+                "--api-key",
+                "k",
+                "--questions",
+                "2",
+                "--slice-tokens",
+                "1",
+                "--quiet",
+            ],
+            env={"OPENAI_BASE_URL": None, "OPENAI_API_KEY": None},
+        )
     assert done.exit_code == 0, done.output
     assert "questions answered under every condition" in done.output and "F1 per category" in done.output
     assert "model usage: openai:stub (QA): 8 calls" in done.output

@@ -19,11 +19,38 @@ SEARCHES, WARMUP, ADDS, SEARCHED = 6, 2, 3, 2
 
 
 def _run_scale(out: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "mycelian_agent.cli", "bench", "scale", "--out", str(out),
-               "--memories", str(MEMORIES), "--entries-per-memory", str(PER_MEMORY), "--checkpoints", "50,100",
-               "--big-memory", str(BIG), "--search-memories", str(SEARCHED), "--searches", str(SEARCHES),
-               "--warmup", str(WARMUP), "--adds", str(ADDS), "--workers", ",".join(map(str, WORKERS)),
-               "--conversations", str(CONVERSATIONS), "--messages", str(MESSAGES), *args]
+    command = [
+        sys.executable,
+        "-m",
+        "mycelian_agent.cli",
+        "bench",
+        "scale",
+        "--out",
+        str(out),
+        "--memories",
+        str(MEMORIES),
+        "--entries-per-memory",
+        str(PER_MEMORY),
+        "--checkpoints",
+        "50,100",
+        "--big-memory",
+        str(BIG),
+        "--search-memories",
+        str(SEARCHED),
+        "--searches",
+        str(SEARCHES),
+        "--warmup",
+        str(WARMUP),
+        "--adds",
+        str(ADDS),
+        "--workers",
+        ",".join(map(str, WORKERS)),
+        "--conversations",
+        str(CONVERSATIONS),
+        "--messages",
+        str(MESSAGES),
+        *args,
+    ]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     return subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=env, timeout=240)
 
@@ -41,8 +68,9 @@ def test_bench_scale_grows_both_backends_and_reports_what_it_loaded(pg_cluster, 
         rows = data["checkpoints"]
         assert [(r["entries"], r["memories"]) for r in rows] == [(50, 1), (100, 2), (150, 3)], backend
         for row in rows:
-            assert row["db_bytes"] > 0 and row["bytes_per_entry"] == pytest.approx(row["db_bytes"] / row["entries"],
-                                                                                   abs=0.1)
+            assert row["db_bytes"] > 0 and row["bytes_per_entry"] == pytest.approx(
+                row["db_bytes"] / row["entries"], abs=0.1
+            )
             assert row["load"]["entries_per_s"] > 0 and row["load"]["segment_entries"] == PER_MEMORY
             assert row["search_stdio"]["n"] == row["search_in_process"]["n"] == SEARCHES
             assert row["search_stdio"]["queries_with_hits"] == row["search_in_process"]["queries_with_hits"] > 0
@@ -69,8 +97,12 @@ def test_bench_scale_grows_both_backends_and_reports_what_it_loaded(pg_cluster, 
     assert "not judged" in table
     assert not (tmp_path / "work").exists()  # the databases are removed
     with __import__("psycopg").connect(admin) as conn:  # and those made on --pg-url's server dropped
-        names = [r[0] for r in conn.execute("SELECT datname FROM pg_database WHERE datname LIKE 'scale%' "
-                                            "OR datname LIKE 'state%'")]
+        names = [
+            r[0]
+            for r in conn.execute(
+                "SELECT datname FROM pg_database WHERE datname LIKE 'scale%' OR datname LIKE 'state%'"
+            )
+        ]
     assert names == ["scale_admin"]
 
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import sqlite3
 
-from mycelian_agent.memory_server.retrieval import bm25
+from mycelian_agent.memory_server.retrieval import bm25, search
 from mycelian_agent.memory_server.text.porter import stem
-from mycelian_agent.memory_server.retrieval import search
 
 _WORDS = (
     "caresses ponies ties caress cats feed agreed plastered bled motoring sing conflated troubled sized hopping "
@@ -37,10 +36,13 @@ def test_the_idf_never_reaches_zero() -> None:
 
 
 def test_weighted_fields_and_the_thread_tag() -> None:
-    terms = bm25.entry_terms("We ran", "On 2024-05-03 Ana said: we ran", {"speaker": "Ana", "thread": "run-club"},
-                             "2024-05-03T10:00:00Z")
+    terms = bm25.entry_terms(
+        "We ran", "On 2024-05-03 Ana said: we ran", {"speaker": "Ana", "thread": "run-club"}, "2024-05-03T10:00:00Z"
+    )
     # raw 1 + summary 1.5 for "ran"; the thread tag names the conversation and is not scored; the date weighs 0.5.
-    assert terms.frequencies["ran"] == 2.5 and "club" not in terms.frequencies and terms.frequencies["mai"] == 0.5  # "May", stemmed
+    assert (
+        terms.frequencies["ran"] == 2.5 and "club" not in terms.frequencies and terms.frequencies["mai"] == 0.5
+    )  # "May", stemmed
     ranked = bm25.rank([(1, terms)], ["ran"], 10, {"ran": 1}, 100)
     assert ranked[0][0] == 1 and 1.0 < ranked[0][1] < 10.0
 
@@ -57,8 +59,9 @@ def test_a_search_tokenises_no_entry_the_store_wrote(tmp_path, monkeypatch) -> N
         memory = store.create_memory(vault, "m", "CHAT")["memoryId"]
         seen: list[str] = []
         original = analysis.entry_terms
-        monkeypatch.setattr(analysis, "entry_terms",
-                            lambda raw, *rest, **options: seen.append(raw) or original(raw, *rest, **options))
+        monkeypatch.setattr(
+            analysis, "entry_terms", lambda raw, *rest, **options: seen.append(raw) or original(raw, *rest, **options)
+        )
         for i in range(6):
             store.add_entry(vault, memory, raw_entry=f"We ran {i} miles by the river", summary=f"Ana ran {i} miles")
         assert len(seen) == 6  # once each, by the write

@@ -10,13 +10,12 @@ the whole matrix for both servers).
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 
 import pytest
+from cancel_harness import SCENARIOS, Clock, ToolModel, counting_tasks, run_scenario
 from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
-from cancel_harness import SCENARIOS, Clock, ToolModel, counting_tasks, run_scenario
 from mycelian_agent import AgentSettings, build_agent
 from mycelian_agent.builder import connect
 
@@ -24,8 +23,7 @@ BY_NAME = {scenario.name: scenario for scenario in SCENARIOS}
 
 # Every await of every scenario in-process costs about 6 minutes here; the default run takes every step of the
 # short calls and every 3rd-7th step of the long ones (the offsets differ, so the steps skipped differ per scenario).
-STRIDES = {"process": 1, "process+flush": 2, "parts": 7, "batched": 1, "batched+flush": 3, "bulk": 5,
-           "bulk batched": 5}
+STRIDES = {"process": 1, "process+flush": 2, "parts": 7, "batched": 1, "batched+flush": 3, "bulk": 5, "bulk batched": 5}
 
 
 @pytest.mark.slow
@@ -82,8 +80,14 @@ async def test_what_langgraph_saves_when_a_run_is_cancelled_keeps_the_threads_po
             return await super()._agenerate(messages, stop, **kwargs)
 
     state = tmp_path / "state.db"
-    async with build_agent(SlowContext(), server="in-process", db=tmp_path / "m.db", checkpointer=f"sqlite:{state}",
-                           flush_every=2, settings=AgentSettings(prune_every=None)) as invoker:
+    async with build_agent(
+        SlowContext(),
+        server="in-process",
+        db=tmp_path / "m.db",
+        checkpointer=f"sqlite:{state}",
+        flush_every=2,
+        settings=AgentSettings(prune_every=None),
+    ) as invoker:
         await invoker.aprocess_conversation_message("user", "first message", "t")
         before = await _checkpoint(state, "t")
         call = asyncio.ensure_future(invoker.aprocess_conversation_message("user", "second message", "t"))
@@ -104,8 +108,13 @@ async def test_what_langgraph_saves_when_a_run_is_cancelled_keeps_the_threads_po
 async def test_a_call_cancelled_after_its_checkpoint_was_written_is_not_taken_in_twice(tmp_path, monkeypatch):
     # Cancelled at the very end (the thread's position already moved on): the same message sent again is
     # recognised as the retry it is; a different message is a new one.
-    async with build_agent(ToolModel(), server="in-process", db=tmp_path / "m.db",
-                           checkpointer=f"sqlite:{tmp_path / 'state.db'}", flush_every=100) as invoker:
+    async with build_agent(
+        ToolModel(),
+        server="in-process",
+        db=tmp_path / "m.db",
+        checkpointer=f"sqlite:{tmp_path / 'state.db'}",
+        flush_every=100,
+    ) as invoker:
         agent = invoker.agent
         finished = asyncio.Event()
         prune = agent._maybe_prune
@@ -128,6 +137,7 @@ async def test_a_call_cancelled_after_its_checkpoint_was_written_is_not_taken_in
         assert (await invoker.athread_status("t")).messages == 1
         nxt = await invoker.aprocess_conversation_message("user", "hello", "t")  # said twice on purpose
         assert nxt.message_index == 2
-        listed = await invoker.connection.call_json("list_entries", {"vault_id": agent.vault_id,
-                                                                     "memory_id": agent.memory_id, "limit": 10})
+        listed = await invoker.connection.call_json(
+            "list_entries", {"vault_id": agent.vault_id, "memory_id": agent.memory_id, "limit": 10}
+        )
         assert sorted(e["tags"]["msg"] for e in listed["entries"]) == ["1", "2"]

@@ -72,11 +72,34 @@ def test_replay_show_and_search_the_example(tmp_path, cli):
     out = cli("replay", str(EXAMPLE), "--db", str(db), "--memory", "quickstart", "--json")
     assert out.returncode == 0, out.stderr
     summary = json.loads(out.stdout)
-    counts = {key: summary[key] for key in ("conversations", "sessions", "messages", "entries", "contexts", "skipped",
-                                            "deduplicated", "fallbacks", "corrections", "retries")}
+    counts = {
+        key: summary[key]
+        for key in (
+            "conversations",
+            "sessions",
+            "messages",
+            "entries",
+            "contexts",
+            "skipped",
+            "deduplicated",
+            "fallbacks",
+            "corrections",
+            "retries",
+        )
+    }
     # two sessions: a context at message 6 and at the end of each session (flush every 6)
-    assert counts == {"conversations": 1, "sessions": 2, "messages": 16, "entries": 16, "contexts": 4, "skipped": 0,
-                      "deduplicated": 0, "fallbacks": 0, "corrections": 0, "retries": 0}
+    assert counts == {
+        "conversations": 1,
+        "sessions": 2,
+        "messages": 16,
+        "entries": 16,
+        "contexts": 4,
+        "skipped": 0,
+        "deduplicated": 0,
+        "fallbacks": 0,
+        "corrections": 0,
+        "retries": 0,
+    }
     assert summary["errors"] == []
     shown = cli("show", "--db", str(db), "--memory", "quickstart", "--limit", "3")
     assert shown.returncode == 0, shown.stderr
@@ -94,8 +117,9 @@ def test_replay_show_and_search_the_example(tmp_path, cli):
     # ... or nothing, with --words-only.
     nothing = cli("search", "submarine", "--words-only", "--db", str(db), "--memory", "quickstart")
     assert nothing.returncode == 0 and "no entry of memory 'quickstart' matches 'submarine'" in nothing.stdout
-    block = cli("recall", "Where do we stay in Alfama?", "--db", str(db), "--memory", "quickstart",
-                "--budget-tokens", "400")
+    block = cli(
+        "recall", "Where do we stay in Alfama?", "--db", str(db), "--memory", "quickstart", "--budget-tokens", "400"
+    )
     assert block.returncode == 0, block.stderr
     assert block.stdout.startswith("Long-term memory relevant to: Where do we stay in Alfama?")
     assert "Dana (user): We also booked the hotel: Casa do Limoeiro in Alfama" in block.stdout
@@ -104,8 +128,9 @@ def test_replay_show_and_search_the_example(tmp_path, cli):
     assert empty.returncode == 1 and "query is empty" in empty.stderr
     missing = cli("show", "--db", str(db), "--memory", "nope")
     assert missing.returncode == 1
-    assert missing.stderr == ("error: memory 'nope' not found in vault 'mycelian' (memories: quickstart); "
-                              "check --memory\n")
+    assert missing.stderr == (
+        "error: memory 'nope' not found in vault 'mycelian' (memories: quickstart); check --memory\n"
+    )
 
 
 def test_replaying_twice_stores_every_message_once(tmp_path, cli):
@@ -130,36 +155,76 @@ def context_snapshots(db: Path) -> int:
         conn.close()
 
 
-SURROGATE = ("invalid Unicode: lone surrogate \\u{code} at character {at} (half of a UTF-16 pair, cannot be stored "
-             "as UTF-8; fix the text or its \\u escapes)")
+SURROGATE = (
+    "invalid Unicode: lone surrogate \\u{code} at character {at} (half of a UTF-16 pair, cannot be stored "
+    "as UTF-8; fix the text or its \\u escapes)"
+)
 
 
-@pytest.mark.parametrize(("content", "problem"), [
-    ('{"messages": [{"role": "user", "content": "hi"},', "line 1 column 49: malformed JSON: Expecting value"),
-    ('{"messages": [{"role": "robot", "content": "hi"}]}',
-     "messages[0].role: unknown role 'robot' (accepted: user, assistant; also human → user, ai → assistant)"),
-    ('{"messages": [{"role": "user", "content": "   "}]}',
-     "messages[0].content: content is empty or whitespace only"),
-    ('{"chat": []}', "top level: unknown format (keys: 'chat'); accepted: 'messages' {messages: [...]}, "
-     "'sessions' {sessions: [...]}, 'longmemeval' (records with haystack_sessions), 'locomo' (samples with "
-     "conversation)"),
-    ('{"messages": [{"role": "user", "content": "hi", "tags": {"k": "\\ud83d"}}]}',
-     "messages[0].tags.k: " + SURROGATE.format(code="d83d", at=0)),
-    ('{"messages": [{"role": "user", "content": "hi", "tags": {"\\ud83d": "v"}}]}',
-     "messages[0].tags: key '\\\\ud83d': " + SURROGATE.format(code="d83d", at=0)),
-    ('{"messages": [{"role": "user", "content": "ok \\udc00"}]}',
-     "messages[0].content: " + SURROGATE.format(code="dc00", at=3)),
-    ('{"conversation_id": "c\\ud83d", "messages": [{"role": "user", "content": "hi"}]}',
-     "conversation_id: " + SURROGATE.format(code="d83d", at=1)),
-    ("[" * 100000 + "]" * 100000, "line 1 column 65: JSON nested more than 64 levels deep (no accepted format nests "
-     "that deep)"),
-    ('{"messages": [{"role": "user", "content": "hi", "n": ' + "7" * 5000 + "}]}",
-     "line 1 column 54: number too long to read (more than 4300 digits); write it as a string if it is an id"),
-    ('{"messages": [{"role": "user", "content": "hi", "tags": {' + ", ".join(f'"k{i}": "v"' for i in range(26))
-     + "}}]}", "messages[0].tags: 26 tags; at most 25 (the server keeps 32 per entry, 7 of them set by the loader "
-     "and the agent)"),
-], ids=["malformed-json", "unknown-role", "blank-content", "unknown-format", "surrogate-tag-value",
-        "surrogate-tag-key", "surrogate-content", "surrogate-id", "deep-nesting", "huge-int", "too-many-tags"])
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        ('{"messages": [{"role": "user", "content": "hi"},', "line 1 column 49: malformed JSON: Expecting value"),
+        (
+            '{"messages": [{"role": "robot", "content": "hi"}]}',
+            "messages[0].role: unknown role 'robot' (accepted: user, assistant; also human → user, ai → assistant)",
+        ),
+        (
+            '{"messages": [{"role": "user", "content": "   "}]}',
+            "messages[0].content: content is empty or whitespace only",
+        ),
+        (
+            '{"chat": []}',
+            "top level: unknown format (keys: 'chat'); accepted: 'messages' {messages: [...]}, "
+            "'sessions' {sessions: [...]}, 'longmemeval' (records with haystack_sessions), 'locomo' (samples with "
+            "conversation)",
+        ),
+        (
+            '{"messages": [{"role": "user", "content": "hi", "tags": {"k": "\\ud83d"}}]}',
+            "messages[0].tags.k: " + SURROGATE.format(code="d83d", at=0),
+        ),
+        (
+            '{"messages": [{"role": "user", "content": "hi", "tags": {"\\ud83d": "v"}}]}',
+            "messages[0].tags: key '\\\\ud83d': " + SURROGATE.format(code="d83d", at=0),
+        ),
+        (
+            '{"messages": [{"role": "user", "content": "ok \\udc00"}]}',
+            "messages[0].content: " + SURROGATE.format(code="dc00", at=3),
+        ),
+        (
+            '{"conversation_id": "c\\ud83d", "messages": [{"role": "user", "content": "hi"}]}',
+            "conversation_id: " + SURROGATE.format(code="d83d", at=1),
+        ),
+        (
+            "[" * 100000 + "]" * 100000,
+            "line 1 column 65: JSON nested more than 64 levels deep (no accepted format nests that deep)",
+        ),
+        (
+            '{"messages": [{"role": "user", "content": "hi", "n": ' + "7" * 5000 + "}]}",
+            "line 1 column 54: number too long to read (more than 4300 digits); write it as a string if it is an id",
+        ),
+        (
+            '{"messages": [{"role": "user", "content": "hi", "tags": {'
+            + ", ".join(f'"k{i}": "v"' for i in range(26))
+            + "}}]}",
+            "messages[0].tags: 26 tags; at most 25 (the server keeps 32 per entry, 7 of them set by the loader "
+            "and the agent)",
+        ),
+    ],
+    ids=[
+        "malformed-json",
+        "unknown-role",
+        "blank-content",
+        "unknown-format",
+        "surrogate-tag-value",
+        "surrogate-tag-key",
+        "surrogate-content",
+        "surrogate-id",
+        "deep-nesting",
+        "huge-int",
+        "too-many-tags",
+    ],
+)
 def test_bad_files_are_refused_with_file_position_and_problem(tmp_path, cli, content, problem):
     good, bad, db = tmp_path / "good.json", tmp_path / "bad.json", tmp_path / "memory.db"
     good.write_text(json.dumps({"messages": [{"role": "user", "content": "hello"}]}))
@@ -172,18 +237,32 @@ def test_bad_files_are_refused_with_file_position_and_problem(tmp_path, cli, con
 
 
 def test_resume_after_a_kill_stores_each_message_exactly_once(tmp_path, cli):
-    sessions = [{"session_id": f"s{s}", "conversation_time": f"2024-0{s + 1}-01T10:00:00Z",
-                 "messages": [{"role": "user" if i % 2 == 0 else "assistant",
-                               "content": f"Session {s} message {i}: note number {s * 1000 + i} about topic {i % 7}."}
-                              for i in range(50)]} for s in range(3)]
+    sessions = [
+        {
+            "session_id": f"s{s}",
+            "conversation_time": f"2024-0{s + 1}-01T10:00:00Z",
+            "messages": [
+                {
+                    "role": "user" if i % 2 == 0 else "assistant",
+                    "content": f"Session {s} message {i}: note number {s * 1000 + i} about topic {i % 7}.",
+                }
+                for i in range(50)
+            ],
+        }
+        for s in range(3)
+    ]
     data = tmp_path / "conversation.json"
     data.write_text(json.dumps({"conversation_id": "kill-test", "sessions": sessions}))
     db, state = tmp_path / "memory.db", tmp_path / "state.db"
     args = ["replay", str(data), "--db", str(db), "--state", str(state), "--flush-every", "5"]
     total = 3 * 50
     target = random.Random(7).randint(20, 120)  # kill once this many messages are stored (mid-session 2)
-    process = subprocess.Popen([sys.executable, "-m", "mycelian_agent.cli", *args], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, start_new_session=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "mycelian_agent.cli", *args],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and process.poll() is None:
@@ -217,10 +296,19 @@ def test_resume_after_a_kill_stores_each_message_exactly_once(tmp_path, cli):
 
 def test_chat_pipeline_example_stores_both_sides(tmp_path):
     out = subprocess.run(
-        [sys.executable, str(REPO / "examples" / "chat_pipeline.py"), "--db", str(tmp_path / "chat.db"),
-         "--state", str(tmp_path / "state.db")],
+        [
+            sys.executable,
+            str(REPO / "examples" / "chat_pipeline.py"),
+            "--db",
+            str(tmp_path / "chat.db"),
+            "--state",
+            str(tmp_path / "state.db"),
+        ],
         input="I moved to Denver with my dog Rex.\nWhat do you remember about my dog?\n",
-        capture_output=True, text=True, timeout=120)
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert "I remember" in out.stdout and "Rex" in out.stdout
     assert "4 messages stored" in out.stdout
@@ -231,9 +319,21 @@ def test_replay_runner_script_is_the_replay_command(tmp_path, capsys):
 
     main(["replay", str(EXAMPLE), "--db", str(tmp_path / "m.db"), "--memory", "quickstart", "--json"])
     assert json.loads(capsys.readouterr().out)["messages"] == 16
-    out = subprocess.run([sys.executable, str(REPO / "runners" / "replay_conversation.py"), str(EXAMPLE),
-                          "--db", str(tmp_path / "m.db"), "--memory", "quickstart", "--json"],
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "runners" / "replay_conversation.py"),
+            str(EXAMPLE),
+            "--db",
+            str(tmp_path / "m.db"),
+            "--memory",
+            "quickstart",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["deduplicated"] == 16  # the second replay stored nothing twice
 
@@ -246,8 +346,18 @@ def test_list_add_export_delete_and_errors_that_name_the_cause(tmp_path, cli):
     assert not typo.parent.exists()  # nothing created for a mistyped --db
     replayed = cli("replay", str(EXAMPLE), "--db", str(db), "--memory", "quickstart", "--json")
     assert json.loads(replayed.stdout)["memories"] == ["quickstart"]  # the summary names the memories written
-    added = cli("add", "I adopted a cat named Miso.", "--db", str(db), "--memory", "quickstart", "--time",
-                "2024-05-01T10:00:00Z", "--name", "Ann")
+    added = cli(
+        "add",
+        "I adopted a cat named Miso.",
+        "--db",
+        str(db),
+        "--memory",
+        "quickstart",
+        "--time",
+        "2024-05-01T10:00:00Z",
+        "--name",
+        "Ann",
+    )
     assert added.returncode == 0, added.stderr
     entry = json.loads(added.stdout)
     assert entry["rawEntry"] == "I adopted a cat named Miso." and entry["conversationTime"].startswith("2024-05-01")
@@ -278,12 +388,17 @@ def test_get_update_history_and_delete_one_entry(tmp_path, cli):
     updated = cli("update", entry["entryId"], "I adopted two cats, Miso and Tofu.", *where)
     assert updated.returncode == 0, updated.stderr
     now = json.loads(updated.stdout)
-    assert (now["entryId"], now["rawEntry"], now["version"]) == (entry["entryId"],
-                                                                 "I adopted two cats, Miso and Tofu.", 2)
+    assert (now["entryId"], now["rawEntry"], now["version"]) == (
+        entry["entryId"],
+        "I adopted two cats, Miso and Tofu.",
+        2,
+    )
     assert "Tofu" in now["summary"] and now["tags"]["role"] == "user"
     versions = json.loads(cli("history", entry["entryId"], *where).stdout)["versions"]
     assert [(v["version"], v["rawEntry"]) for v in versions] == [
-        (1, "I adopted a cat named Miso."), (2, "I adopted two cats, Miso and Tofu.")]
+        (1, "I adopted a cat named Miso."),
+        (2, "I adopted two cats, Miso and Tofu."),
+    ]
     # an entry of another memory, a memory that does not exist, an id that is none: named, nothing created
     other = cli("get", entry["entryId"], "--db", str(db), "--memory", "work")
     assert other.returncode == 1 and f"entry {entry['entryId']} not found" in other.stderr
@@ -302,9 +417,14 @@ def test_read_commands_read_the_store_directly_with_the_tools_answers(tmp_path, 
     they start in well under a second) and print exactly what they print over the MCP tools."""
     db = tmp_path / "memory.db"
     assert cli("replay", str(EXAMPLE), "--db", str(db), "--memory", "quickstart").returncode == 0
-    commands = [("list",), ("show", "--memory", "quickstart"), ("search", "Lisbon trip", "--memory", "quickstart"),
-                ("search", "Lisbon", "--memory", "quickstart", "--json"), ("export", "--memory", "quickstart"),
-                ("recall", "When is the Lisbon trip?", "--memory", "quickstart")]
+    commands = [
+        ("list",),
+        ("show", "--memory", "quickstart"),
+        ("search", "Lisbon trip", "--memory", "quickstart"),
+        ("search", "Lisbon", "--memory", "quickstart", "--json"),
+        ("export", "--memory", "quickstart"),
+        ("recall", "When is the Lisbon trip?", "--memory", "quickstart"),
+    ]
     for command in commands:
         direct = cli(*command, "--db", str(db))
         over_mcp = cli(*command, "--db", str(db), "--server", "in-process")
@@ -312,13 +432,16 @@ def test_read_commands_read_the_store_directly_with_the_tools_answers(tmp_path, 
         assert direct.stdout == over_mcp.stdout, command
     bad = cli("delete", "--db", str(db), "--memory", "quickstart", "--entry", "123", "--yes")
     assert bad.returncode == 1 and "failed: entry_id must be a UUID" in bad.stderr
-    probe = ("import sys; from mycelian_agent.cli import main\n"
-             "try:\n    main(sys.argv[1:])\nexcept SystemExit as exc:\n    assert not exc.code, exc.code\n"
-             "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'mcp', 'langchain_core', 'langgraph'})\n"
-             "print('HEAVY', heavy, file=sys.stderr)")
+    probe = (
+        "import sys; from mycelian_agent.cli import main\n"
+        "try:\n    main(sys.argv[1:])\nexcept SystemExit as exc:\n    assert not exc.code, exc.code\n"
+        "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'mcp', 'langchain_core', 'langgraph'})\n"
+        "print('HEAVY', heavy, file=sys.stderr)"
+    )
     for command in commands:
-        done = subprocess.run([sys.executable, "-c", probe, *command, "--db", str(db)], capture_output=True,
-                              text=True, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-c", probe, *command, "--db", str(db)], capture_output=True, text=True, timeout=120
+        )
         assert done.returncode == 0 and "HEAVY []" in done.stderr, (command, done.stderr[-2000:])
 
 
@@ -339,17 +462,24 @@ def test_read_and_edit_commands_say_what_is_wrong_in_one_line(tmp_path, cli):
     assert cli("replay", str(EXAMPLE), "--db", str(db), "--memory", "quickstart").returncode == 0
     common = ("--db", str(db), "--memory", "quickstart")
     cases = [
-        (("export", *common, "--out", str(tmp_path / "missing" / "x.json")),
-         f"error: cannot write --out {tmp_path / 'missing' / 'x.json'}: the folder {tmp_path / 'missing'} does not "
-         "exist"),
+        (
+            ("export", *common, "--out", str(tmp_path / "missing" / "x.json")),
+            f"error: cannot write --out {tmp_path / 'missing' / 'x.json'}: the folder {tmp_path / 'missing'} does not "
+            "exist",
+        ),
         (("export", *common, "--out", "/dev/full"), "error: cannot write --out /dev/full: No space left on device"),
         (("delete", "--db", str(db), "--memory", "nope"), "error: memory 'nope' not found in vault 'mycelian'"),
-        (("delete", *common), "error: not deleting memory 'quickstart' with all its entries: there is no terminal "
-                              "to confirm on; pass --yes"),
+        (
+            ("delete", *common),
+            "error: not deleting memory 'quickstart' with all its entries: there is no terminal "
+            "to confirm on; pass --yes",
+        ),
         (("delete", *common, "--entry", "00000000-0000-4000-8000-000000000000"), "not found in memory"),
         (("list", "--db", str(tmp_path)), f"error: --db {tmp_path} is a folder, not a memory database file"),
-        (("search", "-5 degrees", *common), "No such option '-5'. (if that is text starting with '-', put it after "
-                                            "'--': "),  # the program's name differs in pytest
+        (
+            ("search", "-5 degrees", *common),
+            "No such option '-5'. (if that is text starting with '-', put it after '--': ",
+        ),  # the program's name differs in pytest
     ]
     for args, problem in cases:
         run = cli(*args)

@@ -13,8 +13,9 @@ from mycelian_agent.paths import default_db_path
 
 def test_from_env_takes_flags_first_then_the_environment() -> None:
     env = {"MYCELIAN_SERVER": "http://127.0.0.1:1/mcp", "MYCELIAN_TOKEN": "secret", "MYCELIAN_DB": "/x/env.db"}
-    assert ConnectionSettings.from_env(env) == ConnectionSettings(server="http://127.0.0.1:1/mcp", db="/x/env.db",
-                                                                 token="secret")
+    assert ConnectionSettings.from_env(env) == ConnectionSettings(
+        server="http://127.0.0.1:1/mcp", db="/x/env.db", token="secret"
+    )
     flags = ConnectionSettings.from_env(env, server="embedded", db="/x/flag.db", token=None, timeout=5.0)
     assert (flags.server, flags.db, flags.token, flags.timeout) == ("embedded", "/x/flag.db", "secret", 5.0)
 

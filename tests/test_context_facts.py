@@ -28,11 +28,14 @@ def current(doc: str, name: str = "Facts") -> str:
 
 
 def test_health_conditions_and_diet_are_facts():
-    doc = merge_context("", [
-        message("user", "I'm severely allergic to peanuts."),
-        message("assistant", "Good to know."),
-        message("user", "Also, I have asthma. I can't eat gluten either."),
-    ])
+    doc = merge_context(
+        "",
+        [
+            message("user", "I'm severely allergic to peanuts."),
+            message("assistant", "Good to know."),
+            message("user", "Also, I have asthma. I can't eat gluten either."),
+        ],
+    )
     facts = section(doc, "Facts")
     assert "- The user is severely allergic to peanuts. (2024-03-08)" in facts
     assert "asthma" in facts and "gluten" in facts
@@ -44,12 +47,15 @@ def test_named_speaker_is_the_subject_of_the_facts():
 
 
 def test_pet_with_name_and_people_by_name():
-    doc = merge_context("", [
-        message("user", "We adopted a rescue dog called Biscuit."),
-        message("user", "My partner Sam and I are going to Kyoto in October."),
-        message("user", "My best friend Priya is vegan, so the dinner has to work for her."),
-        message("user", "Priya has two kids."),
-    ])
+    doc = merge_context(
+        "",
+        [
+            message("user", "We adopted a rescue dog called Biscuit."),
+            message("user", "My partner Sam and I are going to Kyoto in October."),
+            message("user", "My best friend Priya is vegan, so the dinner has to work for her."),
+            message("user", "Priya has two kids."),
+        ],
+    )
     facts = section(doc, "Facts")
     assert "Biscuit" in facts
     assert "- The user's partner is Sam. (2024-03-08)" in facts
@@ -59,10 +65,13 @@ def test_pet_with_name_and_people_by_name():
 
 
 def test_assistant_echoes_do_not_become_user_facts():
-    doc = merge_context("", [
-        message("user", "Can you suggest a Thai dish?"),
-        message("assistant", "Noted: you're allergic to peanuts. You have a cat named Luna, and you live in Oslo."),
-    ])
+    doc = merge_context(
+        "",
+        [
+            message("user", "Can you suggest a Thai dish?"),
+            message("assistant", "Noted: you're allergic to peanuts. You have a cat named Luna, and you live in Oslo."),
+        ],
+    )
     assert "## Facts" not in doc and "## Preferences" not in doc
     assert "allergic to peanuts" in section(doc, "Timeline")  # the exchange itself stays on the timeline
 
@@ -79,14 +88,20 @@ def test_a_move_replaces_the_home():
 
 
 def test_a_changed_trip_keeps_only_the_new_dates_as_current():
-    doc = merge_context("", [
-        message("user", "We're flying to Rome for my sister's wedding. We're thinking May 3 to May 9."),
-        message("assistant", "Lovely, Rome in May is great."),
-    ])
+    doc = merge_context(
+        "",
+        [
+            message("user", "We're flying to Rome for my sister's wedding. We're thinking May 3 to May 9."),
+            message("assistant", "Lovely, Rome in May is great."),
+        ],
+    )
     assert "May 3 to May 9" in current(doc, "Decisions and plans")
-    doc = merge_context(doc, [
-        message("user", "Change of plans: the Rome trip moved, it's now May 10 to May 16.", "2024-04-01T09:00:00Z"),
-    ])
+    doc = merge_context(
+        doc,
+        [
+            message("user", "Change of plans: the Rome trip moved, it's now May 10 to May 16.", "2024-04-01T09:00:00Z"),
+        ],
+    )
     plans = current(doc, "Decisions and plans")
     assert "May 10 to May 16" in plans and "May 3 to May 9" not in plans
     assert "earlier:" in section(doc, "Decisions and plans") and "May 3 to May 9" in section(doc, "Decisions and plans")
@@ -109,19 +124,24 @@ def test_an_ended_possession_updates_the_fact():
 
 
 def test_unrelated_facts_are_not_replaced():
-    doc = merge_context("", [
-        message("user", "My partner Marco is vegetarian."),
-        message("user", "We booked Lisbon for June 14 to June 21."),
-        message("user", "I work at a bakery in Porto."),
-    ])
+    doc = merge_context(
+        "",
+        [
+            message("user", "My partner Marco is vegetarian."),
+            message("user", "We booked Lisbon for June 14 to June 21."),
+            message("user", "I work at a bakery in Porto."),
+        ],
+    )
     later = merge_context(doc, [message("user", "Marco has a deadline now on June 3.", "2024-04-01T09:00:00Z")])
     for kept in ("Marco is vegetarian", "June 14 to June 21", "bakery in Porto"):
         assert kept in current(later) + current(later, "Decisions and plans"), kept
 
 
 def test_facts_respect_the_size_cap():
-    messages = [message("user", f"I'm allergic to substance number {i} and my friend Alex{chr(97 + i)} is too.")
-                for i in range(20)]
+    messages = [
+        message("user", f"I'm allergic to substance number {i} and my friend Alex{chr(97 + i)} is too.")
+        for i in range(20)
+    ]
     for cap in (300, 800, 2000):
         doc = merge_context("", messages, max_chars=cap)
         assert 0 < len(doc) <= cap
@@ -129,9 +149,15 @@ def test_facts_respect_the_size_cap():
 
 def test_put_context_call_keeps_the_allergy():
     model = ExtractiveChatModel().bind_tools([tool_schema("put_context")], tool_choice="put_context")
-    task = {"operation": "put_context", "previous_context": "", "max_chars": 2000,
-            "messages": [message("user", "I'm severely allergic to peanuts."),
-                         message("assistant", "Noted: you're allergic to peanuts.")]}
+    task = {
+        "operation": "put_context",
+        "previous_context": "",
+        "max_chars": 2000,
+        "messages": [
+            message("user", "I'm severely allergic to peanuts."),
+            message("assistant", "Noted: you're allergic to peanuts."),
+        ],
+    }
     reply = model.invoke([SystemMessage("rules"), HumanMessage("task", additional_kwargs={TASK_KEY: task})])
     (call,) = reply.tool_calls
     assert "- The user is severely allergic to peanuts. (2024-03-08)" in section(call["args"]["content"], "Facts")

@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from mycelian_agent.limits import RAW_ENTRY_MAX_CHARS
 from mycelian_agent.conversations.formats import (
     Conversation,
     iter_messages,
@@ -17,6 +16,7 @@ from mycelian_agent.conversations.formats import (
     valid_title,
 )
 from mycelian_agent.errors import InputError
+from mycelian_agent.limits import RAW_ENTRY_MAX_CHARS
 
 # Evaluation-only data: read in place (never copied into the repository), skipped where absent.
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -68,8 +68,14 @@ def locomo_sample(**overrides: object) -> dict:
             "session_1_date_time": "1:56 pm on 8 May, 2023",
             "session_1": [
                 turn("Ana", "D1:1", "I adopted a dog named Pixel."),
-                turn("Ben", "D1:2", "Look at this!", img_url=["http://x/y.jpg"], blip_caption="a photo of a red bike",
-                     query="red bike"),
+                turn(
+                    "Ben",
+                    "D1:2",
+                    "Look at this!",
+                    img_url=["http://x/y.jpg"],
+                    blip_caption="a photo of a red bike",
+                    query="red bike",
+                ),
             ],
             "session_2_date_time": "12:05 am on 2 June, 2023",
             "session_2": [turn("Ben", "D2:1", "How is Pixel?"), turn("Ana", "D2:2", "Great, thanks.")],
@@ -81,8 +87,12 @@ def locomo_sample(**overrides: object) -> dict:
         "qa": [
             {"question": "What is the dog's name?", "answer": "Pixel", "evidence": ["D1:1"], "category": 4},
             {"question": "How many dogs?", "answer": 1, "evidence": ["D1:1; D2:2", "D1:1"], "category": 1},
-            {"question": "What is Ben's cat called?", "adversarial_answer": "Not mentioned", "evidence": [],
-             "category": 5},
+            {
+                "question": "What is Ben's cat called?",
+                "adversarial_answer": "Not mentioned",
+                "evidence": [],
+                "category": 5,
+            },
         ],
         "observation": {"session_1_observation": "OBSERVATION TEXT"},
         "session_summary": {"session_1_summary": "SUMMARY TEXT"},
@@ -126,8 +136,11 @@ def test_sessions_format(tmp_path: Path) -> None:
         {
             "conversation_id": "trip",
             "sessions": [
-                {"session_id": "a", "conversation_time": "2024-03-02T18:40:00Z",
-                 "messages": [{"role": "user", "content": "One."}, {"role": "assistant", "content": "Two."}]},
+                {
+                    "session_id": "a",
+                    "conversation_time": "2024-03-02T18:40:00Z",
+                    "messages": [{"role": "user", "content": "One."}, {"role": "assistant", "content": "Two."}],
+                },
                 {"session_id": "b", "messages": [{"role": "user", "content": "Three."}]},
             ],
         },
@@ -135,8 +148,9 @@ def test_sessions_format(tmp_path: Path) -> None:
     assert (conv.conversation_id, conv.kind, conv.message_count) == ("trip", "sessions", 3)
     assert [(s.session_id, s.conversation_time) for s in conv.sessions] == [("a", "2024-03-02T18:40:00Z"), ("b", None)]
     assert conv.sessions[1].messages[0].tags == {"session_id": "b", "turn": "0"}
-    positions = [(p.session_index, p.message_index, p.session.session_id, p.message.content)
-                 for p in iter_messages(conv)]
+    positions = [
+        (p.session_index, p.message_index, p.session.session_id, p.message.content) for p in iter_messages(conv)
+    ]
     assert positions == [(0, 0, "a", "One."), (0, 1, "a", "Two."), (1, 0, "b", "Three.")]
 
 
@@ -163,8 +177,12 @@ def test_longmemeval_record(tmp_path: Path) -> None:
     assert conv.sessions[1].messages[0].tags == {"session_id": "s_b", "turn": "0", "has_answer": "true"}
     assert conv.sessions[1].messages[1].tags == {"session_id": "s_b", "turn": "1"}  # has_answer false: no tag
     (q,) = conv.questions
-    assert (q.question_id, q.category, q.answer, q.question_date) == ("q1", "single-session-user", "3",
-                                                                       "2023-06-01T09:00:00Z")
+    assert (q.question_id, q.category, q.answer, q.question_date) == (
+        "q1",
+        "single-session-user",
+        "3",
+        "2023-06-01T09:00:00Z",
+    )
     assert q.evidence == ("s_b",)
     assert q.evidence_turns == ("s_b:0",)
     assert not q.is_abstention
@@ -184,14 +202,16 @@ def test_locomo_sample(tmp_path: Path) -> None:
     assert (conv.conversation_id, conv.kind) == ("conv-x", "locomo")
     assert [s.session_id for s in conv.sessions] == ["session_1", "session_2", "session_10"]  # numeric order
     assert [s.conversation_time for s in conv.sessions] == [
-        "2023-05-08T13:56:00Z", "2023-06-02T00:05:00Z", "2023-07-01T09:00:00Z"
+        "2023-05-08T13:56:00Z",
+        "2023-06-02T00:05:00Z",
+        "2023-07-01T09:00:00Z",
     ]
     first, photo = conv.sessions[0].messages
     assert (first.role, photo.role) == ("user", "assistant")
     assert first.tags == {"session_id": "session_1", "turn": "0", "dia_id": "D1:1", "speaker": "Ana"}
     assert photo.content == "Look at this! [shares a photo: a photo of a red bike]"
     everything = " ".join(p.message.content for p in iter_messages(conv))
-    assert not re.search("OBSERVATION|SUMMARY|EVENT|red bike\"|http", everything)
+    assert not re.search('OBSERVATION|SUMMARY|EVENT|red bike"|http', everything)
     q1, q2, q3 = conv.questions
     assert (q1.question_id, q1.category, q1.evidence, q1.question_date) == ("conv-x:0", "4", ("D1:1",), None)
     assert (q2.answer, q2.evidence) == ("1", ("D1:1", "D2:2"))  # split "a; b", duplicates once
@@ -249,82 +269,170 @@ MALFORMED = {
     "empty array": ([], "top level", "empty array"),
     "array item": ([{"messages": [GOOD_MSG]}, 3], "[1]", "expected a conversation object, got a number"),
     "both keys": ({"messages": [], "sessions": []}, "top level", "both 'messages' and 'sessions'"),
-    "unknown role": (_sessions(GOOD_MSG, {"role": "bot", "content": "x"}), "sessions[1].messages[1].role",
-                     "unknown role 'bot' (accepted: user, assistant; also human → user, ai → assistant)"),
+    "unknown role": (
+        _sessions(GOOD_MSG, {"role": "bot", "content": "x"}),
+        "sessions[1].messages[1].role",
+        "unknown role 'bot' (accepted: user, assistant; also human → user, ai → assistant)",
+    ),
     "role case": ({"messages": [{"role": "User", "content": "x"}]}, "messages[0].role", "unknown role 'User'"),
-    "empty content": (_sessions({"role": "user", "content": ""}), "sessions[1].messages[0].content",
-                      "content is empty or whitespace only"),
-    "blank content": (_sessions({"role": "user", "content": " \n\t"}), "sessions[1].messages[0].content",
-                      "content is empty or whitespace only"),
-    "non-string content": (_sessions({"role": "user", "content": ["x"]}), "sessions[1].messages[0].content",
-                           "must be a string, got an array"),
-    "null content": (_sessions({"role": "user", "content": None}), "sessions[1].messages[0].content",
-                     "must be a string, got null"),
+    "empty content": (
+        _sessions({"role": "user", "content": ""}),
+        "sessions[1].messages[0].content",
+        "content is empty or whitespace only",
+    ),
+    "blank content": (
+        _sessions({"role": "user", "content": " \n\t"}),
+        "sessions[1].messages[0].content",
+        "content is empty or whitespace only",
+    ),
+    "non-string content": (
+        _sessions({"role": "user", "content": ["x"]}),
+        "sessions[1].messages[0].content",
+        "must be a string, got an array",
+    ),
+    "null content": (
+        _sessions({"role": "user", "content": None}),
+        "sessions[1].messages[0].content",
+        "must be a string, got null",
+    ),
     "missing content": (_sessions({"role": "user"}), "sessions[1].messages[0].content", "missing (required key)"),
     "missing role": ({"messages": [{"content": "x"}]}, "messages[0].role", "missing (required key)"),
     "message not object": ({"messages": ["hi"]}, "messages[0]", "must be an object, got a string"),
-    "unknown message key": ({"messages": [{**GOOD_MSG, "timestamp": "x"}]}, "messages[0].timestamp",
-                            "unknown key (accepted: role, content, name, tags)"),
+    "unknown message key": (
+        {"messages": [{**GOOD_MSG, "timestamp": "x"}]},
+        "messages[0].timestamp",
+        "unknown key (accepted: role, content, name, tags)",
+    ),
     "unknown top key": ({"messages": [GOOD_MSG], "title": "x"}, "title", "unknown key"),
-    "reserved tag": ({"messages": [{**GOOD_MSG, "tags": {"turn": "1"}}]}, "messages[0].tags.turn",
-                     "reserved tag name"),
-    "tag value": ({"messages": [{**GOOD_MSG, "tags": {"n": 1}}]}, "messages[0].tags.n",
-                  "must be a string, got a number"),
-    "tags not object": ({"messages": [{**GOOD_MSG, "tags": ["a"]}]}, "messages[0].tags",
-                        "must be an object, got an array"),
+    "reserved tag": ({"messages": [{**GOOD_MSG, "tags": {"turn": "1"}}]}, "messages[0].tags.turn", "reserved tag name"),
+    "tag value": (
+        {"messages": [{**GOOD_MSG, "tags": {"n": 1}}]},
+        "messages[0].tags.n",
+        "must be a string, got a number",
+    ),
+    "tags not object": (
+        {"messages": [{**GOOD_MSG, "tags": ["a"]}]},
+        "messages[0].tags",
+        "must be an object, got an array",
+    ),
     "no messages": ({"messages": []}, "messages", "must hold at least one message"),
     "messages not list": ({"messages": "hi"}, "messages", "must be an array, got a string"),
     "no sessions": ({"sessions": []}, "sessions", "must hold at least one session"),
-    "missing session_id": ({"sessions": [{"messages": [GOOD_MSG]}]}, "sessions[0].session_id",
-                           "missing (required key)"),
-    "empty session_id": ({"sessions": [{"session_id": " ", "messages": [GOOD_MSG]}]}, "sessions[0].session_id",
-                         "must not be empty"),
+    "missing session_id": (
+        {"sessions": [{"messages": [GOOD_MSG]}]},
+        "sessions[0].session_id",
+        "missing (required key)",
+    ),
+    "empty session_id": (
+        {"sessions": [{"session_id": " ", "messages": [GOOD_MSG]}]},
+        "sessions[0].session_id",
+        "must not be empty",
+    ),
     "duplicate session_id": (
         {"sessions": [{"session_id": "a", "messages": [GOOD_MSG]}, {"session_id": "a", "messages": [GOOD_MSG]}]},
-        "sessions[1].session_id", "duplicate session id 'a'"),
-    "bad conversation_time": ({"messages": [GOOD_MSG], "conversation_time": "yesterday"}, "conversation_time",
-                              "unparseable date 'yesterday'"),
-    "bad session time": ({"sessions": [{"session_id": "a", "conversation_time": "2023-13-01", "messages": [GOOD_MSG]}]},
-                         "sessions[0].conversation_time", "unparseable date '2023-13-01'"),
-    "duplicate conversation ids": ([{"conversation_id": "c", "messages": [GOOD_MSG]}] * 2, "[1]",
-                                   "duplicate conversation id 'c'"),
-    "lme lengths": (lme_record(haystack_dates=["2023/05/20 (Sat) 02:21"]), "top level",
-                    "haystack lists differ in length: haystack_sessions 2, haystack_session_ids 2, haystack_dates 1"),
+        "sessions[1].session_id",
+        "duplicate session id 'a'",
+    ),
+    "bad conversation_time": (
+        {"messages": [GOOD_MSG], "conversation_time": "yesterday"},
+        "conversation_time",
+        "unparseable date 'yesterday'",
+    ),
+    "bad session time": (
+        {"sessions": [{"session_id": "a", "conversation_time": "2023-13-01", "messages": [GOOD_MSG]}]},
+        "sessions[0].conversation_time",
+        "unparseable date '2023-13-01'",
+    ),
+    "duplicate conversation ids": (
+        [{"conversation_id": "c", "messages": [GOOD_MSG]}] * 2,
+        "[1]",
+        "duplicate conversation id 'c'",
+    ),
+    "lme lengths": (
+        lme_record(haystack_dates=["2023/05/20 (Sat) 02:21"]),
+        "top level",
+        "haystack lists differ in length: haystack_sessions 2, haystack_session_ids 2, haystack_dates 1",
+    ),
     "lme role": ([BAD_HAYSTACK], "[0].haystack_sessions[1][1].role", "unknown role 'system'"),
-    "lme date": (lme_record(haystack_dates=["2023/05/20 (Sat) 02:21", "2023/05/32 (Sat) 02:21"]),
-                 "haystack_dates[1]", "unparseable date '2023/05/32 (Sat) 02:21'"),
-    "lme null date": (lme_record(haystack_dates=["2023/05/20 (Sat) 02:21", None]), "haystack_dates[1]",
-                      "must be a string, got null"),
+    "lme date": (
+        lme_record(haystack_dates=["2023/05/20 (Sat) 02:21", "2023/05/32 (Sat) 02:21"]),
+        "haystack_dates[1]",
+        "unparseable date '2023/05/32 (Sat) 02:21'",
+    ),
+    "lme null date": (
+        lme_record(haystack_dates=["2023/05/20 (Sat) 02:21", None]),
+        "haystack_dates[1]",
+        "must be a string, got null",
+    ),
     "lme question date": (lme_record(question_date="soon"), "question_date", "unparseable date 'soon'"),
-    "lme session not list": (lme_record(haystack_sessions=[[], {"role": "user"}]), "haystack_sessions[1]",
-                             "must be an array, got an object"),
-    "lme has_answer": (lme_record(haystack_sessions=[[], [{**GOOD_MSG, "has_answer": "yes"}]]),
-                       "haystack_sessions[1][0].has_answer", "must be true or false, got a string"),
-    "lme missing answer ids": ({k: v for k, v in lme_record().items() if k != "answer_session_ids"},
-                               "answer_session_ids", "missing (required key)"),
+    "lme session not list": (
+        lme_record(haystack_sessions=[[], {"role": "user"}]),
+        "haystack_sessions[1]",
+        "must be an array, got an object",
+    ),
+    "lme has_answer": (
+        lme_record(haystack_sessions=[[], [{**GOOD_MSG, "has_answer": "yes"}]]),
+        "haystack_sessions[1][0].has_answer",
+        "must be true or false, got a string",
+    ),
+    "lme missing answer ids": (
+        {k: v for k, v in lme_record().items() if k != "answer_session_ids"},
+        "answer_session_ids",
+        "missing (required key)",
+    ),
     "lme answer type": (lme_record(answer=None), "answer", "must be a string or a number, got null"),
-    "lme duplicate session": (lme_record(haystack_session_ids=["s", "s"]), "haystack_session_ids[1]",
-                              "duplicate session id 's'"),
-    "locomo speaker": (_locomo_turn(speaker="Cy"), "conversation.session_2[1].speaker",
-                       "unknown speaker 'Cy' (expected 'Ana' or 'Ben')"),
-    "locomo empty text": (_locomo_turn(text="  "), "conversation.session_2[1].text",
-                          "content is empty or whitespace only"),
-    "locomo missing dia_id": (_locomo_turn(dia_id=None), "conversation.session_2[1].dia_id",
-                              "must be a string, got null"),
-    "locomo missing date": (_locomo_conv(session_2_date_time=None), "conversation.session_2_date_time",
-                            "missing (required key: the session's date)"),
-    "locomo bad date": (_locomo_conv(session_2_date_time="13:05 pm on 2 June, 2023"),
-                        "conversation.session_2_date_time", "unparseable date '13:05 pm on 2 June, 2023'"),
+    "lme duplicate session": (
+        lme_record(haystack_session_ids=["s", "s"]),
+        "haystack_session_ids[1]",
+        "duplicate session id 's'",
+    ),
+    "locomo speaker": (
+        _locomo_turn(speaker="Cy"),
+        "conversation.session_2[1].speaker",
+        "unknown speaker 'Cy' (expected 'Ana' or 'Ben')",
+    ),
+    "locomo empty text": (
+        _locomo_turn(text="  "),
+        "conversation.session_2[1].text",
+        "content is empty or whitespace only",
+    ),
+    "locomo missing dia_id": (
+        _locomo_turn(dia_id=None),
+        "conversation.session_2[1].dia_id",
+        "must be a string, got null",
+    ),
+    "locomo missing date": (
+        _locomo_conv(session_2_date_time=None),
+        "conversation.session_2_date_time",
+        "missing (required key: the session's date)",
+    ),
+    "locomo bad date": (
+        _locomo_conv(session_2_date_time="13:05 pm on 2 June, 2023"),
+        "conversation.session_2_date_time",
+        "unparseable date '13:05 pm on 2 June, 2023'",
+    ),
     "locomo no speaker_b": (_locomo_conv(speaker_b=None), "conversation.speaker_b", "missing (required key)"),
     "locomo same speakers": (_locomo_conv(speaker_b="Ana"), "conversation.speaker_b", "same name as speaker_a"),
-    "locomo no sessions": ({"sample_id": "s", "conversation": {"speaker_a": "A", "speaker_b": "B"}}, "conversation",
-                           "no session_<N> keys"),
-    "locomo no answer": (locomo_sample(qa=[{"question": "q", "evidence": [], "category": 5}]), "qa[0].answer",
-                         "missing (required key; 'adversarial_answer' also accepted)"),
-    "locomo category": (locomo_sample(qa=[{"question": "q", "answer": "a", "evidence": [], "category": "4"}]),
-                        "qa[0].category", "must be an integer, got a string"),
-    "locomo evidence": (locomo_sample(qa=[{"question": "q", "answer": "a", "evidence": [1], "category": 4}]),
-                        "qa[0].evidence[0]", "must be a string, got a number"),
+    "locomo no sessions": (
+        {"sample_id": "s", "conversation": {"speaker_a": "A", "speaker_b": "B"}},
+        "conversation",
+        "no session_<N> keys",
+    ),
+    "locomo no answer": (
+        locomo_sample(qa=[{"question": "q", "evidence": [], "category": 5}]),
+        "qa[0].answer",
+        "missing (required key; 'adversarial_answer' also accepted)",
+    ),
+    "locomo category": (
+        locomo_sample(qa=[{"question": "q", "answer": "a", "evidence": [], "category": "4"}]),
+        "qa[0].category",
+        "must be an integer, got a string",
+    ),
+    "locomo evidence": (
+        locomo_sample(qa=[{"question": "q", "answer": "a", "evidence": [1], "category": 4}]),
+        "qa[0].evidence[0]",
+        "must be a string, got a number",
+    ),
 }
 
 
@@ -374,8 +482,9 @@ def test_longmemeval_s_sample() -> None:
     (q,) = conv.questions
     assert q.category == "knowledge-update" and q.question_date == "2023-12-18T04:17:00Z"
     assert q.evidence == ("answer_3a6f1e82_1", "answer_3a6f1e82_2")
-    flagged = [f"{p.session.session_id}:{p.message_index}"
-               for p in iter_messages(conv) if "has_answer" in p.message.tags]
+    flagged = [
+        f"{p.session.session_id}:{p.message_index}" for p in iter_messages(conv) if "has_answer" in p.message.tags
+    ]
     assert flagged and tuple(flagged) == q.evidence_turns
     assert {t.split(":")[0] for t in q.evidence_turns} <= set(q.evidence)
     assert all(s.conversation_time and s.conversation_time.endswith("Z") for s in conv.sessions)

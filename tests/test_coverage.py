@@ -31,8 +31,14 @@ def _store_sessions(
     for day, turns in sessions:
         for i, (speaker, text) in enumerate(turns):
             tags = {"role": "user", "thread": "chat", "turn": str(turn), "speaker": speaker}
-            entry = store.add_entry(vault, memory, raw_entry=text, summary=f"On {day} {speaker} said: {text}",
-                                    tags=tags, conversation_time=f"{day}T10:{i:02d}:00Z")
+            entry = store.add_entry(
+                vault,
+                memory,
+                raw_entry=text,
+                summary=f"On {day} {speaker} said: {text}",
+                tags=tags,
+                conversation_time=f"{day}T10:{i:02d}:00Z",
+            )
             ids[text] = entry["entryId"]
             turn += 1
     return memory, ids
@@ -41,18 +47,24 @@ def _store_sessions(
 MOUNTAINS = "We camped in the mountains last week, it was lovely."
 BEACH = "This spring we camped at the beach with the kids."
 CONVERSATION = [
-    ("2024-03-02", [
-        ("Ben", "Ana, I read a piece about camping gear. Camping is getting popular, Ana."),
-        ("Ana", MOUNTAINS),
-        ("Ben", "Sounds peaceful. I stayed home and fixed my bike."),
-        ("Ana", "The kids loved the hike too."),
-    ]),
-    ("2024-04-10", [
-        ("Ben", "Ana, my cousin says camping with kids is hard. Camping stories, Ana!"),
-        ("Ana", BEACH),
-        ("Ben", "I went to a concert downtown."),
-        ("Ana", "Which band played?"),
-    ]),
+    (
+        "2024-03-02",
+        [
+            ("Ben", "Ana, I read a piece about camping gear. Camping is getting popular, Ana."),
+            ("Ana", MOUNTAINS),
+            ("Ben", "Sounds peaceful. I stayed home and fixed my bike."),
+            ("Ana", "The kids loved the hike too."),
+        ],
+    ),
+    (
+        "2024-04-10",
+        [
+            ("Ben", "Ana, my cousin says camping with kids is hard. Camping stories, Ana!"),
+            ("Ana", BEACH),
+            ("Ben", "I went to a concert downtown."),
+            ("Ana", "Which band played?"),
+        ],
+    ),
 ]
 
 

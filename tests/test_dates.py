@@ -9,7 +9,13 @@ import pytest
 from mycelian_agent import dates
 from mycelian_agent.conversations import formats
 from mycelian_agent.dates import (
-    MONTHS, month_number, normalise_time, parse_rfc3339, resolve_relative_dates, strip_resolved_dates, to_rfc3339,
+    MONTHS,
+    month_number,
+    normalise_time,
+    parse_rfc3339,
+    resolve_relative_dates,
+    strip_resolved_dates,
+    to_rfc3339,
 )
 from mycelian_agent.errors import InputError
 from mycelian_agent.memory_server.storage import validation
@@ -41,8 +47,17 @@ def test_to_rfc3339(text: str, expected: str) -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["", "yesterday", "2023/02/30 (Thu) 10:00", "2023/05/20 (Sat) 25:00", "13:00 pm on 8 May, 2023",
-     "1:56 pm on 8 Smarch, 2023", "1:56 pm on 32 May, 2023", "20-05-2023", "2023-05-20T02:21:00+25:00"],
+    [
+        "",
+        "yesterday",
+        "2023/02/30 (Thu) 10:00",
+        "2023/05/20 (Sat) 25:00",
+        "13:00 pm on 8 May, 2023",
+        "1:56 pm on 8 Smarch, 2023",
+        "1:56 pm on 32 May, 2023",
+        "20-05-2023",
+        "2023-05-20T02:21:00+25:00",
+    ],
 )
 def test_to_rfc3339_rejects(text: str) -> None:
     with pytest.raises(InputError, match="unparseable date .*expected RFC 3339 like '2023-05-20T02:21:00Z'"):
@@ -114,12 +129,19 @@ def test_parse_rfc3339(text: str | None, normalised: str | None) -> None:
 @pytest.mark.parametrize(
     ("value", "problem"),
     [
-        ("2024-05-01T12:00:00", "before must be an RFC 3339 timestamp with a time zone, e.g. 2024-05-01T12:00:00Z "
-                                "(got '2024-05-01T12:00:00')"),
-        ("2024-05-01T12:00:00+24:00", "before is not a valid date/time: '2024-05-01T12:00:00+24:00' "
-                                      "(offset out of range)"),
-        ("2024-02-30T12:00:00Z", "before is not a valid date/time: '2024-02-30T12:00:00Z' "
-                                 "(day is out of range for month)"),
+        (
+            "2024-05-01T12:00:00",
+            "before must be an RFC 3339 timestamp with a time zone, e.g. 2024-05-01T12:00:00Z "
+            "(got '2024-05-01T12:00:00')",
+        ),
+        (
+            "2024-05-01T12:00:00+24:00",
+            "before is not a valid date/time: '2024-05-01T12:00:00+24:00' (offset out of range)",
+        ),
+        (
+            "2024-02-30T12:00:00Z",
+            "before is not a valid date/time: '2024-02-30T12:00:00Z' (day is out of range for month)",
+        ),
         (1714564800, "before must be an RFC 3339 string (got int)"),
     ],
 )
@@ -134,8 +156,18 @@ def test_parse_rfc3339_rejects(value: object, problem: str) -> None:
 
 @pytest.mark.parametrize(
     ("name", "number"),
-    [("January", 1), ("may", 5), ("Sept", 9), ("sep", 9), ("SEPTEMBER", 9), ("Dec.", 12), ("Ma", None),
-     ("Smarch", None), ("Mayday", None), ("", None)],
+    [
+        ("January", 1),
+        ("may", 5),
+        ("Sept", 9),
+        ("sep", 9),
+        ("SEPTEMBER", 9),
+        ("Dec.", 12),
+        ("Ma", None),
+        ("Smarch", None),
+        ("Mayday", None),
+        ("", None),
+    ],
 )
 def test_month_number(name: str, number: int | None) -> None:
     assert month_number(name) == number
@@ -153,8 +185,10 @@ def test_extractive_dates_share_the_month_table() -> None:
 
 
 def test_resolved_dates_come_out_again_leaving_other_parentheses() -> None:
-    text = ("Yesterday and last week, next month, last summer, next year, this weekend, last winter, "
-            "two days ago; my niece (she is 7) came (by train) in 2019.")
+    text = (
+        "Yesterday and last week, next month, last summer, next year, this weekend, last winter, "
+        "two days ago; my niece (she is 7) came (by train) in 2019."
+    )
     resolved = resolve_relative_dates(text, "2023-05-08T13:56:00Z")
     assert resolved != text and "last winter (winter 2022-2023)" in resolved and "(week of 2023-05-01)" in resolved
     assert strip_resolved_dates(resolved) == text

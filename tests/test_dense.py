@@ -16,20 +16,20 @@ from click.testing import CliRunner
 
 np = pytest.importorskip("numpy")
 
-from dense_stub import CountingEncoder  # noqa: E402
-from dense_stub import memory_of as _memory  # noqa: E402
+from dense_stub import CountingEncoder
+from dense_stub import memory_of as _memory
 
-from mycelian_agent.errors import ConfigError, InputError, MemoryServerError  # noqa: E402
-from mycelian_agent.memory_server.cli import embeddings_group  # noqa: E402
+from mycelian_agent.errors import ConfigError, InputError, MemoryServerError
+from mycelian_agent.memory_server.cli import embeddings_group
 from mycelian_agent.memory_server.retrieval import (
     fusion,
     search,
 )
-from mycelian_agent.memory_server.retrieval.dense import encoders  # noqa: E402
-from mycelian_agent.memory_server.retrieval.dense import index as embeddings  # noqa: E402
-from mycelian_agent.memory_server.retrieval.dense.index import DenseVectors, require_dense_index  # noqa: E402
-from mycelian_agent.memory_server.storage import open_store  # noqa: E402
-from mycelian_agent.memory_server.storage.sqlite.store import Store  # noqa: E402
+from mycelian_agent.memory_server.retrieval.dense import encoders
+from mycelian_agent.memory_server.retrieval.dense import index as embeddings
+from mycelian_agent.memory_server.retrieval.dense.index import DenseVectors, require_dense_index
+from mycelian_agent.memory_server.storage import open_store
+from mycelian_agent.memory_server.storage.sqlite.store import Store
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -133,13 +133,17 @@ def test_add_entries_embeds_its_batch_in_one_encoder_call_all_or_none(db_target:
     index = DenseVectors(encoder, model="fake", write_behind=writes == "behind")
     with contextlib.closing(open_store(db_target, dense_factory=lambda: index)) as store:
         v, m = _memory(store)
-        items = [{"raw_entry": f"note {i} about the {w}", "summary": w, "idempotency_key": f"k{i}"}
-                 for i, w in enumerate(["car", "puppy", "bakery", "paris"])]
+        items = [
+            {"raw_entry": f"note {i} about the {w}", "summary": w, "idempotency_key": f"k{i}"}
+            for i, w in enumerate(["car", "puppy", "bakery", "paris"])
+        ]
         assert store.add_entries(v, m, items)["stored"] == 4
         store.wait_for_vectors(m)
         assert encoder.calls == [4] and store.counts()["entry_vectors"] == 4
-        bad = [{"raw_entry": "the hound", "summary": "hound"}, {"raw_entry": "x", "summary": "x",
-                                                                "conversation_time": "yesterday"}]
+        bad = [
+            {"raw_entry": "the hound", "summary": "hound"},
+            {"raw_entry": "x", "summary": "x", "conversation_time": "yesterday"},
+        ]
         with pytest.raises(InputError, match=r"entries\[1\]"):
             store.add_entries(v, m, bad)
         conflict = [{"raw_entry": "the hound", "summary": "hound"}, {**items[0], "raw_entry": "changed"}]
@@ -300,8 +304,9 @@ def test_missing_extra_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 def test_a_bad_thread_count_from_the_environment_is_a_usage_error() -> None:
-    refused = CliRunner().invoke(embeddings_group, ["backfill", ":memory:"],
-                                 env={"MYCELIAN_EMBEDDINGS_THREADS": "lots"})
+    refused = CliRunner().invoke(
+        embeddings_group, ["backfill", ":memory:"], env={"MYCELIAN_EMBEDDINGS_THREADS": "lots"}
+    )
     assert refused.exit_code == 2 and "--embeddings-threads" in refused.output
 
 
@@ -323,9 +328,14 @@ def test_ingestion_benchmark_writes_every_message_with_its_vector(tmp_path, monk
 
     encoder = CountingEncoder()
     monkeypatch.setitem(encoders._LOADERS, "fake", lambda _threads: encoders.Encoder("fake", encoder, encoder))
-    rows = bench_embeddings.ingest_rate(20, server="in-process", work=tmp_path, model="fake")  # raises if a vector is missing
-    assert [(r["writes"], r["batch"], r["messages"]) for r in rows] == [("inline", 1, 20), ("behind", 1, 20),
-                                                                         ("behind", 32, 20)]
+    rows = bench_embeddings.ingest_rate(
+        20, server="in-process", work=tmp_path, model="fake"
+    )  # raises if a vector is missing
+    assert [(r["writes"], r["batch"], r["messages"]) for r in rows] == [
+        ("inline", 1, 20),
+        ("behind", 1, 20),
+        ("behind", 32, 20),
+    ]
     assert all(r["messages_per_s"] > 0 for r in rows) and all(r["vs_baseline"] > 0 for r in rows[1:])
     # Inline: one encoder call per entry; each entry encoded once in all.
     assert encoder.texts == 60 and encoder.calls[:20] == [1] * 20

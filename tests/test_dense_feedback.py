@@ -14,19 +14,34 @@ import pytest
 
 np = pytest.importorskip("numpy")
 
-from mycelian_agent.memory_server.retrieval import dense_feedback, rank_entries, search  # noqa: E402
-from mycelian_agent.memory_server.retrieval.dense.index import DenseVectors  # noqa: E402
-from mycelian_agent.memory_server.storage.rows import DenseHits  # noqa: E402
-from mycelian_agent.memory_server.storage.sqlite.store import Store  # noqa: E402
-from mycelian_agent.words import query_terms  # noqa: E402
-from dense_stub import memory_of  # noqa: E402
+from dense_stub import memory_of
+
+from mycelian_agent.memory_server.retrieval import dense_feedback, rank_entries, search
+from mycelian_agent.memory_server.retrieval.dense.index import DenseVectors
+from mycelian_agent.memory_server.storage.rows import DenseHits
+from mycelian_agent.memory_server.storage.sqlite.store import Store
+from mycelian_agent.words import query_terms
 
 #: Word -> dimensions of the stand-in encoder. Every text also has dimension 0 (what every turn of a conversation
 #: shares). "martial arts" and "kickboxing" share nothing: only a turn that has both kinds of word (taekwondo)
 #: links them, as a weak model that does not know kickboxing is a martial art would.
-_DIMENSIONS = {"martial": (1,), "arts": (1,), "taekwondo": (1, 2), "belt": (2,), "sparring": (2,),
-               "kickboxing": (2,), "gloves": (2,), "pasta": (3,), "cooked": (3,), "garden": (4,), "tomatoes": (4,),
-               "meeting": (5,), "office": (5,), "week": (6,), "fun": (6,)}
+_DIMENSIONS = {
+    "martial": (1,),
+    "arts": (1,),
+    "taekwondo": (1, 2),
+    "belt": (2,),
+    "sparring": (2,),
+    "kickboxing": (2,),
+    "gloves": (2,),
+    "pasta": (3,),
+    "cooked": (3,),
+    "garden": (4,),
+    "tomatoes": (4,),
+    "meeting": (5,),
+    "office": (5,),
+    "week": (6,),
+    "fun": (6,),
+}
 _SIZE = 7
 
 
@@ -47,18 +62,30 @@ FIRST = "John: I started taekwondo, my first martial arts class."  # session 1: 
 #: More of session 1's talk about it (their neighbour shares and the word "John" rank them high).
 _MORE = ["John: taekwondo again, sparring today.", "John: I got my yellow belt at taekwondo."]
 SECOND = "I'm doing kickboxing now, new gloves and all."  # session 2: shares none, and not the query's vector
-_FILLER = ["John: I cooked pasta tonight.", "John: the garden has tomatoes now.", "John: long meeting at the office.",
-           "John: I cooked pasta again.", "John: more tomatoes in the garden.", "John: the office meeting ran late.",
-           "John: pasta with tomatoes from the garden.", "John: a meeting, then the office party."]
+_FILLER = [
+    "John: I cooked pasta tonight.",
+    "John: the garden has tomatoes now.",
+    "John: long meeting at the office.",
+    "John: I cooked pasta again.",
+    "John: more tomatoes in the garden.",
+    "John: the office meeting ran late.",
+    "John: pasta with tomatoes from the garden.",
+    "John: a meeting, then the office party.",
+]
 
 
 def _memory(store: Store) -> str:
     """Two sessions a month apart: John's turns (filler that matches "John"), the first evidence turn in the first,
     the second in the second between Maria's turns (no neighbour shares a query word with it)."""
     vault, memory = memory_of(store)
-    turns = [("2023-05-01", FIRST), *(("2023-05-01", text) for text in [*_MORE, *_FILLER[:4]]),
-             ("2023-06-01", "Maria: how was your week?"), ("2023-06-01", SECOND),
-             ("2023-06-01", "Maria: that sounds fun."), *(("2023-06-01", text) for text in _FILLER[4:])]
+    turns = [
+        ("2023-05-01", FIRST),
+        *(("2023-05-01", text) for text in [*_MORE, *_FILLER[:4]]),
+        ("2023-06-01", "Maria: how was your week?"),
+        ("2023-06-01", SECOND),
+        ("2023-06-01", "Maria: that sounds fun."),
+        *(("2023-06-01", text) for text in _FILLER[4:]),
+    ]
     for i, (day, text) in enumerate(turns):
         store.add_entry(vault, memory, text, text, conversation_time=f"{day}T10:{i:02d}:00Z")
     return memory
@@ -84,7 +111,7 @@ def test_only_the_feedback_finds_the_evidence_in_the_other_session(tmp_path: Pat
     places = dense_feedback.FEEDBACK_AFTER + dense_feedback.FEEDBACK_SLOTS
     assert before[0] == after[0] == FIRST
     assert SECOND not in before[:places]
-    assert SECOND in after[dense_feedback.FEEDBACK_AFTER:places]
+    assert SECOND in after[dense_feedback.FEEDBACK_AFTER : places]
     assert after[: dense_feedback.FEEDBACK_AFTER] == before[: dense_feedback.FEEDBACK_AFTER]
 
 
@@ -95,8 +122,18 @@ def test_a_store_without_dense_vectors_ranks_the_same(tmp_path: Path) -> None:
 
 
 def test_extend_keeps_the_first_places_and_descending_scores() -> None:
-    matrix = _encode(["martial arts taekwondo", "kickboxing gloves", "pasta", "garden", "office", "martial arts",
-                      "cooked", "tomatoes"])
+    matrix = _encode(
+        [
+            "martial arts taekwondo",
+            "kickboxing gloves",
+            "pasta",
+            "garden",
+            "office",
+            "martial arts",
+            "cooked",
+            "tomatoes",
+        ]
+    )
     seqs = list(range(1, 9))
     query = _encode(["martial arts"])[0]
     space = dense_feedback.ScanSpace(query, seqs, matrix, np.ones(len(seqs), dtype=bool))
@@ -107,13 +144,18 @@ def test_extend_keeps_the_first_places_and_descending_scores() -> None:
     assert [score for _, score in out] == sorted((score for _, score in out), reverse=True)
     assert dense_feedback.extend(fused, DenseHits({1: 1.0}, [1], 0.5), 7) == fused  # no space: unchanged
     outside = dense_feedback.ScanSpace(query, seqs, matrix, np.array([i != 1 for i in range(8)]))
-    assert 2 not in [seq for seq, _ in dense_feedback.extend(fused, DenseHits({1: 1.0}, [1], 0.5, space=outside),
-                                                              7, hits=2, after=2, slots=1)]
+    assert 2 not in [
+        seq
+        for seq, _ in dense_feedback.extend(
+            fused, DenseHits({1: 1.0}, [1], 0.5, space=outside), 7, hits=2, after=2, slots=1
+        )
+    ]
 
 
 def test_room_is_made_by_moving_the_near_repeat_of_a_better_hit_not_the_last_place() -> None:
-    matrix = _encode(["martial arts taekwondo", "kickboxing gloves", "pasta", "garden", "office", "cooked pasta",
-                      "tomatoes", "fun"])
+    matrix = _encode(
+        ["martial arts taekwondo", "kickboxing gloves", "pasta", "garden", "office", "cooked pasta", "tomatoes", "fun"]
+    )
     seqs = list(range(1, 9))
     space = dense_feedback.ScanSpace(_encode(["martial arts"])[0], seqs, matrix, np.ones(len(seqs), dtype=bool))
     dense = DenseHits({1: 1.0}, [1], 0.5, space=space)
@@ -137,8 +179,11 @@ def test_pages_of_a_hybrid_search_join_into_one_ranking_each_entry_once(tmp_path
         memory = _memory(store)
         whole = [e["entryId"] for e in search(store, memory, QUESTION, top_ke=16)["entries"]]
         for size in (3, 6, 8):
-            pages = [e["entryId"] for offset in range(0, 16, size)
-                     for e in search(store, memory, QUESTION, top_ke=min(size, 16 - offset), offset=offset)["entries"]]
+            pages = [
+                e["entryId"]
+                for offset in range(0, 16, size)
+                for e in search(store, memory, QUESTION, top_ke=min(size, 16 - offset), offset=offset)["entries"]
+            ]
             assert pages == whole, size
 
 
@@ -149,8 +194,10 @@ def test_a_memory_written_by_another_process_during_a_search_is_scanned_consiste
     def index() -> DenseVectors:
         return DenseVectors(_encode, model="fake", write_behind=False)
 
-    with contextlib.closing(Store.open(tmp_path / "m.db", dense=index())) as store, \
-            contextlib.closing(Store.open(tmp_path / "m.db", dense=index())) as other:
+    with (
+        contextlib.closing(Store.open(tmp_path / "m.db", dense=index())) as store,
+        contextlib.closing(Store.open(tmp_path / "m.db", dense=index())) as other,
+    ):
         memory = _memory(store)
         vault = store._conn.execute("SELECT vault_id FROM memories WHERE memory_id = ?", (memory,)).fetchone()[0]
         dense = store._dense
@@ -159,8 +206,13 @@ def test_a_memory_written_by_another_process_during_a_search_is_scanned_consiste
 
         def write() -> None:
             n = next(written)
-            other.add_entry(vault, memory, f"John: martial arts {n}", f"martial arts {n}",
-                            conversation_time=f"2023-07-01T10:{n:02d}:00Z")
+            other.add_entry(
+                vault,
+                memory,
+                f"John: martial arts {n}",
+                f"martial arts {n}",
+                conversation_time=f"2023-07-01T10:{n:02d}:00Z",
+            )
 
         def count_then_write(conn: Any, memory_id: str) -> int:
             counted = count(conn, memory_id)

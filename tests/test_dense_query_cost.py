@@ -18,20 +18,21 @@ from dense_stub import (
     memory_of,
 )
 
-from mycelian_agent.memory_server.retrieval import search  # noqa: E402
-from mycelian_agent.memory_server.retrieval.dense.index import DenseVectors  # noqa: E402
-from mycelian_agent.memory_server.retrieval.dense.query_cache import (  # noqa: E402
+from mycelian_agent.memory_server.retrieval import search
+from mycelian_agent.memory_server.retrieval.dense.index import DenseVectors
+from mycelian_agent.memory_server.retrieval.dense.query_cache import (
     QueryVectorCache,
     normalise_query,
 )
-from mycelian_agent.memory_server.storage.sqlite.store import Store  # noqa: E402
-from mycelian_agent.memory_server.storage.sqlite.vectors import SqliteVectors  # noqa: E402
+from mycelian_agent.memory_server.storage.sqlite.store import Store
+from mycelian_agent.memory_server.storage.sqlite.vectors import SqliteVectors
 
 
 def _encode_counting(seen: list[str]):
     def encode(text: str):
         seen.append(text)
         return np.full(3, float(len(seen)), dtype=np.float32)
+
     return encode
 
 

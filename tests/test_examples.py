@@ -55,8 +55,10 @@ async def test_chatbot_recalls_each_users_first_turn_in_the_next_turn(chatbot) -
         assert "I am learning to play the cello." in bob and "Rex" not in bob
         # the remember node stored both turns of each exchange in the user's memory
         hits = await invoker.asearch("Got it", user="alice")
-        assert {(hit.role, hit.thread) for hit in hits if hit.text == "Got it."} == {("assistant", "a1"),
-                                                                                       ("assistant", "a2")}
+        assert {(hit.role, hit.thread) for hit in hits if hit.text == "Got it."} == {
+            ("assistant", "a1"),
+            ("assistant", "a2"),
+        }
 
 
 async def test_chatbot_offline_model_says_what_memory_holds(chatbot) -> None:
@@ -74,13 +76,32 @@ async def test_chatbot_offline_model_says_what_memory_holds(chatbot) -> None:
 def test_chat_pipeline_runs_offline_with_piped_stdin(tmp_path: Path) -> None:
     lines = "I moved to Denver with my dog Rex.\nWhat do you remember about my dog?\n"
     done = subprocess.run(
-        [sys.executable, "-W", "error", str(EXAMPLES / "chat_pipeline.py"), "--server", "in-process",
-         "--db", str(tmp_path / "chat.db"), "--state", str(tmp_path / "state.db"), "--user", "dana"],
-        input=lines, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+        [
+            sys.executable,
+            "-W",
+            "error",
+            str(EXAMPLES / "chat_pipeline.py"),
+            "--server",
+            "in-process",
+            "--db",
+            str(tmp_path / "chat.db"),
+            "--state",
+            str(tmp_path / "state.db"),
+            "--user",
+            "dana",
+        ],
+        input=lines,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0, done.stderr
     replies = [line for line in done.stdout.splitlines() if line.startswith("assistant> ")]
-    assert replies == ["assistant> (offline assistant) Noted.",
-                       "assistant> (offline assistant) I remember you said: I moved to Denver with my dog Rex."]
+    assert replies == [
+        "assistant> (offline assistant) Noted.",
+        "assistant> (offline assistant) I remember you said: I moved to Denver with my dog Rex.",
+    ]
     assert "session ended: 4 messages stored in total" in done.stdout
 
 

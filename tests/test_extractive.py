@@ -10,6 +10,7 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from pydantic import BaseModel
 
+from mycelian_agent.agent.model_tools import tool_schema
 from mycelian_agent.errors import ToolCallError
 from mycelian_agent.models.extractive import (
     TASK_KEY,
@@ -20,7 +21,6 @@ from mycelian_agent.models.extractive import (
     summarize_message,
     third_person,
 )
-from mycelian_agent.agent.model_tools import tool_schema
 
 ADD_ENTRY_SCHEMA = tool_schema("add_entry")  # the schema the agent binds
 PUT_CONTEXT_SCHEMA = tool_schema("put_context")
@@ -42,10 +42,14 @@ def add_entry_task(content: str, role: str = "user", **extra) -> dict:
 CONVERSATION = [
     message("user", "I just moved to Denver with my partner Sam. My rent is $2,150 a month.", "2024-03-01T09:00:00Z"),
     message("assistant", "Congratulations on the move! Denver has great hiking nearby.", "2024-03-01T09:00:05Z"),
-    message("user", "I love hiking, but I hate crowded trails. I'm planning to hike Mount Bierstadt in July.",
-            "2024-03-01T09:01:00Z"),
-    message("assistant", "Mount Bierstadt is a popular 14er; start before 6 AM to avoid crowds.",
-            "2024-03-01T09:01:05Z"),
+    message(
+        "user",
+        "I love hiking, but I hate crowded trails. I'm planning to hike Mount Bierstadt in July.",
+        "2024-03-01T09:01:00Z",
+    ),
+    message(
+        "assistant", "Mount Bierstadt is a popular 14er; start before 6 AM to avoid crowds.", "2024-03-01T09:01:05Z"
+    ),
 ]
 
 
@@ -53,7 +57,8 @@ CONVERSATION = [
 def test_summary_keeps_speaker_date_names_numbers_and_money():
     summary = summarize_message(
         "Hi! I moved to Denver on March 3rd and my rent is $2,150 a month. Thanks for asking.",
-        role="user", conversation_time="2024-03-05T10:00:00Z",
+        role="user",
+        conversation_time="2024-03-05T10:00:00Z",
     )
     assert summary.startswith("On 2024-03-05")
     for kept in ("Denver", "March 3rd", "$2,150", "the user"):
@@ -313,9 +318,15 @@ def test_deterministic_across_calls_and_instances():
 
 def test_fast_enough_to_be_free():
     model = ExtractiveChatModel().bind_tools([ADD_ENTRY_SCHEMA], tool_choice="add_entry")
-    prompts = [prompt(add_entry_task(f"I paid ${n} for tickets to see Arcade Fire in Austin on May {n % 28 + 1}. "
-                                     "It was the best concert I've been to this year, and my friend Lee agreed."))
-               for n in range(200)]
+    prompts = [
+        prompt(
+            add_entry_task(
+                f"I paid ${n} for tickets to see Arcade Fire in Austin on May {n % 28 + 1}. "
+                "It was the best concert I've been to this year, and my friend Lee agreed."
+            )
+        )
+        for n in range(200)
+    ]
     started = time.perf_counter()
     for p in prompts:
         model.invoke(p)

@@ -74,16 +74,38 @@ def _raw_entries(db: Path) -> list[str]:
 def _conversation(tmp_path: Path, messages: int) -> tuple[Path, list[str]]:
     texts = [f"Message {i}: the note numbered {i} is about topic {i % 11}." for i in range(messages)]
     data = tmp_path / "conversation.json"
-    data.write_text(json.dumps({"conversation_id": "http-kill", "messages": [
-        {"role": "user" if i % 2 == 0 else "assistant", "content": text} for i, text in enumerate(texts)]}))
+    data.write_text(
+        json.dumps(
+            {
+                "conversation_id": "http-kill",
+                "messages": [
+                    {"role": "user" if i % 2 == 0 else "assistant", "content": text} for i, text in enumerate(texts)
+                ],
+            }
+        )
+    )
     return data, texts
 
 
 def _replay(data: Path, port: int, *extra: str) -> subprocess.Popen:
-    args = ["replay", str(data), "--server", f"http://127.0.0.1:{port}/mcp", "--flush-every", "10", "--json",
-            "--timeout", "3", *extra]
-    return subprocess.Popen([sys.executable, "-m", "mycelian_agent.cli", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True)
+    args = [
+        "replay",
+        str(data),
+        "--server",
+        f"http://127.0.0.1:{port}/mcp",
+        "--flush-every",
+        "10",
+        "--json",
+        "--timeout",
+        "3",
+        *extra,
+    ]
+    return subprocess.Popen(
+        [sys.executable, "-m", "mycelian_agent.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
 
 
 def _wait_for_entries(db: Path, count: int, process: subprocess.Popen, timeout: float = 90) -> None:
@@ -171,10 +193,23 @@ def test_http_server_killed_with_a_call_in_flight_is_reported_within_the_reconne
     data, texts = _conversation(tmp_path, 120)
     wait = 3.0
     server = _start_server(db, port, log)
-    args = ["replay", str(data), "--server", f"http://127.0.0.1:{port}/mcp", "--flush-every", "10", "--json",
-            "--reconnect-wait", f"{wait:g}"]
-    replay = subprocess.Popen([sys.executable, "-m", "mycelian_agent.cli", *args], stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, start_new_session=True)
+    args = [
+        "replay",
+        str(data),
+        "--server",
+        f"http://127.0.0.1:{port}/mcp",
+        "--flush-every",
+        "10",
+        "--json",
+        "--reconnect-wait",
+        f"{wait:g}",
+    ]
+    replay = subprocess.Popen(
+        [sys.executable, "-m", "mycelian_agent.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
     lines: list[tuple[float, bytes]] = []
     try:
         _wait_for_entries(db, 20, replay)
@@ -256,16 +291,25 @@ def test_malformed_http_bodies_get_a_parse_error_and_disconnects_log_no_tracebac
     headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
     try:
         with httpx.Client(timeout=10) as client:
-            for body in (b"{not json", b"\xff\xfe\x00", b'{"jsonrpc": "2.0", "id": 1, "method": 5}', b"[]", b"null",
-                         b'"text"', b"[1, 2]"):
+            for body in (
+                b"{not json",
+                b"\xff\xfe\x00",
+                b'{"jsonrpc": "2.0", "id": 1, "method": 5}',
+                b"[]",
+                b"null",
+                b'"text"',
+                b"[1, 2]",
+            ):
                 response = client.post(url, content=body, headers=headers)
                 assert response.status_code in (400, 406), (body, response.status_code, response.text)
                 assert response.json()["error"]["code"] in (-32700, -32600, -32602), response.text
                 assert "\n" not in response.json()["error"]["message"], response.text  # one line, no pydantic dump
         for _ in range(3):  # a client that hangs up in the middle of a request
             with socket.create_connection(("127.0.0.1", port)) as sock:
-                sock.sendall(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                             b"Accept: application/json, text/event-stream\r\nContent-Length: 500\r\n\r\n{\"jsonrpc\"")
+                sock.sendall(
+                    b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                    b'Accept: application/json, text/event-stream\r\nContent-Length: 500\r\n\r\n{"jsonrpc"'
+                )
         for _ in range(2):  # normal sessions, opened and closed by our client
             assert asyncio.run(_list_vaults(url)) == []
         time.sleep(1.0)
@@ -288,7 +332,9 @@ async def test_surrogates_are_refused_at_the_agent_edge_and_before_sending(tmp_p
         assert invoker.agent.memory_id is None  # nothing was written: not even the invoker's own memory
         ids = {"vault_id": invoker.agent.vault_id, "memory_id": await invoker.reader.default_memory(create=True)}
         with pytest.raises(MemoryServerError, match="cannot be sent as JSON text") as info:
-            await invoker.connection.call("add_entry", {**ids, "raw_entry": "x", "summary": "x", "tags": {"\ud83d": "v"}})
+            await invoker.connection.call(
+                "add_entry", {**ids, "raw_entry": "x", "summary": "x", "tags": {"\ud83d": "v"}}
+            )
         assert not info.value.transient
         listed = await invoker.connection.call_json("list_entries", ids)
         assert listed["entries"] == []

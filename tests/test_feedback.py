@@ -14,7 +14,12 @@ from mycelian_agent.memory_server.retrieval.feedback import (
 
 def test_feedback_words_are_topic_words() -> None:
     assert feedback_words("I adopted Biscuit, a GOLDEN retriever, on 12 May at 10am (id a1b2).") == [
-        "adopted", "biscuit", "golden", "retriever", "may"]
+        "adopted",
+        "biscuit",
+        "golden",
+        "retriever",
+        "may",
+    ]
 
 
 def test_expansion_weighs_share_score_and_rarity() -> None:

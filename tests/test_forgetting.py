@@ -33,8 +33,7 @@ def _found(db: Path) -> list[tuple[str, str]]:
     return [(name, trace) for name, data in files.items() for trace in TRACES if trace.lower().encode() in data]
 
 
-def test_a_deleted_entry_leaves_no_byte_in_the_sqlite_files_and_no_trace_in_any_read(tmp_path: Path,
-                                                                                    cli) -> None:  # noqa: F811
+def test_a_deleted_entry_leaves_no_byte_in_the_sqlite_files_and_no_trace_in_any_read(tmp_path: Path, cli) -> None:
     db = tmp_path / "memory.db"
     asyncio.run(_write_update_and_delete(db))
     exported = cli("export", "--db", str(db), "--memory", "alice")
@@ -51,10 +50,20 @@ async def _write_update_and_delete(db: Path) -> None:
         v = (await call_json(s, "create_vault", title="mycelian"))["vaultId"]
         m = (await call_json(s, "create_memory_in_vault", vault_id=v, title="alice", memory_type="NOTES"))["memoryId"]
         ids = {"vault_id": v, "memory_id": m}
-        await call_json(s, "add_entries", **ids, entries=[
-            {"raw_entry": f"I walked the dog on day {i} of the holiday", "summary": f"dog walk {i}"} for i in range(30)])
-        e = (await call_json(s, "add_entry", **ids, raw_entry=OLDER, summary="Alice named her first sailboat",
-                             idempotency_key="boat"))["entryId"]
+        await call_json(
+            s,
+            "add_entries",
+            **ids,
+            entries=[
+                {"raw_entry": f"I walked the dog on day {i} of the holiday", "summary": f"dog walk {i}"}
+                for i in range(30)
+            ],
+        )
+        e = (
+            await call_json(
+                s, "add_entry", **ids, raw_entry=OLDER, summary="Alice named her first sailboat", idempotency_key="boat"
+            )
+        )["entryId"]
         await call_json(s, "put_context", **ids, content=f"## Facts\n- Alice said: {OLDER}\n- Alice walks the dog")
         updated = await call_json(s, "update_entry", **ids, entry_id=e, raw_entry=SECRET, summary="Alice's pudding")
         assert updated["contextItemsRemoved"] == 1  # the first snapshot's item quoting the replaced text

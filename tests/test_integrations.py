@@ -22,8 +22,13 @@ from typing_extensions import TypedDict
 
 from mycelian_agent import MycelianError, build_agent
 from mycelian_agent.errors import InputError
-from mycelian_agent.integrations import (MycelianRetriever, MycelianStore, make_manage_memory_tool,
-                                         make_search_memory_tool, namespace_title)
+from mycelian_agent.integrations import (
+    MycelianRetriever,
+    MycelianStore,
+    make_manage_memory_tool,
+    make_search_memory_tool,
+    namespace_title,
+)
 from mycelian_agent.integrations.store import CREATED_TAG, KEY_TAG
 
 ALICE = {"configurable": {"user_id": "alice"}}
@@ -35,12 +40,22 @@ def in_process(**options: Any):
 
 
 async def _seed(invoker) -> None:
-    await invoker.aprocess_conversation_messages("a1", [
-        {"role": "user", "content": "My dog Rex loves running on the beach in Santa Cruz."},
-        {"role": "assistant", "content": "Rex sounds like a happy dog!"}], user="alice")
-    await invoker.aprocess_conversation_messages("b1", [
-        {"role": "user", "content": "I have been learning to play the cello since March."},
-        {"role": "assistant", "content": "The cello is a beautiful instrument."}], user="bob")
+    await invoker.aprocess_conversation_messages(
+        "a1",
+        [
+            {"role": "user", "content": "My dog Rex loves running on the beach in Santa Cruz."},
+            {"role": "assistant", "content": "Rex sounds like a happy dog!"},
+        ],
+        user="alice",
+    )
+    await invoker.aprocess_conversation_messages(
+        "b1",
+        [
+            {"role": "user", "content": "I have been learning to play the cello since March."},
+            {"role": "assistant", "content": "The cello is a beautiful instrument."},
+        ],
+        user="bob",
+    )
 
 
 @pytest.fixture
@@ -60,8 +75,18 @@ async def test_retriever_documents_carry_the_hit_and_users_stay_apart(invoker) -
     best = docs[0]
     assert best.page_content == "My dog Rex loves running on the beach in Santa Cruz."
     meta = best.metadata
-    assert set(meta) == {"entry_id", "summary", "speaker", "role", "time", "thread", "score", "match", "user",
-                         "memory_id"}
+    assert set(meta) == {
+        "entry_id",
+        "summary",
+        "speaker",
+        "role",
+        "time",
+        "thread",
+        "score",
+        "match",
+        "user",
+        "memory_id",
+    }
     assert (meta["role"], meta["thread"], meta["user"]) == ("user", "a1", "alice")
     assert meta["score"] > 0 and meta["summary"] and meta["time"] and best.id == meta["entry_id"]
     assert len(docs) <= 3
@@ -175,13 +200,25 @@ async def test_manage_memory_tool_tells_the_model_what_it_got_wrong(invoker) -> 
     note = created.removeprefix("created memory ")
     assert (await invoker.aget(note, user="alice")).text == "Alice takes the 8:15 train."
     fixed = make_manage_memory_tool(invoker, user="bob")  # the config's user_id wins over the fixed one
-    answers = [await tool.ainvoke(args, ALICE) for args in (
-        {"action": "create"}, {"action": "update", "content": "x"}, {"action": "delete"},
-        {"action": "create", "content": "x", "id": note}, {"action": "delete", "id": "the train one"},
-        {"action": "update", "id": note, "content": " "})]
+    answers = [
+        await tool.ainvoke(args, ALICE)
+        for args in (
+            {"action": "create"},
+            {"action": "update", "content": "x"},
+            {"action": "delete"},
+            {"action": "create", "content": "x", "id": note},
+            {"action": "delete", "id": "the train one"},
+            {"action": "update", "id": note, "content": " "},
+        )
+    ]
     assert [answer.split(":")[0] for answer in answers] == [
-        "content is empty", "id is missing", "id is missing", "create makes a new memory and takes no id; use action "
-        "'update' to change one", "entry id 'the train one' is not an entry id", "content is empty"]
+        "content is empty",
+        "id is missing",
+        "id is missing",
+        "create makes a new memory and takes no id; use action 'update' to change one",
+        "entry id 'the train one' is not an entry id",
+        "content is empty",
+    ]
     refused = await fixed.ainvoke({"action": "delete", "id": note})
     assert f"entry {note} not found in the memory of user 'bob'" in refused
     assert (await fixed.ainvoke({"action": "delete", "id": note}, ALICE)) == f"deleted memory {note}"
@@ -237,16 +274,18 @@ async def test_store_put_get_search_delete_list(invoker) -> None:
     await store.adelete(ns, "tea")
     assert await store.aget(ns, "tea") is None
     assert [h.key for h in await store.asearch(ns)] == ["food"]
-    results = await store.abatch([PutOp(ns, "a", {"text": "one"}), GetOp(ns, "a"), PutOp(ns, "a", None),
-                                  GetOp(ns, "a")])
+    results = await store.abatch(
+        [PutOp(ns, "a", {"text": "one"}), GetOp(ns, "a"), PutOp(ns, "a", None), GetOp(ns, "a")]
+    )
     assert results[0] is None and results[1].value == {"text": "one"} and results[3] is None
 
 
 async def _entries(invoker, title: str) -> list[dict[str, Any]]:
     memories = await invoker.connection.call_json("list_memories", {"vault_id": invoker.reader.vault_id})
     memory_id = next(m["memoryId"] for m in memories if m["title"] == title)
-    page = await invoker.connection.call_json("list_entries", {"vault_id": invoker.reader.vault_id,
-                                                               "memory_id": memory_id, "limit": 50})
+    page = await invoker.connection.call_json(
+        "list_entries", {"vault_id": invoker.reader.vault_id, "memory_id": memory_id, "limit": 50}
+    )
     return page["entries"]
 
 
@@ -314,8 +353,10 @@ async def test_store_in_a_compiled_graph(invoker) -> None:
     def look_up(state: State) -> dict[str, Any]:  # a sync node: LangGraph runs it in a worker thread
         store = get_store()
         items = store.search(("facts", state["user"]), query="where does the user live")
-        return {"found": [item.value["content"] for item in items] + [store.get(("facts", state["user"]), "latest")
-                                                                      .value["content"]]}
+        return {
+            "found": [item.value["content"] for item in items]
+            + [store.get(("facts", state["user"]), "latest").value["content"]]
+        }
 
     graph = StateGraph(State)
     graph.add_node("save", save)

@@ -14,8 +14,13 @@ from mycelian_agent import InputError, build_agent, make_manage_memory_tool
 from mycelian_agent.recall import EntryPage, MemoryEntry
 from mycelian_agent.testing import ScriptedChatModel, tool_call_message
 
-ALICE = ["I am severely allergic to peanuts.", "My sister Ana lives in Lisbon.", "I play the cello on Sundays.",
-         "Our cat Miso is twelve years old.", "I work night shifts as a nurse."]
+ALICE = [
+    "I am severely allergic to peanuts.",
+    "My sister Ana lives in Lisbon.",
+    "I play the cello on Sundays.",
+    "Our cat Miso is twelve years old.",
+    "I work night shifts as a nurse.",
+]
 
 
 def in_process(model: Any = "extractive", **options: Any):
@@ -23,9 +28,14 @@ def in_process(model: Any = "extractive", **options: Any):
 
 
 async def _tell(invoker, user: str, texts: list[str], thread: str | None = None) -> None:
-    await invoker.aprocess_conversation_messages(thread or f"{user}-chat", [
-        {"role": "user", "content": text, "conversation_time": f"2024-03-0{1 + i}T10:00:00Z"}
-        for i, text in enumerate(texts)], user=user)
+    await invoker.aprocess_conversation_messages(
+        thread or f"{user}-chat",
+        [
+            {"role": "user", "content": text, "conversation_time": f"2024-03-0{1 + i}T10:00:00Z"}
+            for i, text in enumerate(texts)
+        ],
+        user=user,
+    )
 
 
 async def _titles(invoker) -> list[str]:
@@ -68,10 +78,13 @@ async def test_get_all_pages_newest_first_and_get_reads_one(invoker) -> None:
 
 async def test_an_entry_of_another_user_is_never_returned_changed_or_deleted(invoker) -> None:
     bees = (await invoker.aget_all(user="bob")).entries[0]
-    calls = (lambda: invoker.aget(bees.entry_id, user="alice"),
-             lambda: invoker.ahistory(bees.entry_id, user="alice"),
-             lambda: invoker.aupdate(bees.entry_id, "Bob keeps wasps.", user="alice"),
-             lambda: invoker.adelete(bees.entry_id, user="alice"), lambda: invoker.adelete(bees.entry_id))
+    calls = (
+        lambda: invoker.aget(bees.entry_id, user="alice"),
+        lambda: invoker.ahistory(bees.entry_id, user="alice"),
+        lambda: invoker.aupdate(bees.entry_id, "Bob keeps wasps.", user="alice"),
+        lambda: invoker.adelete(bees.entry_id, user="alice"),
+        lambda: invoker.adelete(bees.entry_id),
+    )
     # the invoker's own memory was never written: it does not exist (issue 39 item 3)
     elsewhere = f"entry {bees.entry_id} not found(: user 'default' has no memory| in the memory of user 'alice')"
     for call in calls:
@@ -135,11 +148,17 @@ async def test_delete_forgets_an_entry_and_delete_user_a_whole_memory(invoker) -
 async def test_update_writes_a_new_version_and_history_keeps_the_old(invoker) -> None:
     peanuts = next(e for e in await invoker.aget_all(user="alice") if "peanuts" in e.text)
     updated = await invoker.aupdate(peanuts.entry_id, "I am allergic to cashews, not peanuts.", user="alice")
-    assert (updated.entry_id, updated.version, updated.text) == (peanuts.entry_id, 2,
-                                                                  "I am allergic to cashews, not peanuts.")
+    assert (updated.entry_id, updated.version, updated.text) == (
+        peanuts.entry_id,
+        2,
+        "I am allergic to cashews, not peanuts.",
+    )
     assert "cashews" in updated.summary  # written anew by the (extractive) model
-    assert {k: updated.tags[k] for k in ("role", "thread", "msg")} == {"role": "user", "thread": "alice-chat",
-                                                                        "msg": "1"}
+    assert {k: updated.tags[k] for k in ("role", "thread", "msg")} == {
+        "role": "user",
+        "thread": "alice-chat",
+        "msg": "1",
+    }
     assert updated.time == peanuts.time  # the conversation time stays
     assert (await invoker.aget(peanuts.entry_id, user="alice")).text == updated.text
     found = await invoker.asearch("cashews", user="alice", by_meaning=False)
@@ -157,21 +176,39 @@ async def test_update_writes_a_new_version_and_history_keeps_the_old(invoker) ->
 
 
 async def test_update_has_the_invokers_model_write_the_summary_and_tags() -> None:
-    model = ScriptedChatModel(responses=[
-        tool_call_message("add_entry", {"summary": "Alice is allergic to peanuts",
-                                        "tags": {"topic": "peanuts", "kind": "fact", "role": "robot"}}),
-        tool_call_message("add_entry", {"summary": "Alice is allergic to cashews, not peanuts",
-                                        "tags": {"topic": "allergy", "role": "robot"}})])
+    model = ScriptedChatModel(
+        responses=[
+            tool_call_message(
+                "add_entry",
+                {
+                    "summary": "Alice is allergic to peanuts",
+                    "tags": {"topic": "peanuts", "kind": "fact", "role": "robot"},
+                },
+            ),
+            tool_call_message(
+                "add_entry",
+                {"summary": "Alice is allergic to cashews, not peanuts", "tags": {"topic": "allergy", "role": "robot"}},
+            ),
+        ]
+    )
     async with in_process(model) as invoker:
         await invoker.astart_session("a", user="alice")
-        await invoker.aprocess_conversation_message("user", "I am allergic to peanuts.", "a", name="Alice",
-                                                    tags={"source": "import"})
+        await invoker.aprocess_conversation_message(
+            "user", "I am allergic to peanuts.", "a", name="Alice", tags={"source": "import"}
+        )
         entry = (await invoker.aget_all(user="alice")).entries[0]
         updated = await invoker.aupdate(entry.entry_id, "Correction: cashews, not peanuts.", user="alice")
     assert updated.summary == "Alice is allergic to cashews, not peanuts"
     # the model's tags anew (a code-owned name it writes is dropped), the code's and the caller's kept
-    assert updated.tags == {"topic": "allergy", "kind": "fact", "source": "import", "role": "user", "thread": "a",
-                            "msg": "1", "speaker": "Alice"}
+    assert updated.tags == {
+        "topic": "allergy",
+        "kind": "fact",
+        "source": "import",
+        "role": "user",
+        "thread": "a",
+        "msg": "1",
+        "speaker": "Alice",
+    }
     assert updated.speaker == "Alice"
     prompt = model.calls[-1][-1].content
     assert "Correction: cashews, not peanuts." in prompt and "Alice" in prompt

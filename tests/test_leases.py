@@ -15,11 +15,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-
-from mycelian_agent import build_agent
-from mycelian_agent import ThreadBusyError
-
 from test_cli import stored_raw_entries
+
+from mycelian_agent import ThreadBusyError, build_agent
 
 HOLDER = textwrap.dedent("""
     import asyncio, sys
@@ -36,15 +34,29 @@ HOLDER = textwrap.dedent("""
 
 
 def _conversation(path: Path, cid: str, count: int) -> Path:
-    path.write_text(json.dumps({"conversation_id": cid, "messages": [
-        {"role": "user" if i % 2 == 0 else "assistant", "content": f"message number {i} of {cid}"}
-        for i in range(count)]}), encoding="utf-8")
+    path.write_text(
+        json.dumps(
+            {
+                "conversation_id": cid,
+                "messages": [
+                    {"role": "user" if i % 2 == 0 else "assistant", "content": f"message number {i} of {cid}"}
+                    for i in range(count)
+                ],
+            }
+        ),
+        encoding="utf-8",
+    )
     return path
 
 
 def _replay(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "mycelian_agent.cli", "replay", *args], capture_output=True,
-                          text=True, timeout=120, env={**os.environ, "COLUMNS": "200"})
+    return subprocess.run(
+        [sys.executable, "-m", "mycelian_agent.cli", "replay", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "200"},
+    )
 
 
 @contextmanager
@@ -52,8 +64,12 @@ def _hold(tmp_path: Path, thread: str) -> Iterator[subprocess.Popen[str]]:
     """A process that wrote ``thread`` (one message) and holds its lease until its stdin closes; killed at exit."""
     script = tmp_path / "holder.py"
     script.write_text(HOLDER, encoding="utf-8")
-    with subprocess.Popen([sys.executable, str(script), str(tmp_path / "holder.db"), str(tmp_path / "st.db"),
-                           thread], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as holder:
+    with subprocess.Popen(
+        [sys.executable, str(script), str(tmp_path / "holder.db"), str(tmp_path / "st.db"), thread],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as holder:
         try:
             assert holder.stdout.readline().strip() == "ready"
             yield holder
@@ -63,7 +79,8 @@ def _hold(tmp_path: Path, thread: str) -> Iterator[subprocess.Popen[str]]:
 
 
 def test_a_second_writer_of_a_thread_fails_at_once_naming_the_holder_and_a_dead_holder_is_taken_over(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     convo = _conversation(tmp_path / "c1.json", "c1", 6)
     with _hold(tmp_path, "c1") as holder:
         started = time.monotonic()
@@ -81,10 +98,28 @@ def test_a_second_writer_of_a_thread_fails_at_once_naming_the_holder_and_a_dead_
 
 def test_a_second_writer_waits_when_asked(tmp_path: Path) -> None:
     convo = _conversation(tmp_path / "c2.json", "c2", 4)
-    with _hold(tmp_path, "c2") as holder, subprocess.Popen(
-            [sys.executable, "-m", "mycelian_agent.cli", "replay", str(convo), "--db", str(tmp_path / "m.db"),
-             "--state", str(tmp_path / "st.db"), "--thread-wait", "60", "--json"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as waiting:
+    with (
+        _hold(tmp_path, "c2") as holder,
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "mycelian_agent.cli",
+                "replay",
+                str(convo),
+                "--db",
+                str(tmp_path / "m.db"),
+                "--state",
+                str(tmp_path / "st.db"),
+                "--thread-wait",
+                "60",
+                "--json",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        ) as waiting,
+    ):
         try:
             time.sleep(1.5)
             assert waiting.poll() is None  # still waiting for the lease
@@ -104,9 +139,26 @@ def test_two_replays_of_one_file_sharing_a_state_store_each_message_once(tmp_pat
     convo = _conversation(tmp_path / "c3.json", "c3", 150)
     for attempt in range(2):
         db, state = tmp_path / f"m{attempt}.db", tmp_path / f"st{attempt}.db"
-        runs = [subprocess.Popen([sys.executable, "-m", "mycelian_agent.cli", "replay", str(convo), "--db", str(db),
-                                  "--state", str(state), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 text=True) for _ in range(2)]
+        runs = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "mycelian_agent.cli",
+                    "replay",
+                    str(convo),
+                    "--db",
+                    str(db),
+                    "--state",
+                    str(state),
+                    "--json",
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(2)
+        ]
         outcomes = [(run.communicate(timeout=300), run.returncode) for run in runs]
         outcomes = [(code, streams) for streams, code in outcomes]
         failed = [err for code, (_, err) in outcomes if code != 0]
@@ -123,8 +175,11 @@ async def test_postgres_threads_have_one_writer(pg_url: str, tmp_path: Path) -> 
     async with build_agent(server="in-process", db=tmp_path / "m.db", checkpointer=pg_url) as first:
         await first.aprocess_conversation_message("user", "first writer", "shared-thread")
         async with build_agent(server="in-process", db=tmp_path / "m.db", checkpointer=pg_url) as second:
-            with pytest.raises(ThreadBusyError, match=rf"thread 'shared-thread' is being written by another "
-                                                      rf"process \(mycelian-agent pid {os.getpid()} on "):
+            with pytest.raises(
+                ThreadBusyError,
+                match=rf"thread 'shared-thread' is being written by another "
+                rf"process \(mycelian-agent pid {os.getpid()} on ",
+            ):
                 await second.aprocess_conversation_message("user", "second writer", "shared-thread")
             await second.aprocess_conversation_message("user", "another thread is free", "other-thread")
     async with build_agent(server="in-process", db=tmp_path / "m.db", checkpointer=pg_url) as third:
@@ -158,8 +213,21 @@ def test_a_replay_that_waits_for_the_thread_resumes_where_the_other_stopped(tmp_
     lease now: every message once, and the second run finds nothing left to do."""
     convo = _conversation(tmp_path / "c4.json", "c4", 400)  # long enough for the second to start meanwhile
     db, state = tmp_path / "m.db", tmp_path / "st.db"
-    command = [sys.executable, "-m", "mycelian_agent.cli", "replay", str(convo), "--db", str(db), "--state",
-               str(state), "--thread-wait", "120", "--json", "--no-embeddings"]
+    command = [
+        sys.executable,
+        "-m",
+        "mycelian_agent.cli",
+        "replay",
+        str(convo),
+        "--db",
+        str(db),
+        "--state",
+        str(state),
+        "--thread-wait",
+        "120",
+        "--json",
+        "--no-embeddings",
+    ]
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as first:
         deadline = time.monotonic() + 120
         while not stored_raw_entries(db) and first.poll() is None and time.monotonic() < deadline:

@@ -10,9 +10,9 @@ import sqlite3
 from pathlib import Path
 
 import pytest
+from openai_stub import OpenAIStub, error_reply, slow_reply, text_reply, tool_call_reply
 
 from mycelian_agent.cli import main
-from openai_stub import OpenAIStub, error_reply, slow_reply, text_reply, tool_call_reply
 
 MESSAGES = 24
 FAULT_RATE = 0.3
@@ -29,9 +29,13 @@ def faulty_model(seed: int):
             kind = rng.choice(["429", "500", "503", "timeout", "no-tool-call"])
             counts[kind] = counts.get(kind, 0) + 1
             good = tool_call_reply(tool, {"summary": "late", "tags": {}})
-            return {"429": error_reply(429, "rate limited", "rate_limit_error"), "500": error_reply(500, "boom"),
-                    "503": error_reply(503, "overloaded"), "timeout": slow_reply(2.0, good),
-                    "no-tool-call": text_reply("Sure, noted!")}[kind]
+            return {
+                "429": error_reply(429, "rate limited", "rate_limit_error"),
+                "500": error_reply(500, "boom"),
+                "503": error_reply(503, "overloaded"),
+                "timeout": slow_reply(2.0, good),
+                "no-tool-call": text_reply("Sure, noted!"),
+            }[kind]
         counts["ok"] = counts.get("ok", 0) + 1
         if tool == "add_entry":
             text = body["messages"][-1]["content"]
@@ -42,18 +46,44 @@ def faulty_model(seed: int):
 
 
 @pytest.mark.timeout(240)
-def test_a_replay_through_a_faulty_llm_stores_everything_once_with_bounded_reported_retries(tmp_path: Path,
-                                                                                           capsys) -> None:
+def test_a_replay_through_a_faulty_llm_stores_everything_once_with_bounded_reported_retries(
+    tmp_path: Path, capsys
+) -> None:
     texts = [f"Message {i}: a fact numbered {i} about topic {i % 5}." for i in range(MESSAGES)]
     data, db = tmp_path / "c.json", tmp_path / "m.db"
-    data.write_text(json.dumps({"conversation_id": "llm-faults", "messages": [
-        {"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(texts)]}))
+    data.write_text(
+        json.dumps(
+            {
+                "conversation_id": "llm-faults",
+                "messages": [
+                    {"role": "user" if i % 2 == 0 else "assistant", "content": t} for i, t in enumerate(texts)
+                ],
+            }
+        )
+    )
     reply, counts = faulty_model(seed=13)
     with OpenAIStub(responses=[reply], cycle=True) as stub:
         capsys.readouterr()
         try:
-            main(["replay", str(data), "--db", str(db), "--model", "openai:stub", "--api-key", "k", "--base-url",
-                  stub.base_url, "--model-timeout", "0.5", "--flush-every", "6", "--json"])
+            main(
+                [
+                    "replay",
+                    str(data),
+                    "--db",
+                    str(db),
+                    "--model",
+                    "openai:stub",
+                    "--api-key",
+                    "k",
+                    "--base-url",
+                    stub.base_url,
+                    "--model-timeout",
+                    "0.5",
+                    "--flush-every",
+                    "6",
+                    "--json",
+                ]
+            )
         except SystemExit as exc:
             assert not exc.code, capsys.readouterr().err
         out = capsys.readouterr().out

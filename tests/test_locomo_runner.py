@@ -19,7 +19,8 @@ REPO = Path(__file__).resolve().parent.parent
 SAMPLE = {
     "sample_id": "tiny-1",
     "conversation": {
-        "speaker_a": "Alice", "speaker_b": "Bob",
+        "speaker_a": "Alice",
+        "speaker_b": "Bob",
         "session_1_date_time": "1:56 pm on 8 May, 2023",
         "session_1": [
             {"speaker": "Alice", "dia_id": "D1:1", "text": "I adopted a greyhound named Comet yesterday."},
@@ -33,14 +34,30 @@ SAMPLE = {
         ],
     },
     "qa": [
-        {"question": "What is the name of the greyhound Alice adopted?", "answer": "Comet", "evidence": ["D1:1"],
-         "category": 4},
-        {"question": "When did Alice start pottery classes, and where does Comet love running?",
-         "answer": "May 2023; the beach", "evidence": ["D1:3; D2:2"], "category": 1},
-        {"question": "Which sport did Bob take up on the lake?", "answer": "sailing", "evidence": ["D2:1"],
-         "category": 2},
-        {"question": "What boat did Alice buy for sailing?", "adversarial_answer": "a dinghy", "evidence": ["D2:1"],
-         "category": 5},
+        {
+            "question": "What is the name of the greyhound Alice adopted?",
+            "answer": "Comet",
+            "evidence": ["D1:1"],
+            "category": 4,
+        },
+        {
+            "question": "When did Alice start pottery classes, and where does Comet love running?",
+            "answer": "May 2023; the beach",
+            "evidence": ["D1:3; D2:2"],
+            "category": 1,
+        },
+        {
+            "question": "Which sport did Bob take up on the lake?",
+            "answer": "sailing",
+            "evidence": ["D2:1"],
+            "category": 2,
+        },
+        {
+            "question": "What boat did Alice buy for sailing?",
+            "adversarial_answer": "a dinghy",
+            "evidence": ["D2:1"],
+            "category": 5,
+        },
     ],
     "observation": {"never": "ingested"},
 }
@@ -52,8 +69,9 @@ async def entry_counts(db: Path, vault: str) -> dict[str, int]:
         vault_id = next(v["vaultId"] for v in await memory.call_json("list_vaults") if v["title"] == vault)
         counts = {}
         for item in await memory.call_json("list_memories", {"vault_id": vault_id}):
-            page = await memory.call_json("list_entries", {"vault_id": vault_id, "memory_id": item["memoryId"],
-                                                           "limit": 50})
+            page = await memory.call_json(
+                "list_entries", {"vault_id": vault_id, "memory_id": item["memoryId"], "limit": 50}
+            )
             assert page["next_before"] is None
             counts[item["title"]] = page["count"]
     return counts
@@ -112,9 +130,21 @@ async def test_resume_ingests_once_and_scores_only_new_questions(data: Path, tmp
 
 
 def test_script_runs(data: Path, tmp_path: Path):
-    done = subprocess.run([sys.executable, str(REPO / "runners" / "locomo_runner.py"), str(data), "--out",
-                           str(tmp_path / "o"), "--limit-questions", "1", "--no-progress"],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "runners" / "locomo_runner.py"),
+            str(data),
+            "--out",
+            str(tmp_path / "o"),
+            "--limit-questions",
+            "1",
+            "--no-progress",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert "| 4 single-hop | 1 | 0 |" in done.stdout and "questions recorded: 1" in done.stdout
     assert len(read_jsonl(tmp_path / "o" / "records.jsonl")) == 1
@@ -139,8 +169,12 @@ async def test_a_slice_of_sessions_with_qa_scored_by_token_f1(data: Path, tmp_pa
     assert summary["qa"]["usage"] == {"llm_calls": 1, "prompt_tokens": 90, "completion_tokens": 6}
     assert "token F1" in summary["qa"]["judge"] and "mean F1 0.333" in report.format()
     # usage per model: the extractive model wrote the memory, the QA model answered
-    assert summary["usage_by_model"]["scripted (QA)"] == {**dict.fromkeys(summary["usage_by_model"]["extractive"], 0),
-                                                          "llm_calls": 1, "prompt_tokens": 90, "completion_tokens": 6}
+    assert summary["usage_by_model"]["scripted (QA)"] == {
+        **dict.fromkeys(summary["usage_by_model"]["extractive"], 0),
+        "llm_calls": 1,
+        "prompt_tokens": 90,
+        "completion_tokens": 6,
+    }
     assert summary["usage"]["by_model"]["extractive"]["llm_calls"] == summary["usage"]["llm_calls"] > 0
     assert "  scripted (QA): 1 calls, 90 / 6 tokens" in report.format()
 

@@ -29,25 +29,35 @@ def _turn(role: str, content: str, has_answer: bool = False) -> dict:
 
 
 QUESTIONS = [
-    {   # three sessions, the middle one holds the answer (turn 0)
-        "question_id": "q1-lisbon", "question_type": "single-session-user",
-        "question": "Which city did I relocate to for the bakery job?", "answer": "Lisbon",
+    {  # three sessions, the middle one holds the answer (turn 0)
+        "question_id": "q1-lisbon",
+        "question_type": "single-session-user",
+        "question": "Which city did I relocate to for the bakery job?",
+        "answer": "Lisbon",
         "question_date": "2023/06/01 (Thu) 10:00",
         "haystack_session_ids": ["s_cooking", "s_move", "s_garden"],
         "haystack_dates": ["2023/05/01 (Mon) 09:00", "2023/05/10 (Wed) 18:30", "2023/05/20 (Sat) 08:15"],
         "haystack_sessions": [
-            [_turn("user", "Can you suggest a pasta recipe with tomatoes?"),
-             _turn("assistant", "Try a simple marinara with garlic and basil.")],
-            [_turn("user", "I relocated to Lisbon last week for my bakery job.", True),
-             _turn("assistant", "Congratulations! Lisbon is a lovely place.")],
-            [_turn("user", "My tomatoes in the garden are wilting."),
-             _turn("assistant", "Water them early in the morning.")],
+            [
+                _turn("user", "Can you suggest a pasta recipe with tomatoes?"),
+                _turn("assistant", "Try a simple marinara with garlic and basil."),
+            ],
+            [
+                _turn("user", "I relocated to Lisbon last week for my bakery job.", True),
+                _turn("assistant", "Congratulations! Lisbon is a lovely place."),
+            ],
+            [
+                _turn("user", "My tomatoes in the garden are wilting."),
+                _turn("assistant", "Water them early in the morning."),
+            ],
         ],
         "answer_session_ids": ["s_move"],
     },
-    {   # a session dated after the question must not be retrieved
-        "question_id": "q2-future", "question_type": "knowledge-update",
-        "question": "What color is my bicycle?", "answer": "red",
+    {  # a session dated after the question must not be retrieved
+        "question_id": "q2-future",
+        "question_type": "knowledge-update",
+        "question": "What color is my bicycle?",
+        "answer": "red",
         "question_date": "2023/06/01 (Thu) 10:00",
         "haystack_session_ids": ["s_bike", "s_later"],
         "haystack_dates": ["2023/05/02 (Tue) 12:00", "2023/07/01 (Sat) 12:00"],
@@ -57,10 +67,14 @@ QUESTIONS = [
         ],
         "answer_session_ids": ["s_bike"],
     },
-    {   # abstention: kept, answered, excluded from recall
-        "question_id": "q3_abs", "question_type": "single-session-user",
-        "question": "What is the name of my cat?", "answer": "unknown", "question_date": None,
-        "haystack_session_ids": ["s_dog"], "haystack_dates": ["2023/05/03 (Wed) 07:00"],
+    {  # abstention: kept, answered, excluded from recall
+        "question_id": "q3_abs",
+        "question_type": "single-session-user",
+        "question": "What is the name of my cat?",
+        "answer": "unknown",
+        "question_date": None,
+        "haystack_session_ids": ["s_dog"],
+        "haystack_dates": ["2023/05/03 (Wed) 07:00"],
         "haystack_sessions": [[_turn("user", "My dog Rex loves walks."), _turn("assistant", "Rex sounds happy.")]],
         "answer_session_ids": ["s_dog"],
     },
@@ -203,8 +217,13 @@ async def test_resume_skips_done_questions_and_stores_each_message_once(data: Pa
     report = await runner(out, workers=2).arun([data])
     assert report.summary["this_run"]["questions"] == 2  # q1 was skipped
     report = await runner(out, workers=2).arun([data])
-    assert report.summary["this_run"] == {"questions": 0, "messages": 0, "selected": 3, "messages_per_s": None,
-                                          "wall_s": report.summary["this_run"]["wall_s"]}
+    assert report.summary["this_run"] == {
+        "questions": 0,
+        "messages": 0,
+        "selected": 3,
+        "messages_per_s": None,
+        "wall_s": report.summary["this_run"]["wall_s"],
+    }
     assert sorted(r["question_id"] for r in read_jsonl(out / "records.jsonl")) == sorted(MESSAGES)
     assert len((out / "hypotheses.jsonl").read_text().splitlines()) == 3
     assert await entry_counts(out / "memory.db") == {valid_title(q): n for q, n in MESSAGES.items()}
@@ -219,11 +238,17 @@ def test_torn_last_record_line_is_dropped(tmp_path: Path):
 
 def test_command_reads_its_environment_and_rejects_extractive_qa(data: Path, tmp_path: Path):
     cli = CliRunner()
-    bad = cli.invoke(bench, ["longmemeval", str(data), "--out", str(tmp_path / "bad"), "--no-progress"],
-                     env={"MYCELIAN_QA_MODEL": "extractive"})
+    bad = cli.invoke(
+        bench,
+        ["longmemeval", str(data), "--out", str(tmp_path / "bad"), "--no-progress"],
+        env={"MYCELIAN_QA_MODEL": "extractive"},
+    )
     assert bad.exit_code == 1 and "cannot answer" in bad.stderr and bad.stderr.count("\n") == 1
-    done = cli.invoke(bench, ["longmemeval", str(data), "--out", str(tmp_path / "o"), "--limit", "2", "--no-progress"],
-                      env={"MYCELIAN_QA_MODEL": None, "MYCELIAN_MODEL": "extractive"})
+    done = cli.invoke(
+        bench,
+        ["longmemeval", str(data), "--out", str(tmp_path / "o"), "--limit", "2", "--no-progress"],
+        env={"MYCELIAN_QA_MODEL": None, "MYCELIAN_MODEL": "extractive"},
+    )
     assert done.exit_code == 0, done.output
     assert "| overall | 2 | 0 |" in done.stdout and "questions recorded: 2" in done.stdout
     report = cli.invoke(bench, ["longmemeval", "--out", str(tmp_path / "o"), "--report-only", "--json"])
@@ -244,9 +269,21 @@ def test_real_oracle_sample_as_a_script(shared_data: Path, tmp_path: Path):
     if not path.exists():
         pytest.skip(f"{path} missing")
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, str(REPO / "runners" / "single_question_runner.py"), str(path),
-                           "--out", str(tmp_path / "o"), "--limit", "2", "--json"],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "runners" / "single_question_runner.py"),
+            str(path),
+            "--out",
+            str(tmp_path / "o"),
+            "--limit",
+            "2",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
     assert summary["questions"] == 2 and summary["ingestion"]["messages"] > 0

@@ -34,9 +34,11 @@ from mycelian_agent.memory_server.testing import BackgroundSession, call_json, s
 
 TRANSPORTS = ["stdio", "http"]
 # The stdio server, on a prompts folder when one is given.
-_SERVE_STDIO = ("import sys, anyio; from mycelian_agent.memory_server import create_server; "
-                "from mycelian_agent.memory_server.transport.stdio import serve_stdio; "
-                "anyio.run(serve_stdio, create_server(sys.argv[1], prompts_dir=sys.argv[2] or None, embeddings=False))")
+_SERVE_STDIO = (
+    "import sys, anyio; from mycelian_agent.memory_server import create_server; "
+    "from mycelian_agent.memory_server.transport.stdio import serve_stdio; "
+    "anyio.run(serve_stdio, create_server(sys.argv[1], prompts_dir=sys.argv[2] or None, embeddings=False))"
+)
 
 
 def _broken_prompts(tmp_path: Path) -> Path:
@@ -86,8 +88,12 @@ def _undeclared(value: Any, schema: dict[str, Any], defs: dict[str, Any], path: 
         schema = defs[schema["$ref"].rsplit("/", 1)[-1]]
     if isinstance(value, dict) and "properties" in schema:
         missing = [f"{path}.{key}" for key in value if key not in schema["properties"]]
-        return missing + [p for key, item in value.items() if key in schema["properties"]
-                          for p in _undeclared(item, schema["properties"][key], defs, f"{path}.{key}")]
+        return missing + [
+            p
+            for key, item in value.items()
+            if key in schema["properties"]
+            for p in _undeclared(item, schema["properties"][key], defs, f"{path}.{key}")
+        ]
     if isinstance(value, list) and "items" in schema:
         return [p for i, item in enumerate(value) for p in _undeclared(item, schema["items"], defs, f"{path}[{i}]")]
     return []
@@ -111,18 +117,40 @@ async def _every_tool(session: ClientSession) -> dict[str, list[CallToolResult]]
     ids = {"vault_id": vault["vaultId"], "memory_id": memory["memoryId"]}
     await call("list_memories", vault_id=vault["vaultId"])
     await call("get_memory", **ids)
-    first = await call("add_entry", **ids, raw_entry="Dana: we fly to Lisbon on June 14.", summary="Lisbon flight",
-                       tags={"role": "user"}, conversation_time="2024-03-01T10:00:00Z", idempotency_key="k1")
+    first = await call(
+        "add_entry",
+        **ids,
+        raw_entry="Dana: we fly to Lisbon on June 14.",
+        summary="Lisbon flight",
+        tags={"role": "user"},
+        conversation_time="2024-03-01T10:00:00Z",
+        idempotency_key="k1",
+    )
     await call("add_entry", **ids, raw_entry="No time was given for this one.", summary="no time")
-    await call("add_entries", **ids, entries=[
-        {"raw_entry": "Marco booked the Lisbon hotel.", "summary": "hotel", "conversation_time": "2024-03-02T10:00:00Z"},
-        {"raw_entry": "Dana: we fly to Lisbon on June 14.", "summary": "Lisbon flight", "idempotency_key": "k1"}])
+    await call(
+        "add_entries",
+        **ids,
+        entries=[
+            {
+                "raw_entry": "Marco booked the Lisbon hotel.",
+                "summary": "hotel",
+                "conversation_time": "2024-03-02T10:00:00Z",
+            },
+            {"raw_entry": "Dana: we fly to Lisbon on June 14.", "summary": "Lisbon flight", "idempotency_key": "k1"},
+        ],
+    )
     page = await call("list_entries", **ids, limit=2)
     assert page["next_before"] is not None and page["next_after"] is None
     await call("list_entries", **ids, after="2000-01-01T00:00:00Z")
     await call("get_entry", **ids, entry_id=first["entryId"])
-    updated = await call("update_entry", **ids, entry_id=first["entryId"], raw_entry="Dana: we fly to Lisbon on June 21.",
-                         summary="Lisbon flight moved", tags={"role": "user"})
+    updated = await call(
+        "update_entry",
+        **ids,
+        entry_id=first["entryId"],
+        raw_entry="Dana: we fly to Lisbon on June 21.",
+        summary="Lisbon flight moved",
+        tags={"role": "user"},
+    )
     assert updated["version"] == 2 and updated["status"] == "updated"
     versions = await call("list_entry_versions", **ids, entry_id=first["entryId"])
     assert [v["replacedAt"] is None for v in versions["versions"]] == [False, True]
@@ -147,8 +175,7 @@ async def test_every_json_result_is_structured_content_its_output_schema_accepts
         tools = {tool.name: tool for tool in (await session.list_tools()).tools}
         results = await _every_tool(session)
     assert set(results) == set(tools)  # every tool the server lists (a new tool is added to _every_tool)
-    assert {name for name, tool in tools.items() if tool.outputSchema is None} == {"get_context",
-                                                                                   "await_consistency"}
+    assert {name for name, tool in tools.items() if tool.outputSchema is None} == {"get_context", "await_consistency"}
     for name, calls in results.items():
         schema = tools[name].outputSchema
         for result in calls:
@@ -167,7 +194,7 @@ async def test_every_json_result_is_structured_content_its_output_schema_accepts
 
 
 async def test_langchain_mcp_adapters_hand_the_model_the_json_text_and_keep_the_structured_value(
-    tmp_path: Path
+    tmp_path: Path,
 ) -> None:
     """Through langchain-mcp-adapters over stdio: the model still reads the JSON text; the structured value comes
     as the ToolMessage's artifact."""
@@ -177,15 +204,20 @@ async def test_langchain_mcp_adapters_hand_the_model_the_json_text_and_keep_the_
         schemas = {tool.name: tool.outputSchema for tool in (await session.list_tools()).tools}
         tools = {tool.name: tool for tool in await load_mcp_tools(session)}
         message = await tools["get_default_prompts"].ainvoke(
-            {"type": "tool_call", "name": "get_default_prompts", "args": {"memory_type": "chat"}, "id": "c1"})
+            {"type": "tool_call", "name": "get_default_prompts", "args": {"memory_type": "chat"}, "id": "c1"}
+        )
         assert isinstance(message, ToolMessage) and message.status == "success"
         text = message.content[0]["text"] if isinstance(message.content, list) else message.content
         assert json.loads(text) == message.artifact["structured_content"]
         jsonschema.validate(message.artifact["structured_content"], schemas["get_default_prompts"])
         assert set(message.artifact["structured_content"]["templates"]) == {
-            "context_prompt", "entry_capture_prompt", "summary_prompt"}
+            "context_prompt",
+            "entry_capture_prompt",
+            "summary_prompt",
+        }
         vaults = await tools["list_vaults"].ainvoke(
-            {"type": "tool_call", "name": "list_vaults", "args": {}, "id": "c2"})
+            {"type": "tool_call", "name": "list_vaults", "args": {}, "id": "c2"}
+        )
         assert vaults.artifact == {"structured_content": {"result": []}}
 
 
@@ -214,8 +246,9 @@ async def test_every_failure_is_an_mcp_error_that_langchain_raises_and_the_agent
         client = MultiServerMCPClient({"memory": connection})
         async with client.session("memory") as session:
             vault = await call_json(session, "create_vault", title="errors")
-            memory = await call_json(session, "create_memory_in_vault", vault_id=vault["vaultId"], title="m",
-                                     memory_type="chat")
+            memory = await call_json(
+                session, "create_memory_in_vault", vault_id=vault["vaultId"], title="m", memory_type="chat"
+            )
             ids = {"$V": vault["vaultId"], "$M": memory["memoryId"]}
             raising = {tool.name: tool for tool in await load_mcp_tools(session, handle_tool_errors=False)}
             handled = {tool.name: tool for tool in await load_mcp_tools(session)}
@@ -227,7 +260,8 @@ async def test_every_failure_is_an_mcp_error_that_langchain_raises_and_the_agent
                     await raising[name].ainvoke(_filled(arguments, ids))
                 # langchain-mcp-adapters' default: the model gets an error ToolMessage, never a text "result".
                 message = await handled[name].ainvoke(
-                    {"type": "tool_call", "name": name, "args": _filled(arguments, ids), "id": "e1"})
+                    {"type": "tool_call", "name": name, "args": _filled(arguments, ids), "id": "e1"}
+                )
                 assert message.status == "error" and words in message.content[0]["text"], (name, message)
         # The agent's own connection: MemoryServerError naming the tool and the problem.
         memory_connection = MemoryConnection(connection if transport == "stdio" else http_connection(connection["url"]))
@@ -251,21 +285,36 @@ async def test_if_exists_return_answers_the_existing_vault_and_memory_unchanged(
         assert await call_json(session, "create_vault", title="home", description="other", if_exists="return") == vault
         assert await call_json(session, "create_vault", title="fresh", if_exists="return") != vault  # created
         v = vault["vaultId"]
-        memory = await call_json(session, "create_memory_in_vault", vault_id=v, title="dana", memory_type="chat",
-                                 description="Dana's")
+        memory = await call_json(
+            session, "create_memory_in_vault", vault_id=v, title="dana", memory_type="chat", description="Dana's"
+        )
         with pytest.raises(MemoryServerError, match=f"a memory titled 'dana' already exists in vault {v}"):
-            await call_json(session, "create_memory_in_vault", vault_id=v, title="dana", memory_type="chat",
-                            if_exists="error")
-        again = await call_json(session, "create_memory_in_vault", vault_id=v, title="dana", memory_type="NOTES",
-                                description="other", if_exists="return")
+            await call_json(
+                session, "create_memory_in_vault", vault_id=v, title="dana", memory_type="chat", if_exists="error"
+            )
+        again = await call_json(
+            session,
+            "create_memory_in_vault",
+            vault_id=v,
+            title="dana",
+            memory_type="NOTES",
+            description="other",
+            if_exists="return",
+        )
         assert again == memory and again["memoryType"] == "chat" and again["description"] == "Dana's"
         assert [m["title"] for m in await call_json(session, "list_memories", vault_id=v)] == ["dana"]
         # A bad title or vault is still an error with "return": nothing to return, nothing created.
         with pytest.raises(MemoryServerError, match="title"):
             await call_json(session, "create_vault", title="no spaces allowed", if_exists="return")
         with pytest.raises(MemoryServerError, match=f"vault {_MISSING} not found"):
-            await call_json(session, "create_memory_in_vault", vault_id=_MISSING, title="dana", memory_type="chat",
-                            if_exists="return")
+            await call_json(
+                session,
+                "create_memory_in_vault",
+                vault_id=_MISSING,
+                title="dana",
+                memory_type="chat",
+                if_exists="return",
+            )
     finally:
         await bg.aclose()
 
@@ -279,12 +328,19 @@ async def test_concurrent_creates_of_one_title_with_if_exists_return_answer_one_
     connections = [await connect("in-process", db=db).open() for _ in range(2)]
     try:
         for round_ in range(4):
-            vaults = await asyncio.gather(*(c.call_json("create_vault", {"title": f"v{round_}", "if_exists": "return"})
-                                            for c in connections))
+            vaults = await asyncio.gather(
+                *(c.call_json("create_vault", {"title": f"v{round_}", "if_exists": "return"}) for c in connections)
+            )
             assert vaults[0] == vaults[1]
-            memories = await asyncio.gather(*(c.call_json("create_memory_in_vault", {
-                "vault_id": vaults[0]["vaultId"], "title": "m", "memory_type": "chat", "if_exists": "return"})
-                for c in connections))
+            memories = await asyncio.gather(
+                *(
+                    c.call_json(
+                        "create_memory_in_vault",
+                        {"vault_id": vaults[0]["vaultId"], "title": "m", "memory_type": "chat", "if_exists": "return"},
+                    )
+                    for c in connections
+                )
+            )
             assert memories[0] == memories[1]
         assert len(await connections[0].call_json("list_vaults")) == 4
     finally:
@@ -317,10 +373,15 @@ async def test_ensure_uses_if_exists_only_where_the_server_declares_it(upstream:
         assert await ensure_vault(memory, "home") == vault_id
         assert await ensure_memory(memory, vault_id, "dana") == memory_id
     if upstream:  # find first, create only what is missing, never an argument upstream lacks
-        assert [name for name, _ in memory.calls] == ["list_vaults", "create_vault", "list_memories",
-                                                      "create_memory_in_vault", "list_vaults", "list_memories"]
+        assert [name for name, _ in memory.calls] == [
+            "list_vaults",
+            "create_vault",
+            "list_memories",
+            "create_memory_in_vault",
+            "list_vaults",
+            "list_memories",
+        ]
         assert all("if_exists" not in arguments for _, arguments in memory.calls)
     else:  # one call each: the server answers a taken title with what holds it
         assert [name for name, _ in memory.calls] == ["create_vault", "create_memory_in_vault"] * 2
         assert all("if_exists" in arguments for _, arguments in memory.calls)
-

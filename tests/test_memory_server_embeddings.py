@@ -11,10 +11,12 @@ import pytest
 
 np = pytest.importorskip("numpy")
 
-from mycelian_agent.memory_server.retrieval.dense.index import DenseVectors, load_dense_index  # noqa: E402
-from mycelian_agent.memory_server.storage.sqlite.store import Store  # noqa: E402
-from mycelian_agent.memory_server.retrieval import search  # noqa: E402
-from dense_stub import CountingEncoder  # noqa: E402
+from dense_stub import CountingEncoder
+
+from mycelian_agent.memory_server.retrieval import search
+from mycelian_agent.memory_server.retrieval.dense.index import DenseVectors, load_dense_index
+from mycelian_agent.memory_server.storage.sqlite.store import Store
+
 
 @contextlib.contextmanager
 def dense_store(path=":memory:"):

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from mycelian_agent.errors import ConfigError, InputError, MemoryServerError
-from mycelian_agent.memory_server.storage.sqlite.migrations import MIGRATIONS, SCHEMA_VERSION
 from mycelian_agent.memory_server.storage.sqlite import lexical
 from mycelian_agent.memory_server.storage.sqlite.lexical import UNRANKED, match_expression, time_bounds
-from mycelian_agent.memory_server.text.analysis import ENTRY_WEIGHTS, query_stems
+from mycelian_agent.memory_server.storage.sqlite.migrations import MIGRATIONS, SCHEMA_VERSION
 from mycelian_agent.memory_server.storage.sqlite.store import Store
 from mycelian_agent.memory_server.storage.validation import parse_rfc3339
+from mycelian_agent.memory_server.text.analysis import ENTRY_WEIGHTS, query_stems
 from mycelian_agent.words import MAX_QUERY_TERMS, query_terms
 
 
@@ -41,8 +41,11 @@ def test_open_refusals(tmp_path: Path) -> None:
     # (a newer schema: tests/conformance)
     junk = tmp_path / "junk.db"
     junk.write_bytes(b"this is not sqlite" * 100)
-    with pytest.raises(MemoryServerError, match=r"junk.db is not a memory database \(file is not a database\): is "
-                                                r"--db the right file\? `mycelian-agent check "):
+    with pytest.raises(
+        MemoryServerError,
+        match=r"junk.db is not a memory database \(file is not a database\): is "
+        r"--db the right file\? `mycelian-agent check ",
+    ):
         Store.open(junk)
     with pytest.raises(ConfigError, match="synchronous"):
         Store.open(":memory:", synchronous="OFF")
@@ -109,8 +112,9 @@ def _reference(conn: sqlite3.Connection, memory_id: str, terms: list[str], limit
     return [(seq, -rank) for seq, rank in conn.execute(sql, (expression, memory_id, limit))]
 
 
-def _check_candidates(conn: sqlite3.Connection, memory_id: str, terms: list[str], limit: int,
-                      after: str | None = None) -> None:
+def _check_candidates(
+    conn: sqlite3.Connection, memory_id: str, terms: list[str], limit: int, after: str | None = None
+) -> None:
     """The search's candidates (``lexical.rank_entries``) are plain BM25's best ``limit``, scores and all; when they
     are all the matches (of every term, or of the terms left once the common ones are pruned), unranked."""
     from mycelian_agent.memory_server.storage.sqlite import postings
@@ -160,7 +164,7 @@ def test_servers_opening_a_new_file_together_all_start(tmp_path: Path) -> None:
             start.wait()
             try:
                 Store.open(path).close()
-            except BaseException as exc:  # noqa: BLE001 - collected for the assertion
+            except BaseException as exc:
                 errors.append(exc)
 
         threads = [threading.Thread(target=open_it) for _ in range(4)]

@@ -290,29 +290,67 @@ REFUSALS = [
     ),
     ("add_entry", {"vault_id": "$V", "memory_id": UNKNOWN, "raw_entry": "r", "summary": "s"}, "not found"),
     ("add_entries", {"vault_id": "$V", "memory_id": "$M", "entries": []}, "entries must hold 1 to 100 entries (got 0)"),
-    ("add_entries", {"vault_id": "$V", "memory_id": "$M", "entries": [{"raw_entry": "r", "summary": "s"}] * 101},
-     "entries must hold 1 to 100 entries (got 101)"),
+    (
+        "add_entries",
+        {"vault_id": "$V", "memory_id": "$M", "entries": [{"raw_entry": "r", "summary": "s"}] * 101},
+        "entries must hold 1 to 100 entries (got 101)",
+    ),
     ("add_entries", {"vault_id": "$V", "memory_id": "$M", "entries": "r"}, "argument 'entries'"),
-    ("add_entries", {"vault_id": "$V", "memory_id": "$M", "entries": [{"raw_entry": "r", "summary": "s"},
-                                                                     {"raw_entry": "r", "summary": " "}]},
-     "entries[1]: summary must not be empty"),
-    ("add_entries", {"vault_id": "$V", "memory_id": "$M", "entries": [{"raw_entry": "r", "summary": "s", "x": "1"}]},
-     "argument 'entries[0].x'"),
-    ("add_entries", {"vault_id": "$V", "memory_id": "$M", "entries": [{"raw_entry": "r"}]},
-     "missing required argument 'entries[0].summary'"),
-    ("add_entries", {"vault_id": "$V", "memory_id": "$M", "entries": [
-        {"raw_entry": "r", "summary": "s"}, {"raw_entry": "r", "summary": "s"},
-        {"raw_entry": "r", "summary": "s", "conversation_time": "yesterday"}]},
-     "entries[2]: conversation_time must be an RFC 3339"),
-    ("add_entries", {"vault_id": "$V", "memory_id": "$M", "entries": [{"raw_entry": "r" * 9001, "summary": "s"}]},
-     "entries[0]: raw_entry is too long"),
-    ("add_entries", {"vault_id": "$V", "memory_id": "$OM", "entries": [{"raw_entry": "r", "summary": "s"}]},
-     "memory $OM not found in vault $V"),
+    (
+        "add_entries",
+        {
+            "vault_id": "$V",
+            "memory_id": "$M",
+            "entries": [{"raw_entry": "r", "summary": "s"}, {"raw_entry": "r", "summary": " "}],
+        },
+        "entries[1]: summary must not be empty",
+    ),
+    (
+        "add_entries",
+        {"vault_id": "$V", "memory_id": "$M", "entries": [{"raw_entry": "r", "summary": "s", "x": "1"}]},
+        "argument 'entries[0].x'",
+    ),
+    (
+        "add_entries",
+        {"vault_id": "$V", "memory_id": "$M", "entries": [{"raw_entry": "r"}]},
+        "missing required argument 'entries[0].summary'",
+    ),
+    (
+        "add_entries",
+        {
+            "vault_id": "$V",
+            "memory_id": "$M",
+            "entries": [
+                {"raw_entry": "r", "summary": "s"},
+                {"raw_entry": "r", "summary": "s"},
+                {"raw_entry": "r", "summary": "s", "conversation_time": "yesterday"},
+            ],
+        },
+        "entries[2]: conversation_time must be an RFC 3339",
+    ),
+    (
+        "add_entries",
+        {"vault_id": "$V", "memory_id": "$M", "entries": [{"raw_entry": "r" * 9001, "summary": "s"}]},
+        "entries[0]: raw_entry is too long",
+    ),
+    (
+        "add_entries",
+        {"vault_id": "$V", "memory_id": "$OM", "entries": [{"raw_entry": "r", "summary": "s"}]},
+        "memory $OM not found in vault $V",
+    ),
     # the first item is inserted, then the second's key conflicts with it: the transaction stores neither
-    ("add_entries", {"vault_id": "$V", "memory_id": "$M", "entries": [
-        {"raw_entry": "one", "summary": "s", "idempotency_key": "k"},
-        {"raw_entry": "two", "summary": "s", "idempotency_key": "k"}]},
-     "entries[1]: idempotency_key 'k' conflicts"),
+    (
+        "add_entries",
+        {
+            "vault_id": "$V",
+            "memory_id": "$M",
+            "entries": [
+                {"raw_entry": "one", "summary": "s", "idempotency_key": "k"},
+                {"raw_entry": "two", "summary": "s", "idempotency_key": "k"},
+            ],
+        },
+        "entries[1]: idempotency_key 'k' conflicts",
+    ),
     ("list_entries", {"vault_id": "$V"}, "missing required argument 'memory_id'"),
     ("list_entries", {"vault_id": "$V", "memory_id": "$M", "limit": "5"}, "argument 'limit'"),
     ("list_entries", {"vault_id": "$V", "memory_id": "$M", "limit": 0}, "argument 'limit'"),
@@ -371,17 +409,39 @@ REFUSALS = [
     ("delete_entry", {"vault_id": "$V", "memory_id": "$M", "entry_id": UNKNOWN}, f"entry {UNKNOWN} not found"),
     ("delete_entry", {"vault_id": "$V", "memory_id": "$M", "entry_id": "$OE"}, "entry $OE not found in memory $M"),
     ("delete_entry", {"vault_id": "$V", "memory_id": "$OM", "entry_id": "$OE"}, "memory $OM not found in vault $V"),
-    ("update_entry", {"vault_id": "$V", "memory_id": "$M", "entry_id": "$E", "raw_entry": "r"},
-     "missing required argument 'summary'"),
-    ("update_entry", {"vault_id": "$V", "memory_id": "$M", "entry_id": "$OE", "raw_entry": "r", "summary": "s"},
-     "entry $OE not found in memory $M"),
-    ("update_entry", {"vault_id": "$V", "memory_id": "$M", "entry_id": "$E", "raw_entry": " ", "summary": "s"},
-     "raw_entry"),
-    ("update_entry", {"vault_id": "$V", "memory_id": "$M", "entry_id": "$E", "raw_entry": "r", "summary": "s",
-                      "idempotency_key": "k"}, "unknown argument 'idempotency_key'"),
+    (
+        "update_entry",
+        {"vault_id": "$V", "memory_id": "$M", "entry_id": "$E", "raw_entry": "r"},
+        "missing required argument 'summary'",
+    ),
+    (
+        "update_entry",
+        {"vault_id": "$V", "memory_id": "$M", "entry_id": "$OE", "raw_entry": "r", "summary": "s"},
+        "entry $OE not found in memory $M",
+    ),
+    (
+        "update_entry",
+        {"vault_id": "$V", "memory_id": "$M", "entry_id": "$E", "raw_entry": " ", "summary": "s"},
+        "raw_entry",
+    ),
+    (
+        "update_entry",
+        {
+            "vault_id": "$V",
+            "memory_id": "$M",
+            "entry_id": "$E",
+            "raw_entry": "r",
+            "summary": "s",
+            "idempotency_key": "k",
+        },
+        "unknown argument 'idempotency_key'",
+    ),
     ("list_entry_versions", {"vault_id": "$V", "memory_id": "$M", "entry_id": UNKNOWN}, f"entry {UNKNOWN} not found"),
-    ("list_entry_versions", {"vault_id": "$V", "memory_id": "$OM", "entry_id": "$OE"},
-     "memory $OM not found in vault $V"),
+    (
+        "list_entry_versions",
+        {"vault_id": "$V", "memory_id": "$OM", "entry_id": "$OE"},
+        "memory $OM not found in vault $V",
+    ),
     ("delete_memory", {"vault_id": "$V"}, "missing required argument 'memory_id'"),
     ("delete_memory", {"vault_id": "$V", "memory_id": "$OM"}, "memory $OM not found in vault $V"),
     ("delete_memory", {"vault_id": UNKNOWN, "memory_id": "$M"}, f"vault {UNKNOWN} not found"),
@@ -402,8 +462,16 @@ async def test_refusal_is_an_error_and_changes_nothing(world: World, tool: str, 
 
 async def test_an_entry_is_updated_under_its_id_and_its_history_is_listed(world: World) -> None:
     s, V, M, E = world.session, world.V, world.M, world.E
-    updated = await call_json(s, "update_entry", vault_id=V, memory_id=M, entry_id=E, raw_entry="I adopted a dog",
-                              summary="dog", tags={"speaker": "Ann"})
+    updated = await call_json(
+        s,
+        "update_entry",
+        vault_id=V,
+        memory_id=M,
+        entry_id=E,
+        raw_entry="I adopted a dog",
+        summary="dog",
+        tags={"speaker": "Ann"},
+    )
     assert (updated["entryId"], updated["version"], updated["status"]) == (E, 2, "updated")
     assert (await call_json(s, "get_entry", vault_id=V, memory_id=M, entry_id=E))["rawEntry"] == "I adopted a dog"
     found = await call_json(s, "search_memories", memory_id=M, query="cat", vault_id=V, include_raw_entries=True)
@@ -411,7 +479,9 @@ async def test_an_entry_is_updated_under_its_id_and_its_history_is_listed(world:
     assert all(hit["rawEntry"] == "I adopted a dog" for hit in found["entries"])
     history = await call_json(s, "list_entry_versions", vault_id=V, memory_id=M, entry_id=E)
     assert [(h["version"], h["rawEntry"], h["replacedAt"] is None) for h in history["versions"]] == [
-        (1, "I adopted a cat", False), (2, "I adopted a dog", True)]
+        (1, "I adopted a cat", False),
+        (2, "I adopted a dog", True),
+    ]
     assert history["count"] == 2 and history["entryId"] == E
 
 
@@ -421,21 +491,26 @@ async def test_reads_of_unknown_vaults_memories_and_entries_create_nothing(world
     for memory in (M, world.OM):  # (a search embeds a small gap of vectors itself: none left to embed)
         assert await call_text(s, "await_consistency", memory_id=memory, vectors=True) == "consistent"
     before = await world.snapshot()
-    reads = [("list_memories", {"vault_id": UNKNOWN}), ("get_memory", {"vault_id": V, "memory_id": UNKNOWN}),
-             ("list_entries", {"vault_id": V, "memory_id": UNKNOWN}),
-             ("get_entry", {"vault_id": V, "memory_id": M, "entry_id": UNKNOWN}),
-             ("get_entry", {"vault_id": UNKNOWN, "memory_id": M, "entry_id": E}),
-             ("get_context", {"vault_id": V, "memory_id": UNKNOWN}),
-             ("list_entry_versions", {"vault_id": V, "memory_id": M, "entry_id": UNKNOWN}),
-             ("search_memories", {"memory_id": UNKNOWN, "query": "cat"}),
-             ("search_memories", {"memory_id": M, "query": "cat", "vault_id": UNKNOWN}),
-             ("await_consistency", {"memory_id": UNKNOWN})]
+    reads = [
+        ("list_memories", {"vault_id": UNKNOWN}),
+        ("get_memory", {"vault_id": V, "memory_id": UNKNOWN}),
+        ("list_entries", {"vault_id": V, "memory_id": UNKNOWN}),
+        ("get_entry", {"vault_id": V, "memory_id": M, "entry_id": UNKNOWN}),
+        ("get_entry", {"vault_id": UNKNOWN, "memory_id": M, "entry_id": E}),
+        ("get_context", {"vault_id": V, "memory_id": UNKNOWN}),
+        ("list_entry_versions", {"vault_id": V, "memory_id": M, "entry_id": UNKNOWN}),
+        ("search_memories", {"memory_id": UNKNOWN, "query": "cat"}),
+        ("search_memories", {"memory_id": M, "query": "cat", "vault_id": UNKNOWN}),
+        ("await_consistency", {"memory_id": UNKNOWN}),
+    ]
     for tool, arguments in reads:
         result = await s.call_tool(tool, arguments)
         assert result.isError and "not found" in result.content[0].text, (tool, result)
     await call_json(s, "search_memories", memory_id=M, query="nobody", vault_id=V)  # a search that finds nothing
-    assert await call_json(s, "list_vaults") == [{"vaultId": V, "title": "home"}, {"vaultId": world.OV,
-                                                                                    "title": "other"}]
+    assert await call_json(s, "list_vaults") == [
+        {"vaultId": V, "title": "home"},
+        {"vaultId": world.OV, "title": "other"},
+    ]
     assert await world.snapshot() == before
 
 

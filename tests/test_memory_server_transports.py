@@ -23,9 +23,9 @@ from mcp.client.streamable_http import streamable_http_client
 
 from mycelian_agent.memory_server import create_server
 from mycelian_agent.memory_server.cli import main
-from mycelian_agent.paths import default_db_path
 from mycelian_agent.memory_server.storage.sqlite.store import Store
 from mycelian_agent.memory_server.testing import BackgroundSession, call_json, serve_http, server_command
+from mycelian_agent.paths import default_db_path
 
 INIT = {
     "jsonrpc": "2.0",

@@ -74,9 +74,14 @@ def test_aggregate_outputs() -> None:
     table = aggregate(_records(), ks=(1, 5, 5))
     assert table.ks == (1, 5)  # duplicates dropped
     data = json.loads(json.dumps(table.as_dict()))
-    assert data["overall"] == {"count": 3, "excluded": 2, "recall_any@1": pytest.approx(1 / 3),
-                               "recall_all@1": pytest.approx(1 / 3), "recall_any@5": 1.0,
-                               "recall_all@5": pytest.approx(2 / 3)}
+    assert data["overall"] == {
+        "count": 3,
+        "excluded": 2,
+        "recall_any@1": pytest.approx(1 / 3),
+        "recall_all@1": pytest.approx(1 / 3),
+        "recall_any@5": 1.0,
+        "recall_all@5": pytest.approx(2 / 3),
+    }
     assert data["categories"]["abstention"]["recall_all@5"] is None
     lines = table.format().splitlines()
     assert lines[0] == "| category | n | excluded | any@1 | all@1 | any@5 | all@5 |"

@@ -9,13 +9,13 @@ import json
 import pytest
 from click.testing import CliRunner
 from langchain_core.messages import AIMessage
+from openai_stub import OpenAIStub, text_reply, tool_call_reply
 
 from mycelian_agent import build_agent, resolve_model
 from mycelian_agent.agent.model_tools import tool_choice
 from mycelian_agent.agent.replies import TEXT_CALL_NOTE, call_from_text, validate_reply
 from mycelian_agent.agent.settings import AgentSettings
 from mycelian_agent.errors import ConfigError
-from openai_stub import OpenAIStub, text_reply, tool_call_reply
 
 SUMMARY = "Ana moved to Porto in May 2024."
 ARGS = {"summary": SUMMARY, "tags": {"topic": "moving"}}
@@ -41,7 +41,9 @@ def test_each_text_form_is_read_as_the_call(form):
 def test_text_calls_are_validated_like_tool_calls():
     # the same pydantic model: empty summary refused, list tags coerced, code-owned tags dropped
     assert validate_reply("add_entry", AIMessage(content='{"summary": " ", "tags": {}}'), 5000) == (
-        None, "the summary was missing or empty")
+        None,
+        "the summary was missing or empty",
+    )
     args, _ = validate_reply("add_entry", AIMessage(content='{"summary": "s", "tags": ["a", "b"], "role": "x"}'), 5000)
     assert args == {"summary": "s", "tags": {"topic": "a, b"}}
     args, _ = validate_reply("add_entry", AIMessage(content='{"summary": "s", "tags": {"role": "x", "k": "v"}}'), 5000)
@@ -50,14 +52,17 @@ def test_text_calls_are_validated_like_tool_calls():
     assert problem == "the document has 50 characters; the limit is 10"
 
 
-@pytest.mark.parametrize(("text", "problem"), [
-    ("I cannot do that.", "it contained no add_entry tool call"),
-    ('{"name": "put_context", "arguments": {"content": "x"}}', "it called put_context instead of add_entry"),
-    ('{"name": "add_entry", "arguments": "not json"}', "the add_entry arguments were not JSON"),
-    ('{"unrelated": 1}', "it contained no add_entry tool call"),
-    ('```json\n{"summary": \n```', "it contained no add_entry tool call"),
-    ('{"tags": {"a": "b"}}', "the summary was missing"),
-])
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("I cannot do that.", "it contained no add_entry tool call"),
+        ('{"name": "put_context", "arguments": {"content": "x"}}', "it called put_context instead of add_entry"),
+        ('{"name": "add_entry", "arguments": "not json"}', "the add_entry arguments were not JSON"),
+        ('{"unrelated": 1}', "it contained no add_entry tool call"),
+        ('```json\n{"summary": \n```', "it contained no add_entry tool call"),
+        ('{"tags": {"a": "b"}}', "the summary was missing"),
+    ],
+)
 def test_unusable_text_names_the_problem(text, problem):
     assert validate_reply("add_entry", AIMessage(content=text), 5000) == (None, problem)
 
@@ -86,10 +91,18 @@ WIRE_CHOICE = {
 async def test_tool_choice_sent_in_each_mode(tmp_path, mode):
     replies = [tool_call_reply("add_entry", ARGS), tool_call_reply("put_context", {"content": "## Facts\n- Porto"})]
     with OpenAIStub(responses=replies) as stub:
-        async with build_agent("openai:qwen", "in-process", db=tmp_path / "m.db", api_key="k", base_url=stub.base_url,
-                               flush_every=1, tool_choice_mode=mode) as invoker:
-            result = await invoker.aprocess_conversation_message("user", "I moved to Porto.", "t1",
-                                                                 "2024-05-02T10:00:00Z", name="Ana")
+        async with build_agent(
+            "openai:qwen",
+            "in-process",
+            db=tmp_path / "m.db",
+            api_key="k",
+            base_url=stub.base_url,
+            flush_every=1,
+            tool_choice_mode=mode,
+        ) as invoker:
+            result = await invoker.aprocess_conversation_message(
+                "user", "I moved to Porto.", "t1", "2024-05-02T10:00:00Z", name="Ana"
+            )
     assert result.fallbacks == 0 and result.corrections == 0 and result.context_written
     assert stub.requests[0]["tool_choice"] == WIRE_CHOICE[mode]
     put_choice = stub.requests[1]["tool_choice"]
@@ -100,13 +113,23 @@ async def test_tool_choice_sent_in_each_mode(tmp_path, mode):
 @pytest.mark.parametrize("form", sorted(TEXT_FORMS))
 async def test_text_replies_over_the_wire_are_stored_and_counted(tmp_path, form):
     context_doc = "## Facts\n- Ana lives in Porto."
-    replies = [text_reply(TEXT_FORMS[form]),
-               text_reply("```json\n" + json.dumps({"name": "put_context", "arguments": {"content": context_doc}}) + "\n```")]
+    replies = [
+        text_reply(TEXT_FORMS[form]),
+        text_reply("```json\n" + json.dumps({"name": "put_context", "arguments": {"content": context_doc}}) + "\n```"),
+    ]
     with OpenAIStub(responses=replies) as stub:
-        async with build_agent("openai:qwen", "in-process", db=tmp_path / "m.db", api_key="k", base_url=stub.base_url,
-                               flush_every=1, tool_choice_mode="auto") as invoker:
-            result = await invoker.aprocess_conversation_message("user", "I moved to Porto.", "t1",
-                                                                 "2024-05-02T10:00:00Z")
+        async with build_agent(
+            "openai:qwen",
+            "in-process",
+            db=tmp_path / "m.db",
+            api_key="k",
+            base_url=stub.base_url,
+            flush_every=1,
+            tool_choice_mode="auto",
+        ) as invoker:
+            result = await invoker.aprocess_conversation_message(
+                "user", "I moved to Porto.", "t1", "2024-05-02T10:00:00Z"
+            )
             ids = {"vault_id": invoker.agent.vault_id, "memory_id": invoker.agent.memory_id}
             [entry] = (await invoker.connection.call_json("list_entries", ids))["entries"]
             stored_context = await invoker.connection.call("get_context", ids)
@@ -120,9 +143,17 @@ async def test_text_replies_over_the_wire_are_stored_and_counted(tmp_path, form)
 
 
 async def test_garbage_is_reprompted_then_a_text_call_is_accepted(tmp_path):
-    with OpenAIStub(responses=[text_reply("Sure! I will remember that."), text_reply(TEXT_FORMS["fenced wrapper"])]) as stub:
-        async with build_agent("openai:qwen", "in-process", db=tmp_path / "m.db", api_key="k", base_url=stub.base_url,
-                               tool_choice_mode="required") as invoker:
+    with OpenAIStub(
+        responses=[text_reply("Sure! I will remember that."), text_reply(TEXT_FORMS["fenced wrapper"])]
+    ) as stub:
+        async with build_agent(
+            "openai:qwen",
+            "in-process",
+            db=tmp_path / "m.db",
+            api_key="k",
+            base_url=stub.base_url,
+            tool_choice_mode="required",
+        ) as invoker:
             result = await invoker.aprocess_conversation_message("user", "I moved to Porto.", "t1")
     assert (result.corrections, result.fallbacks) == (1, 0)
     assert result.errors == ("add_entry: reply unusable: it contained no add_entry tool call",)
@@ -134,7 +165,7 @@ async def test_garbage_is_reprompted_then_a_text_call_is_accepted(tmp_path):
 
 
 async def test_garbage_every_time_falls_back_to_the_extractive_model(tmp_path):
-    garbage = [text_reply("```json\n{\"summary\": \n```"), text_reply("I remember."), text_reply("{}")]
+    garbage = [text_reply('```json\n{"summary": \n```'), text_reply("I remember."), text_reply("{}")]
     with OpenAIStub(responses=garbage) as stub:
         model = resolve_model("openai:qwen", api_key="k", base_url=stub.base_url, max_retries=0)
         async with build_agent(model, "in-process", db=tmp_path / "m.db", tool_choice_mode="required") as invoker:
@@ -151,14 +182,32 @@ def test_replay_cli_sends_the_tool_choice_from_the_environment(tmp_path):
     from mycelian_agent.cli import cli
 
     conversation = tmp_path / "c.json"
-    conversation.write_text(json.dumps({"conversation_id": "c1", "messages": [
-        {"role": "user", "content": "I moved to Porto."}]}))
+    conversation.write_text(
+        json.dumps({"conversation_id": "c1", "messages": [{"role": "user", "content": "I moved to Porto."}]})
+    )
     replies = [text_reply(TEXT_FORMS["bare wrapper"]), tool_call_reply("put_context", {"content": "## Facts\n- Porto"})]
     with OpenAIStub(responses=replies) as stub:
-        result = CliRunner().invoke(cli, [
-            "replay", str(conversation), "--server", "in-process", "--db", str(tmp_path / "m.db"),
-            "--model", "openai:qwen", "--api-key", "k", "--base-url", stub.base_url, "--max-tokens", "300", "--json",
-        ], env={"MYCELIAN_TOOL_CHOICE": "required"})
+        result = CliRunner().invoke(
+            cli,
+            [
+                "replay",
+                str(conversation),
+                "--server",
+                "in-process",
+                "--db",
+                str(tmp_path / "m.db"),
+                "--model",
+                "openai:qwen",
+                "--api-key",
+                "k",
+                "--base-url",
+                stub.base_url,
+                "--max-tokens",
+                "300",
+                "--json",
+            ],
+            env={"MYCELIAN_TOOL_CHOICE": "required"},
+        )
     assert result.exit_code == 0, result.output
     assert '"fallbacks": 0' in result.output and '"messages": 1' in result.output
     assert [r["tool_choice"] for r in stub.requests] == ["required", "required"]
@@ -168,8 +217,10 @@ def test_replay_cli_sends_the_tool_choice_from_the_environment(tmp_path):
 async def test_server_parse_failure_is_reprompted_not_fallen_back(tmp_path):
     from openai_stub import error_reply
 
-    replies = [error_reply(500, "output does not match the expected peg-native format", "server_error"),
-               tool_call_reply("add_entry", ARGS)]
+    replies = [
+        error_reply(500, "output does not match the expected peg-native format", "server_error"),
+        tool_call_reply("add_entry", ARGS),
+    ]
     with OpenAIStub(responses=replies) as stub:
         model = resolve_model("openai:qwen", api_key="k", base_url=stub.base_url, max_retries=0)
         async with build_agent(model, "in-process", db=tmp_path / "m.db", tool_choice_mode="required") as invoker:
@@ -187,8 +238,13 @@ async def test_other_server_errors_are_retried_a_bounded_number_of_times_then_fa
 
     with OpenAIStub(responses=[error_reply(500, "out of memory", "server_error")] * 3) as stub:
         model = resolve_model("openai:qwen", api_key="k", base_url=stub.base_url, max_retries=0)
-        async with build_agent(model, "in-process", db=tmp_path / "m.db", tool_choice_mode="required",
-                               settings=AgentSettings(model_backoff_s=0.01)) as invoker:
+        async with build_agent(
+            model,
+            "in-process",
+            db=tmp_path / "m.db",
+            tool_choice_mode="required",
+            settings=AgentSettings(model_backoff_s=0.01),
+        ) as invoker:
             result = await invoker.aprocess_conversation_message("user", "I moved to Porto.", "t1")
     assert (result.corrections, result.fallbacks, len(stub.requests)) == (0, 1, 3)
     assert result.usage.model_retries == 2

@@ -9,6 +9,7 @@ import pytest
 from langchain_core.messages import HumanMessage, SystemMessage
 from openai_stub import OpenAIStub, error_reply, text_reply, tool_call_reply
 
+from mycelian_agent.agent.model_tools import tool_schema
 from mycelian_agent.errors import ConfigError
 from mycelian_agent.models.extractive import TASK_KEY, ExtractiveChatModel
 from mycelian_agent.models.resolve import model_name, resolve_model
@@ -19,7 +20,6 @@ from mycelian_agent.testing import (
     text_message,
     tool_call_message,
 )
-from mycelian_agent.agent.model_tools import tool_schema
 
 ADD_ENTRY_SCHEMA = tool_schema("add_entry")  # the schema the agent binds
 PROMPT = [
@@ -57,8 +57,15 @@ def test_missing_api_key_says_how_to_fix_it(monkeypatch):
 
 
 def test_openai_settings_are_passed_through():
-    model = resolve_model("openai:gpt-4o-mini", api_key="k", base_url="http://127.0.0.1:9/v1", temperature=0.3,
-                          max_tokens=77, timeout=12.5, max_retries=5)
+    model = resolve_model(
+        "openai:gpt-4o-mini",
+        api_key="k",
+        base_url="http://127.0.0.1:9/v1",
+        temperature=0.3,
+        max_tokens=77,
+        timeout=12.5,
+        max_retries=5,
+    )
     assert (model.model_name, model.temperature, model.max_tokens) == ("gpt-4o-mini", 0.3, 77)
     assert (model.openai_api_base, model.request_timeout, model.max_retries) == ("http://127.0.0.1:9/v1", 12.5, 5)
     with pytest.raises(ConfigError, match="max_tokens_field"):

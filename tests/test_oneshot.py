@@ -10,13 +10,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from test_cli import cli  # noqa: F401  (cli: the fixture)
+
 from mycelian_agent.builder import build_agent
 from mycelian_agent.limits import RAW_ENTRY_MAX_CHARS
 
-from test_cli import cli  # noqa: F401  (cli: the fixture)
-
-LONG = " ".join(f"Sentence {i} of my travel diary: we walked along the river in Porto and ate grilled sardines."
-                for i in range(130))
+LONG = " ".join(
+    f"Sentence {i} of my travel diary: we walked along the river in Porto and ate grilled sardines." for i in range(130)
+)
 #: (memory, role, name, time, text): roles, names, times (and none), a relative date, a message long enough to be
 #: stored as parts, the same message twice (deduplicated by its idempotency key), a second memory.
 MESSAGES = [
@@ -34,8 +35,15 @@ def _stored(path: Path, cli: Any) -> dict[str, Any]:
     memories = {}
     for memory in sorted({m[0] for m in MESSAGES}):
         exported = json.loads(cli("export", "--db", str(path), "--memory", memory).stdout)
-        entries = [{k: v for k, v in e.items() if k not in ("entryId", "memoryId", "vaultId", "creationTime")
-                    and not (k == "conversationTime" and v == e["creationTime"])} for e in exported["entries"]]
+        entries = [
+            {
+                k: v
+                for k, v in e.items()
+                if k not in ("entryId", "memoryId", "vaultId", "creationTime")
+                and not (k == "conversationTime" and v == e["creationTime"])
+            }
+            for e in exported["entries"]
+        ]
         memories[memory] = {"context": exported["context"], "entries": entries}
     return memories
 
@@ -51,8 +59,14 @@ def test_one_shot_add_stores_what_the_agent_stores(tmp_path, cli):
     agent_db, local_db, mcp_db = tmp_path / "agent.db", tmp_path / "local.db", tmp_path / "mcp.db"
     for memory, role, name, when, text in MESSAGES:
         _add_by_agent(agent_db, memory, role, name, when, text)
-        options = ["--memory", memory, "--role", role, *(["--name", name] if name else []),
-                   *(["--time", when] if when else [])]
+        options = [
+            "--memory",
+            memory,
+            "--role",
+            role,
+            *(["--name", name] if name else []),
+            *(["--time", when] if when else []),
+        ]
         for extra in (["--db", str(local_db)], ["--db", str(mcp_db), "--server", "in-process"]):
             added = cli("add", text, *extra, *options)
             assert added.returncode == 0, added.stderr
@@ -76,12 +90,14 @@ def test_bad_input_is_refused_by_name_and_stores_nothing(tmp_path, cli):
 
 
 def test_one_shot_add_loads_no_langchain_nor_langgraph(tmp_path):
-    script = ("import json, sys\n"
-              "from mycelian_agent.cli import main\n"
-              f"main(['add', 'I adopted a cat named Miso.', '--db', {str(tmp_path / 'm.db')!r}, '--memory', 'u'])\n"
-              "loaded = sorted({m.split('.')[0] for m in sys.modules} & {'langgraph', 'langchain_core', 'langsmith', "
-              "'langchain_mcp_adapters', 'mcp'})\n"
-              "print(json.dumps(loaded))\n")
+    script = (
+        "import json, sys\n"
+        "from mycelian_agent.cli import main\n"
+        f"main(['add', 'I adopted a cat named Miso.', '--db', {str(tmp_path / 'm.db')!r}, '--memory', 'u'])\n"
+        "loaded = sorted({m.split('.')[0] for m in sys.modules} & {'langgraph', 'langchain_core', 'langsmith', "
+        "'langchain_mcp_adapters', 'mcp'})\n"
+        "print(json.dumps(loaded))\n"
+    )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     *printed, loaded = done.stdout.strip().splitlines()

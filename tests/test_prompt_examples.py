@@ -9,30 +9,44 @@ from pathlib import Path
 import pytest
 
 from mycelian_agent import PromptError, build_agent
-from mycelian_agent.agent.prompts import (BatchItem, PromptSet, build_add_entries_prompt, build_add_entry_prompt,
-                                          build_put_context_prompt)
+from mycelian_agent.agent.prompts import (
+    BatchItem,
+    PromptSet,
+    build_add_entries_prompt,
+    build_add_entry_prompt,
+    build_put_context_prompt,
+)
 from mycelian_agent.prompt_files import prompts_dir
 from mycelian_agent.testing import ScriptedChatModel, tool_call_message
 
-MESSAGE = {"role": "user", "name": "Caroline", "content": "I went to a support group yesterday.",
-           "conversation_time": "2023-05-08T13:56:00"}
+MESSAGE = {
+    "role": "user",
+    "name": "Caroline",
+    "content": "I went to a support group yesterday.",
+    "conversation_time": "2023-05-08T13:56:00",
+}
 
 
 def recent(n: int) -> list[dict]:
-    return [{"role": "user", "content": f"Earlier message {i} " + "words " * 30, "conversation_time": None}
-            for i in range(n)]
+    return [
+        {"role": "user", "content": f"Earlier message {i} " + "words " * 30, "conversation_time": None}
+        for i in range(n)
+    ]
 
 
 def prompts_for(prompts: PromptSet, history: int) -> dict[str, list]:
     item = BatchItem(1, MESSAGE, MESSAGE["content"])
     return {
-        "add_entry": build_add_entry_prompt(prompts, message=MESSAGE, content=MESSAGE["content"],
-                                            recent=recent(history), context=""),
+        "add_entry": build_add_entry_prompt(
+            prompts, message=MESSAGE, content=MESSAGE["content"], recent=recent(history), context=""
+        ),
         "add_entries": build_add_entries_prompt(prompts, items=[item], recent=recent(history), context=""),
-        "add_entries_and_context": build_add_entries_prompt(prompts, items=[item], recent=recent(history),
-                                                            context="", with_context=True),
-        "put_context": build_put_context_prompt(prompts, previous_context="", messages=recent(history) or [MESSAGE],
-                                                max_chars=5000),
+        "add_entries_and_context": build_add_entries_prompt(
+            prompts, items=[item], recent=recent(history), context="", with_context=True
+        ),
+        "put_context": build_put_context_prompt(
+            prompts, previous_context="", messages=recent(history) or [MESSAGE], max_chars=5000
+        ),
     }
 
 
@@ -74,8 +88,9 @@ def test_an_examples_file_is_substituted_strictly_and_must_exist(tmp_path: Path)
     shutil.copytree(prompts_dir(), other)
     (other / "add_entry_examples.md").write_text("Example for $nobody.\n", encoding="utf-8")
     with pytest.raises(PromptError, match=r"add_entry_examples.*\$nobody"):
-        build_add_entry_prompt(PromptSet.load(other, examples=True), message=MESSAGE, content="hi", recent=[],
-                               context="")
+        build_add_entry_prompt(
+            PromptSet.load(other, examples=True), message=MESSAGE, content="hi", recent=[], context=""
+        )
     (folder / "put_context_examples.md").unlink()
     assert PromptSet.load(folder).put_context_examples == ""  # without examples the file is not needed
     with pytest.raises(PromptError, match="put_context_examples.*not found"):
@@ -86,7 +101,8 @@ async def test_build_agent_shows_the_examples_when_asked(tmp_path: Path):
     reply = tool_call_message("add_entry", {"summary": "Caroline said hi.", "tags": {"topic": "greeting"}})
     for examples in (False, True):
         model = ScriptedChatModel(responses=[reply])
-        async with build_agent(model, "in-process", db=tmp_path / f"m{examples}.db",
-                               prompt_examples=examples) as invoker:
+        async with build_agent(
+            model, "in-process", db=tmp_path / f"m{examples}.db", prompt_examples=examples
+        ) as invoker:
             await invoker.aprocess_conversation_message("user", "hi", "t1")
         assert ("# Worked examples" in model.calls[0][0].content) is examples

@@ -14,7 +14,8 @@ import string
 from typing import Any
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from mycelian_agent._sync import LoopThread
@@ -25,39 +26,81 @@ from mycelian_agent.errors import InputError
 from mycelian_agent.limits import RAW_ENTRY_MAX_CHARS, SUMMARY_MAX_CHARS, TAG_VALUE_MAX_CHARS, clip_tags, split_oversize
 from mycelian_agent.memory_server import create_server
 from mycelian_agent.memory_server.storage.sqlite.store import Store
-from mycelian_agent.memory_server.testing import BackgroundSession
 from mycelian_agent.memory_server.storage.validation import (
-    check_idempotency_key, check_tags, check_text, check_title, parse_rfc3339,
+    check_idempotency_key,
+    check_tags,
+    check_text,
+    check_title,
+    parse_rfc3339,
 )
+from mycelian_agent.memory_server.testing import BackgroundSession
 
 # Characters chosen to break things: controls, NUL, combining and zero-width marks, right-to-left text, a character
 # outside the BMP and lone surrogates (JSON's "\ud83d" escapes decode to them). Sampling from a pool keeps case
 # generation cheap, so the CI profile's ~10k cases stay within a minute.
-CHARS = st.sampled_from(list("aZ09 -_:.\n\t\r\x00\x7f\u00e9\u0301\u200b\u202e\u05d0\ufeff\uffff\U0001f600\ud83d\ude00\udc00"))
-WORDS = st.sampled_from(["user", "assistant", "human", "ai", "robot", "", " ", "\n", "2024-05-01T10:00:00Z",
-                         "2024-02-30", "May 1, 2024", "2023/05/20 (Sat) 02:21", "0001-01-01T00:00:00+14:00",
-                         "session_id", "turn", "role", "thread", "msg", "part", "\ud83d", "a\udc00b", "x" * 65,
-                         "y" * 513, "caf\u00e9 \U0001f600"])
+CHARS = st.sampled_from(
+    list("aZ09 -_:.\n\t\r\x00\x7f\u00e9\u0301\u200b\u202e\u05d0\ufeff\uffff\U0001f600\ud83d\ude00\udc00")
+)
+WORDS = st.sampled_from(
+    [
+        "user",
+        "assistant",
+        "human",
+        "ai",
+        "robot",
+        "",
+        " ",
+        "\n",
+        "2024-05-01T10:00:00Z",
+        "2024-02-30",
+        "May 1, 2024",
+        "2023/05/20 (Sat) 02:21",
+        "0001-01-01T00:00:00+14:00",
+        "session_id",
+        "turn",
+        "role",
+        "thread",
+        "msg",
+        "part",
+        "\ud83d",
+        "a\udc00b",
+        "x" * 65,
+        "y" * 513,
+        "caf\u00e9 \U0001f600",
+    ]
+)
 TEXT = st.text(CHARS, max_size=10) | WORDS
-SCALARS = st.none() | st.booleans() | st.integers(-10**20, 10**20) | st.floats() | TEXT
-JSON = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(TEXT, inner, max_size=3),
-                    max_leaves=6)
+SCALARS = st.none() | st.booleans() | st.integers(-(10**20), 10**20) | st.floats() | TEXT
+JSON = st.recursive(
+    SCALARS, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(TEXT, inner, max_size=3), max_leaves=6
+)
 TAGS = st.dictionaries(TEXT, TEXT, max_size=30) | JSON
 MESSAGE = st.fixed_dictionaries(
-    {"role": WORDS | JSON, "content": TEXT | JSON},
-    optional={"name": TEXT | JSON, "tags": TAGS, "extra": JSON})
+    {"role": WORDS | JSON, "content": TEXT | JSON}, optional={"name": TEXT | JSON, "tags": TAGS, "extra": JSON}
+)
 MESSAGES = st.lists(MESSAGE, max_size=4) | JSON
 TIME = WORDS | JSON
-MESSAGES_DOC = st.fixed_dictionaries({"messages": MESSAGES},
-                                     optional={"conversation_id": TEXT | JSON, "conversation_time": TIME})
+MESSAGES_DOC = st.fixed_dictionaries(
+    {"messages": MESSAGES}, optional={"conversation_id": TEXT | JSON, "conversation_time": TIME}
+)
 SESSION = st.fixed_dictionaries({"session_id": TEXT | JSON, "messages": MESSAGES}, optional={"conversation_time": TIME})
-SESSIONS_DOC = st.fixed_dictionaries({"sessions": st.lists(SESSION, max_size=3) | JSON},
-                                     optional={"conversation_id": TEXT | JSON})
+SESSIONS_DOC = st.fixed_dictionaries(
+    {"sessions": st.lists(SESSION, max_size=3) | JSON}, optional={"conversation_id": TEXT | JSON}
+)
 TURN = st.fixed_dictionaries({"role": WORDS | JSON, "content": TEXT | JSON}, optional={"has_answer": SCALARS})
-LONGMEMEVAL_DOC = st.fixed_dictionaries({
-    "question_id": TEXT, "question_type": TEXT, "question": TEXT, "answer": SCALARS, "answer_session_ids": JSON,
-    "haystack_session_ids": st.lists(TEXT, max_size=3), "haystack_dates": st.lists(TIME, max_size=3),
-    "haystack_sessions": st.lists(st.lists(TURN, max_size=3), max_size=3)}, optional={"question_date": TIME})
+LONGMEMEVAL_DOC = st.fixed_dictionaries(
+    {
+        "question_id": TEXT,
+        "question_type": TEXT,
+        "question": TEXT,
+        "answer": SCALARS,
+        "answer_session_ids": JSON,
+        "haystack_session_ids": st.lists(TEXT, max_size=3),
+        "haystack_dates": st.lists(TIME, max_size=3),
+        "haystack_sessions": st.lists(st.lists(TURN, max_size=3), max_size=3),
+    },
+    optional={"question_date": TIME},
+)
 DOC = MESSAGES_DOC | SESSIONS_DOC | LONGMEMEVAL_DOC | st.lists(MESSAGES_DOC | SESSIONS_DOC, max_size=3) | JSON
 
 CODE_TAGS = {"role": "user", "thread": "t", "msg": "1", "part": "1/2"}
@@ -108,10 +151,12 @@ def test_the_loader_accepts_storable_conversations_or_names_the_problem(inputs: 
 JSON_TEXT = st.one_of(
     st.builds(lambda d: json.dumps(d, ensure_ascii=False, allow_nan=True), DOC),
     st.builds(lambda d: json.dumps(d), DOC),
-    st.text(st.sampled_from(string.printable + "[]{}\"\\\u00e9\ud83d"), max_size=60),
-    st.builds(lambda n, c: c * n, st.integers(0, 300), st.sampled_from(["[", "{\"a\":", "[[{\"messages\":"])),
-    st.builds(lambda n: '{"messages": [{"role": "user", "content": "x", "tags": {"n": ' + "9" * n + "}}]}",
-              st.integers(1, 6000)),
+    st.text(st.sampled_from(string.printable + '[]{}"\\\u00e9\ud83d'), max_size=60),
+    st.builds(lambda n, c: c * n, st.integers(0, 300), st.sampled_from(["[", '{"a":', '[[{"messages":'])),
+    st.builds(
+        lambda n: '{"messages": [{"role": "user", "content": "x", "tags": {"n": ' + "9" * n + "}}]}",
+        st.integers(1, 6000),
+    ),
 )
 
 
@@ -136,11 +181,31 @@ def served():
     async def start() -> tuple[BackgroundSession, dict[str, str]]:
         bg = await BackgroundSession.start(create_server(":memory:"))
         vault = json.loads((await bg.session.call_tool("create_vault", {"title": "v"})).content[0].text)["vaultId"]
-        memory = json.loads((await bg.session.call_tool("create_memory_in_vault", {
-            "vault_id": vault, "title": "m", "memory_type": "NOTES"})).content[0].text)["memoryId"]
-        entry = json.loads((await bg.session.call_tool("add_entry", {
-            "vault_id": vault, "memory_id": memory, "raw_entry": "seed", "summary": "seed",
-            "idempotency_key": "k"})).content[0].text)["entryId"]
+        memory = json.loads(
+            (
+                await bg.session.call_tool(
+                    "create_memory_in_vault", {"vault_id": vault, "title": "m", "memory_type": "NOTES"}
+                )
+            )
+            .content[0]
+            .text
+        )["memoryId"]
+        entry = json.loads(
+            (
+                await bg.session.call_tool(
+                    "add_entry",
+                    {
+                        "vault_id": vault,
+                        "memory_id": memory,
+                        "raw_entry": "seed",
+                        "summary": "seed",
+                        "idempotency_key": "k",
+                    },
+                )
+            )
+            .content[0]
+            .text
+        )["entryId"]
         return bg, {"vault_id": vault, "memory_id": memory, "entry_id": entry}
 
     bg, ids = portal.run(start())
@@ -149,12 +214,47 @@ def served():
     portal.close()
 
 
-TOOLS = ["create_vault", "list_vaults", "create_memory_in_vault", "list_memories", "get_memory", "add_entry",
-         "list_entries", "get_entry", "put_context", "get_context", "await_consistency", "search_memories",
-         "get_default_prompts", "delete_entry", "delete_memory", "update_entry", "list_entry_versions"]
-ARG_NAMES = ["vault_id", "memory_id", "entry_id", "title", "memory_type", "description", "raw_entry", "summary",
-             "tags", "conversation_time", "idempotency_key", "limit", "before", "after", "content", "query", "top_ke",
-             "top_kc", "include_raw_entries", "unknown"]
+TOOLS = [
+    "create_vault",
+    "list_vaults",
+    "create_memory_in_vault",
+    "list_memories",
+    "get_memory",
+    "add_entry",
+    "list_entries",
+    "get_entry",
+    "put_context",
+    "get_context",
+    "await_consistency",
+    "search_memories",
+    "get_default_prompts",
+    "delete_entry",
+    "delete_memory",
+    "update_entry",
+    "list_entry_versions",
+]
+ARG_NAMES = [
+    "vault_id",
+    "memory_id",
+    "entry_id",
+    "title",
+    "memory_type",
+    "description",
+    "raw_entry",
+    "summary",
+    "tags",
+    "conversation_time",
+    "idempotency_key",
+    "limit",
+    "before",
+    "after",
+    "content",
+    "query",
+    "top_ke",
+    "top_kc",
+    "include_raw_entries",
+    "unknown",
+]
 
 
 @st.composite
@@ -162,8 +262,13 @@ def tool_calls(draw: st.DrawFn, ids: dict[str, str]) -> tuple[str, dict[str, Any
     name = draw(st.sampled_from(TOOLS))
     keys = draw(st.lists(st.sampled_from(ARG_NAMES), max_size=7, unique=True))
     # Dict keys without surrogates: the MCP client cannot even send those (the loader and MemoryConnection refuse them).
-    value = st.sampled_from(list(ids.values())) | SCALARS | st.dictionaries(st.text(max_size=8), TEXT | SCALARS, max_size=3) \
-        | st.just("2024-05-01T10:00:00Z") | st.integers(-2, 60)
+    value = (
+        st.sampled_from(list(ids.values()))
+        | SCALARS
+        | st.dictionaries(st.text(max_size=8), TEXT | SCALARS, max_size=3)
+        | st.just("2024-05-01T10:00:00Z")
+        | st.integers(-2, 60)
+    )
     arguments = {key: draw(value) for key in keys}
     if draw(st.booleans()):  # often the right ids, so that the deeper checks are reached
         arguments = {**{k: v for k, v in ids.items() if k != "entry_id"}, **arguments}
@@ -178,8 +283,9 @@ def test_any_tool_arguments_get_an_answer_and_an_error_changes_no_row(served, da
         check_tool_call(portal, bg, ids, *data.draw(tool_calls(ids)))
 
 
-def check_tool_call(portal: LoopThread, bg: BackgroundSession, ids: dict[str, str], name: str,
-                    arguments: dict[str, Any]) -> None:
+def check_tool_call(
+    portal: LoopThread, bg: BackgroundSession, ids: dict[str, str], name: str, arguments: dict[str, Any]
+) -> None:
     if name in ("delete_entry", "delete_memory") and arguments.get("memory_id") == ids["memory_id"]:
         arguments["memory_id"] = "00000000-0000-4000-8000-000000000000"  # keep the seed memory for later cases
 

@@ -12,10 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
+from test_faults import _free_port, _start_server, _stop
 
 from mycelian_agent import InputError, MemoryServerError, build_agent
-
-from test_faults import _free_port, _start_server, _stop
 
 
 async def _store(invoker, user: str, texts: list[str]) -> None:
@@ -48,8 +47,9 @@ async def test_reads_survive_an_http_server_restart_and_fail_clearly_when_it_sta
             _stop(server)
             server = None
             started = time.monotonic()
-            with pytest.raises(MemoryServerError, match="search_memories failed: the memory server has been "
-                                                        "unreachable for 8s"):
+            with pytest.raises(
+                MemoryServerError, match="search_memories failed: the memory server has been unreachable for 8s"
+            ):
                 await invoker.asearch("bike", user="bob")
             assert time.monotonic() - started < 8 + 15  # not retried: waiting again would not help
     finally:
@@ -93,8 +93,7 @@ async def test_a_user_deleted_meanwhile_reads_as_empty_never_as_another(tmp_path
         assert [h.user for h in await invoker.asearch("bees", user="alice")] == ["alice"]
         alice = await invoker.reader.users.memory_id("alice")
         # Another process erases alice (the directory still has her old memory id).
-        await invoker.connection.call_json("delete_memory", {"vault_id": invoker.reader.vault_id,
-                                                              "memory_id": alice})
+        await invoker.connection.call_json("delete_memory", {"vault_id": invoker.reader.vault_id, "memory_id": alice})
         assert await invoker.asearch("bees", user="alice") == []  # she has no memory now, and a read makes none
         assert await invoker.reader.users.find("alice") is None
         assert [h.text for h in await invoker.asearch("bees", user="bob")] == ["Bob keeps bees too."]
@@ -132,8 +131,9 @@ async def test_reads_while_another_process_writes_see_only_their_users_entries(t
         await _store(invoker, "alice", ["Alice planted tomatoes in the garden."])
         script = tmp_path / "writer.py"
         script.write_text(WRITER, encoding="utf-8")
-        writer = subprocess.Popen([sys.executable, str(script), str(db)], stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True)
+        writer = subprocess.Popen(
+            [sys.executable, str(script), str(db)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
         try:
             seen = 0
             while writer.poll() is None:

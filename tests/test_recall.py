@@ -41,7 +41,9 @@ async def test_search_returns_typed_hits_with_the_verbatim_text_speaker_time_and
         assert best.text == "My sister Ana adopted a beagle called Pixel."
         assert (best.speaker, best.role, best.thread, best.user) == ("Dana", "user", "dana-1", "dana")
         assert best.time == "2024-03-02T18:06:00.000000Z" and best.score > 0 and best.summary
-        assert all(hit.match == "words" for hit in hits)  # each shares a word with the query or sits beside a turn that does
+        assert all(
+            hit.match == "words" for hit in hits
+        )  # each shares a word with the query or sits beside a turn that does
         assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
         assert next(hit for hit in hits if hit.role == "assistant").speaker == "assistant"  # no name: the role
         # Time bounds are the conversation's time.
@@ -80,15 +82,17 @@ async def test_a_bounded_recall_shows_no_neighbouring_turn_from_outside_its_boun
         await _tell(invoker, "dana-1", TRIP, user="dana")
         free = await invoker.arecall("Which beagle did Ana adopt?", user="dana", budget_tokens=600)
         assert "Pixel is a great name for a beagle!" in free.as_prompt()  # the turn after the hit, shown as such
-        bounded = await invoker.arecall("Which beagle did Ana adopt?", user="dana", budget_tokens=600,
-                                        before="2024-03-02T18:06:30Z")
+        bounded = await invoker.arecall(
+            "Which beagle did Ana adopt?", user="dana", budget_tokens=600, before="2024-03-02T18:06:30Z"
+        )
         assert "My sister Ana adopted a beagle called Pixel." in bounded.as_prompt()
         assert "Pixel is a great name" not in bounded.as_prompt()  # said at 18:07, after the bound
         # The context document is the newest: its items dated on the bound's day or later stay out too.
         assert not bounded.notes
         assert all(turn.time < "2024-03-02T18:06:30Z" for turn in bounded.turns)
-        later = await invoker.arecall("Which beagle did Ana adopt?", user="dana", budget_tokens=600,
-                                      after="2024-03-02T18:05:30Z")
+        later = await invoker.arecall(
+            "Which beagle did Ana adopt?", user="dana", budget_tokens=600, after="2024-03-02T18:05:30Z"
+        )
         assert all(turn.time > "2024-03-02T18:05:30Z" for turn in later.turns)  # nor before an after bound
 
 
@@ -96,8 +100,10 @@ async def test_a_recalled_turn_says_which_day_its_relative_dates_were(tmp_path: 
     """A reader sees a turn out of its day, asked weeks later: "yesterday" in the block carries the date it meant,
     seen from the turn's own time (a small reader answered the session's date, or the question's). The hit's text
     stays the words as said."""
-    turns = [("user", "I went to a pottery class yesterday and loved it.", "Dana"),
-             ("assistant", "Nice! Will you go again next week?", None)]
+    turns = [
+        ("user", "I went to a pottery class yesterday and loved it.", "Dana"),
+        ("assistant", "Nice! Will you go again next week?", None),
+    ]
     async with build_agent(server="in-process", db=tmp_path / "m.db") as invoker:
         await _tell(invoker, "dana-1", turns, user="dana", day="2023-07-03")
         recall = await invoker.arecall("When did I go to the pottery class?", user="dana", budget_tokens=400)
@@ -110,13 +116,17 @@ async def test_a_recalled_turn_says_which_day_its_relative_dates_were(tmp_path: 
 
 
 async def test_recall_takes_standing_facts_from_the_context_document_and_marks_gaps(tmp_path: Path) -> None:
-    long_talk = TRIP + [("user", f"Unrelated remark number {i} about the weather.", "Dana") for i in range(8)] + [
-        ("user", "Pixel chewed my Lisbon guidebook today.", "Dana")]
+    long_talk = (
+        TRIP
+        + [("user", f"Unrelated remark number {i} about the weather.", "Dana") for i in range(8)]
+        + [("user", "Pixel chewed my Lisbon guidebook today.", "Dana")]
+    )
     async with build_agent(server="in-process", db=tmp_path / "m.db") as invoker:
         await _tell(invoker, "dana-1", long_talk, user="dana")
         # Three hits, so that the block's turns leave facts for the notes (a note a shown turn repeats is dropped).
-        recall = await invoker.arecall("What did Pixel do to the Lisbon guidebook?", user="dana", budget_tokens=800,
-                                       top_k=3)
+        recall = await invoker.arecall(
+            "What did Pixel do to the Lisbon guidebook?", user="dana", budget_tokens=800, top_k=3
+        )
         prompt = recall.as_prompt()
         assert "Pixel chewed my Lisbon guidebook today." in prompt
         assert "\n...\n" in prompt  # two excerpts of the conversation, apart in time
@@ -185,9 +195,12 @@ async def test_users_are_isolated_and_a_thread_keeps_its_user_across_processes(t
         # A new process: the thread's user comes from its checkpoint, not from the call.
         await resumed.aprocess_conversation_message("user", "Miso also hates thunderstorms.", "alice-chat")
         assert [h.text for h in await resumed.asearch("Miso", user="alice")] == [
-            "Miso also hates thunderstorms.", "My cat Miso hates the vacuum cleaner."] or {
-            h.text for h in await resumed.asearch("Miso", user="alice")} == {
-            "Miso also hates thunderstorms.", "My cat Miso hates the vacuum cleaner."}
+            "Miso also hates thunderstorms.",
+            "My cat Miso hates the vacuum cleaner.",
+        ] or {h.text for h in await resumed.asearch("Miso", user="alice")} == {
+            "Miso also hates thunderstorms.",
+            "My cat Miso hates the vacuum cleaner.",
+        }
         assert all(h.user == "bob" and "Miso" not in h.text for h in await resumed.asearch("Miso", user="bob"))
         assert await resumed.asearch("Miso", user="bob", by_meaning=False) == []
         with pytest.raises(InputError, match="belongs to user 'alice'"):
@@ -196,9 +209,14 @@ async def test_users_are_isolated_and_a_thread_keeps_its_user_across_processes(t
 
 async def test_bulk_messages_use_the_user(tmp_path: Path) -> None:
     async with build_agent(server="in-process", db=tmp_path / "m.db", batch_size=4) as invoker:
-        await invoker.aprocess_conversation_messages("t1", [
-            {"role": "user", "content": "I run marathons.", "name": "Kim"},
-            {"role": "assistant", "content": "Impressive!"}], user="kim")
+        await invoker.aprocess_conversation_messages(
+            "t1",
+            [
+                {"role": "user", "content": "I run marathons.", "name": "Kim"},
+                {"role": "assistant", "content": "Impressive!"},
+            ],
+            user="kim",
+        )
         await invoker.aflush("t1")
         hits = await invoker.asearch("marathons", user="kim")
         assert hits[0].text == "I run marathons." and {h.user for h in hits} == {"kim"}
@@ -248,8 +266,11 @@ def _server_processes() -> list[int]:
 
 
 def _rss_kib(pid: int | str = "self") -> int:
-    return next(int(line.split()[1]) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
-                if line.startswith("VmRSS:"))
+    return next(
+        int(line.split()[1])
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+        if line.startswith("VmRSS:")
+    )
 
 
 @pytest.mark.slow
@@ -258,13 +279,15 @@ async def test_a_thousand_users_share_one_invoker_and_one_server_process(tmp_pat
     # BM25 alone: this measures what each user costs. A dense server adds a fixed ~170 MB once it has encoded a few
     # hundred entries (the model, its buffers, OpenMP's threads), reached at 250-750 users, then ~8 KB a user
     # (236 MB at 500 users, 265 MB at 4,000), which would make the growth below depend on when that happens.
-    async with build_agent(db=tmp_path / "m.db", checkpointer=f"sqlite:{tmp_path / 'state.db'}",
-                           embeddings=False) as invoker:
+    async with build_agent(
+        db=tmp_path / "m.db", checkpointer=f"sqlite:{tmp_path / 'state.db'}", embeddings=False
+    ) as invoker:
         sizes = {}
         for index in range(1000):
             user = f"user-{index}"
-            await invoker.aprocess_conversation_message("user", f"My locker number is {index} and my colour is "
-                                                        f"shade{index}.", f"chat-{index}", user=user)
+            await invoker.aprocess_conversation_message(
+                "user", f"My locker number is {index} and my colour is shade{index}.", f"chat-{index}", user=user
+            )
             if index in (249, 999):
                 servers = _server_processes()
                 assert len(servers) == 1, servers
@@ -282,8 +305,15 @@ async def test_a_thousand_users_share_one_invoker_and_one_server_process(tmp_pat
 
 async def test_recall_carries_the_users_standing_facts_even_when_no_word_matches(tmp_path: Path) -> None:
     async with build_agent(server="in-process", db=tmp_path / "m.db") as invoker:
-        await _tell(invoker, "bob-1", [("user", "I'm severely allergic to peanuts.", "Bob"),
-                                       ("assistant", "Noted, I'll keep that in mind.", None)], user="bob")
+        await _tell(
+            invoker,
+            "bob-1",
+            [
+                ("user", "I'm severely allergic to peanuts.", "Bob"),
+                ("assistant", "Noted, I'll keep that in mind.", None),
+            ],
+            user="bob",
+        )
         # By meaning the allergy is the nearest turn (hybrid search, the default) ...
         nearest = await invoker.arecall("What should I cook tonight?", user="bob")
         assert nearest.by_meaning_only and "I'm severely allergic to peanuts." in nearest.as_prompt()
@@ -301,11 +331,13 @@ async def test_recall_carries_the_users_standing_facts_even_when_no_word_matches
 def test_notes_of_a_bounded_recall_leave_out_items_dated_outside_its_bounds() -> None:
     from mycelian_agent.recall.notes import select_notes, within_bounds
 
-    document = ("## Facts\n- The user bought a red bicycle. (2023-05-02)\n- The user painted the bicycle blue. "
-                "(2023-07-01)\n- The user is allergic to peanuts.\n- The user lives in Porto. (2023-04-01)\n"
-                "- The user works as a nurse. (2023-04-01)\n- The user's sister is Ana. (2023-04-02)\n"
-                "## Timeline\n- 2023-04-01: moved to Porto\n- 2023-05-02: bought a bicycle\n"
-                "- 2023-07-01: painted the bicycle blue (earlier: red, 2023-05-02)\n")
+    document = (
+        "## Facts\n- The user bought a red bicycle. (2023-05-02)\n- The user painted the bicycle blue. "
+        "(2023-07-01)\n- The user is allergic to peanuts.\n- The user lives in Porto. (2023-04-01)\n"
+        "- The user works as a nurse. (2023-04-01)\n- The user's sister is Ana. (2023-04-02)\n"
+        "## Timeline\n- 2023-04-01: moved to Porto\n- 2023-05-02: bought a bicycle\n"
+        "- 2023-07-01: painted the bicycle blue (earlier: red, 2023-05-02)\n"
+    )
     matched, standing = select_notes(document, "What colour is my bicycle?", before="2023-06-02T00:00:00.000000Z")
     assert matched[0] == "The user bought a red bicycle. (2023-05-02)" and "blue" not in " ".join(matched)
     assert "The user is allergic to peanuts." in standing  # no day named: kept
@@ -337,26 +369,34 @@ def test_notes_take_matching_items_then_standing_facts_never_the_unmatched_timel
 """
     facts = ["Dana is severely allergic to peanuts. (2024-03-08)", "Dana's partner is Marco. (2024-03-08)"]
     assert select_notes(document, "When is the Lisbon flight?") == (
-        ["2024-03-08: Dana: We booked the Lisbon flight for June 15."], facts)  # the restatement left out
+        ["2024-03-08: Dana: We booked the Lisbon flight for June 15."],
+        facts,
+    )  # the restatement left out
     assert select_notes(document, "snacks for the party") == ([], facts)  # no timeline, no open question
     # "Dana" is in most items: it tells nothing, so it matches nothing.
     assert select_notes(document, "What did Dana say?") == ([], facts)
     assert select_notes(document, "Marco", standing_max=1) == (
         ["Dana's partner is Marco. (2024-03-08)", "2024-03-09: Dana said Marco booked the Lisbon flight for June 15."],
-        ["Dana is severely allergic to peanuts. (2024-03-08)"])
+        ["Dana is severely allergic to peanuts. (2024-03-08)"],
+    )
     assert select_notes(PLACEHOLDER_CONTEXT, "anything") == ([], [])
     # A document an LLM wrote in its own shape: its lines are items, bold headings are sections.
     assert select_notes("**Timeline**\n- went hiking\n**About the user**\n* lives in Oslo\n", "hiking") == (
-        ["went hiking"], ["lives in Oslo"])
+        ["went hiking"],
+        ["lives in Oslo"],
+    )
 
 
 class _UpstreamSurface:
     """A connection that offers only upstream Mycelian's parameters and records every call (our server behind)."""
 
-    UPSTREAM = {"search_memories": {"memory_id", "query", "top_ke", "top_kc", "include_raw_entries"},
-                "list_entries": {"vault_id", "memory_id", "limit", "before", "after"},
-                "get_context": {"vault_id", "memory_id"}, "list_memories": {"vault_id"},
-                "create_memory_in_vault": {"vault_id", "title", "memory_type", "description"}}
+    UPSTREAM = {
+        "search_memories": {"memory_id", "query", "top_ke", "top_kc", "include_raw_entries"},
+        "list_entries": {"vault_id", "memory_id", "limit", "before", "after"},
+        "get_context": {"vault_id", "memory_id"},
+        "list_memories": {"vault_id"},
+        "create_memory_in_vault": {"vault_id", "title", "memory_type", "description"},
+    }
 
     def __init__(self, inner, vault_id: str) -> None:
         self.inner, self.vault_id, self.calls = inner, vault_id, []
@@ -387,8 +427,9 @@ async def test_the_reader_uses_only_upstream_mycelian_tools_and_parameters(tmp_p
         await _tell(invoker, "dana-1", TRIP, user="dana")
         vault = invoker.reader.vault_id
         upstream = _UpstreamSurface(invoker.connection, vault)
-        reader = MemoryReader(upstream, UserDirectory(upstream, vault, create=False),
-                              default_memory_id=invoker.reader.default_memory_id)
+        reader = MemoryReader(
+            upstream, UserDirectory(upstream, vault, create=False), default_memory_id=invoker.reader.default_memory_id
+        )
         hits = await reader.asearch("Lisbon June", user="dana", before="2024-03-02T18:02:30Z")
         assert hits and all(hit.time < "2024-03-02T18:02:30Z" for hit in hits)  # bounds applied by the reader
         recall = await reader.arecall("When do we fly to Lisbon?", user="dana", budget_tokens=400)
@@ -408,7 +449,8 @@ async def test_users_and_recall_on_each_backend(memory_db: str, tmp_path: Path) 
 
 
 async def test_a_thread_checkpointed_with_another_memory_database_is_refused_naming_the_likely_cause(
-        tmp_path: Path) -> None:
+    tmp_path: Path,
+) -> None:
     state = f"sqlite:{tmp_path / 'state.db'}"
     async with build_agent("extractive", "in-process", db=tmp_path / "a.db", checkpointer=state) as invoker:
         await invoker.aprocess_conversation_message("user", "I like tea.", "chat", user="alice")

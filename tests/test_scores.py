@@ -48,8 +48,14 @@ def _fill(store: MemoryStore, turns, *, vault: str = "v", memory: str = "chat") 
         tags = {"role": "assistant" if speaker == "assistant" else "user", "msg": str(i + 1)}
         if speaker != "assistant":
             tags["speaker"] = speaker
-        store.add_entry(vault_id, memory_id, raw_entry=text, summary=f"{speaker} said: {text}", tags=tags,
-                        conversation_time=f"2024-03-02T10:{i % 60:02d}:{i // 60:02d}Z")
+        store.add_entry(
+            vault_id,
+            memory_id,
+            raw_entry=text,
+            summary=f"{speaker} said: {text}",
+            tags=tags,
+            conversation_time=f"2024-03-02T10:{i % 60:02d}:{i // 60:02d}Z",
+        )
     return vault_id, memory_id
 
 
@@ -79,8 +85,9 @@ def test_scores_are_absolute_the_same_entry_scores_the_same_in_a_larger_memory(m
     """Comparable across searches: a threshold means the same thing whatever else the memory holds."""
     with contextlib.closing(open_store(memory_db)) as store:
         _, small = _fill(store, CHAT[:8], vault="small")
-        _, large = _fill(store, CHAT[:8] + [("Dana", f"Note {i}: the weather was mild today.") for i in range(30)],
-                         vault="large")
+        _, large = _fill(
+            store, CHAT[:8] + [("Dana", f"Note {i}: the weather was mild today.") for i in range(30)], vault="large"
+        )
         one = search(store, small, "beagle Pixel", top_ke=1)["entries"][0]["score"]
         two = search(store, large, "beagle Pixel", top_ke=1)["entries"][0]["score"]
         assert one == two == 1.0
@@ -120,8 +127,9 @@ def test_meaning_only_hits_stay_at_or_below_the_ceiling(tmp_path: Path) -> None:
         assert unrelated and all(e["match"] == "meaning" for e in unrelated)
         assert all(0.0 <= e["score"] <= MEANING_CEILING for e in unrelated), _scores({"entries": unrelated})
         found = search(store, memory, "beagle Pixel", top_ke=10)["entries"]
-        assert found[0]["score"] == 1.0 and _scores({"entries": found}) == sorted(_scores({"entries": found}),
-                                                                                    reverse=True)
+        assert found[0]["score"] == 1.0 and _scores({"entries": found}) == sorted(
+            _scores({"entries": found}), reverse=True
+        )
         assert all(e["score"] <= MEANING_CEILING for e in found if e["match"] == "meaning")
 
 
@@ -149,8 +157,13 @@ TURNS = 130
 def _big_memory(db: Path) -> None:
     """A memory ``default`` in vault ``mycelian`` (what build_agent opens) with TURNS turns that match "tomatoes"."""
     with contextlib.closing(open_store(str(db))) as store:
-        _fill(store, [("Dana", f"Garden day {i}: the tomatoes {'and basil ' * (i % 4)}needed water.")
-                      for i in range(TURNS)] + CHAT, vault="mycelian", memory="default")
+        _fill(
+            store,
+            [("Dana", f"Garden day {i}: the tomatoes {'and basil ' * (i % 4)}needed water.") for i in range(TURNS)]
+            + CHAT,
+            vault="mycelian",
+            memory="default",
+        )
 
 
 async def test_top_k_up_to_100_pages_through_the_ranking_and_min_score_filters(tmp_path: Path) -> None:
@@ -165,8 +178,11 @@ async def test_top_k_up_to_100_pages_through_the_ranking_and_min_score_filters(t
         assert [h.entry_id for h in hits[:25]] == [h.entry_id for h in first]  # the same ranking, paged
         with contextlib.closing(open_store(str(db))) as store:  # the server's own pages, in order
             memory = hits[0].memory_id
-            pages = [e["entryId"] for offset in (0, 25, 50, 75)
-                     for e in search(store, memory, "tomatoes basil", top_ke=25, offset=offset)["entries"]]
+            pages = [
+                e["entryId"]
+                for offset in (0, 25, 50, 75)
+                for e in search(store, memory, "tomatoes basil", top_ke=25, offset=offset)["entries"]
+            ]
         assert [h.entry_id for h in hits] == pages
         assert await invoker.asearch("tomatoes basil", top_k=100, min_score=0.0) == hits
         middle = scores[40]
@@ -250,14 +266,18 @@ def test_a_server_with_another_scale_does_not_break_the_client() -> None:
 def test_the_scores_benchmark_tables() -> None:
     from mycelian_bench.bench_scores import markdown, shown
 
-    hits = [{"own": 1.0, "borrowed": 0.0, "meaning": 0.4, "match": "words", "evidence": False},
-            {"own": 0.0, "borrowed": 0.8, "meaning": 0.2, "match": "words", "evidence": True},
-            {"own": 0.0, "borrowed": 0.0, "meaning": 0.6, "match": "meaning", "evidence": False}]
+    hits = [
+        {"own": 1.0, "borrowed": 0.0, "meaning": 0.4, "match": "words", "evidence": False},
+        {"own": 0.0, "borrowed": 0.8, "meaning": 0.2, "match": "words", "evidence": True},
+        {"own": 0.0, "borrowed": 0.0, "meaning": 0.6, "match": "meaning", "evidence": False},
+    ]
     assert shown(hits) == [1.0, 0.8, 0.3]
     assert shown(hits, borrow=False) == [1.0, 0.1, 0.1] and shown(hits, ceiling=1.0) == [1.0, 0.8, 0.6]
-    searches = [{"question": "q1", "category": "1", "where": "own", "hits": hits},
-                {"question": "q1", "category": "1", "where": "other", "hits": hits[2:]},
-                {"question": "q2", "category": "5", "where": "own", "hits": hits[:1]}]
+    searches = [
+        {"question": "q1", "category": "1", "where": "own", "hits": hits},
+        {"question": "q1", "category": "1", "where": "other", "hits": hits[2:]},
+        {"question": "q2", "category": "5", "where": "own", "hits": hits[:1]},
+    ]
     text = markdown({"params": {"hybrid": True}, "seconds": 1.0, "searches": searches})
     assert "| as shipped (neighbour share, ceiling 0.5) | 0.80 | 0.80 | 0.65 | 1.00 | 1.00 | 0.30 |" in text
     assert "| 0.3 | 1.00 | 1.00 | 1.00 | 1.00 |" in text and "| 0.8-0.9 | 1 / 1.000 | 0 |" in text

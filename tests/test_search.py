@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from mycelian_agent.memory_server.storage.sqlite.migrations import MIGRATIONS, SCHEMA_VERSION
 from mycelian_agent.memory_server.retrieval import search
+from mycelian_agent.memory_server.storage.sqlite.migrations import MIGRATIONS, SCHEMA_VERSION
 from mycelian_agent.memory_server.storage.sqlite.store import Store
 
 
@@ -38,8 +38,13 @@ def test_a_schema_2_database_upgrades_in_place(tmp_path: Path) -> None:
                 "INSERT INTO entries (entry_id, memory_id, vault_id, creation_time, conversation_time, raw_entry, "
                 "summary, tags) VALUES (?, '22222222-2222-4222-8222-222222222222', "
                 "'11111111-1111-4111-8111-111111111111', ?, '2023-05-08T13:56:00.000000Z', ?, ?, ?)",
-                (f"3333333{i}-3333-4333-8333-333333333333", f"2024-01-01T00:00:0{i}.000000Z", text, text,
-                 f'{{"speaker": "{speaker}"}}'),
+                (
+                    f"3333333{i}-3333-4333-8333-333333333333",
+                    f"2024-01-01T00:00:0{i}.000000Z",
+                    text,
+                    text,
+                    f'{{"speaker": "{speaker}"}}',
+                ),
             )
         conn.commit()
     with contextlib.closing(Store.open(db)) as store:
@@ -84,15 +89,17 @@ def test_each_memory_has_its_own_postings(tmp_path) -> None:
         counted = store.term_counts(memory, stems, ()).stems
         assert lexical.term_rows(conn, "entries_fts", keys[memory], stems) == {s: counted.get(s, 0) for s in stems}
     assert vocabulary(keys[first])["kayak"] == 5 and vocabulary(keys[second])["kayak"] == 7
-    assert {term.split("x", 1)[0] for term, in conn.execute("SELECT term FROM temp.vocab")} == {
-        str(k) for k in keys.values()}
+    assert {term.split("x", 1)[0] for (term,) in conn.execute("SELECT term FROM temp.vocab")} == {
+        str(k) for k in keys.values()
+    }
     assert {seq for seq, _ in lexical.rank_entries(conn, keys[first], ["kayak"], 50, "", [])} == {
-        row["seq"] for row in conn.execute("SELECT seq FROM entries WHERE memory_id = ?", (first,))}
+        row["seq"] for row in conn.execute("SELECT seq FROM entries WHERE memory_id = ?", (first,))
+    }
     entry = store.list_entries(v, first, limit=1)["entries"][0]["entryId"]
     store.delete_entry(v, first, entry)
     assert vocabulary(keys[first])["kayak"] == 4
     store.delete_memory(v, second)
-    assert not any(term.startswith(f"{keys[second]}x") for term, in conn.execute("SELECT term FROM temp.vocab"))
+    assert not any(term.startswith(f"{keys[second]}x") for (term,) in conn.execute("SELECT term FROM temp.vocab"))
     assert conn.execute("SELECT count(*) FROM contexts_fts_docsize").fetchone()[0] == 0
     for table in ("entries_fts", "contexts_fts"):
         conn.execute(f"INSERT INTO {table} ({table}) VALUES ('integrity-check')")
@@ -132,11 +139,18 @@ def test_ranking_by_parts_finds_the_same_rows_as_the_whole_query(tmp_path, monke
     v = store.create_vault("v")["vaultId"]
     m = store.create_memory(v, "m", "chat")["memoryId"]
     for batch in range(12):
-        store.add_entries(v, m, [
-            {"raw_entry": " ".join(rng.choices(words, k=rng.randint(2, 9))),
-             "summary": " ".join(rng.choices(words, k=rng.randint(1, 4))),
-             "conversation_time": f"2024-03-{1 + (batch * 100 + i) % 28:02d}T10:00:00Z"}
-            for i in range(100)])
+        store.add_entries(
+            v,
+            m,
+            [
+                {
+                    "raw_entry": " ".join(rng.choices(words, k=rng.randint(2, 9))),
+                    "summary": " ".join(rng.choices(words, k=rng.randint(1, 4))),
+                    "conversation_time": f"2024-03-{1 + (batch * 100 + i) % 28:02d}T10:00:00Z",
+                }
+                for i in range(100)
+            ],
+        )
     other = store.create_memory(v, "other", "chat")["memoryId"]  # a second memory: its rows must not count
     store.add_entries(v, other, [{"raw_entry": "apple river stone", "summary": "cloud"}] * 50)
     monkeypatch.setattr(lexical, "_PARTS_MIN_POSTINGS", 1)
@@ -154,8 +168,9 @@ def test_ranking_by_parts_finds_the_same_rows_as_the_whole_query(tmp_path, monke
             whole = lexical._Query(parts.terms)
             used += parts.bounds is not None
             for limit in (5, 50):
-                assert (lexical._rank(conn, lexical._ENTRIES, parts, limit, where, params)
-                        == lexical._rank(conn, lexical._ENTRIES, whole, limit, where, params))
+                assert lexical._rank(conn, lexical._ENTRIES, parts, limit, where, params) == lexical._rank(
+                    conn, lexical._ENTRIES, whole, limit, where, params
+                )
     assert used > 40  # most queries took the parts path
     store.close()
 
@@ -167,8 +182,9 @@ def test_a_memory_with_few_matches_gives_them_all_unranked(tmp_path) -> None:
     store = Store.open(tmp_path / "few.db")
     v = store.create_vault("v")["vaultId"]
     m = store.create_memory(v, "m", "chat")["memoryId"]
-    store.add_entries(v, m, [{"raw_entry": f"kayak trip {i}" if i % 3 else f"river day {i}", "summary": "s"}
-                             for i in range(30)])
+    store.add_entries(
+        v, m, [{"raw_entry": f"kayak trip {i}" if i % 3 else f"river day {i}", "summary": "s"} for i in range(30)]
+    )
     conn = store.connection
     key = postings.memory_key(conn, m)
     few = lexical.rank_entries(conn, key, ["kayak"], 50, "", [])
@@ -189,8 +205,14 @@ def test_a_large_memory_leaves_its_most_common_terms_out_of_the_candidate_query(
     store = Store.open(tmp_path / "large.db")
     v = store.create_vault("v")["vaultId"]
     m = store.create_memory(v, "m", "chat")["memoryId"]
-    store.add_entries(v, m, [{"raw_entry": f"the user said hello {i}" + (" kayak" if i % 10 == 0 else ""),
-                              "summary": "chat"} for i in range(60)])
+    store.add_entries(
+        v,
+        m,
+        [
+            {"raw_entry": f"the user said hello {i}" + (" kayak" if i % 10 == 0 else ""), "summary": "chat"}
+            for i in range(60)
+        ],
+    )
     other = store.create_memory(v, "other", "chat")["memoryId"]  # most of the file: no term of m is common in it
     for _ in range(2):
         store.add_entries(v, other, [{"raw_entry": f"weather report {i}", "summary": "rain"} for i in range(100)])
@@ -198,7 +220,9 @@ def test_a_large_memory_leaves_its_most_common_terms_out_of_the_candidate_query(
     key = postings.memory_key(conn, m)
     queried: list[tuple[str, ...]] = []
     rank = lexical._rank
-    monkeypatch.setattr(lexical, "_rank", lambda c, i, query, *rest: queried.append(query.terms) or rank(c, i, query, *rest))
+    monkeypatch.setattr(
+        lexical, "_rank", lambda c, i, query, *rest: queried.append(query.terms) or rank(c, i, query, *rest)
+    )
     monkeypatch.setattr(lexical, "LARGE_MEMORY_ROWS", 50)
     found = lexical.rank_entries(conn, key, ["user", "kayak"], 5, "", [])
     kayak = {row[0] for row in conn.execute("SELECT seq FROM entries WHERE raw_entry LIKE '%kayak%'")}

@@ -69,12 +69,19 @@ def test_statements_first_brings_the_statement_to_its_reactions_place() -> None:
     assert statements_first([(5, 0.9), (1, 0.8)], {5: 4, 1: 0}, turns) == [(5, 0.9), (1, 0.8)]
     # A statement ranked below its reaction moves up to it.
     assert [seq for seq, _ in statements_first([(6, 0.9), (2, 0.7), (5, 0.2)], {6: 5, 2: 1, 5: 4}, turns)] == [
-        5, 6, 1, 2]
+        5,
+        6,
+        1,
+        2,
+    ]
 
 
 def test_revisions_first_moves_a_stated_change_above_what_it_revises() -> None:
-    entries = {1: EntryTerms({"rent": 1.0}, 5, "Ines", False), 2: EntryTerms({"rent": 1.0}, 9, "Ines", True),
-               3: EntryTerms({"rent": 1.0}, 9, "Sofia", True)}
+    entries = {
+        1: EntryTerms({"rent": 1.0}, 5, "Ines", False),
+        2: EntryTerms({"rent": 1.0}, 9, "Ines", True),
+        3: EntryTerms({"rent": 1.0}, 9, "Sofia", True),
+    }
     matched = {seq: frozenset({"rent"}) for seq in entries}
     assert revisions_first([(1, 0.9), (4, 0.8), (2, 0.7)], entries, matched) == [(2, 0.9), (1, 0.9), (4, 0.8)]
     # Another author's change, or a change covering fewer of the query's words, moves nothing.

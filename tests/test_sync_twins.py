@@ -20,14 +20,26 @@ from mycelian_agent.integrations.store import MycelianStore
 
 
 def _async_methods(cls: type) -> dict[str, object]:
-    return {name: member for name, member in inspect.getmembers(cls, inspect.iscoroutinefunction)
-            if name.startswith("a") and not name.startswith("_")}
+    return {
+        name: member
+        for name, member in inspect.getmembers(cls, inspect.iscoroutinefunction)
+        if name.startswith("a") and not name.startswith("_")
+    }
 
 
 def test_every_async_method_of_the_invoker_has_a_sync_twin_with_the_same_parameters() -> None:
     methods = _async_methods(MycelianAgentInvoker)
-    assert {"aget_all", "aget", "aupdate", "ahistory", "adelete", "adelete_user", "asearch", "arecall",
-            "aflush_all"} <= set(methods)
+    assert {
+        "aget_all",
+        "aget",
+        "aupdate",
+        "ahistory",
+        "adelete",
+        "adelete_user",
+        "asearch",
+        "arecall",
+        "aflush_all",
+    } <= set(methods)
     drifted = []
     for name, method in sorted(methods.items()):
         twin = getattr(MycelianAgentInvoker, name[1:], None)
@@ -75,13 +87,15 @@ def _drift(cls: type) -> list[str]:
         if list(wanted.parameters.values()) != list(got.parameters.values()):
             drifted.append(f"{cls.__name__}.{name[1:]}{got} differs from {name}{wanted}")
         elif wanted.return_annotation != got.return_annotation:
-            drifted.append(f"{cls.__name__}.{name[1:]} returns {got.return_annotation}, {name} "
-                           f"{wanted.return_annotation}")
+            drifted.append(
+                f"{cls.__name__}.{name[1:]} returns {got.return_annotation}, {name} {wanted.return_annotation}"
+            )
     return drifted
 
 
-@pytest.mark.parametrize("cls", [MycelianAgentInvoker, MycelianMemoryAgent, MycelianStore, MycelianRetriever],
-                         ids=lambda cls: cls.__name__)
+@pytest.mark.parametrize(
+    "cls", [MycelianAgentInvoker, MycelianMemoryAgent, MycelianStore, MycelianRetriever], ids=lambda cls: cls.__name__
+)
 def test_every_public_async_method_has_its_own_sync_twin_with_the_same_parameters(cls: type) -> None:
     assert _public_coroutines(cls), f"{cls.__name__}: no async method found (the test would check nothing)"
     assert not _drift(cls), "\n".join(_drift(cls))

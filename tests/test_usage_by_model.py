@@ -7,14 +7,14 @@ import json
 from functools import partial
 
 from langchain_core.messages import AIMessage
+from openai_stub import OpenAIStub, text_reply, tool_call_reply
 
 from mycelian_agent import AgentSettings, build_agent
-from mycelian_agent.agent.report import InvocationResult, ModelUsage, Usage
 from mycelian_agent.agent.control import ControlState
+from mycelian_agent.agent.report import InvocationResult, ModelUsage, Usage
 from mycelian_agent.cli import main
 from mycelian_agent.conversations.replay import ReplayStats
 from mycelian_agent.testing import ScriptedChatModel, tool_call_message
-from openai_stub import OpenAIStub, text_reply, tool_call_reply
 
 in_process = partial(build_agent, server="in-process")
 
@@ -32,13 +32,15 @@ def assert_rows_add_up(usage: Usage) -> None:
 
 def test_usage_adds_up_per_model_and_survives_its_dict_form():
     a = Usage.of("openai:a", llm_calls=2, prompt_tokens=50, corrections=1) + Usage(retries=1)
-    b = Usage.of("openai:a", llm_calls=1, fallbacks=1, fallback_entries=3) + Usage.of("extractive", stand_ins=1,
-                                                                                      stand_in_entries=3)
+    b = Usage.of("openai:a", llm_calls=1, fallbacks=1, fallback_entries=3) + Usage.of(
+        "extractive", stand_ins=1, stand_in_entries=3
+    )
     total = a + b
     assert (total.llm_calls, total.prompt_tokens, total.corrections, total.fallbacks, total.retries) == (3, 50, 1, 1, 1)
-    assert total.by_model == {"openai:a": ModelUsage(llm_calls=3, prompt_tokens=50, corrections=1, fallbacks=1,
-                                                     fallback_entries=3),
-                              "extractive": ModelUsage(stand_ins=1, stand_in_entries=3)}
+    assert total.by_model == {
+        "openai:a": ModelUsage(llm_calls=3, prompt_tokens=50, corrections=1, fallbacks=1, fallback_entries=3),
+        "extractive": ModelUsage(stand_ins=1, stand_in_entries=3),
+    }
     assert_rows_add_up(total)
     data = total.as_dict()
     assert Usage.from_mapping(json.loads(json.dumps(data))) == total
@@ -52,19 +54,24 @@ def test_usage_adds_up_per_model_and_survives_its_dict_form():
 
 
 async def test_a_correction_and_a_fallback_are_counted_against_the_model_that_needed_them(tmp_path):
-    model = ScriptedChatModel(responses=[
-        AIMessage(content="I will remember that."),  # message 1: corrected ...
-        entry_reply("Ana said she lives in Porto."),  # ... then written
-        *[AIMessage(content="No.")] * 3,  # message 2: two corrections, then the fallback writes it
-    ])
+    model = ScriptedChatModel(
+        responses=[
+            AIMessage(content="I will remember that."),  # message 1: corrected ...
+            entry_reply("Ana said she lives in Porto."),  # ... then written
+            *[AIMessage(content="No.")] * 3,  # message 2: two corrections, then the fallback writes it
+        ]
+    )
     async with in_process(model, db=tmp_path / "m.db", settings=AgentSettings(max_corrections=2)) as invoker:
         first = await invoker.aprocess_conversation_message("user", "I live in Porto.", "t1")
         second = await invoker.aprocess_conversation_message("user", "My sister is Rita.", "t1")
         status = await invoker.athread_status("t1")
-    assert first.by_model == {"scripted": ModelUsage(llm_calls=2, prompt_tokens=100, completion_tokens=20,
-                                                     corrections=1)}
-    assert second.by_model == {"scripted": ModelUsage(llm_calls=3, corrections=2, fallbacks=1, fallback_entries=1),
-                               "extractive": ModelUsage(stand_ins=1, stand_in_entries=1)}
+    assert first.by_model == {
+        "scripted": ModelUsage(llm_calls=2, prompt_tokens=100, completion_tokens=20, corrections=1)
+    }
+    assert second.by_model == {
+        "scripted": ModelUsage(llm_calls=3, corrections=2, fallbacks=1, fallback_entries=1),
+        "extractive": ModelUsage(stand_ins=1, stand_in_entries=1),
+    }
     assert (second.llm_calls, second.corrections, second.fallbacks) == (3, 2, 1)  # the totals as before
     data = second.as_dict()
     assert data["by_model"]["extractive"]["stand_in_entries"] == 1 and data["fallbacks"] == 1
@@ -89,26 +96,60 @@ async def test_a_batch_fallback_counts_the_entries_it_wrote(tmp_path):
 def test_replay_summary_shows_the_rows_in_json_and_text(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("COLUMNS", "1000")
     data = tmp_path / "conv.json"
-    data.write_text(json.dumps({"conversation_id": "c1", "messages": [
-        {"role": "user", "content": "I adopted a cat called Miso."},
-        {"role": "assistant", "content": "Congratulations on Miso!"}]}))
-    replies = [text_reply("Sure.", usage=(50, 3)),
-               tool_call_reply("add_entry", {"summary": "The user adopted a cat called Miso.",
-                                             "tags": {"topic": "cat"}}, usage=(60, 10)),
-               *[text_reply("No.", usage=(40, 2))] * 3]
+    data.write_text(
+        json.dumps(
+            {
+                "conversation_id": "c1",
+                "messages": [
+                    {"role": "user", "content": "I adopted a cat called Miso."},
+                    {"role": "assistant", "content": "Congratulations on Miso!"},
+                ],
+            }
+        )
+    )
+    replies = [
+        text_reply("Sure.", usage=(50, 3)),
+        tool_call_reply(
+            "add_entry", {"summary": "The user adopted a cat called Miso.", "tags": {"topic": "cat"}}, usage=(60, 10)
+        ),
+        *[text_reply("No.", usage=(40, 2))] * 3,
+    ]
     with OpenAIStub(responses=replies, cycle=False) as stub:
-        args = ["replay", str(data), "--db", str(tmp_path / "m.db"), "--model", "openai:stub", "--api-key", "k",
-                "--base-url", stub.base_url, "--flush-every", "100"]
+        args = [
+            "replay",
+            str(data),
+            "--db",
+            str(tmp_path / "m.db"),
+            "--model",
+            "openai:stub",
+            "--api-key",
+            "k",
+            "--base-url",
+            stub.base_url,
+            "--flush-every",
+            "100",
+        ]
         capsys.readouterr()
         main([*args, "--json"])
         summary = json.loads(capsys.readouterr().out)
     # the second message and the session end's context document (the stub has no reply left: HTTP 400) fell back
     assert (summary["llm_calls"], summary["corrections"], summary["fallbacks"]) == (5, 3, 2)
     assert summary["by_model"]["openai:stub"] == {
-        "llm_calls": 5, "prompt_tokens": 230, "completion_tokens": 19, "corrections": 3, "fallbacks": 2,
-        "fallback_entries": 1, "model_retries": 0, "stand_ins": 0, "stand_in_entries": 0}
-    assert summary["by_model"]["extractive"] == {**dict.fromkeys(summary["by_model"]["openai:stub"], 0),
-                                                 "stand_ins": 2, "stand_in_entries": 1}
+        "llm_calls": 5,
+        "prompt_tokens": 230,
+        "completion_tokens": 19,
+        "corrections": 3,
+        "fallbacks": 2,
+        "fallback_entries": 1,
+        "model_retries": 0,
+        "stand_ins": 0,
+        "stand_in_entries": 0,
+    }
+    assert summary["by_model"]["extractive"] == {
+        **dict.fromkeys(summary["by_model"]["openai:stub"], 0),
+        "stand_ins": 2,
+        "stand_in_entries": 1,
+    }
     stats = ReplayStats(usage=Usage.from_mapping(summary))
     assert stats.as_dict()["by_model"] == summary["by_model"]
     with OpenAIStub(responses=[text_reply("No.", usage=(40, 2))], cycle=True) as stub:
@@ -120,8 +161,9 @@ def test_replay_summary_shows_the_rows_in_json_and_text(tmp_path, capsys, monkey
 
 
 def test_invocation_result_keeps_its_keys_and_adds_the_breakdown():
-    result = InvocationResult(control=ControlState.PROCESS_MESSAGE, thread_id="t",
-                              usage=Usage.of("openai:x", llm_calls=1, prompt_tokens=7))
+    result = InvocationResult(
+        control=ControlState.PROCESS_MESSAGE, thread_id="t", usage=Usage.of("openai:x", llm_calls=1, prompt_tokens=7)
+    )
     data = result.as_dict()
     assert (data["llm_calls"], data["prompt_tokens"], data["retries"]) == (1, 7, 0)
     assert data["by_model"] == {"openai:x": ModelUsage(llm_calls=1, prompt_tokens=7).as_dict()}

@@ -13,8 +13,17 @@ from mycelian_agent import InputError, build_agent
 from mycelian_agent.integrations import MycelianStore
 from mycelian_agent.recall.names import is_encoded, memory_title
 
-IDS = ["alice", "u-1042", "alice@example.com", "Ünïcode name", "user_1", "user-1", str(uuid.uuid4()), "x" * 60,
-       "a--aaaaaaaaaaaaaaaa"]
+IDS = [
+    "alice",
+    "u-1042",
+    "alice@example.com",
+    "Ünïcode name",
+    "user_1",
+    "user-1",
+    str(uuid.uuid4()),
+    "x" * 60,
+    "a--aaaaaaaaaaaaaaaa",
+]
 
 
 def _memories(db: Path) -> list[tuple[str, str]]:
@@ -29,9 +38,15 @@ def test_titles_are_ids_that_already_are_titles_else_a_stable_code() -> None:
     assert is_encoded(titles[8]) and titles[8] != IDS[8]  # a plain id shaped like a code is encoded too
     assert len(set(titles)) == len(IDS) and all(len(t) <= 50 for t in titles)
     assert [memory_title(user) for user in IDS] == titles  # stable
-    for bad, problem in (("", "is empty"), ("  ", "is empty"), (7, "must be a string"), ("a" * 256, "at most 255"),
-                         ("a\x00b", "NUL character"), ("a\ud83d", "lone surrogate"),
-                         ("\x01" * 200, "too long to keep")):
+    for bad, problem in (
+        ("", "is empty"),
+        ("  ", "is empty"),
+        (7, "must be a string"),
+        ("a" * 256, "at most 255"),
+        ("a\x00b", "NUL character"),
+        ("a\ud83d", "lone surrogate"),
+        ("\x01" * 200, "too long to keep"),
+    ):
         with pytest.raises(InputError, match=problem):
             memory_title(bad)
 
@@ -41,8 +56,9 @@ async def test_any_id_gets_a_memory_of_its_own_shown_back_as_given(tmp_path: Pat
     db = tmp_path / "memory.db"
     async with build_agent("extractive", server=server, db=db, embeddings=False) as invoker:
         for user in IDS:
-            await invoker.aprocess_conversation_message("user", f"My id is {user}, I keep bees.", f"t-{user}",
-                                                        user=user)
+            await invoker.aprocess_conversation_message(
+                "user", f"My id is {user}, I keep bees.", f"t-{user}", user=user
+            )
         for user in IDS:
             hits = await invoker.asearch("bees", user=user)
             assert [hit.text for hit in hits] == [f"My id is {user}, I keep bees."] and hits[0].user == user

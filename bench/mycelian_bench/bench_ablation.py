@@ -53,10 +53,10 @@ from mycelian_agent.memory_server.retrieval import rank_entries
 from mycelian_agent.memory_server.storage.sqlite.store import Store
 from mycelian_agent.memory_server.text import analysis
 from mycelian_agent.models.extractive import text as extractive_text
+from mycelian_agent.words import query_terms
 from mycelian_bench.bench_common import BenchResult, embeddings_available, md_table, save_plot
 from mycelian_bench.bench_recall import KS, _top, bm25_ranker
 from mycelian_bench.locomo import LoCoMoRunner, category_label, load_locomo
-from mycelian_agent.words import query_terms
 from mycelian_bench.metrics import RecallRecord, RecallTable, aggregate, unique_in_order
 from mycelian_bench.records import read_jsonl
 
@@ -94,24 +94,44 @@ class _PlainEntriesRunner(LoCoMoRunner):
 
 
 def _without_names(conversation: Conversation) -> Conversation:
-    sessions = tuple(replace(s, messages=tuple(replace(m, name=None) for m in s.messages))
-                     for s in conversation.sessions)
+    sessions = tuple(
+        replace(s, messages=tuple(replace(m, name=None) for m in s.messages)) for s in conversation.sessions
+    )
     return replace(conversation, sessions=sessions)
 
 
 Search = Callable[[Store, str, str], list[dict[str, Any]]]
 
 
-def _ranked(feedback: bool = True, named_time: bool = True, names: bool = True, *, context: bool = True,
-            weights: Sequence[float] | None = None, dense_feedback: bool = True) -> Search:
+def _ranked(
+    feedback: bool = True,
+    named_time: bool = True,
+    names: bool = True,
+    *,
+    context: bool = True,
+    weights: Sequence[float] | None = None,
+    dense_feedback: bool = True,
+) -> Search:
     """The server's entry ranking (``retrieval.rank_entries``, what ``search_memories`` returns) with some of its
     steps off: neighbour context, query feedback, the lift of a time the question names, the names boost, the dense
     feedback; and ``weights`` in place of the index's field weights."""
+
     def search(store: Store, memory_id: str, question: str) -> list[dict[str, Any]]:
-        rows = rank_entries(store, memory_id, question, query_terms(question), 25, context=context,
-                            feedback=feedback, named_time=named_time, names=names, weights=weights,
-                            dense_feedback=dense_feedback)
+        rows = rank_entries(
+            store,
+            memory_id,
+            question,
+            query_terms(question),
+            25,
+            context=context,
+            feedback=feedback,
+            named_time=named_time,
+            names=names,
+            weights=weights,
+            dense_feedback=dense_feedback,
+        )
         return [{"tags": found.row["tags"]} for found in rows]
+
     return search
 
 
@@ -127,6 +147,7 @@ def _moment(row: Any) -> float:
 def _session_spread(keep: int = 3, penalty: float = 0.8, gap_s: float = 3600.0) -> Search:
     """Not kept: the server's 50-deep ranking with the hits after the first ``keep`` re-chosen greedily, each hit's
     score times ``penalty`` per hit already chosen from its session (turns less than ``gap_s`` apart)."""
+
     def search(store: Store, memory_id: str, question: str) -> list[dict[str, Any]]:
         ranked = rank_entries(store, memory_id, question, query_terms(question), 50)
         session: dict[int, int] = {}
@@ -146,12 +167,14 @@ def _session_spread(keep: int = 3, penalty: float = 0.8, gap_s: float = 3600.0) 
             chosen.append(i)
             counts[session[i]] = counts.get(session[i], 0) + 1
         return [{"tags": ranked[i].row["tags"]} for i in chosen]
+
     return search
 
 
 def _term_coverage(top: int = 5, extra: int = 2) -> Search:
     """Not kept: query words that none of the server's first ``top`` hits holds are searched again, and the best
     ``extra`` new hits of that search are placed after the first ``top``."""
+
     def search(store: Store, memory_id: str, question: str) -> list[dict[str, Any]]:
         terms = query_terms(question)
         ranked = rank_entries(store, memory_id, question, terms, 25)
@@ -161,18 +184,28 @@ def _term_coverage(top: int = 5, extra: int = 2) -> Search:
         missing = [t for t in terms if not set(analysis.tokens(t)) <= seen]
         if missing and len(missing) < len(terms):
             shown = {found.row["seq"] for found in ranked[:top]}
-            second = [found.row for found in rank_entries(store, memory_id, " ".join(missing), missing, 25)
-                      if row["seq"] not in shown][:extra]
+            second = [
+                found.row
+                for found in rank_entries(store, memory_id, " ".join(missing), missing, 25)
+                if row["seq"] not in shown
+            ][:extra]
             added = {row["seq"] for row in second}
             rows = [f.row for f in ranked[:top]] + second + [f.row for f in ranked[top:] if f.row["seq"] not in added]
         else:
             rows = [found.row for found in ranked]
         return [{"tags": row["tags"]} for row in rows[:25]]
+
     return search
 
 
-def _evaluate(db: Path, samples: list[dict[str, Any]], conversations: list[Conversation],
-              limit_questions: int | None, search: Search, store: Store | None = None) -> tuple[RecallTable, float]:
+def _evaluate(
+    db: Path,
+    samples: list[dict[str, Any]],
+    conversations: list[Conversation],
+    limit_questions: int | None,
+    search: Search,
+    store: Store | None = None,
+) -> tuple[RecallTable, float]:
     """Recall table (categories 1-4) and p50 search seconds of ``search`` over the memories stored in ``db``."""
     import json
 
@@ -192,8 +225,9 @@ def _evaluate(db: Path, samples: list[dict[str, Any]], conversations: list[Conve
                 seconds.append(time.perf_counter() - started)
                 tags = [e["tags"] if isinstance(e["tags"], dict) else json.loads(e["tags"]) for e in entries]
                 retrieved = unique_in_order(t["dia_id"] for t in tags if "dia_id" in t)
-                records.append(RecallRecord(question.question_id, category_label(question.category), retrieved,
-                                            question.evidence))
+                records.append(
+                    RecallRecord(question.question_id, category_label(question.category), retrieved, question.evidence)
+                )
     finally:
         if own:
             store.close()
@@ -208,9 +242,14 @@ def _bm25_reference(conversations: list[Conversation], limit_questions: int | No
         ids = [dia for _, dia in pairs]
         for question in sample.questions[:limit_questions]:
             if not question.is_abstention:
-                records.append(RecallRecord(question.question_id, category_label(question.category),
-                                            unique_in_order(_top(index, ids, question.question, 25)),
-                                            question.evidence))
+                records.append(
+                    RecallRecord(
+                        question.question_id,
+                        category_label(question.category),
+                        unique_in_order(_top(index, ids, question.question, 25)),
+                        question.evidence,
+                    )
+                )
     return aggregate(records, KS)
 
 
@@ -221,16 +260,28 @@ def _cell(table: RecallTable, category: str) -> str:
     return f"{row.recall_any(10):.2f} / {row.recall_all(10):.2f}"
 
 
-def run_ablation(out: Path, *, locomo: Sequence[str | Path], limit: int | None = None,
-                 limit_questions: int | None = None, workers: int = 3, hybrid: str = "auto",
-                 embeddings_model: str | None = None) -> BenchResult:
+def run_ablation(
+    out: Path,
+    *,
+    locomo: Sequence[str | Path],
+    limit: int | None = None,
+    limit_questions: int | None = None,
+    workers: int = 3,
+    hybrid: str = "auto",
+    embeddings_model: str | None = None,
+) -> BenchResult:
     """Recall@10 (any / all) per category as each part of retrieval is added (see the module docstring)."""
     started = time.perf_counter()
     paths = [Path(p) for p in locomo]
     work = out / "work" / "ablation"
     # Ingested lexically (rows 1-5 search without vectors; row 6 embeds the stored entries up front).
-    base: dict[str, Any] = {"limit": limit, "limit_questions": limit_questions, "workers": workers, "progress": False,
-            "embeddings": False}
+    base: dict[str, Any] = {
+        "limit": limit,
+        "limit_questions": limit_questions,
+        "workers": workers,
+        "progress": False,
+        "embeddings": False,
+    }
     dirs = {"plain": work / "plain-entries", "agent": work / "agent-entries"}
     for directory in dirs.values():
         shutil.rmtree(directory, ignore_errors=True)
@@ -254,18 +305,25 @@ def run_ablation(out: Path, *, locomo: Sequence[str | Path], limit: int | None =
     notes = []
     use_hybrid = hybrid == "on" or (hybrid == "auto" and embeddings_available())
     if use_hybrid:
-        from mycelian_agent.memory_server.retrieval.dense.index import require_dense_index
         from mycelian_agent.memory_server.retrieval.dense.encoders import AUTO, installed_models, resolve_model
+        from mycelian_agent.memory_server.retrieval.dense.index import require_dense_index
 
-        models = (installed_models() or (resolve_model(AUTO),) if embeddings_model in (None, AUTO)
-                  else (resolve_model(embeddings_model),))
+        models = (
+            installed_models() or (resolve_model(AUTO),)
+            if embeddings_model in (None, AUTO)
+            else (resolve_model(embeddings_model),)
+        )
         for model in models:
             dense = require_dense_index(model, writes="inline")  # the backfill below embeds everything first
             store = Store.open(dirs["agent"] / "memory.db", dense=dense)
             try:
                 dense.backfill(store.connection)  # embedded up front, as written with --embeddings
-                rows.append((f"{ABLATION_ROWS[7]}: {model}",
-                             *evaluate("agent", _ranked(feedback=True, dense_feedback=False), store)))
+                rows.append(
+                    (
+                        f"{ABLATION_ROWS[7]}: {model}",
+                        *evaluate("agent", _ranked(feedback=True, dense_feedback=False), store),
+                    )
+                )
                 rows.append((f"{ABLATION_ROWS[8]}: {model}", *evaluate("agent", _ranked(feedback=True), store)))
             finally:
                 store.close()
@@ -279,15 +337,27 @@ def run_ablation(out: Path, *, locomo: Sequence[str | Path], limit: int | None =
     table_rows = [[name, *(_cell(t, c) for c in categories), f"{p50 * 1000:.1f} ms"] for name, t, p50 in rows]
     table_rows.append(["rank_bm25 over raw turns (reference)", *(_cell(bm25, c) for c in categories), "-"])
     counts = ", ".join(f"{c}: {rows[0][1].categories[c].count}" for c in categories[1:])
-    result = BenchResult("ablation", {
-        "params": {"locomo": [str(p) for p in paths], "limit": limit, "limit_questions": limit_questions,
-                   "hybrid": use_hybrid, "model": "extractive", "embeddings_model": embeddings_model},
-        "rows": [{"row": name, "search_p50_s": p50, "table": t.as_dict()} for name, t, p50 in rows],
-        "bm25": bm25.as_dict()})
+    result = BenchResult(
+        "ablation",
+        {
+            "params": {
+                "locomo": [str(p) for p in paths],
+                "limit": limit,
+                "limit_questions": limit_questions,
+                "hybrid": use_hybrid,
+                "model": "extractive",
+                "embeddings_model": embeddings_model,
+            },
+            "rows": [{"row": name, "search_p50_s": p50, "table": t.as_dict()} for name, t, p50 in rows],
+            "bm25": bm25.as_dict(),
+        },
+    )
     result.tables.append((f"LoCoMo {_MAIN}: recall any / all @10 as each part is added", md_table(headers, table_rows)))
     result.notes += notes
-    result.notes.append(f"questions per category: {counts}; search p50 = the store's in-process ranking time per "
-                        "question (entries only: no MCP round trip, no context snapshots)")
+    result.notes.append(
+        f"questions per category: {counts}; search p50 = the store's in-process ranking time per "
+        "question (entries only: no MCP round trip, no context snapshots)"
+    )
     result.notes.append("re-ranking (a cross-encoder over the top candidates) is not a row: none installs offline")
 
     def draw(axes: list[Any]) -> None:
@@ -295,8 +365,7 @@ def run_ablation(out: Path, *, locomo: Sequence[str | Path], limit: int | None =
         width = 0.8 / max(len(rows), 1)
         for i, (name, t, _) in enumerate(rows):
             values = [(t.overall if c == "overall" else t.categories[c]).recall_any(10) or 0.0 for c in categories]
-            ax.bar([j + (i - (len(rows) - 1) / 2) * width for j in range(len(categories))], values, width,
-                   label=name)
+            ax.bar([j + (i - (len(rows) - 1) / 2) * width for j in range(len(categories))], values, width, label=name)
         ax.set_xticks(range(len(categories)), categories, fontsize=8)
         ax.set(title="LoCoMo recall_any@10 as each part is added", ylabel="recall_any@10", ylim=(0, 1.05))
 

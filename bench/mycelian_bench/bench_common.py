@@ -80,7 +80,8 @@ class Target:
     def line(self) -> str:
         status = "MET" if self.met else "MISSED"
         return f"- target {self.name}: {self.goal}; measured {self.measured} -> {status}" + (
-            f" ({self.why})" if self.why and not self.met else "")
+            f" ({self.why})" if self.why and not self.met else ""
+        )
 
 
 @dataclass
@@ -96,8 +97,14 @@ class BenchResult:
     seconds: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
-        return {"benchmark": self.name, "seconds": round(self.seconds, 2), **self.data,
-                "targets": [t.as_dict() for t in self.targets], "notes": self.notes, "plots": self.plots}
+        return {
+            "benchmark": self.name,
+            "seconds": round(self.seconds, 2),
+            **self.data,
+            "targets": [t.as_dict() for t in self.targets],
+            "notes": self.notes,
+            "plots": self.plots,
+        }
 
     def format(self) -> str:
         parts = [f"## {self.name} ({self.seconds:.1f} s)", ""]
@@ -118,8 +125,15 @@ def write_result(result: BenchResult, out: Path) -> Path:
     return path
 
 
-def save_plot(result: BenchResult, out: Path, draw: Callable[[Any], None], *, size: tuple[float, float] = (11, 4.5),
-              ncols: int = 2, grid: str = "both") -> None:
+def save_plot(
+    result: BenchResult,
+    out: Path,
+    draw: Callable[[Any], None],
+    *,
+    size: tuple[float, float] = (11, 4.5),
+    ncols: int = 2,
+    grid: str = "both",
+) -> None:
     """Draw ``draw(axes)`` into ``<out>/<name>.png``; with matplotlib missing, add a note instead.
 
     Every axis then gets the suite's look: a light ``grid`` (``"both"``, ``"x"`` or ``"y"``) and a small legend.
@@ -171,8 +185,7 @@ def summarize(values: Sequence[float]) -> dict[str, float]:
         return {"n": 0}
     # quantiles() needs two points (before Python 3.13); one value is every percentile of itself.
     cuts = statistics.quantiles(values, n=100, method="inclusive") if len(values) > 1 else [values[0]] * 99
-    return {"n": len(values), "p50": cuts[49], "p95": cuts[94], "mean": sum(values) / len(values),
-            "max": max(values)}
+    return {"n": len(values), "p50": cuts[49], "p95": cuts[94], "mean": sum(values) / len(values), "max": max(values)}
 
 
 def fmt_ms(seconds: float) -> str:
@@ -220,8 +233,17 @@ def _version(name: str) -> str | None:
 def machine_info() -> dict[str, Any]:
     """The machine and software the numbers were measured on (load average: others may share the cores)."""
     try:
-        commit = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True, timeout=5,
-                                check=False, cwd=Path(__file__).resolve().parent).stdout.strip() or None
+        commit = (
+            subprocess.run(
+                ["git", "describe", "--always", "--dirty"],
+                capture_output=True,
+                text=True,
+                timeout=5,
+                check=False,
+                cwd=Path(__file__).resolve().parent,
+            ).stdout.strip()
+            or None
+        )
     except (OSError, subprocess.SubprocessError):
         commit = None
     return {
@@ -231,8 +253,10 @@ def machine_info() -> dict[str, Any]:
         "memory_gib": _meminfo_gib(),
         "load_average": [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None,
         "commit": commit,
-        "packages": {name: _version(name) for name in ("langgraph", "langchain-core", "mcp",
-                                                         "langgraph-checkpoint-sqlite", "langchain-mcp-adapters")},
+        "packages": {
+            name: _version(name)
+            for name in ("langgraph", "langchain-core", "mcp", "langgraph-checkpoint-sqlite", "langchain-mcp-adapters")
+        },
         "executable": sys.executable,
     }
 
@@ -242,8 +266,20 @@ def machine_info() -> dict[str, Any]:
 _NAMES = ["Maria", "Tom", "Aisha", "Kenji", "Lucia", "Omar", "Priya", "Sven", "Chloe", "Diego", "Hannah", "Ravi"]
 _RELATIONS = ["sister", "brother", "mother", "friend", "colleague", "neighbor", "cousin", "partner", "boss"]
 _CITIES = ["Denver", "Lisbon", "Osaka", "Toronto", "Nairobi", "Berlin", "Austin", "Melbourne", "Seville", "Oslo"]
-_HOBBIES = ["hiking", "pottery", "chess", "salsa dancing", "birdwatching", "rock climbing", "baking sourdough",
-            "painting watercolors", "playing guitar", "running", "gardening", "photography"]
+_HOBBIES = [
+    "hiking",
+    "pottery",
+    "chess",
+    "salsa dancing",
+    "birdwatching",
+    "rock climbing",
+    "baking sourdough",
+    "painting watercolors",
+    "playing guitar",
+    "running",
+    "gardening",
+    "photography",
+]
 _USER = [
     "I went {hobby} with my {relation} {name} last weekend near {city}, and it was {feeling}.",
     "Can you help me plan a trip to {city}? I have about {n} days and a budget of ${money}.",
@@ -256,8 +292,10 @@ _USER = [
 ]
 _ASSISTANT = [
     "That sounds {feeling}! For {hobby} around {city}, mornings are usually quieter; bring water and layers.",
-    ("Here is a simple plan for {city}: day one, the old town; day two, a food market; then a day trip. "
-     "With ${money} you can stay central."),
+    (
+        "Here is a simple plan for {city}: day one, the old town; day two, a food market; then a day trip. "
+        "With ${money} you can stay central."
+    ),
     "For a beginner in {hobby}, start with a basic kit and a class or two before buying anything expensive.",
     "Noted: the {project} report for {name} is due on the {day}th. Want me to draft an outline now?",
     "A smaller breed or an adult rescue tends to suit apartments; ask the shelter in {city} about temperament.",
@@ -274,9 +312,16 @@ def generate_messages(count: int, seed: int = 7) -> list[tuple[str, str]]:
     for i in range(count):
         role = "user" if i % 2 == 0 else "assistant"
         template = rng.choice(_USER if role == "user" else _ASSISTANT)
-        text = template.format(hobby=rng.choice(_HOBBIES), relation=rng.choice(_RELATIONS), name=rng.choice(_NAMES),
-                               city=rng.choice(_CITIES), feeling=rng.choice(_FEELINGS), n=rng.randint(2, 14),
-                               money=rng.randint(3, 60) * 100, project=rng.choice(_PROJECTS),
-                               day=rng.randint(2, 28))
+        text = template.format(
+            hobby=rng.choice(_HOBBIES),
+            relation=rng.choice(_RELATIONS),
+            name=rng.choice(_NAMES),
+            city=rng.choice(_CITIES),
+            feeling=rng.choice(_FEELINGS),
+            n=rng.randint(2, 14),
+            money=rng.randint(3, 60) * 100,
+            project=rng.choice(_PROJECTS),
+            day=rng.randint(2, 28),
+        )
         messages.append((role, re.sub(r"\s+", " ", text)))
     return messages

@@ -89,15 +89,18 @@ def _load(url: str, entries: int, other: int, kind: str) -> tuple[str, str, dict
     """Write the memory through the store, copy part of it into a second memory, and COPY random vectors in."""
     import numpy as np
 
-    from mycelian_agent.memory_server.storage import open_store
     from mycelian_agent.memory_server.retrieval.dense.index import DenseVectors
+    from mycelian_agent.memory_server.storage import open_store
     from mycelian_agent.memory_server.storage.postgres.vectors import _create_index, vector_literal
 
     timings: dict[str, float] = {}
     started = time.perf_counter()
     # Opened with a dense index so that the pgvector step (extension, column) runs; nothing is embedded.
-    with contextlib.closing(open_store(url, pool_size=1, dense_factory=lambda: DenseVectors(
-            _RandomQueries(), model=MODEL, write_behind=False))) as store:
+    with contextlib.closing(
+        open_store(
+            url, pool_size=1, dense_factory=lambda: DenseVectors(_RandomQueries(), model=MODEL, write_behind=False)
+        )
+    ) as store:
         vault = store.create_vault("bench")["vaultId"]
         memory = store.create_memory(vault, "big", "chat")["memoryId"]
         neighbour = store.create_memory(vault, "other", "chat")["memoryId"]
@@ -115,12 +118,16 @@ def _load(url: str, entries: int, other: int, kind: str) -> tuple[str, str, dict
             "INSERT INTO entries (entry_id, memory_id, vault_id, creation_time, conversation_time, raw_entry, "
             "summary, tags, idempotency_key, tsv) SELECT md5(seq::text || 'other'), %s, vault_id, creation_time, "
             "conversation_time, raw_entry, summary, tags, NULL, tsv FROM entries WHERE memory_id = %s "
-            "ORDER BY seq LIMIT %s", (neighbour, memory, other))
+            "ORDER BY seq LIMIT %s",
+            (neighbour, memory, other),
+        )
         timings["other_s"] = time.perf_counter() - started
         started = time.perf_counter()
         seqs = conn.execute("SELECT seq, memory_id FROM entries ORDER BY seq").fetchall()
-        with conn.cursor() as cursor, cursor.copy(
-                "COPY entry_vectors (seq, memory_id, model, vector, embedding) FROM STDIN") as copy:
+        with (
+            conn.cursor() as cursor,
+            cursor.copy("COPY entry_vectors (seq, memory_id, model, vector, embedding) FROM STDIN") as copy,
+        ):
             for start in range(0, len(seqs), 10_000):
                 chunk = seqs[start : start + 10_000]
                 vectors = _vectors(rng, len(chunk), kind)
@@ -152,15 +159,23 @@ def _time_searches(store: Any, memory: str, queries: list[str], warmup: int) -> 
     return {"search": _ms(samples), **({"dense_side": _ms(dense)} if dense else {})}
 
 
-def run_dense_pg(out: Path, *, entries: int = 100_000, other: int = 100_000, searches: int = 100,
-                 warmup: int = 10, hnsw_min: int | None = None, vectors: str = "random") -> dict[str, Any]:
+def run_dense_pg(
+    out: Path,
+    *,
+    entries: int = 100_000,
+    other: int = 100_000,
+    searches: int = 100,
+    warmup: int = 10,
+    hnsw_min: int | None = None,
+    vectors: str = "random",
+) -> dict[str, Any]:
     """Load, then time the kinds of search (see the module docstring); results also go to OUT. ``hnsw_min``: the
     index's memory size threshold (default ``embeddings.HNSW_MIN``; tests use a small memory)."""
     from mycelian_agent.errors import ConfigError
+    from mycelian_agent.memory_server.pg_cluster import TemporaryCluster, find_pgvector_bindir
+    from mycelian_agent.memory_server.retrieval.dense.index import HNSW_MIN, DenseVectors
     from mycelian_agent.memory_server.storage import open_store
     from mycelian_agent.memory_server.storage.postgres import vectors as pg_vectors
-    from mycelian_agent.memory_server.retrieval.dense.index import HNSW_MIN, DenseVectors
-    from mycelian_agent.memory_server.pg_cluster import TemporaryCluster, find_pgvector_bindir
 
     bindir = find_pgvector_bindir()
     if bindir is None:
@@ -168,26 +183,45 @@ def run_dense_pg(out: Path, *, entries: int = 100_000, other: int = 100_000, sea
     out.mkdir(parents=True, exist_ok=True)
     cluster = TemporaryCluster.start(bindir)
     results: dict[str, Any] = {
-        "environment": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform(),
-                        "postgres_bindir": str(bindir)},
-        "params": {"entries": entries, "other": other, "searches": searches, "warmup": warmup,
-                   "dimension": DIMENSION, "vectors": f"{vectors} unit vectors; queries by a stand-in encoder"},
+        "environment": {
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "platform": platform.platform(),
+            "postgres_bindir": str(bindir),
+        },
+        "params": {
+            "entries": entries,
+            "other": other,
+            "searches": searches,
+            "warmup": warmup,
+            "dimension": DIMENSION,
+            "vectors": f"{vectors} unit vectors; queries by a stand-in encoder",
+        },
     }
     try:
         url = cluster.create_database("dense_pg")
-        vault, memory, results["load"] = _load(url, entries, other, vectors)
+        _vault, memory, results["load"] = _load(url, entries, other, vectors)
         queries = make_queries(warmup + searches)
 
         def hnsw() -> DenseVectors:
-            return DenseVectors(_RandomQueries(vectors), model=MODEL, write_behind=False,
-                                hnsw_min=HNSW_MIN if hnsw_min is None else hnsw_min)
+            return DenseVectors(
+                _RandomQueries(vectors),
+                model=MODEL,
+                write_behind=False,
+                hnsw_min=HNSW_MIN if hnsw_min is None else hnsw_min,
+            )
 
         # The HNSW search list (ef_search) is at least EF_SEARCH_MIN: the default, and longer ones for the
         # latency a better recall costs.
-        modes = [("lexical", None, None),
-                 ("exact", lambda: DenseVectors(_RandomQueries(vectors), model=MODEL, write_behind=False,
-                                                hnsw_min=10**12), None),
-                 *((f"hnsw ef_search {ef}", hnsw, ef) for ef in (pg_vectors.EF_SEARCH_MIN, 100, 200))]
+        modes = [
+            ("lexical", None, None),
+            (
+                "exact",
+                lambda: DenseVectors(_RandomQueries(vectors), model=MODEL, write_behind=False, hnsw_min=10**12),
+                None,
+            ),
+            *((f"hnsw ef_search {ef}", hnsw, ef) for ef in (pg_vectors.EF_SEARCH_MIN, 100, 200)),
+        ]
         results["latency"], results["hnsw_recall_at_20"] = {}, {}
         nearest: dict[str, list[list[int]]] = {}
         default_ef = pg_vectors.EF_SEARCH_MIN
@@ -202,19 +236,25 @@ def run_dense_pg(out: Path, *, entries: int = 100_000, other: int = 100_000, sea
             finally:
                 pg_vectors.EF_SEARCH_MIN = default_ef
             if ef is not None:
-                overlap = [len(set(a) & set(b)) / max(len(a), 1)
-                           for a, b in zip(nearest["exact"], nearest[mode], strict=True)]
+                overlap = [
+                    len(set(a) & set(b)) / max(len(a), 1) for a, b in zip(nearest["exact"], nearest[mode], strict=True)
+                ]
                 results["hnsw_recall_at_20"][mode] = round(sum(overlap) / len(overlap), 3)
         import psycopg
 
         with psycopg.connect(url, autocommit=True) as conn:
             sizes = conn.execute(
                 "SELECT pg_total_relation_size('entry_vectors'), pg_relation_size(%s), "
-                "(SELECT count(*) FROM entry_vectors)", (f"entry_vectors_hnsw_{DIMENSION}",)).fetchone()
+                "(SELECT count(*) FROM entry_vectors)",
+                (f"entry_vectors_hnsw_{DIMENSION}",),
+            ).fetchone()
         if sizes is None:  # an aggregate query always returns a row
             raise RuntimeError("PostgreSQL returned no sizes")
-        results["sizes"] = {"entry_vectors_total_mb": round(sizes[0] / 2**20, 1),
-                            "hnsw_index_mb": round(sizes[1] / 2**20, 1), "vectors": sizes[2]}
+        results["sizes"] = {
+            "entry_vectors_total_mb": round(sizes[0] / 2**20, 1),
+            "hnsw_index_mb": round(sizes[1] / 2**20, 1),
+            "vectors": sizes[2],
+        }
     finally:
         cluster.stop()
     (out / "dense_pg.json").write_text(json.dumps(results, indent=2))
@@ -234,8 +274,8 @@ def _always(index: Any) -> Any:
 
 def hnsw_parity(url: str, locomo: Path, out: Path) -> dict[str, Any]:
     """Compare the exact scan and the index on LoCoMo questions (see the module docstring); also written to OUT."""
-    from mycelian_agent.memory_server.storage import open_store
     from mycelian_agent.memory_server.retrieval.dense.index import require_dense_index
+    from mycelian_agent.memory_server.storage import open_store
 
     conversations = json.loads(locomo.read_text())
     stores = {}
@@ -244,8 +284,11 @@ def hnsw_parity(url: str, locomo: Path, out: Path) -> dict[str, Any]:
         stores[name] = (index, open_store(url, pool_size=2, dense_factory=_always(index)))
     try:
         reader = stores["exact"][1]
-        memories = {row["title"]: row["memoryId"] for vault in reader.list_vaults()
-                    for row in reader.list_memories(vault["vaultId"])}
+        memories = {
+            row["title"]: row["memoryId"]
+            for vault in reader.list_vaults()
+            for row in reader.list_memories(vault["vaultId"])
+        }
         overlap, same_top10, same_top1 = [], 0, 0
         for conversation in conversations:
             memory = memories[conversation["sample_id"]]
@@ -258,10 +301,13 @@ def hnsw_parity(url: str, locomo: Path, out: Path) -> dict[str, Any]:
                 overlap.append(len(nearest["exact"] & nearest["hnsw"]) / max(1, len(nearest["exact"])))
                 same_top10 += top["exact"] == top["hnsw"]
                 same_top1 += top["exact"][:1] == top["hnsw"][:1]
-        results = {"questions": len(overlap), "dense_recall_at_20": round(sum(overlap) / len(overlap), 4),
-                   "identical_top10": round(same_top10 / len(overlap), 4),
-                   "identical_top1": round(same_top1 / len(overlap), 4),
-                   "paths": {name: dict(index.searches) for name, (index, _) in stores.items()}}
+        results = {
+            "questions": len(overlap),
+            "dense_recall_at_20": round(sum(overlap) / len(overlap), 4),
+            "identical_top10": round(same_top10 / len(overlap), 4),
+            "identical_top1": round(same_top1 / len(overlap), 4),
+            "paths": {name: dict(index.searches) for name, (index, _) in stores.items()},
+        }
     finally:
         for _, store in stores.values():
             store.close()
@@ -272,13 +318,22 @@ def hnsw_parity(url: str, locomo: Path, out: Path) -> dict[str, Any]:
 
 def markdown(results: dict[str, Any]) -> str:
     params = results["params"]
-    lines = [f"Search in a memory of {params['entries']:,} entries (+{params['other']:,} in another memory), "
-             f"{params['searches']} searches, in process, PostgreSQL with pgvector",
-             "", "| search | p50 ms | p95 ms | dense side p50 ms | dense side p95 ms |", "|---|---|---|---|---|"]
+    lines = [
+        f"Search in a memory of {params['entries']:,} entries (+{params['other']:,} in another memory), "
+        f"{params['searches']} searches, in process, PostgreSQL with pgvector",
+        "",
+        "| search | p50 ms | p95 ms | dense side p50 ms | dense side p95 ms |",
+        "|---|---|---|---|---|",
+    ]
     for mode, row in results["latency"].items():
         dense = row.get("dense_side", {})
-        lines.append(f"| {mode} | {row['search']['p50_ms']:.1f} | {row['search']['p95_ms']:.1f} | "
-                     f"{dense.get('p50_ms', float('nan')):.1f} | {dense.get('p95_ms', float('nan')):.1f} |")
-    lines += ["", f"HNSW recall@20 against the exact scan: {results['hnsw_recall_at_20']}; load: {results['load']}; "
-              f"sizes: {results['sizes']}"]
+        lines.append(
+            f"| {mode} | {row['search']['p50_ms']:.1f} | {row['search']['p95_ms']:.1f} | "
+            f"{dense.get('p50_ms', float('nan')):.1f} | {dense.get('p95_ms', float('nan')):.1f} |"
+        )
+    lines += [
+        "",
+        f"HNSW recall@20 against the exact scan: {results['hnsw_recall_at_20']}; load: {results['load']}; "
+        f"sizes: {results['sizes']}",
+    ]
     return "\n".join(lines)

@@ -35,7 +35,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-
 __all__ = ["ingest_rate", "locomo_parity", "oneshot_ratio", "replay_ratio"]
 
 _METRICS = ("recall_any@1", "recall_any@5", "recall_any@10", "recall_all@10")
@@ -45,12 +44,21 @@ _METRICS = ("recall_any@1", "recall_any@5", "recall_any@10", "recall_all@10")
 INGEST_ROWS = (("inline", 1), ("behind", 1), ("behind", 32))
 
 
-async def _ingest(messages: list[dict[str, str]], writes: str, batch: int, db: Path, server: str,
-                  model: str | None = None) -> dict[str, Any]:
+async def _ingest(
+    messages: list[dict[str, str]], writes: str, batch: int, db: Path, server: str, model: str | None = None
+) -> dict[str, Any]:
     from mycelian_agent.builder import build_agent
 
-    async with build_agent("extractive", server, db=str(db), memory=f"{writes}{batch}", embeddings=writes,
-                           embeddings_model=model, batch_size=batch, flush_every=96) as invoker:
+    async with build_agent(
+        "extractive",
+        server,
+        db=str(db),
+        memory=f"{writes}{batch}",
+        embeddings=writes,
+        embeddings_model=model,
+        batch_size=batch,
+        flush_every=96,
+    ) as invoker:
         await invoker.astart_session("t", "2024-05-01T10:00:00Z")
         started = time.perf_counter()
         if batch == 1:
@@ -62,8 +70,14 @@ async def _ingest(messages: list[dict[str, str]], writes: str, batch: int, db: P
         elapsed = time.perf_counter() - started
         await _vectors_written(invoker)
         written = time.perf_counter() - started
-    return {"writes": writes, "batch": batch, "messages": len(messages), "seconds": round(elapsed, 2),
-            "messages_per_s": round(len(messages) / elapsed, 1), "until_vectors_s": round(written, 2)}
+    return {
+        "writes": writes,
+        "batch": batch,
+        "messages": len(messages),
+        "seconds": round(elapsed, 2),
+        "messages_per_s": round(len(messages) / elapsed, 1),
+        "until_vectors_s": round(written, 2),
+    }
 
 
 async def _vectors_written(invoker: Any) -> None:
@@ -85,8 +99,9 @@ def _entries_and_vectors(db: Path) -> tuple[int, int]:
     return counts["entries"], counts["entry_vectors"]
 
 
-def ingest_rate(count: int = 400, *, server: str = "embedded", work: Path | None = None,
-                model: str | None = None) -> list[dict[str, Any]]:
+def ingest_rate(
+    count: int = 400, *, server: str = "embedded", work: Path | None = None, model: str | None = None
+) -> list[dict[str, Any]]:
     """Messages/s with embeddings (dense ``model``; None: auto) for each of :data:`INGEST_ROWS`; every row but the
     first carries its ratio to the first. Raises ``RuntimeError`` if an entry was left without its vector."""
     from mycelian_bench.bench_server import make_corpus
@@ -99,16 +114,24 @@ def ingest_rate(count: int = 400, *, server: str = "embedded", work: Path | None
             row = asyncio.run(_ingest(messages, writes, batch, db, server, model))
             entries, vectors = _entries_and_vectors(db)
             if entries != count or vectors != count:
-                raise RuntimeError(f"{writes} batch {batch}: {entries} entries and {vectors} vectors for {count} "
-                                   "messages")
+                raise RuntimeError(
+                    f"{writes} batch {batch}: {entries} entries and {vectors} vectors for {count} messages"
+                )
             rows.append(row)
     for row in rows[1:]:
         row["vs_baseline"] = round(row["messages_per_s"] / rows[0]["messages_per_s"], 2)
     return rows
 
 
-def locomo_parity(locomo: Path, out: Path, *, pg_url: str | None = None, limit: int | None = None,
-                  workers: int = 3, dense: bool = True) -> dict[str, Any]:
+def locomo_parity(
+    locomo: Path,
+    out: Path,
+    *,
+    pg_url: str | None = None,
+    limit: int | None = None,
+    workers: int = 3,
+    dense: bool = True,
+) -> dict[str, Any]:
     """LoCoMo recall with vectors written at ingestion (lexical search alone without ``dense``), SQLite vs
     PostgreSQL (``pg_url``: an empty database)."""
     from mycelian_agent.memory_server.pg_cluster import TemporaryCluster
@@ -118,29 +141,35 @@ def locomo_parity(locomo: Path, out: Path, *, pg_url: str | None = None, limit: 
     cluster = None if pg_url else TemporaryCluster.start()
     results: dict[str, Any] = {}
     try:
-        target = pg_url if cluster is None else cluster.create_database(
-            "embeddings_parity" if dense else "lexical_parity")
+        target = (
+            pg_url if cluster is None else cluster.create_database("embeddings_parity" if dense else "lexical_parity")
+        )
         for name, db in (("sqlite", None), ("postgres", target)):
             # The runner resumes from the records it finds: a folder left by an earlier run would be reported as
             # this run's recall without a search being made.
             shutil.rmtree(out / name, ignore_errors=True)
             started = time.perf_counter()
             if dense:
-                runner = _with_embeddings(LoCoMoRunner)(out=out / name, db=db, limit=limit, workers=workers,
-                                                        progress=False)
+                runner = _with_embeddings(LoCoMoRunner)(
+                    out=out / name, db=db, limit=limit, workers=workers, progress=False
+                )
             else:  # BM25 alone, said explicitly: hybrid search is the server's default
-                runner = LoCoMoRunner(out=out / name, db=db, limit=limit, workers=workers, progress=False,
-                                      embeddings=False)
+                runner = LoCoMoRunner(
+                    out=out / name, db=db, limit=limit, workers=workers, progress=False, embeddings=False
+                )
             report = runner.run([locomo])
-            results[name] = {"seconds": round(time.perf_counter() - started, 1),
-                             **{key: table.overall.as_dict() for key, table in report.tables.items()}}
+            results[name] = {
+                "seconds": round(time.perf_counter() - started, 1),
+                **{key: table.overall.as_dict() for key, table in report.tables.items()},
+            }
     finally:
         if cluster is not None:
             cluster.stop()
     for key, row in results["sqlite"].items():
         if isinstance(row, dict):
             results.setdefault("difference", {})[key] = {
-                m: round(results["postgres"][key][m] - row[m], 3) for m in _METRICS if m in row}
+                m: round(results["postgres"][key][m] - row[m], 3) for m in _METRICS if m in row
+            }
     (out / "parity.json").write_text(json.dumps(results, indent=2))
     return results
 
@@ -175,8 +204,9 @@ def replay_ratio(locomo: Path, *, sample: int = 0, runs: int = 3, work: Path | N
     time), the ratio of the medians, and the entries each hybrid run left without a vector."""
     data = json.loads(locomo.read_text(encoding="utf-8"))
     if not isinstance(data, list) or not 0 <= sample < len(data):
-        raise ValueError(f"{locomo} holds {len(data) if isinstance(data, list) else 0} LoCoMo samples; "
-                         f"sample {sample} is not one")
+        raise ValueError(
+            f"{locomo} holds {len(data) if isinstance(data, list) else 0} LoCoMo samples; sample {sample} is not one"
+        )
     times: dict[str, list[float]] = {"hybrid": [], "lexical": []}
     elapsed: dict[str, list[float]] = {"hybrid": [], "lexical": []}
     pending: list[int] = []
@@ -193,10 +223,16 @@ def replay_ratio(locomo: Path, *, sample: int = 0, runs: int = 3, work: Path | N
                 elapsed[kind].append(round(summary["elapsed_s"], 2))
                 if kind == "hybrid":
                     pending.append(int(summary.get("pending_vectors", 0)))
-    return {"conversation": data[sample].get("sample_id"), "messages": summary["messages"], "runs": runs,
-            "wall_s": times, "replay_elapsed_s": elapsed, "hybrid_pending_vectors": pending,
-            "wall_ratio": round(_median(times["hybrid"]) / _median(times["lexical"]), 2),
-            "elapsed_ratio": round(_median(elapsed["hybrid"]) / _median(elapsed["lexical"]), 2)}
+    return {
+        "conversation": data[sample].get("sample_id"),
+        "messages": summary["messages"],
+        "runs": runs,
+        "wall_s": times,
+        "replay_elapsed_s": elapsed,
+        "hybrid_pending_vectors": pending,
+        "wall_ratio": round(_median(times["hybrid"]) / _median(times["lexical"]), 2),
+        "elapsed_ratio": round(_median(elapsed["hybrid"]) / _median(elapsed["lexical"]), 2),
+    }
 
 
 def oneshot_ratio(*, runs: int = 5, work: Path | None = None) -> dict[str, Any]:

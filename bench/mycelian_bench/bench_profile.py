@@ -29,8 +29,18 @@ COMPONENTS: tuple[tuple[str, str], ...] = (
     ("/langsmith/", "langchain_core runnables, callbacks, messages"),
     ("mycelian_agent/", "mycelian_agent (state, prompts, invoker)"),
 )
-_HELPERS = ("<built-in>", "<frozen", "<string>", "/pydantic/", "/pydantic_core/", "/typing_extensions",
-            "/ormsgpack/", "/uuid_utils/", "/jsonpatch", "/jsonpointer")
+_HELPERS = (
+    "<built-in>",
+    "<frozen",
+    "<string>",
+    "/pydantic/",
+    "/pydantic_core/",
+    "/typing_extensions",
+    "/ormsgpack/",
+    "/uuid_utils/",
+    "/jsonpatch",
+    "/jsonpointer",
+)
 _WAITS = ("poll", "select", "control")
 IDLE = "idle: awaiting I/O (server reply, SQLite thread)"
 LOOP = "asyncio event loop"

@@ -42,20 +42,36 @@ from mycelian_agent.conversations.formats import LOCOMO_CATEGORIES, Question
 from mycelian_agent.dates import strip_resolved_dates
 from mycelian_agent.errors import ConfigError, make_folder
 from mycelian_agent.recall.hits import estimate_tokens, when_label
-from mycelian_bench.records import append_jsonl, read_jsonl, write_json
-from mycelian_bench.runner import progress_bar, usage_by_model, usage_totals
 from mycelian_bench.bench_common import QA_CONDITIONS
 from mycelian_bench.metrics import answer_tokens, token_f1
 from mycelian_bench.qa_report import markdown_tables, print_summary, summarize
 from mycelian_bench.qa_slices import QASlice, QATurn, make_slices, pick_questions, slice_conversation, slice_turns
+from mycelian_bench.records import append_jsonl, read_jsonl, write_json
+from mycelian_bench.runner import progress_bar, usage_by_model, usage_totals
 
 if TYPE_CHECKING:  # pragma: no cover
     from langchain_core.language_models import BaseChatModel
 
 __all__ = [
-    "CONDITIONS", "READER_SYSTEM_PROMPT", "QASlice", "QATurn", "QABench", "slice_conversation", "make_slices",
-    "pick_questions", "slice_turns", "bm25_block", "full_block", "reader_prompt", "exact_match", "evidence_shown",
-    "resolve_reader", "check_endpoint", "summarize", "print_summary", "markdown_tables",
+    "CONDITIONS",
+    "READER_SYSTEM_PROMPT",
+    "QABench",
+    "QASlice",
+    "QATurn",
+    "bm25_block",
+    "check_endpoint",
+    "evidence_shown",
+    "exact_match",
+    "full_block",
+    "make_slices",
+    "markdown_tables",
+    "pick_questions",
+    "print_summary",
+    "reader_prompt",
+    "resolve_reader",
+    "slice_conversation",
+    "slice_turns",
+    "summarize",
 ]
 
 #: The conditions, in the order they are reported.
@@ -141,7 +157,7 @@ def _clean_answer(text: str) -> str:
     line = next((part.strip() for part in text.strip().splitlines() if part.strip()), "")
     for label in ("short answer:", "answer:"):
         if line.lower().startswith(label):
-            line = line[len(label):].strip()
+            line = line[len(label) :].strip()
     return line
 
 
@@ -155,12 +171,20 @@ def check_endpoint(base_url: str, timeout: float = 5.0) -> None:
     try:
         httpx.get(base_url.rstrip("/") + "/models", timeout=timeout)
     except httpx.HTTPError as exc:
-        raise ConfigError(f"reader endpoint {base_url} unreachable ({type(exc).__name__}: {exc}); start it "
-                          "(e.g. mycelian-agent local-llm serve --port 8090) or fix --base-url") from None
+        raise ConfigError(
+            f"reader endpoint {base_url} unreachable ({type(exc).__name__}: {exc}); start it "
+            "(e.g. mycelian-agent local-llm serve --port 8090) or fix --base-url"
+        ) from None
 
 
-def resolve_reader(reader: "str | BaseChatModel", *, api_key: str | None = None, base_url: str | None = None,
-                   max_tokens: int | None = 64, model_timeout: float | None = 120.0) -> "BaseChatModel":
+def resolve_reader(
+    reader: str | BaseChatModel,
+    *,
+    api_key: str | None = None,
+    base_url: str | None = None,
+    max_tokens: int | None = 64,
+    model_timeout: float | None = 120.0,
+) -> BaseChatModel:
     """The reader chat model: ``"openai:<model>"`` (checked reachable when ``base_url`` is given) or any LangChain
     chat model, returned as is."""
     from langchain_core.language_models import BaseChatModel
@@ -171,8 +195,9 @@ def resolve_reader(reader: "str | BaseChatModel", *, api_key: str | None = None,
         return reader
     if not isinstance(reader, str) or not reader.strip().lower().startswith("openai:"):
         raise ConfigError(f"reader must be 'openai:<model>' or a LangChain chat model, got {reader!r}")
-    model = resolve_model(reader, api_key=api_key, base_url=base_url, max_tokens=max_tokens, timeout=model_timeout,
-                          max_retries=1)
+    model = resolve_model(
+        reader, api_key=api_key, base_url=base_url, max_tokens=max_tokens, timeout=model_timeout, max_retries=1
+    )
     if base_url:
         check_endpoint(base_url)
     return model
@@ -187,20 +212,25 @@ def _unreachable(exc: BaseException) -> bool:
     return isinstance(exc, openai.APIConnectionError) and not isinstance(exc, openai.APITimeoutError)
 
 
-async def _ask(reader: "BaseChatModel", system: str, human: str) -> tuple[str, dict[str, Any]]:
+async def _ask(reader: BaseChatModel, system: str, human: str) -> tuple[str, dict[str, Any]]:
     """The reader's answer and its token usage (``source``: ``endpoint`` when reported, else ``estimate``)."""
     from langchain_core.messages import HumanMessage, SystemMessage
 
     reply = await reader.ainvoke([SystemMessage(system), HumanMessage(human)])
-    content = reply.content if isinstance(reply.content, str) else "".join(
-        part.get("text", "") if isinstance(part, dict) else str(part) for part in reply.content)
+    content = (
+        reply.content
+        if isinstance(reply.content, str)
+        else "".join(part.get("text", "") if isinstance(part, dict) else str(part) for part in reply.content)
+    )
     usage = getattr(reply, "usage_metadata", None) or {}
     reported = int(usage.get("input_tokens") or 0)
     cached = int((usage.get("input_token_details") or {}).get("cache_read") or 0)
     return content, {
         "prompt_tokens": reported or estimate_tokens(system) + estimate_tokens(human) + _PROMPT_OVERHEAD,
         "prompt_tokens_source": "endpoint" if reported else "estimate",
-        "completion_tokens": int(usage.get("output_tokens") or 0), "cached_tokens": cached}
+        "completion_tokens": int(usage.get("output_tokens") or 0),
+        "cached_tokens": cached,
+    }
 
 
 # ------------------------------------------------------------------------------------------------ the run
@@ -217,7 +247,7 @@ class QABench:
 
     out: str | Path
     locomo: Sequence[str | os.PathLike[str]]
-    reader: "str | BaseChatModel"
+    reader: str | BaseChatModel
     api_key: str | None = None
     base_url: str | None = None
     max_tokens: int | None = 64
@@ -255,9 +285,16 @@ class QABench:
         return model_name(self.reader)
 
     def _settings(self) -> dict[str, Any]:
-        return {"locomo": [Path(p).name for p in self.locomo], "slice_tokens": self.slice_tokens,
-                "context_tokens": self.context_tokens, "budget_tokens": self.budget_tokens, "bm25_k": self.bm25_k,
-                "reader": self.reader_name, "max_tokens": self.max_tokens, "prompt": READER_SYSTEM_PROMPT}
+        return {
+            "locomo": [Path(p).name for p in self.locomo],
+            "slice_tokens": self.slice_tokens,
+            "context_tokens": self.context_tokens,
+            "budget_tokens": self.budget_tokens,
+            "bm25_k": self.bm25_k,
+            "reader": self.reader_name,
+            "max_tokens": self.max_tokens,
+            "prompt": READER_SYSTEM_PROMPT,
+        }
 
     def _check_settings(self) -> None:
         """Refuse to add records made with other settings to ``out``'s; record the settings of a new ``out``."""
@@ -267,8 +304,10 @@ class QABench:
             held = json.loads(path.read_text(encoding="utf-8"))
             changed = sorted(k for k in settings if held.get(k) != settings[k])
             if changed:
-                raise ConfigError(f"{self.out} holds records made with other settings ({', '.join(changed)}): "
-                                  "use another --out, or the same settings to resume")
+                raise ConfigError(
+                    f"{self.out} holds records made with other settings ({', '.join(changed)}): "
+                    "use another --out, or the same settings to resume"
+                )
         else:
             write_json(path, settings)
 
@@ -287,8 +326,13 @@ class QABench:
         todo = sum((q.question_id, c) not in done for _, qs in plan for q in qs for c in self.conditions)
         started, answered = time.perf_counter(), 0
         if todo:
-            reader = resolve_reader(self.reader, api_key=self.api_key, base_url=self.base_url,
-                                    max_tokens=self.max_tokens, model_timeout=self.model_timeout)
+            reader = resolve_reader(
+                self.reader,
+                api_key=self.api_key,
+                base_url=self.base_url,
+                max_tokens=self.max_tokens,
+                model_timeout=self.model_timeout,
+            )
             with progress_bar(self.progress) as progress:
                 task = progress.add_task("answers", total=todo, note="")
                 for piece, questions in plan:
@@ -297,8 +341,9 @@ class QABench:
                         answered += await self._slice(piece, pending, reader, progress, task)
         return self.summary(plan, this_run={"answers": answered, "wall_s": round(time.perf_counter() - started, 1)})
 
-    async def _slice(self, piece: QASlice, pending: dict[str, list[Question]], reader: "BaseChatModel",
-                     progress: Any, task: Any) -> int:
+    async def _slice(
+        self, piece: QASlice, pending: dict[str, list[Question]], reader: BaseChatModel, progress: Any, task: Any
+    ) -> int:
         turns = slice_turns(piece.conversation)
         texts = {t.dia_id: t.text for t in turns}
         recalls = await self._recalls(piece, pending["recall"]) if pending.get("recall") else {}
@@ -322,8 +367,10 @@ class QABench:
                 answered += 1
                 progress.update(task, advance=1, note=f"{question.question_id} {condition}")
                 if self.echo:
-                    self.echo(f"{question.question_id} {condition}: f1 {record['f1']:.2f}, "
-                              f"{record['prompt_tokens']} prompt tokens, {record['seconds']:.1f} s")
+                    self.echo(
+                        f"{question.question_id} {condition}: f1 {record['f1']:.2f}, "
+                        f"{record['prompt_tokens']} prompt tokens, {record['seconds']:.1f} s"
+                    )
         return answered
 
     async def _recalls(self, piece: QASlice, questions: Sequence[Question]) -> dict[str, tuple[str, int, dict]]:
@@ -333,8 +380,14 @@ class QABench:
 
         out = Path(self.out)
         blocks: dict[str, tuple[str, int, dict]] = {}
-        async with build_agent("extractive", "in-process", db=str(out / "memory.db"), vault=VAULT,
-                               memory=piece.title, checkpointer=f"sqlite:{out / 'state.db'}") as invoker:
+        async with build_agent(
+            "extractive",
+            "in-process",
+            db=str(out / "memory.db"),
+            vault=VAULT,
+            memory=piece.title,
+            checkpointer=f"sqlite:{out / 'state.db'}",
+        ) as invoker:
             stats = await replay_conversation(invoker, piece.conversation, thread_id=piece.title)
             if stats.messages:  # the thread's usage totals, for the summary's rows (a resumed slice keeps its line)
                 status = await invoker.athread_status(piece.title)
@@ -342,18 +395,34 @@ class QABench:
             if self.echo and stats.messages:
                 self.echo(f"{piece.slice_id}: {stats.messages} messages stored in {stats.elapsed_s:.1f} s")
             if not hasattr(invoker, "arecall"):
-                raise ConfigError("this mycelian_agent has no invoker.arecall (the recall API): the recall "
-                                  "condition cannot run; leave it out of --conditions")
+                raise ConfigError(
+                    "this mycelian_agent has no invoker.arecall (the recall API): the recall "
+                    "condition cannot run; leave it out of --conditions"
+                )
             for question in questions:
                 recall = await invoker.arecall(question.question, user=None, budget_tokens=self.budget_tokens)
-                blocks[question.question_id] = (recall.as_prompt(), int(recall.tokens),
-                                                {"recall_turns": len(recall.turns), "recall_notes": len(recall.notes),
-                                                 "recall_hits": len(recall.hits)})
+                blocks[question.question_id] = (
+                    recall.as_prompt(),
+                    int(recall.tokens),
+                    {
+                        "recall_turns": len(recall.turns),
+                        "recall_notes": len(recall.notes),
+                        "recall_hits": len(recall.hits),
+                    },
+                )
         return blocks
 
-    async def _answer(self, piece: QASlice, question: Question, condition: str, block: str | None,
-                      block_tokens: int, extra: dict[str, Any], texts: dict[str, str],
-                      reader: "BaseChatModel") -> dict[str, Any] | None:
+    async def _answer(
+        self,
+        piece: QASlice,
+        question: Question,
+        condition: str,
+        block: str | None,
+        block_tokens: int,
+        extra: dict[str, Any],
+        texts: dict[str, str],
+        reader: BaseChatModel,
+    ) -> dict[str, Any] | None:
         system, human = reader_prompt(block, question.question, piece.question_date)
         started = time.perf_counter()
         try:
@@ -361,21 +430,33 @@ class QABench:
         except Exception as exc:
             if _unreachable(exc):
                 where = f" {self.base_url}" if self.base_url else ""
-                raise ConfigError(f"reader endpoint{where} unreachable ({type(exc).__name__}: {exc}); start it or "
-                                  "fix --base-url, then run the same command again to resume") from None
+                raise ConfigError(
+                    f"reader endpoint{where} unreachable ({type(exc).__name__}: {exc}); start it or "
+                    "fix --base-url, then run the same command again to resume"
+                ) from None
             self.failures[f"{question.question_id} {condition}"] = f"{type(exc).__name__}: {str(exc)[:300]}"
             return None
         hypothesis = _clean_answer(reply)
         return {
-            "question_id": question.question_id, "condition": condition, "slice_id": piece.slice_id,
-            "sample_id": piece.sample_id, "category": question.category,
+            "question_id": question.question_id,
+            "condition": condition,
+            "slice_id": piece.slice_id,
+            "sample_id": piece.sample_id,
+            "category": question.category,
             "category_name": LOCOMO_CATEGORIES.get(question.category, question.category),
-            "question": question.question, "answer": question.answer, "question_date": piece.question_date,
-            "evidence": list(question.evidence), "hypothesis": hypothesis, "reply": reply,
-            "f1": round(token_f1(hypothesis, question.answer), 4), "em": exact_match(hypothesis, question.answer),
-            "block_tokens": block_tokens, **usage,
+            "question": question.question,
+            "answer": question.answer,
+            "question_date": piece.question_date,
+            "evidence": list(question.evidence),
+            "hypothesis": hypothesis,
+            "reply": reply,
+            "f1": round(token_f1(hypothesis, question.answer), 4),
+            "em": exact_match(hypothesis, question.answer),
+            "block_tokens": block_tokens,
+            **usage,
             "evidence_shown": evidence_shown(block, question.evidence, texts),
-            "seconds": round(time.perf_counter() - started, 3), **extra,
+            "seconds": round(time.perf_counter() - started, 3),
+            **extra,
         }
 
     @property
@@ -386,12 +467,15 @@ class QABench:
     def _usage_by_model(self, records: Sequence[dict[str, Any]]) -> dict[str, dict[str, int]]:
         """The rows of the ingestion model(s) and the reader's, over ``records``."""
         latest = {line["slice_id"]: line["usage"] for line in read_jsonl(self.ingestion_path)}
-        reader = {"llm_calls": len(records), **{key: sum(int(r.get(key) or 0) for r in records)
-                                                for key in ("prompt_tokens", "completion_tokens")}}
+        reader = {
+            "llm_calls": len(records),
+            **{key: sum(int(r.get(key) or 0) for r in records) for key in ("prompt_tokens", "completion_tokens")},
+        }
         return usage_by_model(usage_totals(latest.values()), self.reader_name, reader)
 
-    def summary(self, plan: Sequence[tuple[QASlice, list[Question]]] | None = None,
-                this_run: dict[str, Any] | None = None) -> dict[str, Any]:
+    def summary(
+        self, plan: Sequence[tuple[QASlice, list[Question]]] | None = None, this_run: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
         """Rebuild ``qa_summary.json`` from the records of the planned questions (all recorded ones without a
         plan) and return it."""
         records = read_jsonl(self.records_path)
@@ -399,11 +483,17 @@ class QABench:
             wanted = {q.question_id for _, qs in plan for q in qs}
             records = [r for r in records if r["question_id"] in wanted]
         summary = summarize(records, self.conditions)
-        summary.update({
-            "benchmark": "qa", "out": str(self.out), "reader": self.reader_name, "settings": self._settings(),
-            "slices": [p.describe() | {"picked": len(qs)} for p, qs in plan] if plan is not None else None,
-            "failed": dict(self.failures), "this_run": this_run or {},
-        })
+        summary.update(
+            {
+                "benchmark": "qa",
+                "out": str(self.out),
+                "reader": self.reader_name,
+                "settings": self._settings(),
+                "slices": [p.describe() | {"picked": len(qs)} for p, qs in plan] if plan is not None else None,
+                "failed": dict(self.failures),
+                "this_run": this_run or {},
+            }
+        )
         summary["settings"].pop("prompt", None)
         summary["usage_by_model"] = self._usage_by_model(records)
         write_json(Path(self.out) / "qa_summary.json", summary)

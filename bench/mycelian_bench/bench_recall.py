@@ -28,7 +28,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from mycelian_bench.metrics import RecallRecord, RecallTable, aggregate, unique_in_order
 from mycelian_bench.bench_common import (
     BenchResult,
     Target,
@@ -38,6 +37,7 @@ from mycelian_bench.bench_common import (
 )
 from mycelian_bench.locomo import LoCoMoRunner, category_label, load_locomo
 from mycelian_bench.longmemeval import SingleQuestionRunner, load_longmemeval, search_bound
+from mycelian_bench.metrics import RecallRecord, RecallTable, aggregate, unique_in_order
 
 __all__ = ["OkapiBM25", "bm25_ranker", "run_recall", "tokenize"]
 
@@ -55,8 +55,9 @@ class OkapiBM25:
     zero raised to ``epsilon`` x the mean idf), written out so the baseline needs no package outside the base install;
     ``tests/test_bench.py`` checks it against ``rank_bm25`` where that is installed."""
 
-    def __init__(self, corpus: Sequence[Sequence[str]], k1: float = 1.5, b: float = 0.75,
-                 epsilon: float = 0.25) -> None:
+    def __init__(
+        self, corpus: Sequence[Sequence[str]], k1: float = 1.5, b: float = 0.75, epsilon: float = 0.25
+    ) -> None:
         self.k1, self.b = k1, b
         self.doc_freqs = [Counter(doc) for doc in corpus]
         self.doc_len = [len(doc) for doc in corpus]
@@ -111,9 +112,18 @@ def _with_embeddings(runner_cls: type, model: str | None = None) -> type:
             from mycelian_agent.builder import build_agent
 
             Path(self.out).mkdir(parents=True, exist_ok=True)
-            async with build_agent(self.model, self.server, db=self.db_path, vault=self.vault, memory=first_title,
-                                   checkpointer=f"sqlite:{self.state_path}", flush_every=self.flush_every,
-                                   embeddings=True, embeddings_model=model, batch_size=self.batch_size) as invoker:
+            async with build_agent(
+                self.model,
+                self.server,
+                db=self.db_path,
+                vault=self.vault,
+                memory=first_title,
+                checkpointer=f"sqlite:{self.state_path}",
+                flush_every=self.flush_every,
+                embeddings=True,
+                embeddings_model=model,
+                batch_size=self.batch_size,
+            ) as invoker:
                 yield MemoryHarness(invoker, self.flush_every)
 
     Hybrid.__name__ = f"Hybrid{runner_cls.__name__}"
@@ -140,15 +150,28 @@ def _embed_copy(target: Path, model: str | None = None) -> None:
 # ------------------------------------------------------------------------------------------------ data sets
 
 
-def _locomo(paths: list[Path], work: Path, limit: int | None, limit_questions: int | None, workers: int,
-            hybrid: bool, batch_size: int = 1, model: str | None = None) -> dict[str, Any]:
-    base: dict[str, Any] = {"limit": limit, "limit_questions": limit_questions, "workers": workers,
-                            "progress": False, "batch_size": batch_size}
+def _locomo(
+    paths: list[Path],
+    work: Path,
+    limit: int | None,
+    limit_questions: int | None,
+    workers: int,
+    hybrid: bool,
+    batch_size: int = 1,
+    model: str | None = None,
+) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "limit": limit,
+        "limit_questions": limit_questions,
+        "workers": workers,
+        "progress": False,
+        "batch_size": batch_size,
+    }
     lexical_dir = work / "locomo" / "memory"
     shutil.rmtree(lexical_dir, ignore_errors=True)
     lexical = LoCoMoRunner(out=lexical_dir, embeddings=False, **base).run(paths)
     main, adversarial = "evidence recall, categories 1-4", "adversarial (category 5, reported apart)"
-    tables = {"memory": {k: v for k, v in lexical.tables.items()}}
+    tables = {"memory": dict(lexical.tables)}
     search_k = lexical.summary["search_k"]
     records: dict[str, list[RecallRecord]] = {main: [], adversarial: []}
     implementation = ""
@@ -159,8 +182,9 @@ def _locomo(paths: list[Path], work: Path, limit: int | None, limit_questions: i
         for question in sample.questions[:limit_questions]:
             retrieved = unique_in_order(_top(index, ids, question.question, search_k))
             name = adversarial if question.is_abstention else main
-            records[name].append(RecallRecord(question.question_id, category_label(question.category), retrieved,
-                                              question.evidence))
+            records[name].append(
+                RecallRecord(question.question_id, category_label(question.category), retrieved, question.evidence)
+            )
     tables["bm25"] = {name: aggregate(recs, KS) for name, recs in records.items() if recs}
     if hybrid:
         hybrid_dir = work / "locomo" / "hybrid"
@@ -170,12 +194,14 @@ def _locomo(paths: list[Path], work: Path, limit: int | None, limit_questions: i
     return {"tables": tables, "summary": lexical.summary, "bm25": implementation}
 
 
-def _longmemeval(path: Path, work: Path, workers: int, hybrid: bool, batch_size: int = 1,
-                 model: str | None = None) -> dict[str, Any]:
+def _longmemeval(
+    path: Path, work: Path, workers: int, hybrid: bool, batch_size: int = 1, model: str | None = None
+) -> dict[str, Any]:
     lexical_dir = work / "longmemeval" / path.stem / "memory"
     shutil.rmtree(lexical_dir, ignore_errors=True)
-    lexical = SingleQuestionRunner(out=lexical_dir, workers=workers, progress=False,
-                                   batch_size=batch_size, embeddings=False).run([path])
+    lexical = SingleQuestionRunner(
+        out=lexical_dir, workers=workers, progress=False, batch_size=batch_size, embeddings=False
+    ).run([path])
     session_name, turn_name = "session recall (answer_session_ids)", "turn recall (has_answer turns)"
     tables = {"memory": dict(lexical.tables)}
     sessions: list[RecallRecord] = []
@@ -184,26 +210,38 @@ def _longmemeval(path: Path, work: Path, workers: int, hybrid: bool, batch_size:
     for conversation in load_longmemeval([path]):
         question = conversation.questions[0]
         before = search_bound(question.question_date)
-        pairs = [(m.content, s.session_id, m.tags.get("turn", "")) for s in conversation.sessions
-                 if not (before and s.conversation_time and s.conversation_time >= before) for m in s.messages]
+        pairs = [
+            (m.content, s.session_id, m.tags.get("turn", ""))
+            for s in conversation.sessions
+            if not (before and s.conversation_time and s.conversation_time >= before)
+            for m in s.messages
+        ]
         index, implementation = bm25_ranker([text for text, _, _ in pairs])
         # Every turn ranked: LongMemEval's rule extends the ranking until it holds k distinct sessions.
         top = _top(index, [f"{sid}\x00{turn}" for _, sid, turn in pairs], question.question, len(pairs))
         found_sessions = unique_in_order(item.split("\x00")[0] for item in top)
         found_turns = unique_in_order(item.replace("\x00", ":") for item in top)
         abstain = question.is_abstention
-        sessions.append(RecallRecord(question.question_id, question.category, found_sessions,
-                                     () if abstain else question.evidence))
-        turns.append(RecallRecord(question.question_id, question.category, found_turns,
-                                  () if abstain else question.evidence_turns))
+        sessions.append(
+            RecallRecord(question.question_id, question.category, found_sessions, () if abstain else question.evidence)
+        )
+        turns.append(
+            RecallRecord(
+                question.question_id, question.category, found_turns, () if abstain else question.evidence_turns
+            )
+        )
     tables["bm25"] = {session_name: aggregate(sessions, KS), turn_name: aggregate(turns, KS)}
     if hybrid:
         hybrid_dir = work / "longmemeval" / path.stem / "hybrid"
         _copy_ingested(lexical_dir, hybrid_dir)
         _embed_copy(hybrid_dir, model)
-        tables["hybrid"] = dict(_with_embeddings(SingleQuestionRunner, model)(out=hybrid_dir, workers=workers,
-                                                                       progress=False,
-                                                                       batch_size=batch_size).run([path]).tables)
+        tables["hybrid"] = dict(
+            _with_embeddings(SingleQuestionRunner, model)(
+                out=hybrid_dir, workers=workers, progress=False, batch_size=batch_size
+            )
+            .run([path])
+            .tables
+        )
     return {"tables": tables, "summary": lexical.summary, "bm25": implementation}
 
 
@@ -264,17 +302,35 @@ def _compare(dataset: str, level: str, tables: dict[str, dict[str, RecallTable]]
                 ours = getattr(mine_row, f"recall_{metric}")(10)
                 theirs = getattr(base_row, f"recall_{metric}")(10)
                 if ours + 1e-9 < theirs:
-                    below.append({"dataset": dataset, "level": level, "category": category, "method": method,
-                                  "metric": f"recall_{metric}@10", "value": ours, "bm25": theirs,
-                                  "questions": mine_row.count})
+                    below.append(
+                        {
+                            "dataset": dataset,
+                            "level": level,
+                            "category": category,
+                            "method": method,
+                            "metric": f"recall_{metric}@10",
+                            "value": ours,
+                            "bm25": theirs,
+                            "questions": mine_row.count,
+                        }
+                    )
     shown = [METHOD_NAMES[m] for m in methods]
     headers = ["category", "n"] + [f"{m} any@1/5/10" for m in shown] + [f"{m} all@1/5/10" for m in shown]
     return md_table(headers, rows), below
 
 
-def run_recall(out: Path, *, locomo: Sequence[str | Path], longmemeval: Sequence[str | Path],
-               limit: int | None = None, limit_questions: int | None = None, workers: int = 3,
-               hybrid: str = "auto", batch_size: int = 1, embeddings_model: str | None = None) -> BenchResult:
+def run_recall(
+    out: Path,
+    *,
+    locomo: Sequence[str | Path],
+    longmemeval: Sequence[str | Path],
+    limit: int | None = None,
+    limit_questions: int | None = None,
+    workers: int = 3,
+    hybrid: str = "auto",
+    batch_size: int = 1,
+    embeddings_model: str | None = None,
+) -> BenchResult:
     """Memory search vs BM25 (and hybrid) recall on LoCoMo and LongMemEval files. ``hybrid``: auto|on|off, on
     ``embeddings_model`` (None: auto); ``batch_size`` > 1 ingests in batched mode."""
     started = time.perf_counter()
@@ -286,30 +342,53 @@ def run_recall(out: Path, *, locomo: Sequence[str | Path], longmemeval: Sequence
     if hybrid == "on" and not available:
         notes.append("hybrid requested but the embeddings extra is not importable: the server falls back to BM25")
     elif not use_hybrid:
-        notes.append("hybrid dense+BM25 search not run: " + ("--hybrid off" if hybrid == "off" else
-                     "the embeddings extra is not importable here (pip install 'mycelian-agent[embeddings]')"))
+        notes.append(
+            "hybrid dense+BM25 search not run: "
+            + (
+                "--hybrid off"
+                if hybrid == "off"
+                else "the embeddings extra is not importable here (pip install 'mycelian-agent[embeddings]')"
+            )
+        )
     work = out / "work" / "recall"
     datasets: dict[str, Any] = {}
     if locomo_paths:
-        datasets["locomo"] = _locomo(locomo_paths, work, limit, limit_questions, workers, use_hybrid, batch_size,
-                                     embeddings_model)
+        datasets["locomo"] = _locomo(
+            locomo_paths, work, limit, limit_questions, workers, use_hybrid, batch_size, embeddings_model
+        )
     for path in lme_paths:
-        datasets[f"longmemeval/{path.stem}"] = _longmemeval(path, work, workers, use_hybrid, batch_size,
-                                                                embeddings_model)
-    result = BenchResult("recall", {"params": {
-        "locomo": [str(p) for p in locomo_paths], "longmemeval": [str(p) for p in lme_paths], "limit": limit,
-        "limit_questions": limit_questions, "ks": list(KS), "hybrid": use_hybrid, "model": "extractive",
-        "embeddings_model": _model_id(embeddings_model) if use_hybrid else None,
-        "batch_size": batch_size}})
+        datasets[f"longmemeval/{path.stem}"] = _longmemeval(
+            path, work, workers, use_hybrid, batch_size, embeddings_model
+        )
+    result = BenchResult(
+        "recall",
+        {
+            "params": {
+                "locomo": [str(p) for p in locomo_paths],
+                "longmemeval": [str(p) for p in lme_paths],
+                "limit": limit,
+                "limit_questions": limit_questions,
+                "ks": list(KS),
+                "hybrid": use_hybrid,
+                "model": "extractive",
+                "embeddings_model": _model_id(embeddings_model) if use_hybrid else None,
+                "batch_size": batch_size,
+            }
+        },
+    )
     below_all: list[dict[str, Any]] = []
     json_tables: dict[str, Any] = {}
     plot_rows: list[tuple[str, dict[str, float | None]]] = []
     for dataset, info in datasets.items():
-        json_tables[dataset] = {m: {lvl: t.as_dict() for lvl, t in levels.items()}
-                                for m, levels in info["tables"].items()}
+        json_tables[dataset] = {
+            m: {lvl: t.as_dict() for lvl, t in levels.items()} for m, levels in info["tables"].items()
+        }
         run = info["summary"]["this_run"]
-        json_tables[dataset]["ingestion"] = {**info["summary"]["ingestion"], "wall_s": run.get("wall_s"),
-                                             "messages_per_s": run.get("messages_per_s")}
+        json_tables[dataset]["ingestion"] = {
+            **info["summary"]["ingestion"],
+            "wall_s": run.get("wall_s"),
+            "messages_per_s": run.get("messages_per_s"),
+        }
         for level in info["tables"]["memory"]:
             if level not in info["tables"]["bm25"]:
                 continue
@@ -330,31 +409,55 @@ def run_recall(out: Path, *, locomo: Sequence[str | Path], longmemeval: Sequence
                     values[method] = r.recall_any(10) if r is not None and r.count else None
                 plot_rows.append((f"{dataset.split('/')[-1][:18]} {level.split(' ')[0]}: {category}", values))
         rate = run.get("messages_per_s")
-        notes.append(f"{dataset}: BM25 baseline = {info['bm25']}; ingested {run.get('messages', 0)} messages in "
-                     f"{run.get('wall_s', 0):.1f} s wall with {workers} workers, questions included"
-                     + (f" ({rate:.1f} messages/s)" if rate else ""))
+        notes.append(
+            f"{dataset}: BM25 baseline = {info['bm25']}; ingested {run.get('messages', 0)} messages in "
+            f"{run.get('wall_s', 0):.1f} s wall with {workers} workers, questions included"
+            + (f" ({rate:.1f} messages/s)" if rate else "")
+        )
     result.data["tables"] = json_tables
     result.data["below_bm25"] = below_all
     memory_below = [b for b in below_all if b["method"] == "memory"]
     hybrid_below = [b for b in below_all if b["method"] == "hybrid"]
     for b in below_all:
-        notes.append(f"BELOW BM25: {b['method']} {b['dataset']} / {b['level']} / {b['category']}: {b['metric']} "
-                     f"{b['value']:.3f} < BM25 {b['bm25']:.3f} (n={b['questions']})")
-    result.targets.append(Target(
-        "recall vs BM25", "memory search recall@10 (any and all) >= BM25 over raw turns on every category",
-        "below on " + (", ".join(f"{b['dataset']}/{b['category']} {b['metric']}" for b in memory_below)
-                       if memory_below else "no category"),
-        met=not memory_below, why="listed in the notes (BELOW BM25)"))
+        notes.append(
+            f"BELOW BM25: {b['method']} {b['dataset']} / {b['level']} / {b['category']}: {b['metric']} "
+            f"{b['value']:.3f} < BM25 {b['bm25']:.3f} (n={b['questions']})"
+        )
+    result.targets.append(
+        Target(
+            "recall vs BM25",
+            "memory search recall@10 (any and all) >= BM25 over raw turns on every category",
+            "below on "
+            + (
+                ", ".join(f"{b['dataset']}/{b['category']} {b['metric']}" for b in memory_below)
+                if memory_below
+                else "no category"
+            ),
+            met=not memory_below,
+            why="listed in the notes (BELOW BM25)",
+        )
+    )
     if use_hybrid:
-        result.targets.append(Target(
-            "hybrid recall vs BM25", "hybrid recall@10 (any and all) >= BM25 on every category",
-            "below on " + (", ".join(f"{b['dataset']}/{b['category']} {b['metric']}" for b in hybrid_below)
-                           if hybrid_below else "no category"), met=not hybrid_below,
-            why="listed in the notes (BELOW BM25)"))
+        result.targets.append(
+            Target(
+                "hybrid recall vs BM25",
+                "hybrid recall@10 (any and all) >= BM25 on every category",
+                "below on "
+                + (
+                    ", ".join(f"{b['dataset']}/{b['category']} {b['metric']}" for b in hybrid_below)
+                    if hybrid_below
+                    else "no category"
+                ),
+                met=not hybrid_below,
+                why="listed in the notes (BELOW BM25)",
+            )
+        )
     result.notes += notes
-    result.notes.append("cells are recall at k = 1 / 5 / 10 over distinct evidence ids (LoCoMo dia_ids; LongMemEval "
-                        "sessions or session:turn); 'n' = questions scored; LongMemEval abstention questions and "
-                        "files without has_answer flags have no recall at that level")
+    result.notes.append(
+        "cells are recall at k = 1 / 5 / 10 over distinct evidence ids (LoCoMo dia_ids; LongMemEval "
+        "sessions or session:turn); 'n' = questions scored; LongMemEval abstention questions and "
+        "files without has_answer flags have no recall at that level"
+    )
     bars = [(label, values) for label, values in plot_rows if values]
 
     def draw(axes: list[Any]) -> None:

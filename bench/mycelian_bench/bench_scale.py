@@ -68,8 +68,14 @@ class _Progress:
         if console.is_terminal:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-            self._bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TextColumn("{task.fields[rate]} entries/s"), TimeRemainingColumn(), console=console)
+            self._bar = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[rate]} entries/s"),
+                TimeRemainingColumn(),
+                console=console,
+            )
             self._bar.__enter__()
             self._task = self._bar.add_task(self.label, total=self.total, rate="-")
         return self
@@ -96,8 +102,10 @@ class _Progress:
             recent = (self.done - self.shown_done) / (now - self.shown)
             self.shown, self.shown_done = now, self.done
             left = (self.total - self.done) / recent if recent else 0.0
-            self.echo(f"{self.label}: {self.done:,} of {self.total:,} entries, {recent:,.0f} entries/s now "
-                      f"({rate:,.0f} overall), ~{left / 60:.1f} min left")
+            self.echo(
+                f"{self.label}: {self.done:,} of {self.total:,} entries, {recent:,.0f} entries/s now "
+                f"({rate:,.0f} overall), ~{left / 60:.1f} min left"
+            )
 
 
 def _load_memory(store: Any, vault: str, title: str, corpus: list[dict[str, Any]], progress: _Progress) -> str:
@@ -115,8 +123,7 @@ def _load_memory(store: Any, vault: str, title: str, corpus: list[dict[str, Any]
     return memory
 
 
-def _search_in_process(target: str, memories: Sequence[str], *, searches: int, warmup: int
-                       ) -> tuple[list[float], int]:
+def _search_in_process(target: str, memories: Sequence[str], *, searches: int, warmup: int) -> tuple[list[float], int]:
     """``retrieval.search`` times over ``memories`` in turn (a store of its own, as a server process has)."""
     from mycelian_agent.memory_server.retrieval import search
     from mycelian_agent.memory_server.storage import open_store
@@ -135,17 +142,30 @@ def _search_in_process(target: str, memories: Sequence[str], *, searches: int, w
     return samples, hits
 
 
-def _searches(target: str, vault: str, memories: Sequence[str], *, searches: int, warmup: int, adds: int
-              ) -> dict[str, Any]:
+def _searches(
+    target: str, vault: str, memories: Sequence[str], *, searches: int, warmup: int, adds: int
+) -> dict[str, Any]:
     """Search (stdio and in process) and add_entry (stdio, into a memory of ``vault``) latency, as ``_ms`` dicts."""
     corpus = make_corpus(64, seed=3)  # what the timed add_entry calls write
-    add_s, search_s, hits = asyncio.run(_measure(target, vault, memories[0], corpus,
-                                                 adds=adds, searches=searches, warmup=warmup, embeddings=False,
-                                                 memories=memories))
+    add_s, search_s, hits = asyncio.run(
+        _measure(
+            target,
+            vault,
+            memories[0],
+            corpus,
+            adds=adds,
+            searches=searches,
+            warmup=warmup,
+            embeddings=False,
+            memories=memories,
+        )
+    )
     local_s, local_hits = _search_in_process(target, memories, searches=searches, warmup=warmup)
-    return {"search_stdio": {**_ms(search_s), "queries_with_hits": hits},
-            "search_in_process": {**_ms(local_s), "queries_with_hits": local_hits},
-            "add_entry_stdio": _ms(add_s)}
+    return {
+        "search_stdio": {**_ms(search_s), "queries_with_hits": hits},
+        "search_in_process": {**_ms(local_s), "queries_with_hits": local_hits},
+        "add_entry_stdio": _ms(add_s),
+    }
 
 
 class _Database:
@@ -230,9 +250,23 @@ def _rate(entries: int, seconds: float) -> float:
     return round(entries / seconds, 1) if seconds > 0 else 0.0
 
 
-def _run_backend(db: _Database, work: Path, *, memories: int, per_memory: int, checkpoints: Sequence[int],
-                 big_memory: int, searched: int, searches: int, warmup: int, adds: int, workers: Sequence[int],
-                 conversations: int, messages: int, echo: Echo) -> dict[str, Any]:
+def _run_backend(
+    db: _Database,
+    work: Path,
+    *,
+    memories: int,
+    per_memory: int,
+    checkpoints: Sequence[int],
+    big_memory: int,
+    searched: int,
+    searches: int,
+    warmup: int,
+    adds: int,
+    workers: Sequence[int],
+    conversations: int,
+    messages: int,
+    echo: Echo,
+) -> dict[str, Any]:
     from mycelian_agent.memory_server.storage import open_store
     from mycelian_bench.bench_scaleout import _conversations, _replay
 
@@ -260,20 +294,32 @@ def _run_backend(db: _Database, work: Path, *, memories: int, per_memory: int, c
                 if loaded < marks[len(result["checkpoints"])]:  # a checkpoint: the first memory that reaches it
                     continue
                 size = db.size()
-                row: dict[str, Any] = {"entries": loaded, "memories": m + 1,
-                       "load": {"seconds": round(load_s, 1), "entries_per_s": _rate(loaded, load_s),
-                                "segment_entries": loaded - segment_start,
-                                "segment_entries_per_s": _rate(loaded - segment_start, segment_s)},
-                       "db_bytes": size, "bytes_per_entry": round(size / loaded, 1)}
+                row: dict[str, Any] = {
+                    "entries": loaded,
+                    "memories": m + 1,
+                    "load": {
+                        "seconds": round(load_s, 1),
+                        "entries_per_s": _rate(loaded, load_s),
+                        "segment_entries": loaded - segment_start,
+                        "segment_entries_per_s": _rate(loaded - segment_start, segment_s),
+                    },
+                    "db_bytes": size,
+                    "bytes_per_entry": round(size / loaded, 1),
+                }
                 adds_vault = store.create_vault(f"adds-{loaded}")["vaultId"]  # _measure's add_entry memory
                 row["settle_s"] = db.settle()
-                row.update(_searches(db.target, adds_vault, [ids[p] for p in picks], searches=searches,
-                                     warmup=warmup, adds=adds))
+                row.update(
+                    _searches(
+                        db.target, adds_vault, [ids[p] for p in picks], searches=searches, warmup=warmup, adds=adds
+                    )
+                )
                 result["checkpoints"].append(row)
-                progress.say(f"{name}: {loaded:,} entries in {m + 1} memories, loaded at "
-                             f"{row['load']['entries_per_s']:,.0f} entries/s ({load_s:.0f} s), "
-                             f"{row['bytes_per_entry']:,.0f} B/entry; search p50/p95 {_p(row['search_stdio'])} ms "
-                             f"stdio, {_p(row['search_in_process'])} ms in process")
+                progress.say(
+                    f"{name}: {loaded:,} entries in {m + 1} memories, loaded at "
+                    f"{row['load']['entries_per_s']:,.0f} entries/s ({load_s:.0f} s), "
+                    f"{row['bytes_per_entry']:,.0f} B/entry; search p50/p95 {_p(row['search_stdio'])} ms "
+                    f"stdio, {_p(row['search_in_process'])} ms in process"
+                )
                 segment_start, segment_s = loaded, 0.0
         if big_memory:
             corpus = make_corpus(big_memory, seed=memories + 1)
@@ -284,16 +330,21 @@ def _run_backend(db: _Database, work: Path, *, memories: int, per_memory: int, c
             del corpus
             size = db.size()
             adds_big = store.create_vault("adds-big")["vaultId"]
-            result["big_memory"] = {"entries": big_memory, "total_entries": total + big_memory,
-                                    "load": {"seconds": round(big_s, 1), "entries_per_s": _rate(big_memory, big_s)},
-                                    "settle_s": db.settle(),
-                                    "db_bytes": size, "bytes_per_entry": round(size / (total + big_memory), 1),
-                                    **_searches(db.target, adds_big, [big],
-                                                searches=searches, warmup=warmup, adds=adds)}
-            echo(f"{name}: one memory of {big_memory:,} entries loaded at "
-                 f"{result['big_memory']['load']['entries_per_s']:,.0f} entries/s; search p50/p95 "
-                 f"{_p(result['big_memory']['search_stdio'])} ms stdio, "
-                 f"{_p(result['big_memory']['search_in_process'])} ms in process")
+            result["big_memory"] = {
+                "entries": big_memory,
+                "total_entries": total + big_memory,
+                "load": {"seconds": round(big_s, 1), "entries_per_s": _rate(big_memory, big_s)},
+                "settle_s": db.settle(),
+                "db_bytes": size,
+                "bytes_per_entry": round(size / (total + big_memory), 1),
+                **_searches(db.target, adds_big, [big], searches=searches, warmup=warmup, adds=adds),
+            }
+            echo(
+                f"{name}: one memory of {big_memory:,} entries loaded at "
+                f"{result['big_memory']['load']['entries_per_s']:,.0f} entries/s; search p50/p95 "
+                f"{_p(result['big_memory']['search_stdio'])} ms stdio, "
+                f"{_p(result['big_memory']['search_in_process'])} ms in process"
+            )
     finally:
         store.close()
     ingestion = []
@@ -311,8 +362,10 @@ def _run_backend(db: _Database, work: Path, *, memories: int, per_memory: int, c
     result["stored"] = {"memories": counts["memories"], "entries": counts["entries"], "contexts": counts["contexts"]}
     result["db_bytes"] = db.size()
     first, last = result["checkpoints"][0], result["checkpoints"][-1]
-    result["growth"] = {f"{kind}_p50": round(last[kind]["p50_ms"] / first[kind]["p50_ms"], 2)
-                        if first[kind]["p50_ms"] else None for kind in ("search_stdio", "search_in_process")}
+    result["growth"] = {
+        f"{kind}_p50": round(last[kind]["p50_ms"] / first[kind]["p50_ms"], 2) if first[kind]["p50_ms"] else None
+        for kind in ("search_stdio", "search_in_process")
+    }
     result["growth"].update({"from_entries": first["entries"], "to_entries": last["entries"]})
     result["seconds"] = round(time.perf_counter() - started, 1)
     return result
@@ -330,28 +383,54 @@ def _targets(results: dict[str, Any]) -> list[dict[str, Any]]:
     for backend, data in results["backends"].items():
         first, last = data["checkpoints"][0], data["checkpoints"][-1]
         p50 = last["search_stdio"]["p50_ms"]
-        add(f"{backend}: search p50 in a {per:,}-entry memory", f"<= {TARGETS_MS['small_memory_p50']:g} ms at "
-            "1,000,000 entries", f"{p50:.2f} ms at {last['entries']:,} entries",
-            p50 <= TARGETS_MS["small_memory_p50"], last["entries"] >= 1_000_000 and per <= 1000)
+        add(
+            f"{backend}: search p50 in a {per:,}-entry memory",
+            f"<= {TARGETS_MS['small_memory_p50']:g} ms at 1,000,000 entries",
+            f"{p50:.2f} ms at {last['entries']:,} entries",
+            p50 <= TARGETS_MS["small_memory_p50"],
+            last["entries"] >= 1_000_000 and per <= 1000,
+        )
         growth = data["growth"]["search_stdio_p50"]
         if growth is not None and len(data["checkpoints"]) > 1:
-            add(f"{backend}: growth of that search", f"<= {TARGETS_MS['growth']:g}x from 10,000 to 1,000,000 "
-                "entries", f"{growth:.2f}x from {first['entries']:,} to {last['entries']:,}",
-                growth <= TARGETS_MS["growth"], first["entries"] <= 10_000 and last["entries"] >= 1_000_000)
+            add(
+                f"{backend}: growth of that search",
+                f"<= {TARGETS_MS['growth']:g}x from 10,000 to 1,000,000 entries",
+                f"{growth:.2f}x from {first['entries']:,} to {last['entries']:,}",
+                growth <= TARGETS_MS["growth"],
+                first["entries"] <= 10_000 and last["entries"] >= 1_000_000,
+            )
         if "big_memory" in data:
             big = data["big_memory"]
             p50 = big["search_stdio"]["p50_ms"]
-            add(f"{backend}: search p50 in one big memory", f"<= {TARGETS_MS['big_memory_p50']:g} ms at 100,000 "
-                "entries", f"{p50:.2f} ms at {big['entries']:,} entries", p50 <= TARGETS_MS["big_memory_p50"],
-                big["entries"] >= 100_000)
+            add(
+                f"{backend}: search p50 in one big memory",
+                f"<= {TARGETS_MS['big_memory_p50']:g} ms at 100,000 entries",
+                f"{p50:.2f} ms at {big['entries']:,} entries",
+                p50 <= TARGETS_MS["big_memory_p50"],
+                big["entries"] >= 100_000,
+            )
     return targets
 
 
-def run_scale(out: Path, *, backends: Sequence[str] = BACKENDS, memories: int = 1000, entries_per_memory: int = 1000,
-              checkpoints: Sequence[int] = (10_000, 100_000), big_memory: int = 100_000, search_memories: int = 5,
-              searches: int = 200, warmup: int = 20, adds: int = 100, workers: Sequence[int] = (1, 2, 4),
-              conversations: int = 8, messages: int = 120, pg_url: str | None = None, keep_work: bool = False,
-              echo: Echo | None = None) -> dict[str, Any]:
+def run_scale(
+    out: Path,
+    *,
+    backends: Sequence[str] = BACKENDS,
+    memories: int = 1000,
+    entries_per_memory: int = 1000,
+    checkpoints: Sequence[int] = (10_000, 100_000),
+    big_memory: int = 100_000,
+    search_memories: int = 5,
+    searches: int = 200,
+    warmup: int = 20,
+    adds: int = 100,
+    workers: Sequence[int] = (1, 2, 4),
+    conversations: int = 8,
+    messages: int = 120,
+    pg_url: str | None = None,
+    keep_work: bool = False,
+    echo: Echo | None = None,
+) -> dict[str, Any]:
     """Run the growth benchmark (see the module docstring) and return its results, also written to
     ``OUT/scale.json``. ``checkpoints`` are total entries (taken at the first whole memory that reaches one; the
     full load is always one); ``workers`` empty skips ingestion; ``big_memory`` 0 skips the big memory. The
@@ -363,8 +442,10 @@ def run_scale(out: Path, *, backends: Sequence[str] = BACKENDS, memories: int = 
     if unknown or not backends:
         raise ConfigError(f"scale: backends must be some of {', '.join(BACKENDS)}, got {list(backends)}")
     if min(memories, entries_per_memory, search_memories, searches) < 1 or min(warmup, adds, big_memory) < 0:
-        raise ConfigError("scale: memories, entries per memory, searched memories and searches must be >= 1; "
-                          "warmup, adds and the big memory >= 0")
+        raise ConfigError(
+            "scale: memories, entries per memory, searched memories and searches must be >= 1; "
+            "warmup, adds and the big memory >= 0"
+        )
     if messages < 2 or conversations < 1:
         raise ConfigError("scale: at least one conversation of at least 2 messages")
     say = echo or (lambda line: print(line, file=sys.stderr, flush=True))
@@ -376,14 +457,30 @@ def run_scale(out: Path, *, backends: Sequence[str] = BACKENDS, memories: int = 
     total = memories * entries_per_memory
     results: dict[str, Any] = {
         "benchmark": "scale",
-        "environment": {**machine_info(), "sqlite": sqlite3.sqlite_version, "transport": "stdio (persistent "
-                        "session) and in process", "search": "lexical (no --embeddings)"},
-        "params": {"backends": list(backends), "memories": memories, "entries_per_memory": entries_per_memory,
-                   "total_entries": total, "checkpoints": sorted({c for c in checkpoints if 0 < c < total} | {total}),
-                   "big_memory": big_memory, "search_memories": search_memories, "searches": searches,
-                   "warmup": warmup, "adds": adds, "top_ke": TOP_KE, "top_kc": TOP_KC,
-                   "add_entries_per_call": ADD_ENTRIES_MAX_ITEMS, "workers": list(workers),
-                   "conversations": conversations, "messages_per_conversation": messages},
+        "environment": {
+            **machine_info(),
+            "sqlite": sqlite3.sqlite_version,
+            "transport": "stdio (persistent session) and in process",
+            "search": "lexical (no --embeddings)",
+        },
+        "params": {
+            "backends": list(backends),
+            "memories": memories,
+            "entries_per_memory": entries_per_memory,
+            "total_entries": total,
+            "checkpoints": sorted({c for c in checkpoints if 0 < c < total} | {total}),
+            "big_memory": big_memory,
+            "search_memories": search_memories,
+            "searches": searches,
+            "warmup": warmup,
+            "adds": adds,
+            "top_ke": TOP_KE,
+            "top_kc": TOP_KC,
+            "add_entries_per_call": ADD_ENTRIES_MAX_ITEMS,
+            "workers": list(workers),
+            "conversations": conversations,
+            "messages_per_conversation": messages,
+        },
         "backends": {},
     }
     cluster = None
@@ -396,12 +493,26 @@ def run_scale(out: Path, *, backends: Sequence[str] = BACKENDS, memories: int = 
             db = _Database(backend, work, cluster, pg_url, str(int(time.time())))
             try:
                 results["backends"][backend] = {
-                    "target": ("a file" if backend == "sqlite"
-                               else "--pg-url" if pg_url else "a throwaway cluster (fsync=off)"),
-                    **_run_backend(db, work, memories=memories, per_memory=entries_per_memory,
-                                   checkpoints=checkpoints, big_memory=big_memory, searched=search_memories,
-                                   searches=searches, warmup=warmup, adds=adds, workers=workers,
-                                   conversations=conversations, messages=messages, echo=say)}
+                    "target": (
+                        "a file" if backend == "sqlite" else "--pg-url" if pg_url else "a throwaway cluster (fsync=off)"
+                    ),
+                    **_run_backend(
+                        db,
+                        work,
+                        memories=memories,
+                        per_memory=entries_per_memory,
+                        checkpoints=checkpoints,
+                        big_memory=big_memory,
+                        searched=search_memories,
+                        searches=searches,
+                        warmup=warmup,
+                        adds=adds,
+                        workers=workers,
+                        conversations=conversations,
+                        messages=messages,
+                        echo=say,
+                    ),
+                }
             finally:
                 if not keep_work:
                     db.drop()
@@ -433,34 +544,86 @@ def markdown(results: dict[str, Any]) -> str:
     rows = []
     for backend, data in results["backends"].items():
         for row in data["checkpoints"]:
-            rows.append([backend, f"{row['entries']:,}", f"{row['memories']:,} × {per:,}",
-                         f"{row['load']['segment_entries_per_s']:,.0f} ({row['load']['entries_per_s']:,.0f})",
-                         f"{row['bytes_per_entry']:,.0f}", _p(row["search_stdio"]), _p(row["search_in_process"]),
-                         _p(row["add_entry_stdio"])])
+            rows.append(
+                [
+                    backend,
+                    f"{row['entries']:,}",
+                    f"{row['memories']:,} × {per:,}",
+                    f"{row['load']['segment_entries_per_s']:,.0f} ({row['load']['entries_per_s']:,.0f})",
+                    f"{row['bytes_per_entry']:,.0f}",
+                    _p(row["search_stdio"]),
+                    _p(row["search_in_process"]),
+                    _p(row["add_entry_stdio"]),
+                ]
+            )
         if "big_memory" in data:
             big = data["big_memory"]
-            rows.append([backend, f"{big['total_entries']:,}", f"one of {big['entries']:,}",
-                         f"{big['load']['entries_per_s']:,.0f}", f"{big['bytes_per_entry']:,.0f}",
-                         _p(big["search_stdio"]), _p(big["search_in_process"]), _p(big["add_entry_stdio"])])
+            rows.append(
+                [
+                    backend,
+                    f"{big['total_entries']:,}",
+                    f"one of {big['entries']:,}",
+                    f"{big['load']['entries_per_s']:,.0f}",
+                    f"{big['bytes_per_entry']:,.0f}",
+                    _p(big["search_stdio"]),
+                    _p(big["search_in_process"]),
+                    _p(big["add_entry_stdio"]),
+                ]
+            )
         growth = data["growth"]
         if len(data["checkpoints"]) > 1:
-            rows.append([backend, f"growth {growth['to_entries']:,} / {growth['from_entries']:,}", "", "", "",
-                         f"{growth['search_stdio_p50']}x (p50)", f"{growth['search_in_process_p50']}x (p50)", ""])
-    table = md_table(["backend", "total entries", "searched memory", "load entries/s (overall)", "DB bytes/entry",
-                      "search p50 / p95 ms, stdio", "search p50 / p95 ms, in process",
-                      "add_entry p50 / p95 ms, stdio"], rows)
-    lines = [f"Search in {results['params']['search_memories']} memories of {per:,} entries (in turn) as the "
-             "database grows; top_ke 5, top_kc 2, lexical", "", table]
-    ingest = [[backend, row["workers"], row["messages"], row["wall_s"], row["messages_per_s"], f"{row['speedup']}x"]
-              for backend, data in results["backends"].items() for row in data["ingestion"]]
+            rows.append(
+                [
+                    backend,
+                    f"growth {growth['to_entries']:,} / {growth['from_entries']:,}",
+                    "",
+                    "",
+                    "",
+                    f"{growth['search_stdio_p50']}x (p50)",
+                    f"{growth['search_in_process_p50']}x (p50)",
+                    "",
+                ]
+            )
+    table = md_table(
+        [
+            "backend",
+            "total entries",
+            "searched memory",
+            "load entries/s (overall)",
+            "DB bytes/entry",
+            "search p50 / p95 ms, stdio",
+            "search p50 / p95 ms, in process",
+            "add_entry p50 / p95 ms, stdio",
+        ],
+        rows,
+    )
+    lines = [
+        f"Search in {results['params']['search_memories']} memories of {per:,} entries (in turn) as the "
+        "database grows; top_ke 5, top_kc 2, lexical",
+        "",
+        table,
+    ]
+    ingest = [
+        [backend, row["workers"], row["messages"], row["wall_s"], row["messages_per_s"], f"{row['speedup']}x"]
+        for backend, data in results["backends"].items()
+        for row in data["ingestion"]
+    ]
     if ingest:
-        lines += ["", "Replay into the grown database (extractive model), wall time", "",
-                  md_table(["backend", "workers", "messages", "wall s", "messages/s", "vs 1 worker"], ingest)]
+        lines += [
+            "",
+            "Replay into the grown database (extractive model), wall time",
+            "",
+            md_table(["backend", "workers", "messages", "wall s", "messages/s", "vs 1 worker"], ingest),
+        ]
     verdicts = {True: "MET", False: "MISSED", None: "not judged (a smaller run)"}
-    lines += [""] + [f"- target {t['name']}: {t['goal']}; measured {t['measured']} -> {verdicts[t['met']]}"
-                     for t in results["targets"]]
+    lines += [""] + [
+        f"- target {t['name']}: {t['goal']}; measured {t['measured']} -> {verdicts[t['met']]}"
+        for t in results["targets"]
+    ]
     env = results["environment"]
-    lines.append(f"- {env['cpus']} CPUs, load average {env['load_average']} at the start, Python {env['python']}, "
-                 + ", ".join(f"{b} {d['engine']}" for b, d in results["backends"].items())
-                 + f"; {results['seconds'] / 60:.1f} min")
+    lines.append(
+        f"- {env['cpus']} CPUs, load average {env['load_average']} at the start, Python {env['python']}, "
+        + ", ".join(f"{b} {d['engine']}" for b, d in results["backends"].items())
+        + f"; {results['seconds'] / 60:.1f} min"
+    )
     return "\n".join(lines)

@@ -39,12 +39,14 @@ THRESHOLDS = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 _ANSWERABLE = ("1", "2", "3", "4")
 
 
-def shown(hits: Sequence[dict[str, Any]], *, ceiling: float = relevance.MEANING_CEILING,
-          borrow: bool = True) -> list[float]:
+def shown(
+    hits: Sequence[dict[str, Any]], *, ceiling: float = relevance.MEANING_CEILING, borrow: bool = True
+) -> list[float]:
     """The scores ``search_memories`` would show for ``hits`` (each with ``own``, ``borrowed``, ``meaning``
     before the ceiling), with ``ceiling`` and with or without the neighbour share."""
     return relevance.non_increasing(
-        max(hit["own"], hit["borrowed"] if borrow else 0.0, ceiling * hit["meaning"]) for hit in hits)
+        max(hit["own"], hit["borrowed"] if borrow else 0.0, ceiling * hit["meaning"]) for hit in hits
+    )
 
 
 def _search(store: Store, memory_id: str, question: str, evidence: set[str] | None) -> list[dict[str, Any]]:
@@ -73,20 +75,27 @@ def _search(store: Store, memory_id: str, question: str, evidence: set[str] | No
         seq = found.row["seq"]
         meaning = relevance.meaning_evidence(cosines.get(seq), dense.typical, 1.0) if dense is not None else 0.0
         dia = json.loads(found.row["tags"]).get("dia_id")
-        hits.append({"own": own.get(seq, 0.0), "borrowed": relevance.borrowed(seq, steps, own), "meaning": meaning,
-                     "match": found.match, "evidence": evidence is not None and dia in evidence})
+        hits.append(
+            {
+                "own": own.get(seq, 0.0),
+                "borrowed": relevance.borrowed(seq, steps, own),
+                "meaning": meaning,
+                "match": found.match,
+                "evidence": evidence is not None and dia in evidence,
+            }
+        )
     return hits
 
 
-def run_scores(out: Path, *, locomo: Sequence[str | Path], hybrid: str = "auto", workers: int = 3,
-               limit: int | None = None) -> dict[str, Any]:
+def run_scores(
+    out: Path, *, locomo: Sequence[str | Path], hybrid: str = "auto", workers: int = 3, limit: int | None = None
+) -> dict[str, Any]:
     """Ingest ``locomo``, search every question in its own and in another memory, and summarise the scores."""
     started = time.perf_counter()
     work = out / "work" / "scores"
     shutil.rmtree(work, ignore_errors=True)
     paths = [Path(p) for p in locomo]
-    LoCoMoRunner(out=work, limit=limit, limit_questions=0, workers=workers, progress=False,
-                 embeddings=False).run(paths)
+    LoCoMoRunner(out=work, limit=limit, limit_questions=0, workers=workers, progress=False, embeddings=False).run(paths)
     conversations = load_locomo(paths)[:limit]
     memory_of = {s["sample_id"]: s["memory_id"] for s in read_jsonl(work / "samples.jsonl")}
     dense = None
@@ -107,13 +116,21 @@ def run_scores(out: Path, *, locomo: Sequence[str | Path], hybrid: str = "auto",
                     if where == "other" and other == conversation.conversation_id:
                         continue
                     evidence = set(question.evidence) if where == "own" else None
-                    searches.append({"question": question.question_id, "category": question.category,
-                                     "where": where, "hits": _search(store, memory_of[sample], question.question,
-                                                                     evidence)})
+                    searches.append(
+                        {
+                            "question": question.question_id,
+                            "category": question.category,
+                            "where": where,
+                            "hits": _search(store, memory_of[sample], question.question, evidence),
+                        }
+                    )
     finally:
         store.close()
-    return {"params": {"locomo": [str(p) for p in paths], "hybrid": dense is not None, "limit": limit},
-            "seconds": round(time.perf_counter() - started, 1), "searches": searches}
+    return {
+        "params": {"locomo": [str(p) for p in paths], "hybrid": dense is not None, "limit": limit},
+        "seconds": round(time.perf_counter() - started, 1),
+        "searches": searches,
+    }
 
 
 def _median(values: Sequence[float]) -> str:
@@ -138,35 +155,73 @@ def _summary(searches: Sequence[dict[str, Any]], **options: Any) -> tuple[list[A
         per_question.append([score for score, mark in zip(scores, marks) if mark])
     for name, group in (("answerable", answerable), ("adversarial", adversarial), ("elsewhere", elsewhere)):
         tops[name] = [scores[0] for scores in (shown(s["hits"], **options) for s in group) if scores]
-    row = [_median(first), _median(evidence), _median(others), _median(tops["answerable"]),
-           _median(tops["adversarial"]), _median(tops["elsewhere"])]
+    row = [
+        _median(first),
+        _median(evidence),
+        _median(others),
+        _median(tops["answerable"]),
+        _median(tops["adversarial"]),
+        _median(tops["elsewhere"]),
+    ]
     kept = []
     for threshold in THRESHOLDS:
-        kept.append([threshold, f"{sum(s >= threshold for s in evidence) / max(len(evidence), 1):.2f}",
-                     f"{sum(s >= threshold for s in others) / max(len(others), 1):.2f}",
-                     f"{sum(any(s >= threshold for s in q) for q in per_question) / max(len(per_question), 1):.2f}",
-                     f"{sum(s >= threshold for s in tops['elsewhere']) / max(len(tops['elsewhere']), 1):.2f}"])
+        kept.append(
+            [
+                threshold,
+                f"{sum(s >= threshold for s in evidence) / max(len(evidence), 1):.2f}",
+                f"{sum(s >= threshold for s in others) / max(len(others), 1):.2f}",
+                f"{sum(any(s >= threshold for s in q) for q in per_question) / max(len(per_question), 1):.2f}",
+                f"{sum(s >= threshold for s in tops['elsewhere']) / max(len(tops['elsewhere']), 1):.2f}",
+            ]
+        )
     return row, kept
 
 
 def markdown(results: dict[str, Any]) -> str:
     """The tables of :func:`run_scores`' results."""
     searches = results["searches"]
-    variants: list[tuple[str, dict[str, Any]]] = [("as shipped (neighbour share, ceiling 0.5)", {}),
-                ("own words only (no neighbour share)", {"borrow": False}),
-                ("meaning ceiling 0.25", {"ceiling": 0.25}), ("meaning ceiling 1.0", {"ceiling": 1.0})]
+    variants: list[tuple[str, dict[str, Any]]] = [
+        ("as shipped (neighbour share, ceiling 0.5)", {}),
+        ("own words only (no neighbour share)", {"borrow": False}),
+        ("meaning ceiling 0.25", {"ceiling": 0.25}),
+        ("meaning ceiling 1.0", {"ceiling": 1.0}),
+    ]
     rows, kept_table = [], []
     for name, options in variants:
         row, kept = _summary(searches, **options)
         rows.append([name, *row])
         if not options:
             kept_table = kept
-    parts = ["### Median shown score (LoCoMo, top 10 per question)", "", md_table(
-        ["relevance", "first evidence hit", "evidence hits", "other hits", "top hit, answerable",
-         "top hit, adversarial", "top hit, another conversation's memory"], rows), "",
-        "### What a min_score keeps (as shipped)", "", md_table(
-        ["min_score", "evidence hits", "other hits", "questions keeping an evidence hit",
-         "another memory's questions keeping a hit"], kept_table), ""]
+    parts = [
+        "### Median shown score (LoCoMo, top 10 per question)",
+        "",
+        md_table(
+            [
+                "relevance",
+                "first evidence hit",
+                "evidence hits",
+                "other hits",
+                "top hit, answerable",
+                "top hit, adversarial",
+                "top hit, another conversation's memory",
+            ],
+            rows,
+        ),
+        "",
+        "### What a min_score keeps (as shipped)",
+        "",
+        md_table(
+            [
+                "min_score",
+                "evidence hits",
+                "other hits",
+                "questions keeping an evidence hit",
+                "another memory's questions keeping a hit",
+            ],
+            kept_table,
+        ),
+        "",
+    ]
     bands: dict[tuple[str, int], list[int]] = {}
     for search in searches:
         if search["where"] != "own" or search["category"] not in _ANSWERABLE:
@@ -181,8 +236,14 @@ def markdown(results: dict[str, Any]) -> str:
         n, e = bands.get((match, band), (0, 0))
         return f"{n} / {e / n:.3f}" if n else "0"
 
-    parts += ["### Evidence share per shown-score band (hits / share that are evidence)", "", md_table(
-        ["score", "found by words", "found by meaning alone"],
-        [[f"{b / 10:.1f}-{(b + 1) / 10:.1f}", cell("words", b), cell("meaning", b)] for b in range(10)]), ""]
+    parts += [
+        "### Evidence share per shown-score band (hits / share that are evidence)",
+        "",
+        md_table(
+            ["score", "found by words", "found by meaning alone"],
+            [[f"{b / 10:.1f}-{(b + 1) / 10:.1f}", cell("words", b), cell("meaning", b)] for b in range(10)],
+        ),
+        "",
+    ]
     parts.append(f"- {len(searches)} searches, {results['seconds']} s; dense side: {results['params']['hybrid']}")
     return "\n".join(parts) + "\n"

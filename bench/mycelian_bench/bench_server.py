@@ -24,7 +24,16 @@ from pathlib import Path
 from typing import Any
 
 from mycelian_agent.errors import ConfigError
-from mycelian_bench.bench_common import _CITIES, _NAMES, BenchResult, Target, call_server, md_table, save_plot, summarize
+from mycelian_bench.bench_common import (
+    _CITIES,
+    _NAMES,
+    BenchResult,
+    Target,
+    call_server,
+    md_table,
+    save_plot,
+    summarize,
+)
 from mycelian_bench.bench_querycost import distinct_queries, measure_query_cost, query_cost_table
 
 __all__ = ["HYBRID_RATIO_TARGET", "HYBRID_TARGETS_MS", "TARGETS_MS", "make_corpus", "make_queries", "run_server"]
@@ -44,13 +53,47 @@ _READS = ("search_memories (raw, top_ke 10)", "asearch", "arecall")
 TOP_KE, TOP_KC = 5, 2
 
 RELATIONS = ["sister", "brother", "mother", "father", "friend", "colleague", "neighbor", "cousin", "partner", "boss"]
-HOBBIES = ["hiking", "pottery", "chess", "salsa dancing", "birdwatching", "rock climbing", "baking sourdough",
-           "painting watercolors", "playing guitar", "running marathons", "gardening", "photography"]
+HOBBIES = [
+    "hiking",
+    "pottery",
+    "chess",
+    "salsa dancing",
+    "birdwatching",
+    "rock climbing",
+    "baking sourdough",
+    "painting watercolors",
+    "playing guitar",
+    "running marathons",
+    "gardening",
+    "photography",
+]
 FOODS = ["ramen", "tacos", "paella", "sushi", "lasagna", "pho", "falafel", "curry", "dumplings", "risotto"]
-THINGS = ["laptop", "bike", "camera", "tent", "espresso machine", "standing desk", "backpack", "headphones",
-          "running shoes", "air purifier", "kayak", "telescope"]
-PURPOSES = ["a weekend trip", "working from home", "training for a race", "a birthday gift", "a small apartment",
-            "beginners", "long flights", "rainy weather", "a tight budget", "a family of four"]
+THINGS = [
+    "laptop",
+    "bike",
+    "camera",
+    "tent",
+    "espresso machine",
+    "standing desk",
+    "backpack",
+    "headphones",
+    "running shoes",
+    "air purifier",
+    "kayak",
+    "telescope",
+]
+PURPOSES = [
+    "a weekend trip",
+    "working from home",
+    "training for a race",
+    "a birthday gift",
+    "a small apartment",
+    "beginners",
+    "long flights",
+    "rainy weather",
+    "a tight budget",
+    "a family of four",
+]
 JOBS = ["nurse", "data analyst", "architect", "teacher", "chef", "software engineer", "pilot", "lawyer"]
 MONTHS = ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October"]
 
@@ -89,10 +132,19 @@ QUERY_TEMPLATES = [
 def _fill(template: str, rng: random.Random) -> str:
     # Every field is drawn, used or not, so the random stream (hence the corpus) does not depend on the template.
     return template.format(
-        name=rng.choice(_NAMES), relation=rng.choice(RELATIONS), city=rng.choice(_CITIES),
-        hobby=rng.choice(HOBBIES), food=rng.choice(FOODS), thing=rng.choice(THINGS), purpose=rng.choice(PURPOSES),
-        job=rng.choice(JOBS), month=rng.choice(MONTHS), day=rng.randint(1, 28), amount=rng.randrange(50, 3000, 10),
-        count=rng.randint(4, 90))
+        name=rng.choice(_NAMES),
+        relation=rng.choice(RELATIONS),
+        city=rng.choice(_CITIES),
+        hobby=rng.choice(HOBBIES),
+        food=rng.choice(FOODS),
+        thing=rng.choice(THINGS),
+        purpose=rng.choice(PURPOSES),
+        job=rng.choice(JOBS),
+        month=rng.choice(MONTHS),
+        day=rng.randint(1, 28),
+        amount=rng.randrange(50, 3000, 10),
+        count=rng.randint(4, 90),
+    )
 
 
 def make_corpus(n: int, seed: int = 7) -> list[dict[str, Any]]:
@@ -101,12 +153,19 @@ def make_corpus(n: int, seed: int = 7) -> list[dict[str, Any]]:
     entries = []
     for i in range(n):
         role = "user" if i % 2 == 0 else "assistant"
-        raw = " ".join(_fill(rng.choice(USER_TEMPLATES if role == "user" else ASSISTANT_TEMPLATES), rng)
-                       for _ in range(rng.randint(1, 3)))
+        raw = " ".join(
+            _fill(rng.choice(USER_TEMPLATES if role == "user" else ASSISTANT_TEMPLATES), rng)
+            for _ in range(rng.randint(1, 3))
+        )
         day = 1 + i // 40
-        entries.append({"raw_entry": raw, "summary": f"The {role} said: {raw[:160]}",
-                        "tags": {"role": role, "turn": str(i)},
-                        "conversation_time": f"2024-{1 + (day // 28) % 12:02d}-{1 + day % 28:02d}T{i % 24:02d}:00:00Z"})
+        entries.append(
+            {
+                "raw_entry": raw,
+                "summary": f"The {role} said: {raw[:160]}",
+                "tags": {"role": role, "turn": str(i)},
+                "conversation_time": f"2024-{1 + (day // 28) % 12:02d}-{1 + day % 28:02d}T{i % 24:02d}:00:00Z",
+            }
+        )
     return entries
 
 
@@ -121,8 +180,9 @@ def _ms(samples_s: list[float]) -> dict[str, float]:
     return {"n": stats["n"], **{f"{key}_ms": round(stats[key], 3) for key in ("p50", "p95", "mean", "max")}}
 
 
-def _prefill(db: Path, entries: list[dict[str, Any]], embeddings: bool, model: str | None = None
-             ) -> tuple[str, str, float]:
+def _prefill(
+    db: Path, entries: list[dict[str, Any]], embeddings: bool, model: str | None = None
+) -> tuple[str, str, float]:
     from mycelian_agent.memory_server.storage.sqlite.store import Store
 
     started = time.perf_counter()
@@ -143,9 +203,19 @@ def _prefill(db: Path, entries: list[dict[str, Any]], embeddings: bool, model: s
     return vault, memory, time.perf_counter() - started
 
 
-async def _measure(db: str | Path, vault: str, big: str, corpus: list[dict[str, Any]], *, adds: int, searches: int,
-                   warmup: int, embeddings: bool, model: str | None = None,
-                   memories: Sequence[str] = ()) -> tuple[list[float], list[float], int]:
+async def _measure(
+    db: str | Path,
+    vault: str,
+    big: str,
+    corpus: list[dict[str, Any]],
+    *,
+    adds: int,
+    searches: int,
+    warmup: int,
+    embeddings: bool,
+    model: str | None = None,
+    memories: Sequence[str] = (),
+) -> tuple[list[float], list[float], int]:
     """``add_entry`` times (into a new memory of ``vault``) and ``search_memories`` times over one stdio session:
     queries go to ``big``, or to ``memories`` in turn when given (``bench scale``: several small memories)."""
     from mcp import ClientSession, StdioServerParameters
@@ -164,8 +234,14 @@ async def _measure(db: str | Path, vault: str, big: str, corpus: list[dict[str, 
         for i in range(warmup + adds):
             entry = corpus[rng.randrange(len(corpus))]
             started = time.perf_counter()
-            await call_server(session, "add_entry", vault_id=vault, memory_id=memory["memoryId"],
-                              idempotency_key=f"bench:{i}", **entry)
+            await call_server(
+                session,
+                "add_entry",
+                vault_id=vault,
+                memory_id=memory["memoryId"],
+                idempotency_key=f"bench:{i}",
+                **entry,
+            )
             if i >= warmup:
                 add_samples.append(time.perf_counter() - started)
         # Unmeasured: with --embeddings the adds' vectors are written behind; searches are timed once they are in.
@@ -174,16 +250,23 @@ async def _measure(db: str | Path, vault: str, big: str, corpus: list[dict[str, 
         searched = list(memories) or [big]
         for i, query in enumerate(make_queries(warmup + searches)):
             started = time.perf_counter()
-            found = await call_server(session, "search_memories", memory_id=searched[i % len(searched)],
-                                      query=query, top_ke=TOP_KE, top_kc=TOP_KC)
+            found = await call_server(
+                session,
+                "search_memories",
+                memory_id=searched[i % len(searched)],
+                query=query,
+                top_ke=TOP_KE,
+                top_kc=TOP_KC,
+            )
             if i >= warmup:
                 search_samples.append(time.perf_counter() - started)
                 hits += found["count"] > 0
     return add_samples, search_samples, hits
 
 
-async def _measure_reads(db: Path, vault: str, big: str, *, searches: int, warmup: int, embeddings: bool,
-                         model: str | None = None) -> dict[str, list[float]]:
+async def _measure_reads(
+    db: Path, vault: str, big: str, *, searches: int, warmup: int, embeddings: bool, model: str | None = None
+) -> dict[str, list[float]]:
     """Per query, in turn: the raw ``search_memories`` call, ``asearch`` and ``arecall`` (budget 1,500 tokens) over
     one :class:`~mycelian_agent.mcp.MemoryConnection` to the server over stdio. Interleaved, so the machine's
     load weighs on the three alike; the reader's cost is read as a ratio to the raw call."""
@@ -193,9 +276,14 @@ async def _measure_reads(db: Path, vault: str, big: str, *, searches: int, warmu
     samples: dict[str, list[float]] = {name: [] for name in _READS}
     async with connect("embedded", db=db, embeddings=embeddings, embeddings_model=model) as memory:
         reader = MemoryReader(memory, UserDirectory(memory, vault, create=False), default_memory_id=big)
-        calls = (lambda q: memory.call_json("search_memories", {"vault_id": vault, "memory_id": big, "query": q,
-                                                                "top_ke": 10, "include_raw_entries": True}),
-                 lambda q: reader.asearch(q, top_k=10), lambda q: reader.arecall(q))
+        calls = (
+            lambda q: memory.call_json(
+                "search_memories",
+                {"vault_id": vault, "memory_id": big, "query": q, "top_ke": 10, "include_raw_entries": True},
+            ),
+            lambda q: reader.asearch(q, top_k=10),
+            lambda q: reader.arecall(q),
+        )
         for i, query in enumerate(make_queries(warmup + searches, seed=13)):
             for name, call in zip(_READS, calls):
                 started = time.perf_counter()
@@ -205,8 +293,16 @@ async def _measure_reads(db: Path, vault: str, big: str, *, searches: int, warmu
     return samples
 
 
-def run_server(out: Path, *, entries: int = 10_000, adds: int = 1000, searches: int = 300, warmup: int = 20,
-               embeddings: bool = False, embeddings_model: str | None = None) -> BenchResult:
+def run_server(
+    out: Path,
+    *,
+    entries: int = 10_000,
+    adds: int = 1000,
+    searches: int = 300,
+    warmup: int = 20,
+    embeddings: bool = False,
+    embeddings_model: str | None = None,
+) -> BenchResult:
     """Fill a memory of ``entries`` entries, start the server over stdio, time ``adds`` add_entry and
     ``searches`` search_memories calls (after ``warmup`` unmeasured ones each); with ``embeddings``, hybrid
     search on ``embeddings_model`` (None: auto)."""
@@ -220,72 +316,136 @@ def run_server(out: Path, *, entries: int = 10_000, adds: int = 1000, searches: 
     corpus = make_corpus(entries)
     model = embeddings_model if embeddings else None
     vault, big, fill_s = _prefill(db, corpus, embeddings, model)
-    add_samples, search_samples, hits = asyncio.run(_measure(db, vault, big, corpus, adds=adds, searches=searches,
-                                                             warmup=warmup, embeddings=embeddings, model=model))
-    reads = asyncio.run(_measure_reads(db, vault, big, searches=searches, warmup=warmup, embeddings=embeddings,
-                                       model=model))
+    add_samples, search_samples, hits = asyncio.run(
+        _measure(
+            db, vault, big, corpus, adds=adds, searches=searches, warmup=warmup, embeddings=embeddings, model=model
+        )
+    )
+    reads = asyncio.run(
+        _measure_reads(db, vault, big, searches=searches, warmup=warmup, embeddings=embeddings, model=model)
+    )
     cost: dict[str, Any] = {}
     if embeddings:
         from mycelian_agent.memory_server.retrieval.dense.encoders import resolve_model
 
         search = f"bm25 + dense {resolve_model(model)} (convex fusion)"
         measured = distinct_queries(make_queries(searches * 4, seed=17), searches)
-        unmeasured = [q for q in distinct_queries(make_queries(warmup * 4, seed=19), warmup * 2)
-                      if q not in set(measured)][:warmup]
+        unmeasured = [
+            q for q in distinct_queries(make_queries(warmup * 4, seed=19), warmup * 2) if q not in set(measured)
+        ][:warmup]
         cost = measure_query_cost(db, big, measured, warmup=unmeasured, model=model)
     else:
         search = "bm25"
     targets = HYBRID_TARGETS_MS if embeddings else TARGETS_MS
-    result = BenchResult("server", {
-        "params": {"entries": entries, "adds": adds, "searches": searches, "warmup": warmup,
-                   "embeddings": embeddings, **({"embeddings_model": model} if embeddings else {})},
-        "environment": {"python": platform.python_version(), "sqlite": sqlite3.sqlite_version,
-                        "cpus": os.cpu_count(), "platform": platform.platform(),
-                        "transport": "stdio (persistent session)", "search": search},
-        "corpus": {"entries": entries, "prefill_seconds": round(fill_s, 2), "db_bytes": db.stat().st_size},
-        "add_entry": _ms(add_samples),
-        "search_memories": {**_ms(search_samples), "queries_with_hits": hits, "top_ke": TOP_KE, "top_kc": TOP_KC},
-        "reads": {name: _ms(values) for name, values in reads.items()},
-        **({"query_cost": cost} if cost else {}),
-        "targets_ms": {f"{tool}_p50": target for tool, target in targets.items()},
-    })
+    result = BenchResult(
+        "server",
+        {
+            "params": {
+                "entries": entries,
+                "adds": adds,
+                "searches": searches,
+                "warmup": warmup,
+                "embeddings": embeddings,
+                **({"embeddings_model": model} if embeddings else {}),
+            },
+            "environment": {
+                "python": platform.python_version(),
+                "sqlite": sqlite3.sqlite_version,
+                "cpus": os.cpu_count(),
+                "platform": platform.platform(),
+                "transport": "stdio (persistent session)",
+                "search": search,
+            },
+            "corpus": {"entries": entries, "prefill_seconds": round(fill_s, 2), "db_bytes": db.stat().st_size},
+            "add_entry": _ms(add_samples),
+            "search_memories": {**_ms(search_samples), "queries_with_hits": hits, "top_ke": TOP_KE, "top_kc": TOP_KC},
+            "reads": {name: _ms(values) for name, values in reads.items()},
+            **({"query_cost": cost} if cost else {}),
+            "targets_ms": {f"{tool}_p50": target for tool, target in targets.items()},
+        },
+    )
     rows = []
     for tool in _TOOLS:
         row, target = result.data[tool], targets.get(tool)
-        rows.append([tool, row["n"], f"{row['p50_ms']:.2f}", f"{row['p95_ms']:.2f}", f"{row['mean_ms']:.2f}",
-                     f"{row['max_ms']:.2f}", "-" if target is None else f"<= {target}"])
+        rows.append(
+            [
+                tool,
+                row["n"],
+                f"{row['p50_ms']:.2f}",
+                f"{row['p95_ms']:.2f}",
+                f"{row['mean_ms']:.2f}",
+                f"{row['max_ms']:.2f}",
+                "-" if target is None else f"<= {target}",
+            ]
+        )
         if target is None:
             continue
-        result.targets.append(Target(
-            f"{tool} p50", f"<= {target} ms" + (" at 10,000 entries" if tool == "search_memories" else ""),
-            f"{row['p50_ms']:.2f} ms" + (f" at {entries:,} entries" if tool == "search_memories" else ""),
-            met=row["p50_ms"] <= target))
-    result.tables.append((f"Memory-server latency over one stdio session (search over {entries:,} entries)",
-                          md_table(["tool", "n", "p50 ms", "p95 ms", "mean ms", "max ms", "target p50 ms"], rows)))
+        result.targets.append(
+            Target(
+                f"{tool} p50",
+                f"<= {target} ms" + (" at 10,000 entries" if tool == "search_memories" else ""),
+                f"{row['p50_ms']:.2f} ms" + (f" at {entries:,} entries" if tool == "search_memories" else ""),
+                met=row["p50_ms"] <= target,
+            )
+        )
+    result.tables.append(
+        (
+            f"Memory-server latency over one stdio session (search over {entries:,} entries)",
+            md_table(["tool", "n", "p50 ms", "p95 ms", "mean ms", "max ms", "target p50 ms"], rows),
+        )
+    )
     base = result.data["reads"][_READS[0]]["p50_ms"]
     read_rows = []
     for name in _READS:
         row, target = result.data["reads"][name], targets.get(name)
-        read_rows.append([name, row["n"], f"{row['p50_ms']:.2f}", f"{row['p95_ms']:.2f}",
-                          f"{row['p50_ms'] / base:.2f}" if base else "-", "-" if target is None else f"<= {target}"])
+        read_rows.append(
+            [
+                name,
+                row["n"],
+                f"{row['p50_ms']:.2f}",
+                f"{row['p95_ms']:.2f}",
+                f"{row['p50_ms'] / base:.2f}" if base else "-",
+                "-" if target is None else f"<= {target}",
+            ]
+        )
         if target is not None:
-            result.targets.append(Target(f"{name} p50", f"<= {target} ms at 10,000 entries",
-                                         f"{row['p50_ms']:.2f} ms at {entries:,} entries",
-                                         met=row["p50_ms"] <= target))
-    result.tables.append((f"The read side over one MemoryConnection (stdio), {entries:,} entries, interleaved per "
-                          "query", md_table(["call", "n", "p50 ms", "p95 ms", "p50 / raw call", "target p50 ms"],
-                                            read_rows)))
+            result.targets.append(
+                Target(
+                    f"{name} p50",
+                    f"<= {target} ms at 10,000 entries",
+                    f"{row['p50_ms']:.2f} ms at {entries:,} entries",
+                    met=row["p50_ms"] <= target,
+                )
+            )
+    result.tables.append(
+        (
+            f"The read side over one MemoryConnection (stdio), {entries:,} entries, interleaved per query",
+            md_table(["call", "n", "p50 ms", "p95 ms", "p50 / raw call", "target p50 ms"], read_rows),
+        )
+    )
     if cost:
-        result.tables.append((f"What meaning costs: search_memories (top_ke {TOP_KE}) lexical and hybrid on the same "
-                              f"{entries:,} entries, alternated per query", query_cost_table(cost)))
+        result.tables.append(
+            (
+                f"What meaning costs: search_memories (top_ke {TOP_KE}) lexical and hybrid on the same "
+                f"{entries:,} entries, alternated per query",
+                query_cost_table(cost),
+            )
+        )
         for place, passes in cost.items():
             ratio = passes["distinct"]["ratio_p50"]
-            result.targets.append(Target(f"hybrid / lexical p50 ({place}, distinct queries)",
-                                         f"<= {HYBRID_RATIO_TARGET:g}", f"{ratio:.2f}",
-                                         met=ratio is not None and ratio <= HYBRID_RATIO_TARGET))
-    result.notes.append(f"corpus: {entries} entries, prefill {fill_s:.2f} s; search: {search}, top_ke {TOP_KE}, "
-                        f"top_kc {TOP_KC}, {hits} of {searches} queries with hits; sqlite {sqlite3.sqlite_version}, "
-                        f"{os.cpu_count()} CPUs")
+            result.targets.append(
+                Target(
+                    f"hybrid / lexical p50 ({place}, distinct queries)",
+                    f"<= {HYBRID_RATIO_TARGET:g}",
+                    f"{ratio:.2f}",
+                    met=ratio is not None and ratio <= HYBRID_RATIO_TARGET,
+                )
+            )
+    result.notes.append(
+        f"corpus: {entries} entries, prefill {fill_s:.2f} s; search: {search}, top_ke {TOP_KE}, "
+        f"top_kc {TOP_KC}, {hits} of {searches} queries with hits; sqlite {sqlite3.sqlite_version}, "
+        f"{os.cpu_count()} CPUs"
+    )
 
     def draw(axes: list[Any]) -> None:
         from matplotlib.ticker import LogLocator, StrMethodFormatter

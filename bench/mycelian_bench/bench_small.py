@@ -30,7 +30,7 @@ from typing import Any
 
 from mycelian_bench.bench_common import BenchResult, Target, embeddings_available, md_table, save_plot
 
-__all__ = ["SUITE", "FIRST_HIT_TARGET", "Answer", "ask_suite", "ingest_suite", "load_suite", "run_small"]
+__all__ = ["FIRST_HIT_TARGET", "SUITE", "Answer", "ask_suite", "ingest_suite", "load_suite", "run_small"]
 
 #: The hand-written suite shipped with the package.
 SUITE = Path(__file__).with_name("data") / "small_memories.json"
@@ -83,8 +83,9 @@ async def ingest_suite(memories: list[dict[str, Any]], db: str | Path, *, embedd
                 await agent.astart_session(thread, user=memory["user"])
                 for i, message in enumerate(session["messages"]):
                     moment = (start + timedelta(minutes=i)).strftime("%Y-%m-%dT%H:%M:%SZ")
-                    await agent.aprocess_conversation_message(message["role"], message["content"], thread,
-                                                              name=message.get("name"), conversation_time=moment)
+                    await agent.aprocess_conversation_message(
+                        message["role"], message["content"], thread, name=message.get("name"), conversation_time=moment
+                    )
                 await agent.aend_session(thread)
     if embeddings is not False and embeddings_available():
         from mycelian_agent.memory_server.retrieval.dense.backfill import backfill_database
@@ -92,8 +93,9 @@ async def ingest_suite(memories: list[dict[str, Any]], db: str | Path, *, embedd
         await asyncio.to_thread(backfill_database, str(db))
 
 
-async def ask_suite(memories: list[dict[str, Any]], db: str | Path, *, embeddings: bool | None = None,
-                    top_k: int = 10) -> list[Answer]:
+async def ask_suite(
+    memories: list[dict[str, Any]], db: str | Path, *, embeddings: bool | None = None, top_k: int = 10
+) -> list[Answer]:
     """Ask every question of ``memories`` of the memory stored in ``db`` (``asearch``, ``top_k`` hits)."""
     from mycelian_agent import build_agent
 
@@ -104,8 +106,16 @@ async def ask_suite(memories: list[dict[str, Any]], db: str | Path, *, embedding
                 hits = await agent.asearch(question["question"], user=memory["user"], top_k=top_k)
                 texts = [hit.text for hit in hits]
                 rank = next((i + 1 for i, text in enumerate(texts) if text in question["answers"]), None)
-                answers.append(Answer(memory["user"], question["question"], question["kind"], rank == 1, rank,
-                                      texts[0] if texts else None))
+                answers.append(
+                    Answer(
+                        memory["user"],
+                        question["question"],
+                        question["kind"],
+                        rank == 1,
+                        rank,
+                        texts[0] if texts else None,
+                    )
+                )
     return answers
 
 
@@ -137,27 +147,42 @@ def run_small(out: Path, *, suite: str | Path | None = None, hybrid: str = "auto
             right, total = _share(answers, kind)
             cells.append(f"{right}/{total} ({right / total:.2f})" if total else "-")
         rows.append([name, *cells])
-    result = BenchResult("small", {
-        "params": {"suite": str(suite or SUITE), "hybrid": use_hybrid},
-        "runs": {name: [a.__dict__ for a in answers] for name, answers in runs.items()}})
-    result.tables.append(("First hit states the answer (questions right / asked)",
-                          md_table(["search", "all", *kinds], rows)))
+    result = BenchResult(
+        "small",
+        {
+            "params": {"suite": str(suite or SUITE), "hybrid": use_hybrid},
+            "runs": {name: [a.__dict__ for a in answers] for name, answers in runs.items()},
+        },
+    )
+    result.tables.append(
+        ("First hit states the answer (questions right / asked)", md_table(["search", "all", *kinds], rows))
+    )
     best = runs.get("hybrid (default)", runs["BM25 alone"])
     right, total = _share(best)
-    result.targets.append(Target("small memories", f"first hit right >= {FIRST_HIT_TARGET:.0%}",
-                                 f"{right}/{total} ({right / total:.1%})", right / total >= FIRST_HIT_TARGET))
+    result.targets.append(
+        Target(
+            "small memories",
+            f"first hit right >= {FIRST_HIT_TARGET:.0%}",
+            f"{right}/{total} ({right / total:.1%})",
+            right / total >= FIRST_HIT_TARGET,
+        )
+    )
     misses = [a for a in best if not a.first]
     if misses:
-        result.notes.append("missed: " + "; ".join(
-            f"{a.question!r} (answer at {a.rank or '-'}, first: {(a.top or '')[:50]!r})" for a in misses))
+        result.notes.append(
+            "missed: "
+            + "; ".join(f"{a.question!r} (answer at {a.rank or '-'}, first: {(a.top or '')[:50]!r})" for a in misses)
+        )
 
     def draw(axes: list[Any]) -> None:
         ax = axes[0]
         groups = ["all", *kinds]
         width = 0.8 / len(runs)
         for i, (name, answers) in enumerate(runs.items()):
-            shares = [right / total if total else 0.0
-                      for right, total in (_share(answers, None if g == "all" else g) for g in groups)]
+            shares = [
+                right / total if total else 0.0
+                for right, total in (_share(answers, None if g == "all" else g) for g in groups)
+            ]
             ax.bar([j + (i - (len(runs) - 1) / 2) * width for j in range(len(groups))], shares, width, label=name)
         ax.axhline(FIRST_HIT_TARGET, color="grey", linestyle="--", linewidth=1)
         ax.set_xticks(range(len(groups)), groups)

@@ -23,7 +23,7 @@ from typing import Any
 from mycelian_agent.errors import ConfigError, MycelianError, make_folder
 from mycelian_bench.bench_common import BenchResult, embeddings_available, machine_info, write_result
 
-__all__ = ["BENCHMARK_NAMES", "DATA_INPUTS", "DataInput", "QUICK", "benchmark_params", "run_one", "run_suite"]
+__all__ = ["BENCHMARK_NAMES", "DATA_INPUTS", "QUICK", "DataInput", "benchmark_params", "run_one", "run_suite"]
 
 BENCHMARK_NAMES = ("overhead", "prompts", "recall", "throughput", "server", "ablation", "small")
 
@@ -32,8 +32,13 @@ QUICK: dict[str, dict[str, Any]] = {
     "overhead": {"messages": 100, "window": 25, "naive_budget_s": 30.0},
     "prompts": {"sessions": 3},
     "recall": {"limit": 1, "limit_questions": 30, "hybrid": "off"},
-    "throughput": {"levels": (1, 4, 16), "messages": 6, "latency_s": 0.1, "extractive_messages": 60,
-                   "extractive_streams": 4},
+    "throughput": {
+        "levels": (1, 4, 16),
+        "messages": 6,
+        "latency_s": 0.1,
+        "extractive_messages": 60,
+        "extractive_streams": 4,
+    },
     "server": {"entries": 2000, "adds": 200, "searches": 60, "warmup": 10},
     "ablation": {"limit": 1, "limit_questions": 30, "hybrid": "off"},
     "small": {},
@@ -55,13 +60,19 @@ class DataInput:
 
 
 DATA_INPUTS = (
-    DataInput("prompts", "data", "--lme FILE", "a LongMemEval file", ("longmemeval/longmemeval_s_1q.json",),
-              single=True),
+    DataInput(
+        "prompts", "data", "--lme FILE", "a LongMemEval file", ("longmemeval/longmemeval_s_1q.json",), single=True
+    ),
     DataInput("recall", "locomo", "--locomo FILE", "LoCoMo data", ("locomo/locomo_dev3.json",)),
     DataInput("ablation", "locomo", "--locomo FILE", "LoCoMo data", ("locomo/locomo_dev3.json",)),
-    DataInput("recall", "longmemeval", "--longmemeval FILE", "LongMemEval data",
-              ("longmemeval/longmemeval_s_1q.json", "longmemeval/longmemeval_oracle_6q.json"),
-              quick_files=("longmemeval/longmemeval_oracle_6q.json",)),
+    DataInput(
+        "recall",
+        "longmemeval",
+        "--longmemeval FILE",
+        "LongMemEval data",
+        ("longmemeval/longmemeval_s_1q.json", "longmemeval/longmemeval_oracle_6q.json"),
+        quick_files=("longmemeval/longmemeval_oracle_6q.json",),
+    ),
 )
 _DATA_HINT = "--data DIR (the folder holding locomo/ and longmemeval/)"
 
@@ -97,13 +108,15 @@ def _data_files(need: DataInput, given: Any, data: str | Path | None, quick: boo
         paths = [Path(data) / f for f in (need.quick_files if quick and need.quick_files else need.files)]
         missing = [p for p in paths if not p.is_file()]
         if missing:
-            raise ConfigError(f"{need.benchmark} needs {need.what}: {missing[0]} not found; pass {need.option} "
-                              f"or {_DATA_HINT}")
+            raise ConfigError(
+                f"{need.benchmark} needs {need.what}: {missing[0]} not found; pass {need.option} or {_DATA_HINT}"
+            )
     return paths[0] if need.single else paths
 
 
-def benchmark_params(name: str, *, quick: bool = False, params: dict[str, Any] | None = None,
-                     data: str | Path | None = None) -> dict[str, Any]:
+def benchmark_params(
+    name: str, *, quick: bool = False, params: dict[str, Any] | None = None, data: str | Path | None = None
+) -> dict[str, Any]:
     """The keyword arguments of benchmark ``name``'s ``run_*`` function: the ``quick`` sizes, then ``params``
     (None values are unset), then its data files: the given ones checked, the others looked up in ``data``; without
     ``data``, a benchmark given some of its files runs on those alone (``recall --locomo FILE``: LoCoMo only).
@@ -126,8 +139,9 @@ def benchmark_params(name: str, *, quick: bool = False, params: dict[str, Any] |
     return merged
 
 
-def run_one(name: str, out: Path, *, quick: bool = False, params: dict[str, Any] | None = None,
-            data: str | Path | None = None) -> BenchResult:
+def run_one(
+    name: str, out: Path, *, quick: bool = False, params: dict[str, Any] | None = None, data: str | Path | None = None
+) -> BenchResult:
     """Run benchmark ``name`` (arguments as :func:`benchmark_params`) and write its JSON (and plot) into ``out``."""
     make_folder(out, "--out")
     result = _runner(name)(out, **benchmark_params(name, quick=quick, params=params, data=data))
@@ -136,25 +150,33 @@ def run_one(name: str, out: Path, *, quick: bool = False, params: dict[str, Any]
     return result
 
 
-def run_suite(names: Sequence[str], out: Path, *, quick: bool = False, params: dict[str, dict[str, Any]] | None = None,
-              data: str | Path | None = None, echo: Callable[[str], None] = print,
-              keep_work: bool = False) -> dict[str, Any]:
+def run_suite(
+    names: Sequence[str],
+    out: Path,
+    *,
+    quick: bool = False,
+    params: dict[str, dict[str, Any]] | None = None,
+    data: str | Path | None = None,
+    echo: Callable[[str], None] = print,
+    keep_work: bool = False,
+) -> dict[str, Any]:
     """Run ``names`` in order; a benchmark that fails is reported and the others still run.
 
     Every benchmark's inputs are checked first (:func:`benchmark_params`): a missing data file raises
     :class:`ConfigError` before anything runs. The benchmarks' databases go to ``<out>/work`` (the naive overhead
     run alone writes ~0.5 GB at full size); it is deleted at the end unless ``keep_work``.
     """
-    prepared = {name: benchmark_params(name, quick=quick, params=(params or {}).get(name), data=data)
-                for name in names}
+    prepared = {name: benchmark_params(name, quick=quick, params=(params or {}).get(name), data=data) for name in names}
     out = Path(out)
     make_folder(out, "--out")
     machine = machine_info()
     started = time.perf_counter()
     summary: dict[str, Any] = {"machine": machine, "quick": quick, "benchmarks": {}, "failed": {}}
-    header = (f"# mycelian-agent benchmarks{' (quick)' if quick else ''}\n\n"
-              f"Python {machine['python']} on {machine['cpus']} CPUs, {machine['memory_gib']} GiB; load average at "
-              f"start {machine['load_average']}; commit {machine['commit']}\n")
+    header = (
+        f"# mycelian-agent benchmarks{' (quick)' if quick else ''}\n\n"
+        f"Python {machine['python']} on {machine['cpus']} CPUs, {machine['memory_gib']} GiB; load average at "
+        f"start {machine['load_average']}; commit {machine['commit']}\n"
+    )
     report = [header]
     echo(header)
     for name in names:
@@ -163,12 +185,16 @@ def run_suite(names: Sequence[str], out: Path, *, quick: bool = False, params: d
         except MycelianError as exc:  # bad input or setting: the message says it, a traceback would bury it
             summary["failed"][name] = str(exc)
             text = f"## {name}\n\nFAILED: {exc}\n"
-        except Exception as exc:  # noqa: BLE001 - one broken benchmark must not hide the others
+        except Exception as exc:
             summary["failed"][name] = f"{type(exc).__name__}: {exc}"
             text = f"## {name}\n\nFAILED: {type(exc).__name__}: {exc}\n\n```\n{traceback.format_exc()}```\n"
         else:
-            summary["benchmarks"][name] = {"seconds": round(result.seconds, 2), "json": f"{name}.json",
-                                           "plots": result.plots, "targets": [t.as_dict() for t in result.targets]}
+            summary["benchmarks"][name] = {
+                "seconds": round(result.seconds, 2),
+                "json": f"{name}.json",
+                "plots": result.plots,
+                "targets": [t.as_dict() for t in result.targets],
+            }
             text = result.format()
         report.append(text)
         echo(text)

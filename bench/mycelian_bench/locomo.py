@@ -12,8 +12,8 @@ overall row, since its "evidence" is the turn the question twists rather than an
 
 With ``sessions=N`` only the first N sessions of each sample are ingested, with the questions whose evidence lies
 there (a slice for slow models). With ``qa_model`` each question of categories 1-4 is answered from the recall block
-(``invoker.arecall``: what a chat pipeline gets, within ``budget_tokens``) and scored by token F1 against the gold answer (LoCoMo's own QA metric; indicative, not a leaderboard
-number).
+(``invoker.arecall``: what a chat pipeline gets, within ``budget_tokens``) and scored by token F1 against the gold
+answer (LoCoMo's own QA metric; indicative, not a leaderboard number).
 
 Outputs in ``out``: ``records.jsonl`` (one line per finished question), ``samples.jsonl`` (one line per fully
 ingested sample: ingestion time, messages, model usage) and ``summary.json`` (rebuilt from both after each run).
@@ -31,17 +31,34 @@ from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 
-from mycelian_agent.conversations.formats import LOCOMO_CATEGORIES, Conversation, Question, iter_messages, load_conversations, valid_title
+from mycelian_agent.conversations.formats import (
+    LOCOMO_CATEGORIES,
+    Conversation,
+    Question,
+    iter_messages,
+    load_conversations,
+    valid_title,
+)
 from mycelian_agent.conversations.replay import ReplayStats
 from mycelian_agent.errors import ConfigError, InputError, make_folder
 from mycelian_agent.models.resolve import model_name
-from mycelian_bench.records import append_jsonl, read_jsonl, write_json
-from mycelian_bench.runner import (BenchmarkReport, BenchmarkRunner, MemoryHarness, ingestion_totals, progress_bar, report_notes,
-                     run_pool, run_rates, usage_by_model, usage_totals)
 from mycelian_bench.longmemeval import answer_question, resolve_qa_model
 from mycelian_bench.metrics import RecallRecord, aggregate, recall_at_k, token_f1, unique_in_order
+from mycelian_bench.records import append_jsonl, read_jsonl, write_json
+from mycelian_bench.runner import (
+    BenchmarkReport,
+    BenchmarkRunner,
+    MemoryHarness,
+    ingestion_totals,
+    progress_bar,
+    report_notes,
+    run_pool,
+    run_rates,
+    usage_by_model,
+    usage_totals,
+)
 
-__all__ = ["LoCoMoRunner", "load_locomo", "category_label", "first_sessions"]
+__all__ = ["LoCoMoRunner", "category_label", "first_sessions", "load_locomo"]
 
 
 def load_locomo(paths: Sequence[str | os.PathLike[str]]) -> list[Conversation]:
@@ -95,8 +112,9 @@ class LoCoMoRunner(BenchmarkRunner):
         make_folder(self.out, "--out")
         done = {r.get("question_id") for r in read_jsonl(self.records_path)}
         ingested = {r.get("sample_id") for r in read_jsonl(self.samples_path)}
-        work_list = [(c, [q for q in c.questions[: self.limit_questions] if q.question_id not in done])
-                     for c in selected]
+        work_list = [
+            (c, [q for q in c.questions[: self.limit_questions] if q.question_id not in done]) for c in selected
+        ]
         pending = [(c, qs) for c, qs in work_list if qs or c.conversation_id not in ingested]
         started = time.perf_counter()
         counts = {"messages": 0, "questions": 0}
@@ -118,38 +136,61 @@ class LoCoMoRunner(BenchmarkRunner):
                             progress.update(questions, advance=1, note=question.question_id)
 
                     await run_pool(pending, self.workers, work, lambda item: item[0].conversation_id, self.failures)
-        return self.report(this_run=run_rates({"samples": len(pending), "selected": len(selected), **counts},
-                                              started))
+        return self.report(this_run=run_rates({"samples": len(pending), "selected": len(selected), **counts}, started))
 
-    async def _ingest(self, harness: MemoryHarness, conversation: Conversation, ingested: set[str | None],
-                      progress: Any, task: Any) -> tuple[str, ReplayStats]:
+    async def _ingest(
+        self, harness: MemoryHarness, conversation: Conversation, ingested: set[str | None], progress: Any, task: Any
+    ) -> tuple[str, ReplayStats]:
         sample_id = conversation.conversation_id
         memory_id, invoker, stats = await harness.replay(conversation, sample_id, progress, task)
         if sample_id not in ingested:
             status = await invoker.athread_status(sample_id)
-            append_jsonl(self.samples_path, {
-                "sample_id": sample_id, "memory_id": memory_id, "sessions": len(conversation.sessions),
-                "ingestion": {"seconds": round(stats.elapsed_s, 3), "messages": stats.messages,
-                              "skipped": stats.skipped, "messages_per_s": round(stats.messages_per_s, 2),
-                              "entries": status.progress.entries,
-                              "contexts": status.progress.flushes,
-                              "recovered_errors": stats.errors[:20]},
-                "usage": status.usage.as_dict(), "model": model_name(self.model)})
+            append_jsonl(
+                self.samples_path,
+                {
+                    "sample_id": sample_id,
+                    "memory_id": memory_id,
+                    "sessions": len(conversation.sessions),
+                    "ingestion": {
+                        "seconds": round(stats.elapsed_s, 3),
+                        "messages": stats.messages,
+                        "skipped": stats.skipped,
+                        "messages_per_s": round(stats.messages_per_s, 2),
+                        "entries": status.progress.entries,
+                        "contexts": status.progress.flushes,
+                        "recovered_errors": stats.errors[:20],
+                    },
+                    "usage": status.usage.as_dict(),
+                    "model": model_name(self.model),
+                },
+            )
         return memory_id, stats
 
-    async def _question(self, harness: MemoryHarness, memory_id: str, conversation: Conversation,
-                        question: Question, dia_ids: set[str | None], qa: BaseChatModel | None) -> dict[str, Any]:
+    async def _question(
+        self,
+        harness: MemoryHarness,
+        memory_id: str,
+        conversation: Conversation,
+        question: Question,
+        dia_ids: set[str | None],
+        qa: BaseChatModel | None,
+    ) -> dict[str, Any]:
         found, search_s = await harness.search(memory_id, question.question, self.search_k)
         entries = found.get("entries") or []
         answered = None
         if qa is not None and not question.is_abstention:
             started = time.perf_counter()
-            recalled, _ = await harness.recall(memory_id, question.question, budget_tokens=self.budget_tokens,
-                                               top_k=self.top_k)
+            recalled, _ = await harness.recall(
+                memory_id, question.question, budget_tokens=self.budget_tokens, top_k=self.top_k
+            )
             context = recalled.as_prompt()
             hypothesis, usage = await answer_question(qa, question.question, None, context)
-            answered = {"hypothesis": hypothesis, "f1": round(token_f1(hypothesis, question.answer or ""), 4),
-                        "usage": usage, "seconds": round(time.perf_counter() - started, 3)}
+            answered = {
+                "hypothesis": hypothesis,
+                "f1": round(token_f1(hypothesis, question.answer or ""), 4),
+                "usage": usage,
+                "seconds": round(time.perf_counter() - started, 3),
+            }
         retrieved = unique_in_order(t["dia_id"] for e in entries if "dia_id" in (t := e.get("tags") or {}))
         recall: dict[str, bool] = {}
         for k in self.ks:
@@ -167,8 +208,10 @@ class LoCoMoRunner(BenchmarkRunner):
             "evidence": list(question.evidence),
             # Evidence ids absent from the conversation (upstream annotation slips) can never be retrieved.
             "evidence_missing": [e for e in question.evidence if e not in dia_ids],
-            "retrieved": [{"entry_id": e.get("entryId"), "dia_id": (e.get("tags") or {}).get("dia_id"),
-                           "score": e.get("score")} for e in entries],
+            "retrieved": [
+                {"entry_id": e.get("entryId"), "dia_id": (e.get("tags") or {}).get("dia_id"), "score": e.get("score")}
+                for e in entries
+            ],
             "retrieved_dia_ids": retrieved,
             "recall": recall or None,
             "search_s": round(search_s, 4),
@@ -181,8 +224,11 @@ class LoCoMoRunner(BenchmarkRunner):
         samples = read_jsonl(self.samples_path)
 
         def recall_records(adversarial: bool) -> list[RecallRecord]:
-            return [RecallRecord(r["question_id"], category_label(r["category"]), r["retrieved_dia_ids"],
-                                 r["evidence"]) for r in records if bool(r.get("adversarial")) == adversarial]
+            return [
+                RecallRecord(r["question_id"], category_label(r["category"]), r["retrieved_dia_ids"], r["evidence"])
+                for r in records
+                if bool(r.get("adversarial")) == adversarial
+            ]
 
         main_name, adversarial_name = "evidence recall, categories 1-4", "adversarial (category 5, reported apart)"
         tables = {main_name: aggregate(recall_records(False), self.ks)}
@@ -201,8 +247,10 @@ class LoCoMoRunner(BenchmarkRunner):
             "top_k": self.top_k,
             "search_k": self.search_k,
             "shard": self.shard_label,
-            "recall": {"categories_1_4": tables[main_name].as_dict(),
-                       "adversarial": tables[adversarial_name].as_dict() if adversarial_name in tables else None},
+            "recall": {
+                "categories_1_4": tables[main_name].as_dict(),
+                "adversarial": tables[adversarial_name].as_dict() if adversarial_name in tables else None,
+            },
             "evidence_ids_missing_from_conversation": sum(len(r["evidence_missing"]) for r in records),
             "ingestion": ingestion_totals([s["ingestion"] for s in samples]),
             "usage": usage,
@@ -238,19 +286,32 @@ def _qa_summary(records: list[dict[str, Any]], qa_model: Any) -> dict[str, Any] 
     for r in answered:
         for key, value in r["qa"]["usage"].items():
             usage[key] = usage.get(key, 0) + value
-    return {"model": model_name(qa_model), "judge": "token F1 against the gold answer (LoCoMo's QA metric)",
-            "questions": len(answered), "f1_mean": round(sum(r["qa"]["f1"] for r in answered) / len(answered), 4),
-            "f1_by_category": {c: round(sum(v) / len(v), 4) for c, v in sorted(by_category.items())},
-            "usage": usage, "seconds": round(sum(r["qa"]["seconds"] for r in answered), 1)}
+    return {
+        "model": model_name(qa_model),
+        "judge": "token F1 against the gold answer (LoCoMo's QA metric)",
+        "questions": len(answered),
+        "f1_mean": round(sum(r["qa"]["f1"] for r in answered) / len(answered), 4),
+        "f1_by_category": {c: round(sum(v) / len(v), 4) for c, v in sorted(by_category.items())},
+        "usage": usage,
+        "seconds": round(sum(r["qa"]["seconds"] for r in answered), 1),
+    }
 
 
 def _notes(summary: dict[str, Any]) -> list[str]:
     run = summary["this_run"]
     return report_notes(
-        summary, recorded=f"samples ingested: {summary['samples']}, questions recorded: {summary['questions']}",
+        summary,
+        recorded=f"samples ingested: {summary['samples']}, questions recorded: {summary['questions']}",
         this_run=f"{run.get('questions', 0)} questions, {run.get('messages', 0)} messages stored, ",
         usage=summary["usage"],
         extra=[f"evidence ids not found in the conversation: {summary['evidence_ids_missing_from_conversation']}"]
-        + ([f"QA ({summary['qa']['model']}, {summary['qa']['questions']} questions, judged by "
-            f"{summary['qa']['judge']}): mean F1 {summary['qa']['f1_mean']:.3f}; by category "
-            f"{summary['qa']['f1_by_category']}"] if summary.get("qa") else []))
+        + (
+            [
+                f"QA ({summary['qa']['model']}, {summary['qa']['questions']} questions, judged by "
+                f"{summary['qa']['judge']}): mean F1 {summary['qa']['f1_mean']:.3f}; by category "
+                f"{summary['qa']['f1_by_category']}"
+            ]
+            if summary.get("qa")
+            else []
+        ),
+    )

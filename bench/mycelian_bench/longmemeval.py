@@ -40,15 +40,31 @@ from langchain_core.messages import HumanMessage, SystemMessage
 
 from mycelian_agent.conversations.formats import Conversation, load_conversations, valid_title
 from mycelian_agent.errors import ConfigError, InputError, make_folder
-from mycelian_bench.metrics import RecallRecord, aggregate, recall_at_k, unique_in_order
 from mycelian_agent.models.resolve import model_name, resolve_model
+from mycelian_bench.metrics import RecallRecord, aggregate, recall_at_k, unique_in_order
 from mycelian_bench.records import append_jsonl, read_jsonl, write_json
-from mycelian_bench.runner import (BenchmarkReport, BenchmarkRunner, MemoryHarness, ingestion_totals, progress_bar, report_notes,
-                     run_pool, run_rates, usage_by_model, usage_totals)
+from mycelian_bench.runner import (
+    BenchmarkReport,
+    BenchmarkRunner,
+    MemoryHarness,
+    ingestion_totals,
+    progress_bar,
+    report_notes,
+    run_pool,
+    run_rates,
+    usage_by_model,
+    usage_totals,
+)
 
 __all__ = [
-    "SingleQuestionRunner", "RETRIEVAL_ONLY_MARK", "QA_SYSTEM_PROMPT", "answer_question",
-    "load_longmemeval", "resolve_qa_model", "retrieved_positions", "search_bound",
+    "QA_SYSTEM_PROMPT",
+    "RETRIEVAL_ONLY_MARK",
+    "SingleQuestionRunner",
+    "answer_question",
+    "load_longmemeval",
+    "resolve_qa_model",
+    "retrieved_positions",
+    "search_bound",
 ]
 
 RETRIEVAL_ONLY_MARK = "[retrieval only: no QA model configured]"
@@ -89,14 +105,17 @@ def retrieved_positions(entries: Sequence[dict[str, Any]]) -> tuple[list[str], l
     return unique_in_order(sessions), unique_in_order(turns)
 
 
-def resolve_qa_model(qa_model: str | BaseChatModel | None, *, api_key: str | None = None,
-                     base_url: str | None = None) -> BaseChatModel | None:
+def resolve_qa_model(
+    qa_model: str | BaseChatModel | None, *, api_key: str | None = None, base_url: str | None = None
+) -> BaseChatModel | None:
     """The chat model that answers questions (``"openai:<model>"`` or a model), or None for none/"none"."""
     if qa_model is None or (isinstance(qa_model, str) and qa_model.strip().lower() in ("", "none")):
         return None
     if isinstance(qa_model, str) and qa_model.strip().lower() == "extractive":
-        raise ConfigError("the extractive model cannot answer questions: give an openai:<model> QA model, "
-                          "or none for retrieval-only hypotheses")
+        raise ConfigError(
+            "the extractive model cannot answer questions: give an openai:<model> QA model, "
+            "or none for retrieval-only hypotheses"
+        )
     return resolve_model(qa_model, api_key=api_key, base_url=base_url, timeout=600)
 
 
@@ -108,18 +127,27 @@ def search_bound(question_date: str | None) -> str | None:
     return f"{day.isoformat()}T00:00:00Z"
 
 
-async def answer_question(model: BaseChatModel, question: str, question_date: str | None,
-                          context: str) -> tuple[str, dict[str, int]]:
+async def answer_question(
+    model: BaseChatModel, question: str, question_date: str | None, context: str
+) -> tuple[str, dict[str, int]]:
     """Ask ``model`` to answer ``question`` from ``context``; returns the answer and its token usage."""
     date = (question_date or "unknown")[:16].replace("T", " ")
-    prompt = [SystemMessage(QA_SYSTEM_PROMPT),
-              HumanMessage(f"Question date: {date}\n\n{context}\n\nQuestion: {question}")]
+    prompt = [
+        SystemMessage(QA_SYSTEM_PROMPT),
+        HumanMessage(f"Question date: {date}\n\n{context}\n\nQuestion: {question}"),
+    ]
     reply = await model.ainvoke(prompt)
     usage = getattr(reply, "usage_metadata", None) or {}
-    text = reply.content if isinstance(reply.content, str) else "".join(
-        part.get("text", "") if isinstance(part, dict) else str(part) for part in reply.content)
-    return text.strip(), {"llm_calls": 1, "prompt_tokens": int(usage.get("input_tokens", 0) or 0),
-                          "completion_tokens": int(usage.get("output_tokens", 0) or 0)}
+    text = (
+        reply.content
+        if isinstance(reply.content, str)
+        else "".join(part.get("text", "") if isinstance(part, dict) else str(part) for part in reply.content)
+    )
+    return text.strip(), {
+        "llm_calls": 1,
+        "prompt_tokens": int(usage.get("input_tokens", 0) or 0),
+        "completion_tokens": int(usage.get("output_tokens", 0) or 0),
+    }
 
 
 def _recall_flags(retrieved: Sequence[str], gold: Sequence[str], ks: Sequence[int]) -> dict[str, bool] | None:
@@ -171,20 +199,29 @@ class SingleQuestionRunner(BenchmarkRunner):
                         progress.update(questions, advance=1, note=conversation.conversation_id)
 
                     await run_pool(pending, self.workers, work, lambda c: c.conversation_id, self.failures)
-        return self.report(this_run=run_rates({"questions": len(pending) - len(self.failures), "messages": stored,
-                                               "selected": len(selected)}, started))
+        return self.report(
+            this_run=run_rates(
+                {"questions": len(pending) - len(self.failures), "messages": stored, "selected": len(selected)}, started
+            )
+        )
 
     def _qa_model(self) -> BaseChatModel | None:
         return resolve_qa_model(self.qa_model, api_key=self.api_key, base_url=self.base_url)
 
-    async def _question(self, harness: MemoryHarness, conversation: Conversation, qa: BaseChatModel | None,
-                        progress: Any, task: Any) -> dict[str, Any]:
+    async def _question(
+        self, harness: MemoryHarness, conversation: Conversation, qa: BaseChatModel | None, progress: Any, task: Any
+    ) -> dict[str, Any]:
         question = conversation.questions[0]
         qid = question.question_id
         memory_id, invoker, stats = await harness.replay(conversation, qid, progress, task)
         status = await invoker.athread_status(qid)
-        recalled, search_s = await harness.recall(memory_id, question.question, budget_tokens=self.budget_tokens,
-                                                  top_k=self.top_k, before=search_bound(question.question_date))
+        recalled, search_s = await harness.recall(
+            memory_id,
+            question.question,
+            budget_tokens=self.budget_tokens,
+            top_k=self.top_k,
+            before=search_bound(question.question_date),
+        )
         context = recalled.as_prompt()
         qa_usage = {"llm_calls": 0, "prompt_tokens": 0, "completion_tokens": 0}
         qa_started = time.perf_counter()
@@ -194,8 +231,12 @@ class SingleQuestionRunner(BenchmarkRunner):
             hypothesis, qa_usage = await answer_question(qa, question.question, question.question_date, context)
         # Recall by LongMemEval's rule: the ranking extended until it holds max(ks) distinct sessions.
         deepest = max(self.ks)
-        ranked = await harness.ranking(memory_id, question.question, before=search_bound(question.question_date),
-                                       enough=lambda found: len(retrieved_positions(found)[0]) >= deepest)
+        ranked = await harness.ranking(
+            memory_id,
+            question.question,
+            before=search_bound(question.question_date),
+            enough=lambda found: len(retrieved_positions(found)[0]) >= deepest,
+        )
         sessions, turns = retrieved_positions(ranked)
         gold_turns = list(question.evidence_turns)
         return {
@@ -207,8 +248,15 @@ class SingleQuestionRunner(BenchmarkRunner):
             "abstention": question.is_abstention,
             "hypothesis": hypothesis,
             "memory_id": memory_id,
-            "retrieved": [{"entry_id": e.get("entryId"), "session_id": (e.get("tags") or {}).get("session_id"),
-                           "turn": (e.get("tags") or {}).get("turn"), "score": e.get("score")} for e in ranked],
+            "retrieved": [
+                {
+                    "entry_id": e.get("entryId"),
+                    "session_id": (e.get("tags") or {}).get("session_id"),
+                    "turn": (e.get("tags") or {}).get("turn"),
+                    "score": e.get("score"),
+                }
+                for e in ranked
+            ],
             "retrieved_sessions": sessions,
             "retrieved_turns": turns,
             "answer_session_ids": list(question.evidence),
@@ -238,13 +286,18 @@ class SingleQuestionRunner(BenchmarkRunner):
     def report(self, this_run: dict[str, Any] | None = None) -> BenchmarkReport:
         """Rebuild ``summary.json`` and ``hypotheses.jsonl`` from every record in ``out`` and return the report."""
         records = read_jsonl(self.records_path)
-        write_json(Path(self.out) / "hypotheses.jsonl", None,
-                   lines=({"question_id": r["question_id"], "hypothesis": r["hypothesis"]} for r in records))
+        write_json(
+            Path(self.out) / "hypotheses.jsonl",
+            None,
+            lines=({"question_id": r["question_id"], "hypothesis": r["hypothesis"]} for r in records),
+        )
         tables = {
             "session recall (answer_session_ids)": aggregate(
-                (_recall_record(r, "retrieved_sessions", "answer_session_ids") for r in records), self.ks),
+                (_recall_record(r, "retrieved_sessions", "answer_session_ids") for r in records), self.ks
+            ),
             "turn recall (has_answer turns)": aggregate(
-                (_recall_record(r, "retrieved_turns", "evidence_turns") for r in records), self.ks),
+                (_recall_record(r, "retrieved_turns", "evidence_turns") for r in records), self.ks
+            ),
         }
         ingestion_usage = usage_totals(r["usage"]["ingestion"] for r in records)
         qa_usage = _sum(r["usage"]["qa"] for r in records)
@@ -259,22 +312,29 @@ class SingleQuestionRunner(BenchmarkRunner):
             "top_k": self.top_k,
             "search_k": self.search_k,
             "shard": self.shard_label,
-            "recall": {"session": tables["session recall (answer_session_ids)"].as_dict(),
-                       "turn": tables["turn recall (has_answer turns)"].as_dict()},
+            "recall": {
+                "session": tables["session recall (answer_session_ids)"].as_dict(),
+                "turn": tables["turn recall (has_answer turns)"].as_dict(),
+            },
             "ingestion": ingestion_totals([r["ingestion"] for r in records]),
             "usage": {"ingestion": ingestion_usage, "qa": qa_usage},
             "search_s_mean": round(sum(r["search_s"] for r in records) / len(records), 4) if records else None,
         }
         summary["usage_by_model"] = usage_by_model(
-            ingestion_usage, model_name(self.qa_model) if self.qa_model is not None else None, qa_usage)
+            ingestion_usage, model_name(self.qa_model) if self.qa_model is not None else None, qa_usage
+        )
         write_json(Path(self.out) / "summary.json", summary)
         return BenchmarkReport(summary, tables, _notes(summary))
 
 
 def _recall_record(record: dict[str, Any], retrieved: str, gold: str) -> RecallRecord:
     # Abstention questions have no answer to find: no gold, so metrics counts them as excluded.
-    return RecallRecord(record["question_id"], record["question_type"], record[retrieved],
-                        () if record.get("abstention") else record[gold])
+    return RecallRecord(
+        record["question_id"],
+        record["question_type"],
+        record[retrieved],
+        () if record.get("abstention") else record[gold],
+    )
 
 
 def _sum(items: Any) -> dict[str, Any]:
@@ -289,8 +349,11 @@ def _sum(items: Any) -> dict[str, Any]:
 def _notes(summary: dict[str, Any]) -> list[str]:
     run = summary["this_run"]
     return report_notes(
-        summary, recorded=f"questions recorded: {summary['questions']}",
-        this_run=(f"{run.get('questions', 0)} of {run.get('selected', 0)} selected, "
-                  f"{run.get('messages', 0)} messages in "),
+        summary,
+        recorded=f"questions recorded: {summary['questions']}",
+        this_run=(
+            f"{run.get('questions', 0)} of {run.get('selected', 0)} selected, {run.get('messages', 0)} messages in "
+        ),
         usage=summary["usage"]["ingestion"],
-        extra=[f"QA: {summary['qa_model'] or 'none (retrieval-only hypotheses)'}; usage {summary['usage']['qa']}"])
+        extra=[f"QA: {summary['qa_model'] or 'none (retrieval-only hypotheses)'}; usage {summary['usage']['qa']}"],
+    )

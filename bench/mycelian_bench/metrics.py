@@ -18,8 +18,16 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["RecallRecord", "RecallRow", "RecallTable", "aggregate", "answer_tokens", "recall_at_k", "token_f1",
-           "unique_in_order"]
+__all__ = [
+    "RecallRecord",
+    "RecallRow",
+    "RecallTable",
+    "aggregate",
+    "answer_tokens",
+    "recall_at_k",
+    "token_f1",
+    "unique_in_order",
+]
 
 
 def unique_in_order(ids: Iterable[str]) -> list[str]:
@@ -162,4 +170,3 @@ def token_f1(prediction: str, gold: str) -> float:
         return 0.0
     precision, recall = common / len(predicted), common / len(expected)
     return 2 * precision * recall / (precision + recall)
-

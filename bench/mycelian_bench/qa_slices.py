@@ -17,7 +17,6 @@ from mycelian_bench.locomo import load_locomo
 __all__ = ["QASlice", "QATurn", "make_slices", "pick_questions", "slice_conversation", "slice_turns"]
 
 
-
 @dataclass(frozen=True)
 class QASlice:
     """Consecutive whole sessions of one LoCoMo sample and the questions answerable from them alone.
@@ -40,9 +39,14 @@ class QASlice:
     def describe(self) -> dict[str, Any]:
         """JSON-ready: id, sessions, size, question date and the number of kept questions."""
         sessions = self.conversation.sessions
-        return {"slice_id": self.slice_id, "sessions": [s.session_id for s in sessions],
-                "messages": self.conversation.message_count, "tokens": self.tokens,
-                "question_date": self.question_date, "questions": len(self.conversation.questions)}
+        return {
+            "slice_id": self.slice_id,
+            "sessions": [s.session_id for s in sessions],
+            "messages": self.conversation.message_count,
+            "tokens": self.tokens,
+            "question_date": self.question_date,
+            "questions": len(self.conversation.questions),
+        }
 
 
 @dataclass(frozen=True)
@@ -61,8 +65,14 @@ def slice_turns(conversation: Conversation) -> list[QATurn]:
     for session in conversation.sessions:
         for message in session.messages:
             speaker = message.name or message.tags.get("speaker") or message.role
-            turns.append(QATurn(len(turns), message.tags.get("dia_id", ""), message.content,
-                                f"[{when_label(session.conversation_time)}] {speaker}: {message.content}"))
+            turns.append(
+                QATurn(
+                    len(turns),
+                    message.tags.get("dia_id", ""),
+                    message.content,
+                    f"[{when_label(session.conversation_time)}] {speaker}: {message.content}",
+                )
+            )
     return turns
 
 
@@ -86,17 +96,24 @@ def slice_conversation(conversation: Conversation, slice_tokens: int) -> list[QA
     for group in groups:
         sessions = tuple(conversation.sessions[i] for i in group)
         ids = {m.tags.get("dia_id") for s in sessions for m in s.messages}
-        questions = tuple(q for q in conversation.questions
-                          if q.category in LOCOMO_CATEGORIES and not q.is_abstention
-                          and q.evidence and set(q.evidence) <= ids)
+        questions = tuple(
+            q
+            for q in conversation.questions
+            if q.category in LOCOMO_CATEGORIES and not q.is_abstention and q.evidence and set(q.evidence) <= ids
+        )
         after = group[-1] + 1
         part = replace(conversation, sessions=sessions, questions=questions)
-        slices.append(QASlice(
-            slice_id=f"{conversation.conversation_id}/s{group[0] + 1}-{group[-1] + 1}",
-            sample_id=conversation.conversation_id, conversation=part,
-            question_date=conversation.sessions[after].conversation_time if after < len(conversation.sessions)
-            else None,
-            tokens=sum(estimate_tokens(t.line) + 1 for t in slice_turns(part))))
+        slices.append(
+            QASlice(
+                slice_id=f"{conversation.conversation_id}/s{group[0] + 1}-{group[-1] + 1}",
+                sample_id=conversation.conversation_id,
+                conversation=part,
+                question_date=conversation.sessions[after].conversation_time
+                if after < len(conversation.sessions)
+                else None,
+                tokens=sum(estimate_tokens(t.line) + 1 for t in slice_turns(part)),
+            )
+        )
     return slices
 
 
@@ -114,7 +131,7 @@ def _interleaved(questions: Sequence[Question], start: int) -> list[Question]:
     names = sorted(by_category)
     if not names:
         return []
-    names = names[start % len(names):] + names[:start % len(names)]
+    names = names[start % len(names) :] + names[: start % len(names)]
     order: list[Question] = []
     for depth in range(max(len(v) for v in by_category.values())):
         order += [by_category[name][depth] for name in names if depth < len(by_category[name])]
@@ -130,8 +147,10 @@ def pick_questions(slices: Sequence[QASlice], limit: int | None) -> list[tuple[Q
         raise ConfigError(f"questions must be >= 1, got {limit}")
     total = sum(len(s.conversation.questions) for s in slices)
     if not total:
-        raise ConfigError(f"no questions: the {len(slices)} slice(s) hold no question of categories 1-4 whose "
-                          "evidence lies inside one slice; raise --slice-tokens or give other LoCoMo files")
+        raise ConfigError(
+            f"no questions: the {len(slices)} slice(s) hold no question of categories 1-4 whose "
+            "evidence lies inside one slice; raise --slice-tokens or give other LoCoMo files"
+        )
     wanted = total if limit is None else min(limit, total)
     taken: dict[int, int] = {}
     depth = 0
@@ -142,5 +161,8 @@ def pick_questions(slices: Sequence[QASlice], limit: int | None) -> list[tuple[Q
             if depth < len(piece.conversation.questions):
                 taken[index] = taken.get(index, 0) + 1
         depth += 1
-    return [(piece, _interleaved(piece.conversation.questions, i)[:taken[i]]) for i, piece in enumerate(slices)
-            if taken.get(i)]
+    return [
+        (piece, _interleaved(piece.conversation.questions, i)[: taken[i]])
+        for i, piece in enumerate(slices)
+        if taken.get(i)
+    ]

@@ -56,5 +56,3 @@ def write_json(path: Path, value: Any, *, lines: Iterable[dict[str, Any]] | None
             for line in lines:
                 handle.write(json.dumps(line, ensure_ascii=False) + "\n")
     tmp.replace(path)
-
-

@@ -14,15 +14,15 @@ import asyncio
 import os
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, AsyncIterator, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from mycelian_agent.conversations.selection import parse_shard, select_items
 from mycelian_agent.errors import ConfigError, make_folder
 from mycelian_agent.limits import QUERY_MAX_CHARS
-from mycelian_agent.conversations.selection import parse_shard, select_items
 
 if TYPE_CHECKING:  # pragma: no cover
     from langchain_core.language_models import BaseChatModel
@@ -34,8 +34,18 @@ if TYPE_CHECKING:  # pragma: no cover
     from mycelian_agent.mcp import MemoryConnection
     from mycelian_agent.recall import Recall
 
-__all__ = ["BenchmarkReport", "BenchmarkRunner", "MemoryHarness", "ingestion_totals", "progress_bar", "report_notes",
-           "run_pool", "run_rates", "usage_by_model", "usage_totals"]
+__all__ = [
+    "BenchmarkReport",
+    "BenchmarkRunner",
+    "MemoryHarness",
+    "ingestion_totals",
+    "progress_bar",
+    "report_notes",
+    "run_pool",
+    "run_rates",
+    "usage_by_model",
+    "usage_totals",
+]
 
 T = TypeVar("T")
 
@@ -50,29 +60,30 @@ class MemoryHarness:
     items share the MCP session, the compiled graph and the checkpointer.
     """
 
-    def __init__(self, base: "MycelianAgentInvoker", flush_every: int) -> None:
+    def __init__(self, base: MycelianAgentInvoker, flush_every: int) -> None:
         self.base = base
         self.flush_every = flush_every
 
     @property
-    def connection(self) -> "MemoryConnection":
+    def connection(self) -> MemoryConnection:
         return self.base.connection
 
     @property
     def vault_id(self) -> str:
         return self.base.agent.vault_id
 
-    async def invoker_for(self, title: str) -> tuple[str, "MycelianAgentInvoker"]:
+    async def invoker_for(self, title: str) -> tuple[str, MycelianAgentInvoker]:
         """The id of memory ``title`` (created when missing) and an invoker writing to it."""
-        from mycelian_agent.builder import ensure_memory
         from mycelian_agent.agent.invoker import MycelianAgentInvoker
+        from mycelian_agent.builder import ensure_memory
 
         memory_id = await ensure_memory(self.connection, self.vault_id, title)
         agent = self.base.agent.with_memory(self.vault_id, memory_id)
         return memory_id, MycelianAgentInvoker(agent, self.flush_every, leases=self.base.leases)
 
-    async def replay(self, conversation: "Conversation", thread_id: str, progress: Any,
-                     task: Any) -> tuple[str, "MycelianAgentInvoker", "ReplayStats"]:
+    async def replay(
+        self, conversation: Conversation, thread_id: str, progress: Any, task: Any
+    ) -> tuple[str, MycelianAgentInvoker, ReplayStats]:
         """Replay ``conversation`` as thread ``thread_id`` into the memory titled after it (resuming from the
         thread's checkpoint), advancing ``progress``'s ``task`` per message (skipped ones too).
 
@@ -83,8 +94,13 @@ class MemoryHarness:
 
         memory_id, invoker = await self.invoker_for(valid_title(thread_id))
         stats = ReplayStats()
-        await replay_conversation(invoker, conversation, thread_id=thread_id, stats=stats,
-                                  on_message=lambda result: progress.advance(task, len(result.accepted)))
+        await replay_conversation(
+            invoker,
+            conversation,
+            thread_id=thread_id,
+            stats=stats,
+            on_message=lambda result: progress.advance(task, len(result.accepted)),
+        )
         progress.advance(task, stats.skipped)
         await self.await_vectors(memory_id)
         return memory_id, invoker, stats
@@ -111,8 +127,9 @@ class MemoryHarness:
         schema = getattr(self.connection.tool("search_memories"), "args_schema", None) or {}
         return set(schema.get("properties", {})) if isinstance(schema, dict) else set()
 
-    async def search(self, memory_id: str, query: str, top_ke: int, *, before: str | None = None,
-                     top_kc: int = 1, offset: int = 0) -> tuple[dict[str, Any], float]:
+    async def search(
+        self, memory_id: str, query: str, top_ke: int, *, before: str | None = None, top_kc: int = 1, offset: int = 0
+    ) -> tuple[dict[str, Any], float]:
         """``search_memories`` with raw entries (the query cut to the server's 2,000 characters), and its time.
 
         ``before`` (RFC 3339) excludes entries from that time on, where the server supports it; ``offset`` pages
@@ -121,8 +138,13 @@ class MemoryHarness:
         declared = self._search_params()
         if offset and "offset" not in declared:
             return {"entries": [], "count": 0}, 0.0
-        args: dict[str, Any] = {"memory_id": memory_id, "query": query[:QUERY_MAX_CHARS], "top_ke": min(25, top_ke),
-                                "top_kc": top_kc, "include_raw_entries": True}
+        args: dict[str, Any] = {
+            "memory_id": memory_id,
+            "query": query[:QUERY_MAX_CHARS],
+            "top_ke": min(25, top_ke),
+            "top_kc": top_kc,
+            "include_raw_entries": True,
+        }
         if offset:
             args["offset"] = offset
         # vault_id and before are our server's extras: send them only where the server declares them (upstream
@@ -135,20 +157,29 @@ class MemoryHarness:
         result = await self.connection.call_json("search_memories", args)
         return result, time.perf_counter() - started
 
-    async def recall(self, memory_id: str, query: str, *, budget_tokens: int, top_k: int,
-                     before: str | None = None) -> tuple["Recall", float]:
+    async def recall(
+        self, memory_id: str, query: str, *, budget_tokens: int, top_k: int, before: str | None = None
+    ) -> tuple[Recall, float]:
         """What a chat pipeline would get for ``query`` from memory ``memory_id`` (``invoker.arecall``'s block;
         ``before`` bounds the conversation time where the server supports it), and its time."""
         from mycelian_agent.recall import MemoryReader
 
         reader = MemoryReader(self.connection, self.base._reader().users, default_memory_id=memory_id)
         started = time.perf_counter()
-        found = await reader.arecall(query[:QUERY_MAX_CHARS], budget_tokens=budget_tokens, top_k=min(25, top_k),
-                                     before=before)
+        found = await reader.arecall(
+            query[:QUERY_MAX_CHARS], budget_tokens=budget_tokens, top_k=min(25, top_k), before=before
+        )
         return found, time.perf_counter() - started
 
-    async def ranking(self, memory_id: str, query: str, *, enough: Callable[[list[dict[str, Any]]], bool],
-                      before: str | None = None, max_entries: int = 500) -> list[dict[str, Any]]:
+    async def ranking(
+        self,
+        memory_id: str,
+        query: str,
+        *,
+        enough: Callable[[list[dict[str, Any]]], bool],
+        before: str | None = None,
+        max_entries: int = 500,
+    ) -> list[dict[str, Any]]:
         """The ranked entries of ``query``, paged 25 at a time until ``enough(entries)`` holds, the ranking ends
         or ``max_entries`` are read: LongMemEval's recall rule extends the ranking until it holds k distinct
         sessions, which 25 entries may not."""
@@ -179,10 +210,10 @@ class BenchmarkRunner(ABC):
     state: str | Path | None = None
     server: str = "embedded"
     token: str | None = None
-    model: "str | BaseChatModel | None" = "extractive"
+    model: str | BaseChatModel | None = "extractive"
     api_key: str | None = None
     base_url: str | None = None
-    tool_choice_mode: "ToolChoiceMode | None" = None
+    tool_choice_mode: ToolChoiceMode | None = None
     max_tokens: int | None = None
     model_timeout: float | None = 120.0
     flush_every: int = 6
@@ -233,19 +264,18 @@ class BenchmarkRunner(ABC):
         """Entries to retrieve: enough for every recall cut-off and for ``top_k``."""
         return min(25, max(self.top_k, *self.ks))
 
-    def run(self, paths: Sequence[str | os.PathLike[str]]) -> "BenchmarkReport":
+    def run(self, paths: Sequence[str | os.PathLike[str]]) -> BenchmarkReport:
         """Synchronous :meth:`arun`."""
         return asyncio.run(self.arun(paths))
 
     @abstractmethod
-    async def arun(self, paths: Sequence[str | os.PathLike[str]]) -> "BenchmarkReport":
+    async def arun(self, paths: Sequence[str | os.PathLike[str]]) -> BenchmarkReport:
         """Run the items of ``paths`` not yet recorded; write and return the report (each runner defines it)."""
 
-    def _select(self, conversations: Sequence["Conversation"]) -> list["Conversation"]:
+    def _select(self, conversations: Sequence[Conversation]) -> list[Conversation]:
         """Start a run: no failures yet, and this run's conversations (``limit`` then ``shard``, by id)."""
         self.failures = {}
-        return select_items(conversations, lambda c: c.conversation_id, limit=self.limit,
-                            shard=parse_shard(self.shard))
+        return select_items(conversations, lambda c: c.conversation_id, limit=self.limit, shard=parse_shard(self.shard))
 
     @asynccontextmanager
     async def open_harness(self, first_title: str) -> AsyncIterator[MemoryHarness]:
@@ -254,17 +284,34 @@ class BenchmarkRunner(ABC):
 
         make_folder(self.out, "--out")
         db = self.db_path if self.server == "embedded" else None
-        async with build_agent(self.model, self.server, db=db, token=self.token, vault=self.vault,
-                               memory=first_title, checkpointer=f"sqlite:{self.state_path}",
-                               flush_every=self.flush_every, api_key=self.api_key, base_url=self.base_url,
-                               tool_choice_mode=self.tool_choice_mode, max_tokens=self.max_tokens,
-                               model_timeout=self.model_timeout, batch_size=self.batch_size,
-                               embeddings=self.embeddings, prompt_examples=self.prompt_examples) as invoker:
+        async with build_agent(
+            self.model,
+            self.server,
+            db=db,
+            token=self.token,
+            vault=self.vault,
+            memory=first_title,
+            checkpointer=f"sqlite:{self.state_path}",
+            flush_every=self.flush_every,
+            api_key=self.api_key,
+            base_url=self.base_url,
+            tool_choice_mode=self.tool_choice_mode,
+            max_tokens=self.max_tokens,
+            model_timeout=self.model_timeout,
+            batch_size=self.batch_size,
+            embeddings=self.embeddings,
+            prompt_examples=self.prompt_examples,
+        ) as invoker:
             yield MemoryHarness(invoker, self.flush_every)
 
 
-async def run_pool(items: Sequence[T], workers: int, work: Callable[[T], Awaitable[None]],
-                   key: Callable[[T], str], failures: dict[str, str]) -> None:
+async def run_pool(
+    items: Sequence[T],
+    workers: int,
+    work: Callable[[T], Awaitable[None]],
+    key: Callable[[T], str],
+    failures: dict[str, str],
+) -> None:
     """Run ``work`` over ``items`` with at most ``workers`` at a time (asyncio tasks, one event loop).
 
     An item that raises an ``Exception`` is recorded in ``failures`` (id → message) and the others go on; it has
@@ -279,7 +326,7 @@ async def run_pool(items: Sequence[T], workers: int, work: Callable[[T], Awaitab
             item = queue.get_nowait()
             try:
                 await work(item)
-            except Exception as exc:  # noqa: BLE001 - one bad item must not end a long run
+            except Exception as exc:
                 failures[key(item)] = f"{type(exc).__name__}: {exc}"
 
     await asyncio.gather(*(worker() for _ in range(min(workers, len(items)) or 1)))
@@ -311,17 +358,23 @@ def run_rates(this_run: dict[str, Any], started: float) -> dict[str, Any]:
     (``time.perf_counter()``) and its ingestion rate: messages over that wall time (None when none was stored)."""
     wall = time.perf_counter() - started
     messages = this_run.get("messages", 0)
-    return {**this_run, "wall_s": round(wall, 3),
-            "messages_per_s": round(messages / wall, 2) if messages and wall > 0 else None}
+    return {
+        **this_run,
+        "wall_s": round(wall, 3),
+        "messages_per_s": round(messages / wall, 2) if messages and wall > 0 else None,
+    }
 
 
 def ingestion_totals(items: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The recorded items' ingestion (each an ``ingestion`` block: ``messages``, ``seconds``, ``entries``,
     ``contexts``) summed. ``stream_seconds`` adds every item's own time: with several workers they overlap, so it is
     no run's time and gives no rate (``this_run`` has the rate from wall time)."""
-    return {"messages": sum(i["messages"] for i in items),
-            "stream_seconds": round(sum(i["seconds"] for i in items), 3),
-            "entries": sum(i["entries"] for i in items), "contexts": sum(i["contexts"] for i in items)}
+    return {
+        "messages": sum(i["messages"] for i in items),
+        "stream_seconds": round(sum(i["seconds"] for i in items), 3),
+        "entries": sum(i["entries"] for i in items),
+        "contexts": sum(i["contexts"] for i in items),
+    }
 
 
 def usage_totals(items: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
@@ -334,21 +387,25 @@ def usage_totals(items: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     return total.as_dict()
 
 
-def usage_by_model(ingestion: Mapping[str, Any], qa_model: str | None = None,
-                   qa: Mapping[str, Any] | None = None) -> dict[str, dict[str, int]]:
+def usage_by_model(
+    ingestion: Mapping[str, Any], qa_model: str | None = None, qa: Mapping[str, Any] | None = None
+) -> dict[str, dict[str, int]]:
     """Every model's row of a run: the rows of the ingestion usage (``Usage.as_dict`` form) and, when a QA model
     answered, its calls and tokens as the row ``"<name> (QA)"`` (the QA model may be the ingestion model)."""
     from mycelian_agent.agent.report import Usage
 
     usage = Usage.from_mapping(ingestion)
     if qa_model and qa and qa.get("llm_calls"):
-        usage += Usage.of(f"{qa_model} (QA)", **{key: int(qa.get(key) or 0)
-                                                for key in ("llm_calls", "prompt_tokens", "completion_tokens")})
+        usage += Usage.of(
+            f"{qa_model} (QA)",
+            **{key: int(qa.get(key) or 0) for key in ("llm_calls", "prompt_tokens", "completion_tokens")},
+        )
     return {name: row.as_dict() for name, row in usage.rows()}
 
 
-def report_notes(summary: dict[str, Any], *, recorded: str, this_run: str, usage: Any,
-                 extra: Sequence[str] = ()) -> list[str]:
+def report_notes(
+    summary: dict[str, Any], *, recorded: str, this_run: str, usage: Any, extra: Sequence[str] = ()
+) -> list[str]:
     """The text lines under a runner's recall tables, from its ``summary``.
 
     ``recorded``: what is recorded in total; ``this_run``: what this run did, before its wall time (shown only
@@ -362,13 +419,15 @@ def report_notes(summary: dict[str, Any], *, recorded: str, this_run: str, usage
         recorded + (f" (this run: {this_run}{run.get('wall_s', 0):.1f} s wall{speed})" if run else ""),
         f"ingestion (all recorded): {ing['messages']} messages, {ing['entries']} entries, {ing['contexts']} context "
         f"documents; model {summary['model']}",
-        f"model usage (ingestion): {({k: v for k, v in usage.items() if k != 'by_model'})}",
+        f"model usage (ingestion): { ({k: v for k, v in usage.items() if k != 'by_model'}) }",
         *_model_lines(summary.get("usage_by_model") or {}),
         *extra,
     ]
     if summary["failed"]:
-        lines.append(f"FAILED ({len(summary['failed'])}; re-run to retry): "
-                     + "; ".join(f"{k}: {v}" for k, v in list(summary["failed"].items())[:5]))
+        lines.append(
+            f"FAILED ({len(summary['failed'])}; re-run to retry): "
+            + "; ".join(f"{k}: {v}" for k, v in list(summary["failed"].items())[:5])
+        )
     return lines
 
 
@@ -379,9 +438,15 @@ def progress_bar(enabled: bool) -> Any:
 
     console = Console(stderr=True)
     # Off when stderr is not a terminal: redirected logs would get only a final static bar.
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TextColumn("{task.fields[note]}"), TimeElapsedColumn(),
-                    console=console, disable=not (enabled and console.is_terminal))
+    return Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[note]}"),
+        TimeElapsedColumn(),
+        console=console,
+        disable=not (enabled and console.is_terminal),
+    )
 
 
 def _model_lines(rows: Mapping[str, Mapping[str, Any]]) -> list[str]:

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any
 
 from langgraph.checkpoint.base import BaseCheckpointSaver
 from langgraph.checkpoint.memory import InMemorySaver
@@ -38,8 +39,9 @@ async def _while_locked(step: Callable[[], Awaitable[Any]]) -> None:
 
 
 @asynccontextmanager
-async def open_checkpointer(spec: str | BaseCheckpointSaver | None = "memory", *,
-                            reconnect_wait: float = 30.0) -> AsyncIterator[BaseCheckpointSaver]:
+async def open_checkpointer(
+    spec: str | BaseCheckpointSaver | None = "memory", *, reconnect_wait: float = 30.0
+) -> AsyncIterator[BaseCheckpointSaver]:
     """Open the checkpointer ``spec`` names for the duration of the context.
 
     - ``"memory"`` (default): in-process, lost on exit.
@@ -55,14 +57,15 @@ async def open_checkpointer(spec: str | BaseCheckpointSaver | None = "memory", *
     elif isinstance(spec, str) and spec.startswith("sqlite:"):
         from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
 
-        path = spec[len("sqlite:"):]
+        path = spec[len("sqlite:") :]
         if not path:
             raise ConfigError("sqlite checkpointer needs a path: 'sqlite:PATH' (e.g. sqlite:.mycelian/state.db)")
         if path != ":memory:":
             path = str(Path(path).expanduser())
             if Path(path).is_dir():
-                raise ConfigError(f"checkpoint store {path} is a folder, not a SQLite file "
-                                  f"(e.g. {Path(path) / 'state.db'})")
+                raise ConfigError(
+                    f"checkpoint store {path} is a folder, not a SQLite file (e.g. {Path(path) / 'state.db'})"
+                )
             make_parent_folder(path, "checkpoint store")
         import sqlite3
 
@@ -104,8 +107,10 @@ async def _open_postgres(url: str, reconnect_wait: float) -> AsyncIterator[BaseC
         try:
             saver = await stack.enter_async_context(open_pooled_saver(url, reconnect_wait))
         except (OperationalError, PoolTimeout) as exc:
-            raise ConfigError(f"cannot open the Postgres checkpointer {redact_url(url)}: {one_line(exc)} "
-                              "(check that PostgreSQL is running and the URL)") from exc
+            raise ConfigError(
+                f"cannot open the Postgres checkpointer {redact_url(url)}: {one_line(exc)} "
+                "(check that PostgreSQL is running and the URL)"
+            ) from exc
         yield saver
 
 
@@ -124,14 +129,18 @@ async def prune_thread(saver: Any, thread_id: str) -> bool:
         return True
     if type(saver).__name__ != "AsyncSqliteSaver":
         return False
-    newest = ("(SELECT MAX(checkpoint_id) FROM checkpoints AS newer WHERE newer.thread_id = {t}.thread_id "
-              "AND newer.checkpoint_ns = {t}.checkpoint_ns)")
+    newest = (
+        "(SELECT MAX(checkpoint_id) FROM checkpoints AS newer WHERE newer.thread_id = {t}.thread_id "
+        "AND newer.checkpoint_ns = {t}.checkpoint_ns)"
+    )
     async with saver.lock:
         await saver.conn.execute(
-            f"DELETE FROM writes WHERE thread_id = ? AND checkpoint_id < {newest.format(t='writes')}", (thread_id,))
+            f"DELETE FROM writes WHERE thread_id = ? AND checkpoint_id < {newest.format(t='writes')}", (thread_id,)
+        )
         await saver.conn.execute(
             f"DELETE FROM checkpoints WHERE thread_id = ? AND checkpoint_id < {newest.format(t='checkpoints')}",
-            (thread_id,))
+            (thread_id,),
+        )
         await saver.conn.commit()
     return True
 
@@ -148,14 +157,17 @@ def _prune_in_memory(saver: InMemorySaver, thread_id: str) -> None:
             for key in [k for k in saver.writes if k[:3] == (thread_id, namespace, checkpoint_id)]:
                 del saver.writes[key]
         checkpoint = saver.serde.loads_typed(checkpoints[newest][0])
-        keep_versions.update((thread_id, namespace, channel, version)
-                             for channel, version in checkpoint["channel_versions"].items())
+        keep_versions.update(
+            (thread_id, namespace, channel, version) for channel, version in checkpoint["channel_versions"].items()
+        )
     for blob_key in [k for k in saver.blobs if k[0] == thread_id and k not in keep_versions]:
         del saver.blobs[blob_key]
 
 
-_PG_NEWEST = ("(SELECT max(n.checkpoint_id) FROM checkpoints n WHERE n.thread_id = {t}.thread_id "
-              "AND n.checkpoint_ns = {t}.checkpoint_ns)")
+_PG_NEWEST = (
+    "(SELECT max(n.checkpoint_id) FROM checkpoints n WHERE n.thread_id = {t}.thread_id "
+    "AND n.checkpoint_ns = {t}.checkpoint_ns)"
+)
 _PG_PRUNE = (
     f"DELETE FROM checkpoint_writes w WHERE w.thread_id = %(t)s AND w.checkpoint_id < {_PG_NEWEST.format(t='w')}",
     f"DELETE FROM checkpoints c WHERE c.thread_id = %(t)s AND c.checkpoint_id < {_PG_NEWEST.format(t='c')}",
@@ -185,11 +197,15 @@ def checkpoint_problem(exc: BaseException, saver: Any) -> MycelianError | None:
     (stopped, restarted: the connection in use is cut, or the pool found none within its wait); None for any other
     failure."""
     kind = type(exc)
-    if (kind.__name__, kind.__module__.split(".")[0]) not in {("OperationalError", "psycopg"),
-                                                              ("PoolTimeout", "psycopg_pool")}:
+    if (kind.__name__, kind.__module__.split(".")[0]) not in {
+        ("OperationalError", "psycopg"),
+        ("PoolTimeout", "psycopg_pool"),
+    }:
         return None
-    return MycelianError(f"the checkpoint store {_server_of(saver)} cannot be reached ({' '.join(str(exc).split())}): "
-                         "what was taken in before is kept; run again to resume once the server is back")
+    return MycelianError(
+        f"the checkpoint store {_server_of(saver)} cannot be reached ({' '.join(str(exc).split())}): "
+        "what was taken in before is kept; run again to resume once the server is back"
+    )
 
 
 def _server_of(saver: Any) -> str:
@@ -204,6 +220,6 @@ def _server_of(saver: Any) -> str:
         else:
             info = conn.info  # type: ignore[union-attr]
             user, host, port, dbname = info.user, info.host, info.port, info.dbname
-    except Exception:  # noqa: BLE001 - a connection closed under us may not describe itself: name the kind
+    except Exception:
         return "PostgreSQL"
     return f"postgresql://{user}@{host}:{port or 5432}/{dbname}"

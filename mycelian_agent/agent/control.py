@@ -15,7 +15,7 @@ from __future__ import annotations
 from enum import Enum
 from types import MappingProxyType
 
-__all__ = ["ControlState", "Step", "PLANS"]
+__all__ = ["PLANS", "ControlState", "Step"]
 
 
 class ControlState(str, Enum):
@@ -63,15 +63,26 @@ class Step(str, Enum):
     CLOSE_SESSION = "close_session"  # no tool: marks the thread's session closed
 
 
-PLANS = MappingProxyType({
-    ControlState.START_SESSION: (Step.READ_MEMORY,),
-    # ADD_ENTRIES first: messages accepted earlier (batched mode) are written before this one, keeping the order.
-    ControlState.PROCESS_MESSAGE: (Step.ADD_ENTRIES, Step.ADD_ENTRY),
-    ControlState.PROCESS_MESSAGE_AND_FLUSH: (Step.ADD_ENTRIES, Step.ADD_ENTRY, Step.AWAIT_CONSISTENCY,
-                                             Step.PUT_CONTEXT),
-    ControlState.END_SESSION: (Step.ADD_ENTRIES, Step.AWAIT_CONSISTENCY, Step.PUT_CONTEXT, Step.CLOSE_SESSION),
-    ControlState.ACCEPT_MESSAGE: (Step.ACCEPT,),
-    ControlState.ACCEPT_MESSAGE_AND_WRITE: (Step.ACCEPT, Step.ADD_ENTRIES),
-    ControlState.ACCEPT_MESSAGE_AND_FLUSH: (Step.ACCEPT, Step.ADD_ENTRIES, Step.AWAIT_CONSISTENCY, Step.PUT_CONTEXT),
-    ControlState.WRITE_PENDING: (Step.ADD_ENTRIES,),
-})
+PLANS = MappingProxyType(
+    {
+        ControlState.START_SESSION: (Step.READ_MEMORY,),
+        # ADD_ENTRIES first: messages accepted earlier (batched mode) are written before this one, keeping the order.
+        ControlState.PROCESS_MESSAGE: (Step.ADD_ENTRIES, Step.ADD_ENTRY),
+        ControlState.PROCESS_MESSAGE_AND_FLUSH: (
+            Step.ADD_ENTRIES,
+            Step.ADD_ENTRY,
+            Step.AWAIT_CONSISTENCY,
+            Step.PUT_CONTEXT,
+        ),
+        ControlState.END_SESSION: (Step.ADD_ENTRIES, Step.AWAIT_CONSISTENCY, Step.PUT_CONTEXT, Step.CLOSE_SESSION),
+        ControlState.ACCEPT_MESSAGE: (Step.ACCEPT,),
+        ControlState.ACCEPT_MESSAGE_AND_WRITE: (Step.ACCEPT, Step.ADD_ENTRIES),
+        ControlState.ACCEPT_MESSAGE_AND_FLUSH: (
+            Step.ACCEPT,
+            Step.ADD_ENTRIES,
+            Step.AWAIT_CONSISTENCY,
+            Step.PUT_CONTEXT,
+        ),
+        ControlState.WRITE_PENDING: (Step.ADD_ENTRIES,),
+    }
+)

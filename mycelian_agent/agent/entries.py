@@ -17,8 +17,20 @@ from typing import Any
 from ..limits import SUMMARY_MAX_CHARS, TAG_VALUE_MAX_CHARS, TAGS_MAX_KEYS, clip_tags, split_oversize, unicode_problem
 from .turn import Turn
 
-__all__ = ["CODE_TAGS", "Unusable", "add_entry_task", "check_summary", "check_tags", "clip", "entry_args",
-           "entry_tags", "idempotency_key", "speaker_tag", "split_parts", "task_message"]
+__all__ = [
+    "CODE_TAGS",
+    "Unusable",
+    "add_entry_task",
+    "check_summary",
+    "check_tags",
+    "clip",
+    "entry_args",
+    "entry_tags",
+    "idempotency_key",
+    "speaker_tag",
+    "split_parts",
+    "task_message",
+]
 
 #: Tags the agent sets itself; a model's tags with these names are dropped.
 CODE_TAGS = ("role", "thread", "msg", "part")
@@ -41,20 +53,34 @@ def clip(text: str, limit: int | None) -> str:
 def task_message(message: Turn, limit: int | None) -> dict[str, Any]:
     """A message as a task shows it (``role``, ``content`` clipped to ``limit``, ``conversation_time``, ``name``
     when known)."""
-    item = {"role": message["role"], "content": clip(str(message["content"]), limit),
-            "conversation_time": message.get("conversation_time")}
+    item = {
+        "role": message["role"],
+        "content": clip(str(message["content"]), limit),
+        "conversation_time": message.get("conversation_time"),
+    }
     if message.get("name"):
         item["name"] = message["name"]
     return item
 
 
-def add_entry_task(message: Turn, content: str, recent: Sequence[Turn], context: str, *,
-                   recent_message_chars: int | None, context_chars: int | None) -> dict[str, Any]:
+def add_entry_task(
+    message: Turn,
+    content: str,
+    recent: Sequence[Turn],
+    context: str,
+    *,
+    recent_message_chars: int | None,
+    context_chars: int | None,
+) -> dict[str, Any]:
     """The ``add_entry`` task as data (docs/ARCHITECTURE.md, "Agent ↔ model contract"): ``content`` is the text to
     record (the whole message or one part of it), ``recent`` the messages before it, ``context`` the context
     document (its first ``context_chars`` characters: the durable facts matter most here)."""
-    return {"operation": "add_entry", "message": task_message(message, None) | {"content": content},
-            "recent": [task_message(m, recent_message_chars) for m in recent], "context": clip(context, context_chars)}
+    return {
+        "operation": "add_entry",
+        "message": task_message(message, None) | {"content": content},
+        "recent": [task_message(m, recent_message_chars) for m in recent],
+        "context": clip(context, context_chars),
+    }
 
 
 class Unusable(ValueError):
@@ -91,8 +117,9 @@ def speaker_tag(message: Mapping[str, Any]) -> dict[str, str]:
     return {"speaker": name[:TAG_VALUE_MAX_CHARS]} if name else {}
 
 
-def entry_tags(model_tags: Mapping[str, str], input_tags: Mapping[str, str],
-               code_tags: Mapping[str, str]) -> dict[str, str]:
+def entry_tags(
+    model_tags: Mapping[str, str], input_tags: Mapping[str, str], code_tags: Mapping[str, str]
+) -> dict[str, str]:
     """The tags stored with an entry: code-owned tags win over the input's, the input's over the model's; the
     model's are cut to the room left under the server's key limit."""
     inputs = {k: v for k, v in input_tags.items() if k not in code_tags}
@@ -115,20 +142,37 @@ def idempotency_key(thread_id: str, number: int, content: str, part: int, parts:
     return f"{thread}:{number}:{digest}:{part + 1}/{parts}"
 
 
-def entry_args(ids: Mapping[str, str], thread_id: str, message: Mapping[str, Any], number: int,
-               part: tuple[int, int], text: str, written: Mapping[str, Any], given_tags: Mapping[str, str], *,
-               idempotency: bool) -> dict[str, Any]:
+def entry_args(
+    ids: Mapping[str, str],
+    thread_id: str,
+    message: Mapping[str, Any],
+    number: int,
+    part: tuple[int, int],
+    text: str,
+    written: Mapping[str, Any],
+    given_tags: Mapping[str, str],
+    *,
+    idempotency: bool,
+) -> dict[str, Any]:
     """The add_entry arguments of part ``part`` (index, count) of message ``number`` of thread ``thread_id``, in
     the memory ``ids`` names: the model's summary and tags (``written``) around what code owns: identifiers, the
     verbatim ``text``, the time, the caller's and code's tags, the idempotency key (when the server takes one:
     ``idempotency``)."""
     index, count = part
-    code_tags = {"role": message["role"], "thread": thread_id[:TAG_VALUE_MAX_CHARS], "msg": str(number),
-                 **speaker_tag(message)}
+    code_tags = {
+        "role": message["role"],
+        "thread": thread_id[:TAG_VALUE_MAX_CHARS],
+        "msg": str(number),
+        **speaker_tag(message),
+    }
     if count > 1:
         code_tags["part"] = f"{index + 1}/{count}"
-    args: dict[str, Any] = {**ids, "raw_entry": text, "summary": written["summary"],
-                            "tags": entry_tags(written["tags"], given_tags, code_tags)}
+    args: dict[str, Any] = {
+        **ids,
+        "raw_entry": text,
+        "summary": written["summary"],
+        "tags": entry_tags(written["tags"], given_tags, code_tags),
+    }
     if message.get("conversation_time"):
         args["conversation_time"] = message["conversation_time"]
     if idempotency:

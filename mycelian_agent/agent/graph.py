@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any, Mapping, Protocol, Sequence
+from typing import Any, Protocol
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, ChatMessage, RemoveMessage
@@ -47,7 +48,7 @@ from .tool_results import declared_params, execute_checked, last_results
 from .turn import Turn
 from .writer import ToolArgumentWriter
 
-__all__ = ["MESSAGE_KEYS", "MycelianMemoryAgent", "Invocation", "OwnMemory"]
+__all__ = ["MESSAGE_KEYS", "Invocation", "MycelianMemoryAgent", "OwnMemory"]
 
 
 class OwnMemory(Protocol):
@@ -57,6 +58,7 @@ class OwnMemory(Protocol):
     default_memory_id: str | None
 
     async def default_memory(self, *, create: bool = False) -> str | None: ...  # pragma: no cover - a protocol
+
 
 _REQUIRED_TOOLS = ("get_context", "list_entries", "add_entry", "await_consistency", "put_context")
 
@@ -101,17 +103,27 @@ class MycelianMemoryAgent:
         if missing:
             raise MemoryServerError(f"the memory server lacks tool(s) {', '.join(missing)}; is it a Mycelian server?")
         s = self.settings
-        writer = ToolArgumentWriter(model, self.fallback_model, max_corrections=s.max_corrections,
-                                    fallback_on_model_error=s.fallback_on_model_error,
-                                    context_max_chars=s.context_max_chars, tool_choice_mode=s.tool_choice_mode,
-                                    model_attempts=s.model_attempts, model_backoff_s=s.model_backoff_s)
+        writer = ToolArgumentWriter(
+            model,
+            self.fallback_model,
+            max_corrections=s.max_corrections,
+            fallback_on_model_error=s.fallback_on_model_error,
+            context_max_chars=s.context_max_chars,
+            tool_choice_mode=s.tool_choice_mode,
+            model_attempts=s.model_attempts,
+            model_backoff_s=s.model_backoff_s,
+        )
         # Upstream Mycelian has no idempotency keys; send one only where the server declares it.
         idempotency = "idempotency_key" in declared_params(self._tools["add_entry"])
         self._steps = StepRunner(
-            s, self.prompts, writer, idempotency=idempotency,
+            s,
+            self.prompts,
+            writer,
+            idempotency=idempotency,
             # Our server's batch write (one transaction per call); a server without it gets one add_entry per entry.
             bulk=idempotency and "add_entries" in self._tools,
-            consistency_vault="vault_id" in declared_params(self._tools["await_consistency"]))
+            consistency_vault="vault_id" in declared_params(self._tools["await_consistency"]),
+        )
         #: The event loop the tools' MCP session is bound to, where the sync twins run (None: a fresh loop each).
         self.loop = loop
         self._invocations: dict[str, int] = {}
@@ -225,12 +237,16 @@ class MycelianMemoryAgent:
         incoming = check_messages(messages, conversation_time)
         state_in: dict[str, Any] = {"message": None, "message_tags": {}, **memory_binding(memory)}
         digests = tuple(message_digest(turn["role"], turn["content"], turn.get("name")) for turn, _ in incoming)
-        return await self._run(control, thread_id, state_in, started, recursion=64, incoming=incoming,
-                               digests=digests)
+        return await self._run(control, thread_id, state_in, started, recursion=64, incoming=incoming, digests=digests)
 
-    async def awrite_entry_fields(self, message: ChatMessage | Mapping[str, Any],
-                                  conversation_time: str | datetime | None = None, *,
-                                  tags: Mapping[str, str] | None = None, context: str = "") -> dict[str, Any]:
+    async def awrite_entry_fields(
+        self,
+        message: ChatMessage | Mapping[str, Any],
+        conversation_time: str | datetime | None = None,
+        *,
+        tags: Mapping[str, str] | None = None,
+        context: str = "",
+    ) -> dict[str, Any]:
         """The ``summary`` and ``tags`` of an entry holding ``message`` (a ``{"role", "content", "name"?}``
         mapping or a ChatMessage), written as an ``add_entry`` step writes them: the same prompt (with
         ``context``, no recent turns), the same corrective re-prompts and the same fallback to the extractive
@@ -242,29 +258,55 @@ class MycelianMemoryAgent:
         if len(turn["content"]) > limit:
             raise InputError(f"the text has {len(turn['content'])} characters; one entry holds at most {limit}")
         report = InvocationResult(control=ControlState.PROCESS_MESSAGE, thread_id="")
-        prompt = build_add_entry_prompt(self.prompts, message=turn, content=turn["content"], recent=[],
-                                        context=context, recent_message_chars=self.settings.recent_message_chars,
-                                        context_chars=self.settings.entry_context_chars)
+        prompt = build_add_entry_prompt(
+            self.prompts,
+            message=turn,
+            content=turn["content"],
+            recent=[],
+            context=context,
+            recent_message_chars=self.settings.recent_message_chars,
+            context_chars=self.settings.entry_context_chars,
+        )
         written = await self._steps.writer.write("add_entry", prompt, report)  # report: the writer's bookkeeping
         return {"summary": written["summary"], "tags": entry_tags(written["tags"], {}, checked_tags(tags))}
 
-    def check_messages(self, messages: Sequence[ChatMessage | Mapping[str, Any]],
-                       conversation_time: str | datetime | None = None) -> list[tuple[Turn, dict[str, str]]]:
+    def check_messages(
+        self, messages: Sequence[ChatMessage | Mapping[str, Any]], conversation_time: str | datetime | None = None
+    ) -> list[tuple[Turn, dict[str, str]]]:
         """Check every message of ``messages`` (see :meth:`aaccept_messages`): ``(turn, tags)`` each, or raise
         :class:`InputError` naming the first bad one."""
         return check_messages(messages, conversation_time)
 
-    async def _run(self, control: ControlState, thread_id: str, state_in: dict[str, Any], started: float, *,
-                   recursion: int, incoming: list[tuple[Turn, dict[str, str]]] | None = None,
-                   digests: tuple[str, ...] = ()) -> InvocationResult:
+    async def _run(
+        self,
+        control: ControlState,
+        thread_id: str,
+        state_in: dict[str, Any],
+        started: float,
+        *,
+        recursion: int,
+        incoming: list[tuple[Turn, dict[str, str]]] | None = None,
+        digests: tuple[str, ...] = (),
+    ) -> InvocationResult:
         """One invocation of the graph with a checked input; its report."""
         report = InvocationResult(control=control, thread_id=thread_id)
         self._running[thread_id] = report
-        state_in = {**state_in, "control": control.value, "step": 0,
-                    "tool_history": [RemoveMessage(id=REMOVE_ALL_MESSAGES)]}
+        state_in = {
+            **state_in,
+            "control": control.value,
+            "step": 0,
+            "tool_history": [RemoveMessage(id=REMOVE_ALL_MESSAGES)],
+        }
         config = {"configurable": {"thread_id": thread_id}, "recursion_limit": recursion}
-        context = Invocation(thread_id, self.vault_id, self.memory_id, report, incoming=incoming, digests=digests,
-                             own_memory=self._resolve_own)
+        context = Invocation(
+            thread_id,
+            self.vault_id,
+            self.memory_id,
+            report,
+            incoming=incoming,
+            digests=digests,
+            own_memory=self._resolve_own,
+        )
         # durability="exit": one checkpoint per invocation, written when the run ends. A run that fails or is
         # cancelled also saves one (the state of its last finished step), but that holds only this invocation's
         # input and tool flow: the thread's position and memory are staged until the last step (see _observe).
@@ -310,12 +352,17 @@ class MycelianMemoryAgent:
             raise problem from exc
         values = snapshot.values or {}
         progress, usage = thread_totals(values)
-        return ThreadStatus(thread_id=thread_id, progress=progress, usage=usage,
-                            session_open=bool(values.get("session_open")), context=values.get("context", ""),
-                            pending=len(values.get("pending") or []),
-                            memory_id=(values.get("memory") or {}).get("memory_id"),
-                            user=(values.get("memory") or {}).get("user") or None,
-                            recent=tuple(values.get("recent") or ()))
+        return ThreadStatus(
+            thread_id=thread_id,
+            progress=progress,
+            usage=usage,
+            session_open=bool(values.get("session_open")),
+            context=values.get("context", ""),
+            pending=len(values.get("pending") or []),
+            memory_id=(values.get("memory") or {}).get("memory_id"),
+            user=(values.get("memory") or {}).get("user") or None,
+            recent=tuple(values.get("recent") or ()),
+        )
 
     invoke = sync_twin(ainvoke)
     accept_messages = sync_twin(aaccept_messages)
@@ -335,8 +382,9 @@ class MycelianMemoryAgent:
     def _build_graph(self) -> Any:
         builder = StateGraph(AgentState, context_schema=Invocation)
         builder.add_node("observe", self._observe)
-        builder.add_node("tools", ToolNode(list(self._tools.values()), messages_key="tool_history",
-                                           awrap_tool_call=self._run_tool))
+        builder.add_node(
+            "tools", ToolNode(list(self._tools.values()), messages_key="tool_history", awrap_tool_call=self._run_tool)
+        )
         builder.add_edge(START, "observe")
         builder.add_conditional_edges("observe", _route, {"tools": "tools", END: END})
         builder.add_edge("tools", "observe")
@@ -373,10 +421,14 @@ class MycelianMemoryAgent:
         run.report.pending = len({**current, **update}.get("pending") or [])
         # The tool flow is in the report and the message is stored: clearing both keeps checkpoints small.
         update |= recent_digests({**current, **update}, ControlState(state["control"]), run)
-        return {**run.staged, **update, "usage": usage.as_dict(), "message": None, "step": 0,
-                "tool_history": [RemoveMessage(id=REMOVE_ALL_MESSAGES)]}
-
-
+        return {
+            **run.staged,
+            **update,
+            "usage": usage.as_dict(),
+            "message": None,
+            "step": 0,
+            "tool_history": [RemoveMessage(id=REMOVE_ALL_MESSAGES)],
+        }
 
     async def _run_tool(self, request: Any, execute: Any) -> Any:
         """Execute one tool call; retry transient failures with backoff (same arguments, so the same idempotency

@@ -6,8 +6,9 @@ valid (a role of :data:`ROLES`, non-empty text the server can store, a normalise
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..dates import normalise_time
 from ..errors import InputError
@@ -18,8 +19,16 @@ from .turn import Turn
 if TYPE_CHECKING:
     from langchain_core.messages import ChatMessage
 
-__all__ = ["MESSAGE_KEYS", "ROLES", "check_messages", "check_thread", "checked_tags", "memory_binding",
-           "parse_control", "to_turn"]
+__all__ = [
+    "MESSAGE_KEYS",
+    "ROLES",
+    "check_messages",
+    "check_thread",
+    "checked_tags",
+    "memory_binding",
+    "parse_control",
+    "to_turn",
+]
 
 ROLES = ("user", "assistant")
 #: The keys of one message given to :meth:`MycelianMemoryAgent.aaccept_messages` as a mapping.
@@ -67,8 +76,10 @@ def to_turn(to_process: Any, conversation_time: str | None, name: Any = None) ->
             role = {"human": "user", "ai": "assistant"}.get(to_process.type, to_process.type)
             content, given = to_process.content, to_process.name
         else:
-            raise InputError(f"to_process must be a ChatMessage or a {{'role', 'content', 'name'?}} mapping, "
-                             f"got {type(to_process).__name__}")
+            raise InputError(
+                f"to_process must be a ChatMessage or a {{'role', 'content', 'name'?}} mapping, "
+                f"got {type(to_process).__name__}"
+            )
     if name is not None and given is not None and name != given:
         raise InputError(f"two speaker names for one message: name={name!r} but to_process has {given!r}")
     name = name if name is not None else given
@@ -97,12 +108,14 @@ def memory_binding(memory: Mapping[str, str] | None) -> dict[str, Any]:
     missing = [key for key in ("vault_id", "memory_id") if not memory.get(key)]
     if missing:
         raise InputError(f"memory must give {' and '.join(missing)} (got {dict(memory)!r})")
-    return {"memory": {"vault_id": memory["vault_id"], "memory_id": memory["memory_id"],
-                       "user": memory.get("user") or ""}}
+    return {
+        "memory": {"vault_id": memory["vault_id"], "memory_id": memory["memory_id"], "user": memory.get("user") or ""}
+    }
 
 
-def check_messages(messages: Sequence[ChatMessage | Mapping[str, Any]],
-                   conversation_time: str | datetime | None = None) -> list[tuple[Turn, dict[str, str]]]:
+def check_messages(
+    messages: Sequence[ChatMessage | Mapping[str, Any]], conversation_time: str | datetime | None = None
+) -> list[tuple[Turn, dict[str, str]]]:
     """Check every message of ``messages`` (see :meth:`MycelianMemoryAgent.aaccept_messages`): ``(turn, tags)``
     each, or raise :class:`InputError` naming the first bad one."""
     if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Sequence):
@@ -116,11 +129,14 @@ def check_messages(messages: Sequence[ChatMessage | Mapping[str, Any]],
             if isinstance(item, Mapping):
                 unknown = [str(key) for key in item if key not in MESSAGE_KEYS]
                 if unknown:
-                    raise InputError(f"unknown key(s) {', '.join(map(repr, unknown))} "
-                                     f"(a message has {', '.join(MESSAGE_KEYS)})")
+                    raise InputError(
+                        f"unknown key(s) {', '.join(map(repr, unknown))} (a message has {', '.join(MESSAGE_KEYS)})"
+                    )
                 when = item.get("conversation_time")
-                turn = to_turn({k: item[k] for k in ("role", "content", "name") if k in item},
-                             normalise_time(when) if when is not None else default_time)
+                turn = to_turn(
+                    {k: item[k] for k in ("role", "content", "name") if k in item},
+                    normalise_time(when) if when is not None else default_time,
+                )
                 tags = item.get("tags")
                 if tags is not None and not isinstance(tags, Mapping):
                     raise InputError(f"tags must be a mapping of string to string, got {type(tags).__name__}")

@@ -6,8 +6,9 @@ the report it fills in. The helpers read and update the checkpointed state's tot
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Awaitable, Callable, Mapping
+from typing import Any
 
 from ..errors import MycelianError
 from .report import InvocationResult, ThreadProgress, Usage
@@ -52,8 +53,10 @@ class Invocation:
 def thread_totals(values: Mapping[str, Any]) -> tuple[ThreadProgress, Usage]:
     """A thread's progress and usage from its state (checkpoints of 0.1 kept both in one ``counters`` dict)."""
     legacy = values.get("counters")
-    return (ThreadProgress.from_mapping(values.get("progress") or legacy),
-            Usage.from_mapping(values.get("usage") or legacy))
+    return (
+        ThreadProgress.from_mapping(values.get("progress") or legacy),
+        Usage.from_mapping(values.get("usage") or legacy),
+    )
 
 
 def bump_progress(state: Mapping[str, Any], **deltas: int) -> dict[str, int]:
@@ -70,8 +73,10 @@ def inherit_time(state: Mapping[str, Any], run: Invocation) -> dict[str, Any]:
     if not known:
         return {}  # no time known at all: the server stamps the entry with its creation time
     inherited = max(known)  # same fixed-width UTC form (normalise_time): the string order is the time order
-    run.report.notes += (f"message sent without a time: stored with the session's time {inherited} "
-                         "(the later of the session's start and its last message)",)
+    run.report.notes += (
+        f"message sent without a time: stored with the session's time {inherited} "
+        "(the later of the session's start and its last message)",
+    )
     return {"message": {**message, "conversation_time": inherited}}
 
 

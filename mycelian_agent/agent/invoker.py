@@ -39,9 +39,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import ChatMessage
 
@@ -79,15 +80,26 @@ class MycelianAgentInvoker(LifecycleCalls):
     thin wrappers for code that runs outside an event loop.
     """
 
-    def __init__(self, agent: MycelianMemoryAgent, flush_every: int = 6, *, batch_size: int | None = None,
-                 max_delay_s: float | None = None, reader: MemoryReader | None = None,
-                 leases: ThreadLeases | None = None, thread_wait: float | None = None) -> None:
+    def __init__(
+        self,
+        agent: MycelianMemoryAgent,
+        flush_every: int = 6,
+        *,
+        batch_size: int | None = None,
+        max_delay_s: float | None = None,
+        reader: MemoryReader | None = None,
+        leases: ThreadLeases | None = None,
+        thread_wait: float | None = None,
+    ) -> None:
         if isinstance(flush_every, bool) or not isinstance(flush_every, int) or flush_every < 1:
             raise ConfigError(f"flush_every must be a positive integer, got {flush_every!r}")
         # The batch settings given here override the agent's; AgentSettings checks them (one place).
         settings = agent.settings
-        batching = replace(settings, batch_size=settings.batch_size if batch_size is None else batch_size,
-                           max_delay_s=settings.max_delay_s if max_delay_s is None else max_delay_s)
+        batching = replace(
+            settings,
+            batch_size=settings.batch_size if batch_size is None else batch_size,
+            max_delay_s=settings.max_delay_s if max_delay_s is None else max_delay_s,
+        )
         self.agent = agent
         self.flush_every = flush_every
         self.batch_size = batching.batch_size
@@ -112,8 +124,9 @@ class MycelianAgentInvoker(LifecycleCalls):
 
     # -- writing: the protocol's calls ------------------------------------------------------------------------
 
-    async def astart_session(self, thread_id: str, conversation_time: str | datetime | None = None, *,
-                             user: str | None = None) -> InvocationResult:
+    async def astart_session(
+        self, thread_id: str, conversation_time: str | datetime | None = None, *, user: str | None = None
+    ) -> InvocationResult:
         """Read the memory's context and recent entries into the thread's state; ``conversation_time`` is the
         session's time (messages sent without one take it).
 
@@ -124,8 +137,9 @@ class MycelianAgentInvoker(LifecycleCalls):
             await self._recover(thread)
             memory = await self._memory_for(thread, user)
             try:
-                result = await self.agent.ainvoke(ControlState.START_SESSION, thread_id,
-                                                  conversation_time=conversation_time, memory=memory)
+                result = await self.agent.ainvoke(
+                    ControlState.START_SESSION, thread_id, conversation_time=conversation_time, memory=memory
+                )
             except BaseException:
                 thread.interrupted = InterruptedCall(None)
                 raise
@@ -159,14 +173,26 @@ class MycelianAgentInvoker(LifecycleCalls):
                 number = await self._position(thread)
                 return InvocationResult(
                     control=ControlState.PROCESS_MESSAGE if self.batch_size == 1 else ControlState.ACCEPT_MESSAGE,
-                    thread_id=thread_id, message_index=number, pending=thread.pending,
-                    notes=(f"message {number} was taken in by the call that sent it before (it failed, was "
-                           "cancelled or its process ended after that): not taken in again",))
+                    thread_id=thread_id,
+                    message_index=number,
+                    pending=thread.pending,
+                    notes=(
+                        f"message {number} was taken in by the call that sent it before (it failed, was "
+                        "cancelled or its process ended after that): not taken in again",
+                    ),
+                )
             taken_in = await self._position(thread)
             control, _ = self._cadence(thread, taken_in, 1)
             try:
-                result = await self.agent.ainvoke(control, thread_id, {"role": role, "content": content},
-                                                  conversation_time, tags=tags, name=name, memory=memory)
+                result = await self.agent.ainvoke(
+                    control,
+                    thread_id,
+                    {"role": role, "content": content},
+                    conversation_time,
+                    tags=tags,
+                    name=name,
+                    memory=memory,
+                )
             except BaseException:
                 thread.interrupted = InterruptedCall(taken_in, digests)
                 raise
@@ -207,19 +233,27 @@ class MycelianAgentInvoker(LifecycleCalls):
             done = skipped = await self._already_taken_in(thread, interrupted, digests)
             start = await self._position(thread) - done
             if skipped:
-                _log.info("%s: messages %d-%d were taken in by the call that sent them before; not again",
-                          thread_id, start + 1, start + skipped)
+                _log.info(
+                    "%s: messages %d-%d were taken in by the call that sent them before; not again",
+                    thread_id,
+                    start + 1,
+                    start + skipped,
+                )
             try:
                 while done < len(checked):
                     control, take = self._cadence(thread, await self._position(thread), len(checked) - done)
                     if self.batch_size == 1:
                         turn, tags = checked[done]
-                        result = await self.agent.ainvoke(control, thread_id, turn, turn.get("conversation_time"),
-                                                          tags=tags, memory=memory)
+                        result = await self.agent.ainvoke(
+                            control, thread_id, turn, turn.get("conversation_time"), tags=tags, memory=memory
+                        )
                     else:
                         result = await self.agent.aaccept_messages(
-                            thread_id, [_as_mapping(*item) for item in checked[done:done + take]], control=control,
-                            memory=memory)
+                            thread_id,
+                            [_as_mapping(*item) for item in checked[done : done + take]],
+                            control=control,
+                            memory=memory,
+                        )
                     self._bind(thread, memory)
                     memory = None  # bound by the first invocation
                     results.append(self._note(thread, result))
@@ -229,8 +263,10 @@ class MycelianAgentInvoker(LifecycleCalls):
             except BaseException as exc:
                 thread.interrupted = InterruptedCall(start, digests)
                 if done and isinstance(exc, MycelianError):
-                    exc.args = (f"{exc.args[0] if exc.args else exc} (messages[{done}] and after were not accepted; "
-                                f"the {done} before them were)",)
+                    exc.args = (
+                        f"{exc.args[0] if exc.args else exc} (messages[{done}] and after were not accepted; "
+                        f"the {done} before them were)",
+                    )
                 raise
         return results
 
@@ -275,25 +311,51 @@ class MycelianAgentInvoker(LifecycleCalls):
 
     # -- reading -----------------------------------------------------------------------------------------------
 
-    async def asearch(self, query: str, *, user: str | None = None, top_k: int = 10,
-                      after: str | datetime | None = None, before: str | datetime | None = None,
-                      by_meaning: bool = True, min_score: float | None = None) -> list[MemoryHit]:
+    async def asearch(
+        self,
+        query: str,
+        *,
+        user: str | None = None,
+        top_k: int = 10,
+        after: str | datetime | None = None,
+        before: str | datetime | None = None,
+        by_meaning: bool = True,
+        min_score: float | None = None,
+    ) -> list[MemoryHit]:
         """The ``top_k`` (1-100) entries of ``user``'s memory (None: the invoker's own) best matching ``query``,
         best first, as typed hits (text, speaker, time, score, match ...). ``after`` / ``before`` bound the
         conversation time; ``by_meaning=False`` leaves out hits found by meaning alone; ``min_score`` (0-1) those
         whose relevance score (:attr:`MemoryHit.score`) is below it. See :meth:`MemoryReader.asearch`."""
-        return await self._reader().asearch(query, user=user, top_k=top_k, after=after, before=before,
-                                            by_meaning=by_meaning, min_score=min_score)
+        return await self._reader().asearch(
+            query, user=user, top_k=top_k, after=after, before=before, by_meaning=by_meaning, min_score=min_score
+        )
 
-    async def arecall(self, query: str, *, user: str | None = None, budget_tokens: int = 1500, top_k: int = 10,
-                      after: str | datetime | None = None, before: str | datetime | None = None,
-                      by_meaning: bool = True, min_score: float | None = None) -> Recall:
+    async def arecall(
+        self,
+        query: str,
+        *,
+        user: str | None = None,
+        budget_tokens: int = 1500,
+        top_k: int = 10,
+        after: str | datetime | None = None,
+        before: str | datetime | None = None,
+        by_meaning: bool = True,
+        min_score: float | None = None,
+    ) -> Recall:
         """What ``user``'s memory holds for ``query``, for a prompt: the context document's relevant items and the
         best entries with their neighbouring turns, deduplicated, in time order, dated, within ``budget_tokens``;
         ``recall.as_prompt()`` is the text block; ``top_k``, ``by_meaning`` and ``min_score`` as in
         :meth:`asearch`. See :meth:`MemoryReader.arecall`."""
-        return await self._reader().arecall(query, user=user, budget_tokens=budget_tokens, top_k=top_k,
-                                            after=after, before=before, by_meaning=by_meaning, min_score=min_score)
+        return await self._reader().arecall(
+            query,
+            user=user,
+            budget_tokens=budget_tokens,
+            top_k=top_k,
+            after=after,
+            before=before,
+            by_meaning=by_meaning,
+            min_score=min_score,
+        )
 
     async def athread_status(self, thread_id: str) -> ThreadStatus:
         """Position and usage totals of ``thread_id`` (from its checkpoint)."""
@@ -312,8 +374,9 @@ class MycelianAgentInvoker(LifecycleCalls):
 
     # -- one call of a thread, step by step (the module docstring's walk) ---------------------------------------
 
-    async def _write(self, thread_id: str, control: ControlState,
-                     conversation_time: str | datetime | None = None) -> InvocationResult:
+    async def _write(
+        self, thread_id: str, control: ControlState, conversation_time: str | datetime | None = None
+    ) -> InvocationResult:
         """A call that sends no message (write the pending ones, end the session): one invocation of ``control``."""
         async with self._threads.calling(thread_id) as thread:
             await self._recover(thread)
@@ -352,21 +415,27 @@ class MycelianAgentInvoker(LifecycleCalls):
         taken_in = await self._position(thread)
         bound, thread_id = thread.memory_id, thread.thread_id
         if bound is None and taken_in and memory_id != await reader.default_memory():
-            raise InputError(f"thread {thread_id!r} already holds {taken_in} messages in the invoker's own memory; "
-                             f"it cannot move to user {user!r}: start a new thread for that user")
+            raise InputError(
+                f"thread {thread_id!r} already holds {taken_in} messages in the invoker's own memory; "
+                f"it cannot move to user {user!r}: start a new thread for that user"
+            )
         if bound is not None and bound != memory_id:
             owner = await reader.users.owner_of(bound)
             if owner is None:  # bound to a memory this server does not hold as a user
                 raise InputError(
                     f"thread {thread_id!r} is bound to memory {bound}, which is not a user's memory on this memory "
                     f"server (was its checkpoint store used with another memory database?): use the checkpoint "
-                    f"store that goes with this database, or a new thread for user {user!r}")
-            raise InputError(f"thread {thread_id!r} belongs to user {owner!r}, not {user!r}: a thread keeps its "
-                             "user; start a new thread for this one")
+                    f"store that goes with this database, or a new thread for user {user!r}"
+                )
+            raise InputError(
+                f"thread {thread_id!r} belongs to user {owner!r}, not {user!r}: a thread keeps its "
+                "user; start a new thread for this one"
+            )
         return {"vault_id": reader.vault_id, "memory_id": memory_id, "user": user}
 
-    async def _already_taken_in(self, thread: ThreadState, interrupted: InterruptedCall | None,
-                                digests: tuple[str, ...]) -> int:
+    async def _already_taken_in(
+        self, thread: ThreadState, interrupted: InterruptedCall | None, digests: tuple[str, ...]
+    ) -> int:
         """How many of ``digests`` (a call's messages, in order) were already taken in: by the thread's last call,
         when it was interrupted and sent the same messages (this is its retry), or, for the first call of a thread
         in this invoker, as the thread's last messages (a resend to a new process; see ``resends.py``)."""
@@ -411,9 +480,13 @@ class MycelianAgentInvoker(LifecycleCalls):
             return (ControlState.PROCESS_MESSAGE_AND_FLUSH if flush_in == 1 else ControlState.PROCESS_MESSAGE), 1
         write_in = max(1, self.batch_size - thread.pending)
         take = min(flush_in, write_in, left)
-        control = (ControlState.ACCEPT_MESSAGE_AND_FLUSH if take == flush_in
-                   else ControlState.ACCEPT_MESSAGE_AND_WRITE if take == write_in or thread.overdue(self.max_delay_s)
-                   else ControlState.ACCEPT_MESSAGE)
+        control = (
+            ControlState.ACCEPT_MESSAGE_AND_FLUSH
+            if take == flush_in
+            else ControlState.ACCEPT_MESSAGE_AND_WRITE
+            if take == write_in or thread.overdue(self.max_delay_s)
+            else ControlState.ACCEPT_MESSAGE
+        )
         return control, take
 
     def _bind(self, thread: ThreadState, memory: Mapping[str, str] | None) -> None:
@@ -441,15 +514,17 @@ class MycelianAgentInvoker(LifecycleCalls):
     async def _background_flush(self, thread_id: str) -> None:
         try:
             await self.aflush(thread_id)
-        except Exception as exc:  # noqa: BLE001 - a background write must not kill the loop; the messages stay pending
+        except Exception as exc:
             message = f"{thread_id}: writing pending messages after max_delay_s failed: {exc}"
             self.background_errors.append(message)
             _log.warning(message)
 
     def _reader(self) -> MemoryReader:
         if self.reader is None:
-            raise ConfigError("this invoker has no reader: build it with build_agent(...), which connects the read "
-                              "side (search, recall, user=) to the memory server")
+            raise ConfigError(
+                "this invoker has no reader: build it with build_agent(...), which connects the read "
+                "side (search, recall, user=) to the memory server"
+            )
         return self.reader
 
 

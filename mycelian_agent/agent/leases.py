@@ -14,7 +14,8 @@ the holder (or waits for it, when asked to).
   ``application_name``. A ``"postgresql://..."`` checkpointer (``pg_checkpoints.PooledPostgresSaver``) keeps the
   locks on a session of their own, checked before a checkpoint read or write of a held thread when a restart may
   have ended it (``pg_checkpoints.py``): after a restart every held lease is taken again, and an invocation of a
-  thread another process took meanwhile raises :class:`ThreadBusyError`. A saver the caller opened on one connection keeps them on that connection.
+  thread another process took meanwhile raises :class:`ThreadBusyError`. A saver the caller opened on one
+  connection keeps them on that connection.
 - The in-memory checkpointer (one process) and savers of other kinds: no lease (nothing else can write there).
 """
 
@@ -109,14 +110,18 @@ class _SqliteLeases(ThreadLeases):
             try:
                 # Closed at once: a statement left open keeps a read snapshot, and this connection's next write
                 # after another process's commit would fail with "database is locked" (no busy wait in WAL).
-                async with conn.execute("SELECT owner, pid, host, started, acquired FROM mycelian_thread_leases "
-                                        "WHERE thread_id = ?", (thread_id,)) as cursor:
+                async with conn.execute(
+                    "SELECT owner, pid, host, started, acquired FROM mycelian_thread_leases WHERE thread_id = ?",
+                    (thread_id,),
+                ) as cursor:
                     row = await cursor.fetchone()
                 if row is not None and row[0] != _owner() and (row[2] != host or _alive(row[1], row[3])):
                     when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row[4]))
                     return f"process {row[1]} on {row[2]}, since {when}"
-                await conn.execute("INSERT OR REPLACE INTO mycelian_thread_leases VALUES (?, ?, ?, ?, ?, ?)",
-                                   (thread_id, _owner(), pid, host, _start_time(pid), time.time()))
+                await conn.execute(
+                    "INSERT OR REPLACE INTO mycelian_thread_leases VALUES (?, ?, ?, ?, ?, ?)",
+                    (thread_id, _owner(), pid, host, _start_time(pid), time.time()),
+                )
             finally:
                 await conn.commit()
         return None
@@ -125,8 +130,9 @@ class _SqliteLeases(ThreadLeases):
         if not self._ready:
             return
         async with self.saver.lock:
-            await self.saver.conn.execute("DELETE FROM mycelian_thread_leases WHERE thread_id = ? AND owner = ?",
-                                          (thread_id, _owner()))
+            await self.saver.conn.execute(
+                "DELETE FROM mycelian_thread_leases WHERE thread_id = ? AND owner = ?", (thread_id, _owner())
+            )
             await self.saver.conn.commit()
 
     async def release_all(self) -> None:
@@ -163,8 +169,10 @@ class _PostgresLeases(ThreadLeases):
         async with self._lock:
             conn = await self._session()
             if not self._named:  # how a blocked process names this one
-                await conn.execute("SELECT set_config('application_name', %s, false)",
-                                   (f"mycelian-agent pid {os.getpid()} on {socket.gethostname()}"[:63],))
+                await conn.execute(
+                    "SELECT set_config('application_name', %s, false)",
+                    (f"mycelian-agent pid {os.getpid()} on {socket.gethostname()}"[:63],),
+                )
                 self._named = True
             if await _take(conn, key):
                 self._held.add(key)
@@ -259,18 +267,22 @@ class _PooledPostgresLeases(_PostgresLeases):
 
 
 async def _take(conn: Any, key: tuple[int, int]) -> bool:
-    row = await (await conn.execute("SELECT pg_try_advisory_lock(%s, %s) AS got",
-                                    (_signed(key[0]), _signed(key[1])))).fetchone()
+    row = await (
+        await conn.execute("SELECT pg_try_advisory_lock(%s, %s) AS got", (_signed(key[0]), _signed(key[1])))
+    ).fetchone()
     return bool(row["got"])
 
 
 async def _holder(conn: Any, key: tuple[int, int]) -> str | None:
     """Who holds the lock ``key`` (None: nobody now)."""
-    row = await (await conn.execute(
-        "SELECT a.application_name, a.client_addr::text AS addr, a.backend_start FROM pg_locks l "
-        "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted "
-        "AND l.classid = %s::bigint::oid AND l.objid = %s::bigint::oid AND l.objsubid = 2",
-        key)).fetchone()
+    row = await (
+        await conn.execute(
+            "SELECT a.application_name, a.client_addr::text AS addr, a.backend_start FROM pg_locks l "
+            "JOIN pg_stat_activity a ON a.pid = l.pid WHERE l.locktype = 'advisory' AND l.granted "
+            "AND l.classid = %s::bigint::oid AND l.objid = %s::bigint::oid AND l.objsubid = 2",
+            key,
+        )
+    ).fetchone()
     if row is None:
         return None
     name, addr = row["application_name"] or "a PostgreSQL client", row["addr"]

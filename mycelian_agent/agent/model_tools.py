@@ -23,8 +23,17 @@ from ..limits import SUMMARY_TARGET_CHARS, unicode_problem
 from .entries import Unusable, check_summary, check_tags
 
 __all__ = [
-    "AddEntryArgs", "PutContextArgs", "MODEL_TOOLS", "tool_schema", "direct_call", "ToolChoiceMode",
-    "TOOL_CHOICE_MODES", "tool_choice", "EntryItem", "AddEntriesArgs", "AddEntriesAndContextArgs",
+    "MODEL_TOOLS",
+    "TOOL_CHOICE_MODES",
+    "AddEntriesAndContextArgs",
+    "AddEntriesArgs",
+    "AddEntryArgs",
+    "EntryItem",
+    "PutContextArgs",
+    "ToolChoiceMode",
+    "direct_call",
+    "tool_choice",
+    "tool_schema",
 ]
 
 #: How the agent forces the model to call the tool: ``"named"`` sends OpenAI's object form naming the tool
@@ -52,8 +61,10 @@ def _validator(check: Callable[[Any], Any]) -> Callable[[Any], Any]:
 
 
 _SUMMARY_DESCRIPTION = f"Retrieval-oriented summary, at most {SUMMARY_TARGET_CHARS} chars."
-_TAGS_DESCRIPTION = ('Short string tags of this message, e.g. {"topic": "<its topic words>", '
-                     '"kind": "<fact|plan|preference|event|question>"}.')
+_TAGS_DESCRIPTION = (
+    'Short string tags of this message, e.g. {"topic": "<its topic words>", '
+    '"kind": "<fact|plan|preference|event|question>"}.'
+)
 #: The two fields the model writes for each entry, checked alike wherever they appear (one entry or a batch item).
 Summary = Annotated[str, BeforeValidator(_validator(check_summary)), Field(description=_SUMMARY_DESCRIPTION)]
 Tags = Annotated[dict[str, str], BeforeValidator(_validator(check_tags)), Field(description=_TAGS_DESCRIPTION)]
@@ -128,9 +139,12 @@ class PutContextArgs(BaseModel):
 
 
 #: The tools whose arguments a model writes, by name.
-MODEL_TOOLS: dict[str, type[BaseModel]] = {"add_entry": AddEntryArgs, "put_context": PutContextArgs,
-                                           "add_entries": AddEntriesArgs,
-                                           "add_entries_and_context": AddEntriesAndContextArgs}
+MODEL_TOOLS: dict[str, type[BaseModel]] = {
+    "add_entry": AddEntryArgs,
+    "put_context": PutContextArgs,
+    "add_entries": AddEntriesArgs,
+    "add_entries_and_context": AddEntriesAndContextArgs,
+}
 
 
 @cache
@@ -150,7 +164,10 @@ def tool_choice(tool_name: str, mode: ToolChoiceMode | str) -> str:
 
 def direct_call(*calls: tuple[str, dict[str, Any]]) -> AIMessage:
     """An AIMessage carrying tool calls built in code (executed by the graph's tools node like a model's)."""
-    return AIMessage(content="", tool_calls=[
-        {"name": name, "args": args, "id": f"call_{uuid.uuid4().hex[:16]}", "type": "tool_call"}
-        for name, args in calls
-    ])
+    return AIMessage(
+        content="",
+        tool_calls=[
+            {"name": name, "args": args, "id": f"call_{uuid.uuid4().hex[:16]}", "type": "tool_call"}
+            for name, args in calls
+        ],
+    )

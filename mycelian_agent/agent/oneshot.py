@@ -32,15 +32,23 @@ __all__ = ["astore_message", "check_message"]
 _FIRST = 1
 
 
-def check_message(role: str, content: str, conversation_time: str | datetime | None = None, *,
-                  name: str | None = None) -> Turn:
+def check_message(
+    role: str, content: str, conversation_time: str | datetime | None = None, *, name: str | None = None
+) -> Turn:
     """The message to store, checked as the agent's public edge checks it (:func:`~.inputs.to_turn`): an invalid
     role, text, time or name raises :class:`~mycelian_agent.errors.InputError` naming the problem."""
     return to_turn({"role": role, "content": content}, normalise_time(conversation_time), name)
 
 
-async def astore_message(connection: Any, vault_id: str, memory_id: str, thread_id: str, message: Turn, *,
-                         settings: AgentSettings | None = None) -> list[str]:
+async def astore_message(
+    connection: Any,
+    vault_id: str,
+    memory_id: str,
+    thread_id: str,
+    message: Turn,
+    *,
+    settings: AgentSettings | None = None,
+) -> list[str]:
     """Store ``message`` (from :func:`check_message`) in memory ``memory_id`` as the first message of thread
     ``thread_id``, as the agent with the extractive model stores it (see the module docstring); the ids of its
     entries (one per part; none when the server answers without them).
@@ -58,10 +66,17 @@ async def astore_message(connection: Any, vault_id: str, memory_id: str, thread_
     ids = {"vault_id": vault_id, "memory_id": memory_id}
     stored: list[str] = []
     for index, text in enumerate(parts):
-        task = add_entry_task(message, text, (), "", recent_message_chars=settings.recent_message_chars,
-                              context_chars=settings.entry_context_chars)
-        args = entry_args(ids, thread_id, message, _FIRST, (index, len(parts)), text, _written(task), {},
-                          idempotency=idempotency)
+        task = add_entry_task(
+            message,
+            text,
+            (),
+            "",
+            recent_message_chars=settings.recent_message_chars,
+            context_chars=settings.entry_context_chars,
+        )
+        args = entry_args(
+            ids, thread_id, message, _FIRST, (index, len(parts)), text, _written(task), {}, idempotency=idempotency
+        )
         stored += _entry_ids(await _call(connection, settings, "add_entry", args))
     return stored
 

@@ -103,13 +103,19 @@ class PooledPostgresSaver(AsyncPostgresSaver):
         await self._check_lease(config)
         return await super().aget_tuple(config)
 
-    async def aput(self, config: RunnableConfig, checkpoint: Checkpoint, metadata: CheckpointMetadata,
-                   new_versions: ChannelVersions) -> RunnableConfig:
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
         await self._check_lease(config)
         return await super().aput(config, checkpoint, metadata, new_versions)
 
-    async def aput_writes(self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str,
-                          task_path: str = "") -> None:
+    async def aput_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> None:
         await self._check_lease(config)
         await super().aput_writes(config, writes, task_id, task_path)
 
@@ -138,10 +144,17 @@ async def open_pooled_saver(url: str, reconnect_wait: float) -> AsyncIterator[Po
         finally:
             await conn.execute("SELECT pg_advisory_unlock(%s)", (_SETUP_LOCK,))
     made = _Made()
-    pool = AsyncConnectionPool(url, kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
-                               min_size=1, max_size=POOL_SIZE, open=False, timeout=max(reconnect_wait, 0.1),
-                               check=AsyncConnectionPool.check_connection, configure=made,
-                               name="mycelian-checkpoints")
+    pool = AsyncConnectionPool(
+        url,
+        kwargs={"autocommit": True, "prepare_threshold": 0, "row_factory": dict_row},
+        min_size=1,
+        max_size=POOL_SIZE,
+        open=False,
+        timeout=max(reconnect_wait, 0.1),
+        check=AsyncConnectionPool.check_connection,
+        configure=made,
+        name="mycelian-checkpoints",
+    )
     saver = PooledPostgresSaver(pool, url, reconnect_wait, made)
     try:
         await pool.open(wait=True, timeout=max(reconnect_wait, 5.0))

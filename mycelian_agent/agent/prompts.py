@@ -11,10 +11,11 @@ conversation.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from string import Template
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
@@ -24,8 +25,14 @@ from ..prompt_files import PROMPT_NAMES, read_prompt
 from .entries import add_entry_task, clip, task_message
 from .turn import Turn
 
-__all__ = ["PromptSet", "BatchItem", "render", "build_add_entry_prompt", "build_add_entries_prompt",
-           "build_put_context_prompt"]
+__all__ = [
+    "BatchItem",
+    "PromptSet",
+    "build_add_entries_prompt",
+    "build_add_entry_prompt",
+    "build_put_context_prompt",
+    "render",
+]
 
 _TEMPLATE_NAMES = ("agent_prefix", "add_entry_task", "put_context_task")
 _EXAMPLE_NAMES = ("add_entry_examples", "add_entries_examples", "put_context_examples")
@@ -58,7 +65,7 @@ class PromptSet:
     put_context_examples: str = ""
 
     @classmethod
-    def load(cls, directory: Path | str | None = None, *, examples: bool = False) -> "PromptSet":
+    def load(cls, directory: Path | str | None = None, *, examples: bool = False) -> PromptSet:
         """Load every prompt from ``directory`` (default: the package's ``prompts/``); with ``examples`` also the
         worked examples (``add_entry_examples``, ``add_entries_examples``, ``put_context_examples``), which a
         directory must then hold too."""
@@ -70,7 +77,7 @@ class PromptSet:
             texts.update({name: read_prompt(name, base) for name in _EXAMPLE_NAMES})
         return cls(**texts)
 
-    def with_server_rules(self, default_prompts: Mapping[str, Any]) -> "PromptSet":
+    def with_server_rules(self, default_prompts: Mapping[str, Any]) -> PromptSet:
         """Replace the rule texts with those of a ``get_default_prompts`` result."""
         templates = default_prompts.get("templates") if isinstance(default_prompts, Mapping) else None
         if not isinstance(templates, Mapping):
@@ -116,8 +123,9 @@ def build_add_entry_prompt(
     ``content`` is the text to record (the whole message, or one part of a message too long for one entry);
     ``context_chars`` clips the context document (its first sections, the durable facts, matter most here).
     """
-    payload = add_entry_task(message, content, recent, context, recent_message_chars=recent_message_chars,
-                             context_chars=context_chars)
+    payload = add_entry_task(
+        message, content, recent, context, recent_message_chars=recent_message_chars, context_chars=context_chars
+    )
     current = payload["message"]
     index, total = part
     values = {
@@ -130,8 +138,12 @@ def build_add_entry_prompt(
         "content": content,
         "part_note": "whole message" if total == 1 else f"part {index} of {total} of a long message",
     }
-    system = _system([prompts.agent_prefix, prompts.entry_capture_prompt, prompts.summary_prompt],
-                     prompts.add_entry_examples, "add_entry_examples", values)
+    system = _system(
+        [prompts.agent_prefix, prompts.entry_capture_prompt, prompts.summary_prompt],
+        prompts.add_entry_examples,
+        "add_entry_examples",
+        values,
+    )
     task = render(prompts.add_entry_task, "add_entry_task", values)
     return [system, HumanMessage(task, additional_kwargs={TASK_KEY: payload})]
 
@@ -179,21 +191,30 @@ def build_add_entries_prompt(
         index, total = item.part
         part = "" if total == 1 else f' part="{index} of {total}"'
         name = (current.get("name") or "unknown").replace('"', "'")
-        lines.append(f'<message item="{item.item}" role="{current["role"]}" name="{name}" '
-                     f'time="{current["conversation_time"] or "unknown"}"{part}>\n{item.content}\n</message>')
+        lines.append(
+            f'<message item="{item.item}" role="{current["role"]}" name="{name}" '
+            f'time="{current["conversation_time"] or "unknown"}"{part}>\n{item.content}\n</message>'
+        )
     flush_items = [task_message(m, message_chars) for m in since_flush]
     earlier_items = flush_items[:earlier]
     values = {
         "tool": tool,
         "context": shown_context or "(empty)",
         "recent": _format_messages([task_message(m, recent_message_chars) for m in recent]),
-        "earlier": ("\nMessages since the context document was written, already recorded, oldest first:\n"
-                    f"<earlier>\n{_format_messages(earlier_items)}\n</earlier>\n") if with_context else "",
+        "earlier": (
+            "\nMessages since the context document was written, already recorded, oldest first:\n"
+            f"<earlier>\n{_format_messages(earlier_items)}\n</earlier>\n"
+        )
+        if with_context
+        else "",
         "messages": "\n".join(lines),
         "context_instruction": (
             "\n\nAlso write the whole new context document in `context`: merge the current document with the "
             "earlier messages and the messages to record, following the context rules (at most "
-            f"{max_chars} characters).") if with_context else "",
+            f"{max_chars} characters)."
+        )
+        if with_context
+        else "",
     }
     rules = [prompts.agent_prefix, prompts.entry_capture_prompt, prompts.summary_prompt]
     if with_context:
@@ -210,8 +231,14 @@ def build_add_entries_prompt(
 
     payload: dict[str, Any] = {
         "operation": tool,
-        "items": [{"item": item.item, "message": task_message(item.message, None) | {"content": item.content},
-                   "recent": [recent_dict(m) for m in item.recent]} for item in items],
+        "items": [
+            {
+                "item": item.item,
+                "message": task_message(item.message, None) | {"content": item.content},
+                "recent": [recent_dict(m) for m in item.recent],
+            }
+            for item in items
+        ],
         "context": shown_context,
     }
     if with_context:
@@ -239,8 +266,9 @@ def build_put_context_prompt(
         "messages": _format_messages(items),
         "max_chars": max_chars,
     }
-    system = _system([prompts.agent_prefix, prompts.context_prompt], prompts.put_context_examples,
-                     "put_context_examples", values)
+    system = _system(
+        [prompts.agent_prefix, prompts.context_prompt], prompts.put_context_examples, "put_context_examples", values
+    )
     task = render(prompts.put_context_task, "put_context_task", values)
     payload = {
         "operation": "put_context",
@@ -249,4 +277,3 @@ def build_put_context_prompt(
         "max_chars": max_chars,
     }
     return [system, HumanMessage(task, additional_kwargs={TASK_KEY: payload})]
-

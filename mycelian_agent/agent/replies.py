@@ -16,8 +16,16 @@ from pydantic import ValidationError
 
 from .model_tools import MODEL_TOOLS, EntryItem, PutContextArgs
 
-__all__ = ["BatchReading", "TEXT_CALL_NOTE", "call_from_text", "read_batch_reply", "read_reply",
-           "transient_model_error", "unreadable_output", "validate_reply"]
+__all__ = [
+    "TEXT_CALL_NOTE",
+    "BatchReading",
+    "call_from_text",
+    "read_batch_reply",
+    "read_reply",
+    "transient_model_error",
+    "unreadable_output",
+    "validate_reply",
+]
 
 #: The note recorded (``"<tool>: " + TEXT_CALL_NOTE``) for each reply whose call was read from its text.
 TEXT_CALL_NOTE = "call read from the reply text (no tool call)"
@@ -37,7 +45,7 @@ def _json_object(text: str) -> dict[str, Any] | None:
     candidates += [m.group(1).strip() for m in _TAGS.finditer(text)]
     first, last = text.find("{"), text.rfind("}")
     if 0 <= first < last:
-        candidates.append(text[first:last + 1])
+        candidates.append(text[first : last + 1])
     decoder = json.JSONDecoder()
     for candidate in candidates:
         if not candidate.startswith("{"):
@@ -85,8 +93,11 @@ def _reply_call(tool_name: str, reply: BaseMessage) -> tuple[Any, str | None, bo
     calls = [c for c in getattr(reply, "tool_calls", []) or [] if c.get("name") == tool_name]
     if calls:
         return calls[0].get("args") or {}, None, False
-    content = reply.content if isinstance(reply.content, str) else "".join(
-        part.get("text", "") if isinstance(part, Mapping) else str(part) for part in reply.content or [])
+    content = (
+        reply.content
+        if isinstance(reply.content, str)
+        else "".join(part.get("text", "") if isinstance(part, Mapping) else str(part) for part in reply.content or [])
+    )
     others = [c.get("name") for c in getattr(reply, "tool_calls", []) or []]
     parsed, text_problem = call_from_text(tool_name, content) if content.strip() and not others else (None, None)
     if parsed is not None:
@@ -99,8 +110,11 @@ def _reply_call(tool_name: str, reply: BaseMessage) -> tuple[Any, str | None, bo
     return None, text_problem or f"it contained no {tool_name} tool call", False
 
 
-def read_reply(tool_name: str, reply: BaseMessage, context_max_chars: int,
-               ) -> tuple[dict[str, Any] | None, str | None, bool]:
+def read_reply(
+    tool_name: str,
+    reply: BaseMessage,
+    context_max_chars: int,
+) -> tuple[dict[str, Any] | None, str | None, bool]:
     """``(arguments, problem, from_text)``: the model-owned arguments of a reply (a tool call, or failing that a
     call written as JSON text, ``from_text=True``), or the problem to tell the model."""
     raw, problem, from_text = _reply_call(tool_name, reply)
@@ -127,8 +141,12 @@ class BatchReading:
     from_text: bool = False
 
 
-def read_batch_reply(tool_name: str, reply: BaseMessage, expected: Sequence[int], context_max_chars: int,
-                     ) -> BatchReading:
+def read_batch_reply(
+    tool_name: str,
+    reply: BaseMessage,
+    expected: Sequence[int],
+    context_max_chars: int,
+) -> BatchReading:
     """Read a reply to an ``add_entries[_and_context]`` prompt item by item: a bad item (missing summary, unknown
     item number, ...) is a problem of its own and leaves the others usable."""
     reading = BatchReading()
@@ -148,8 +166,9 @@ def read_batch_reply(tool_name: str, reply: BaseMessage, expected: Sequence[int]
             error = exc.errors()[0]
             what = f"the {error['loc'][0]} was missing" if error["type"] == "missing" and error["loc"] else error["msg"]
             number = value.get("item") if isinstance(value, Mapping) else None
-            reading.problems.append(f"entry {position}" + (f" (item {number})" if number is not None else "")
-                                    + f": {what}")
+            reading.problems.append(
+                f"entry {position}" + (f" (item {number})" if number is not None else "") + f": {what}"
+            )
             continue
         if item.item not in wanted:
             reading.problems.append(f"entry {position}: item {item.item} is not a message of this batch")
@@ -162,14 +181,16 @@ def read_batch_reply(tool_name: str, reply: BaseMessage, expected: Sequence[int]
         try:
             reading.context = PutContextArgs.model_validate(
                 {"content": raw.get("context") if isinstance(raw, Mapping) else None},
-                context={"max_chars": context_max_chars}).content
+                context={"max_chars": context_max_chars},
+            ).content
         except ValidationError as exc:
             reading.problems.append("context: " + exc.errors()[0]["msg"].replace("the content", "the document"))
     return reading
 
 
-def validate_reply(tool_name: str, reply: BaseMessage,
-                   context_max_chars: int) -> tuple[dict[str, Any] | None, str | None]:
+def validate_reply(
+    tool_name: str, reply: BaseMessage, context_max_chars: int
+) -> tuple[dict[str, Any] | None, str | None]:
     """The model-owned arguments of a reply (a tool call or a call written as JSON text), or the problem to tell
     the model."""
     args, problem, _from_text = read_reply(tool_name, reply, context_max_chars)

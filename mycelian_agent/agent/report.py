@@ -8,14 +8,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Mapping, Self
+from typing import Any, Self
 
 from langchain_core.messages import BaseMessage
 
 from .control import ControlState
 
-__all__ = ["Usage", "ModelUsage", "InvocationResult", "ThreadProgress", "ThreadStatus"]
+__all__ = ["InvocationResult", "ModelUsage", "ThreadProgress", "ThreadStatus", "Usage"]
 
 
 @dataclass(frozen=True)
@@ -122,14 +123,19 @@ class Usage(_Counts):
         rows = values.get("by_model") or {}
         if not isinstance(rows, Mapping):
             rows = {}
-        return cls(**{name: int(values.get(name, 0) or 0) for name in _TOTALS},
-                   by_model={str(model): ModelUsage.from_mapping(row) for model, row in rows.items()
-                             if isinstance(row, Mapping)})
+        return cls(
+            **{name: int(values.get(name, 0) or 0) for name in _TOTALS},
+            by_model={
+                str(model): ModelUsage.from_mapping(row) for model, row in rows.items() if isinstance(row, Mapping)
+            },
+        )
 
     def as_dict(self) -> dict[str, Any]:
         """Plain data: the totals under their names, and ``by_model`` (model name → counters)."""
-        return {**{name: getattr(self, name) for name in _TOTALS},
-                "by_model": {model: row.as_dict() for model, row in self.by_model.items()}}
+        return {
+            **{name: getattr(self, name) for name in _TOTALS},
+            "by_model": {model: row.as_dict() for model, row in self.by_model.items()},
+        }
 
     def rows(self) -> list[tuple[str, ModelUsage]]:
         """The per-model rows, the most called model first."""

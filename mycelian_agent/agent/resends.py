@@ -10,8 +10,9 @@ resend (:func:`resent`).
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from .control import ControlState
 from .invocation import Invocation
@@ -59,6 +60,6 @@ def resent(recent: tuple[str, ...], digests: tuple[str, ...]) -> int:
     most = len(digests) if len(recent) >= RECENT_DIGESTS else min(len(digests), len(recent))
     for taken in range(most, 0, -1):
         kept = min(taken, len(recent))
-        if recent[len(recent) - kept:] == digests[taken - kept:taken]:
+        if recent[len(recent) - kept :] == digests[taken - kept : taken]:
             return taken
     return 0

@@ -52,9 +52,11 @@ class AgentSettings:
             raise ConfigError(f"tool_choice_mode must be 'named', 'required' or 'auto'; got {self.tool_choice_mode!r}")
         if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
             raise ConfigError(f"batch_size must be a positive integer, got {self.batch_size!r}")
-        if self.max_delay_s is not None and (isinstance(self.max_delay_s, bool)
-                                             or not isinstance(self.max_delay_s, (int, float))
-                                             or not self.max_delay_s > 0):
+        if self.max_delay_s is not None and (
+            isinstance(self.max_delay_s, bool)
+            or not isinstance(self.max_delay_s, (int, float))
+            or not self.max_delay_s > 0
+        ):
             raise ConfigError(f"max_delay_s must be a positive number of seconds or None, got {self.max_delay_s!r}")
 
     @property
@@ -67,12 +69,23 @@ class AgentSettings:
         ``retry_backoff_s`` doubled at each; any other failure is raised at once (the last one after the attempts)."""
         from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt, wait_exponential
 
-        return AsyncRetrying(stop=stop_after_attempt(self.tool_attempts),
-                             wait=wait_exponential(multiplier=self.retry_backoff_s),
-                             retry=retry_if_exception(is_transient), reraise=True)
+        return AsyncRetrying(
+            stop=stop_after_attempt(self.tool_attempts),
+            wait=wait_exponential(multiplier=self.retry_backoff_s),
+            retry=retry_if_exception(is_transient),
+            reraise=True,
+        )
 
     @classmethod
     def naive(cls) -> AgentSettings:
         """The protocol as first written: whole history in state and prompts. Used by the benchmarks only."""
-        return cls(history_window=None, recent_message_chars=None, flush_message_chars=None, entry_context_chars=None,
-                   since_flush_cap=None, skip_empty_flush=False, flush_from_history=True, prune_every=None)
+        return cls(
+            history_window=None,
+            recent_message_chars=None,
+            flush_message_chars=None,
+            entry_context_chars=None,
+            since_flush_cap=None,
+            skip_empty_flush=False,
+            flush_from_history=True,
+            prune_every=None,
+        )

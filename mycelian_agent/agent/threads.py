@@ -87,8 +87,7 @@ class ThreadState:
 
     def overdue(self, max_delay_s: float | None) -> bool:
         """Whether the oldest pending message has waited ``max_delay_s`` or longer."""
-        return (max_delay_s is not None and self.pending > 0
-                and time.monotonic() - self.oldest_pending_at >= max_delay_s)
+        return max_delay_s is not None and self.pending > 0 and time.monotonic() - self.oldest_pending_at >= max_delay_s
 
 
 class Threads:

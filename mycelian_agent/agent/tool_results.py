@@ -4,7 +4,8 @@ and a tool call's failure as a :class:`~mycelian_agent.errors.MemoryServerError`
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from langchain_core.messages import BaseMessage, ToolMessage
 from langchain_core.tools import BaseTool
@@ -12,8 +13,7 @@ from langchain_core.tools import BaseTool
 from ..errors import MemoryServerError, MycelianError, describe_cause, is_transient_text
 from .invocation import Invocation
 
-__all__ = ["count_results", "declared_params", "execute_checked", "last_results", "record_stored",
-           "tool_text"]
+__all__ = ["count_results", "declared_params", "execute_checked", "last_results", "record_stored", "tool_text"]
 
 
 def declared_params(tool: BaseTool) -> set[str]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TypedDict
 
-__all__ = ["Turn", "PendingTurn"]
+__all__ = ["PendingTurn", "Turn"]
 
 
 class Turn(TypedDict, total=False):

@@ -16,8 +16,14 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from ..errors import ToolCallError, describe_cause
 from ..models.resolve import model_name
 from .model_tools import ToolChoiceMode, tool_choice, tool_schema
-from .replies import (TEXT_CALL_NOTE, read_batch_reply, read_reply, transient_model_error, unreadable_output,
-                      validate_reply)
+from .replies import (
+    TEXT_CALL_NOTE,
+    read_batch_reply,
+    read_reply,
+    transient_model_error,
+    unreadable_output,
+    validate_reply,
+)
 from .report import InvocationResult, Usage
 
 __all__ = ["TEXT_CALL_STOP", "ToolArgumentWriter"]
@@ -33,10 +39,18 @@ class ToolArgumentWriter:
     model's name (:func:`~mycelian_agent.models.resolve.model_name`).
     """
 
-    def __init__(self, model: BaseChatModel, fallback_model: BaseChatModel, *, max_corrections: int,
-                 fallback_on_model_error: bool, context_max_chars: int,
-                 tool_choice_mode: ToolChoiceMode = "named", model_attempts: int = 3,
-                 model_backoff_s: float = 0.5) -> None:
+    def __init__(
+        self,
+        model: BaseChatModel,
+        fallback_model: BaseChatModel,
+        *,
+        max_corrections: int,
+        fallback_on_model_error: bool,
+        context_max_chars: int,
+        tool_choice_mode: ToolChoiceMode = "named",
+        model_attempts: int = 3,
+        model_backoff_s: float = 0.5,
+    ) -> None:
         tool_choice("add_entry", tool_choice_mode)  # checks the mode
         self.model = model
         self.model_attempts = max(1, model_attempts)
@@ -61,12 +75,14 @@ class ToolArgumentWriter:
                 # ending the turn (llama.cpp with Qwen2.5-1.5B: hundreds of newlines up to max_tokens). Valid
                 # JSON, even inside a document string, never holds three raw newlines in a row.
                 extra["stop"] = [TEXT_CALL_STOP]
-            self._bound[key] = model.bind_tools([tool_schema(tool_name)], tool_choice=tool_choice(tool_name, mode),
-                                                **extra)
+            self._bound[key] = model.bind_tools(
+                [tool_schema(tool_name)], tool_choice=tool_choice(tool_name, mode), **extra
+            )
         return self._bound[key]
 
-    async def _ask(self, model: BaseChatModel, tool_name: str, messages: list[BaseMessage],
-                   report: InvocationResult) -> BaseMessage:
+    async def _ask(
+        self, model: BaseChatModel, tool_name: str, messages: list[BaseMessage], report: InvocationResult
+    ) -> BaseMessage:
         started = time.perf_counter()
         try:
             return await self._bind(model, tool_name).ainvoke(messages)
@@ -96,9 +112,13 @@ class ToolArgumentWriter:
             except Exception as exc:  # provider errors come in many types
                 if not self._correctable(tool_name, exc, attempt, report):
                     break
-                messages += [HumanMessage(f"The server could not read your reply as a `{tool_name}` call. Reply "
-                                          f'with only the JSON object {{"name": "{tool_name}", "arguments": '
-                                          "{...}}, with no code fence and no other text.")]
+                messages += [
+                    HumanMessage(
+                        f"The server could not read your reply as a `{tool_name}` call. Reply "
+                        f'with only the JSON object {{"name": "{tool_name}", "arguments": '
+                        "{...}}, with no code fence and no other text."
+                    )
+                ]
                 continue
             report.usage += Usage.of_reply(reply, self.model_name)
             args, problem, from_text = read_reply(tool_name, reply, self.context_max_chars)
@@ -111,10 +131,14 @@ class ToolArgumentWriter:
             if attempt == self.max_corrections:
                 break
             report.usage += Usage.of(self.model_name, corrections=1)
-            messages += [AIMessage(content=str(reply.content or "(no tool call)")),
-                         HumanMessage(f"That reply cannot be used: {problem}. Call the `{tool_name}` tool exactly once, "
-                                      "with the arguments its schema asks for: reply with only the JSON object "
-                                      f'{{"name": "{tool_name}", "arguments": {{...}}}}.')]
+            messages += [
+                AIMessage(content=str(reply.content or "(no tool call)")),
+                HumanMessage(
+                    f"That reply cannot be used: {problem}. Call the `{tool_name}` tool exactly once, "
+                    "with the arguments its schema asks for: reply with only the JSON object "
+                    f'{{"name": "{tool_name}", "arguments": {{...}}}}.'
+                ),
+            ]
         report.usage += self._fallback_usage(1 if tool_name == "add_entry" else 0)
         reply = await self._ask(self.fallback_model, tool_name, prompt, report)
         args, problem = validate_reply(tool_name, reply, self.context_max_chars)
@@ -125,8 +149,9 @@ class ToolArgumentWriter:
     def _fallback_usage(self, entries: int) -> Usage:
         """One step handed to the fallback model, writing ``entries`` entries: counted against the model (a
         fallback) and for the fallback model (a stand-in)."""
-        return (Usage.of(self.model_name, fallbacks=1, fallback_entries=entries)
-                + Usage.of(self.fallback_name, stand_ins=1, stand_in_entries=entries))
+        return Usage.of(self.model_name, fallbacks=1, fallback_entries=entries) + Usage.of(
+            self.fallback_name, stand_ins=1, stand_in_entries=entries
+        )
 
     def _correctable(self, tool_name: str, exc: Exception, attempt: int, report: InvocationResult) -> bool:
         """Whether the model's failure ``exc`` at ``attempt`` is answered by a re-prompt (True) or by the fallback
@@ -135,8 +160,9 @@ class ToolArgumentWriter:
             # The server could not turn the model's output into a tool call (llama.cpp: HTTP 500 "output does not
             # match the expected ... format", e.g. JSON in a code fence): re-prompt, as for a reply without a call;
             # the output itself never reached us.
-            report.errors += (f"{tool_name}: reply unusable: the server could not read it as a call "
-                              f"({describe_cause(exc)})",)
+            report.errors += (
+                f"{tool_name}: reply unusable: the server could not read it as a call ({describe_cause(exc)})",
+            )
             report.usage += Usage.of(self.model_name, llm_calls=1, corrections=1)
             return True
         if not self.fallback_on_model_error:
@@ -144,9 +170,14 @@ class ToolArgumentWriter:
         report.errors += (f"model error on {tool_name}: {describe_cause(exc)}",)
         return False
 
-    async def write_batch(self, build: Callable[[Sequence[int], bool, str], list[BaseMessage]],
-                          items: Sequence[int], report: InvocationResult, *, with_context: bool = False,
-                          ) -> tuple[dict[int, dict[str, Any]], str | None]:
+    async def write_batch(
+        self,
+        build: Callable[[Sequence[int], bool, str], list[BaseMessage]],
+        items: Sequence[int],
+        report: InvocationResult,
+        *,
+        with_context: bool = False,
+    ) -> tuple[dict[int, dict[str, Any]], str | None]:
         """Summaries and tags of a batch of messages (item number → ``{"summary", "tags"}``) in one model call,
         and, when ``with_context``, the context document written by the same call (None when that part was
         unusable: the caller then asks for it on its own).
@@ -167,8 +198,10 @@ class ToolArgumentWriter:
             except Exception as exc:  # provider errors come in many types
                 if not self._correctable(tool_name, exc, attempt, report):
                     break
-                note = (f"The server could not read your reply as a `{tool_name}` call. Reply with only the "
-                        f'JSON object {{"name": "{tool_name}", "arguments": {{...}}}}, with no code fence.')
+                note = (
+                    f"The server could not read your reply as a `{tool_name}` call. Reply with only the "
+                    f'JSON object {{"name": "{tool_name}", "arguments": {{...}}}}, with no code fence.'
+                )
                 continue
             report.usage += Usage.of_reply(reply, self.model_name)
             reading = read_batch_reply(tool_name, reply, missing, self.context_max_chars)
@@ -185,14 +218,19 @@ class ToolArgumentWriter:
             if attempt == self.max_corrections:
                 break
             report.usage += Usage.of(self.model_name, corrections=1)
-            note = ("Your previous reply could not be used for the messages below: " + "; ".join(reading.problems)
-                    + ". Call `add_entries` once, with one entry (item, summary, tags) for each of them.")
+            note = (
+                "Your previous reply could not be used for the messages below: "
+                + "; ".join(reading.problems)
+                + ". Call `add_entries` once, with one entry (item, summary, tags) for each of them."
+            )
         report.usage += self._fallback_usage(len(missing))
         reply = await self._ask(self.fallback_model, "add_entries", build(missing, False, ""), report)
         reading = read_batch_reply("add_entries", reply, missing, self.context_max_chars)
         done.update(reading.items)
         left = [n for n in missing if n not in done]
         if left:
-            raise ToolCallError(f"neither the model nor the fallback produced a usable add_entries call for item(s) "
-                                f"{', '.join(map(str, left))}: {'; '.join(reading.problems)}")
+            raise ToolCallError(
+                f"neither the model nor the fallback produced a usable add_entries call for item(s) "
+                f"{', '.join(map(str, left))}: {'; '.join(reading.problems)}"
+            )
         return done, context

@@ -67,8 +67,10 @@ class _Commands(click.Group):
 
 
 #: How to install a command whose code lives outside this package (its top-level package is missing).
-_INSTALL = {"mycelian_bench": "from a clone of the repository: pip install -e '.[bench]' (the benchmarks live in its "
-                              "bench/ folder, outside the mycelian-agent package)"}
+_INSTALL = {
+    "mycelian_bench": "from a clone of the repository: pip install -e '.[bench]' (the benchmarks live in its "
+    "bench/ folder, outside the mycelian-agent package)"
+}
 
 
 def _not_installed(cmd_name: str, package: str) -> click.Command:
@@ -81,9 +83,14 @@ def _not_installed(cmd_name: str, package: str) -> click.Command:
         err_console.print(f"[red]error:[/] {escape(message)}", soft_wrap=True)
         sys.exit(2)
 
-    return click.Command(cmd_name, callback=refuse, add_help_option=False, short_help=f"(not installed) {how}",
-                         params=[click.Argument(["args"], nargs=-1, type=click.UNPROCESSED)],
-                         context_settings={"ignore_unknown_options": True})
+    return click.Command(
+        cmd_name,
+        callback=refuse,
+        add_help_option=False,
+        short_help=f"(not installed) {how}",
+        params=[click.Argument(["args"], nargs=-1, type=click.UNPROCESSED)],
+        context_settings={"ignore_unknown_options": True},
+    )
 
 
 @click.group(cls=_Commands, context_settings={"help_option_names": ["-h", "--help"]})
@@ -104,8 +111,13 @@ def main(argv: list[str] | None = None) -> None:
         if not exc.option_name.startswith("--"):
             # `search "-5 degrees"`: a query (or a message) that starts with a dash reads as an option.
             command = exc.ctx.command_path if exc.ctx else "mycelian-agent COMMAND"
-            exc = click.NoSuchOption(exc.option_name, exc.message + " (if that is text starting with '-', put it "
-                                     f"after '--': {command} [OPTIONS] -- \"TEXT\")", exc.possibilities, exc.ctx)
+            exc = click.NoSuchOption(
+                exc.option_name,
+                exc.message + " (if that is text starting with '-', put it "
+                f"after '--': {command} [OPTIONS] -- \"TEXT\")",
+                exc.possibilities,
+                exc.ctx,
+            )
         exc.show()
         sys.exit(exc.exit_code)
     except click.ClickException as exc:

@@ -16,8 +16,17 @@ from rich.table import Table
 
 from ..errors import MycelianError
 from ..paths import check_store_location
-from .common import (connect, console, err_console, find_vault, memory_reader, open_memory, open_writer, read_options,
-                     server_options)
+from .common import (
+    connect,
+    console,
+    err_console,
+    find_vault,
+    memory_reader,
+    open_memory,
+    open_writer,
+    read_options,
+    server_options,
+)
 
 __all__ = ["add", "delete", "export", "get", "history", "list_", "recall", "search", "show", "update"]
 
@@ -26,8 +35,16 @@ __all__ = ["add", "delete", "export", "get", "history", "list_", "recall", "sear
 @server_options
 @click.option("--memory", required=True, help="Memory title or id.")
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 50), help="Newest entries to show.")
-def show(db: str | None, server: str, token: str | None, vault: str, timeout: float, reconnect_wait: float, memory: str,
-         limit: int) -> None:
+def show(
+    db: str | None,
+    server: str,
+    token: str | None,
+    vault: str,
+    timeout: float,
+    reconnect_wait: float,
+    memory: str,
+    limit: int,
+) -> None:
     """Show a memory's newest entries and its current context document."""
 
     async def run() -> None:
@@ -43,8 +60,12 @@ def show(db: str | None, server: str, token: str | None, vault: str, timeout: fl
             table.add_column(column, overflow="fold")
         for entry in reversed(listed["entries"]):
             raw = entry["rawEntry"]
-            table.add_row((entry.get("conversationTime") or entry["creationTime"])[:16], entry["tags"].get("role", ""),
-                          entry["summary"], raw if len(raw) <= 120 else raw[:117] + "...")
+            table.add_row(
+                (entry.get("conversationTime") or entry["creationTime"])[:16],
+                entry["tags"].get("role", ""),
+                entry["summary"],
+                raw if len(raw) <= 120 else raw[:117] + "...",
+            )
         console.print(table)
         from rich.markdown import Markdown  # markdown-it takes ~0.2 s to import: only `show` needs it
 
@@ -56,9 +77,22 @@ def show(db: str | None, server: str, token: str | None, vault: str, timeout: fl
 @click.command()
 @read_options
 @click.option("--top-k", default=5, show_default=True, type=click.IntRange(1, 100), help="Entries to return.")
-def search(query: str, db: str | None, server: str, token: str | None, vault: str, timeout: float,
-           reconnect_wait: float, memory: str, after: str | None, before: str | None, as_json: bool,
-           words_only: bool, min_score: float | None, top_k: int) -> None:
+def search(
+    query: str,
+    db: str | None,
+    server: str,
+    token: str | None,
+    vault: str,
+    timeout: float,
+    reconnect_wait: float,
+    memory: str,
+    after: str | None,
+    before: str | None,
+    as_json: bool,
+    words_only: bool,
+    min_score: float | None,
+    top_k: int,
+) -> None:
     """Search a memory: its entries ranked for QUERY. The score column is each entry's relevance, 0 to 1 (the
     share of QUERY's informative words it holds; at most 0.5 for one found by meaning alone); the match column
     says whether QUERY's words found an entry or only its meaning did (with embeddings, the nearest entries come
@@ -67,8 +101,9 @@ def search(query: str, db: str | None, server: str, token: str | None, vault: st
     async def run() -> list[Any]:
         reader = await memory_reader(db, server, token, vault, memory, timeout, reconnect_wait)
         try:
-            return await reader.asearch(query, top_k=top_k, after=after, before=before, by_meaning=not words_only,
-                                        min_score=min_score)
+            return await reader.asearch(
+                query, top_k=top_k, after=after, before=before, by_meaning=not words_only, min_score=min_score
+            )
         finally:
             await reader.connection.aclose()
 
@@ -86,8 +121,10 @@ def search(query: str, db: str | None, server: str, token: str | None, vault: st
         console.print(f"no entry of memory {memory!r} matches {query!r}{above}")
         return
     if all(hit.by_meaning for hit in hits):
-        console.print(f"no entry of memory {memory!r} shares a word with {query!r}; the nearest by meaning "
-                      "(they may be unrelated):")
+        console.print(
+            f"no entry of memory {memory!r} shares a word with {query!r}; the nearest by meaning "
+            "(they may be unrelated):"
+        )
     table = Table(title=f"search: {query}")
     for column in ("score", "match", "time", "speaker", "message"):
         table.add_column(column, overflow="fold")
@@ -98,20 +135,46 @@ def search(query: str, db: str | None, server: str, token: str | None, vault: st
 
 @click.command()
 @read_options
-@click.option("--budget-tokens", default=1500, show_default=True, type=click.IntRange(min=40),
-              help="Size of the block (estimated tokens).")
+@click.option(
+    "--budget-tokens",
+    default=1500,
+    show_default=True,
+    type=click.IntRange(min=40),
+    help="Size of the block (estimated tokens).",
+)
 @click.option("--top-k", default=10, show_default=True, type=click.IntRange(1, 100), help="Entries searched.")
-def recall(query: str, db: str | None, server: str, token: str | None, vault: str, timeout: float,
-           reconnect_wait: float, memory: str, after: str | None, before: str | None, as_json: bool,
-           words_only: bool, min_score: float | None, budget_tokens: int, top_k: int) -> None:
+def recall(
+    query: str,
+    db: str | None,
+    server: str,
+    token: str | None,
+    vault: str,
+    timeout: float,
+    reconnect_wait: float,
+    memory: str,
+    after: str | None,
+    before: str | None,
+    as_json: bool,
+    words_only: bool,
+    min_score: float | None,
+    budget_tokens: int,
+    top_k: int,
+) -> None:
     """Print the block a chat pipeline would put into its prompt for QUERY: the context document's relevant items
     and the best entries with their neighbouring turns, dated, in time order (``invoker.arecall``)."""
 
     async def run() -> Any:
         reader = await memory_reader(db, server, token, vault, memory, timeout, reconnect_wait)
         try:
-            return await reader.arecall(query, budget_tokens=budget_tokens, top_k=top_k, after=after, before=before,
-                                        by_meaning=not words_only, min_score=min_score)
+            return await reader.arecall(
+                query,
+                budget_tokens=budget_tokens,
+                top_k=top_k,
+                after=after,
+                before=before,
+                by_meaning=not words_only,
+                min_score=min_score,
+            )
         finally:
             await reader.connection.aclose()
 
@@ -133,13 +196,16 @@ def list_(db: str | None, server: str, token: str | None, vault: str, timeout: f
             if vault != "mycelian":  # a vault named: only that one (the default lists them all)
                 chosen = await find_vault(connection, vault)
                 vaults = [v for v in vaults if v["vaultId"] == chosen]
-            listed = [(v["title"], v["vaultId"], await connection.call_json("list_memories", {"vault_id": v["vaultId"]}))
-                      for v in vaults]
+            listed = [
+                (v["title"], v["vaultId"], await connection.call_json("list_memories", {"vault_id": v["vaultId"]}))
+                for v in vaults
+            ]
             for _, vault_id, memories in listed:  # an encoded title: its user id as given, from its description
                 for item in memories:
                     if is_encoded(item["title"]):
-                        found = await connection.call_json("get_memory", {"vault_id": vault_id,
-                                                                          "memory_id": item["memoryId"]})
+                        found = await connection.call_json(
+                            "get_memory", {"vault_id": vault_id, "memory_id": item["memoryId"]}
+                        )
                         labels = described_labels(str(found.get("description") or ""))
                         item["labels"] = labels
             return listed
@@ -165,10 +231,27 @@ def list_(db: str | None, server: str, token: str | None, vault: str, timeout: f
 @click.option("--role", default="user", show_default=True, type=click.Choice(["user", "assistant"]))
 @click.option("--name", default=None, help="Who spoke (e.g. Caroline).")
 @click.option("--time", "when", default=None, help="When it was said (RFC 3339, e.g. 2024-05-01T10:00:00Z).")
-@click.option("--model", envvar="MYCELIAN_MODEL", default="extractive", show_default=True,
-              help="'extractive' (no network) or 'openai:<model>' [env MYCELIAN_MODEL].")
-def add(text: str, db: str | None, server: str, token: str | None, vault: str, timeout: float,
-        reconnect_wait: float, memory: str, role: str, name: str | None, when: str | None, model: str) -> None:
+@click.option(
+    "--model",
+    envvar="MYCELIAN_MODEL",
+    default="extractive",
+    show_default=True,
+    help="'extractive' (no network) or 'openai:<model>' [env MYCELIAN_MODEL].",
+)
+def add(
+    text: str,
+    db: str | None,
+    server: str,
+    token: str | None,
+    vault: str,
+    timeout: float,
+    reconnect_wait: float,
+    memory: str,
+    role: str,
+    name: str | None,
+    when: str | None,
+    model: str,
+) -> None:
     """Store one message TEXT in a memory (summary and tags written by the model) and print the entry.
 
     With the extractive model the entry is written without the agent (the same entry, a fraction of the time);
@@ -181,8 +264,15 @@ def add(text: str, db: str | None, server: str, token: str | None, vault: str, t
     from ..builder import ConnectionSettings
     from ..models.extractive import is_extractive
 
-    connection = ConnectionSettings.from_env(os.environ, server=server, db=db, token=token, timeout=timeout,
-                                             reconnect_wait=reconnect_wait, embeddings=False if local else None)
+    connection = ConnectionSettings.from_env(
+        os.environ,
+        server=server,
+        db=db,
+        token=token,
+        timeout=timeout,
+        reconnect_wait=reconnect_wait,
+        embeddings=False if local else None,
+    )
     thread = f"cli-{memory}"  # each add is the first message of this thread, as the agent's in-memory state has it
 
     async def one_shot() -> list[Any]:
@@ -195,8 +285,11 @@ def add(text: str, db: str | None, server: str, token: str | None, vault: str, t
         try:
             ids = {"vault_id": await ensure_vault(writer, vault)}
             # --memory is a user as build_agent(memory=...) takes it (any id), or a memory id
-            ids["memory_id"] = (await ensure_memory(writer, ids["vault_id"], memory) if is_uuid(memory)
-                                else await UserDirectory(writer, ids["vault_id"]).memory_id(memory, create=True))
+            ids["memory_id"] = (
+                await ensure_memory(writer, ids["vault_id"], memory)
+                if is_uuid(memory)
+                else await UserDirectory(writer, ids["vault_id"]).memory_id(memory, create=True)
+            )
             stored = await astore_message(writer, ids["vault_id"], ids["memory_id"], thread, message)
             return [await writer.call_json("get_entry", {**ids, "entry_id": e}) for e in stored]
         finally:
@@ -220,8 +313,17 @@ def _entry_id(entry_id: str) -> str:
     return check_entry_id(entry_id)
 
 
-async def _entry_tool(tool: str, entry_id: str, db: str | None, server: str, token: str | None, vault: str,
-                      memory: str, timeout: float, reconnect_wait: float) -> Any:
+async def _entry_tool(
+    tool: str,
+    entry_id: str,
+    db: str | None,
+    server: str,
+    token: str | None,
+    vault: str,
+    memory: str,
+    timeout: float,
+    reconnect_wait: float,
+) -> Any:
     """The answer of ``tool`` (``get_entry``, ``list_entry_versions``) on one entry of ``memory``."""
     connection, vault_id, memory_id = await open_memory(db, server, token, vault, memory, timeout, reconnect_wait)
     try:
@@ -237,19 +339,34 @@ def _entry_command(name: str, tool: str, summary: str) -> click.Command:
     @click.argument("entry_id")
     @server_options
     @click.option("--memory", required=True, help="Memory title or id.")
-    def command(entry_id: str, db: str | None, server: str, token: str | None, vault: str, timeout: float,
-                reconnect_wait: float, memory: str) -> None:
-        found = asyncio.run(_entry_tool(tool, _entry_id(entry_id), db, server, token, vault, memory, timeout,
-                                        reconnect_wait))
+    def command(
+        entry_id: str,
+        db: str | None,
+        server: str,
+        token: str | None,
+        vault: str,
+        timeout: float,
+        reconnect_wait: float,
+        memory: str,
+    ) -> None:
+        found = asyncio.run(
+            _entry_tool(tool, _entry_id(entry_id), db, server, token, vault, memory, timeout, reconnect_wait)
+        )
         click.echo(json.dumps(found, indent=2, ensure_ascii=False))
 
     return command
 
 
-get = _entry_command("get", "get_entry", "Print one entry of a memory (ENTRY_ID: its id, as search --json, "
-                     "export or add print it) as JSON.")
-history = _entry_command("history", "list_entry_versions", "Print every version of one entry (ENTRY_ID), oldest "
-                         "first (the current one last), as JSON.")
+get = _entry_command(
+    "get",
+    "get_entry",
+    "Print one entry of a memory (ENTRY_ID: its id, as search --json, export or add print it) as JSON.",
+)
+history = _entry_command(
+    "history",
+    "list_entry_versions",
+    "Print every version of one entry (ENTRY_ID), oldest first (the current one last), as JSON.",
+)
 
 
 @click.command()
@@ -257,10 +374,25 @@ history = _entry_command("history", "list_entry_versions", "Print every version 
 @click.argument("text")
 @server_options
 @click.option("--memory", required=True, help="Memory title or id.")
-@click.option("--model", envvar="MYCELIAN_MODEL", default="extractive", show_default=True,
-              help="'extractive' (no network) or 'openai:<model>' [env MYCELIAN_MODEL].")
-def update(entry_id: str, text: str, db: str | None, server: str, token: str | None, vault: str, timeout: float,
-           reconnect_wait: float, memory: str, model: str) -> None:
+@click.option(
+    "--model",
+    envvar="MYCELIAN_MODEL",
+    default="extractive",
+    show_default=True,
+    help="'extractive' (no network) or 'openai:<model>' [env MYCELIAN_MODEL].",
+)
+def update(
+    entry_id: str,
+    text: str,
+    db: str | None,
+    server: str,
+    token: str | None,
+    vault: str,
+    timeout: float,
+    reconnect_wait: float,
+    memory: str,
+    model: str,
+) -> None:
     """Correct one entry: TEXT becomes its new version (same id; summary and tags written by the model, as for
     add). The old version leaves search and recall and stays in `history`. Prints the entry as now stored."""
     entry_id = _entry_id(entry_id)
@@ -270,8 +402,15 @@ def update(entry_id: str, text: str, db: str | None, server: str, token: str | N
     from ..builder import ConnectionSettings, build_agent
 
     local = server in ("embedded", "in-process")
-    connection = ConnectionSettings.from_env(os.environ, server=server, db=db, token=token, timeout=timeout,
-                                             reconnect_wait=reconnect_wait, embeddings=False if local else None)
+    connection = ConnectionSettings.from_env(
+        os.environ,
+        server=server,
+        db=db,
+        token=token,
+        timeout=timeout,
+        reconnect_wait=reconnect_wait,
+        embeddings=False if local else None,
+    )
 
     async def run() -> Any:
         async with build_agent(model, connection=connection, vault=vault, memory=memory) as invoker:
@@ -285,10 +424,21 @@ def update(entry_id: str, text: str, db: str | None, server: str, token: str | N
 @click.command()
 @server_options
 @click.option("--memory", required=True, help="Memory title or id.")
-@click.option("--entry", "entry_id", default=None, help="Delete only this entry (its id); without it, the whole memory.")
+@click.option(
+    "--entry", "entry_id", default=None, help="Delete only this entry (its id); without it, the whole memory."
+)
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
-def delete(db: str | None, server: str, token: str | None, vault: str, timeout: float, reconnect_wait: float,
-           memory: str, entry_id: str | None, yes: bool) -> None:
+def delete(
+    db: str | None,
+    server: str,
+    token: str | None,
+    vault: str,
+    timeout: float,
+    reconnect_wait: float,
+    memory: str,
+    entry_id: str | None,
+    yes: bool,
+) -> None:
     """Delete one entry of a memory (--entry), or the whole memory with its entries and context."""
     what = f"entry {entry_id} of memory {memory!r}" if entry_id else f"memory {memory!r} with all its entries"
 
@@ -314,10 +464,22 @@ def delete(db: str | None, server: str, token: str | None, vault: str, timeout: 
 @click.command()
 @server_options
 @click.option("--memory", required=True, help="Memory title or id.")
-@click.option("--out", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Write the JSON here (default: standard output).")
-def export(db: str | None, server: str, token: str | None, vault: str, timeout: float, reconnect_wait: float,
-           memory: str, out: Path | None) -> None:
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the JSON here (default: standard output).",
+)
+def export(
+    db: str | None,
+    server: str,
+    token: str | None,
+    vault: str,
+    timeout: float,
+    reconnect_wait: float,
+    memory: str,
+    out: Path | None,
+) -> None:
     """Export a memory as JSON: the memory, its context document and every entry, oldest first."""
 
     async def run() -> dict[str, Any]:
@@ -334,9 +496,12 @@ def export(db: str | None, server: str, token: str | None, vault: str, timeout: 
             from ..placeholder import is_placeholder_context
 
             context = await connection.call("get_context", ids)
-            return {"vault": {"vaultId": vault_id, "title": vault},
-                    "memory": await connection.call_json("get_memory", ids),
-                    "context": "" if is_placeholder_context(context) else context, "entries": entries}
+            return {
+                "vault": {"vaultId": vault_id, "title": vault},
+                "memory": await connection.call_json("get_memory", ids),
+                "context": "" if is_placeholder_context(context) else context,
+                "entries": entries,
+            }
         finally:
             await connection.aclose()
 

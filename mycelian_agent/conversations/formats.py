@@ -46,23 +46,48 @@ from .input_checks import Input, check_tree, json_kind
 from .json_text import MAX_DEPTH, parse_json_text
 from .locomo_input import build_locomo, normalise_dia_id
 from .longmemeval_input import build_longmemeval
-from .model import (FORMATS, LOCOMO_CATEGORIES, ROLE_ALIASES, Conversation, Message, PositionedMessage, Question,
-                    Session, iter_messages)
+from .model import (
+    FORMATS,
+    LOCOMO_CATEGORIES,
+    ROLE_ALIASES,
+    Conversation,
+    Message,
+    PositionedMessage,
+    Question,
+    Session,
+    iter_messages,
+)
 from .titles import valid_title
 
 __all__ = [
-    "FORMATS", "LOCOMO_CATEGORIES", "ROLE_ALIASES", "normalise_dia_id", "Conversation", "Message",
-    "MAX_DEPTH", "PositionedMessage", "Question", "Session", "iter_messages", "load_conversations",
-    "parse_conversation_data", "parse_json_text",
-    "to_rfc3339", "valid_title",
+    "FORMATS",
+    "LOCOMO_CATEGORIES",
+    "MAX_DEPTH",
+    "ROLE_ALIASES",
+    "Conversation",
+    "Message",
+    "PositionedMessage",
+    "Question",
+    "Session",
+    "iter_messages",
+    "load_conversations",
+    "normalise_dia_id",
+    "parse_conversation_data",
+    "parse_json_text",
+    "to_rfc3339",
+    "valid_title",
 ]
 
 
 #: Builds one conversation from a JSON object: (input, object, its JSON path, the id it takes when it has none).
 Builder = Callable[[Input, Any, str, str], Conversation]
 # The key that identifies each format, in the order they are tried.
-_BUILDERS: dict[str, Builder] = {"haystack_sessions": build_longmemeval, "conversation": build_locomo,
-                                 "messages": build_generic, "sessions": build_generic}
+_BUILDERS: dict[str, Builder] = {
+    "haystack_sessions": build_longmemeval,
+    "conversation": build_locomo,
+    "messages": build_generic,
+    "sessions": build_generic,
+}
 
 
 def _parse_one(inp: Input, obj: Any, path: str, default_id: str) -> Conversation:

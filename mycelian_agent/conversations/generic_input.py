@@ -30,8 +30,10 @@ class _MessageIn(Strict):
     @classmethod
     def _user_tags(cls, tags: dict[str, str] | None) -> dict[str, str] | None:
         if len(tags or {}) > _USER_TAGS_MAX:
-            raise ValueError(f"{len(tags or {})} tags; at most {_USER_TAGS_MAX} (the server keeps {TAGS_MAX_KEYS} per "
-                             f"entry, {TAGS_MAX_KEYS - _USER_TAGS_MAX} of them set by the loader and the agent)")
+            raise ValueError(
+                f"{len(tags or {})} tags; at most {_USER_TAGS_MAX} (the server keeps {TAGS_MAX_KEYS} per "
+                f"entry, {TAGS_MAX_KEYS - _USER_TAGS_MAX} of them set by the loader and the agent)"
+            )
         for key, value in (tags or {}).items():
             if not key.strip():
                 raise Problem("tag names must not be empty", key)
@@ -78,10 +80,14 @@ def build_generic(inp: Input, obj: Any, path: str, default_id: str) -> Conversat
         if (i := duplicate([sid for sid, _, _ in runs])) is not None:
             raise inp.fail(f"{at(path, 'sessions')}[{i}].session_id", f"duplicate session id {runs[i][0]!r}")
     sessions = tuple(
-        Session(sid, time, tuple(
-            Message(m.role, m.content, {**(m.tags or {}), "session_id": sid, "turn": str(i)}, m.name)
-            for i, m in enumerate(messages)
-        ))
+        Session(
+            sid,
+            time,
+            tuple(
+                Message(m.role, m.content, {**(m.tags or {}), "session_id": sid, "turn": str(i)}, m.name)
+                for i, m in enumerate(messages)
+            ),
+        )
         for sid, time, messages in runs
     )
     kind: Kind = "sessions" if isinstance(conv, _SessionsIn) else "messages"

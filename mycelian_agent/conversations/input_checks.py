@@ -16,8 +16,23 @@ from ..limits import name_problem, unicode_problem
 from .json_text import MAX_DEPTH
 from .model import ROLE_ALIASES, Role
 
-__all__ = ["Answer", "Content", "Date", "Input", "Lenient", "Name", "Problem", "RoleIn", "Strict", "Text", "at",
-           "check_tree", "duplicate", "json_kind", "rule"]
+__all__ = [
+    "Answer",
+    "Content",
+    "Date",
+    "Input",
+    "Lenient",
+    "Name",
+    "Problem",
+    "RoleIn",
+    "Strict",
+    "Text",
+    "at",
+    "check_tree",
+    "duplicate",
+    "json_kind",
+    "rule",
+]
 
 _ROLES_ACCEPTED = "accepted: user, assistant; also human → user, ai → assistant"
 _T = TypeVar("_T")
@@ -104,8 +119,12 @@ class Lenient(BaseModel):
 
 
 _EXPECTED = {
-    "string_type": "a string", "list_type": "an array", "dict_type": "an object", "model_type": "an object",
-    "int_type": "an integer", "bool_type": "true or false",
+    "string_type": "a string",
+    "list_type": "an array",
+    "dict_type": "an object",
+    "model_type": "an object",
+    "int_type": "an integer",
+    "bool_type": "true or false",
 }
 
 

@@ -41,9 +41,11 @@ def _too_deep_at(text: str, limit: int) -> int:
 def parse_json_text(text: str, source: str = "<memory>") -> Any:
     """``json.loads(text)`` whose every failure is an :class:`InputError` naming ``source`` and the position:
     malformed JSON, nesting deeper than :data:`MAX_DEPTH` and numbers too long to read included."""
-    if (deep := _too_deep_at(text, MAX_DEPTH)):
-        raise InputError(f"{source}: {_line_col(text, deep)}: JSON nested more than {MAX_DEPTH} levels deep "
-                         "(no accepted format nests that deep)")
+    if deep := _too_deep_at(text, MAX_DEPTH):
+        raise InputError(
+            f"{source}: {_line_col(text, deep)}: JSON nested more than {MAX_DEPTH} levels deep "
+            "(no accepted format nests that deep)"
+        )
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
@@ -53,5 +55,7 @@ def parse_json_text(text: str, source: str = "<memory>") -> Any:
     except ValueError:  # a number longer than Python reads (sys.get_int_max_str_digits)
         match = re.search(r"\d{1000,}", text)
         where = f"{_line_col(text, match.start())}: " if match else ""
-        raise InputError(f"{source}: {where}number too long to read (more than {sys.get_int_max_str_digits()} "
-                         "digits); write it as a string if it is an id") from None
+        raise InputError(
+            f"{source}: {where}number too long to read (more than {sys.get_int_max_str_digits()} "
+            "digits); write it as a string if it is an id"
+        ) from None

@@ -93,11 +93,13 @@ def build_locomo(inp: Input, obj: Any, path: str, default_id: str) -> Conversati
     for qi, qa in enumerate(sample.qa or ()):
         answer = qa.answer if qa.answer is not None else qa.adversarial_answer
         if answer is None:
-            raise inp.fail(f"{at(path, 'qa')}[{qi}].answer",
-                           "missing (required key; 'adversarial_answer' also accepted)")
+            raise inp.fail(
+                f"{at(path, 'qa')}[{qi}].answer", "missing (required key; 'adversarial_answer' also accepted)"
+            )
         # Upstream evidence sometimes packs several ids in one string ("D8:6; D9:17"): split, keep order, dedupe.
-        evidence = tuple(dict.fromkeys(normalise_dia_id(p) for item in qa.evidence
-                                       for p in re.split(r"[;,\s]+", item) if p))
+        evidence = tuple(
+            dict.fromkeys(normalise_dia_id(p) for item in qa.evidence for p in re.split(r"[;,\s]+", item) if p)
+        )
         questions.append(Question(f"{sample.sample_id}:{qi}", qa.question, answer, str(qa.category), None, evidence))
     return Conversation(sample.sample_id, sessions, inp.source, "locomo", tuple(questions))
 

@@ -33,8 +33,11 @@ def build_longmemeval(inp: Input, obj: Any, path: str, default_id: str) -> Conve
     record = inp.check(_LongMemEvalIn.model_validate, obj, path)
     ids, dates, haystack = record.haystack_session_ids, record.haystack_dates, record.haystack_sessions
     if not len(ids) == len(dates) == len(haystack):
-        raise inp.fail(path, f"haystack lists differ in length: haystack_sessions {len(haystack)}, "
-                             f"haystack_session_ids {len(ids)}, haystack_dates {len(dates)}")
+        raise inp.fail(
+            path,
+            f"haystack lists differ in length: haystack_sessions {len(haystack)}, "
+            f"haystack_session_ids {len(ids)}, haystack_dates {len(dates)}",
+        )
     if (i := duplicate(ids)) is not None:
         raise inp.fail(f"{at(path, 'haystack_session_ids')}[{i}]", f"duplicate session id {ids[i]!r}")
     sessions: list[Session] = []
@@ -48,6 +51,13 @@ def build_longmemeval(inp: Input, obj: Any, path: str, default_id: str) -> Conve
                 evidence_turns.append(f"{sid}:{ti}")
             messages.append(Message(turn.role, turn.content, tags))
         sessions.append(Session(sid, date, tuple(messages)))
-    question = Question(record.question_id, record.question, record.answer, record.question_type,
-                        record.question_date, tuple(record.answer_session_ids), tuple(evidence_turns))
+    question = Question(
+        record.question_id,
+        record.question,
+        record.answer,
+        record.question_type,
+        record.question_date,
+        tuple(record.answer_session_ids),
+        tuple(evidence_turns),
+    )
     return Conversation(record.question_id, tuple(sessions), inp.source, "longmemeval", (question,))

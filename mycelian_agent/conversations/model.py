@@ -7,8 +7,19 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
-__all__ = ["FORMATS", "LOCOMO_CATEGORIES", "ROLE_ALIASES", "Conversation", "Kind", "Message", "PositionedMessage",
-           "Question", "Role", "Session", "iter_messages"]
+__all__ = [
+    "FORMATS",
+    "LOCOMO_CATEGORIES",
+    "ROLE_ALIASES",
+    "Conversation",
+    "Kind",
+    "Message",
+    "PositionedMessage",
+    "Question",
+    "Role",
+    "Session",
+    "iter_messages",
+]
 
 Role = Literal["user", "assistant"]
 Kind = Literal["messages", "sessions", "longmemeval", "locomo"]

@@ -11,13 +11,14 @@ latest when the session ends), each exactly once.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable
+from typing import Any
 
-from .formats import Conversation
-from ..errors import InputError
 from ..agent.invoker import MycelianAgentInvoker
 from ..agent.report import InvocationResult, ThreadStatus, Usage
+from ..errors import InputError
+from .formats import Conversation
 
 __all__ = ["ReplayStats", "replay_conversation", "resume_position"]
 
@@ -69,9 +70,12 @@ def resume_position(conversation: Conversation, status: ThreadStatus) -> tuple[i
     started = status.progress.sessions_started
     before = sum(len(s.messages) for s in conversation.sessions[:ended])
     within = status.accepted - before
-    if ended > len(conversation.sessions) or within < 0 or (
-        ended < len(conversation.sessions) and within > len(conversation.sessions[ended].messages)
-    ) or (ended == len(conversation.sessions) and within != 0):
+    if (
+        ended > len(conversation.sessions)
+        or within < 0
+        or (ended < len(conversation.sessions) and within > len(conversation.sessions[ended].messages))
+        or (ended == len(conversation.sessions) and within != 0)
+    ):
         raise InputError(
             f"thread {status.thread_id!r} has a checkpoint ({status.accepted} messages, {ended} sessions ended) "
             f"that does not match conversation {conversation.conversation_id!r} of {conversation.source} "
@@ -107,7 +111,7 @@ async def replay_conversation(
         session = conversation.sessions[index]
         if not (index == first and open_):
             stats.add(await invoker.astart_session(thread, session.conversation_time))
-        rest = session.messages[done if index == first else 0:]
+        rest = session.messages[done if index == first else 0 :]
 
         def taken(result: InvocationResult) -> None:
             stats.add(result)
@@ -117,13 +121,21 @@ async def replay_conversation(
 
         if bulk and invoker.batch_size > 1 and rest:
             # Batched: the session's messages in one call, accepted one batch per invocation (one checkpoint each).
-            await invoker.aprocess_conversation_messages(thread, [_message(m) for m in rest],
-                                                         session.conversation_time, on_result=taken)
+            await invoker.aprocess_conversation_messages(
+                thread, [_message(m) for m in rest], session.conversation_time, on_result=taken
+            )
         else:
             for message in rest:
-                taken(await invoker.aprocess_conversation_message(
-                    message.role, message.content, thread, session.conversation_time, tags=message.tags,
-                    name=message.name))
+                taken(
+                    await invoker.aprocess_conversation_message(
+                        message.role,
+                        message.content,
+                        thread,
+                        session.conversation_time,
+                        tags=message.tags,
+                        name=message.name,
+                    )
+                )
         stats.add(await invoker.aend_session(thread, session.conversation_time))
         stats.sessions += 1
     stats.conversations += 1

@@ -30,8 +30,9 @@ def parse_shard(text: str | tuple[int, int] | None) -> tuple[int, int] | None:
     return shard
 
 
-def select_items(items: Sequence[T], key: Callable[[T], str], *, limit: int | None = None,
-                 shard: tuple[int, int] | None = None) -> list[T]:
+def select_items(
+    items: Sequence[T], key: Callable[[T], str], *, limit: int | None = None, shard: tuple[int, int] | None = None
+) -> list[T]:
     """The items one run handles: the first ``limit`` items (input order), then shard ``i/n`` of those.
 
     Sharding is by sorted id, modulo: the item whose id is the j-th (0-based) in sorted order belongs to shard

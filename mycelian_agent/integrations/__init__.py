@@ -18,5 +18,12 @@ from .retriever import MycelianRetriever
 from .store import MycelianStore, namespace_title
 from .tools import ManageMemoryInput, SearchMemoryInput, make_manage_memory_tool, make_search_memory_tool
 
-__all__ = ["ManageMemoryInput", "MycelianRetriever", "MycelianStore", "SearchMemoryInput", "make_manage_memory_tool",
-           "make_search_memory_tool", "namespace_title"]
+__all__ = [
+    "ManageMemoryInput",
+    "MycelianRetriever",
+    "MycelianStore",
+    "SearchMemoryInput",
+    "make_manage_memory_tool",
+    "make_search_memory_tool",
+    "namespace_title",
+]

@@ -9,11 +9,12 @@ from typing import Any
 from ..errors import ConfigError
 from ..recall import MemoryReader, check_user
 
-__all__ = ["memory_parts", "config_user"]
+__all__ = ["config_user", "memory_parts"]
 
 
-def memory_parts(memory: Any, loop: asyncio.AbstractEventLoop | None = None
-                 ) -> tuple[MemoryReader, asyncio.AbstractEventLoop | None]:
+def memory_parts(
+    memory: Any, loop: asyncio.AbstractEventLoop | None = None
+) -> tuple[MemoryReader, asyncio.AbstractEventLoop | None]:
     """``(reader, loop)`` of ``memory``: an invoker from ``build_agent`` (its reader and the loop its MCP session is
     bound to, which the sync methods run on) or a :class:`MemoryReader` (then ``loop``, if any)."""
     if isinstance(memory, MemoryReader):
@@ -22,8 +23,10 @@ def memory_parts(memory: Any, loop: asyncio.AbstractEventLoop | None = None
     if isinstance(reader, MemoryReader):
         return reader, loop or getattr(memory, "loop", None)
     if hasattr(memory, "agent"):
-        raise ConfigError("this invoker has no reader: build it with build_agent(...), which connects the read side "
-                          "(search, recall, users) to the memory server")
+        raise ConfigError(
+            "this invoker has no reader: build it with build_agent(...), which connects the read side "
+            "(search, recall, users) to the memory server"
+        )
     raise ConfigError(f"expected the invoker build_agent(...) yields or a MemoryReader, got {type(memory).__name__}")
 
 

@@ -27,8 +27,20 @@ from ..limits import (
 )
 from ..recall.names import check_label, namespace_description, namespace_memory_title
 
-__all__ = ["CREATED_TAG", "FIELD_TAG", "KEY_TAG", "SPEAKER", "check_key", "check_labels", "encode_item", "matches",
-           "namespace_matches", "namespace_title", "to_item", "to_search_item"]
+__all__ = [
+    "CREATED_TAG",
+    "FIELD_TAG",
+    "KEY_TAG",
+    "SPEAKER",
+    "check_key",
+    "check_labels",
+    "encode_item",
+    "matches",
+    "namespace_matches",
+    "namespace_title",
+    "to_item",
+    "to_search_item",
+]
 
 #: Tag holding an item's key.
 KEY_TAG = "store_key"
@@ -59,8 +71,10 @@ def namespace_title(namespace: tuple[str, ...]) -> str:
     for label in namespace:
         check_label(label, f"namespace {namespace!r}: label")
     if len(namespace_description(namespace)) > DESCRIPTION_MAX_CHARS:
-        raise InputError(f"namespace {namespace!r} is too long to keep in a memory's description (at most "
-                         f"{DESCRIPTION_MAX_CHARS} characters as JSON): use fewer or shorter labels")
+        raise InputError(
+            f"namespace {namespace!r} is too long to keep in a memory's description (at most "
+            f"{DESCRIPTION_MAX_CHARS} characters as JSON): use fewer or shorter labels"
+        )
     return namespace_memory_title(namespace)
 
 
@@ -74,8 +88,10 @@ def check_key(key: object) -> str:
     if not isinstance(key, str) or not key:
         raise InputError(f"key must be a non-empty string, got {key!r}")
     if len(key) > TAG_VALUE_MAX_CHARS:
-        raise InputError(f"key has {len(key)} characters; a MycelianStore key has at most {TAG_VALUE_MAX_CHARS} "
-                         "(it is kept in a tag)")
+        raise InputError(
+            f"key has {len(key)} characters; a MycelianStore key has at most {TAG_VALUE_MAX_CHARS} "
+            "(it is kept in a tag)"
+        )
     if problem := unicode_problem(key):
         raise InputError(f"key {key!r}: {problem}")
     return key
@@ -89,8 +105,10 @@ def _json_problem(value: object, where: str) -> str | None:
     if isinstance(value, Mapping):
         for field_name, inner in value.items():
             if not isinstance(field_name, str):
-                return (f"{where} has the key {field_name!r} ({type(field_name).__name__}): JSON keys are strings, "
-                        "so it would come back changed")
+                return (
+                    f"{where} has the key {field_name!r} ({type(field_name).__name__}): JSON keys are strings, "
+                    "so it would come back changed"
+                )
             if problem := _json_problem(inner, f"{where}[{field_name!r}]"):
                 return problem
     elif isinstance(value, (list, tuple)):
@@ -107,8 +125,13 @@ def encode_item(key: object, value: object) -> tuple[str, str, dict[str, str]]:
         raise InputError(f"value of key {key!r} must be a mapping (a dict), got {type(value).__name__}")
     tags = {KEY_TAG: key, "speaker": SPEAKER}
     only = next(iter(value.items())) if len(value) == 1 else None
-    if only is not None and isinstance(only[0], str) and isinstance(only[1], str) and only[1].strip() \
-            and len(only[0]) <= TAG_VALUE_MAX_CHARS:
+    if (
+        only is not None
+        and isinstance(only[0], str)
+        and isinstance(only[1], str)
+        and only[1].strip()
+        and len(only[0]) <= TAG_VALUE_MAX_CHARS
+    ):
         raw = only[1]
         tags[FIELD_TAG] = only[0]
     else:
@@ -122,8 +145,10 @@ def encode_item(key: object, value: object) -> tuple[str, str, dict[str, str]]:
     if problem:
         raise InputError(f"value of key {key!r}: {problem}")
     if len(raw) > RAW_ENTRY_MAX_CHARS:
-        raise InputError(f"value of key {key!r} is {len(raw)} characters as stored; a Mycelian entry holds at most "
-                         f"{RAW_ENTRY_MAX_CHARS} (store it in parts under several keys)")
+        raise InputError(
+            f"value of key {key!r} is {len(raw)} characters as stored; a Mycelian entry holds at most "
+            f"{RAW_ENTRY_MAX_CHARS} (store it in parts under several keys)"
+        )
     summary = " ".join(raw.split())[:SUMMARY_TARGET_CHARS] or raw[:SUMMARY_TARGET_CHARS]
     return raw, summary, tags
 
@@ -174,8 +199,11 @@ def _compare(actual: Any, wanted: Any) -> bool:
             return all(_operator(actual, op, operand) for op, operand in wanted.items())
         return isinstance(actual, Mapping) and all(_compare(actual.get(k), v) for k, v in wanted.items())
     if isinstance(wanted, (list, tuple)):
-        return isinstance(actual, (list, tuple)) and len(actual) == len(wanted) \
+        return (
+            isinstance(actual, (list, tuple))
+            and len(actual) == len(wanted)
             and all(_compare(a, w) for a, w in zip(actual, wanted))
+        )
     return actual == wanted
 
 

@@ -34,10 +34,22 @@ def hit_document(hit: MemoryHit) -> Document:
     ``speaker``, ``role``, ``time``, ``thread``, ``score`` (the 0-1 relevance of :attr:`MemoryHit.score`), ``match``
     (``"words"`` or ``"meaning"``, see
     :attr:`MemoryHit.match`), ``user``, ``memory_id`` (``id`` is the entry id)."""
-    return Document(id=hit.entry_id, page_content=hit.text, metadata={
-        "entry_id": hit.entry_id, "summary": hit.summary, "speaker": hit.speaker, "role": hit.role,
-        "time": hit.time, "thread": hit.thread, "score": hit.score, "match": hit.match, "user": hit.user,
-        "memory_id": hit.memory_id})
+    return Document(
+        id=hit.entry_id,
+        page_content=hit.text,
+        metadata={
+            "entry_id": hit.entry_id,
+            "summary": hit.summary,
+            "speaker": hit.speaker,
+            "role": hit.role,
+            "time": hit.time,
+            "thread": hit.thread,
+            "score": hit.score,
+            "match": hit.match,
+            "user": hit.user,
+            "memory_id": hit.memory_id,
+        },
+    )
 
 
 class MycelianRetriever(BaseRetriever):
@@ -91,10 +103,12 @@ class MycelianRetriever(BaseRetriever):
         hits = await self._reader.asearch(query, user=user, top_k=self.k, min_score=self.min_score)
         return [hit_document(hit) for hit in hits]
 
-    async def _aget_relevant_documents(self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun,
-                                       user: str | None = None) -> list[Document]:
+    async def _aget_relevant_documents(
+        self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, user: str | None = None
+    ) -> list[Document]:
         return await self._documents(query, user if user is not None else self.user)
 
-    def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun,
-                                user: str | None = None) -> list[Document]:
+    def _get_relevant_documents(
+        self, query: str, *, run_manager: CallbackManagerForRetrieverRun, user: str | None = None
+    ) -> list[Document]:
         return run_sync(self._documents(query, user if user is not None else self.user), self._loop)

@@ -96,7 +96,7 @@ from .items import (
     to_search_item,
 )
 
-__all__ = ["MycelianStore", "namespace_title", "KEY_TAG", "FIELD_TAG", "CREATED_TAG"]
+__all__ = ["CREATED_TAG", "FIELD_TAG", "KEY_TAG", "MycelianStore", "namespace_title"]
 
 _EPOCH = "1970-01-01T00:00:00Z"
 _PAGE = 50  # list_entries' largest page
@@ -156,8 +156,11 @@ class _Namespaces:
 
     async def reload(self) -> None:
         found = await self.store._call("list_memories", {})
-        self.ids = {str(item["title"]): str(item["memoryId"]) for item in found
-                    if isinstance(item, Mapping) and "title" in item and "memoryId" in item}
+        self.ids = {
+            str(item["title"]): str(item["memoryId"])
+            for item in found
+            if isinstance(item, Mapping) and "title" in item and "memoryId" in item
+        }
 
     async def namespace_of(self, title: str) -> tuple[str, ...]:
         memory_id = self.ids[title]
@@ -187,8 +190,10 @@ class _Namespaces:
             await self._create(title, namespace)
         held = await self.namespace_of(title)
         if held != namespace:
-            raise InputError(f"namespace {namespace!r} maps to the memory {title!r}, which holds namespace {held!r}: "
-                             "two namespaces whose labels join to one title cannot both be used; use one of them")
+            raise InputError(
+                f"namespace {namespace!r} maps to the memory {title!r}, which holds namespace {held!r}: "
+                "two namespaces whose labels join to one title cannot both be used; use one of them"
+            )
         return self.ids[title]
 
     async def _create(self, title: str, namespace: tuple[str, ...]) -> None:
@@ -199,9 +204,14 @@ class _Namespaces:
                 return
 
             async def create() -> str:
-                created = await self.store._call("create_memory_in_vault", {
-                    "title": title, "memory_type": self.store._memory_type,
-                    "description": namespace_description(namespace)})
+                created = await self.store._call(
+                    "create_memory_in_vault",
+                    {
+                        "title": title,
+                        "memory_type": self.store._memory_type,
+                        "description": namespace_description(namespace),
+                    },
+                )
                 memory_id = str(created["memoryId"])
                 self.ids[title] = memory_id
                 self.spaces[memory_id] = namespace
@@ -220,10 +230,9 @@ class _Namespaces:
         await self.reload()
         joined = "-".join(prefix)
         # A plain title without the joined prefix cannot hold the namespace; an encoded one may.
-        titles = [t for t in self.ids
-                  if not prefix or t == joined or t.startswith(joined + "-") or is_encoded(t)]
+        titles = [t for t in self.ids if not prefix or t == joined or t.startswith(joined + "-") or is_encoded(t)]
         spaces = await asyncio.gather(*(self.namespace_of(title) for title in titles))
-        return [(self.ids[t], ns) for t, ns in zip(titles, spaces) if ns[:len(prefix)] == prefix]
+        return [(self.ids[t], ns) for t, ns in zip(titles, spaces) if ns[: len(prefix)] == prefix]
 
 
 class MycelianStore(BaseStore):
@@ -237,14 +246,24 @@ class MycelianStore(BaseStore):
 
     supports_ttl = False
 
-    def __init__(self, memory: Any, *, create_namespaces: bool | None = None,
-                 loop: asyncio.AbstractEventLoop | None = None, index: Any = None, ttl: Any = None) -> None:
+    def __init__(
+        self,
+        memory: Any,
+        *,
+        create_namespaces: bool | None = None,
+        loop: asyncio.AbstractEventLoop | None = None,
+        index: Any = None,
+        ttl: Any = None,
+    ) -> None:
         if index is not None:
-            raise ConfigError("MycelianStore does not take index=: the memory server indexes the stored text itself "
-                              "(BM25 words, and dense vectors when it runs with embeddings); leave index out")
+            raise ConfigError(
+                "MycelianStore does not take index=: the memory server indexes the stored text itself "
+                "(BM25 words, and dense vectors when it runs with embeddings); leave index out"
+            )
         if ttl is not None:
-            raise ConfigError("MycelianStore does not take ttl=: items do not expire (supports_ttl is False); "
-                              "delete them instead")
+            raise ConfigError(
+                "MycelianStore does not take ttl=: items do not expire (supports_ttl is False); delete them instead"
+            )
         self._reader, self._loop = memory_parts(memory, loop)
         self._connection = self._reader.connection
         self._vault_id = self._reader.vault_id
@@ -337,16 +356,17 @@ class MycelianStore(BaseStore):
         raw, summary, tags = encode_item(op.key, op.value)
         memory_id = await self._spaces.find(namespace, create=self.create_namespaces)
         if memory_id is None:
-            raise InputError(f"namespace {namespace!r} has no memory ({namespace_title(namespace)!r}) in vault "
-                             f"{self._vault_id} and creation is off (MycelianStore(create_namespaces=True), or "
-                             "build_agent(create_users=True))")
+            raise InputError(
+                f"namespace {namespace!r} has no memory ({namespace_title(namespace)!r}) in vault "
+                f"{self._vault_id} and creation is off (MycelianStore(create_namespaces=True), or "
+                "build_agent(create_users=True))"
+            )
         async with self._lock(memory_id):
             index = await self._index(memory_id)
             older = [version.entry_id for version in index.keys.get(op.key, [])]
             if older:
                 tags[CREATED_TAG] = index.keys[op.key][0].first
-            await self._call("add_entry", {"memory_id": memory_id, "raw_entry": raw, "summary": summary,
-                                           "tags": tags})
+            await self._call("add_entry", {"memory_id": memory_id, "raw_entry": raw, "summary": summary, "tags": tags})
             await self._delete_entries(memory_id, older)  # after the new version is stored: nothing is lost
             index.forget(op.key, older)
 
@@ -373,22 +393,31 @@ class MycelianStore(BaseStore):
             offset = 0
             while offset < depth:
                 top = min(_SEARCH_PAGE, depth - offset)
-                args: dict[str, Any] = {"memory_id": memory_id, "query": query, "top_ke": top, "top_kc": 1,
-                                        "include_raw_entries": True}
+                args: dict[str, Any] = {
+                    "memory_id": memory_id,
+                    "query": query,
+                    "top_ke": top,
+                    "top_kc": 1,
+                    "include_raw_entries": True,
+                }
                 if "vault_id" in declared:
                     args["vault_id"] = self._vault_id
                 if offset:
                     args["offset"] = offset
                 entries = (await self._connection.call_json("search_memories", args)).get("entries") or []
-                items += [to_search_item(entry, namespace, score=float(entry.get("score", 0.0)))
-                          for entry in entries if index.current(entry)]
+                items += [
+                    to_search_item(entry, namespace, score=float(entry.get("score", 0.0)))
+                    for entry in entries
+                    if index.current(entry)
+                ]
                 if len(entries) < top:
                     break
                 offset += len(entries)
         return items
 
-    async def _recent(self, memory_id: str, namespace: tuple[str, ...], need: int,
-                      wanted: Mapping[str, Any] | None) -> list[SearchItem]:
+    async def _recent(
+        self, memory_id: str, namespace: tuple[str, ...], need: int, wanted: Mapping[str, Any] | None
+    ) -> list[SearchItem]:
         async with self._lock(memory_id):
             index = await self._index(memory_id)
             items: list[SearchItem] = []
@@ -424,25 +453,32 @@ class MycelianStore(BaseStore):
         if query:
             depth = need if not op.filter else min(SEARCH_DEPTH_MAX, max(50, 4 * need))
             ranked = await asyncio.gather(*(self._ranked(m, ns, query, depth) for m, ns in targets))
-            merged = sorted((item for items in ranked for item in items if matches(item.value, op.filter)),
-                            key=lambda item: -(item.score or 0.0))
+            merged = sorted(
+                (item for items in ranked for item in items if matches(item.value, op.filter)),
+                key=lambda item: -(item.score or 0.0),
+            )
         else:
             recent = await asyncio.gather(*(self._recent(m, ns, need, op.filter) for m, ns in targets))
-            merged = sorted((item for items in recent for item in items), key=lambda item: item.updated_at,
-                            reverse=True)
-        return merged[op.offset:need]
+            merged = sorted(
+                (item for items in recent for item in items), key=lambda item: item.updated_at, reverse=True
+            )
+        return merged[op.offset : need]
 
     async def _list_namespaces(self, op: ListNamespacesOp) -> list[tuple[str, ...]]:
         _check_page(op.limit, op.offset)
-        if op.max_depth is not None and (isinstance(op.max_depth, bool) or not isinstance(op.max_depth, int)
-                                         or op.max_depth < 1):
+        if op.max_depth is not None and (
+            isinstance(op.max_depth, bool) or not isinstance(op.max_depth, int) or op.max_depth < 1
+        ):
             raise InputError(f"max_depth must be a positive integer or None, got {op.max_depth!r}")
         conditions = tuple(op.match_conditions or ())
-        spaces = [ns for _, ns in await self._spaces.matching(())
-                  if all(namespace_matches(condition, ns) for condition in conditions)]
+        spaces = [
+            ns
+            for _, ns in await self._spaces.matching(())
+            if all(namespace_matches(condition, ns) for condition in conditions)
+        ]
         if op.max_depth is not None:
-            spaces = [ns[:op.max_depth] for ns in spaces]
-        return sorted(set(spaces))[op.offset:op.offset + op.limit]
+            spaces = [ns[: op.max_depth] for ns in spaces]
+        return sorted(set(spaces))[op.offset : op.offset + op.limit]
 
     async def abatch(self, ops: Iterable[Op]) -> list[Result]:
         """Run ``ops`` in order on the invoker's event loop; one result per operation (None for a put). Awaited
@@ -452,9 +488,11 @@ class MycelianStore(BaseStore):
         running = asyncio.get_running_loop()
         if self._loop is not None and running is not self._loop:
             if self._loop.is_closed() or not self._loop.is_running():
-                raise MycelianError("MycelianStore: awaited on another event loop than its invoker's, which is not "
-                                    "running (its MCP session is bound to that loop); use the store inside the "
-                                    "invoker's `async with build_agent(...)` block, or a sync build_agent")
+                raise MycelianError(
+                    "MycelianStore: awaited on another event loop than its invoker's, which is not "
+                    "running (its MCP session is bound to that loop); use the store inside the "
+                    "invoker's `async with build_agent(...)` block, or a sync build_agent"
+                )
             return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self._abatch(ops), self._loop))
         return await self._abatch(ops)
 
@@ -471,8 +509,7 @@ class MycelianStore(BaseStore):
             elif isinstance(op, ListNamespacesOp):
                 results.append(await self._list_namespaces(op))
             else:
-                raise InputError(f"unknown store operation {op!r}: expected GetOp, PutOp, SearchOp or "
-                                 "ListNamespacesOp")
+                raise InputError(f"unknown store operation {op!r}: expected GetOp, PutOp, SearchOp or ListNamespacesOp")
         return results
 
     def batch(self, ops: Iterable[Op]) -> list[Result]:
@@ -483,8 +520,10 @@ class MycelianStore(BaseStore):
         except RuntimeError:
             return run_sync(self._abatch(list(ops)), self._loop)
         # As LangGraph's async stores: blocking the running loop on itself would deadlock it.
-        raise asyncio.InvalidStateError("MycelianStore: a synchronous call inside a running event loop; await its "
-                                        "async twin (aput, aget, asearch, ...) instead")
+        raise asyncio.InvalidStateError(
+            "MycelianStore: a synchronous call inside a running event loop; await its "
+            "async twin (aput, aget, asearch, ...) instead"
+        )
 
 
 def _check_page(limit: object, offset: object) -> int:

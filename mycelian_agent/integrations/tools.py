@@ -28,8 +28,14 @@ from ..recall.lifecycle import check_entry_id
 from ..recall.reader import MIN_BUDGET_TOKENS, check_min_score
 from ._common import config_user, memory_parts
 
-__all__ = ["DEFAULT_DESCRIPTION", "MANAGE_DESCRIPTION", "ManageMemoryInput", "SearchMemoryInput",
-           "make_manage_memory_tool", "make_search_memory_tool"]
+__all__ = [
+    "DEFAULT_DESCRIPTION",
+    "MANAGE_DESCRIPTION",
+    "ManageMemoryInput",
+    "SearchMemoryInput",
+    "make_manage_memory_tool",
+    "make_search_memory_tool",
+]
 
 DEFAULT_DESCRIPTION = (
     "Search the user's long-term memory of earlier conversations: facts they told you, their preferences, plans "
@@ -41,13 +47,22 @@ DEFAULT_DESCRIPTION = (
 class SearchMemoryInput(BaseModel):
     """The arguments of ``search_memory``."""
 
-    query: str = Field(description="What to look for, as a short question or keywords (e.g. 'where does the user's "
-                                   "dog like to go')", max_length=QUERY_MAX_CHARS)
+    query: str = Field(
+        description="What to look for, as a short question or keywords (e.g. 'where does the user's dog like to go')",
+        max_length=QUERY_MAX_CHARS,
+    )
 
 
-def make_search_memory_tool(memory: Any, *, user: str | None = None, budget_tokens: int = 1500,
-                            name: str = "search_memory", description: str = DEFAULT_DESCRIPTION,
-                            min_score: float | None = None, show_ids: bool = False) -> StructuredTool:
+def make_search_memory_tool(
+    memory: Any,
+    *,
+    user: str | None = None,
+    budget_tokens: int = 1500,
+    name: str = "search_memory",
+    description: str = DEFAULT_DESCRIPTION,
+    min_score: float | None = None,
+    show_ids: bool = False,
+) -> StructuredTool:
     """A ``search_memory(query)`` tool over ``memory`` (the invoker ``build_agent`` yields, or a ``MemoryReader``)
     answering with the recall block of at most ``budget_tokens`` (estimated), built from the hits whose relevance
     score is at least ``min_score`` (0-1, None: every hit; see ``MemoryHit.score``). ``show_ids``: the block is
@@ -69,25 +84,34 @@ def make_search_memory_tool(memory: Any, *, user: str | None = None, budget_toke
     async def search_memory(query: str, config: RunnableConfig) -> str:
         if not isinstance(query, str) or not query.strip():
             raise ToolException("query is empty: call search_memory with what to look for")
-        recall = await reader.arecall(query, user=config_user(config, user), budget_tokens=budget_tokens,
-                                      min_score=min_score)
+        recall = await reader.arecall(
+            query, user=config_user(config, user), budget_tokens=budget_tokens, min_score=min_score
+        )
         hits = [turn for turn in recall.turns if turn.hit]
         if not show_ids or not hits:
             return recall.as_prompt()
-        return recall.as_prompt() + "\nIds of the entries found (for manage_memory):\n" + "".join(
-            f"- {turn.entry_id}: {_clip(turn.text)}\n" for turn in hits)
+        return (
+            recall.as_prompt()
+            + "\nIds of the entries found (for manage_memory):\n"
+            + "".join(f"- {turn.entry_id}: {_clip(turn.text)}\n" for turn in hits)
+        )
 
     def search_memory_sync(query: str, config: RunnableConfig) -> str:
         return run_sync(search_memory(query, config), loop)
 
-    return StructuredTool.from_function(func=search_memory_sync, coroutine=search_memory, name=name,
-                                        description=description, args_schema=SearchMemoryInput,
-                                        handle_tool_error=True)
+    return StructuredTool.from_function(
+        func=search_memory_sync,
+        coroutine=search_memory,
+        name=name,
+        description=description,
+        args_schema=SearchMemoryInput,
+        handle_tool_error=True,
+    )
 
 
 def _clip(text: str, width: int = 80) -> str:
     line = " ".join(text.split())
-    return line if len(line) <= width else line[:width - 3] + "..."
+    return line if len(line) <= width else line[: width - 3] + "..."
 
 
 MANAGE_DESCRIPTION = (
@@ -107,8 +131,9 @@ class ManageMemoryInput(BaseModel):
     id: str | None = Field(default=None, description="The memory's id (for update and delete).")
 
 
-def make_manage_memory_tool(invoker: Any, *, user: str | None = None, name: str = "manage_memory",
-                            description: str = MANAGE_DESCRIPTION) -> StructuredTool:
+def make_manage_memory_tool(
+    invoker: Any, *, user: str | None = None, name: str = "manage_memory", description: str = MANAGE_DESCRIPTION
+) -> StructuredTool:
     """A ``manage_memory(content, action, id)`` tool over ``invoker`` (the invoker ``build_agent`` yields: its
     model writes a memory's summary and tags) that creates (``aadd``), updates (``aupdate``: a new version under
     the same id) or deletes (``adelete``) one memory item of the user, and answers ``"created memory <id>"``,
@@ -120,20 +145,27 @@ def make_manage_memory_tool(invoker: Any, *, user: str | None = None, name: str 
     name a memory raises :class:`~mycelian_agent.errors.InputError`.
     """
     if not isinstance(invoker, LifecycleCalls):
-        raise ConfigError(f"make_manage_memory_tool needs the invoker build_agent(...) yields (its model writes a "
-                         f"memory's summary and tags), got {type(invoker).__name__}")
+        raise ConfigError(
+            f"make_manage_memory_tool needs the invoker build_agent(...) yields (its model writes a "
+            f"memory's summary and tags), got {type(invoker).__name__}"
+        )
     _, loop = memory_parts(invoker)
     if user is not None:
         check_user(user)
 
-    async def manage_memory(config: RunnableConfig, content: str | None = None,
-                            action: Literal["create", "update", "delete"] = "create", id: str | None = None) -> str:
+    async def manage_memory(
+        config: RunnableConfig,
+        content: str | None = None,
+        action: Literal["create", "update", "delete"] = "create",
+        id: str | None = None,
+    ) -> str:
         whose = config_user(config, user)
         if action in ("create", "update") and (not isinstance(content, str) or not content.strip()):
             raise ToolException(f"content is empty: {action} needs the memory's text")
         if action in ("update", "delete") and not id:
-            raise ToolException(f"id is missing: {action} needs the id of the memory (from 'created memory <id>' "
-                                "or search_memory)")
+            raise ToolException(
+                f"id is missing: {action} needs the id of the memory (from 'created memory <id>' or search_memory)"
+            )
         if action == "create" and id:
             raise ToolException("create makes a new memory and takes no id; use action 'update' to change one")
         try:
@@ -151,10 +183,19 @@ def make_manage_memory_tool(invoker: Any, *, user: str | None = None, name: str 
             raise ToolException(str(exc)) from exc
         raise ToolException(f"unknown action {action!r}: use create, update or delete")
 
-    def manage_memory_sync(config: RunnableConfig, content: str | None = None,
-                           action: Literal["create", "update", "delete"] = "create", id: str | None = None) -> str:
+    def manage_memory_sync(
+        config: RunnableConfig,
+        content: str | None = None,
+        action: Literal["create", "update", "delete"] = "create",
+        id: str | None = None,
+    ) -> str:
         return run_sync(manage_memory(config, content, action, id), loop)
 
-    return StructuredTool.from_function(func=manage_memory_sync, coroutine=manage_memory, name=name,
-                                        description=description, args_schema=ManageMemoryInput,
-                                        handle_tool_error=True)
+    return StructuredTool.from_function(
+        func=manage_memory_sync,
+        coroutine=manage_memory,
+        name=name,
+        description=description,
+        args_schema=ManageMemoryInput,
+        handle_tool_error=True,
+    )

@@ -21,5 +21,11 @@ from __future__ import annotations
 from .connection import MemoryConnection, call_tool_unchecked
 from .endpoints import SessionFactory, embedded_connection, http_connection, in_process_connection
 
-__all__ = ["MemoryConnection", "SessionFactory", "call_tool_unchecked", "embedded_connection", "http_connection",
-           "in_process_connection"]
+__all__ = [
+    "MemoryConnection",
+    "SessionFactory",
+    "call_tool_unchecked",
+    "embedded_connection",
+    "http_connection",
+    "in_process_connection",
+]

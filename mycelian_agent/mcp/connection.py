@@ -104,12 +104,24 @@ def _is_closed(exc: BaseException) -> bool:
     """Whether a transport exception says the session is gone (as opposed to one slow or failed request)."""
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
-    if isinstance(exc, (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, EOFError,
-                        BrokenPipeError, ConnectionError)):
+    if isinstance(
+        exc,
+        (
+            anyio.ClosedResourceError,
+            anyio.BrokenResourceError,
+            anyio.EndOfStream,
+            EOFError,
+            BrokenPipeError,
+            ConnectionError,
+        ),
+    ):
         return True
     error = getattr(exc, "error", None)  # mcp.shared.exceptions.McpError carries an ErrorData
-    return getattr(error, "code", None) == CONNECTION_CLOSED or "connection closed" in str(exc).lower() \
+    return (
+        getattr(error, "code", None) == CONNECTION_CLOSED
+        or "connection closed" in str(exc).lower()
         or "session terminated" in str(exc).lower()
+    )
 
 
 class MemoryConnection:
@@ -128,16 +140,25 @@ class MemoryConnection:
     (the server exited) is not retried: the error says so at once.
     """
 
-    def __init__(self, connection: Connection | SessionFactory | None = None, *, open_timeout: float = 60.0,
-                 call_timeout: float | None = 60.0, reconnect_wait: float = 30.0,
-                 reconnect: bool | None = None) -> None:
+    def __init__(
+        self,
+        connection: Connection | SessionFactory | None = None,
+        *,
+        open_timeout: float = 60.0,
+        call_timeout: float | None = 60.0,
+        reconnect_wait: float = 30.0,
+        reconnect: bool | None = None,
+    ) -> None:
         self._connection = connection
         self._open_timeout = open_timeout
         self._call_timeout = call_timeout
         self._reconnect_wait = reconnect_wait
         if reconnect is None:
-            reconnect = not callable(connection) and isinstance(connection, Mapping) \
+            reconnect = (
+                not callable(connection)
+                and isinstance(connection, Mapping)
                 and connection.get("transport") in ("streamable_http", "http", "sse")
+            )
         self._reconnect = reconnect
         self._session: ClientSession | None = None
         self._mcp_tools: dict[str, Any] = {}  # the server's tool definitions
@@ -168,8 +189,10 @@ class MemoryConnection:
 
             proxy = _SessionProxy(self)
             # Third-party boundary: the adapter is annotated with ClientSession and calls only its call_tool.
-            self._tools = {name: convert_mcp_tool_to_langchain_tool(proxy, tool)  # type: ignore[arg-type]
-                           for name, tool in self._mcp_tools.items()}
+            self._tools = {
+                name: convert_mcp_tool_to_langchain_tool(proxy, tool)  # type: ignore[arg-type]
+                for name, tool in self._mcp_tools.items()
+            }
         return self._tools
 
     @property
@@ -195,7 +218,7 @@ class MemoryConnection:
         schema = getattr(tool, "inputSchema", None) or {}
         return set(schema.get("properties", {})) if isinstance(schema, Mapping) else set()
 
-    async def open(self) -> "MemoryConnection":
+    async def open(self) -> MemoryConnection:
         """Open the session (spawning the server for stdio) and load its tools."""
         if self._session is not None:
             return self
@@ -203,8 +226,9 @@ class MemoryConnection:
             raise ConfigError("MemoryConnection needs a connection (see embedded_connection / http_connection)")
         if not callable(self._connection) and "transport" not in self._connection:
             keys = ", ".join(map(repr, self._connection)) or "none"  # not the values: headers may hold a token
-            raise ConfigError(f"the connection has no 'transport' key (keys: {keys}; see embedded_connection / "
-                              "http_connection)")
+            raise ConfigError(
+                f"the connection has no 'transport' key (keys: {keys}; see embedded_connection / http_connection)"
+            )
         self._lock = asyncio.Lock()
         await self._start(self._open_timeout, load_tools=True)
         self._opened = True
@@ -217,7 +241,7 @@ class MemoryConnection:
         self._task = asyncio.create_task(self._keep_session(ready, load_tools), name="mycelian-mcp-session")
         try:
             await asyncio.wait_for(asyncio.shield(ready), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             await self._stop_task(wait=1.0)
             raise MemoryServerError(
                 f"the memory server did not answer within {timeout:.0f}s ({self._describe()})", transient=True
@@ -265,7 +289,7 @@ class MemoryConnection:
                     self._session = None
                     if log is not None:
                         log.told = True  # its last words are in the reason
-        except BaseException as exc:  # noqa: BLE001 - reported to open() or to the next call
+        except BaseException as exc:
             if not ready.done():
                 ready.set_exception(self._connect_error(exc, log))
             elif not isinstance(exc, (asyncio.CancelledError, GeneratorExit)):
@@ -289,18 +313,24 @@ class MemoryConnection:
         status = _http_status(exc)
         where = self._describe()
         if status == 401:
-            return MemoryServerError(f"invalid token: the memory server ({where}) refused the bearer token. Check "
-                                     "--token (or MYCELIAN_TOKEN) against the token the server was started with")
+            return MemoryServerError(
+                f"invalid token: the memory server ({where}) refused the bearer token. Check "
+                "--token (or MYCELIAN_TOKEN) against the token the server was started with"
+            )
         if status == 403:
             return MemoryServerError(f"the memory server ({where}) refused access (HTTP 403)")
         if status == 404:
-            return MemoryServerError(f"no MCP endpoint at {where} (HTTP 404): the URL should end in /mcp, e.g. "
-                                     "http://127.0.0.1:11546/mcp")
+            return MemoryServerError(
+                f"no MCP endpoint at {where} (HTTP 404): the URL should end in /mcp, e.g. http://127.0.0.1:11546/mcp"
+            )
         if status == 421:
-            return MemoryServerError(f"the memory server ({where}) refused the Host header (HTTP 421): start it with "
-                                     "--allowed-host NAME for the name used in this URL")
-        return MemoryServerError(f"could not connect to the memory server ({where}): {describe_cause(exc)}",
-                                 transient=True)
+            return MemoryServerError(
+                f"the memory server ({where}) refused the Host header (HTTP 421): start it with "
+                "--allowed-host NAME for the name used in this URL"
+            )
+        return MemoryServerError(
+            f"could not connect to the memory server ({where}): {describe_cause(exc)}", transient=True
+        )
 
     def _describe(self) -> str:
         connection = self._connection
@@ -320,13 +350,13 @@ class MemoryConnection:
         task, self._task = self._task, None
         try:
             await asyncio.wait_for(asyncio.shield(task), wait)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             task.cancel()
             try:
                 await task
-            except BaseException:  # noqa: BLE001 - a broken session's teardown has nothing left to report
+            except BaseException:
                 pass
-        except Exception:  # noqa: BLE001 - closing must not mask the caller's own error
+        except Exception:
             pass
         self._session = None
 
@@ -335,7 +365,7 @@ class MemoryConnection:
         self._opened = False
         await self._stop_task(wait=10.0)
 
-    async def __aenter__(self) -> "MemoryConnection":
+    async def __aenter__(self) -> MemoryConnection:
         return await self.open()
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -361,7 +391,9 @@ class MemoryConnection:
             raise MemoryServerError(
                 f"{name} failed: the connection to the memory server is closed ({self._describe()}){cause}. "
                 "The server exited or was stopped; check its log, then run again (stored messages are not "
-                "stored twice)", tool=name)
+                "stored twice)",
+                tool=name,
+            )
         assert self._lock is not None
         given_up = self._given_up
         async with self._lock:
@@ -392,12 +424,14 @@ class MemoryConnection:
             self._give_up_reason = (
                 f"the memory server has been unreachable for {self._reconnect_wait:g}s ({self._describe()}; last "
                 f"error: {last}). Start it (or check --server and the network), then run again: stored messages are "
-                "not stored twice")
+                "not stored twice"
+            )
             self._given_up += 1
         raise MemoryServerError(f"{name} failed: {self._give_up_reason}", tool=name)
 
-    async def _watched_call(self, session: ClientSession, ended: SessionEnd | None, name: str,
-                            arguments: dict[str, Any]) -> Any:
+    async def _watched_call(
+        self, session: ClientSession, ended: SessionEnd | None, name: str, arguments: dict[str, Any]
+    ) -> Any:
         """``session.call_tool`` in a task of its own, ended early when the session ends: the stdio server's output
         ends, or an HTTP request finds the server gone (refused, reset). A request in flight then, or sent just
         after, would otherwise wait for its deadline.
@@ -448,8 +482,9 @@ class MemoryConnection:
         try:
             json.dumps(arguments, ensure_ascii=False).encode("utf-8")
         except (TypeError, ValueError) as exc:  # a lone surrogate would make the transport fail, or hang
-            raise MemoryServerError(f"{name}: arguments cannot be sent as JSON text: {describe_cause(exc)}",
-                                    tool=name) from None
+            raise MemoryServerError(
+                f"{name}: arguments cannot be sent as JSON text: {describe_cause(exc)}", tool=name
+            ) from None
         session, generation = await self._usable_session(name)
         ended = self._ended
         try:
@@ -460,16 +495,21 @@ class MemoryConnection:
             if self._reconnect:
                 self._mark_broken(generation)
             raise MemoryServerError(
-                f"{name} failed: no answer from the memory server within {self._call_timeout:g}s "
-                f"({self._describe()})", tool=name, transient=True) from None
+                f"{name} failed: no answer from the memory server within {self._call_timeout:g}s ({self._describe()})",
+                tool=name,
+                transient=True,
+            ) from None
         except MycelianError:
             raise
         except Exception as exc:  # transport failures surface as many exception types
             closed = isinstance(exc, ServerEnded) or _is_closed(exc) or not self._alive()
             if self._reconnect:
                 self._mark_broken(generation)
-                raise MemoryServerError(f"{name} failed: {describe_cause(exc)} (connection to {self._describe()} "
-                                        "lost; reconnecting)", tool=name, transient=True) from exc
+                raise MemoryServerError(
+                    f"{name} failed: {describe_cause(exc)} (connection to {self._describe()} lost; reconnecting)",
+                    tool=name,
+                    transient=True,
+                ) from exc
             if closed:
                 # The session's end says why (the server's exit status, its last words) better than the SDK's
                 # "Connection closed" that the calls in flight get.
@@ -477,7 +517,9 @@ class MemoryConnection:
                 raise MemoryServerError(
                     f"{name} failed: the connection to the memory server closed ({self._describe()}): "
                     f"{why}. The server exited or was stopped; check its log, then run again "
-                    "(stored messages are not stored twice)", tool=name) from exc
+                    "(stored messages are not stored twice)",
+                    tool=name,
+                ) from exc
             raise MemoryServerError(f"{name} failed: {describe_cause(exc)}", tool=name, transient=True) from exc
 
     async def call(self, name: str, arguments: Mapping[str, Any] | None = None) -> str:
@@ -485,8 +527,9 @@ class MemoryConnection:
         result = await self.call_tool_result(name, arguments)
         text = _result_text(result)
         if result.isError:
-            raise MemoryServerError(f"{name} failed: {text or 'error with no message'}", tool=name,
-                                    transient=is_transient_text(text))
+            raise MemoryServerError(
+                f"{name} failed: {text or 'error with no message'}", tool=name, transient=is_transient_text(text)
+            )
         return text
 
     async def call_json(self, name: str, arguments: Mapping[str, Any] | None = None) -> Any:

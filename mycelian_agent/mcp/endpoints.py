@@ -22,11 +22,18 @@ __all__ = ["SessionFactory", "embedded_connection", "http_connection", "in_proce
 SessionFactory = Callable[[], AbstractAsyncContextManager[ClientSession]]
 
 
-def embedded_connection(db: str | None = None, *, extra_args: Sequence[str] = (),
-                        env: Mapping[str, str] | None = None) -> StdioConnection:
+def embedded_connection(
+    db: str | None = None, *, extra_args: Sequence[str] = (), env: Mapping[str, str] | None = None
+) -> StdioConnection:
     """A stdio connection that spawns our embedded memory server on SQLite file ``db`` (None: its default)."""
-    args = ["-m", "mycelian_agent.memory_server", "--transport", "stdio", *(["--db", str(db)] if db else []),
-            *extra_args]
+    args = [
+        "-m",
+        "mycelian_agent.memory_server",
+        "--transport",
+        "stdio",
+        *(["--db", str(db)] if db else []),
+        *extra_args,
+    ]
     connection = StdioConnection(transport="stdio", command=sys.executable, args=args)
     # The MCP SDK gives a server only a few variables (HOME, PATH, ...): PYTHONPATH is passed on so that the server
     # imports the same package as this process (a source checkout on PYTHONPATH, not another installed copy). This
@@ -47,8 +54,9 @@ def http_connection(url: str, *, token: str | None = None, timeout: float = 30.0
     return connection
 
 
-def in_process_connection(db: str, *, embeddings: bool | str | None = None,
-                          embeddings_model: str | None = None) -> SessionFactory:
+def in_process_connection(
+    db: str, *, embeddings: bool | str | None = None, embeddings_model: str | None = None
+) -> SessionFactory:
     """Our memory server inside this process on SQLite file ``db``, over in-memory streams: the same tools and
     checks as the embedded stdio server, without a subprocess (notebooks, tests, single-process apps).
     ``embeddings``: None (the server's default: on when a dense model is installed), False, or how vectors are
@@ -61,7 +69,12 @@ def in_process_connection(db: str, *, embeddings: bool | str | None = None,
 
         writes = embeddings if embeddings in ("behind", "inline") else "behind"
         return create_connected_server_and_client_session(
-            create_server(db, embeddings=None if embeddings is None else bool(embeddings), embeddings_writes=writes,
-                          embeddings_model=embeddings_model))
+            create_server(
+                db,
+                embeddings=None if embeddings is None else bool(embeddings),
+                embeddings_writes=writes,
+                embeddings_model=embeddings_model,
+            )
+        )
 
     return open_session

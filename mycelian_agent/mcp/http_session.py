@@ -18,8 +18,15 @@ from mcp import ClientSession
 from ..errors import describe_cause
 from .session_end import SessionEnd
 
-__all__ = ["HTTP_TRANSPORTS", "WATCHED_HTTP_KEYS", "WatchedBody", "WatchedTransport", "connection_lost", "http_session",
-           "seconds"]
+__all__ = [
+    "HTTP_TRANSPORTS",
+    "WATCHED_HTTP_KEYS",
+    "WatchedBody",
+    "WatchedTransport",
+    "connection_lost",
+    "http_session",
+    "seconds",
+]
 
 
 class WatchedBody(httpx.AsyncByteStream):
@@ -97,12 +104,20 @@ async def http_session(connection: Mapping[str, Any], ended: SessionEnd) -> Asyn
     from mcp.client.streamable_http import MCP_SESSION_ID, streamable_http_client
 
     url = connection["url"]
-    timeout = httpx.Timeout(seconds(connection.get("timeout"), 30.0),
-                            read=seconds(connection.get("sse_read_timeout"), 300.0))
-    client = httpx.AsyncClient(transport=WatchedTransport(httpx.AsyncHTTPTransport(), ended, url), timeout=timeout,
-                               headers=connection.get("headers"), auth=connection.get("auth"))
-    async with client, streamable_http_client(url, http_client=client, terminate_on_close=False) \
-            as (read, write, session_id), ClientSession(read, write) as session:
+    timeout = httpx.Timeout(
+        seconds(connection.get("timeout"), 30.0), read=seconds(connection.get("sse_read_timeout"), 300.0)
+    )
+    client = httpx.AsyncClient(
+        transport=WatchedTransport(httpx.AsyncHTTPTransport(), ended, url),
+        timeout=timeout,
+        headers=connection.get("headers"),
+        auth=connection.get("auth"),
+    )
+    async with (
+        client,
+        streamable_http_client(url, http_client=client, terminate_on_close=False) as (read, write, session_id),
+        ClientSession(read, write) as session,
+    ):
         try:
             yield session
         finally:

@@ -15,8 +15,15 @@ from typing import Protocol
 
 import anyio
 
-__all__ = ["EXIT_STATUS_WAIT", "OUTPUT_ENDED", "ServerEnded", "SessionEnd", "SpawnedProcess", "exit_status",
-           "peek_exit"]
+__all__ = [
+    "EXIT_STATUS_WAIT",
+    "OUTPUT_ENDED",
+    "ServerEnded",
+    "SessionEnd",
+    "SpawnedProcess",
+    "exit_status",
+    "peek_exit",
+]
 
 OUTPUT_ENDED = "the server process exited (its output ended)"
 #: How long a stdio server whose output ended is given to be reaped, so that its exit status can be reported.
@@ -78,7 +85,7 @@ class SessionEnd:
     async def explained(self) -> str:
         """The reason, with a spawned server's exit status (waiting up to :data:`EXIT_STATUS_WAIT` for the process
         to be reaped: its output ends a moment before)."""
-        if not self.processes or self.reason != OUTPUT_ENDED and not self.reason.startswith(OUTPUT_ENDED + ";"):
+        if not self.processes or (self.reason != OUTPUT_ENDED and not self.reason.startswith(OUTPUT_ENDED + ";")):
             return self.reason
         process = self.processes[-1]
         code = None

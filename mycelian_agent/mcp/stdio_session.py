@@ -101,8 +101,9 @@ class WatchedStream:
     """The read stream of a stdio session that sets ``ended`` when the server's output ends (the process exited):
     the MCP client fails the requests in flight then, but a request sent afterwards would wait for its deadline."""
 
-    def __init__(self, stream: MemoryObjectReceiveStream[Received], ended: SessionEnd,
-                 log: ServerLog | None = None) -> None:
+    def __init__(
+        self, stream: MemoryObjectReceiveStream[Received], ended: SessionEnd, log: ServerLog | None = None
+    ) -> None:
         self._stream = stream
         self._ended = ended
         self._log = log
@@ -117,8 +118,9 @@ class WatchedStream:
         await self._stream.__aenter__()
         return self
 
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                        traceback: TracebackType | None) -> None:
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> None:
         self._end()
         await self._stream.__aexit__(exc_type, exc, traceback)
 
@@ -147,8 +149,9 @@ async def stdio_session(connection: StdioConnection, ended: SessionEnd, log: Ser
     from mcp import StdioServerParameters
     from mcp.client.stdio import stdio_client
 
-    params = StdioServerParameters(command=connection["command"], args=list(connection.get("args", [])),
-                                   env=connection.get("env"))
+    params = StdioServerParameters(
+        command=connection["command"], args=list(connection.get("args", [])), env=connection.get("env")
+    )
     watch_spawns()
     async with contextlib.AsyncExitStack() as stack:
         token = _SPAWNED.set(ended.processes)  # only while the SDK spawns the server

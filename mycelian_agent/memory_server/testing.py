@@ -15,16 +15,24 @@ from pathlib import Path
 from typing import Any
 
 from mcp import ClientSession
-from mcp.types import CallToolResult
 from mcp.shared.memory import create_connected_server_and_client_session
+from mcp.types import CallToolResult
 
-from ..errors import MemoryServerError
 from mycelian_agent.memory_server.server.access import TokenScopes
 from mycelian_agent.memory_server.server.app import MemoryServer
 from mycelian_agent.memory_server.server.runtime import StoreRunner
 
-__all__ = ["BackgroundSession", "call_json", "call_text", "in_memory_session", "result_text", "serve_http",
-           "server_command"]
+from ..errors import MemoryServerError
+
+__all__ = [
+    "BackgroundSession",
+    "call_json",
+    "call_text",
+    "in_memory_session",
+    "result_text",
+    "serve_http",
+    "server_command",
+]
 
 
 @asynccontextmanager
@@ -83,8 +91,9 @@ class BackgroundSession:
 
 
 @asynccontextmanager
-async def serve_http(server: MemoryServer, *, token: str | None = None, host: str = "127.0.0.1",
-                     tokens: TokenScopes | None = None) -> AsyncIterator[str]:
+async def serve_http(
+    server: MemoryServer, *, token: str | None = None, host: str = "127.0.0.1", tokens: TokenScopes | None = None
+) -> AsyncIterator[str]:
     """Serve ``server`` with uvicorn on a free ``host`` port inside this event loop; yield the ``/mcp`` URL.
     ``token``/``tokens`` as for :func:`~mycelian_agent.memory_server.transport.http_app.create_http_app`."""
     import uvicorn
@@ -96,7 +105,10 @@ async def serve_http(server: MemoryServer, *, token: str | None = None, host: st
     sock.bind((host, 0))
     port = sock.getsockname()[1]
     config = uvicorn.Config(
-        create_http_app(server, token=token, tokens=tokens), log_level="warning", lifespan="on", timeout_graceful_shutdown=2
+        create_http_app(server, token=token, tokens=tokens),
+        log_level="warning",
+        lifespan="on",
+        timeout_graceful_shutdown=2,
     )
     uv = uvicorn.Server(config)
     task = asyncio.create_task(uv.serve(sockets=[sock]))

@@ -13,5 +13,16 @@ from .lifecycle import EntryPage, MemoryEntry, MemoryLifecycle
 from .reader import MemoryReader
 from .users import UserDirectory, check_user
 
-__all__ = ["EntryPage", "MemoryEntry", "MemoryHit", "MemoryHits", "MemoryLifecycle", "MemoryReader", "Recall",
-           "RecalledTurn", "UserDirectory", "check_user", "estimate_tokens"]
+__all__ = [
+    "EntryPage",
+    "MemoryEntry",
+    "MemoryHit",
+    "MemoryHits",
+    "MemoryLifecycle",
+    "MemoryReader",
+    "Recall",
+    "RecalledTurn",
+    "UserDirectory",
+    "check_user",
+    "estimate_tokens",
+]

@@ -14,8 +14,20 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-__all__ = ["MATCH_MEANING", "MATCH_WORDS", "MemoryHit", "MemoryHits", "RecalledTurn", "Recall", "StoredText",
-           "estimate_tokens", "pending_note", "speaker_label", "stored_fields", "when_label"]
+__all__ = [
+    "MATCH_MEANING",
+    "MATCH_WORDS",
+    "MemoryHit",
+    "MemoryHits",
+    "Recall",
+    "RecalledTurn",
+    "StoredText",
+    "estimate_tokens",
+    "pending_note",
+    "speaker_label",
+    "stored_fields",
+    "when_label",
+]
 
 #: The values of :attr:`MemoryHit.match` (the ``match`` of a ``search_memories`` entry; the server's
 #: ``retrieval.pipeline.MATCH_WORDS`` / ``MATCH_MEANING``, repeated here: the read side speaks only the tool contract).
@@ -76,10 +88,17 @@ def stored_fields(entry: Mapping[str, Any]) -> dict[str, Any]:
     """The :class:`StoredText` fields, ``created`` and ``tags`` of an entry object of the tool contract."""
     tags = dict(entry.get("tags") or {})
     role = tags.get("role")
-    return {"entry_id": str(entry["entryId"]), "text": str(entry.get("rawEntry") or ""),
-            "summary": str(entry.get("summary") or ""), "speaker": tags.get("speaker") or role, "role": role,
-            "time": entry.get("conversationTime") or entry.get("creationTime"), "thread": tags.get("thread"),
-            "created": entry.get("creationTime"), "tags": tags}
+    return {
+        "entry_id": str(entry["entryId"]),
+        "text": str(entry.get("rawEntry") or ""),
+        "summary": str(entry.get("summary") or ""),
+        "speaker": tags.get("speaker") or role,
+        "role": role,
+        "time": entry.get("conversationTime") or entry.get("creationTime"),
+        "thread": tags.get("thread"),
+        "created": entry.get("creationTime"),
+        "tags": tags,
+    }
 
 
 @dataclass(frozen=True)
@@ -113,11 +132,15 @@ class MemoryHit(StoredText):
         return self.match == MATCH_MEANING
 
     @classmethod
-    def from_entry(cls, entry: Mapping[str, Any], *, memory_id: str, user: str | None,
-                   score: float = 0.0) -> MemoryHit:
+    def from_entry(cls, entry: Mapping[str, Any], *, memory_id: str, user: str | None, score: float = 0.0) -> MemoryHit:
         """A hit from an entry object of the tool contract (``search_memories`` or ``list_entries``)."""
-        return cls(**stored_fields(entry), score=_number(entry.get("score", score)), memory_id=memory_id, user=user,
-                   match=entry.get("match"))
+        return cls(
+            **stored_fields(entry),
+            score=_number(entry.get("score", score)),
+            memory_id=memory_id,
+            user=user,
+            match=entry.get("match"),
+        )
 
     def as_dict(self) -> dict[str, Any]:
         """The hit as plain JSON-ready data."""
@@ -138,8 +161,10 @@ def pending_note(pending_vectors: int) -> str | None:
     """One line saying that a search ranked ``pending_vectors`` entries by their words only, or None for 0."""
     if not pending_vectors:
         return None
-    return (f"{pending_vectors:,} entries of this memory have no vector yet (written behind): they were found by "
-            "their words only")
+    return (
+        f"{pending_vectors:,} entries of this memory have no vector yet (written behind): they were found by "
+        "their words only"
+    )
 
 
 @dataclass(frozen=True)
@@ -203,23 +228,39 @@ class Recall:
 
     def as_dict(self) -> dict[str, Any]:
         """The recall as plain JSON-ready data (``prompt`` included)."""
-        return {"query": self.query, "user": self.user, "memory_id": self.memory_id, "notes": list(self.notes),
-                "turns": [asdict(turn) for turn in self.turns], "hits": [hit.as_dict() for hit in self.hits],
-                "budget_tokens": self.budget_tokens, "tokens": self.tokens, "by_meaning_only": self.by_meaning_only,
-                "pending_vectors": self.pending_vectors, "prompt": self.as_prompt()}
+        return {
+            "query": self.query,
+            "user": self.user,
+            "memory_id": self.memory_id,
+            "notes": list(self.notes),
+            "turns": [asdict(turn) for turn in self.turns],
+            "hits": [hit.as_dict() for hit in self.hits],
+            "budget_tokens": self.budget_tokens,
+            "tokens": self.tokens,
+            "by_meaning_only": self.by_meaning_only,
+            "pending_vectors": self.pending_vectors,
+            "prompt": self.as_prompt(),
+        }
 
 
 NOTES_HEADING = "Known facts (from the memory's notes):"
 TURNS_HEADING = "From earlier conversations (oldest first; [date] speaker: words):"
 #: The turns' heading when no entry shares a word with the query (every hit found by meaning alone).
-NEAREST_HEADING = ("No earlier turn shares a word with this; the nearest by meaning, which may be unrelated "
-                   "(oldest first; [date] speaker: words):")
+NEAREST_HEADING = (
+    "No earlier turn shares a word with this; the nearest by meaning, which may be unrelated "
+    "(oldest first; [date] speaker: words):"
+)
 GAP = "..."
 NOTHING = "Memory holds nothing about this yet."
 
 
-def render_recall(query: str, notes: tuple[str, ...] | list[str], turns: tuple[RecalledTurn, ...] | list[RecalledTurn],
-                  *, by_meaning_only: bool = False) -> str:
+def render_recall(
+    query: str,
+    notes: tuple[str, ...] | list[str],
+    turns: tuple[RecalledTurn, ...] | list[RecalledTurn],
+    *,
+    by_meaning_only: bool = False,
+) -> str:
     """The prompt text of a recall: a heading, the notes, then the turns; consecutive turns of one thread stay
     together and a gap between excerpts is marked. ``by_meaning_only``: the turns share no word with the query
     (their heading says they may be unrelated)."""

@@ -30,8 +30,16 @@ from .reader import MemoryReader
 from .retry import read_call
 from .users import check_user
 
-__all__ = ["EntryPage", "FieldWriter", "KEPT_TAGS", "MemoryEntry", "MemoryLifecycle", "NOTE_TAGS", "PAGE_MAX",
-           "check_entry_id"]
+__all__ = [
+    "KEPT_TAGS",
+    "NOTE_TAGS",
+    "PAGE_MAX",
+    "EntryPage",
+    "FieldWriter",
+    "MemoryEntry",
+    "MemoryLifecycle",
+    "check_entry_id",
+]
 
 #: The most entries one ``aget_all`` page holds (read from the server 50 at a time, ``list_entries``' largest page).
 PAGE_MAX = 1000
@@ -47,8 +55,9 @@ NOTE_TAGS = {"role": "assistant", "thread": "manage_memory"}
 class FieldWriter(Protocol):
     """What writes an entry's summary and tags (``MycelianMemoryAgent.awrite_entry_fields``)."""
 
-    async def __call__(self, message: Mapping[str, Any], conversation_time: str | None = None, *,
-                       tags: Mapping[str, str] | None = None) -> dict[str, Any]: ...  # pragma: no cover
+    async def __call__(
+        self, message: Mapping[str, Any], conversation_time: str | None = None, *, tags: Mapping[str, str] | None = None
+    ) -> dict[str, Any]: ...  # pragma: no cover
 
 
 @dataclass(frozen=True)
@@ -73,9 +82,13 @@ class MemoryEntry(StoredText):
         """An entry object of the tool contract (``get_entry``, ``list_entries``, ``update_entry``, a version of
         ``list_entry_versions``)."""
         version = entry.get("version")
-        return cls(**stored_fields(entry), memory_id=memory_id, user=user,
-                   version=version if isinstance(version, int) and not isinstance(version, bool) else None,
-                   replaced_at=entry.get("replacedAt"))
+        return cls(
+            **stored_fields(entry),
+            memory_id=memory_id,
+            user=user,
+            version=version if isinstance(version, int) and not isinstance(version, bool) else None,
+            replaced_at=entry.get("replacedAt"),
+        )
 
     def as_dict(self) -> dict[str, Any]:
         """The entry as plain JSON-ready data."""
@@ -105,8 +118,10 @@ def check_entry_id(entry_id: object) -> str:
             return str(uuid.UUID(entry_id.strip()))
         except ValueError:
             pass
-    raise InputError(f"entry id {entry_id!r} is not an entry id: entries are named by the UUID the server gave "
-                     "them (a hit's entry_id, or one listed by get_all)")
+    raise InputError(
+        f"entry id {entry_id!r} is not an entry id: entries are named by the UUID the server gave "
+        "them (a hit's entry_id, or one listed by get_all)"
+    )
 
 
 def _check_text(text: object) -> str:
@@ -139,11 +154,20 @@ class MemoryLifecycle:
 
     def _require(self, tool: str) -> None:
         if not self._connection.parameters(tool):
-            raise MemoryServerError(f"the memory server has no {tool} tool (upstream Mycelian lacks it; "
-                                    "mycelian-agent's server has it)", tool=tool)
+            raise MemoryServerError(
+                f"the memory server has no {tool} tool (upstream Mycelian lacks it; mycelian-agent's server has it)",
+                tool=tool,
+            )
 
-    async def _entry_call(self, tool: str, entry_id: object, user: str | None,
-                          extra: Mapping[str, Any] | None = None, *, read: bool = False) -> tuple[str, str, Any]:
+    async def _entry_call(
+        self,
+        tool: str,
+        entry_id: object,
+        user: str | None,
+        extra: Mapping[str, Any] | None = None,
+        *,
+        read: bool = False,
+    ) -> tuple[str, str, Any]:
         """``(memory id, entry id, result)`` of ``tool`` on ``entry_id`` in ``user``'s memory; an entry that is
         not there (another user's, deleted, never stored) or a user without a memory is an :class:`InputError`
         naming the entry."""
@@ -182,13 +206,17 @@ class MemoryLifecycle:
         entries: list[MemoryEntry] = []
         before = cursor
         while len(entries) < limit:
-            arguments: dict[str, Any] = {"vault_id": self.reader.vault_id, "memory_id": memory_id,
-                                         "limit": min(_SERVER_PAGE, limit - len(entries))}
+            arguments: dict[str, Any] = {
+                "vault_id": self.reader.vault_id,
+                "memory_id": memory_id,
+                "limit": min(_SERVER_PAGE, limit - len(entries)),
+            }
             if before:
                 arguments["before"] = before
             page = await read_call(self._connection, "list_entries", arguments)
-            entries += [MemoryEntry.from_entry(entry, memory_id=memory_id, user=user)
-                        for entry in page.get("entries") or []]
+            entries += [
+                MemoryEntry.from_entry(entry, memory_id=memory_id, user=user) for entry in page.get("entries") or []
+            ]
             before = page.get("next_before")
             if not before:
                 break
@@ -203,8 +231,9 @@ class MemoryLifecycle:
         """Every version of the entry ``entry_id`` of ``user``'s memory, oldest first (the current one last, its
         ``replaced_at`` None)."""
         memory_id, _, found = await self._entry_call("list_entry_versions", entry_id, user, read=True)
-        return [MemoryEntry.from_entry(version, memory_id=memory_id, user=user)
-                for version in found.get("versions") or []]
+        return [
+            MemoryEntry.from_entry(version, memory_id=memory_id, user=user) for version in found.get("versions") or []
+        ]
 
     def _writer(self) -> FieldWriter:
         if self.write_fields is None:
@@ -221,16 +250,19 @@ class MemoryLifecycle:
         self._require("update_entry")  # before the model writes anything
         current = await self.aget(entry_id, user)
         kept = {key: value for key, value in current.tags.items() if key in KEPT_TAGS}
-        message: dict[str, Any] = {"role": current.role if current.role in ("user", "assistant") else "user",
-                                   "content": text}
+        message: dict[str, Any] = {
+            "role": current.role if current.role in ("user", "assistant") else "user",
+            "content": text,
+        }
         if kept.get("speaker") and kept.get("speaker") != current.role:
             message["name"] = kept["speaker"]
         fields = await self._writer()(message, current.time, tags=kept)
         written: dict[str, str] = dict(fields["tags"])
         others = [(key, value) for key, value in current.tags.items() if key not in written]
-        tags = {**dict(others[:max(0, TAGS_MAX_KEYS - len(written))]), **written}
+        tags = {**dict(others[: max(0, TAGS_MAX_KEYS - len(written))]), **written}
         memory_id, _, stored = await self._entry_call(
-            "update_entry", current.entry_id, user, {"raw_entry": text, "summary": fields["summary"], "tags": tags})
+            "update_entry", current.entry_id, user, {"raw_entry": text, "summary": fields["summary"], "tags": tags}
+        )
         return MemoryEntry.from_entry(stored, memory_id=memory_id, user=user)
 
     async def aadd(self, text: str, user: str | None = None) -> MemoryEntry:
@@ -244,9 +276,16 @@ class MemoryLifecycle:
         else:
             memory_id = await self.reader.users.memory_id(check_user(user))
         fields = await self._writer()({"role": NOTE_TAGS["role"], "content": text}, tags=NOTE_TAGS)
-        stored = await self._connection.call_json("add_entry", {
-            "vault_id": self.reader.vault_id, "memory_id": memory_id, "raw_entry": text,
-            "summary": fields["summary"], "tags": fields["tags"]})
+        stored = await self._connection.call_json(
+            "add_entry",
+            {
+                "vault_id": self.reader.vault_id,
+                "memory_id": memory_id,
+                "raw_entry": text,
+                "summary": fields["summary"],
+                "tags": fields["tags"],
+            },
+        )
         return MemoryEntry.from_entry(stored, memory_id=memory_id, user=user)
 
     async def adelete(self, entry_id: str, user: str | None = None) -> dict[str, Any]:
@@ -261,15 +300,18 @@ class MemoryLifecycle:
         own memory (which its threads write to), is an :class:`InputError`."""
         check_user(user)
         if user == self.reader.default_user:
-            raise InputError(f"user {user!r} is the invoker's own memory (build_agent(memory={user!r})), which "
-                             "threads without a user write to: it is not deleted as a user; use `mycelian-agent "
-                             f"delete --memory {user}` when nothing runs on it")
+            raise InputError(
+                f"user {user!r} is the invoker's own memory (build_agent(memory={user!r})), which "
+                "threads without a user write to: it is not deleted as a user; use `mycelian-agent "
+                f"delete --memory {user}` when nothing runs on it"
+            )
         memory_id = await self.reader.users.find(user)
         if memory_id is None:
             raise InputError(f"unknown user {user!r}: vault {self.reader.vault_id} has no memory of that user")
         try:
-            result = await self._connection.call_json("delete_memory", {"vault_id": self.reader.vault_id,
-                                                                         "memory_id": memory_id})
+            result = await self._connection.call_json(
+                "delete_memory", {"vault_id": self.reader.vault_id, "memory_id": memory_id}
+            )
         except MemoryServerError as exc:
             if "not found" not in str(exc):
                 raise

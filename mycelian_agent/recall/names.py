@@ -27,15 +27,23 @@ from collections.abc import Sequence
 from ..errors import InputError
 from ..limits import DESCRIPTION_MAX_CHARS, TITLE_MAX_CHARS, unicode_problem
 
-__all__ = ["USER_MAX_CHARS", "check_label", "described_labels", "is_encoded", "memory_title", "namespace_description",
-           "namespace_memory_title", "user_description"]
+__all__ = [
+    "USER_MAX_CHARS",
+    "check_label",
+    "described_labels",
+    "is_encoded",
+    "memory_title",
+    "namespace_description",
+    "namespace_memory_title",
+    "user_description",
+]
 
 #: Characters of a user id or namespace label (an e-mail address has at most 254).
 USER_MAX_CHARS = 255
 
 _TITLE_RE = re.compile(r"[A-Za-z0-9-]{1,50}")
 _DIGITS = 16  # base32 digits: 80 bits of SHA-256
-_ENCODED_RE = re.compile(r"[A-Za-z0-9-]*--[a-z2-7]{%d}" % _DIGITS)
+_ENCODED_RE = re.compile(rf"[A-Za-z0-9-]*--[a-z2-7]{{{_DIGITS}}}")
 _SLUG_MAX = TITLE_MAX_CHARS - 2 - _DIGITS
 #: Description prefixes that keep a memory's labels: a user's (a JSON string) and a namespace's (a JSON list).
 _USER_MARK = "long-term memory of user "
@@ -48,8 +56,9 @@ def check_label(label: object, what: str = "user") -> str:
     if not isinstance(label, str):
         raise InputError(f"{what} must be a string, got {type(label).__name__} {label!r:.80}")
     if not label.strip():
-        raise InputError(f"{what} {label!r} is empty: give the id your system uses (e.g. 'alice', a UUID or an "
-                         "e-mail address)")
+        raise InputError(
+            f"{what} {label!r} is empty: give the id your system uses (e.g. 'alice', a UUID or an e-mail address)"
+        )
     if len(label) > USER_MAX_CHARS:
         raise InputError(f"{what} {label[:40]!r}... has {len(label)} characters; at most {USER_MAX_CHARS}")
     if problem := unicode_problem(label):
@@ -77,8 +86,10 @@ def memory_title(user: object) -> str:
     if _TITLE_RE.fullmatch(user) and not is_encoded(user):
         return user
     if len(user_description(user)) > DESCRIPTION_MAX_CHARS:  # escaped control characters, 6 characters each
-        raise InputError(f"user {user[:40]!r}... is too long to keep in a memory's description (at most "
-                         f"{DESCRIPTION_MAX_CHARS} characters as JSON)")
+        raise InputError(
+            f"user {user[:40]!r}... is too long to keep in a memory's description (at most "
+            f"{DESCRIPTION_MAX_CHARS} characters as JSON)"
+        )
     return _encoded([user])
 
 
@@ -88,8 +99,11 @@ def namespace_memory_title(namespace: Sequence[str]) -> str:
     if len(namespace) == 1:
         return memory_title(namespace[0])
     joined = "-".join(namespace)
-    if all(_TITLE_RE.fullmatch(label) for label in namespace) and _TITLE_RE.fullmatch(joined) \
-            and not is_encoded(joined):
+    if (
+        all(_TITLE_RE.fullmatch(label) for label in namespace)
+        and _TITLE_RE.fullmatch(joined)
+        and not is_encoded(joined)
+    ):
         return joined
     return _encoded(namespace)
 
@@ -110,7 +124,7 @@ def described_labels(description: str) -> tuple[str, ...] | None:
     for mark in (_USER_MARK, _NAMESPACE_MARK):
         if description.startswith(mark):
             try:
-                kept = json.loads(description[len(mark):])
+                kept = json.loads(description[len(mark) :])
             except json.JSONDecodeError:
                 return None
             kept = [kept] if mark == _USER_MARK else kept

@@ -66,8 +66,9 @@ def _stems(text: str) -> set[str]:
     return {word[:5] for word in WORD_RE.findall(text.casefold())}
 
 
-def select_notes(document: str, query: str, *, standing_max: int = 5, after: str | None = None,
-                 before: str | None = None) -> tuple[list[str], list[str]]:
+def select_notes(
+    document: str, query: str, *, standing_max: int = 5, after: str | None = None, before: str | None = None
+) -> tuple[list[str], list[str]]:
     """The items of ``document`` for a recall block on ``query``: ``(matched, standing)``.
 
     ``matched`` are the items sharing a telling word with the query, best first: words are weighed by how few
@@ -96,8 +97,9 @@ def select_notes(document: str, query: str, *, standing_max: int = 5, after: str
     chosen: list[tuple[str, set[str]]] = []
     kept_matched: list[str] = []
     kept_standing: list[str] = []
-    for item, bucket in [(item, kept_matched) for _, _, item in sorted(matched)] + \
-            [(item, kept_standing) for item in standing]:
+    for item, bucket in [(item, kept_matched) for _, _, item in sorted(matched)] + [
+        (item, kept_standing) for item in standing
+    ]:
         words = _stems(item)
         # A timeline line often restates a fact item (or the other way round): keep the first of the two.
         if any(len(words & other) >= 0.8 * min(len(words), len(other)) for _, other in chosen):

@@ -31,8 +31,15 @@ from .notes import select_notes
 from .retry import read_call
 from .users import Connection, UserDirectory
 
-__all__ = ["MemoryReader", "SEARCH_TOP_K_MAX", "MIN_BUDGET_TOKENS", "TOP_K_MAX", "check_min_score", "check_query",
-           "check_top_k"]
+__all__ = [
+    "MIN_BUDGET_TOKENS",
+    "SEARCH_TOP_K_MAX",
+    "TOP_K_MAX",
+    "MemoryReader",
+    "check_min_score",
+    "check_query",
+    "check_top_k",
+]
 
 #: The most hits one ``search_memories`` call returns (its ``top_ke`` limit, upstream's too).
 SEARCH_TOP_K_MAX = 25
@@ -58,15 +65,23 @@ def check_query(query: object, *, empty: bool = False) -> str:
     if not isinstance(query, str) or not (empty or query.strip()):
         raise InputError(f"query is empty: say what to look for (got {query!r})")
     if len(query) > QUERY_MAX_CHARS:
-        raise InputError(f"query has {len(query)} characters; a search takes at most {QUERY_MAX_CHARS} "
-                         "(search with the question, not the whole conversation)")
+        raise InputError(
+            f"query has {len(query)} characters; a search takes at most {QUERY_MAX_CHARS} "
+            "(search with the question, not the whole conversation)"
+        )
     if problem := unicode_problem(query, stored=False):
         raise InputError(f"query: {problem}")
     return query.strip()
 
 
-def _check_read(query: object, top_k: object, min_score: object, by_meaning: object, after: str | datetime | None,
-                before: str | datetime | None) -> tuple[str, float | None, str | None, str | None]:
+def _check_read(
+    query: object,
+    top_k: object,
+    min_score: object,
+    by_meaning: object,
+    after: str | datetime | None,
+    before: str | datetime | None,
+) -> tuple[str, float | None, str | None, str | None]:
     """The inputs a search and a recall share, checked up front: the query, ``min_score`` and the bounds as used."""
     query = check_query(query)
     check_top_k(top_k)
@@ -134,8 +149,14 @@ class MemoryReader:
     ``default_user``'s, found when first read and created by the first write (:meth:`default_memory`).
     """
 
-    def __init__(self, connection: Connection, users: UserDirectory, *, default_memory_id: str | None,
-                 default_user: str | None = None) -> None:
+    def __init__(
+        self,
+        connection: Connection,
+        users: UserDirectory,
+        *,
+        default_memory_id: str | None,
+        default_user: str | None = None,
+    ) -> None:
         self.connection = connection
         self.users = users
         self.default_memory_id = default_memory_id
@@ -169,8 +190,16 @@ class MemoryReader:
             self._declared = parameters("search_memories") if parameters is not None else set()
         return self._declared
 
-    async def _search(self, memory_id: str, user: str | None, query: str, top_k: int, after: str | None,
-                      before: str | None, min_score: float | None = None) -> tuple[MemoryHits, str | None]:
+    async def _search(
+        self,
+        memory_id: str,
+        user: str | None,
+        query: str,
+        top_k: int,
+        after: str | None,
+        before: str | None,
+        min_score: float | None = None,
+    ) -> tuple[MemoryHits, str | None]:
         """The ``top_k`` best hits (at least ``min_score``) and the newest context document. Past
         :data:`SEARCH_TOP_K_MAX`, pages of the ranking are read with ``offset`` where the server declares it; the
         pages join into one ranking (the server returns each entry once), and paging stops at a short page or
@@ -202,8 +231,13 @@ class MemoryReader:
             offset += size
             # An entry near a page's cut may move between pages (vectors written in between, the dense side's
             # candidates growing with the page): one seen twice is kept once, and paging goes on to top_k.
-            if (not pages or len(page) < size or len(hits) >= top_k or offset + SEARCH_TOP_K_MAX > SEARCH_DEPTH_MAX
-                    or (min_score is not None and page[-1].score < min_score)):
+            if (
+                not pages
+                or len(page) < size
+                or len(hits) >= top_k
+                or offset + SEARCH_TOP_K_MAX > SEARCH_DEPTH_MAX
+                or (min_score is not None and page[-1].score < min_score)
+            ):
                 break
         if bounded:  # a server without time bounds: keep the hits inside them (the best 25 searched)
             hits = [hit for hit in hits if _within(hit, after, before)]
@@ -212,8 +246,15 @@ class MemoryReader:
         counted = pending if isinstance(pending, int) and not isinstance(pending, bool) else 0
         return MemoryHits(hits[:top_k], pending_vectors=counted), document
 
-    async def _user_search(self, user: str | None, query: str, top_k: int, after: str | None, before: str | None,
-                           min_score: float | None = None) -> tuple[str | None, str | None, MemoryHits, str | None]:
+    async def _user_search(
+        self,
+        user: str | None,
+        query: str,
+        top_k: int,
+        after: str | None,
+        before: str | None,
+        min_score: float | None = None,
+    ) -> tuple[str | None, str | None, MemoryHits, str | None]:
         """``(memory id, user, hits, context document)``; no hits and no memory id for a user without a memory. A
         user's memory deleted since it was cached (by another process: its id is gone) is looked up again: found
         anew when it was created again, else the user has none; never another memory, never a new one."""
@@ -232,9 +273,17 @@ class MemoryReader:
             hits, document = await self._search(memory_id, user, query, top_k, after, before, min_score)
         return memory_id, user, hits, document
 
-    async def asearch(self, query: str, *, user: str | None = None, top_k: int = 10,
-                      after: str | datetime | None = None, before: str | datetime | None = None,
-                      by_meaning: bool = True, min_score: float | None = None) -> MemoryHits:
+    async def asearch(
+        self,
+        query: str,
+        *,
+        user: str | None = None,
+        top_k: int = 10,
+        after: str | datetime | None = None,
+        before: str | datetime | None = None,
+        by_meaning: bool = True,
+        min_score: float | None = None,
+    ) -> MemoryHits:
         """The ``top_k`` (1-100) entries of ``user``'s memory best matching ``query``, best first (a list whose
         ``pending_vectors`` says how many of the memory's entries were ranked without a vector yet).
 
@@ -257,26 +306,39 @@ class MemoryReader:
             return hits
         return MemoryHits((hit for hit in hits if not hit.by_meaning), pending_vectors=hits.pending_vectors)
 
-    async def _neighbours(self, memory_id: str, user: str | None, hit: MemoryHit, after: str | None = None,
-                          before: str | None = None) -> tuple[MemoryHit | None, MemoryHit | None]:
+    async def _neighbours(
+        self, memory_id: str, user: str | None, hit: MemoryHit, after: str | None = None, before: str | None = None
+    ) -> tuple[MemoryHit | None, MemoryHit | None]:
         """The turns stored just before and just after ``hit`` in its thread (None where there is none, or where
         the turn's time lies outside ``after`` / ``before``: a bounded recall shows nothing said after its bound)."""
         if not hit.created:
             return None, None
         base = {"vault_id": self.vault_id, "memory_id": memory_id, "limit": 1}
-        pages = await asyncio.gather(read_call(self.connection, "list_entries", {**base, "before": hit.created}),
-                                     read_call(self.connection, "list_entries", {**base, "after": hit.created}))
+        pages = await asyncio.gather(
+            read_call(self.connection, "list_entries", {**base, "before": hit.created}),
+            read_call(self.connection, "list_entries", {**base, "after": hit.created}),
+        )
         found: list[MemoryHit | None] = []
         for page in pages:
             entries = page.get("entries") or []
             turn = MemoryHit.from_entry(entries[0], memory_id=memory_id, user=user) if entries else None
-            found.append(turn if turn is not None and turn.thread == hit.thread and _within(turn, after, before)
-                         else None)
+            found.append(
+                turn if turn is not None and turn.thread == hit.thread and _within(turn, after, before) else None
+            )
         return found[0], found[1]
 
-    async def arecall(self, query: str, *, user: str | None = None, budget_tokens: int = 1500, top_k: int = 10,
-                      after: str | datetime | None = None, before: str | datetime | None = None,
-                      by_meaning: bool = True, min_score: float | None = None) -> Recall:
+    async def arecall(
+        self,
+        query: str,
+        *,
+        user: str | None = None,
+        budget_tokens: int = 1500,
+        top_k: int = 10,
+        after: str | datetime | None = None,
+        before: str | datetime | None = None,
+        by_meaning: bool = True,
+        min_score: float | None = None,
+    ) -> Recall:
         """What ``user``'s memory holds for ``query``, within ``budget_tokens`` (estimated): the context
         document's items that bear on it and the ``top_k`` best entries with the turns before and after the best
         three, deduplicated, in time order, each with its date and speaker, and its relative dates followed by the
@@ -295,16 +357,26 @@ class MemoryReader:
         _check_count("budget_tokens", budget_tokens, MIN_BUDGET_TOKENS, 1_000_000)
         memory_id, user, hits, document = await self._user_search(user, query, top_k, after, before, min_score)
         if memory_id is None:  # the user has no memory: nothing to recall, and nothing created
-            return Recall(query=query, user=user, memory_id=None, notes=(), turns=(), hits=(),
-                          budget_tokens=budget_tokens, tokens=estimate_tokens(render_recall(query, (), ())))
+            return Recall(
+                query=query,
+                user=user,
+                memory_id=None,
+                notes=(),
+                turns=(),
+                hits=(),
+                budget_tokens=budget_tokens,
+                tokens=estimate_tokens(render_recall(query, (), ())),
+            )
         pending = hits.pending_vectors
         if not by_meaning:
             hits = MemoryHits(hit for hit in hits if not hit.by_meaning)
         if document is None:  # a server whose search leaves out the newest context
-            document = await read_call(self.connection, "get_context",
-                                       {"vault_id": self.vault_id, "memory_id": memory_id}, parse=False)
-        neighbours = await asyncio.gather(*(self._neighbours(memory_id, user, hit, after, before)
-                                            for hit in hits[:NEIGHBOUR_HITS]))
+            document = await read_call(
+                self.connection, "get_context", {"vault_id": self.vault_id, "memory_id": memory_id}, parse=False
+            )
+        neighbours = await asyncio.gather(
+            *(self._neighbours(memory_id, user, hit, after, before) for hit in hits[:NEIGHBOUR_HITS])
+        )
         notes = select_notes(document or "", query, after=after, before=before)
         return replace(_fill(query, user, memory_id, budget_tokens, hits, neighbours, notes), pending_vectors=pending)
 
@@ -356,7 +428,8 @@ def _repeats(note: str, chosen: Iterable[tuple[MemoryHit, RecalledTurn]]) -> boo
     words = _words(note)
     return bool(words) and any(
         len(words & _words(f"{(turn.time or '')[:10]} {turn.speaker or ''} {turn.text}")) >= 0.8 * len(words)
-        for _, turn in chosen)
+        for _, turn in chosen
+    )
 
 
 class _Block:
@@ -372,11 +445,15 @@ class _Block:
 
     def turns(self) -> list[RecalledTurn]:
         ordered = sorted(self.chosen.values(), key=lambda pair: (pair[0].created or "", pair[0].entry_id))
-        return [replace(turn, adjacent=index > 0 and _adjacent(ordered[index - 1][0], source, self.links))
-                for index, (source, turn) in enumerate(ordered)]
+        return [
+            replace(turn, adjacent=index > 0 and _adjacent(ordered[index - 1][0], source, self.links))
+            for index, (source, turn) in enumerate(ordered)
+        ]
 
     def tokens(self) -> int:
-        return estimate_tokens(render_recall(self.query, self.notes, self.turns(), by_meaning_only=self.by_meaning_only))
+        return estimate_tokens(
+            render_recall(self.query, self.notes, self.turns(), by_meaning_only=self.by_meaning_only)
+        )
 
     def try_note(self, note: str, limit: int) -> bool:
         self.notes.append(note)
@@ -394,18 +471,35 @@ class _Block:
         # A reader sees the turn out of its day: "yesterday" is resolved against the turn's own time, next to the
         # words ("yesterday (2023-05-07)"), as a small reader does not work it out from the line's date.
         text, clipped = _clip(resolve_relative_dates(source.text or source.summary, source.time), max_chars)
-        self.chosen[source.entry_id] = (source, RecalledTurn(
-            entry_id=source.entry_id, text=text, speaker=source.speaker, role=source.role, time=source.time,
-            thread=source.thread, hit=rank is not None, rank=rank, clipped=clipped))
+        self.chosen[source.entry_id] = (
+            source,
+            RecalledTurn(
+                entry_id=source.entry_id,
+                text=text,
+                speaker=source.speaker,
+                role=source.role,
+                time=source.time,
+                thread=source.thread,
+                hit=rank is not None,
+                rank=rank,
+                clipped=clipped,
+            ),
+        )
         if self.tokens() <= self.budget:
             return True
         del self.chosen[source.entry_id]
         return False
 
 
-def _fill(query: str, user: str | None, memory_id: str, budget: int, hits: Sequence[MemoryHit],
-          neighbours: Sequence[tuple[MemoryHit | None, MemoryHit | None]],
-          notes: tuple[Sequence[str], Sequence[str]]) -> Recall:
+def _fill(
+    query: str,
+    user: str | None,
+    memory_id: str,
+    budget: int,
+    hits: Sequence[MemoryHit],
+    neighbours: Sequence[tuple[MemoryHit | None, MemoryHit | None]],
+    notes: tuple[Sequence[str], Sequence[str]],
+) -> Recall:
     """Choose what fits ``budget``: the best hit first (clipped to fit if it must), then the notes (``notes`` is
     ``(matched, standing)``: while there are hits, the matched ones up to :data:`NOTES_SHARE` of the budget, the
     standing ones up to :data:`STANDING_SHARE` more), then the hits in rank order, the best ones each followed by
@@ -417,8 +511,10 @@ def _fill(query: str, user: str | None, memory_id: str, budget: int, hits: Seque
     if hits:
         room = (budget - block.tokens()) * 4 - 80  # the line's date and speaker
         if room < 40 or not block.try_turn(hits[0], 1, min(hit_chars, room)):
-            raise InputError(f"budget_tokens={budget} is too small to hold one entry of this memory with the "
-                             f"block's headings; give at least {budget + max(0, 40 - room) // 4 + 30}")
+            raise InputError(
+                f"budget_tokens={budget} is too small to hold one entry of this memory with the "
+                f"block's headings; give at least {budget + max(0, 40 - room) // 4 + 30}"
+            )
     matched, standing = notes
     for share, group in ((NOTES_SHARE, matched), (STANDING_SHARE, standing)):
         limit = budget if not hits else block.tokens() + int(budget * share)
@@ -432,5 +528,13 @@ def _fill(query: str, user: str | None, memory_id: str, budget: int, hits: Seque
     for source, hit_rank in plan:
         block.try_turn(source, hit_rank, hit_chars if hit_rank is not None else min(hit_chars, NEIGHBOUR_MAX_CHARS))
     block.notes = [note for note in block.notes if not _repeats(note, block.chosen.values())]
-    return Recall(query=query, user=user, memory_id=memory_id, notes=tuple(block.notes), turns=tuple(block.turns()),
-                  hits=tuple(hits), budget_tokens=budget, tokens=block.tokens())
+    return Recall(
+        query=query,
+        user=user,
+        memory_id=memory_id,
+        notes=tuple(block.notes),
+        turns=tuple(block.turns()),
+        hits=tuple(hits),
+        budget_tokens=budget,
+        tokens=block.tokens(),
+    )

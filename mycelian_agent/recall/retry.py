@@ -22,8 +22,12 @@ READ_ATTEMPTS = 3
 async def read_call(connection: Any, name: str, arguments: dict[str, Any], *, parse: bool = True) -> Any:
     """``connection.call_json(name, arguments)`` (``parse=False``: ``call``, the text), retried when transient."""
     method = connection.call_json if parse else connection.call
-    async for attempt in AsyncRetrying(stop=stop_after_attempt(READ_ATTEMPTS), retry=retry_if_exception(is_transient),
-                                       wait=wait_exponential(multiplier=0.2, max=2.0), reraise=True):
+    async for attempt in AsyncRetrying(
+        stop=stop_after_attempt(READ_ATTEMPTS),
+        retry=retry_if_exception(is_transient),
+        wait=wait_exponential(multiplier=0.2, max=2.0),
+        reraise=True,
+    ):
         with attempt:
             return await method(name, arguments)
     raise AssertionError("unreachable")  # pragma: no cover - reraise=True ends the loop with the last error

@@ -13,7 +13,8 @@ one one ``create_memory_in_vault`` call. Only Mycelian tools are used
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Awaitable, Callable, Protocol
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
 from ..errors import InputError, MemoryServerError
 from .names import check_label, described_labels, is_encoded, memory_title, user_description
@@ -67,8 +68,9 @@ class UserDirectory:
     (creations are serialised in this process; a creation lost to another process reads the winner's memory).
     """
 
-    def __init__(self, connection: Connection, vault_id: str, *, create: bool = True,
-                 memory_type: str = "NOTES") -> None:
+    def __init__(
+        self, connection: Connection, vault_id: str, *, create: bool = True, memory_type: str = "NOTES"
+    ) -> None:
         self.connection = connection
         self.vault_id = vault_id
         self.create = create
@@ -111,9 +113,11 @@ class UserDirectory:
         return self._users.get(memory_id)
 
     async def _reload(self) -> None:
-        self._titles = {str(item["title"]): str(item["memoryId"])
-                        for item in await read_call(self.connection, "list_memories", {"vault_id": self.vault_id})
-                        if isinstance(item, dict) and "title" in item and "memoryId" in item}
+        self._titles = {
+            str(item["title"]): str(item["memoryId"])
+            for item in await read_call(self.connection, "list_memories", {"vault_id": self.vault_id})
+            if isinstance(item, dict) and "title" in item and "memoryId" in item
+        }
         for title, memory_id in self._titles.items():
             if not is_encoded(title):  # a plain title is its user; an encoded one is read when asked for
                 self.remember(title, memory_id)
@@ -134,8 +138,10 @@ class UserDirectory:
             return None
         labels = await self._labels(memory_id)
         if labels != (user,):
-            raise InputError(f"user {user!r} maps to the memory {title!r}, which holds {labels!r}: two ids share "
-                             "one title (a hash collision); use another id for this user")
+            raise InputError(
+                f"user {user!r} maps to the memory {title!r}, which holds {labels!r}: two ids share "
+                "one title (a hash collision); use another id for this user"
+            )
         self.remember(user, memory_id)
         return memory_id
 
@@ -170,15 +176,23 @@ class UserDirectory:
                 await self._reload()  # another process may have created it since
                 if (found := await self._listed(user)) is not None:
                     return found
-                raise InputError(f"unknown user {user!r}: vault {self.vault_id} has no memory of that user and "
-                                 "user creation is off (build_agent(create_users=True) creates users on first use)")
+                raise InputError(
+                    f"unknown user {user!r}: vault {self.vault_id} has no memory of that user and "
+                    "user creation is off (build_agent(create_users=True) creates users on first use)"
+                )
             title = memory_title(user)
 
             async def create_memory() -> str:
-                created = await self.connection.call_json("create_memory_in_vault", {
-                    "vault_id": self.vault_id, "title": title, "memory_type": self.memory_type,
-                    "description": user_description(user),
-                    **if_exists_return(self.connection, "create_memory_in_vault")})
+                created = await self.connection.call_json(
+                    "create_memory_in_vault",
+                    {
+                        "vault_id": self.vault_id,
+                        "title": title,
+                        "memory_type": self.memory_type,
+                        "description": user_description(user),
+                        **if_exists_return(self.connection, "create_memory_in_vault"),
+                    },
+                )
                 self._titles[title] = str(created["memoryId"])
                 self._ids.pop(user, None)
                 # if_exists may answer a memory another id made under this title: confirmed like a listed one

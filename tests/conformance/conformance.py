@@ -19,14 +19,34 @@ from mycelian_agent.memory_server import MemoryStore, open_store
 from mycelian_agent.memory_server.retrieval import pipeline
 from mycelian_agent.memory_server.storage import term_stats
 
-__all__ = ["COUNT_KEYS", "Backend", "StoreThread", "all_entries", "assert_statistics_recount", "ids", "search",
-           "store_threads", "term_counts"]
+__all__ = [
+    "COUNT_KEYS",
+    "Backend",
+    "StoreThread",
+    "all_entries",
+    "assert_statistics_recount",
+    "ids",
+    "search",
+    "store_threads",
+    "term_counts",
+]
 
 T = TypeVar("T")
 
 #: Keys every backend's ``counts()`` reports (the tools' tests and diagnostics read them).
-COUNT_KEYS = frozenset({"vaults", "memories", "entries", "contexts", "entries_fts", "contexts_fts", "entry_vectors",
-                        "memory_stats", "term_stats"})
+COUNT_KEYS = frozenset(
+    {
+        "vaults",
+        "memories",
+        "entries",
+        "contexts",
+        "entries_fts",
+        "contexts_fts",
+        "entry_vectors",
+        "memory_stats",
+        "term_stats",
+    }
+)
 
 
 def _no_check(store: MemoryStore) -> None:
@@ -116,12 +136,15 @@ def all_entries(store: MemoryStore, vault_id: str, memory_id: str) -> list[dict[
         page = store.list_entries(vault_id, memory_id, limit=50, after=page["next_after"])
 
 
-def assert_statistics_recount(store: MemoryStore, vault_id: str, memory_id: str, also: tuple[
-        list[str], list[str]] = ([], [])) -> term_stats.MemoryDelta:
+def assert_statistics_recount(
+    store: MemoryStore, vault_id: str, memory_id: str, also: tuple[list[str], list[str]] = ([], [])
+) -> term_stats.MemoryDelta:
     """The memory's statistics equal a recount of its listed entries, for every term they hold and for ``also``
     (stems, words: terms of deleted entries, which must count 0 unless a listed entry holds them)."""
-    total = term_stats.recount((e["rawEntry"], e["summary"], e["tags"], e.get("conversationTime", e["creationTime"]))
-                               for e in all_entries(store, vault_id, memory_id))
+    total = term_stats.recount(
+        (e["rawEntry"], e["summary"], e["tags"], e.get("conversationTime", e["creationTime"]))
+        for e in all_entries(store, vault_id, memory_id)
+    )
     expected = {(kind, term): n for kind, term, n in total.rows()}
     stems = sorted({term for kind, term in expected if kind == term_stats.STEM} | set(also[0]))
     words = sorted({term for kind, term in expected if kind == term_stats.WORD} | set(also[1]))

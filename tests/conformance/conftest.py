@@ -51,10 +51,15 @@ def sqlite_backend(tmp_path: Path) -> Backend:
     from mycelian_agent.memory_server.storage.sqlite.migrations import SCHEMA_VERSION
 
     numbers = itertools.count()
-    return Backend(name="sqlite", target=str(tmp_path / "memory.db"),
-                   fresh=lambda: str(tmp_path / f"fresh{next(numbers)}.db"),
-                   schema_version=_sqlite_version, current_version=SCHEMA_VERSION, mark_version=_sqlite_mark,
-                   check_integrity=_sqlite_integrity)
+    return Backend(
+        name="sqlite",
+        target=str(tmp_path / "memory.db"),
+        fresh=lambda: str(tmp_path / f"fresh{next(numbers)}.db"),
+        schema_version=_sqlite_version,
+        current_version=SCHEMA_VERSION,
+        mark_version=_sqlite_mark,
+        check_integrity=_sqlite_integrity,
+    )
 
 
 # -- PostgreSQL: the session's throwaway cluster (tests/conftest.py), an emptied database per test ------------------
@@ -86,8 +91,14 @@ def postgres_backend(request: pytest.FixtureRequest, pg_cluster: TemporaryCluste
     def fresh() -> str:
         return pg_cluster.create_database(f"{stem}_{next(numbers)}")
 
-    return Backend(name="postgres", target=url, fresh=fresh, schema_version=_pg_version,
-                   current_version=SCHEMA_VERSION, mark_version=_pg_mark)
+    return Backend(
+        name="postgres",
+        target=url,
+        fresh=fresh,
+        schema_version=_pg_version,
+        current_version=SCHEMA_VERSION,
+        mark_version=_pg_mark,
+    )
 
 
 # -- the suite's fixtures ----------------------------------------------------------------------------------------

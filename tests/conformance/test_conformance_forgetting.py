@@ -55,8 +55,13 @@ def test_a_deleted_entry_leaves_every_context_snapshot_and_the_rest_stays(backen
 def test_an_item_another_entry_still_supports_stays(store: MemoryStore) -> None:
     v, m = _memory(store)
     first = store.add_entry(v, m, PEANUTS, "Alice is allergic to peanuts", {"speaker": "Alice"})["entryId"]
-    again = store.add_entry(v, m, "As I said, I'm allergic to peanuts, even a trace makes me sick",
-                            "Alice repeats her peanut allergy", {"speaker": "Alice"})["entryId"]
+    again = store.add_entry(
+        v,
+        m,
+        "As I said, I'm allergic to peanuts, even a trace makes me sick",
+        "Alice repeats her peanut allergy",
+        {"speaker": "Alice"},
+    )["entryId"]
     store.put_context(v, m, DOCUMENT)
     assert store.delete_entry(v, m, first)["contextItemsRemoved"] == 0  # the second entry says the same
     assert store.get_context(v, m) == DOCUMENT
@@ -69,8 +74,9 @@ def test_a_deleted_entry_takes_every_version_from_search_history_and_context(sto
     entry_id = store.add_entry(v, m, "My locker code is 4417 at the gym", "locker code 4417")["entryId"]
     store.update_entry(v, m, entry_id, "My locker code is 9902 at the gym", "locker code 9902")
     # A document written from both versions (the agent saw the first one before the update).
-    store.put_context(v, m, "## Facts\n- The locker code is 4417 at the gym\n- Likes swimming\n"
-                            "- Her locker code is 9902 at the gym")
+    store.put_context(
+        v, m, "## Facts\n- The locker code is 4417 at the gym\n- Likes swimming\n- Her locker code is 9902 at the gym"
+    )
     assert store.delete_entry(v, m, entry_id)["contextItemsRemoved"] == 2
     assert store.get_context(v, m) == "## Facts\n- Likes swimming"
     assert ids(store, m, "locker code gym", top_ke=25) == []

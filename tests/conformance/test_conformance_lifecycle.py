@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 import contextlib
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -40,8 +40,11 @@ def test_a_fresh_database_is_migrated_to_the_current_version_once(backend: Backe
     finally:
         again.close()
     backend.mark_version(target, backend.current_version + 1)
-    with pytest.raises(MemoryServerError, match=f"schema version {backend.current_version + 1}, newer than this "
-                                                f"server's {backend.current_version}.*upgrade mycelian-agent"):
+    with pytest.raises(
+        MemoryServerError,
+        match=f"schema version {backend.current_version + 1}, newer than this "
+        f"server's {backend.current_version}.*upgrade mycelian-agent",
+    ):
         backend.open(target)
 
 
@@ -54,8 +57,11 @@ def test_two_stores_on_one_database_see_each_others_writes(backend: Backend) -> 
         vault = one.create_vault("shared")["vaultId"]
         memory = one.create_memory(vault, "m", "CHAT")["memoryId"]
         assert two.list_memories(vault) == one.list_memories(vault)
-        made = one.add_entries(vault, memory, [{"raw_entry": f"Note {i} about the garden and roses",
-                                                "summary": f"garden note {i}"} for i in range(60)])["entries"]
+        made = one.add_entries(
+            vault,
+            memory,
+            [{"raw_entry": f"Note {i} about the garden and roses", "summary": f"garden note {i}"} for i in range(60)],
+        )["entries"]
         kayak = one.add_entry(vault, memory, "The kayak trip is on Sunday", "kayak trip")["entryId"]
         assert ids(two, memory, "kayak", top_ke=1) == [kayak]
         before = ids(one, memory, "garden roses", top_ke=5)
@@ -88,8 +94,9 @@ def test_concurrent_writes_with_one_idempotency_key_store_one_entry(backend: Bac
             return lambda s: s.add_entry(vault, memory, f"message {i}", "s", idempotency_key=f"k{i}")
 
         def batch(i: int) -> Callable[[MemoryStore], dict[str, Any]]:
-            items = [{"raw_entry": f"batch {i} item {k}", "summary": "s", "idempotency_key": f"b{i}-{k}"}
-                     for k in range(5)]
+            items = [
+                {"raw_entry": f"batch {i} item {k}", "summary": "s", "idempotency_key": f"b{i}-{k}"} for k in range(5)
+            ]
             return lambda s: s.add_entries(vault, memory, items)
 
         futures = [thread.submit(write(i)) for i in range(20) for thread in (a, b)]
@@ -114,12 +121,14 @@ class _Exploding:
     def attach(self, vectors: Any, connect: Any) -> None:
         pass
 
-    def similarities(self, conn: Any, memory_id: str, query: str, after: str | None = None,
-                     before: str | None = None) -> tuple[list[int], Any]:
+    def similarities(
+        self, conn: Any, memory_id: str, query: str, after: str | None = None, before: str | None = None
+    ) -> tuple[list[int], Any]:
         return [], []
 
-    def hits(self, connect: Any, memory_id: str, query: str, k: int, after: str | None = None,
-             before: str | None = None) -> None:
+    def hits(
+        self, connect: Any, memory_id: str, query: str, k: int, after: str | None = None, before: str | None = None
+    ) -> None:
         return None
 
     def settle(self, memory_id: str | None = None, timeout: float = 60.0) -> bool:

@@ -78,18 +78,22 @@ def test_the_answer_following_a_matching_question_is_found(chat: Chat) -> None:
 def test_the_turn_after_a_question_takes_a_larger_share_than_the_turn_after_a_statement(chat: Chat) -> None:
     def conversation(memory: str, turns: tuple[str, ...]) -> list[str]:
         # Two exchanges three hours apart: no shares between them.
-        return [chat.add(text, memory, conversation_time=f"2024-01-10T{12 + 3 * (i // 2)}:0{i % 2}:00Z")
-                for i, text in enumerate(turns)]
+        return [
+            chat.add(text, memory, conversation_time=f"2024-01-10T{12 + 3 * (i // 2)}:0{i % 2}:00Z")
+            for i, text in enumerate(turns)
+        ]
 
     # The two matching turns have the same words; their followers share none with the query. With one share for
     # every follower the two would tie (and the newer, the statement's follower, would come first).
     asked, answer, stated, follower = conversation(
-        chat.memory, ("Did you paint the lake?", "Yes, last summer.", "I paint the lake.", "Then we had dinner."))
+        chat.memory, ("Did you paint the lake?", "Yes, last summer.", "I paint the lake.", "Then we had dinner.")
+    )
     found = chat.ids("paint lake", top_ke=4)
     assert set(found[:2]) == {asked, stated} and found[2:] == [answer, follower]
     other = chat.new_memory("cjk")  # a full-width question mark asks too
     asked, answer, stated, follower = conversation(
-        other, ("Did you paint the lake\uff1f", "Yes, last summer.", "I paint the lake.", "Then we had dinner."))
+        other, ("Did you paint the lake\uff1f", "Yes, last summer.", "I paint the lake.", "Then we had dinner.")
+    )
     assert chat.ids("paint lake", other, top_ke=4)[2:] == [answer, follower]
 
 
@@ -104,18 +108,30 @@ def test_results_and_neighbours_never_cross_memories(chat: Chat) -> None:
 
 
 def test_ranking_scores_raw_entries_and_options(chat: Chat) -> None:
-    grows = chat.store.add_entry(chat.vault, chat.memory, "We talked about gardening and tomatoes.",
-                                 "The user grows tomatoes.", {"speaker": "Ana"}, "2024-03-05T10:00:00Z")["entryId"]
+    grows = chat.store.add_entry(
+        chat.vault,
+        chat.memory,
+        "We talked about gardening and tomatoes.",
+        "The user grows tomatoes.",
+        {"speaker": "Ana"},
+        "2024-03-05T10:00:00Z",
+    )["entryId"]
     chat.store.add_entry(chat.vault, chat.memory, "tomatoes tomatoes", "food")
     chat.store.add_entry(chat.vault, chat.memory, "The weather was nice.", "weather")
     found = search(chat.store, chat.memory, "Which tomatoes does the user grow?", top_ke=2, include_raw_entries=True)
     scores = [e["score"] for e in found["entries"]]
     assert found["count"] == len(scores) == 2 and scores == sorted(scores, reverse=True) and scores[-1] > 0
     first = found["entries"][0]
-    assert first == {"entryId": grows, "summary": "The user grows tomatoes.",
-                     "rawEntry": "We talked about gardening and tomatoes.", "score": first["score"], "match": "words",
-                     "creationTime": first["creationTime"], "conversationTime": "2024-03-05T10:00:00.000000Z",
-                     "tags": {"speaker": "Ana"}}
+    assert first == {
+        "entryId": grows,
+        "summary": "The user grows tomatoes.",
+        "rawEntry": "We talked about gardening and tomatoes.",
+        "score": first["score"],
+        "match": "words",
+        "creationTime": first["creationTime"],
+        "conversationTime": "2024-03-05T10:00:00.000000Z",
+        "tags": {"speaker": "Ana"},
+    }
     assert "rawEntry" not in search(chat.store, chat.memory, "tomatoes")["entries"][0]
 
 
@@ -130,19 +146,29 @@ def test_query_feedback_finds_what_the_best_hits_talk_about(chat: Chat) -> None:
     puppy = chat.add("We adopted a puppy last week: Biscuit, a golden retriever.", conversation_time=day(0))
     shoes = chat.add("Biscuit the golden retriever chewed my shoes again.", conversation_time=day(40))
     assert chat.ids("Tell me about the puppy.") == [puppy]  # a small memory: no feedback
-    topics = [f"We talked about {a} and {b}." for a in ("work", "travel", "music", "cooking", "rain", "books")
-              for b in ("plans", "friends", "money", "news", "sleep", "sport", "art", "school", "food", "games")]
-    chat.store.add_entries(chat.vault, chat.memory, [
-        {"raw_entry": t, "summary": t, "conversation_time": f"2024-06-{1 + i % 28:02d}T{i % 24:02d}:00:00Z"}
-        for i, t in enumerate(topics)])
+    topics = [
+        f"We talked about {a} and {b}."
+        for a in ("work", "travel", "music", "cooking", "rain", "books")
+        for b in ("plans", "friends", "money", "news", "sleep", "sport", "art", "school", "food", "games")
+    ]
+    chat.store.add_entries(
+        chat.vault,
+        chat.memory,
+        [
+            {"raw_entry": t, "summary": t, "conversation_time": f"2024-06-{1 + i % 28:02d}T{i % 24:02d}:00:00Z"}
+            for i, t in enumerate(topics)
+        ],
+    )
     # The cat shares "adopted" with the best hit: a weaker match, last.
     assert chat.ids("Tell me about the puppy.") == [puppy, shoes, cat]
     assert chat.ids("golden retriever shoes", top_ke=2) == [shoes, puppy]  # the query's own words first
 
 
 def test_time_bounds_are_exclusive_on_conversation_time_then_creation_time(chat: Chat) -> None:
-    made = {month: chat.add(f"ski trip {month}", conversation_time=f"2024-{month}-10T12:00:00Z")
-            for month in ("01", "02", "03")}
+    made = {
+        month: chat.add(f"ski trip {month}", conversation_time=f"2024-{month}-10T12:00:00Z")
+        for month in ("01", "02", "03")
+    }
     undated = chat.add("ski trip")
 
     def found(**bounds: str) -> set[str]:
@@ -158,13 +184,33 @@ def test_time_bounds_are_exclusive_on_conversation_time_then_creation_time(chat:
 # (query, whether it finds "A kayak trip." said by Jon): operators, quotes and SQL are never syntax; the words left
 # in the query are searched like any others.
 QUERIES = [
-    ('NEAR("kayak" trip) AND OR NOT *x* ^y col:z', True), ("'); DROP TABLE entries;--", False),
-    ('mkey : "m0" OR labels : kayak', True), ("kayak\x00trip", True), ("{raw_entry summary} : kayak*", True),
-    ('"*(){}^:-_', False), ('"', False), ("*", False), ("NEAR(", False), ("NEAR(kayak trip, 2)", True),
-    ("AND OR NOT", False), ("kayak AND", True), ("') --", False), ("DROP TABLE entries", False),
-    ("col:kayak", True), ("^kayak", True), ("kayak*", True), ("(((", False), ("\x00", False),
-    ("\U0001f600 \U0001f408", False), ("-kayak", True), ("rowid = 1", False), ("mkey : *", False),
-    ("jon", True), ("Jon's trip?", True), ("a:b:c & | ! <-> kayak", True), ("@@ to_tsquery('x')", False),
+    ('NEAR("kayak" trip) AND OR NOT *x* ^y col:z', True),
+    ("'); DROP TABLE entries;--", False),
+    ('mkey : "m0" OR labels : kayak', True),
+    ("kayak\x00trip", True),
+    ("{raw_entry summary} : kayak*", True),
+    ('"*(){}^:-_', False),
+    ('"', False),
+    ("*", False),
+    ("NEAR(", False),
+    ("NEAR(kayak trip, 2)", True),
+    ("AND OR NOT", False),
+    ("kayak AND", True),
+    ("') --", False),
+    ("DROP TABLE entries", False),
+    ("col:kayak", True),
+    ("^kayak", True),
+    ("kayak*", True),
+    ("(((", False),
+    ("\x00", False),
+    ("\U0001f600 \U0001f408", False),
+    ("-kayak", True),
+    ("rowid = 1", False),
+    ("mkey : *", False),
+    ("jon", True),
+    ("Jon's trip?", True),
+    ("a:b:c & | ! <-> kayak", True),
+    ("@@ to_tsquery('x')", False),
 ]
 
 
@@ -178,7 +224,7 @@ def test_any_text_is_a_safe_query_and_no_hit_is_an_empty_result(chat: Chat) -> N
     assert chat.store.snapshot() == before  # and every table intact
     none = search(chat.store, chat.memory, "zebra")
     assert (none["entries"], none["count"], none["contexts"]) == ([], 0, [])
-    sql = "Robert'); DROP TABLE entries;-- said \"hi\" AND NOT NEAR(x)"
+    sql = 'Robert\'); DROP TABLE entries;-- said "hi" AND NOT NEAR(x)'
     bobby = chat.store.add_entry(chat.vault, chat.memory, sql, "little bobby")["entryId"]
     assert chat.store.get_entry(chat.vault, chat.memory, bobby)["rawEntry"] == sql
     found = search(chat.store, chat.memory, "DROP TABLE entries", include_raw_entries=True)["entries"]
@@ -188,10 +234,18 @@ def test_any_text_is_a_safe_query_and_no_hit_is_an_empty_result(chat: Chat) -> N
 @pytest.mark.parametrize("count", [30, 60])  # 60: enough entries for query feedback (feedback.py)
 def test_offset_pages_through_one_ranking(chat: Chat, count: int) -> None:
     topics = ("basil", "slugs", "compost", "sunlight", "seedlings", "frost", "mulch")
-    chat.store.add_entries(chat.vault, chat.memory, [
-        {"raw_entry": f"Garden note {i}: the tomatoes need water, {topics[i % 7]}" + " again" * (i % 5),
-         "summary": f"Garden note {i}: the tomatoes need water, {topics[i % 7]}" + " again" * (i % 5),
-         "conversation_time": f"2024-{1 + i // 28:02d}-{1 + i % 28:02d}T10:00:00Z"} for i in range(count)])
+    chat.store.add_entries(
+        chat.vault,
+        chat.memory,
+        [
+            {
+                "raw_entry": f"Garden note {i}: the tomatoes need water, {topics[i % 7]}" + " again" * (i % 5),
+                "summary": f"Garden note {i}: the tomatoes need water, {topics[i % 7]}" + " again" * (i % 5),
+                "conversation_time": f"2024-{1 + i // 28:02d}-{1 + i % 28:02d}T10:00:00Z",
+            }
+            for i in range(count)
+        ],
+    )
     deep = chat.ids("tomatoes water", top_ke=25)
     pages: list[str] = []
     for offset in range(0, count + 10, 10):
@@ -209,8 +263,16 @@ def test_the_neighbourhood_is_the_links_of_the_entries_and_of_their_neighbours(c
     store = chat.store
     other = chat.new_memory("other")
     day = "2024-03-{:02d}T10:00:00Z"
-    texts = ["Where is the kayak?", "In the shed.", "Thanks!", "The canoe leaks.", "Fix it?", "Later.",
-             "Paddles are new.", "Done."]
+    texts = [
+        "Where is the kayak?",
+        "In the shed.",
+        "Thanks!",
+        "The canoe leaks.",
+        "Fix it?",
+        "Later.",
+        "Paddles are new.",
+        "Done.",
+    ]
     written = []
     for i, text in enumerate(texts):
         written.append(chat.add(text, conversation_time=day.format(1 if i < 4 else 20)))  # a gap after the 4th
@@ -220,11 +282,17 @@ def test_the_neighbourhood_is_the_links_of_the_entries_and_of_their_neighbours(c
     foreign = sorted(store.entry_rows(other, range(1, 100)))
     assert len(seqs) == 7 and len(foreign) == 8
     seqs[written[6]] = -1  # (deleted)
-    for given in ([seqs[written[0]]], [seqs[written[2]], seqs[written[7]]], sorted(seqs.values())[1:],
-                  [seqs[written[4]], foreign[0], 10_000]):
+    for given in (
+        [seqs[written[0]]],
+        [seqs[written[2]], seqs[written[7]]],
+        sorted(seqs.values())[1:],
+        [seqs[written[4]], foreign[0], 10_000],
+    ):
         links, around = store.neighbourhood(chat.memory, given)
         expected = sorted(store.neighbour_links(chat.memory, given))
         assert sorted(links) == expected
         near = sorted({n for _, p, f, _ in expected for n in (p, f) if n is not None} - set(given))
-        assert {seq: around[seq] for seq in near} == {link[0]: link for link in store.neighbour_links(chat.memory, near)}
+        assert {seq: around[seq] for seq in near} == {
+            link[0]: link for link in store.neighbour_links(chat.memory, near)
+        }
     assert store.neighbourhood(chat.memory, []) == ([], {})

@@ -19,27 +19,32 @@ def _memory(store: MemoryStore, title: str = "chat") -> tuple[str, str]:
 
 
 def test_an_update_keeps_the_id_and_place_bumps_the_version_and_replaces_what_search_finds(
-        backend: Backend, store: MemoryStore) -> None:
+    backend: Backend, store: MemoryStore
+) -> None:
     v, m = _memory(store)
-    before = store.add_entry(v, m, "I moved to Lisbon last spring", "Ann moved to Lisbon", {"speaker": "Ann"},
-                             "2023-05-08T13:56:00Z")
+    before = store.add_entry(
+        v, m, "I moved to Lisbon last spring", "Ann moved to Lisbon", {"speaker": "Ann"}, "2023-05-08T13:56:00Z"
+    )
     assert before["version"] == 1
     after_it = store.add_entry(v, m, "The kayak trip is on Sunday", "kayak trip")["entryId"]
     entry_id = before["entryId"]
-    updated = store.update_entry(v, m, entry_id, "I moved to Porto last spring", "Ann moved to Porto",
-                                 {"speaker": "Ann", "topic": "home"})
+    updated = store.update_entry(
+        v, m, entry_id, "I moved to Porto last spring", "Ann moved to Porto", {"speaker": "Ann", "topic": "home"}
+    )
     assert updated["status"] == "updated"
     assert (updated["entryId"], updated["version"], updated["creationTime"]) == (entry_id, 2, before["creationTime"])
     assert updated["conversationTime"] == before["conversationTime"]  # kept: none was given
     assert (updated["rawEntry"], updated["summary"]) == ("I moved to Porto last spring", "Ann moved to Porto")
-    assert store.get_entry(v, m, entry_id) == {k: val for k, val in updated.items()
-                                               if k not in ("status", "contextItemsRemoved")}
+    assert store.get_entry(v, m, entry_id) == {
+        k: val for k, val in updated.items() if k not in ("status", "contextItemsRemoved")
+    }
     # Same place in the memory: the newest entry is still the kayak trip.
     assert [e["entryId"] for e in store.list_entries(v, m)["entries"]] == [after_it, entry_id]
     assert ids(store, m, "Lisbon", top_ke=25) == []
     assert ids(store, m, "Porto", top_ke=25) == [entry_id]
     assert search(store, m, "Porto", include_raw_entries=True)["entries"][0]["rawEntry"] == (
-        "I moved to Porto last spring")
+        "I moved to Porto last spring"
+    )
     assert_statistics_recount(store, v, m, also=(["lisbon"], ["lisbon"]))
     counts = store.counts()
     assert counts["entries"] == counts["entries_fts"] == 2
@@ -62,7 +67,8 @@ def test_the_history_lists_every_version_oldest_first_with_when_each_was_replace
     assert versions[0]["replacedAt"] <= versions[1]["replacedAt"] and versions[2]["replacedAt"] is None
     assert all(h["creationTime"] == first["creationTime"] for h in versions)
     assert {k: val for k, val in versions[2].items() if k != "replacedAt"} == {
-        k: val for k, val in third.items() if k not in ("status", "contextItemsRemoved")}
+        k: val for k, val in third.items() if k not in ("status", "contextItemsRemoved")
+    }
     # The history is read-only, and an entry never updated has one version.
     assert store.list_entry_versions(v, m, entry_id) == history
     other = store.add_entry(v, m, "I run on Mondays", "runs")["entryId"]
@@ -87,11 +93,21 @@ def test_bad_updates_are_refused_by_name_and_change_nothing(store: MemoryStore) 
     other = store.add_entry(ov, om, "secret of other", "other")["entryId"]
     before = store.snapshot()
     for call, error, message in [
-        (lambda: store.update_entry(v, m, UNKNOWN, "r", "s"), MemoryServerError,
-         f"entry {UNKNOWN} not found in memory {m}"),
-        (lambda: store.update_entry(v, m, other, "r", "s"), MemoryServerError, f"entry {other} not found in memory {m}"),
-        (lambda: store.update_entry(v, om, entry_id, "r", "s"), MemoryServerError,
-         f"memory {om} not found in vault {v}"),
+        (
+            lambda: store.update_entry(v, m, UNKNOWN, "r", "s"),
+            MemoryServerError,
+            f"entry {UNKNOWN} not found in memory {m}",
+        ),
+        (
+            lambda: store.update_entry(v, m, other, "r", "s"),
+            MemoryServerError,
+            f"entry {other} not found in memory {m}",
+        ),
+        (
+            lambda: store.update_entry(v, om, entry_id, "r", "s"),
+            MemoryServerError,
+            f"memory {om} not found in vault {v}",
+        ),
         (lambda: store.update_entry(UNKNOWN, m, entry_id, "r", "s"), MemoryServerError, f"vault {UNKNOWN} not found"),
         (lambda: store.update_entry(v, m, entry_id, "", "s"), InputError, "raw_entry"),
         (lambda: store.update_entry(v, m, entry_id, "r", "s", {"k": 5}), InputError, "tags"),  # type: ignore[dict-item]
@@ -106,7 +122,8 @@ def test_bad_updates_are_refused_by_name_and_change_nothing(store: MemoryStore) 
 
 
 def test_an_update_takes_the_items_only_the_replaced_text_said_out_of_every_context_snapshot(
-        store: MemoryStore) -> None:
+    store: MemoryStore,
+) -> None:
     v, m = _memory(store)
     moved = store.add_entry(v, m, "I moved to Lisbon last spring", "Ann moved to Lisbon")["entryId"]
     tea = store.add_entry(v, m, "I like green tea a lot", "Ann likes green tea")["entryId"]
@@ -117,8 +134,12 @@ def test_an_update_takes_the_items_only_the_replaced_text_said_out_of_every_cont
     assert answer["contextItemsRemoved"] == 2  # one item in each snapshot
     assert store.get_context(v, m) == "## Facts\n- Ann likes green tea a lot\n- Ann has a cat\n- Ann runs"
     # The new text still says what the item says: it stays.
-    assert store.update_entry(v, m, tea, "I like green tea a lot, and coffee", "Ann likes tea and coffee")[
-        "contextItemsRemoved"] == 0
+    assert (
+        store.update_entry(v, m, tea, "I like green tea a lot, and coffee", "Ann likes tea and coffee")[
+            "contextItemsRemoved"
+        ]
+        == 0
+    )
     assert "- Ann likes green tea a lot" in store.get_context(v, m)
     assert store.list_entry_versions(v, m, moved)["versions"][0]["rawEntry"] == "I moved to Lisbon last spring"
 
@@ -132,8 +153,9 @@ def test_a_retried_write_of_an_entry_corrected_since_is_answered_not_refused(sto
     store.update_entry(v, m, first["entryId"], "I moved to Denver", "moved")
     before = store.snapshot()
     again = store.add_entry(v, m, "I moved to Boston", "moved", idempotency_key="t1:msg:1")
-    batch = store.add_entries(v, m, [{"raw_entry": "I moved to Boston", "summary": "moved",
-                                      "idempotency_key": "t1:msg:1"}])
+    batch = store.add_entries(
+        v, m, [{"raw_entry": "I moved to Boston", "summary": "moved", "idempotency_key": "t1:msg:1"}]
+    )
     assert (again["entryId"], again["rawEntry"], again["deduplicated"]) == (first["entryId"], "I moved to Denver", True)
     assert (batch["stored"], batch["entries"][0]["rawEntry"]) == (0, "I moved to Denver")
     assert store.snapshot() == before

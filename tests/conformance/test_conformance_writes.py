@@ -13,8 +13,17 @@ from mycelian_agent.errors import InputError, MemoryServerError
 from mycelian_agent.memory_server import PLACEHOLDER_CONTEXT, MemoryStore
 
 UNKNOWN = "00000000-0000-4000-8000-000000000000"
-ENTRY_KEYS = {"entryId", "memoryId", "vaultId", "creationTime", "conversationTime", "rawEntry", "summary", "tags",
-              "version"}
+ENTRY_KEYS = {
+    "entryId",
+    "memoryId",
+    "vaultId",
+    "creationTime",
+    "conversationTime",
+    "rawEntry",
+    "summary",
+    "tags",
+    "version",
+}
 
 
 def _memory(store: MemoryStore, title: str = "chat", vault: str | None = None) -> tuple[str, str]:
@@ -32,12 +41,20 @@ def test_vaults_and_memories_are_listed_oldest_first_and_titles_are_unique(store
     assert store.list_vaults() == [home, {"vaultId": other, "title": "other"}]
     v = home["vaultId"]
     first = store.create_memory(v, "chat-1", "NOTES", "the first")
-    assert first == {"memoryId": first["memoryId"], "vaultId": v, "title": "chat-1", "description": "the first",
-                     "memoryType": "NOTES", "creationTime": first["creationTime"]}
+    assert first == {
+        "memoryId": first["memoryId"],
+        "vaultId": v,
+        "title": "chat-1",
+        "description": "the first",
+        "memoryType": "NOTES",
+        "creationTime": first["creationTime"],
+    }
     second = store.create_memory(v, "chat-2", "CHAT")["memoryId"]
     store.create_memory(other, "chat-1", "CHAT")  # a title is unique within its vault only
-    assert store.list_memories(v) == [{"memoryId": first["memoryId"], "title": "chat-1"},
-                                      {"memoryId": second, "title": "chat-2"}]
+    assert store.list_memories(v) == [
+        {"memoryId": first["memoryId"], "title": "chat-1"},
+        {"memoryId": second, "title": "chat-2"},
+    ]
     assert store.get_memory(v, first["memoryId"]) == first
     before = store.snapshot()
     with pytest.raises(MemoryServerError, match="a vault titled 'home' already exists"):
@@ -52,8 +69,14 @@ def test_vaults_and_memories_are_listed_oldest_first_and_titles_are_unique(store
 
 def test_an_entry_is_stored_as_given_and_read_back_whole(store: MemoryStore) -> None:
     v, m = _memory(store)
-    entry = store.add_entry(v, m, "Moved to Denver", "The user moved to Denver.", {"role": "user", "topic": "move"},
-                            "2024-03-05T10:00:00+01:00")
+    entry = store.add_entry(
+        v,
+        m,
+        "Moved to Denver",
+        "The user moved to Denver.",
+        {"role": "user", "topic": "move"},
+        "2024-03-05T10:00:00+01:00",
+    )
     assert (entry["status"], entry["deduplicated"]) == ("stored", False)
     assert entry["conversationTime"] == "2024-03-05T09:00:00.000000Z"  # normalised to UTC
     stored = store.get_entry(v, m, entry["entryId"])
@@ -66,16 +89,25 @@ def test_an_entry_is_stored_as_given_and_read_back_whole(store: MemoryStore) -> 
 def test_creation_times_strictly_increase_per_memory(store: MemoryStore) -> None:
     v, m = _memory(store)
     times = [store.add_entry(v, m, f"e{i}", "s")["creationTime"] for i in range(100)]
-    times += [e["creationTime"] for e in store.add_entries(v, m, [{"raw_entry": f"b{i}", "summary": "s"}
-                                                                   for i in range(50)])["entries"]]
+    times += [
+        e["creationTime"]
+        for e in store.add_entries(v, m, [{"raw_entry": f"b{i}", "summary": "s"} for i in range(50)])["entries"]
+    ]
     assert times == sorted(set(times))  # distinct and increasing: exact list_entries cursors
 
 
 def test_add_entries_stores_all_in_order_or_nothing(store: MemoryStore) -> None:
     v, m = _memory(store)
     items: list[dict[str, Any]] = [
-        {"raw_entry": f"walrus fact {i}", "summary": f"walrus {i}", "tags": {"msg": str(i)},
-         "conversation_time": "2024-05-01T12:00:00Z", "idempotency_key": f"t:{i}"} for i in range(3)]
+        {
+            "raw_entry": f"walrus fact {i}",
+            "summary": f"walrus {i}",
+            "tags": {"msg": str(i)},
+            "conversation_time": "2024-05-01T12:00:00Z",
+            "idempotency_key": f"t:{i}",
+        }
+        for i in range(3)
+    ]
     items.append({"raw_entry": "no key, no time", "summary": "plain"})
     first = store.add_entries(v, m, items)
     assert (first["count"], first["stored"], first["deduplicated"], first["status"]) == (4, 4, 0, "stored")
@@ -89,8 +121,14 @@ def test_add_entries_stores_all_in_order_or_nothing(store: MemoryStore) -> None:
     before = store.snapshot()
     # The first item is inserted, then the second's key conflicts with it: the transaction stores neither.
     with pytest.raises(MemoryServerError, match=r"entries\[1\]: idempotency_key 'k' conflicts.*nothing was stored"):
-        store.add_entries(v, m, [{"raw_entry": "one", "summary": "s", "idempotency_key": "k"},
-                                 {"raw_entry": "two", "summary": "s", "idempotency_key": "k"}])
+        store.add_entries(
+            v,
+            m,
+            [
+                {"raw_entry": "one", "summary": "s", "idempotency_key": "k"},
+                {"raw_entry": "two", "summary": "s", "idempotency_key": "k"},
+            ],
+        )
     assert store.snapshot() == before
 
 
@@ -99,11 +137,20 @@ def test_contexts_the_newest_is_current_and_each_is_searchable(store: MemoryStor
     assert store.get_context(v, m) == PLACEHOLDER_CONTEXT
     empty = search(store, m, "anything")
     assert (empty["latestContext"], empty["latestContextTimestamp"], empty["contexts"]) == (
-        PLACEHOLDER_CONTEXT, None, [])
-    puts = [store.put_context(v, m, text) for text in ("## Facts\n- grows tomatoes in the garden",
-                                                       "## Facts\n- has a cat", "## Facts\n- likes jazz")]
-    assert puts[0] == {"memoryId": m, "timestamp": puts[0]["timestamp"], "status": "stored",
-                       "chars": len("## Facts\n- grows tomatoes in the garden")}
+        PLACEHOLDER_CONTEXT,
+        None,
+        [],
+    )
+    puts = [
+        store.put_context(v, m, text)
+        for text in ("## Facts\n- grows tomatoes in the garden", "## Facts\n- has a cat", "## Facts\n- likes jazz")
+    ]
+    assert puts[0] == {
+        "memoryId": m,
+        "timestamp": puts[0]["timestamp"],
+        "status": "stored",
+        "chars": len("## Facts\n- grows tomatoes in the garden"),
+    }
     assert store.get_context(v, m) == "## Facts\n- likes jazz"
     found = search(store, m, "cat", top_ke=0, top_kc=1)
     assert (found["entries"], found["count"]) == ([], 0)
@@ -111,7 +158,8 @@ def test_contexts_the_newest_is_current_and_each_is_searchable(store: MemoryStor
     assert (found["latestContext"], found["latestContextTimestamp"]) == ("## Facts\n- likes jazz", puts[2]["timestamp"])
     # Only the snapshots that match, best first, however many are asked for.
     assert [c["context"] for c in search(store, m, "tomatoes garden", top_kc=3)["contexts"]] == [
-        "## Facts\n- grows tomatoes in the garden"]
+        "## Facts\n- grows tomatoes in the garden"
+    ]
 
 
 def test_list_entries_pages_newest_first_before_and_oldest_first_after(store: MemoryStore) -> None:
@@ -143,13 +191,21 @@ def _write_texts(store: MemoryStore, texts: list[str]) -> None:
     v, m = _memory(store)
     for number, text in enumerate(texts):
         writes: list[tuple[str, Callable[[], Any], Callable[[Any], Any], Any]] = [
-            ("raw_entry", lambda: store.add_entry(v, m, text, text[:2000], {"k": text[:500]}),
-             lambda added: (lambda e: (e["rawEntry"], e["summary"], e["tags"]))(
-                 store.get_entry(v, m, added["entryId"])),
-             (text, text[:2000], {"k": text[:500]})),
+            (
+                "raw_entry",
+                lambda: store.add_entry(v, m, text, text[:2000], {"k": text[:500]}),
+                lambda added: (lambda e: (e["rawEntry"], e["summary"], e["tags"]))(
+                    store.get_entry(v, m, added["entryId"])
+                ),
+                (text, text[:2000], {"k": text[:500]}),
+            ),
             ("content", lambda: store.put_context(v, m, text[:2000]), lambda _: store.get_context(v, m), text[:2000]),
-            ("description", lambda: store.create_memory(v, f"text-{number}", "CHAT", text[:1000]),
-             lambda made: store.get_memory(v, made["memoryId"])["description"], text[:1000]),
+            (
+                "description",
+                lambda: store.create_memory(v, f"text-{number}", "CHAT", text[:1000]),
+                lambda made: store.get_memory(v, made["memoryId"])["description"],
+                text[:1000],
+            ),
         ]
         for argument, write, read, expected in writes:
             before = store.snapshot()
@@ -162,8 +218,7 @@ def _write_texts(store: MemoryStore, texts: list[str]) -> None:
 
 
 def test_any_text_is_stored_whole(store: MemoryStore) -> None:
-    _write_texts(store, ["tab\there, CR\r, bell\x07, DEL\x7f", "emoji \U0001f600, e\u0301, \u2028, \ufeff",
-                         "x" * 9000])
+    _write_texts(store, ["tab\there, CR\r, bell\x07, DEL\x7f", "emoji \U0001f600, e\u0301, \u2028, \ufeff", "x" * 9000])
 
 
 def test_a_nul_character_is_refused_by_name_and_changes_nothing(store: MemoryStore) -> None:
@@ -197,9 +252,11 @@ def test_a_retry_with_the_same_key_returns_the_stored_entry(store: MemoryStore) 
     assert retry["entryId"] == first["entryId"] and retry["summary"] == "greeting"
     assert store.counts() == counts
     # add_entries shares the memory's keys, and answers a whole retried call from them.
-    items = [{"raw_entry": "hello there", "summary": "g", "idempotency_key": "t1:msg:1"},
-             {"raw_entry": "second", "summary": "s", "idempotency_key": "t1:msg:2"},
-             {"raw_entry": "second", "summary": "s", "idempotency_key": "t1:msg:2"}]  # one key twice in one call
+    items = [
+        {"raw_entry": "hello there", "summary": "g", "idempotency_key": "t1:msg:1"},
+        {"raw_entry": "second", "summary": "s", "idempotency_key": "t1:msg:2"},
+        {"raw_entry": "second", "summary": "s", "idempotency_key": "t1:msg:2"},
+    ]  # one key twice in one call
     batch = store.add_entries(v, m, items)
     assert (batch["stored"], batch["deduplicated"]) == (1, 2)
     assert [e["deduplicated"] for e in batch["entries"]] == [True, False, True]
@@ -219,12 +276,19 @@ def test_the_same_key_with_another_text_is_refused_and_changes_nothing(store: Me
     v, m = _memory(store)
     first = store.add_entry(v, m, "hello there", "greeting", idempotency_key="k")
     before = store.snapshot()
-    with pytest.raises(MemoryServerError, match=f"idempotency_key 'k' conflicts: memory {m} already holds entry "
-                                                f"{first['entryId']}"):
+    with pytest.raises(
+        MemoryServerError, match=f"idempotency_key 'k' conflicts: memory {m} already holds entry {first['entryId']}"
+    ):
         store.add_entry(v, m, "something else", "greeting", idempotency_key="k")
     with pytest.raises(MemoryServerError, match=r"entries\[1\]: idempotency_key 'k' conflicts"):
-        store.add_entries(v, m, [{"raw_entry": "new", "summary": "s"},
-                                 {"raw_entry": "something else", "summary": "s", "idempotency_key": "k"}])
+        store.add_entries(
+            v,
+            m,
+            [
+                {"raw_entry": "new", "summary": "s"},
+                {"raw_entry": "something else", "summary": "s", "idempotency_key": "k"},
+            ],
+        )
     assert store.snapshot() == before
 
 
@@ -236,12 +300,33 @@ def test_every_kind_of_write_keeps_the_statistics_equal_to_a_recount(backend: Ba
     deletion; the terms of deleted entries count 0, and another memory's entries count in none."""
     vault, kept = _memory(store, "kept")
     gone = store.create_memory(vault, "gone", "CHAT")["memoryId"]
-    first = store.add_entry(vault, kept, "I adopted a golden retriever", "User adopted a dog", {"speaker": "Ana"},
-                            "2024-05-03T10:00:00Z", idempotency_key="k1")
-    assert store.add_entry(vault, kept, "I adopted a golden retriever", "User adopted a dog", {"speaker": "Ana"},
-                           "2024-05-03T10:00:00Z", idempotency_key="k1")["deduplicated"]
-    batch = [{"raw_entry": f"Walked the retriever by the river, day {i}", "summary": f"Walk {i} by the river",
-              "tags": {"speaker": "Ana" if i % 2 else "Ben"}, "idempotency_key": f"b{i}"} for i in range(12)]
+    first = store.add_entry(
+        vault,
+        kept,
+        "I adopted a golden retriever",
+        "User adopted a dog",
+        {"speaker": "Ana"},
+        "2024-05-03T10:00:00Z",
+        idempotency_key="k1",
+    )
+    assert store.add_entry(
+        vault,
+        kept,
+        "I adopted a golden retriever",
+        "User adopted a dog",
+        {"speaker": "Ana"},
+        "2024-05-03T10:00:00Z",
+        idempotency_key="k1",
+    )["deduplicated"]
+    batch = [
+        {
+            "raw_entry": f"Walked the retriever by the river, day {i}",
+            "summary": f"Walk {i} by the river",
+            "tags": {"speaker": "Ana" if i % 2 else "Ben"},
+            "idempotency_key": f"b{i}",
+        }
+        for i in range(12)
+    ]
     batch.append(dict(batch[3]))  # the same key twice in one call: stored once
     added = store.add_entries(vault, kept, batch)
     assert (added["stored"], added["deduplicated"]) == (12, 1)
@@ -250,8 +335,14 @@ def test_every_kind_of_write_keeps_the_statistics_equal_to_a_recount(backend: Ba
     assert_statistics_recount(store, vault, kept)
     before = store.snapshot()
     with pytest.raises(MemoryServerError, match="conflicts"):  # refused part-way: nothing stored, nothing counted
-        store.add_entries(vault, kept, [{"raw_entry": "a new line about canoes", "summary": "canoes"},
-                                        {**batch[0], "raw_entry": "something else"}])
+        store.add_entries(
+            vault,
+            kept,
+            [
+                {"raw_entry": "a new line about canoes", "summary": "canoes"},
+                {**batch[0], "raw_entry": "something else"},
+            ],
+        )
     assert store.snapshot() == before
     assert_statistics_recount(store, vault, kept, also=(["kayak", "cano"], ["kayaks", "canoes"]))
     store.delete_entry(vault, kept, first["entryId"])

@@ -36,7 +36,6 @@ async def test_no_running_loop(store: AsyncSqliteStore) -> None:
         store.batch([PutOp(namespace=("foo", "bar"), key="baz", value={"val": "baz"})])
 
 
-
 async def test_abatch_order(store: AsyncSqliteStore) -> None:
     """Test ordering of batch operations in async context."""
     # Setup test data
@@ -46,16 +45,12 @@ async def test_abatch_order(store: AsyncSqliteStore) -> None:
     ops = [
         GetOp(namespace=("test", "foo"), key="key1"),
         PutOp(namespace=("test", "bar"), key="key2", value={"data": "value2"}),
-        SearchOp(
-            namespace_prefix=("test",), filter={"data": "value1"}, limit=10, offset=0
-        ),
+        SearchOp(namespace_prefix=("test",), filter={"data": "value1"}, limit=10, offset=0),
         ListNamespacesOp(match_conditions=None, max_depth=None, limit=10, offset=0),
         GetOp(namespace=("test",), key="key3"),
     ]
 
-    results = await store.abatch(
-        cast(Iterable[GetOp | PutOp | SearchOp | ListNamespacesOp], ops)
-    )
+    results = await store.abatch(cast(Iterable[GetOp | PutOp | SearchOp | ListNamespacesOp], ops))
     assert len(results) == 5
     assert isinstance(results[0], Item)
     assert isinstance(results[0].value, dict)
@@ -78,9 +73,7 @@ async def test_abatch_order(store: AsyncSqliteStore) -> None:
         GetOp(namespace=("test", "foo"), key="key1"),
     ]
 
-    results_reordered = await store.abatch(
-        cast(Iterable[GetOp | PutOp | SearchOp | ListNamespacesOp], ops_reordered)
-    )
+    results_reordered = await store.abatch(cast(Iterable[GetOp | PutOp | SearchOp | ListNamespacesOp], ops_reordered))
     assert len(results_reordered) == 5
     assert isinstance(results_reordered[0], list)
     assert len(results_reordered[0]) >= 2  # Should find at least our two test items
@@ -143,9 +136,7 @@ async def test_batch_search_ops(store: AsyncSqliteStore) -> None:
     await store.aput(("test", "bar"), "key2", {"data": "value2"})
 
     ops = [
-        SearchOp(
-            namespace_prefix=("test",), filter={"data": "value1"}, limit=10, offset=0
-        ),
+        SearchOp(namespace_prefix=("test",), filter={"data": "value1"}, limit=10, offset=0),
         SearchOp(namespace_prefix=("test",), filter=None, limit=5, offset=0),
     ]
 
@@ -259,9 +250,7 @@ async def test_list_namespaces(store: AsyncSqliteStore) -> None:
         assert all(ns[1] == "test" for ns in prefix_result)
 
         # Test specific prefix
-        specific_prefix_result = await store.alist_namespaces(
-            prefix=(test_pref, "test", "documents")
-        )
+        specific_prefix_result = await store.alist_namespaces(prefix=(test_pref, "test", "documents"))
         assert len(specific_prefix_result) == 2
         assert all(ns[1:3] == ("test", "documents") for ns in specific_prefix_result)
 
@@ -271,31 +260,21 @@ async def test_list_namespaces(store: AsyncSqliteStore) -> None:
         assert all(ns[-2] == "public" for ns in suffix_result)
 
         # Test combined prefix and suffix
-        prefix_suffix_result = await store.alist_namespaces(
-            prefix=(test_pref, "test"), suffix=("public", test_pref)
-        )
+        prefix_suffix_result = await store.alist_namespaces(prefix=(test_pref, "test"), suffix=("public", test_pref))
         assert len(prefix_suffix_result) == 2
-        assert all(
-            ns[1] == "test" and ns[-2] == "public" for ns in prefix_suffix_result
-        )
+        assert all(ns[1] == "test" and ns[-2] == "public" for ns in prefix_suffix_result)
 
         # Test wildcard in prefix
-        wildcard_prefix_result = await store.alist_namespaces(
-            prefix=(test_pref, "*", "documents")
-        )
+        wildcard_prefix_result = await store.alist_namespaces(prefix=(test_pref, "*", "documents"))
         assert len(wildcard_prefix_result) == 5
         assert all(ns[2] == "documents" for ns in wildcard_prefix_result)
 
         # Test wildcard in suffix
-        wildcard_suffix_result = await store.alist_namespaces(
-            suffix=("*", "public", test_pref)
-        )
+        wildcard_suffix_result = await store.alist_namespaces(suffix=("*", "public", test_pref))
         assert len(wildcard_suffix_result) == 4
         assert all(ns[-2] == "public" for ns in wildcard_suffix_result)
 
-        wildcard_single = await store.alist_namespaces(
-            suffix=("some", "*", "public", test_pref)
-        )
+        wildcard_single = await store.alist_namespaces(suffix=("some", "*", "public", test_pref))
         assert len(wildcard_single) == 1
         assert wildcard_single[0] == (
             test_pref,
@@ -311,9 +290,7 @@ async def test_list_namespaces(store: AsyncSqliteStore) -> None:
         max_depth_result = await store.alist_namespaces(max_depth=3)
         assert all(len(ns) <= 3 for ns in max_depth_result)
 
-        max_depth_result = await store.alist_namespaces(
-            max_depth=4, prefix=(test_pref, "*", "documents")
-        )
+        max_depth_result = await store.alist_namespaces(max_depth=4, prefix=(test_pref, "*", "documents"))
         assert len(set(res for res in max_depth_result)) == len(max_depth_result) == 5
 
         # Test pagination

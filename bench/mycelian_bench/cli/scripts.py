@@ -23,8 +23,10 @@ __all__ = ["RUNNERS", "RUNNER_SCRIPTS", "runner_command"]
 RUNNERS = Path(__file__).resolve().parents[3] / "runners"
 
 #: ``bench`` command -> (script in runners/, the click command it defines).
-RUNNER_SCRIPTS = {"longmemeval": ("single_question_runner.py", "longmemeval_command"),
-                  "locomo": ("locomo_runner.py", "locomo_command")}
+RUNNER_SCRIPTS = {
+    "longmemeval": ("single_question_runner.py", "longmemeval_command"),
+    "locomo": ("locomo_runner.py", "locomo_command"),
+}
 
 
 def _load(script: str) -> ModuleType:

@@ -18,58 +18,149 @@ __all__ = ["BENCHMARK_COMMANDS", "suite_command"]
 
 # (benchmark, parameter declarations, click.option keywords); "data" is shared by the benchmarks that read files.
 _OPTIONS: list[tuple[str, tuple[str, ...], dict[str, Any]]] = [
-    ("data", ("--data",), dict(type=click.Path(file_okay=False, path_type=Path), envvar="MYCELIAN_DATA",
-                              show_envvar=True, help="Folder holding locomo/ and longmemeval/ (the evaluation "
-                              "data); the per-file options below override it.")),
+    (
+        "data",
+        ("--data",),
+        dict(
+            type=click.Path(file_okay=False, path_type=Path),
+            envvar="MYCELIAN_DATA",
+            show_envvar=True,
+            help="Folder holding locomo/ and longmemeval/ (the evaluation "
+            "data); the per-file options below override it.",
+        ),
+    ),
     ("overhead", ("--messages",), dict(type=COUNT, help="Messages of the generated conversation (2000; quick 100).")),
     ("overhead", ("--window",), dict(type=COUNT, help="Messages per reporting window (100; quick 25).")),
-    ("overhead", ("--naive-budget",), dict(type=click.FloatRange(min=0), help="Seconds after which the naive run "
-                                           "stops at the end of its window (300; quick 30).")),
-    ("prompts recall throughput", ("--batch",), dict(type=COUNT, help="Batched mode: one model call writes N messages (1 = one call "
-                                 "per message; prompts, recall, throughput).")),
-    ("prompts throughput", ("--flush-every",), dict(type=COUNT, help="Write the context document every N messages (6; "
-                                       "prompts, throughput).")),
-    ("prompts", ("--separate-context",), dict(is_flag=True, help="Batched mode: write the context document with "
-                                              "a put_context call of its own even when a flush coincides with a "
-                                              "batch write.")),
+    (
+        "overhead",
+        ("--naive-budget",),
+        dict(
+            type=click.FloatRange(min=0),
+            help="Seconds after which the naive run stops at the end of its window (300; quick 30).",
+        ),
+    ),
+    (
+        "prompts recall throughput",
+        ("--batch",),
+        dict(
+            type=COUNT,
+            help="Batched mode: one model call writes N messages (1 = one call "
+            "per message; prompts, recall, throughput).",
+        ),
+    ),
+    (
+        "prompts throughput",
+        ("--flush-every",),
+        dict(type=COUNT, help="Write the context document every N messages (6; prompts, throughput)."),
+    ),
+    (
+        "prompts",
+        ("--separate-context",),
+        dict(
+            is_flag=True,
+            help="Batched mode: write the context document with "
+            "a put_context call of its own even when a flush coincides with a "
+            "batch write.",
+        ),
+    ),
     ("prompts", ("--skip-naive",), dict(is_flag=True, help="Measure ours only (the naive run is the slow one).")),
-    ("prompts", ("--prompt-examples",), dict(is_flag=True, help="Ours with the prompts' worked examples "
-                                             "(prompts/*_examples.md).")),
-    ("prompts", ("--lme",), dict(type=FILE, help="LongMemEval file (default: DATA/longmemeval/longmemeval_s_1q.json).")),
+    (
+        "prompts",
+        ("--prompt-examples",),
+        dict(is_flag=True, help="Ours with the prompts' worked examples (prompts/*_examples.md)."),
+    ),
+    (
+        "prompts",
+        ("--lme",),
+        dict(type=FILE, help="LongMemEval file (default: DATA/longmemeval/longmemeval_s_1q.json)."),
+    ),
     ("prompts", ("--sessions",), dict(type=COUNT, help="Only the first N haystack sessions (all; quick 3).")),
-    ("recall ablation", ("--locomo",), dict(type=FILE, multiple=True, help="LoCoMo file; repeat for several "
-                                   "(default: DATA/locomo/locomo_dev3.json).")),
-    ("recall", ("--longmemeval",), dict(type=FILE, multiple=True, help="LongMemEval file; repeat for several "
-                                        "(default: longmemeval_s_1q.json and longmemeval_oracle_6q.json in "
-                                        "DATA/longmemeval; quick: the oracle file).")),
-    ("recall ablation", ("--limit",), dict(type=click.IntRange(min=0), help="Only the first N LoCoMo samples (all; quick 1).")),
-    ("recall ablation", ("--limit-questions",), dict(type=click.IntRange(min=0),
-                                            help="Only the first N questions per sample (all; quick 30).")),
-    ("small", ("--suite",), dict(type=FILE, help="Small-memory suite file (default: the one shipped, "
-                                 "bench/mycelian_bench/data/small_memories.json).")),
-    ("recall ablation small", ("--hybrid",), dict(type=click.Choice(["auto", "on", "off"]), help="Also search with dense+BM25 "
-                                   "(an --embeddings server): auto = when the embeddings extra is importable "
-                                   "(auto; quick off).")),
+    (
+        "recall ablation",
+        ("--locomo",),
+        dict(type=FILE, multiple=True, help="LoCoMo file; repeat for several (default: DATA/locomo/locomo_dev3.json)."),
+    ),
+    (
+        "recall",
+        ("--longmemeval",),
+        dict(
+            type=FILE,
+            multiple=True,
+            help="LongMemEval file; repeat for several "
+            "(default: longmemeval_s_1q.json and longmemeval_oracle_6q.json in "
+            "DATA/longmemeval; quick: the oracle file).",
+        ),
+    ),
+    (
+        "recall ablation",
+        ("--limit",),
+        dict(type=click.IntRange(min=0), help="Only the first N LoCoMo samples (all; quick 1)."),
+    ),
+    (
+        "recall ablation",
+        ("--limit-questions",),
+        dict(type=click.IntRange(min=0), help="Only the first N questions per sample (all; quick 30)."),
+    ),
+    (
+        "small",
+        ("--suite",),
+        dict(
+            type=FILE,
+            help="Small-memory suite file (default: the one shipped, bench/mycelian_bench/data/small_memories.json).",
+        ),
+    ),
+    (
+        "recall ablation small",
+        ("--hybrid",),
+        dict(
+            type=click.Choice(["auto", "on", "off"]),
+            help="Also search with dense+BM25 "
+            "(an --embeddings server): auto = when the embeddings extra is importable "
+            "(auto; quick off).",
+        ),
+    ),
     ("recall ablation", ("--workers",), dict(type=COUNT, help="Items ingested concurrently by the runners (3).")),
-    ("throughput", ("--levels",), dict(callback=levels, metavar="N,N,...",
-                                       help="Concurrent conversations (1,4,16,64; quick 1,4,16).")),
+    (
+        "throughput",
+        ("--levels",),
+        dict(callback=levels, metavar="N,N,...", help="Concurrent conversations (1,4,16,64; quick 1,4,16)."),
+    ),
     ("throughput", ("--conv-messages",), dict(type=COUNT, help="Messages per conversation (24; quick 6).")),
-    ("throughput", ("--latency-ms",), dict(type=click.FloatRange(min=0),
-                                           help="Scripted model latency per call in ms (200; quick 100).")),
-    ("throughput", ("--extractive-messages",), dict(type=COUNT, help="Messages of the extractive ingestion run "
-                                                    "(400; quick 60).")),
-    ("throughput", ("--profile",), dict(is_flag=True, help="Add a pyinstrument breakdown of extractive "
-                                        "ingestion (needs pyinstrument).")),
+    (
+        "throughput",
+        ("--latency-ms",),
+        dict(type=click.FloatRange(min=0), help="Scripted model latency per call in ms (200; quick 100)."),
+    ),
+    (
+        "throughput",
+        ("--extractive-messages",),
+        dict(type=COUNT, help="Messages of the extractive ingestion run (400; quick 60)."),
+    ),
+    (
+        "throughput",
+        ("--profile",),
+        dict(is_flag=True, help="Add a pyinstrument breakdown of extractive ingestion (needs pyinstrument)."),
+    ),
     ("server", ("--entries",), dict(type=COUNT, help="Entries in the searched memory (10000; quick 2000).")),
     ("server", ("--adds",), dict(type=COUNT, help="Measured add_entry calls (1000; quick 200).")),
     ("server", ("--searches",), dict(type=COUNT, help="Measured search_memories calls (300; quick 60).")),
-    ("server", ("--warmup",), dict(type=click.IntRange(min=0), help="Unmeasured calls before each measurement "
-                                   "(20; quick 10).")),
+    (
+        "server",
+        ("--warmup",),
+        dict(type=click.IntRange(min=0), help="Unmeasured calls before each measurement (20; quick 10)."),
+    ),
     ("server", ("--embeddings",), dict(is_flag=True, help="Serve with --embeddings (needs a dense model).")),
-    ("recall ablation server", ("--embeddings-model",), dict(
-        type=click.Choice(["auto", "e5-small", "minilm"]), envvar="MYCELIAN_EMBEDDINGS_MODEL", show_envvar=True,
-        help="Dense model of the hybrid search (auto: the first installed of e5-small, minilm; ablation: auto = "
-             "a row for each installed).")),
+    (
+        "recall ablation server",
+        ("--embeddings-model",),
+        dict(
+            type=click.Choice(["auto", "e5-small", "minilm"]),
+            envvar="MYCELIAN_EMBEDDINGS_MODEL",
+            show_envvar=True,
+            help="Dense model of the hybrid search (auto: the first installed of e5-small, minilm; ablation: auto = "
+            "a row for each installed).",
+        ),
+    ),
 ]
 _READS_DATA = {"prompts", "recall", "ablation"}
 
@@ -82,25 +173,36 @@ _SUMMARIES = {
     "ablation": "LoCoMo recall@10 per category as each part of retrieval is added (entries, index, context, dense).",
     "small": "First hits on hand-written small memories (paraphrases, updates, echoes, reactions), hybrid vs BM25.",
 }
-_OUTPUTS = ("Writes OUT/<name>.json, OUT/<name>.png (with matplotlib), OUT/summary.json and OUT/report.md; "
-            "OUT/work (the databases) is deleted at the end unless --keep-work.")
+_OUTPUTS = (
+    "Writes OUT/<name>.json, OUT/<name>.png (with matplotlib), OUT/summary.json and OUT/report.md; "
+    "OUT/work (the databases) is deleted at the end unless --keep-work."
+)
 
 
 def _suite_options(names: Sequence[str], func: Callable[..., Any]) -> Callable[..., Any]:
     """Decorate ``func`` with the shared suite options and those of ``names``' benchmarks."""
     several = len(names) > 1
     options = [
-        click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("bench-out"),
-                     show_default=True, help="Output folder."),
+        click.option(
+            "--out",
+            type=click.Path(file_okay=False, path_type=Path),
+            default=Path("bench-out"),
+            show_default=True,
+            help="Output folder.",
+        ),
         click.option("--quick", is_flag=True, help="Small sizes: each benchmark well under a minute."),
-        click.option("--keep-work", is_flag=True, help="Keep OUT/work (the memory and checkpoint databases; "
-                     "~0.6 GB at full size)."),
+        click.option(
+            "--keep-work",
+            is_flag=True,
+            help="Keep OUT/work (the memory and checkpoint databases; ~0.6 GB at full size).",
+        ),
     ]
     for owner, decls, attrs in _OPTIONS:
         wanted = set(owner.split()) & set(names) or (owner == "data" and _READS_DATA & set(names))
         if wanted:
-            help_text = (f"[{owner}] {attrs['help']}" if several and owner != "data" and " " not in owner
-                         else attrs["help"])
+            help_text = (
+                f"[{owner}] {attrs['help']}" if several and owner != "data" and " " not in owner else attrs["help"]
+            )
             options.append(click.option(*decls, **{**attrs, "help": help_text}))
     for option in reversed(options):
         func = option(func)
@@ -113,25 +215,51 @@ def _bench_params(options: dict[str, Any]) -> dict[str, dict[str, Any]]:
     latency_ms = get("latency_ms")
     return {
         "overhead": {"messages": get("messages"), "window": get("window"), "naive_budget_s": get("naive_budget")},
-        "prompts": {"data": get("lme"), "sessions": get("sessions"), "flush_every": get("flush_every"),
-                    "batch_size": get("batch"), "batch_context": False if get("separate_context") else None,
-                    "naive": False if get("skip_naive") else None,
-                    "prompt_examples": True if get("prompt_examples") else None},
-        "recall": {"locomo": get("locomo") or None, "longmemeval": get("longmemeval") or None,
-                   "limit": get("limit"), "limit_questions": get("limit_questions"), "hybrid": get("hybrid"),
-                   "workers": get("workers"), "batch_size": get("batch"),
-                   "embeddings_model": get("embeddings_model")},
-        "ablation": {"locomo": get("locomo") or None, "limit": get("limit"),
-                     "limit_questions": get("limit_questions"), "hybrid": get("hybrid"), "workers": get("workers"),
-                     "embeddings_model": get("embeddings_model")},
-        "throughput": {"levels": get("levels"), "messages": get("conv_messages"),
-                       "latency_s": latency_ms / 1000 if latency_ms is not None else None,
-                       "extractive_messages": get("extractive_messages"), "profile": get("profile") or None,
-                       "batch_size": get("batch"), "flush_every": get("flush_every")},
+        "prompts": {
+            "data": get("lme"),
+            "sessions": get("sessions"),
+            "flush_every": get("flush_every"),
+            "batch_size": get("batch"),
+            "batch_context": False if get("separate_context") else None,
+            "naive": False if get("skip_naive") else None,
+            "prompt_examples": True if get("prompt_examples") else None,
+        },
+        "recall": {
+            "locomo": get("locomo") or None,
+            "longmemeval": get("longmemeval") or None,
+            "limit": get("limit"),
+            "limit_questions": get("limit_questions"),
+            "hybrid": get("hybrid"),
+            "workers": get("workers"),
+            "batch_size": get("batch"),
+            "embeddings_model": get("embeddings_model"),
+        },
+        "ablation": {
+            "locomo": get("locomo") or None,
+            "limit": get("limit"),
+            "limit_questions": get("limit_questions"),
+            "hybrid": get("hybrid"),
+            "workers": get("workers"),
+            "embeddings_model": get("embeddings_model"),
+        },
+        "throughput": {
+            "levels": get("levels"),
+            "messages": get("conv_messages"),
+            "latency_s": latency_ms / 1000 if latency_ms is not None else None,
+            "extractive_messages": get("extractive_messages"),
+            "profile": get("profile") or None,
+            "batch_size": get("batch"),
+            "flush_every": get("flush_every"),
+        },
         "small": {"suite": get("suite"), "hybrid": get("hybrid")},
-        "server": {"entries": get("entries"), "adds": get("adds"), "searches": get("searches"),
-                   "warmup": get("warmup"), "embeddings": get("embeddings") or None,
-                   "embeddings_model": get("embeddings_model")},
+        "server": {
+            "entries": get("entries"),
+            "adds": get("adds"),
+            "searches": get("searches"),
+            "warmup": get("warmup"),
+            "embeddings": get("embeddings") or None,
+            "embeddings_model": get("embeddings_model"),
+        },
     }
 
 
@@ -140,8 +268,15 @@ def _run_suite(names: Sequence[str], options: dict[str, Any]) -> None:
 
     logging.basicConfig(level=logging.WARNING)
     with reported():
-        summary = run_suite(names, options["out"], quick=options["quick"], params=_bench_params(options),
-                            data=options.get("data"), echo=click.echo, keep_work=options["keep_work"])
+        summary = run_suite(
+            names,
+            options["out"],
+            quick=options["quick"],
+            params=_bench_params(options),
+            data=options.get("data"),
+            echo=click.echo,
+            keep_work=options["keep_work"],
+        )
     for name, problem in summary["failed"].items():  # the report went to stdout; each failure also in one line
         click.echo(f"error: {name} failed: {problem}", err=True)
     # sys.exit, not ctx.exit: the main CLI runs click with standalone_mode=False, which swallows ctx.exit codes.
@@ -153,8 +288,7 @@ def _benchmark_command(name: str) -> click.Command:
         _run_suite([name], options)
 
     command.__doc__ = f"{_SUMMARIES[name]}\n\n{_OUTPUTS}"
-    return click.command(name, context_settings=CONTEXT, short_help=_SUMMARIES[name])(
-        _suite_options([name], command))
+    return click.command(name, context_settings=CONTEXT, short_help=_SUMMARIES[name])(_suite_options([name], command))
 
 
 #: One command per benchmark of the suite, by name.
@@ -171,6 +305,11 @@ def _suite(names: tuple[str, ...], **options: Any) -> None:
 
 
 _suite.__doc__ = (_suite.__doc__ or "") + f"\n    {_OUTPUTS}\n"
-suite_command = click.command("suite", context_settings=CONTEXT, short_help="Several benchmarks in order (all by default).")(
-    _suite_options(BENCHMARK_NAMES, click.argument("names", nargs=-1, type=click.Choice(BENCHMARK_NAMES),
-                                                   metavar="[NAME]...")(_suite)))
+suite_command = click.command(
+    "suite", context_settings=CONTEXT, short_help="Several benchmarks in order (all by default)."
+)(
+    _suite_options(
+        BENCHMARK_NAMES,
+        click.argument("names", nargs=-1, type=click.Choice(BENCHMARK_NAMES), metavar="[NAME]...")(_suite),
+    )
+)

@@ -5,6 +5,12 @@ search reads (``storage.base.SEARCH_READS``)."""
 
 from __future__ import annotations
 
-from mycelian_agent.memory_server.retrieval.pipeline import MATCH_MEANING, MATCH_WORDS, RankedEntry, rank_entries, search
+from mycelian_agent.memory_server.retrieval.pipeline import (
+    MATCH_MEANING,
+    MATCH_WORDS,
+    RankedEntry,
+    rank_entries,
+    search,
+)
 
 __all__ = ["MATCH_MEANING", "MATCH_WORDS", "RankedEntry", "rank_entries", "search"]

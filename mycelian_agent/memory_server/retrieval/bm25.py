@@ -33,11 +33,11 @@ from mycelian_agent.memory_server.text.analysis import (
 )
 
 __all__ = [
-    "B",
     "CACHED_ENTRIES",
     "CANDIDATES",
     "CONVERSATION_TAGS",
     "K1",
+    "B",
     "EntryCache",
     "EntryTerms",
     "entry_terms",
@@ -63,9 +63,7 @@ def idf(entries: int, containing: int) -> float:
     return math.log(1.0 + (entries - containing + 0.5) / (containing + 0.5))
 
 
-def score(
-    entry: EntryTerms, weights: Mapping[str, float], average_length: float
-) -> dict[str, float]:
+def score(entry: EntryTerms, weights: Mapping[str, float], average_length: float) -> dict[str, float]:
     """Each query stem's BM25 share in ``entry`` (``weights``: stem -> idf), for the stems it contains."""
     norm = K1 * (1.0 - B + B * entry.length / average_length) if average_length > 0 else K1
     shares = {}

@@ -36,8 +36,21 @@ from mycelian_agent.memory_server.retrieval import fusion
 from mycelian_agent.memory_server.retrieval.products import rows_dot
 from mycelian_agent.memory_server.storage.rows import DenseHits
 
-__all__ = ["FEEDBACK_AFTER", "FEEDBACK_BETA", "FEEDBACK_GAMMA", "FEEDBACK_HITS", "FEEDBACK_SLOTS", "FEEDBACK_WINDOW",
-           "FeedbackSpace", "IndexSpace", "ScanSpace", "extend", "fuse", "redundant", "rocchio"]
+__all__ = [
+    "FEEDBACK_AFTER",
+    "FEEDBACK_BETA",
+    "FEEDBACK_GAMMA",
+    "FEEDBACK_HITS",
+    "FEEDBACK_SLOTS",
+    "FEEDBACK_WINDOW",
+    "FeedbackSpace",
+    "IndexSpace",
+    "ScanSpace",
+    "extend",
+    "fuse",
+    "redundant",
+    "rocchio",
+]
 
 #: Fused hits whose vectors make the centroid (3 / 5 / 10 at the kept setting: see BENCHMARKS.md §3).
 FEEDBACK_HITS = 5
@@ -74,8 +87,9 @@ class FeedbackSpace(ABC):
     def nearest_to(self, vector: Any, k: int) -> list[int]:
         """The ``k`` seqs nearest to ``vector`` (by dot product) within the bounds, best first."""
 
-    def nearest(self, hits: Sequence[int], k: int, beta: float = FEEDBACK_BETA,
-                gamma: float = FEEDBACK_GAMMA) -> list[int]:
+    def nearest(
+        self, hits: Sequence[int], k: int, beta: float = FEEDBACK_BETA, gamma: float = FEEDBACK_GAMMA
+    ) -> list[int]:
         """The ``k`` seqs inside the bounds nearest to the query moved towards ``hits`` (:func:`rocchio`), best
         first; none when no hit has a vector."""
         import numpy as np
@@ -92,8 +106,9 @@ class ScanSpace(FeedbackSpace):
     seq of ``seqs``; its mean is the centroid) and ``inside``, which rows are within the search's time bounds.
     ``mean(matrix)`` gives the centroid when the index keeps it between searches (default: computed here)."""
 
-    def __init__(self, query: Any, seqs: Sequence[int] | Any, matrix: Any, inside: Any,
-                 mean: Callable[[Any], Any] | None = None) -> None:
+    def __init__(
+        self, query: Any, seqs: Sequence[int] | Any, matrix: Any, inside: Any, mean: Callable[[Any], Any] | None = None
+    ) -> None:
         self.query = query
         self.seqs = seqs
         self.matrix = matrix
@@ -147,8 +162,13 @@ class IndexSpace(FeedbackSpace):
     """:class:`FeedbackSpace` of an approximate index: ``centroid`` from the memory's sample (as its typical cosine
     is), ``vectors(seqs)`` and ``nearest_to(vector, k)`` asked of the index."""
 
-    def __init__(self, query: Any, centroid: Any, vectors: Callable[[Sequence[int]], Mapping[int, Any]],
-                 nearest_to: Callable[[Any, int], list[int]]) -> None:
+    def __init__(
+        self,
+        query: Any,
+        centroid: Any,
+        vectors: Callable[[Sequence[int]], Mapping[int, Any]],
+        nearest_to: Callable[[Any, int], list[int]],
+    ) -> None:
         self.query = query
         self._centroid = centroid
         self._vectors = vectors
@@ -165,8 +185,9 @@ class IndexSpace(FeedbackSpace):
         return self._nearest_to(vector, k)
 
 
-def rocchio(query: Any, relevant: Any, centroid: Any, beta: float = FEEDBACK_BETA,
-            gamma: float = FEEDBACK_GAMMA) -> Any:
+def rocchio(
+    query: Any, relevant: Any, centroid: Any, beta: float = FEEDBACK_BETA, gamma: float = FEEDBACK_GAMMA
+) -> Any:
     """``query + beta * mean(relevant) - gamma * centroid``: Rocchio's moved query (``relevant``: one vector a row),
     with the memory's ``centroid`` as the non-relevant set. Not normalised: only the order of its dot products is
     used."""
@@ -206,8 +227,7 @@ def extend(
         return list(fused[:limit])
     head = [seq for seq, _ in fused[:after]]
     shown = set(head)
-    added = [seq for seq in space.nearest([seq for seq, _ in fused[:hits]], after + slots)
-             if seq not in shown][:slots]
+    added = [seq for seq in space.nearest([seq for seq, _ in fused[:hits]], after + slots) if seq not in shown][:slots]
     inside = [seq for seq, _ in fused[after:window] if seq not in added]
     moved = set(redundant(space, head, inside, max(0, len(added) + len(inside) - (window - after))))
     rest = [seq for seq, _ in fused[window:] if seq not in added]
@@ -217,7 +237,7 @@ def extend(
     ranked: list[tuple[int, float]] = []
     for i, seq in enumerate(order[:limit]):
         if seq in added:
-            following = next((s for s in order[i + 1:] if s not in added), None)
+            following = next((s for s in order[i + 1 :] if s not in added), None)
             score = scores[following] if following is not None else ranked[-1][1]
         else:
             score = scores[seq]

@@ -47,8 +47,12 @@ class Turn(NamedTuple):
 
 def reacts_to(reply: Turn, statement: Turn) -> bool:
     """Whether ``reply``, the turn right after ``statement``, is a reaction to it (see the module docstring)."""
-    return (reply.assistant and reply.author != statement.author and not statement.asks
-            and reply.content < statement.content)
+    return (
+        reply.assistant
+        and reply.author != statement.author
+        and not statement.asks
+        and reply.content < statement.content
+    )
 
 
 def statements_first(

@@ -38,8 +38,7 @@ from typing import Any
 from mycelian_agent.memory_server.storage.rows import DenseHits
 from mycelian_agent.memory_server.storage.vectors import sample_order
 
-__all__ = ["DENSE_CANDIDATES", "LEXICAL_SHARE", "SAMPLE", "DenseHits", "fuse", "fuse_scan", "sample_order",
-           "scan_hits"]
+__all__ = ["DENSE_CANDIDATES", "LEXICAL_SHARE", "SAMPLE", "DenseHits", "fuse", "fuse_scan", "sample_order", "scan_hits"]
 
 #: Weight of the normalised lexical score (the dense side gets the rest): the largest share at which no category is
 #: below lexical search alone. The strong lexical side leaves the dense side what it is for: entries no query word
@@ -116,7 +115,7 @@ def fuse(
 
     candidates = dict(lexical)
     extra = limit * DENSE_CANDIDATES if dense_candidates is None else dense_candidates
-    for seq in dense.nearest[:max(extra, 0)]:
+    for seq in dense.nearest[: max(extra, 0)]:
         candidates.setdefault(seq, 0.0)
     best = max(candidates.values(), default=0.0)
     fused = {

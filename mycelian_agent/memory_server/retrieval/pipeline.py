@@ -23,15 +23,16 @@ from typing import Any, NamedTuple
 
 from mycelian_agent.errors import InputError
 from mycelian_agent.limits import SEARCH_DEPTH_MAX
-from mycelian_agent.placeholder import PLACEHOLDER_CONTEXT
-from mycelian_agent.memory_server.retrieval import bm25, coverage, dense_feedback as dense_feedback_module, exchanges
-from mycelian_agent.memory_server.retrieval import feedback as feedback_module, fusion, query_time, relevance
+from mycelian_agent.memory_server.retrieval import bm25, coverage, exchanges, fusion, query_time, relevance
+from mycelian_agent.memory_server.retrieval import dense_feedback as dense_feedback_module
+from mycelian_agent.memory_server.retrieval import feedback as feedback_module
 from mycelian_agent.memory_server.retrieval.ranking import CONTEXT_DEPTH, current_first, revisions_first, with_context
 from mycelian_agent.memory_server.storage import term_stats
 from mycelian_agent.memory_server.storage.base import MemoryStore, Row
 from mycelian_agent.memory_server.storage.rows import DenseHits, Link
 from mycelian_agent.memory_server.storage.validation import LIMITS, check_text, check_uuid, parse_rfc3339
 from mycelian_agent.memory_server.text.analysis import QUESTION_MARKS, content_stems, query_stems
+from mycelian_agent.placeholder import PLACEHOLDER_CONTEXT
 from mycelian_agent.words import query_terms
 
 __all__ = ["MATCH_MEANING", "MATCH_WORDS", "RankedEntry", "Ranking", "rank_entries", "search"]
@@ -106,8 +107,11 @@ def search(
     if vault_id is not None:
         vault_id = check_uuid("vault_id", vault_id)
     query = check_text("query", query, LIMITS["query"], stored=False)
-    for name, value, low, high in (("top_ke", top_ke, 0, 25), ("top_kc", top_kc, 1, 10),
-                                   ("offset", offset, 0, SEARCH_DEPTH_MAX - 25)):
+    for name, value, low, high in (
+        ("top_ke", top_ke, 0, 25),
+        ("top_kc", top_kc, 1, 10),
+        ("offset", offset, 0, SEARCH_DEPTH_MAX - 25),
+    ):
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise InputError(f"{name} must be an integer from {low} to {high} (got {value!r})")
     if not isinstance(include_raw_entries, bool):
@@ -146,10 +150,13 @@ def search(
     ranked_contexts, latest = store.search_contexts(memory_id, terms, top_kc)
     if ranked_contexts and not weights:
         weights = relevance.stem_weights(store, memory_id, terms)
-    context_scores = relevance.non_increasing(relevance.text_relevance(weights, row["content"])
-                                              for row, _ in ranked_contexts)
-    contexts = [{"context": row["content"], "timestamp": row["creation_time"], "score": _score(score)}
-                for (row, _), score in zip(ranked_contexts, context_scores, strict=True)]
+    context_scores = relevance.non_increasing(
+        relevance.text_relevance(weights, row["content"]) for row, _ in ranked_contexts
+    )
+    contexts = [
+        {"context": row["content"], "timestamp": row["creation_time"], "score": _score(score)}
+        for (row, _), score in zip(ranked_contexts, context_scores, strict=True)
+    ]
     result = {
         "entries": entries,
         "count": len(entries),
@@ -163,7 +170,11 @@ def search(
 
 
 def _relevances(
-    store: MemoryStore, memory_id: str, terms: list[str], ranked: Sequence[RankedEntry], dense: DenseHits | None,
+    store: MemoryStore,
+    memory_id: str,
+    terms: list[str],
+    ranked: Sequence[RankedEntry],
+    dense: DenseHits | None,
     weights: dict[str, float],
 ) -> list[float]:
     """The wire ``score`` of each of ``ranked`` (the ranking from its first place): the 0-1 relevance of
@@ -182,8 +193,10 @@ def _exchange_relevances(
     below it (scores never rise down the list)."""
     if len(ranked) < 2:
         return values
-    previous = {seq: before for seq, before, _, _ in store.neighbour_links(
-        memory_id, [found.row["seq"] for found in ranked[1:]])}
+    previous = {
+        seq: before
+        for seq, before, _, _ in store.neighbour_links(memory_id, [found.row["seq"] for found in ranked[1:]])
+    }
     values = list(values)
     for i in range(len(ranked) - 1):
         statement, reply = ranked[i].row, ranked[i + 1].row
@@ -197,8 +210,12 @@ def _turn(row: Row) -> exchanges.Turn:
     tags = json.loads(row["tags"])
     role, speaker = tags.get("role"), tags.get("speaker")
     raw = row["raw_entry"]
-    return exchanges.Turn(speaker or role, role == "assistant" and not speaker,
-                          any(mark in raw for mark in QUESTION_MARKS), len(content_stems(raw)))
+    return exchanges.Turn(
+        speaker or role,
+        role == "assistant" and not speaker,
+        any(mark in raw for mark in QUESTION_MARKS),
+        len(content_stems(raw)),
+    )
 
 
 def rank_entries(
@@ -272,8 +289,14 @@ def rank_entries(
         worded |= {statement for reply, statement in reactions.items() if reply in worded}
     hits = hits[:limit]
     rows = store.entry_rows(memory_id, [seq for seq, _ in hits])
-    return Ranking((RankedEntry(rows[seq], score, MATCH_WORDS if seq in worded else MATCH_MEANING)
-                    for seq, score in hits if seq in rows), pending_vectors=dense.pending if dense is not None else 0)
+    return Ranking(
+        (
+            RankedEntry(rows[seq], score, MATCH_WORDS if seq in worded else MATCH_MEANING)
+            for seq, score in hits
+            if seq in rows
+        ),
+        pending_vectors=dense.pending if dense is not None else 0,
+    )
 
 
 def _revisions_first(store: MemoryStore, memory_id: str, terms: list[str], hits: Hits) -> Hits:
@@ -293,8 +316,11 @@ def _times_told_first(store: MemoryStore, memory_id: str, hits: Hits) -> Hits:
     """``query_time.lift_told_times`` on ``hits``: the entries whose own words tell a time (``query_time.tells_time``
     of the raw text, seen from the entry's time) lifted."""
     rows = store.entry_rows(memory_id, [seq for seq, _ in hits])
-    told = {seq for seq, row in rows.items()
-            if query_time.tells_time(row["raw_entry"], row["conversation_time"] or row["creation_time"])}
+    told = {
+        seq
+        for seq, row in rows.items()
+        if query_time.tells_time(row["raw_entry"], row["conversation_time"] or row["creation_time"])
+    }
     return query_time.lift_told_times(hits, told)
 
 
@@ -313,14 +339,23 @@ def _statements_first(
     previous = {seq: statement for seq, statement in previous.items() if statement in allowed}
     rows = store.entry_rows(memory_id, sorted(set(seqs) | set(previous.values())))
     turns = {seq: _turn(row) for seq, row in rows.items()}
-    reactions = {reply: statement for reply, statement in previous.items()
-                 if reply in turns and statement in turns and exchanges.reacts_to(turns[reply], turns[statement])}
+    reactions = {
+        reply: statement
+        for reply, statement in previous.items()
+        if reply in turns and statement in turns and exchanges.reacts_to(turns[reply], turns[statement])
+    }
     return exchanges.statements_first(hits, previous, turns), reactions
 
 
 def _lexical_ranking(
-    store: MemoryStore, memory_id: str, terms: list[str], depth: int, after: str | None, before: str | None,
-    context: bool, weights: Sequence[float] | None = None,
+    store: MemoryStore,
+    memory_id: str,
+    terms: list[str],
+    depth: int,
+    after: str | None,
+    before: str | None,
+    context: bool,
+    weights: Sequence[float] | None = None,
 ) -> Hits:
     """BM25 hits (``bm25.py``), re-ranked with their neighbours' scores when ``context``: up to ``depth``, best
     first."""
@@ -336,8 +371,9 @@ def _lexical_ranking(
             known.stems.update(store.term_counts(memory_id, missing, ()).stems)
         return known.entries, {stem: known.stems[stem] for stem in wanted}, known.tokens
 
-    candidates = store.lexical_candidates(memory_id, terms, depth * bm25.CANDIDATES, after, before,
-                                          statistics=statistics)
+    candidates = store.lexical_candidates(
+        memory_id, terms, depth * bm25.CANDIDATES, after, before, statistics=statistics
+    )
     if not candidates:
         return []
     count, frequencies, length = statistics(stems)
@@ -358,7 +394,11 @@ def _lexical_ranking(
 
 
 def _allowed(
-    store: MemoryStore, memory_id: str, seqs: Sequence[int], links: Sequence[Link], after: str | None,
+    store: MemoryStore,
+    memory_id: str,
+    seqs: Sequence[int],
+    links: Sequence[Link],
+    after: str | None,
     before: str | None,
 ) -> set[int]:
     """The seqs :func:`ranking.with_context` may return around ``seqs`` (whose ``links`` are given): the given ones,
@@ -372,8 +412,16 @@ def _allowed(
 
 
 def _time_named(
-    store: MemoryStore, memory_id: str, query: str, terms: list[str], hits: Hits, depth: int,
-    after: str | None, before: str | None, context: bool, weights: Sequence[float] | None,
+    store: MemoryStore,
+    memory_id: str,
+    query: str,
+    terms: list[str],
+    hits: Hits,
+    depth: int,
+    after: str | None,
+    before: str | None,
+    context: bool,
+    weights: Sequence[float] | None,
 ) -> Hits:
     """``hits`` with the entries inside the times ``query`` names lifted (``query_time.py``), seen from the
     question's date: ``before`` (exclusive) when given, else today; an entry is inside a time when it was told
@@ -386,15 +434,18 @@ def _time_named(
     if len(named.spans) == 1 and query_time.SPAN_SEARCH:
         span_after, span_before = query_time.span_bounds(named.spans[0], after, before)
         if span_after < span_before:  # (else the span lies outside the search's own bounds)
-            for seq, score in _lexical_ranking(store, memory_id, terms, depth, span_after, span_before, context,
-                                               weights):
+            for seq, score in _lexical_ranking(
+                store, memory_id, terms, depth, span_after, span_before, context, weights
+            ):
                 pooled[seq] = max(score, pooled.get(seq, 0.0))
     rows = store.entry_rows(memory_id, list(pooled))
     moments = {seq: query_time.moment(row["conversation_time"] or row["creation_time"]) for seq, row in rows.items()}
     # A turn's own relative dates, resolved from its time: "yesterday I ran my first 10k", told on May 10, is
     # about May 9 (the held-out misses of questions naming a day had this shape, issue 38).
-    referenced = {seq: query_time.referenced_spans(row["raw_entry"], row["conversation_time"] or row["creation_time"])
-                  for seq, row in rows.items()}
+    referenced = {
+        seq: query_time.referenced_spans(row["raw_entry"], row["conversation_time"] or row["creation_time"])
+        for seq, row in rows.items()
+    }
     return query_time.boost(list(pooled.items()), moments, named, referenced)[:depth]
 
 
@@ -406,13 +457,18 @@ def _boost_named(store: MemoryStore, memory_id: str, terms: list[str], hits: Hit
     return coverage.boost_named_speakers(hits, authors, query_stems(terms))
 
 
-def _feedback_terms(store: MemoryStore, memory_id: str, terms: list[str], hits: Sequence[tuple[int, float]]) -> list[str]:
+def _feedback_terms(
+    store: MemoryStore, memory_id: str, terms: list[str], hits: Sequence[tuple[int, float]]
+) -> list[str]:
     """The words of the best ``hits`` to search for next (``feedback.expansion_terms``); none in a memory of
     fewer than ``FEEDBACK_MIN_ENTRIES`` entries."""
     top = hits[: feedback_module.FEEDBACK_DOCS]
     rows = store.entry_rows(memory_id, [seq for seq, _ in top])
-    docs = [(feedback_module.feedback_words(f"{rows[seq]['summary']} {rows[seq]['raw_entry']}"), score)
-            for seq, score in top if seq in rows]
+    docs = [
+        (feedback_module.feedback_words(f"{rows[seq]['summary']} {rows[seq]['raw_entry']}"), score)
+        for seq, score in top
+        if seq in rows
+    ]
     words = {word for doc, _ in docs for word in doc}
     entries, _, _, frequencies = store.term_counts(memory_id, (), words)
     if entries < feedback_module.FEEDBACK_MIN_ENTRIES:

@@ -35,8 +35,20 @@ from datetime import UTC, date, datetime, timedelta
 from mycelian_agent.dates import MONTHS, format_timestamp, month_number, resolved_periods
 
 __all__ = [
-    "ASKS_TIME_BOOST", "SPAN_SEARCH", "TIME_BOOST", "QueryTime", "TimeSpan", "asks_time", "boost", "lift_told_times",
-    "moment", "parse_query_time", "reference_date", "referenced_spans", "span_bounds", "tells_time",
+    "ASKS_TIME_BOOST",
+    "SPAN_SEARCH",
+    "TIME_BOOST",
+    "QueryTime",
+    "TimeSpan",
+    "asks_time",
+    "boost",
+    "lift_told_times",
+    "moment",
+    "parse_query_time",
+    "reference_date",
+    "referenced_spans",
+    "span_bounds",
+    "tells_time",
 ]
 
 #: Score factor of a hit inside a named time span: score * (1 + TIME_BOOST); above 1 the temporal category lost.
@@ -86,8 +98,9 @@ class QueryTime:
         """The score factor of an entry at ``moment``: 1 + :data:`TIME_BOOST` inside a span, or when a time its own
         words name (``referenced``, :func:`referenced_spans`) overlaps one; 1 + :data:`TOLD_AFTER_BOOST` within
         :data:`TOLD_AFTER_DAYS` after one; else 1."""
-        if self.contains(moment) or any(ref.start < span.end and span.start < ref.end
-                                         for ref in referenced for span in self.spans):
+        if self.contains(moment) or any(
+            ref.start < span.end and span.start < ref.end for ref in referenced for span in self.spans
+        ):
             return 1.0 + TIME_BOOST
         told = timedelta(days=TOLD_AFTER_DAYS)
         if any(span.end <= moment < span.end + told for span in self.spans):
@@ -97,8 +110,10 @@ class QueryTime:
 
 # ------------------------------------------------------------------------------------------------- patterns
 
-_MONTH = (r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sept?(?:ember)?"
-          r"|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)\.?")
+_MONTH = (
+    r"(?:jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|aug(?:ust)?|sept?(?:ember)?"
+    r"|oct(?:ober)?|nov(?:ember)?|dec(?:ember)?)\.?"
+)
 _FULL_MONTH = "(?:" + "|".join(MONTHS) + ")"
 _DAY = r"(?:[12]\d|3[01]|0?[1-9])(?:st|nd|rd|th)?"
 _YEAR = r"(?:19|20)\d\d"
@@ -107,12 +122,31 @@ _WEEKDAY = "(?:" + "|".join(_WEEKDAYS) + ")"
 _SEASONS = {"spring": (3, 3), "summer": (6, 3), "fall": (9, 3), "autumn": (9, 3), "winter": (12, 3)}
 _SEASON = "(?:" + "|".join(_SEASONS) + ")"
 _NUMBERS = {
-    "a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "seven": 7, "eight": 8,
-    "nine": 9, "ten": 10, "eleven": 11, "twelve": 12, "a couple of": 2, "couple of": 2, "a couple": 2, "a few": 3,
-    "few": 3, "several": 4,
+    "a": 1,
+    "an": 1,
+    "one": 1,
+    "two": 2,
+    "three": 3,
+    "four": 4,
+    "five": 5,
+    "six": 6,
+    "seven": 7,
+    "eight": 8,
+    "nine": 9,
+    "ten": 10,
+    "eleven": 11,
+    "twelve": 12,
+    "a couple of": 2,
+    "couple of": 2,
+    "a couple": 2,
+    "a few": 3,
+    "few": 3,
+    "several": 4,
 }
-_COUNT = r"(?:\d{1,3}|a couple of|couple of|a couple|a few|few|several|an|a|one|two|three|four|five|six|seven|eight" \
-         r"|nine|ten|eleven|twelve)"
+_COUNT = (
+    r"(?:\d{1,3}|a couple of|couple of|a couple|a few|few|several|an|a|one|two|three|four|five|six|seven|eight"
+    r"|nine|ten|eleven|twelve)"
+)
 _UNIT = r"(?:day|night|week|weekend|month|year)s?"
 _LEAD = r"(?:in|on|during|throughout|around|about|since|by|from|of|early|late|mid|the\s+end\s+of|the\s+start\s+of)"
 
@@ -130,35 +164,67 @@ _ANCHOR = rf"(?:{_DATE_WITH_YEAR}|{_DATE_NO_YEAR})(?![\w:])"
 _OFFSET = re.compile(
     rf"\b(?P<offset>(?P<count>{_COUNT})\s+(?P<unit>{_UNIT})|(?:the|last|that)\s+(?P<which>day|week|weekend|month"
     rf"|{_WEEKDAY})|(?P<nth>two|three|2|3)\s+weekends)\s+(?P<side>before|after|prior\s+to)\s+(?:the\s+)?{_ANCHOR}",
-    re.I)
+    re.I,
+)
 _DAY_WITH_YEAR = re.compile(rf"\b(?:on\s+|the\s+)?{_DATE_WITH_YEAR}(?![\w:])", re.I)
 _MONTH_YEAR = re.compile(rf"\b(?:{_LEAD}\s+)?(?P<month>{_MONTH}),?\s+(?:of\s+)?(?P<year>{_YEAR})\b", re.I)
 _SEASON_YEAR = re.compile(
     rf"\b(?:{_LEAD}\s+)?(?:the\s+)?(?P<season>{_SEASON})\s+(?:of\s+)?(?P<year>{_YEAR})"
-    rf"(?:\s*[-/]\s*(?:{_YEAR}|\d\d))?\b", re.I)
+    rf"(?:\s*[-/]\s*(?:{_YEAR}|\d\d))?\b",
+    re.I,
+)
 _YEAR_ONLY = re.compile(rf"\b(?:in|during|throughout|since|of|from|by|early|late|mid)[\s-]+(?P<year>{_YEAR})\b", re.I)
 _DAY_NO_YEAR = re.compile(rf"\b(?:on|since|by|from|until|till)\s+{_DATE_NO_YEAR}(?![\w:])", re.I)
-_MONTH_ONLY = re.compile(rf"\b(?:{_LEAD}|last|this|past)[\s-]+(?P<month>{_FULL_MONTH}|sept)\b(?!\s+(?:\d|I\b|we\b))",
-                         re.I)
+_MONTH_ONLY = re.compile(
+    rf"\b(?:{_LEAD}|last|this|past)[\s-]+(?P<month>{_FULL_MONTH}|sept)\b(?!\s+(?:\d|I\b|we\b))", re.I
+)
 _RELATIVE = re.compile(
     r"\b(?:(?P<twoday>the\s+day\s+before\s+yesterday)"
     r"|(?P<yesterday>yesterday|last\s+night)"
     r"|(?P<today>today|tonight|this\s+(?:morning|afternoon|evening))"
     rf"|(?P<count>{_COUNT})\s+(?P<unit>{_UNIT})\s+ago"
     r"|(?P<earlier>earlier|later)\s+this\s+(?P<period>week|month|year)"
-    r"|(?P<which>last|this\s+past|this|past)\s+(?P<what>week|weekend|month|year|" + "|".join(_WEEKDAYS) + "|"
-    + "|".join(_SEASONS) + r"))\b",
-    re.I)
+    r"|(?P<which>last|this\s+past|this|past)\s+(?P<what>week|weekend|month|year|"
+    + "|".join(_WEEKDAYS)
+    + "|"
+    + "|".join(_SEASONS)
+    + r"))\b",
+    re.I,
+)
 # A query holds a time expression only if it has a digit or one of these words: most queries stop at this check.
 _CUES = frozenset(
-    ["yesterday", "today", "tonight", "ago", "last", "past", "this", "earlier", *_SEASONS, *MONTHS, "jan", "feb",
-     "mar", "apr", "jun", "jul", "aug", "sep", "sept", "oct", "nov", "dec"])
+    [
+        "yesterday",
+        "today",
+        "tonight",
+        "ago",
+        "last",
+        "past",
+        "this",
+        "earlier",
+        *_SEASONS,
+        *MONTHS,
+        "jan",
+        "feb",
+        "mar",
+        "apr",
+        "jun",
+        "jul",
+        "aug",
+        "sep",
+        "sept",
+        "oct",
+        "nov",
+        "dec",
+    ]
+)
 _CUE_WORD = re.compile(r"[a-z]+|\d")
 # "twice a week", "once in the last month": a frequency, not a time.
 _FREQUENCY = re.compile(r"\b(?:once|twice|thrice|times|per|every|each)\s*(?:in\s+)?(?:the\s+)?$", re.I)
 
 
 # -------------------------------------------------------------------------------------------------- helpers
+
 
 def _number(text: str) -> int:
     text = " ".join(text.lower().split())
@@ -271,8 +337,7 @@ def _relative_spans(match: re.Match[str], reference: date) -> Spans:
         return [_day(reference)]
     if groups["count"]:
         count, unit = _number(groups["count"]), groups["unit"].lower().rstrip("s")
-        vague = groups["count"].lower().strip() in ("a few", "few", "several", "a couple", "couple of",
-                                                      "a couple of")
+        vague = groups["count"].lower().strip() in ("a few", "few", "several", "a couple", "couple of", "a couple of")
         if unit in ("day", "night"):
             middle = reference - timedelta(days=count)
             slack = max(1, count // 3) if vague or count > 3 else 0
@@ -288,8 +353,13 @@ def _relative_spans(match: re.Match[str], reference: date) -> Spans:
         return [(date(year - 1, 1, 1) if vague else date(year, 1, 1), date(year + 1, 1, 1))]
     if groups["earlier"]:
         period = groups["period"].lower()
-        start = (_week_start(reference) if period == "week" else reference.replace(day=1) if period == "month"
-                 else reference.replace(month=1, day=1))
+        start = (
+            _week_start(reference)
+            if period == "week"
+            else reference.replace(day=1)
+            if period == "month"
+            else reference.replace(month=1, day=1)
+        )
         return [(start, end)] if groups["earlier"].lower() == "earlier" else []
     which = " ".join(groups["which"].lower().split())
     what = groups["what"].lower()
@@ -366,8 +436,13 @@ def _resolvers() -> list[tuple[re.Pattern[str], Resolver]]:
         return _month_spans(match["month"], None, ref)
 
     resolvers: list[tuple[re.Pattern[str], Resolver]] = [
-        (_OFFSET, _offset_spans), (_DAY_WITH_YEAR, absolute_day), (_SEASON_YEAR, season_year),
-        (_MONTH_YEAR, month_year), (_YEAR_ONLY, year_only), (_DAY_NO_YEAR, day_no_year), (_MONTH_ONLY, month_only),
+        (_OFFSET, _offset_spans),
+        (_DAY_WITH_YEAR, absolute_day),
+        (_SEASON_YEAR, season_year),
+        (_MONTH_YEAR, month_year),
+        (_YEAR_ONLY, year_only),
+        (_DAY_NO_YEAR, day_no_year),
+        (_MONTH_ONLY, month_only),
         (_RELATIVE, _relative_spans),
     ]
     return resolvers
@@ -404,21 +479,27 @@ def parse_query_time(query: str, reference: date | datetime | None = None) -> Qu
             if not found:
                 continue
             spans += [TimeSpan(_moment(start), _moment(stop), match[0].strip()) for start, stop in found]
-            pieces.append(rest[position:match.start()])
+            pieces.append(rest[position : match.start()])
             position = match.end()
         pieces.append(rest[position:])
         rest = " ".join(" ".join(pieces).split())
     return QueryTime(tuple(spans), rest)
 
 
-def boost(hits: Sequence[tuple[int, float]], moments: dict[int, datetime], named: QueryTime,
-          referenced: dict[int, list[TimeSpan]] | None = None) -> list[tuple[int, float]]:
+def boost(
+    hits: Sequence[tuple[int, float]],
+    moments: dict[int, datetime],
+    named: QueryTime,
+    referenced: dict[int, list[TimeSpan]] | None = None,
+) -> list[tuple[int, float]]:
     """``hits`` (``(seq, score)``) with each score multiplied by :meth:`QueryTime.factor` of the entry's moment
     (``moments``: seq -> conversation time, else creation time; a seq without one keeps its score) and of the
     times its words name (``referenced``: seq -> :func:`referenced_spans`), best first (ties: newer)."""
     referenced = referenced or {}
-    lifted = [(seq, score * named.factor(moments[seq], referenced.get(seq, ())) if seq in moments else score)
-              for seq, score in hits]
+    lifted = [
+        (seq, score * named.factor(moments[seq], referenced.get(seq, ())) if seq in moments else score)
+        for seq, score in hits
+    ]
     return sorted(lifted, key=lambda pair: (-pair[1], -pair[0]))
 
 
@@ -432,13 +513,16 @@ def referenced_spans(text: str, when: str | None) -> list[TimeSpan]:
 
 
 _ASKS_TIME = re.compile(
-    r"^\W*(?:when\b|what\s+(?:date|day|year|month)\b|how\s+long\s+ago\b|which\s+(?:date|day|year|month)\b)", re.I)
+    r"^\W*(?:when\b|what\s+(?:date|day|year|month)\b|how\s+long\s+ago\b|which\s+(?:date|day|year|month)\b)", re.I
+)
 # What tells a time in a turn: broader than the query's expressions (a turn's "moved to 26 May", "on Friday", "the
 # 15th" answer "when?"), narrower than any number (a month name needs a day or "in" beside it: "May I ...").
 _TELLS_TIME = re.compile(
     rf"\b(?:yesterday|today|tonight|tomorrow|ago|{_YEAR}|{_DAY}(?<=\d(?:st|nd|rd|th))|{_WEEKDAY}s?"
     rf"|(?:last|next|this|past|coming)\s+(?:\w+\s+)?(?:week|weekend|month|year|night|morning|evening|{_SEASON}"
-    rf"|{_WEEKDAY})s?|{_MONTH}\.?\s+{_DAY}|{_DAY}\s+(?:of\s+)?{_MONTH}|in\s+{_MONTH})\b", re.I)
+    rf"|{_WEEKDAY})s?|{_MONTH}\.?\s+{_DAY}|{_DAY}\s+(?:of\s+)?{_MONTH}|in\s+{_MONTH})\b",
+    re.I,
+)
 
 
 def asks_time(query: str) -> bool:

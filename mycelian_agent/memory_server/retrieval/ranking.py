@@ -49,6 +49,7 @@ REVISION_LIFT = 1.01
 #: Lexical hits whose neighbours are considered (the re-ranked pool; at least the requested limit).
 CONTEXT_DEPTH = 50
 
+
 def with_context(
     hits: Sequence[tuple[int, float]],
     links: Iterable[Link],
@@ -92,8 +93,13 @@ def with_context(
                 combined[far] = combined.get(far, 0.0) + share * scores[seq]
     for seq, previous, following, asks in links:
         after = CONTEXT_AFTER_QUESTION if asks else CONTEXT_WEIGHT
-        if (matched is not None and not asks and following is not None and following in matched
-                and matched[following] <= matched.get(seq, frozenset())):
+        if (
+            matched is not None
+            and not asks
+            and following is not None
+            and following in matched
+            and matched[following] <= matched.get(seq, frozenset())
+        ):
             echoes[following] = seq
             after = 0.0
         for neighbour, share in ((previous, CONTEXT_BEFORE), (following, after)):
@@ -103,7 +109,6 @@ def with_context(
         if echo in combined:
             combined[echo] = min(combined[echo], ECHO_BELOW * combined[source])
     return sorted(combined.items(), key=lambda pair: (-pair[1], -pair[0]))[:limit]
-
 
 
 class Revisable(Protocol):
@@ -162,13 +167,19 @@ def revisions_first(
     return [(seq, scores[seq]) for seq in order]
 
 
-def _revises(
-    later: int, earlier: int, entries: Mapping[int, Revisable], matched: Mapping[int, frozenset[str]]
-) -> bool:
+def _revises(later: int, earlier: int, entries: Mapping[int, Revisable], matched: Mapping[int, frozenset[str]]) -> bool:
     """Whether entry ``later`` states a change of what ``earlier`` (an older entry of the same author) said: its
     own text says something changed, and it matches every query stem ``earlier`` matches."""
     entry, before = entries.get(later), entries.get(earlier)
     covered, stale = matched.get(later, frozenset()), matched.get(earlier, frozenset())
-    return (earlier < later and entry is not None and before is not None and entry.revises
-            and entry.author is not None and before.author == entry.author and bool(covered) and bool(stale)
-            and stale <= covered)
+    return (
+        earlier < later
+        and entry is not None
+        and before is not None
+        and entry.revises
+        and entry.author is not None
+        and before.author == entry.author
+        and bool(covered)
+        and bool(stale)
+        and stale <= covered
+    )

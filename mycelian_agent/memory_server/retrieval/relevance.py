@@ -45,8 +45,17 @@ from mycelian_agent.memory_server.storage.base import MemoryStore
 from mycelian_agent.memory_server.storage.rows import DenseHits, Link
 from mycelian_agent.memory_server.text.analysis import query_stems, tokens
 
-__all__ = ["MEANING_CEILING", "DenseSeen", "borrowed", "entry_relevance", "meaning_evidence", "non_increasing",
-           "stem_weights", "text_relevance", "word_evidence"]
+__all__ = [
+    "MEANING_CEILING",
+    "DenseSeen",
+    "borrowed",
+    "entry_relevance",
+    "meaning_evidence",
+    "non_increasing",
+    "stem_weights",
+    "text_relevance",
+    "word_evidence",
+]
 
 #: The highest score meaning alone gives: a hit above it holds words of the question. Hits found by meaning alone are
 #: as rarely evidence as the lowest word hits, and at this ceiling they score among those. Measured on LoCoMo dev:
@@ -98,7 +107,11 @@ def non_increasing(values: Iterable[float]) -> list[float]:
 
 
 def entry_relevance(
-    store: MemoryStore, memory_id: str, terms: Sequence[str], seqs: Sequence[int], dense: DenseHits | None,
+    store: MemoryStore,
+    memory_id: str,
+    terms: Sequence[str],
+    seqs: Sequence[int],
+    dense: DenseHits | None,
     weights: Mapping[str, float] | None = None,
 ) -> list[float]:
     """The relevance ``max(word, meaning evidence)`` of the memory's entries ``seqs`` for the query words

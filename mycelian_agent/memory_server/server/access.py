@@ -39,8 +39,9 @@ def load_tokens_file(path: str | Path) -> dict[str, frozenset[str] | None]:
         raise ConfigError(f"{path}: not JSON: {exc}") from None
     tokens = data.get("tokens") if isinstance(data, dict) else None
     if not isinstance(tokens, dict) or not tokens:
-        raise ConfigError(f'{path}: expected {{"tokens": {{"TOKEN": ["vault title", ...] or "*"}}}} with at least '
-                          "one token")
+        raise ConfigError(
+            f'{path}: expected {{"tokens": {{"TOKEN": ["vault title", ...] or "*"}}}} with at least one token'
+        )
     scopes: dict[str, frozenset[str] | None] = {}
     for token, vaults in tokens.items():
         where = f"{path}: tokens[{token[:4]}…]"

@@ -23,24 +23,56 @@ from pydantic import Field
 
 from mycelian_agent.errors import ConfigError, InputError, MemoryServerError
 from mycelian_agent.limits import ADD_ENTRIES_MAX_ITEMS, SEARCH_DEPTH_MAX
-from mycelian_agent.paths import is_postgres_url
-from mycelian_agent.prompt_files import PROMPT_NAMES, read_prompt
-from mycelian_agent.memory_server.server.runtime import StoreHandle
+from mycelian_agent.memory_server.retrieval.pipeline import search
 from mycelian_agent.memory_server.server.arguments import (
-    Description, EntryId, EntryItem, IdempotencyKey, IfExists, MemoryId, OptionalVaultId, RawEntry, Summary, Tags,
-    Timestamp, Title, VaultId,
+    Description,
+    EntryId,
+    EntryItem,
+    IdempotencyKey,
+    IfExists,
+    MemoryId,
+    OptionalVaultId,
+    RawEntry,
+    Summary,
+    Tags,
+    Timestamp,
+    Title,
+    VaultId,
 )
 from mycelian_agent.memory_server.server.hosts import transport_security
 from mycelian_agent.memory_server.server.mcp_server import AppContext, MemoryServer, app_context, token_vaults
 from mycelian_agent.memory_server.server.results import (
-    DeletedEntry, DeletedMemory, Entry, EntryPage, EntryVersions, Memory, MemoryRef, Prompts, PromptTemplates,
-    SearchResult, StoredContext, StoredEntries, StoredEntry, UpdatedEntry, Vault,
+    DeletedEntry,
+    DeletedMemory,
+    Entry,
+    EntryPage,
+    EntryVersions,
+    Memory,
+    MemoryRef,
+    Prompts,
+    PromptTemplates,
+    SearchResult,
+    StoredContext,
+    StoredEntries,
+    StoredEntry,
+    UpdatedEntry,
+    Vault,
 )
-from mycelian_agent.memory_server.retrieval.pipeline import search
+from mycelian_agent.memory_server.server.runtime import StoreHandle
 from mycelian_agent.memory_server.storage.base import DenseIndex, MemoryStore
 from mycelian_agent.memory_server.storage.sqlite.store import SYNC_MODES
+from mycelian_agent.paths import is_postgres_url
+from mycelian_agent.prompt_files import PROMPT_NAMES, read_prompt
 
-__all__ = ["DEFAULT_PORT", "PROMPTS_VERSION", "VECTORS_WAIT", "AppContext", "MemoryServer", "create_server", "transport_security"]
+__all__ = [
+    "DEFAULT_PORT",
+    "PROMPTS_VERSION",
+    "VECTORS_WAIT",
+    "AppContext",
+    "MemoryServer",
+    "create_server",
+    "transport_security",
+]
 
 #: Upstream's port; the streamable HTTP endpoint is ``/mcp``.
 DEFAULT_PORT = 11546
@@ -152,8 +184,8 @@ async def add_entry(
 ) -> StoredEntry:
     """Append an entry to a memory. It is stored before this returns: the answer is the stored entry plus
     "status": "stored" and "deduplicated" (true when idempotency_key matched an earlier identical write)."""
-    return await _store(ctx, 
-        MemoryStore.add_entry, vault_id, memory_id, raw_entry, summary, tags, conversation_time, idempotency_key
+    return await _store(
+        ctx, MemoryStore.add_entry, vault_id, memory_id, raw_entry, summary, tags, conversation_time, idempotency_key
     )
 
 
@@ -163,8 +195,10 @@ async def add_entries(
     memory_id: MemoryId,
     entries: Annotated[
         list[EntryItem],
-        Field(description=f"1-{ADD_ENTRIES_MAX_ITEMS} entries, appended in this order; each with add_entry's fields "
-                          "and rules"),
+        Field(
+            description=f"1-{ADD_ENTRIES_MAX_ITEMS} entries, appended in this order; each with add_entry's fields "
+            "and rules"
+        ),
     ],
 ) -> StoredEntries:
     """Append several entries to a memory in one transaction: all are stored before this returns, or none is
@@ -207,13 +241,12 @@ async def update_entry(
     The replaced version leaves search and the context snapshots' items that quote it, and stays in
     list_entry_versions. Returns the entry as now stored with its "version" (the first write is 1), "status":
     "updated" and "contextItemsRemoved"."""
-    return await _store(ctx, MemoryStore.update_entry, vault_id, memory_id, entry_id, raw_entry, summary, tags,
-                        conversation_time)
+    return await _store(
+        ctx, MemoryStore.update_entry, vault_id, memory_id, entry_id, raw_entry, summary, tags, conversation_time
+    )
 
 
-async def list_entry_versions(
-    ctx: Context, vault_id: VaultId, memory_id: MemoryId, entry_id: EntryId
-) -> EntryVersions:
+async def list_entry_versions(ctx: Context, vault_id: VaultId, memory_id: MemoryId, entry_id: EntryId) -> EntryVersions:
     """List every version of an entry, oldest first and the current one last: {"entryId", "versions": [entry +
     "version" + "replacedAt" (null for the current one)], "count"}."""
     return await _store(ctx, MemoryStore.list_entry_versions, vault_id, memory_id, entry_id)
@@ -240,8 +273,9 @@ async def await_consistency(
     ctx: Context,
     memory_id: MemoryId,
     vault_id: OptionalVaultId = None,
-    vectors: Annotated[bool, Field(description="Also wait (up to 30 s) for the memory's vectors, which are written "
-                                   "behind the entries")] = False,
+    vectors: Annotated[
+        bool, Field(description="Also wait (up to 30 s) for the memory's vectors, which are written behind the entries")
+    ] = False,
 ) -> str:
     """Wait until every earlier write to the memory is visible to search (by its words); answers "consistent".
     Vectors are written behind and not waited for unless ``vectors`` is true: then the answer is "consistent"
@@ -266,8 +300,10 @@ async def search_memories(
     after: Annotated[str | None, Field(description="RFC 3339: only entries (conversation time) after this")] = None,
     before: Annotated[str | None, Field(description="RFC 3339: only entries (conversation time) before this")] = None,
     vault_id: OptionalVaultId = None,
-    offset: Annotated[int, Field(ge=0, le=SEARCH_DEPTH_MAX - 25,
-                                 description="Entries to skip: the next page of the ranking starts here")] = 0,
+    offset: Annotated[
+        int,
+        Field(ge=0, le=SEARCH_DEPTH_MAX - 25, description="Entries to skip: the next page of the ranking starts here"),
+    ] = 0,
 ) -> SearchResult:
     """Search a memory's entries and context snapshots. Returns {"entries": [{entryId, summary, rawEntry?, score,
     match, creationTime, conversationTime?, tags}], "count", "latestContext", "latestContextTimestamp", "contexts":
@@ -278,7 +314,8 @@ async def search_memories(
     from the page before. match is "words" when the query's words led to the entry (in it
     or in the turns beside it) and "meaning" when only semantic similarity did (servers with embeddings): entries
     that are all "meaning" mean no entry shares a word with the query, and they may be unrelated."""
-    return await _store(ctx, 
+    return await _store(
+        ctx,
         search,
         memory_id,
         query,
@@ -419,9 +456,14 @@ def create_server(
         from mycelian_agent.memory_server.retrieval.dense.index import HNSW_MIN, check_encoder_options, load_dense_index
 
         model = check_encoder_options(embeddings_model, embeddings_threads, embeddings_writes, embeddings_queries)
-        dense_factory = partial(load_dense_index, model, batch_threads=embeddings_threads, writes=embeddings_writes,
-                                hnsw_min=HNSW_MIN if embeddings_hnsw_min is None else embeddings_hnsw_min,
-                                queries=embeddings_queries)
+        dense_factory = partial(
+            load_dense_index,
+            model,
+            batch_threads=embeddings_threads,
+            writes=embeddings_writes,
+            hnsw_min=HNSW_MIN if embeddings_hnsw_min is None else embeddings_hnsw_min,
+            queries=embeddings_queries,
+        )
     if is_postgres_url(db_path):
         from mycelian_agent.memory_server.storage.postgres.store import require_psycopg
 

@@ -8,17 +8,29 @@ error that names the argument, never a silent conversion.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NotRequired
 
 from mcp.server.fastmcp.exceptions import ToolError
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
-from typing_extensions import NotRequired, TypedDict
+from typing_extensions import TypedDict
 
 from mycelian_agent.limits import RAW_ENTRY_MAX_CHARS, SUMMARY_MAX_CHARS, TAGS_MAX_KEYS
 
 __all__ = [
-    "Description", "EntryId", "EntryItem", "IdempotencyKey", "IfExists", "MemoryId", "OptionalVaultId", "RawEntry",
-    "Summary", "Tags", "Timestamp", "Title", "VaultId", "check_arguments",
+    "Description",
+    "EntryId",
+    "EntryItem",
+    "IdempotencyKey",
+    "IfExists",
+    "MemoryId",
+    "OptionalVaultId",
+    "RawEntry",
+    "Summary",
+    "Tags",
+    "Timestamp",
+    "Title",
+    "VaultId",
+    "check_arguments",
 ]
 
 VaultId = Annotated[str, Field(description="The UUID of the vault")]
@@ -35,8 +47,10 @@ Tags = Annotated[
 ]
 IfExists = Annotated[
     Literal["error", "return"],
-    Field(description='When the title is taken: "error" (the default, as upstream) or "return" the existing one as '
-                      "it is (nothing is changed)"),
+    Field(
+        description='When the title is taken: "error" (the default, as upstream) or "return" the existing one as '
+        "it is (nothing is changed)"
+    ),
 ]
 IdempotencyKey = Annotated[
     str | None,

@@ -37,6 +37,7 @@ def transport_security(host: str, allowed_hosts: Sequence[str] = ()) -> Transpor
     return TransportSecuritySettings(
         enable_dns_rebinding_protection=True,
         allowed_hosts=[h for n in names for h in (n, f"{n}:*")],
-        allowed_origins=[o for n in names for scheme in ("http", "https") for o in (f"{scheme}://{n}",
-                                                                                       f"{scheme}://{n}:*")],
+        allowed_origins=[
+            o for n in names for scheme in ("http", "https") for o in (f"{scheme}://{n}", f"{scheme}://{n}:*")
+        ],
     )

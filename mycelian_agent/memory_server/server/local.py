@@ -18,8 +18,8 @@ from typing import Any
 
 from mycelian_agent.errors import InputError, MycelianError
 from mycelian_agent.memory_server.retrieval.pipeline import search
-from mycelian_agent.memory_server.storage.base import MemoryStore
 from mycelian_agent.memory_server.storage import open_store
+from mycelian_agent.memory_server.storage.base import MemoryStore
 
 __all__ = ["LOCAL_TOOLS", "LocalConnection"]
 
@@ -64,8 +64,9 @@ class LocalConnection:
     def _run(self, tool: str, arguments: Mapping[str, Any] | None) -> Any:
         method = LOCAL_TOOLS.get(tool)
         if method is None:
-            raise InputError(f"{tool} is not available on a local database connection "
-                             f"(available: {', '.join(LOCAL_TOOLS)})")
+            raise InputError(
+                f"{tool} is not available on a local database connection (available: {', '.join(LOCAL_TOOLS)})"
+            )
         try:
             with self.store.explained():
                 return method(self.store, **dict(arguments or {}))

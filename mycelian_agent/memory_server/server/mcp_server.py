@@ -71,8 +71,10 @@ class MemoryServer(FastMCP[AppContext]):
         if model is not None:
             check_arguments(name, model, arguments)
         if self.require_vault and name in _VAULT_SCOPED and arguments.get("vault_id") is None:
-            raise ToolError(f"{name} needs vault_id on this server: a search is confined to the vault it names "
-                            "(pass the UUID of the memory's vault)")
+            raise ToolError(
+                f"{name} needs vault_id on this server: a search is confined to the vault it names "
+                "(pass the UUID of the memory's vault)"
+            )
         context = self.get_context()
         allowed = token_vaults(context)
         if allowed is not None and model is not None:
@@ -98,15 +100,18 @@ class MemoryServer(FastMCP[AppContext]):
         # A limited token sees another vault exactly as a vault that does not exist.
         if name == "create_vault":
             if arguments.get("title") not in allowed:
-                raise ToolError(f"this token may not create vault {arguments.get('title')!r}: it is limited to the "
-                                f"vaults {', '.join(sorted(allowed))} (the server's tokens file)")
+                raise ToolError(
+                    f"this token may not create vault {arguments.get('title')!r}: it is limited to the "
+                    f"vaults {', '.join(sorted(allowed))} (the server's tokens file)"
+                )
             return
         if "vault_id" not in model.model_fields:
             return
         vault_id = arguments.get("vault_id")
         if vault_id is None:
-            raise ToolError(f"{name} needs vault_id with this token: it is limited to the vaults "
-                            f"{', '.join(sorted(allowed))}")
+            raise ToolError(
+                f"{name} needs vault_id with this token: it is limited to the vaults {', '.join(sorted(allowed))}"
+            )
         runner = self.get_context().request_context.lifespan_context.store
         titles = {v["vaultId"]: v["title"] for v in await runner.call(MemoryStore.list_vaults)}
         if titles.get(vault_id) not in allowed:

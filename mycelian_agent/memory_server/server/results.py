@@ -9,14 +9,30 @@ until it is written here too.
 """
 
 # No "from __future__ import annotations": TypedDict tells NotRequired keys only from evaluated annotations.
-from typing import Literal
+from typing import Literal, NotRequired
 
-from typing_extensions import NotRequired, TypedDict
+from typing_extensions import TypedDict
 
 __all__ = [
-    "BatchEntry", "DeletedEntry", "DeletedMemory", "Entry", "EntryPage", "EntryVersion", "EntryVersions",
-    "FoundContext", "FoundEntry", "Memory", "MemoryRef", "PromptTemplates", "Prompts", "SearchResult", "StoredContext",
-    "StoredEntries", "StoredEntry", "UpdatedEntry", "Vault",
+    "BatchEntry",
+    "DeletedEntry",
+    "DeletedMemory",
+    "Entry",
+    "EntryPage",
+    "EntryVersion",
+    "EntryVersions",
+    "FoundContext",
+    "FoundEntry",
+    "Memory",
+    "MemoryRef",
+    "PromptTemplates",
+    "Prompts",
+    "SearchResult",
+    "StoredContext",
+    "StoredEntries",
+    "StoredEntry",
+    "UpdatedEntry",
+    "Vault",
 ]
 
 

@@ -22,9 +22,8 @@ from typing import Any, TypeVar
 import anyio
 
 from mycelian_agent.errors import MemoryServerError
-from mycelian_agent.memory_server.storage.base import DenseIndex, MemoryStore
-
 from mycelian_agent.memory_server.storage import open_store
+from mycelian_agent.memory_server.storage.base import DenseIndex, MemoryStore
 
 __all__ = ["StoreHandle", "StoreRunner"]
 

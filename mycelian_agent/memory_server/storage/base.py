@@ -17,15 +17,22 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any, Protocol
+from typing import Any
 
 from mycelian_agent.errors import InputError, MemoryServerError
 from mycelian_agent.memory_server.storage import context_items, term_stats
 from mycelian_agent.memory_server.storage.dense_index import DenseIndex
 from mycelian_agent.memory_server.storage.entry_cache import EntryCache
 from mycelian_agent.memory_server.storage.explained import ExplainsProblems
-from mycelian_agent.memory_server.storage.rows import ENTRY_FIELDS, DenseHits, Link, NewEntry, Row, entry_json, memory_json
-from mycelian_agent.memory_server.storage.vectors import EntryVectors, VectorStatus
+from mycelian_agent.memory_server.storage.rows import (
+    ENTRY_FIELDS,
+    DenseHits,
+    Link,
+    NewEntry,
+    Row,
+    entry_json,
+    memory_json,
+)
 from mycelian_agent.memory_server.storage.validation import (
     LIMITS,
     check_entry,
@@ -38,6 +45,7 @@ from mycelian_agent.memory_server.storage.validation import (
     check_uuid,
     parse_rfc3339,
 )
+from mycelian_agent.memory_server.storage.vectors import EntryVectors, VectorStatus
 from mycelian_agent.memory_server.text import analysis
 from mycelian_agent.memory_server.text.analysis import EntryTerms
 from mycelian_agent.placeholder import PLACEHOLDER_CONTEXT
@@ -63,9 +71,21 @@ _ENTRY_CACHE_LOCK = threading.Lock()
 
 #: What retrieval asks a store for (the public reads of :class:`MemoryStore`'s "search reads" section); each is
 #: covered by ``tests/conformance`` on every backend.
-SEARCH_READS = ("check_memory", "lexical_candidates", "term_counts", "entry_rows", "entry_terms", "neighbour_links",
-                "neighbourhood", "entries_within", "ranked_contexts", "latest_context", "search_contexts", "has_dense",
-                "dense_hits")
+SEARCH_READS = (
+    "check_memory",
+    "lexical_candidates",
+    "term_counts",
+    "entry_rows",
+    "entry_terms",
+    "neighbour_links",
+    "neighbourhood",
+    "entries_within",
+    "ranked_contexts",
+    "latest_context",
+    "search_contexts",
+    "has_dense",
+    "dense_hits",
+)
 #: BM25's statistics of a memory for some stems: ``(entries, {stem: entries containing it}, tokens)``.
 Statistics = Callable[[Sequence[str]], tuple[int, dict[str, int], int]]
 
@@ -377,8 +397,13 @@ class MemoryStore(ExplainsProblems, ABC):
         if self._dense is not None:
             self._dense.entries_written(memory_id, inserted_seqs)
         deduplicated = sum(a["deduplicated"] for a in answers)
-        return {"entries": answers, "count": len(answers), "stored": len(answers) - deduplicated,
-                "deduplicated": deduplicated, "status": "stored"}
+        return {
+            "entries": answers,
+            "count": len(answers),
+            "stored": len(answers) - deduplicated,
+            "deduplicated": deduplicated,
+            "status": "stored",
+        }
 
     def list_entries(
         self, vault_id: str, memory_id: str, limit: int = 25, before: str | None = None, after: str | None = None
@@ -418,8 +443,16 @@ class MemoryStore(ExplainsProblems, ABC):
             raise entry_not_found(entry_id, memory_id)
         return row
 
-    def update_entry(self, vault_id: str, memory_id: str, entry_id: str, raw_entry: str, summary: str,
-                     tags: dict[str, str] | None = None, conversation_time: str | None = None) -> dict[str, Any]:
+    def update_entry(
+        self,
+        vault_id: str,
+        memory_id: str,
+        entry_id: str,
+        raw_entry: str,
+        summary: str,
+        tags: dict[str, str] | None = None,
+        conversation_time: str | None = None,
+    ) -> dict[str, Any]:
         """Replace an entry's text, summary and tags (and conversation time, when given) under the same id: the
         entry as now stored plus ``"version"`` (the first write is version 1), ``"status": "updated"`` and
         ``"contextItemsRemoved"``. The replaced version leaves search (index, statistics, vectors, caches) and the
@@ -428,8 +461,9 @@ class MemoryStore(ExplainsProblems, ABC):
         entry = check_entry(raw_entry, summary, tags, conversation_time, None)
         old = self._require_entry(vault_id, memory_id, entry_id)
         vault_id, memory_id, entry_id, seq = old["vault_id"], old["memory_id"], old["entry_id"], int(old["seq"])
-        rewrites = self._context_rewrites(memory_id, seq, [old["raw_entry"], old["summary"]],
-                                          kept=[entry.raw_entry, entry.summary])
+        rewrites = self._context_rewrites(
+            memory_id, seq, [old["raw_entry"], old["summary"]], kept=[entry.raw_entry, entry.summary]
+        )
         with self._transaction():
             row = self._update_entry(vault_id, memory_id, entry_id, entry)
             if row is None:
@@ -445,8 +479,10 @@ class MemoryStore(ExplainsProblems, ABC):
         """Every version of an entry, oldest first and the current one last: ``{"entryId", "versions": [entry +
         "version" + "replacedAt" (None for the current one)], "count"}``."""
         current = self._require_entry(vault_id, memory_id, entry_id)
-        versions = [{**entry_json(row), "replacedAt": row["replaced_at"]}
-                    for row in self._entry_versions(current["memory_id"], current["entry_id"])]
+        versions = [
+            {**entry_json(row), "replacedAt": row["replaced_at"]}
+            for row in self._entry_versions(current["memory_id"], current["entry_id"])
+        ]
         versions.append({**entry_json(current), "replacedAt": None})
         return {"entryId": current["entry_id"], "versions": versions, "count": len(versions)}
 
@@ -473,8 +509,11 @@ class MemoryStore(ExplainsProblems, ABC):
     def _context_rewrites(self, memory_id: str, seq: int, gone: list[str], kept: Sequence[str] = ()) -> list[Any]:
         """``context_items.rewrites`` of the memory's snapshots for the texts ``gone`` that entry ``seq`` loses
         (``kept``: the texts it keeps, which, like another entry's, still support an item)."""
-        return context_items.rewrites([(int(c["seq"]), c["content"]) for c in self._context_rows(memory_id)], gone,
-                                      lambda item: [*kept, *context_items.supporting_texts(self, memory_id, item, seq)])
+        return context_items.rewrites(
+            [(int(c["seq"]), c["content"]) for c in self._context_rows(memory_id)],
+            gone,
+            lambda item: [*kept, *context_items.supporting_texts(self, memory_id, item, seq)],
+        )
 
     # -- context -------------------------------------------------------------------------------------------
 
@@ -496,7 +535,13 @@ class MemoryStore(ExplainsProblems, ABC):
 
     @abstractmethod
     def lexical_candidates(
-        self, memory_id: str, terms: list[str], limit: int, after: str | None, before: str | None, *,
+        self,
+        memory_id: str,
+        terms: list[str],
+        limit: int,
+        after: str | None,
+        before: str | None,
+        *,
         statistics: Statistics | None = None,
     ) -> list[tuple[int, float]]:
         """The ``limit`` best of the memory's entries for the query words ``terms`` by the index's own lexical
@@ -542,8 +587,9 @@ class MemoryStore(ExplainsProblems, ABC):
         answer it in one read; this one makes two)."""
         links = self.neighbour_links(memory_id, seqs)
         given = {link[0] for link in links}
-        around = sorted({n for _, previous, following, _ in links for n in (previous, following) if n is not None}
-                        - given)
+        around = sorted(
+            {n for _, previous, following, _ in links for n in (previous, following) if n is not None} - given
+        )
         return links, {link[0]: link for link in self.neighbour_links(memory_id, around)} if around else {}
 
     @abstractmethod
@@ -572,9 +618,7 @@ class MemoryStore(ExplainsProblems, ABC):
         """Whether the store has a dense index (its searches fuse :meth:`dense_hits`)."""
         return self._dense is not None
 
-    def dense_hits(
-        self, memory_id: str, query: str, k: int, after: str | None, before: str | None
-    ) -> DenseHits | None:
+    def dense_hits(self, memory_id: str, query: str, k: int, after: str | None, before: str | None) -> DenseHits | None:
         """The dense side of a search (:class:`~.rows.DenseHits`: the ``k`` entries nearest to ``query`` within the
         bounds, the memory's typical cosine, the entries ranked without a vector as ``pending``) with the vectors
         present; None without a dense index. Call it before the lexical reads (its small catch-up may write)."""

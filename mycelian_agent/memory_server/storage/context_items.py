@@ -12,12 +12,11 @@ the whole of a shorter such text of at least two content words ("I'm allergic to
 allergic to peanuts"). It is removed unless a **remaining entry supports it equally**: quotes of the same length
 from an entry still in the memory keep it, since the fact is still held there.
 
-Limits (docs/LIFECYCLE.md, docs/ARCHITECTURE.md "Versions and forgetting"): an item that restates the entry in other words (an
-LLM's
-paraphrase, a translation, a summary merging several entries into new wording) shares no such run and stays; and a
-client that read the document before the delete may write the item back with its next ``put_context``. After a
-delete the user can read the document (``get_context``) and write a corrected one with ``put_context``, or delete the
-memory, which removes every snapshot.
+Limits (docs/LIFECYCLE.md, docs/ARCHITECTURE.md "Versions and forgetting"): an item that restates the entry in other
+words (an LLM's paraphrase, a translation, a summary merging several entries into new wording) shares no such run and
+stays; and a client that read the document before the delete may write the item back with its next ``put_context``.
+After a delete the user can read the document (``get_context``) and write a corrected one with ``put_context``, or
+delete the memory, which removes every snapshot.
 """
 
 from __future__ import annotations
@@ -33,8 +32,16 @@ from mycelian_agent.memory_server.storage.rows import Row
 from mycelian_agent.memory_server.text.analysis import tokens
 from mycelian_agent.words import STOPWORDS, WORD_RE, query_terms
 
-__all__ = ["MIN_RUN", "SUPPORT_CANDIDATES", "content_changed", "content_words", "quote_length", "remove_derived",
-           "rewrites", "supporting_texts"]
+__all__ = [
+    "MIN_RUN",
+    "SUPPORT_CANDIDATES",
+    "content_changed",
+    "content_words",
+    "quote_length",
+    "remove_derived",
+    "rewrites",
+    "supporting_texts",
+]
 
 #: Content words in a row, in the same order, that make an item a quote of an entry's text.
 MIN_RUN = 3
@@ -45,8 +52,9 @@ SUPPORT_CANDIDATES = 20
 class _Reads(Protocol):
     """The two search reads of a store (``storage.base.MemoryStore``) that :func:`supporting_texts` uses."""
 
-    def lexical_candidates(self, memory_id: str, terms: list[str], limit: int, after: str | None,
-                           before: str | None) -> list[tuple[int, float]]: ...
+    def lexical_candidates(
+        self, memory_id: str, terms: list[str], limit: int, after: str | None, before: str | None
+    ) -> list[tuple[int, float]]: ...
 
     def entry_rows(self, memory_id: str, seqs: Sequence[int]) -> Mapping[int, Row]: ...
 
@@ -60,8 +68,9 @@ _SENTENCE_END = re.compile(r"(?<=[.!?\u3002\uff01\uff1f])\s+")
 def content_changed(memory_id: str) -> MemoryServerError:
     """The error when a snapshot being rewritten changed meanwhile (another client's ``put_context``): the whole
     delete or update is rolled back, and a retry reads the new snapshot."""
-    return MemoryServerError(f"a context snapshot of memory {memory_id} changed while it was being rewritten; nothing "
-                             "was changed: try again")
+    return MemoryServerError(
+        f"a context snapshot of memory {memory_id} changed while it was being rewritten; nothing was changed: try again"
+    )
 
 
 def content_words(text: str) -> list[str]:
@@ -103,9 +112,7 @@ def _split_items(line: str) -> list[str]:
     return [part for part in _SENTENCE_END.split(line) if part]
 
 
-def remove_derived(
-    content: str, gone: Sequence[str], support: Callable[[str], Sequence[str]]
-) -> tuple[str, int]:
+def remove_derived(content: str, gone: Sequence[str], support: Callable[[str], Sequence[str]]) -> tuple[str, int]:
     """``content`` without the items derived from the texts ``gone`` (the deleted entry's raw entries and
     summaries), and how many were removed. ``support(item)`` gives the texts of remaining entries that may quote
     an item as much (called only for items that quote a gone text). A line whose items all go is dropped; a prose
@@ -152,6 +159,9 @@ def supporting_texts(store: _Reads, memory_id: str, item: str, deleted: int) -> 
     terms = query_terms(item)
     if not terms:
         return []
-    seqs = [seq for seq, _ in store.lexical_candidates(memory_id, terms, SUPPORT_CANDIDATES + 1, None, None)
-            if seq != deleted][:SUPPORT_CANDIDATES]
+    seqs = [
+        seq
+        for seq, _ in store.lexical_candidates(memory_id, terms, SUPPORT_CANDIDATES + 1, None, None)
+        if seq != deleted
+    ][:SUPPORT_CANDIDATES]
     return [text for row in store.entry_rows(memory_id, seqs).values() for text in (row["raw_entry"], row["summary"])]

@@ -15,8 +15,7 @@ def moment(alias: str = "t") -> str:
     return f"COALESCE({alias}.conversation_time, {alias}.creation_time)"
 
 
-def time_bounds(after: str | None, before: str | None, *, alias: str = "t",
-                mark: str = "?") -> tuple[str, list[str]]:
+def time_bounds(after: str | None, before: str | None, *, alias: str = "t", mark: str = "?") -> tuple[str, list[str]]:
     """``(condition, parameters)`` of exclusive bounds on the moment of the entry row ``alias``: the condition is
     empty without bounds, else it starts with `` AND `` (appended to a ``WHERE``); ``mark`` is the dialect's
     parameter mark."""
@@ -29,14 +28,19 @@ def time_bounds(after: str | None, before: str | None, *, alias: str = "t",
     return where, params
 
 
-def entry_page(memory_id: str, limit: int, before: str | None, after: str | None, *,
-               mark: str = "?") -> tuple[str, list[object]]:
+def entry_page(
+    memory_id: str, limit: int, before: str | None, after: str | None, *, mark: str = "?"
+) -> tuple[str, list[object]]:
     """``(clause, parameters)`` after ``FROM entries`` for a page of ``list_entries``: oldest first after ``after``,
     else newest first (before ``before`` when given); ``mark`` is the dialect's parameter mark."""
     if after is not None:
-        return (f"WHERE memory_id = {mark} AND creation_time > {mark} ORDER BY creation_time, seq LIMIT {mark}",
-                [memory_id, after, limit])
+        return (
+            f"WHERE memory_id = {mark} AND creation_time > {mark} ORDER BY creation_time, seq LIMIT {mark}",
+            [memory_id, after, limit],
+        )
     if before is not None:
-        return (f"WHERE memory_id = {mark} AND creation_time < {mark} "
-                f"ORDER BY creation_time DESC, seq DESC LIMIT {mark}", [memory_id, before, limit])
+        return (
+            f"WHERE memory_id = {mark} AND creation_time < {mark} ORDER BY creation_time DESC, seq DESC LIMIT {mark}",
+            [memory_id, before, limit],
+        )
     return f"WHERE memory_id = {mark} ORDER BY creation_time DESC, seq DESC LIMIT {mark}", [memory_id, limit]

@@ -6,12 +6,13 @@ them), so they live below retrieval.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-import json
 from typing import Any, NamedTuple, Protocol
 
 __all__ = ["ENTRY_FIELDS", "DenseHits", "Link", "NewEntry", "Row", "entry_json", "memory_json"]
+
 
 class Row(Protocol):
     """A row of a backend: anything indexable by column name (``sqlite3.Row``, psycopg's dict rows)."""

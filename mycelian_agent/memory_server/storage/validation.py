@@ -20,8 +20,8 @@ __all__ = [
     "LIMITS",
     "check_entry",
     "check_entry_item",
-    "check_memory_ids",
     "check_idempotency_key",
+    "check_memory_ids",
     "check_memory_type",
     "check_optional_text",
     "check_tags",
@@ -145,9 +145,7 @@ def check_idempotency_key(value: str | None) -> str | None:
     return _valid_unicode("idempotency_key", value)
 
 
-def check_entry(
-    raw_entry: Any, summary: Any, tags: Any, conversation_time: Any, idempotency_key: Any
-) -> NewEntry:
+def check_entry(raw_entry: Any, summary: Any, tags: Any, conversation_time: Any, idempotency_key: Any) -> NewEntry:
     """The checked arguments of one entry (``add_entry``'s rules)."""
     return NewEntry(
         check_text("raw_entry", raw_entry, LIMITS["raw_entry"]),

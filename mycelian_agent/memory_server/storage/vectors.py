@@ -18,7 +18,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Hashable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import asdict, dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from mycelian_agent.memory_server.storage.moments import time_bounds
@@ -77,8 +77,16 @@ class ApproximateIndex(Protocol):
         """Whether vectors of ``dimension`` can be searched through the index (it exists, committed)."""
         ...
 
-    def nearest(self, conn: Any, memory_id: str, model: str, query: np.ndarray, k: int, after: str | None = None,
-                before: str | None = None) -> list[tuple[int, bytes]]:
+    def nearest(
+        self,
+        conn: Any,
+        memory_id: str,
+        model: str,
+        query: np.ndarray,
+        k: int,
+        after: str | None = None,
+        before: str | None = None,
+    ) -> list[tuple[int, bytes]]:
         """``(seq, float32 bytes)`` of (about) the ``k`` entries of the memory nearest to ``query`` (a unit float32
         row) with a vector of ``model``, within the time bounds."""
         ...
@@ -212,20 +220,29 @@ class SqlVectors(ABC, Generic[Conn]):
         ``(model, *values, seq, entry_id)``, taking the seq and memory from the entry's row so that a vector is
         stored only while its entry (seq and id) is there."""
         columns, marks = self._columns()
-        source = (f"SELECT seq, memory_id, ?, {marks} FROM entries WHERE seq = ? AND entry_id = ?" if from_entry
-                  else f"VALUES (?, ?, ?, {marks})")
-        update = ", ".join(f"{column.strip()} = excluded.{column.strip()}"
-                           for column in ("memory_id", "model", *columns.split(",")))
-        return (f"INSERT INTO entry_vectors (seq, memory_id, model, {columns}) {source} "
-                f"ON CONFLICT (seq) DO UPDATE SET {update}")
+        source = (
+            f"SELECT seq, memory_id, ?, {marks} FROM entries WHERE seq = ? AND entry_id = ?"
+            if from_entry
+            else f"VALUES (?, ?, ?, {marks})"
+        )
+        update = ", ".join(
+            f"{column.strip()} = excluded.{column.strip()}" for column in ("memory_id", "model", *columns.split(","))
+        )
+        return (
+            f"INSERT INTO entry_vectors (seq, memory_id, model, {columns}) {source} "
+            f"ON CONFLICT (seq) DO UPDATE SET {update}"
+        )
 
     def entry_texts(self, conn: Conn, seqs: Sequence[int]) -> list[Row]:
         """See :meth:`EntryVectors.entry_texts`."""
         if not seqs:
             return []
         marks = ",".join("?" * len(seqs))
-        return list(self._execute(conn, f"SELECT {_ENTRY_TEXT} FROM entries WHERE seq IN ({marks}) ORDER BY seq",
-                                  list(seqs)).fetchall())
+        return list(
+            self._execute(
+                conn, f"SELECT {_ENTRY_TEXT} FROM entries WHERE seq IN ({marks}) ORDER BY seq", list(seqs)
+            ).fetchall()
+        )
 
     def unembedded(self, conn: Conn, model: str, memory_id: str | None = None, limit: int | None = None) -> list[Row]:
         """See :meth:`EntryVectors.unembedded`."""
@@ -233,41 +250,55 @@ class SqlVectors(ABC, Generic[Conn]):
         params: list[Any] = [model] + ([] if memory_id is None else [memory_id])
         if limit is not None:
             params.append(limit)
-        return list(self._execute(
-            conn,
-            "SELECT e.seq AS seq, e.entry_id AS entry_id, e.memory_id AS memory_id, e.summary AS summary, "
-            "e.raw_entry AS raw_entry "
-            "FROM entries e LEFT JOIN entry_vectors v ON v.seq = e.seq AND v.model = ? "
-            f"WHERE v.seq IS NULL {where}ORDER BY e.seq{'' if limit is None else ' LIMIT ?'}",
-            params,
-        ).fetchall())
+        return list(
+            self._execute(
+                conn,
+                "SELECT e.seq AS seq, e.entry_id AS entry_id, e.memory_id AS memory_id, e.summary AS summary, "
+                "e.raw_entry AS raw_entry "
+                "FROM entries e LEFT JOIN entry_vectors v ON v.seq = e.seq AND v.model = ? "
+                f"WHERE v.seq IS NULL {where}ORDER BY e.seq{'' if limit is None else ' LIMIT ?'}",
+                params,
+            ).fetchall()
+        )
 
     def unembedded_seqs(self, conn: Conn, model: str) -> list[tuple[int, str]]:
         """See :meth:`EntryVectors.unembedded_seqs`."""
-        return [(int(row["seq"]), row["memory_id"]) for row in self._execute(
-            conn,
-            "SELECT e.seq AS seq, e.memory_id AS memory_id FROM entries e LEFT JOIN entry_vectors v "
-            "ON v.seq = e.seq AND v.model = ? WHERE v.seq IS NULL ORDER BY e.seq",
-            (model,),
-        )]
+        return [
+            (int(row["seq"]), row["memory_id"])
+            for row in self._execute(
+                conn,
+                "SELECT e.seq AS seq, e.memory_id AS memory_id FROM entries e LEFT JOIN entry_vectors v "
+                "ON v.seq = e.seq AND v.model = ? WHERE v.seq IS NULL ORDER BY e.seq",
+                (model,),
+            )
+        ]
 
     def unembedded_after(self, conn: Conn, model: str, memory_id: str, after_seq: int) -> list[tuple[int, bool]]:
         """See :meth:`EntryVectors.unembedded_after`."""
-        return [(int(row["seq"]), bool(row["missing"])) for row in self._execute(
-            conn,
-            "SELECT e.seq AS seq, v.seq IS NULL AS missing FROM entries e LEFT JOIN entry_vectors v ON v.seq = e.seq "
-            "AND v.model = ? WHERE e.memory_id = ? AND e.seq > ? ORDER BY e.seq",
-            (model, memory_id, after_seq),
-        ).fetchall()]
+        return [
+            (int(row["seq"]), bool(row["missing"]))
+            for row in self._execute(
+                conn,
+                "SELECT e.seq AS seq, v.seq IS NULL AS missing FROM entries e "
+                "LEFT JOIN entry_vectors v ON v.seq = e.seq AND v.model = ? "
+                "WHERE e.memory_id = ? AND e.seq > ? ORDER BY e.seq",
+                (model, memory_id, after_seq),
+            ).fetchall()
+        ]
 
     def insert(self, conn: Conn, model: str, entries: Sequence[tuple[int, str]], vectors: np.ndarray) -> None:
         """See :meth:`EntryVectors.insert`."""
         if not entries:
             return
         self._prepare(conn, len(vectors[0]))
-        self._executemany(conn, self._upsert(from_entry=False),
-                          [(seq, memory_id, model, *self._values(vector))
-                           for (seq, memory_id), vector in zip(entries, vectors, strict=True)])
+        self._executemany(
+            conn,
+            self._upsert(from_entry=False),
+            [
+                (seq, memory_id, model, *self._values(vector))
+                for (seq, memory_id), vector in zip(entries, vectors, strict=True)
+            ],
+        )
 
     def store(self, conn: Conn, model: str, entries: Sequence[tuple[int, str]], vectors: np.ndarray) -> int:
         """See :meth:`EntryVectors.store`."""
@@ -275,40 +306,61 @@ class SqlVectors(ABC, Generic[Conn]):
             return 0
         with self.transaction(conn):
             kept = self._still_there(conn, [seq for seq, _ in entries])
-            pairs = [(entry, vector) for entry, vector in zip(entries, vectors, strict=True)
-                     if kept is None or entry[0] in kept]
+            pairs = [
+                (entry, vector)
+                for entry, vector in zip(entries, vectors, strict=True)
+                if kept is None or entry[0] in kept
+            ]
             if not pairs:
                 return 0
             self._prepare(conn, len(pairs[0][1]))
-            self._executemany(conn, self._upsert(from_entry=True),
-                              [(model, *self._values(vector), seq, entry_id) for (seq, entry_id), vector in pairs])
-            stored = {int(row["seq"]) for row in self._execute(
-                conn, f"SELECT seq FROM entry_vectors WHERE model = ? AND seq IN ({','.join('?' * len(pairs))})",
-                [model, *(seq for (seq, _), _ in pairs)])}
+            self._executemany(
+                conn,
+                self._upsert(from_entry=True),
+                [(model, *self._values(vector), seq, entry_id) for (seq, entry_id), vector in pairs],
+            )
+            stored = {
+                int(row["seq"])
+                for row in self._execute(
+                    conn,
+                    f"SELECT seq FROM entry_vectors WHERE model = ? AND seq IN ({','.join('?' * len(pairs))})",
+                    [model, *(seq for (seq, _), _ in pairs)],
+                )
+            }
         return len(stored)
 
     def vector_count(self, conn: Conn, model: str, memory_id: str) -> int:
         """See :meth:`EntryVectors.vector_count`."""
-        return int(self._execute(conn, "SELECT count(*) AS n FROM entry_vectors WHERE memory_id = ? AND model = ?",
-                                 (memory_id, model)).fetchone()["n"])
+        return int(
+            self._execute(
+                conn, "SELECT count(*) AS n FROM entry_vectors WHERE memory_id = ? AND model = ?", (memory_id, model)
+            ).fetchone()["n"]
+        )
 
     def entry_count(self, conn: Conn, memory_id: str) -> int:
         """See :meth:`EntryVectors.entry_count`."""
-        return int(self._execute(conn, "SELECT count(*) AS n FROM entries WHERE memory_id = ?",
-                                 (memory_id,)).fetchone()["n"])
+        return int(
+            self._execute(conn, "SELECT count(*) AS n FROM entries WHERE memory_id = ?", (memory_id,)).fetchone()["n"]
+        )
 
     def last_seq(self, conn: Conn, memory_id: str) -> int:
         """See :meth:`EntryVectors.last_seq`."""
-        return int(self._execute(conn, "SELECT coalesce(max(seq), 0) AS last FROM entries WHERE memory_id = ?",
-                                 (memory_id,)).fetchone()["last"])
+        return int(
+            self._execute(
+                conn, "SELECT coalesce(max(seq), 0) AS last FROM entries WHERE memory_id = ?", (memory_id,)
+            ).fetchone()["last"]
+        )
 
     def vectors_after(self, conn: Conn, model: str, memory_id: str, after_seq: int) -> list[tuple[int, bytes]]:
         """See :meth:`EntryVectors.vectors_after`."""
-        return [(int(row["seq"]), bytes(row["vector"])) for row in self._execute(
-            conn,
-            "SELECT seq, vector FROM entry_vectors WHERE memory_id = ? AND model = ? AND seq > ? ORDER BY seq",
-            (memory_id, model, after_seq),
-        ).fetchall()]
+        return [
+            (int(row["seq"]), bytes(row["vector"]))
+            for row in self._execute(
+                conn,
+                "SELECT seq, vector FROM entry_vectors WHERE memory_id = ? AND model = ? AND seq > ? ORDER BY seq",
+                (memory_id, model, after_seq),
+            ).fetchall()
+        ]
 
     def status(self, conn: Conn, model: str, memory_id: str | None = None) -> VectorStatus:
         """See :meth:`EntryVectors.status`."""
@@ -316,20 +368,27 @@ class SqlVectors(ABC, Generic[Conn]):
         waiting = self._execute(
             conn,
             "SELECT count(*) AS n, min(e.creation_time) AS oldest FROM entries e LEFT JOIN entry_vectors v "
-            f"ON v.seq = e.seq AND v.model = ? WHERE v.seq IS NULL{memory}", [model, *extra]).fetchone()
-        entries = int(self._execute(conn, f"SELECT count(*) AS n FROM entries e WHERE 1 = 1{memory}",
-                                    extra).fetchone()["n"])
+            f"ON v.seq = e.seq AND v.model = ? WHERE v.seq IS NULL{memory}",
+            [model, *extra],
+        ).fetchone()
+        entries = int(
+            self._execute(conn, f"SELECT count(*) AS n FROM entries e WHERE 1 = 1{memory}", extra).fetchone()["n"]
+        )
         pending = int(waiting["n"])
         oldest = None
         if pending and waiting["oldest"]:
             stored = datetime.fromisoformat(str(waiting["oldest"]).replace("Z", "+00:00"))
             if stored.tzinfo is None:
-                stored = stored.replace(tzinfo=timezone.utc)
-            oldest = max(0.0, round((datetime.now(timezone.utc) - stored).total_seconds(), 1))
+                stored = stored.replace(tzinfo=UTC)
+            oldest = max(0.0, round((datetime.now(UTC) - stored).total_seconds(), 1))
         return VectorStatus(model, max(entries, pending), max(0, entries - pending), pending, oldest)
 
     def inside(self, conn: Conn, memory_id: str, after: str | None, before: str | None) -> set[int]:
         """See :meth:`EntryVectors.inside`."""
         where, params = time_bounds(after, before)
-        return {int(row["seq"]) for row in self._execute(
-            conn, f"SELECT t.seq AS seq FROM entries t WHERE t.memory_id = ?{where}", [memory_id, *params])}
+        return {
+            int(row["seq"])
+            for row in self._execute(
+                conn, f"SELECT t.seq AS seq FROM entries t WHERE t.memory_id = ?{where}", [memory_id, *params]
+            )
+        }

@@ -9,6 +9,8 @@ __all__ = ["keep_version"]
 def keep_version(mark: str) -> str:
     """The statement copying entry ``seq``'s current row into ``entry_versions``, with parameters ``(replaced_at,
     seq)`` marked ``mark`` (``?`` or ``%s``)."""
-    return ("INSERT INTO entry_versions (seq, version, entry_id, memory_id, vault_id, creation_time, conversation_time, "
-            "raw_entry, summary, tags, replaced_at) SELECT seq, version, entry_id, memory_id, vault_id, creation_time, "
-            f"conversation_time, raw_entry, summary, tags, {mark} FROM entries WHERE seq = {mark}")
+    return (
+        "INSERT INTO entry_versions (seq, version, entry_id, memory_id, vault_id, creation_time, conversation_time, "
+        "raw_entry, summary, tags, replaced_at) SELECT seq, version, entry_id, memory_id, vault_id, creation_time, "
+        f"conversation_time, raw_entry, summary, tags, {mark} FROM entries WHERE seq = {mark}"
+    )

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from mycelian_agent.memory_server.text.porter import stem
 from mycelian_agent.words import STOPWORDS, WORD_RE
 
-
 __all__ = [
     "CONTEXT_GAP_DAYS",
     "CONVERSATION_TAGS",
@@ -55,7 +54,7 @@ CONTEXT_GAP_DAYS = 1 / 24
 #: forms that report a change: "changes" and "change" also name things ("positive changes"), "changed" rarely does.
 REVISION_WORDS = frozenset(
     "update updated changed moved cancelled canceled rescheduled postpone postponed instead switched anymore delayed "
-    "replaced raised lowered correction".split()  # noqa: SIM905
+    "replaced raised lowered correction".split()
 )
 # (PostgreSQL keeps each entry's flag with its terms, written with the entry: entries stored before a word joined
 # this list keep the flag they were written with until they are written again.)
@@ -150,7 +149,11 @@ def entry_fields(
 
 
 def entry_terms(
-    raw_entry: str, summary: str, tags: Mapping[str, str] | str, moment: str | None, *,
+    raw_entry: str,
+    summary: str,
+    tags: Mapping[str, str] | str,
+    moment: str | None,
+    *,
     weights: Sequence[float] | None = None,
     fields: Sequence[Sequence[str]] | None = None,
 ) -> EntryTerms:

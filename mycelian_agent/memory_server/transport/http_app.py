@@ -89,10 +89,16 @@ class JsonBodyMiddleware:
             try:
                 parsed = json.loads(body)
             except (ValueError, RecursionError) as exc:  # JSONDecodeError, invalid UTF-8, too deep
-                problem = "invalid UTF-8" if isinstance(exc, UnicodeDecodeError) else \
-                    "nested too deep" if isinstance(exc, RecursionError) else str(exc)
+                problem = (
+                    "invalid UTF-8"
+                    if isinstance(exc, UnicodeDecodeError)
+                    else "nested too deep"
+                    if isinstance(exc, RecursionError)
+                    else str(exc)
+                )
                 await _rpc_error(-32700, f"Parse error: the request body is not JSON text ({problem})")(
-                    scope, receive, send)
+                    scope, receive, send
+                )
                 return
             invalid = _message_problem(parsed)
             if invalid is not None:  # the SDK answers these with a multi-line pydantic dump
@@ -103,7 +109,6 @@ class JsonBodyMiddleware:
             return messages.pop(0) if messages else await receive()
 
         await self.app(scope, replay, send)
-
 
 
 class BearerTokenMiddleware:

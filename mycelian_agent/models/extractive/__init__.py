@@ -23,18 +23,18 @@ if TYPE_CHECKING:
     from .chat import ExtractiveChatModel
 
 __all__ = [
-    "ExtractiveChatModel",
-    "TASK_KEY",
     "CONTEXT_SECTIONS",
-    "summarize_message",
-    "entry_tags",
-    "merge_context",
-    "add_entry_args",
+    "TASK_KEY",
+    "ExtractiveChatModel",
     "add_entries_args",
-    "put_context_args",
-    "third_person",
+    "add_entry_args",
     "conversation_date",
+    "entry_tags",
     "is_extractive",
+    "merge_context",
+    "put_context_args",
+    "summarize_message",
+    "third_person",
 ]
 
 

@@ -89,4 +89,3 @@ class ExtractiveChatModel(BaseChatModel):
             usage_metadata={"input_tokens": 0, "output_tokens": 0, "total_tokens": 0},
             response_metadata={"model_name": "extractive"},
         )
-

@@ -36,7 +36,7 @@ from .text import (
     third_person,
 )
 
-__all__ = ["merge_context", "CONTEXT_SECTIONS", "DEFAULT_CONTEXT_MAX_CHARS"]
+__all__ = ["CONTEXT_SECTIONS", "DEFAULT_CONTEXT_MAX_CHARS", "merge_context"]
 
 DEFAULT_CONTEXT_MAX_CHARS = 5000
 CONTEXT_TITLE = "# Conversation context"
@@ -211,8 +211,9 @@ def _message_items(messages: Sequence[Mapping[str, Any]]) -> list[tuple[str, str
             stated = strip_discourse(sentence)
             if not (f.first_person or we_words(sentence)):
                 if about_person(stated, people) and not f.request and f.words >= 3 and not f.filler:
-                    profile.append((position, "Preferences" if f.preference else "Facts", stated,
-                                    True))  # already third person
+                    profile.append(
+                        (position, "Preferences" if f.preference else "Facts", stated, True)
+                    )  # already third person
                 elif f.date and reports_change(sentence) and not f.request:  # "The Rome trip moved to May 10."
                     profile.append((position, "Decisions and plans", sentence, False))
                 continue
@@ -231,8 +232,9 @@ def _message_items(messages: Sequence[Mapping[str, Any]]) -> list[tuple[str, str
         for position, section, sentence, verbatim in sorted(chosen, key=lambda c: c[0]):
             said = None if sentence.endswith("?") else third_person(sentence, subject)
             verb = "asked" if sentence.endswith("?") else "said"
-            readable = (said and subject.lower() in said.lower() and not _SECOND_PERSON.search(said)
-                        and not we_words(said))  # "we"/"our" would lose their referent
+            readable = (
+                said and subject.lower() in said.lower() and not _SECOND_PERSON.search(said) and not we_words(said)
+            )  # "we"/"our" would lose their referent
             if verbatim:
                 text = sentence
             elif said and readable:
@@ -296,8 +298,12 @@ def merge_context(
     new = _message_items(messages)
     if new and _speaker(str(messages[0].get("role", ""))) != "user":
         sections["Open questions"] = []  # the previous flush ended on a question this batch starts answering
-    people = frozenset(p.lower() for p in named_people(
-        [item for name in _FACT_SECTIONS for item in sections[name]] + [item for name, item in new]))
+    people = frozenset(
+        p.lower()
+        for p in named_people(
+            [item for name in _FACT_SECTIONS for item in sections[name]] + [item for name, item in new]
+        )
+    )
     for name, item in new:  # in the order said: a later item may update an earlier one
         if name in _FACT_SECTIONS:
             _merge_fact(sections, name, item, people)
@@ -312,5 +318,3 @@ def merge_context(
         covered = f"The conversation covered: {topics}." if messages else "No conversation content recorded yet."
         document = f"{CONTEXT_TITLE}\n\n{covered}\n"
     return _trim(document, max_chars)
-
-

@@ -30,7 +30,9 @@ _SELF_SUBJECT = re.compile(r"\b(?:I|I'm|I've|I'd|I'll|we|we're|we've|we'd|we'll|
 # Leading discourse words: "Also Marco is vegetarian" states "Marco is vegetarian".
 _DISCOURSE = re.compile(
     r"^(?:(?:also|and|oh|plus|actually|anyway|btw|by the way|well|ps|fyi|oh and|just so you know|one more thing)"
-    r"\s*[,:!-]?\s+)+", re.I)
+    r"\s*[,:!-]?\s+)+",
+    re.I,
+)
 _THIRD_PRONOUN = re.compile(r"\b(?:he|she|him|her|his|hers|he's|she's)\b", re.I)
 _DATE_NAMES = frozenset(
     """January February March April May June July August September October November December Monday Tuesday
@@ -46,8 +48,11 @@ _FUNCTION_WORDS = frozenset(
 # --- profile statements -------------------------------------------------------------------------------------------
 _ADV = rf"(?:\s+(?:{_ADVERBS}|very|so|quite|severely|extremely|mildly|highly|slightly|pretty|now|officially|not))*"
 # "I'm <complement>": a state unless the complement is a passing mood or a progressive verb ("I'm planning").
-_STATE = re.compile(rf"\b(?:I'm|I am|I've been|I have been|we're|we are|we've been){_ADV}\s+(?:(a|an)\s+)?([\w-]+)"
-                    r"(?:\s+(\w+))?", re.I)
+_STATE = re.compile(
+    rf"\b(?:I'm|I am|I've been|I have been|we're|we are|we've been){_ADV}\s+(?:(a|an)\s+)?([\w-]+)"
+    r"(?:\s+(\w+))?",
+    re.I,
+)
 _PASSING = frozenset(
     """sorry glad happy excited sure unsure curious ready bored tired stressed worried nervous confused fine okay
     ok good great back here there done about going trying looking thinking planning wondering hoping doing getting
@@ -57,48 +62,67 @@ _PASSING = frozenset(
 # "I/we have|own|adopted <a/two/...> <noun>" (a possession) or "I have <noun>" (a condition: "I have asthma").
 _HAS = re.compile(
     rf"\b(?:I|we)(?:'ve)?{_ADV}\s+(?:have|own|adopted|rescued|got|have got)\s+(?:(a|an|one|two|three|four|five|six"
-    r"|\d+|no|some|my|our)\s+)?([a-z][\w-]*)", re.I)
+    r"|\d+|no|some|my|our)\s+)?([a-z][\w-]*)",
+    re.I,
+)
 _NOT_POSSESSED = frozenset(  # what "I have a ..." names in conversation rather than in life
     """to been had got question questions idea ideas clue problem problems issue issues concern concerns doubt
     doubts suggestion suggestions request thought thoughts feeling time chance opinion favor favour moment minute
     few lot bit couple quick look follow-up follow never always just also""".split()
 )
 _DIET = re.compile(
-    rf"\b(?:I|we){_ADV}\s+(?:can't|cannot|can not|don't|do not|never|must not|mustn't)\s+(?:eat|drink)\b", re.I)
-_HOME = re.compile(r"\b(?:live|lives|living|moved|relocated|based)\s+(?:back\s+|here\s+|now\s+)?(?:in|to|into)\s+"
-                   r"(?:the\s+)?[A-Z]")
-_WORK = re.compile(r"\b(?:work|works|working|job|employed|hired)\s+(?:\w+\s+)?(?:as|at|for|with)\b"
-                   r"|\b(?:got|started|quit|left|lost)\s+(?:a\s+|my\s+|the\s+)?(?:new\s+)?job\b", re.I)
+    rf"\b(?:I|we){_ADV}\s+(?:can't|cannot|can not|don't|do not|never|must not|mustn't)\s+(?:eat|drink)\b", re.I
+)
+_HOME = re.compile(
+    r"\b(?:live|lives|living|moved|relocated|based)\s+(?:back\s+|here\s+|now\s+)?(?:in|to|into)\s+"
+    r"(?:the\s+)?[A-Z]"
+)
+_WORK = re.compile(
+    r"\b(?:work|works|working|job|employed|hired)\s+(?:\w+\s+)?(?:as|at|for|with)\b"
+    r"|\b(?:got|started|quit|left|lost)\s+(?:a\s+|my\s+|the\s+)?(?:new\s+)?job\b",
+    re.I,
+)
 
 # --- updates ------------------------------------------------------------------------------------------------------
 _ENDING = re.compile(
     r"\b(?:no longer|any ?more\b(?!\s+[a-z])|not any longer|passed away|died|gave away|given away|gave up"
-    r"|got rid of|broke up|split up|sold|cancel(?:l?ed|s|ling)?|called off|stopped|quit)\b", re.I)
+    r"|got rid of|broke up|split up|sold|cancel(?:l?ed|s|ling)?|called off|stopped|quit)\b",
+    re.I,
+)
 _CANCEL = re.compile(r"\b(?:cancel(?:l?ed|s|ling)?|called off|not going|won't go|no longer going)\b", re.I)
 _CHANGE = re.compile(
     r"\b(?:now|moved?|changed?|rescheduled?|postponed?|pushed|delayed|shifted|instead|updated?|switched"
-    r"|cancel(?:l?ed|s|ling)?|called off|brought forward)\b", re.I)
+    r"|cancel(?:l?ed|s|ling)?|called off|brought forward)\b",
+    re.I,
+)
 _EARLIER = re.compile(r"\s*\((?:(\d{4}-\d{2}-\d{2}); )?earlier: .*\)$")
 _ITEM_SUFFIX = re.compile(r"\s*\((\d{4}-\d{2}-\d{2})\)$")
 _QUOTED = re.compile(r'^(.{1,60}?) (?:said|asked): "(.*)"', re.S)
 _OWNER = re.compile(
     r"\b((?i:the user)|[A-Z][a-z][\w-]*)(?='s\b|\s+(?:(?:also|really|still|now|no longer|just|never|\w+ly)\s+)*"
-    r"(?:is|are|has|have|was|were|does|doesn't|can't|cannot|would|will|\w+s|\w+ed)\b)")
+    r"(?:is|are|has|have|was|were|does|doesn't|can't|cannot|would|will|\w+s|\w+ed)\b)"
+)
 _POSSESSOR = re.compile(r"\b(?:[Tt]he user|[A-Z][a-z][\w-]*)'s\b")  # "the user's appointment": "the appointment"
 _MONTH_DAY = re.compile(
-    r"\b([A-Z][a-z]{2,8})\.?\s+(\d{1,2})(?:st|nd|rd|th)?\b|\b(\d{1,2})(?:st|nd|rd|th)?\s+(?:of\s+)?([A-Z][a-z]{2,8})\b")
+    r"\b([A-Z][a-z]{2,8})\.?\s+(\d{1,2})(?:st|nd|rd|th)?\b|\b(\d{1,2})(?:st|nd|rd|th)?\s+(?:of\s+)?([A-Z][a-z]{2,8})\b"
+)
 _FUTURE = re.compile(r"\b(?:tomorrow|tonight|next|upcoming|coming up|in \d+ (?:days|weeks|months)|this coming)\b", re.I)
 _PAST = re.compile(r"\b(?:ago|yesterday|last|earlier this|was|were|went|had)\b", re.I)
-_DATED = re.compile(r"\b(?:tomorrow|tonight|next (?:week|month|year|weekend|monday|tuesday|wednesday|thursday|friday"
-                    r"|saturday|sunday)|\d{4}-\d{2}-\d{2})\b", re.I)
+_DATED = re.compile(
+    r"\b(?:tomorrow|tonight|next (?:week|month|year|weekend|monday|tuesday|wednesday|thursday|friday"
+    r"|saturday|sunday)|\d{4}-\d{2}-\d{2})\b",
+    re.I,
+)
 _NAMES = r"[A-Z][a-z][\w'-]*(?:(?:,\s*|\s+and\s+|\s*&\s*)[A-Z][a-z][\w'-]*)*"
 # "my partner Marco", "our kids Emma and Leo", "my friend, Sarah, ..." (not "for my birthday, Marco got me ...").
 _RELATION = re.compile(
     rf"\b([Mm]y|[Oo]ur)\s+([a-z][\w-]*(?:\s+[a-z][\w-]*)?)(?:\s+({_NAMES})(?!\s*[A-Z])|,\s+({_NAMES})"
-    r"(?=\s*[,;:.!?)]|\s+and\b|$))")
+    r"(?=\s*[,;:.!?)]|\s+and\b|$))"
+)
 _RELATION_ITEM = re.compile(r"'s [a-z][\w -]{0,30} (?:is|are) ([A-Z][a-z][\w'-]*(?:(?:, | and )[A-Z][a-z][\w'-]*)*)")
-_DETERMINED = re.compile(r"\b(?:the|a|an|my|our|your|his|her|their|this|that)\s+([a-z][\w-]*)(?:\s+([a-z][\w-]*))?",
-                         re.I)
+_DETERMINED = re.compile(
+    r"\b(?:the|a|an|my|our|your|his|her|their|this|that)\s+([a-z][\w-]*)(?:\s+([a-z][\w-]*))?", re.I
+)
 _CONTENT_EXCLUDE = frozenset(
     """user said asked longer anymore more sold died quit stopped cancelled canceled called earlier does doesn't
     lives live living have has named moved move changed change rescheduled postponed pushed delayed shifted
@@ -217,7 +241,6 @@ def content_nouns(text: str) -> set[str]:
     return found
 
 
-
 def is_future(sentence: str, day: str) -> bool:
     """Whether ``sentence`` names a date after the conversation ``day`` (``YYYY-MM-DD``) or an upcoming time."""
     if _PAST.search(sentence) and not re.search(r"\b(?:now|will|'ll|going to|planning)\b", sentence, re.I):
@@ -302,12 +325,23 @@ def _analyse(item: str) -> _Item:
     who = owner(core)
     body = _body(core)
     tokens = body.replace('"', " ").split()
-    names = {t.strip(".,!?;:()'").removesuffix("'s") for prev, t in zip([".", *tokens[:-1]], tokens, strict=True)
-             if t[:1].isupper() and prev[-1:] not in ".:!?"}
+    names = {
+        t.strip(".,!?;:()'").removesuffix("'s")
+        for prev, t in zip([".", *tokens[:-1]], tokens, strict=True)
+        if t[:1].isupper() and prev[-1:] not in ".:!?"
+    }
     names = {n.lower() for n in names if n and n not in _DATE_NAMES and n.lower() != who}
-    return _Item(core, who, _slot(core), bool(_ENDING.search(core)), bool(_CHANGE.search(core)),
-                 bool(_CANCEL.search(core)), has_date(core), frozenset(_content_words(core, who)),
-                 frozenset((names | content_nouns(body)) - {"user"}))
+    return _Item(
+        core,
+        who,
+        _slot(core),
+        bool(_ENDING.search(core)),
+        bool(_CHANGE.search(core)),
+        bool(_CANCEL.search(core)),
+        has_date(core),
+        frozenset(_content_words(core, who)),
+        frozenset((names | content_nouns(body)) - {"user"}),
+    )
 
 
 def supersedes(new: str, old: str, new_section: str, old_section: str, people: frozenset[str]) -> bool:

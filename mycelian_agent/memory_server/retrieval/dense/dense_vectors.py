@@ -33,7 +33,7 @@ from mycelian_agent.memory_server.storage.vectors import ApproximateIndex, Entry
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["CATCHUP_LIMIT", "HNSW_MIN", "BACKFILL_HINT", "DenseVectors"]
+__all__ = ["BACKFILL_HINT", "CATCHUP_LIMIT", "HNSW_MIN", "DenseVectors"]
 
 #: A search embeds at most this many of its memory's missing entries; more need :meth:`DenseVectors.backfill`.
 CATCHUP_LIMIT = 16
@@ -68,9 +68,17 @@ class DenseVectors:
     of the last ``query_cache`` distinct queries are kept (:attr:`query_vectors`, ``query_cache.py``; 0: none).
     """
 
-    def __init__(self, encode: Encode, *, model: str = "custom", write_behind: bool = True,
-                 queries: Encode | None = None, hnsw_min: int = HNSW_MIN, behind: Encode | None = None,
-                 query_cache: int = QUERY_CACHE_SIZE) -> None:
+    def __init__(
+        self,
+        encode: Encode,
+        *,
+        model: str = "custom",
+        write_behind: bool = True,
+        queries: Encode | None = None,
+        hnsw_min: int = HNSW_MIN,
+        behind: Encode | None = None,
+        query_cache: int = QUERY_CACHE_SIZE,
+    ) -> None:
         import numpy
 
         self._np = numpy
@@ -103,8 +111,9 @@ class DenseVectors:
         return self._np.asarray(encode(list(texts)), dtype=self._np.float32)
 
     def _query_vector(self, query: str) -> np.ndarray:
-        return self.query_vectors.vector(self.model, query, lambda text: self._np.asarray(
-            self._encode_queries([text]), dtype=self._np.float32)[0])
+        return self.query_vectors.vector(
+            self.model, query, lambda text: self._np.asarray(self._encode_queries([text]), dtype=self._np.float32)[0]
+        )
 
     @staticmethod
     def entry_text(summary: str, raw_entry: str) -> str:
@@ -129,8 +138,10 @@ class DenseVectors:
         start the writer."""
         behind = self.write_behind and connect is not None
         if behind and self._writer is not None and self._writer.alive:
-            raise ConfigError("this dense index already writes vectors for another open store; give each store "
-                              "its own index (dense_factory)")
+            raise ConfigError(
+                "this dense index already writes vectors for another open store; give each store "
+                "its own index (dense_factory)"
+            )
         self._storage = vectors
         if not behind or connect is None:
             return
@@ -303,8 +314,12 @@ class DenseVectors:
             try:
                 self._store_missing(conn, rows)
             except Exception:  # e.g. a text the encoder cannot take: the search goes on with the vectors present
-                _log.exception("could not embed %d entries of memory %s at search time; searching with the %d "
-                               "embedded ones", len(rows), memory_id, vectors)
+                _log.exception(
+                    "could not embed %d entries of memory %s at search time; searching with the %d embedded ones",
+                    len(rows),
+                    memory_id,
+                    vectors,
+                )
                 self._give_back(memory_id, rows)
             else:
                 self.embedded_at_search += len(rows)
@@ -358,8 +373,7 @@ class DenseVectors:
     ) -> tuple[list[int], np.ndarray]:
         """``(seqs, cosines)`` of every embedded entry of ``memory_id`` within the time bounds (others -inf), by the
         exact scan (a small gap of entries without a vector embedded first, as a search does)."""
-        return self._scan(conn, memory_id, self._query_vector(query), after, before,
-                          self._catch_up(conn, memory_id)[0])
+        return self._scan(conn, memory_id, self._query_vector(query), after, before, self._catch_up(conn, memory_id)[0])
 
     def hits(
         self,
@@ -396,8 +410,9 @@ class DenseVectors:
                     count = large.size
                 if large is not None:
                     self.searches["hnsw"] += 1
-                    return _pending(self._hnsw_hits(approximate, conn, connect, memory_id, vector, k, after, before,
-                                                    large), pending)
+                    return _pending(
+                        self._hnsw_hits(approximate, conn, connect, memory_id, vector, k, after, before, large), pending
+                    )
             else:
                 count, pending = self._catch_up(conn, memory_id)
             self.searches["scan"] += 1
@@ -408,8 +423,9 @@ class DenseVectors:
             layout = self._layout(memory_id, seqs, matrix)
             hits = fusion.scan_hits(layout.seqs, cosines, k, sample=layout.sample)
             if hits is not None:  # the vectors scanned, for the dense feedback (retrieval/dense_feedback.py)
-                hits.space = ScanSpace(vector, layout.seqs, layout.matrix, self._np.isfinite(cosines),
-                                       lambda matrix: layout.mean)
+                hits.space = ScanSpace(
+                    vector, layout.seqs, layout.matrix, self._np.isfinite(cosines), lambda matrix: layout.mean
+                )
             return _pending(hits, pending)
 
     def _layout(self, memory_id: str, seqs: list[int], matrix: np.ndarray) -> _Layout:
@@ -449,9 +465,18 @@ class DenseVectors:
             return self._writer.outstanding(memory_id)
         return left
 
-    def _hnsw_hits(self, approximate: ApproximateIndex, conn: Connection, connect: Connect, memory_id: str,
-                   vector: np.ndarray, k: int, after: str | None, before: str | None,
-                   large: _LargeMemory) -> DenseHits | None:
+    def _hnsw_hits(
+        self,
+        approximate: ApproximateIndex,
+        conn: Connection,
+        connect: Connect,
+        memory_id: str,
+        vector: np.ndarray,
+        k: int,
+        after: str | None,
+        before: str | None,
+        large: _LargeMemory,
+    ) -> DenseHits | None:
         np = self._np
         if large.sample is None or large.size > large.sampled * 1.5:
             rows = approximate.sample(conn, memory_id, self.model, fusion.SAMPLE)
@@ -463,8 +488,11 @@ class DenseVectors:
         values = self._cosines(near, vector)
         order = sorted(values, key=lambda seq: (-values[seq], -seq))
         matrix, moments = large.sample
-        inside = [i for i, moment in enumerate(moments)
-                  if (after is None or moment > after) and (before is None or moment < before)]
+        inside = [
+            i
+            for i, moment in enumerate(moments)
+            if (after is None or moment > after) and (before is None or moment < before)
+        ]
         if inside:
             typical = float(np.median(rows_dot(matrix[inside], vector).astype(np.float64)))
         else:  # no sampled entry inside the bounds: the cosines at hand
@@ -483,8 +511,9 @@ class DenseVectors:
         def nearest_to(moved: Any, count: int) -> list[int]:
             unit = (moved / np.linalg.norm(moved)).astype(np.float32)
             with connect() as again:
-                found = self._cosines(approximate.nearest(again, memory_id, self.model, unit, count, after, before),
-                                      unit)
+                found = self._cosines(
+                    approximate.nearest(again, memory_id, self.model, unit, count, after, before), unit
+                )
             return sorted(found, key=lambda seq: (-found[seq], -seq))
 
         centroid = matrix.mean(axis=0) if len(matrix) else np.zeros_like(vector)
@@ -503,13 +532,22 @@ class DenseVectors:
             return np.zeros((0, 0), dtype=np.float32)
         return np.frombuffer(b"".join(raws), dtype=np.float32).reshape(len(raws), -1)
 
-    def _scan(self, conn: Connection, memory_id: str, vector: np.ndarray, after: str | None, before: str | None,
-              count: int) -> tuple[list[int], np.ndarray]:
+    def _scan(
+        self, conn: Connection, memory_id: str, vector: np.ndarray, after: str | None, before: str | None, count: int
+    ) -> tuple[list[int], np.ndarray]:
         seqs, matrix = self._matrix(conn, memory_id, count)
         return seqs, self._cosines_in(conn, memory_id, seqs, matrix, vector, after, before)
 
-    def _cosines_in(self, conn: Connection, memory_id: str, seqs: list[int], matrix: np.ndarray, vector: np.ndarray,
-                    after: str | None, before: str | None) -> np.ndarray:
+    def _cosines_in(
+        self,
+        conn: Connection,
+        memory_id: str,
+        seqs: list[int],
+        matrix: np.ndarray,
+        vector: np.ndarray,
+        after: str | None,
+        before: str | None,
+    ) -> np.ndarray:
         """Cosines of ``matrix``'s rows (entries ``seqs``) with ``vector``; -inf outside the time bounds."""
         np = self._np
         if not seqs:

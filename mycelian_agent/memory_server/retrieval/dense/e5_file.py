@@ -109,7 +109,7 @@ class _Reader:
     def take(self, size: int) -> memoryview:
         if self.at + size > len(self.data):
             raise ConfigError("e5 model file: truncated")
-        chunk = self.data[self.at:self.at + size]
+        chunk = self.data[self.at : self.at + size]
         self.at += size
         return chunk
 
@@ -154,9 +154,10 @@ def read_e5_file(data: bytes | memoryview) -> E5File:
         dtype, count, offset, size = reader.int(1), reader.int(4), reader.int(8), reader.int(8)
         if offset + size > len(view):
             raise ConfigError(f"e5 model file: tensor {name!r} runs past the file's end")
-        tensors[name] = (dtype, count, view[offset:offset + size])
-    return E5File(hidden, layers, heads, ffn, vocab, max_positions, eps, bos, eos, pad, unk, pieces, scores, norm,
-                  tensors)
+        tensors[name] = (dtype, count, view[offset : offset + size])
+    return E5File(
+        hidden, layers, heads, ffn, vocab, max_positions, eps, bos, eos, pad, unk, pieces, scores, norm, tensors
+    )
 
 
 def file_key(path: Path) -> str:

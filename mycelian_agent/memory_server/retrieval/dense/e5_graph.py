@@ -58,15 +58,31 @@ def build_graph(model: E5File, *, accuracy_level: int = 4) -> Any:
 
     def linear(source: str, tensor: str, rows: int, cols: int) -> str:
         packed, scales = pack_nbits(*model.raw_matrix(f"{tensor}.w", rows, cols))
-        product = node("MatMulNBits", [source, constant(f"{tensor}.w", packed), constant(f"{tensor}.s", scales)],
-                       f"{tensor}.mm", domain="com.microsoft", K=cols, N=rows, bits=4, block_size=QK,
-                       accuracy_level=accuracy_level)
+        product = node(
+            "MatMulNBits",
+            [source, constant(f"{tensor}.w", packed), constant(f"{tensor}.s", scales)],
+            f"{tensor}.mm",
+            domain="com.microsoft",
+            K=cols,
+            N=rows,
+            bits=4,
+            block_size=QK,
+            accuracy_level=accuracy_level,
+        )
         return node("Add", [product, constant(f"{tensor}.b", model.vector(f"{tensor}.b"))], f"{tensor}.out")
 
     def layer_norm(source: str, prefix: str, name: str) -> str:
-        return node("LayerNormalization", [source, constant(f"{prefix}.w", model.vector(f"{prefix}.w")),
-                                           constant(f"{prefix}.b", model.vector(f"{prefix}.b"))],
-                    name, axis=-1, epsilon=model.eps)
+        return node(
+            "LayerNormalization",
+            [
+                source,
+                constant(f"{prefix}.w", model.vector(f"{prefix}.w")),
+                constant(f"{prefix}.b", model.vector(f"{prefix}.b")),
+            ],
+            name,
+            axis=-1,
+            epsilon=model.eps,
+        )
 
     split_shape = constant("shape.heads", np.array([-1, heads, head_size], dtype=np.int64))
     merge_shape = constant("shape.hidden", np.array([-1, hidden], dtype=np.int64))
@@ -101,12 +117,15 @@ def build_graph(model: E5File, *, accuracy_level: int = 4) -> Any:
     node("ReduceMean", [state], OUTPUT, axes=[0], keepdims=0)
 
     graph = helper.make_graph(
-        nodes, "multilingual-e5-small-q4",
+        nodes,
+        "multilingual-e5-small-q4",
         [helper.make_tensor_value_info(INPUT, TensorProto.FLOAT, ["tokens", hidden])],
         [helper.make_tensor_value_info(OUTPUT, TensorProto.FLOAT, [hidden])],
-        initializer=weights)
-    built = helper.make_model(graph, opset_imports=[helper.make_opsetid("", _OPSET),
-                                                     helper.make_opsetid("com.microsoft", 1)])
+        initializer=weights,
+    )
+    built = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", _OPSET), helper.make_opsetid("com.microsoft", 1)]
+    )
     built.ir_version = 8  # readable by every ONNX Runtime that has MatMulNBits
     onnx.checker.check_model(built)
     return built

@@ -77,12 +77,14 @@ class OnnxQueries:
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.add_session_config_entry("session.inter_op.allow_spinning", "0")
         try:
-            self._session = onnxruntime.InferenceSession(str(self.model_path), options,
-                                                         providers=["CPUExecutionProvider"])
-        except Exception:  # noqa: BLE001 - a cached file Runtime cannot read (its digest matched): build it again
+            self._session = onnxruntime.InferenceSession(
+                str(self.model_path), options, providers=["CPUExecutionProvider"]
+            )
+        except Exception:
             self.model_path = _cached_graph(weights, self.file, cache or cache_folder(), rebuild=True)
-            self._session = onnxruntime.InferenceSession(str(self.model_path), options,
-                                                         providers=["CPUExecutionProvider"])
+            self._session = onnxruntime.InferenceSession(
+                str(self.model_path), options, providers=["CPUExecutionProvider"]
+            )
 
     def __call__(self, texts: Sequence[str]) -> np.ndarray:
         np = self._np
@@ -96,9 +98,9 @@ class OnnxQueries:
         total = np.zeros(self.file.hidden, dtype=np.float64)
         weight = 0
         for start in range(0, max(len(content), 1), window):  # the engine's windows: no overlap, weighted by size
-            chunk = content[start:start + window]
+            chunk = content[start : start + window]
             ids = [self.tokenizer.bos, *chunk, self.tokenizer.eos]
-            embedded = self.file.word_rows(ids) + self._positions[:len(ids)] + self._type
+            embedded = self.file.word_rows(ids) + self._positions[: len(ids)] + self._type
             pooled = self._session.run([OUTPUT], {INPUT: embedded.astype(np.float32, copy=False)})[0]
             size = len(chunk) or 1
             total += size * pooled
@@ -117,8 +119,9 @@ def _cached_graph(weights: Path, model: E5File, cache: Path, *, rebuild: bool = 
     try:
         built = build_graph(model).SerializeToString()
     except ImportError as exc:
-        raise ConfigError(f"building e5-small's query graph needs the onnx package ({exc}): "
-                          "pip install 'mycelian-agent[dense]'") from exc
+        raise ConfigError(
+            f"building e5-small's query graph needs the onnx package ({exc}): pip install 'mycelian-agent[dense]'"
+        ) from exc
     cache.mkdir(parents=True, exist_ok=True)
     for target, data in ((path, built), (digest_path, hashlib.sha256(built).hexdigest().encode())):
         handle, temporary = tempfile.mkstemp(dir=cache, prefix=target.name, suffix=".tmp")

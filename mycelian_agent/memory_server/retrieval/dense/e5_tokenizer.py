@@ -47,7 +47,7 @@ class E5Tokenizer:
     def normalise(self, text: str) -> str:
         """The text the engine segments: normalised, spaces collapsed, ``▁`` for spaces and in front."""
         if "\0" in text:
-            text = text[:text.index("\0")]
+            text = text[: text.index("\0")]
         norm = self._norm
         chars = "".join(norm.get(char, char) for char in text)
         while "  " in chars:
@@ -79,7 +79,7 @@ class E5Tokenizer:
             for end in range(begin + 1, count + 1):
                 if starts[end] - origin > longest:
                     break
-                found = pieces.get(data[origin:starts[end]])
+                found = pieces.get(data[origin : starts[end]])
                 if found is not None:
                     score = _f32(here + scores[found])
                     if score > best[end]:

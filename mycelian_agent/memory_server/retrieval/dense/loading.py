@@ -9,8 +9,14 @@ from mycelian_agent.errors import ConfigError
 from mycelian_agent.memory_server.retrieval.dense import encoders
 from mycelian_agent.memory_server.retrieval.dense.dense_vectors import HNSW_MIN, DenseVectors
 
-__all__ = ["DENSE_BY_DEFAULT", "WRITE_MODES", "check_encoder_options", "dense_by_default", "load_dense_index",
-           "require_dense_index"]
+__all__ = [
+    "DENSE_BY_DEFAULT",
+    "WRITE_MODES",
+    "check_encoder_options",
+    "dense_by_default",
+    "load_dense_index",
+    "require_dense_index",
+]
 
 #: Whether a server not told (``create_server(embeddings=None)``, ``mycelian-memory-server`` without
 #: ``--embeddings`` / ``--no-embeddings``, ``build_agent(embeddings=None)``, the CLI's ``search`` / ``recall``) fuses
@@ -27,8 +33,9 @@ WRITE_MODES = ("behind", "inline")
 _log = logging.getLogger(__name__)
 
 
-def check_encoder_options(name: str | None, batch_threads: int, writes: str = WRITE_MODES[0],
-                          queries: str = encoders.AUTO) -> str:
+def check_encoder_options(
+    name: str | None, batch_threads: int, writes: str = WRITE_MODES[0], queries: str = encoders.AUTO
+) -> str:
     """The model key for ``name`` (``auto`` stays ``auto``) if it, ``batch_threads``, ``writes`` and ``queries``
     are valid (nothing is loaded), else :class:`ConfigError`: a server checks them when it is created, not when its
     first session opens."""
@@ -41,8 +48,14 @@ def check_encoder_options(name: str | None, batch_threads: int, writes: str = WR
     return key
 
 
-def require_dense_index(name: str | None = encoders.AUTO, *, batch_threads: int = 0, writes: str = WRITE_MODES[0],
-                        hnsw_min: int = HNSW_MIN, queries: str = encoders.AUTO) -> DenseVectors:
+def require_dense_index(
+    name: str | None = encoders.AUTO,
+    *,
+    batch_threads: int = 0,
+    writes: str = WRITE_MODES[0],
+    hnsw_min: int = HNSW_MIN,
+    queries: str = encoders.AUTO,
+) -> DenseVectors:
     """The dense index on packaged model ``name`` (see :func:`encoders.load_encoder`; ``auto``: the first
     installed), writing vectors ``writes`` (one of :data:`WRITE_MODES`), searching memories of ``hnsw_min`` vectors
     or more through pgvector's HNSW index where there is one; :class:`ConfigError` naming the install command if
@@ -53,10 +66,17 @@ def require_dense_index(name: str | None = encoders.AUTO, *, batch_threads: int 
         # Loaded at its first encode: a store that only stores and reads words never maps the model.
         encoder = encoders.lazy_encoder(key, batch_threads=batch_threads, queries=queries)
     except ImportError as exc:
-        raise ConfigError(f"dense embeddings ({key}) need a package that is not installed ({exc}): "
-                          f"{encoders.INSTALL_HINTS[key]}") from exc
-    return DenseVectors(encoder.passages, model=encoder.model, write_behind=writes == "behind",
-                        queries=encoder.queries, hnsw_min=hnsw_min, behind=encoder.behind)
+        raise ConfigError(
+            f"dense embeddings ({key}) need a package that is not installed ({exc}): {encoders.INSTALL_HINTS[key]}"
+        ) from exc
+    return DenseVectors(
+        encoder.passages,
+        model=encoder.model,
+        write_behind=writes == "behind",
+        queries=encoder.queries,
+        hnsw_min=hnsw_min,
+        behind=encoder.behind,
+    )
 
 
 def dense_by_default() -> bool:
@@ -70,20 +90,28 @@ def dense_by_default() -> bool:
     global _said_lexical
     if not _said_lexical:
         _said_lexical = True
-        _log.warning("no dense model is installed (%s): searching with BM25 only, so a question must share words "
-                     "with what it looks for", encoders.INSTALL_HINTS[encoders.MODELS[0]])
+        _log.warning(
+            "no dense model is installed (%s): searching with BM25 only, so a question must share words "
+            "with what it looks for",
+            encoders.INSTALL_HINTS[encoders.MODELS[0]],
+        )
     return False
 
 
 _said_lexical = False
 
 
-def load_dense_index(name: str | None = encoders.AUTO, *, batch_threads: int = 0, writes: str = WRITE_MODES[0],
-                     hnsw_min: int = HNSW_MIN, queries: str = encoders.AUTO) -> DenseVectors | None:
+def load_dense_index(
+    name: str | None = encoders.AUTO,
+    *,
+    batch_threads: int = 0,
+    writes: str = WRITE_MODES[0],
+    hnsw_min: int = HNSW_MIN,
+    queries: str = encoders.AUTO,
+) -> DenseVectors | None:
     """The dense index on the packaged model (CPU), or None (with a warning) if its package is missing."""
     try:
-        return require_dense_index(name, batch_threads=batch_threads, writes=writes, hnsw_min=hnsw_min,
-                                   queries=queries)
+        return require_dense_index(name, batch_threads=batch_threads, writes=writes, hnsw_min=hnsw_min, queries=queries)
     except ConfigError as exc:
         if not isinstance(exc.__cause__, ImportError):
             raise

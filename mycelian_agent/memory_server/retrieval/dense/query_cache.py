@@ -53,7 +53,8 @@ class QueryVectorCache:
             return len(self._vectors)
 
     def vector(self, model: str, query: str, encode: Callable[[str], np.ndarray]) -> np.ndarray:
-        """The vector of ``query`` under ``model``: the kept one, else ``encode(normalised query)`` (kept, read-only)."""
+        """The vector of ``query`` under ``model``: the kept one, else ``encode(normalised query)`` (kept,
+        read-only)."""
         text = normalise_query(query)
         key = (model, text)
         with self._lock:

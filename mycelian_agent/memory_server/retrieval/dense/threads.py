@@ -41,11 +41,21 @@ class ThreadChoice:
     Thread-safe: searches on several threads (HTTP sessions) may share one choice.
     """
 
-    def __init__(self, wide: int, *, retry_min: int = 8, retry_max: int = 256, retry_seconds: float = 10.0,
-                 weight: float = 0.3, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        wide: int,
+        *,
+        retry_min: int = 8,
+        retry_max: int = 256,
+        retry_seconds: float = 10.0,
+        weight: float = 0.3,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if wide < 1 or retry_min < 1 or retry_max < retry_min or retry_seconds <= 0 or not 0 < weight <= 1:
-            raise ValueError(f"invalid thread choice (wide={wide}, retry {retry_min}-{retry_max} calls or "
-                             f"{retry_seconds} s, weight {weight})")
+            raise ValueError(
+                f"invalid thread choice (wide={wide}, retry {retry_min}-{retry_max} calls or "
+                f"{retry_seconds} s, weight {weight})"
+            )
         self.wide = wide
         self._retry_min = retry_min
         self._retry_max = retry_max
@@ -84,7 +94,8 @@ class ThreadChoice:
             # on the faster count per retry_seconds.
             slower = max(1.0, self._cost[other] / self._cost[best]) if self._cost[best] > 0 else 1.0
             due = self._since_retry >= self._retry_every or (
-                self._since_retry >= self._retry_min and now - self._last_retry >= self._retry_seconds * slower)
+                self._since_retry >= self._retry_min and now - self._last_retry >= self._retry_seconds * slower
+            )
             if not due:
                 return best
             self._since_retry, self._last_retry = 0, now

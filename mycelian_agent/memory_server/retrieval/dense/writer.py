@@ -34,13 +34,21 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
-__all__ = ["ATTEMPTS", "BATCH", "CLOSE_TIMEOUT", "GATHER_BATCH", "GATHER_SECONDS", "NICE", "RETRY_SECONDS",
-           "SETTLE_TIMEOUT", "VectorWriter"]
+__all__ = [
+    "ATTEMPTS",
+    "BATCH",
+    "CLOSE_TIMEOUT",
+    "GATHER_BATCH",
+    "GATHER_SECONDS",
+    "NICE",
+    "RETRY_SECONDS",
+    "SETTLE_TIMEOUT",
+    "VectorWriter",
+]
 
 #: How long an explicit wait for a memory's vectors (:meth:`VectorWriter.settle`) waits by default.
 SETTLE_TIMEOUT = 60.0
@@ -144,10 +152,15 @@ class VectorWriter:
     def outstanding(self, memory_id: str) -> int:
         """The memory's entries this writer still has to embed: queued, in the backlog or being embedded."""
         with self._lock:
-            return (self._waiting.get(memory_id, 0)
-                    + sum(1 for owner in self._backlog.values() if owner == memory_id)
-                    + sum(1 for seq, owner in self._in_flight.items()
-                          if owner == memory_id and seq not in self._in_flight_queued))
+            return (
+                self._waiting.get(memory_id, 0)
+                + sum(1 for owner in self._backlog.values() if owner == memory_id)
+                + sum(
+                    1
+                    for seq, owner in self._in_flight.items()
+                    if owner == memory_id and seq not in self._in_flight_queued
+                )
+            )
 
     def claim(self, seqs: Sequence[int]) -> set[int]:
         """Take those of ``seqs`` that wait in the queue or the backlog out of them (a search embeds them itself)
@@ -190,9 +203,14 @@ class VectorWriter:
         """Wait until the memory's entries that this writer holds (queued, in the backlog, being embedded) have
         their vectors; False if ``timeout`` passed first, or at once if the thread is not running or has made no
         progress since an earlier wait timed out. Nothing but an explicit wait for vectors calls it."""
+
         def done() -> bool:
-            return not (self._looking or self._waiting.get(memory_id) or memory_id in self._in_flight.values()
-                        or memory_id in self._backlog.values())
+            return not (
+                self._looking
+                or self._waiting.get(memory_id)
+                or memory_id in self._in_flight.values()
+                or memory_id in self._backlog.values()
+            )
 
         with self._lock:
             if not done() and self._stalled_at == self._progress:
@@ -207,7 +225,8 @@ class VectorWriter:
         """Wait until the queue and the backlog are both embedded (tests, benchmarks, maintenance); False if
         ``timeout`` passed first or the thread stopped."""
         return self._wait_until(
-            lambda: not (self._waiting or self._backlog or self._looking or self._in_flight), timeout)
+            lambda: not (self._waiting or self._backlog or self._looking or self._in_flight), timeout
+        )
 
     def _wait_until(self, done: Callable[[], bool], timeout: float) -> bool:
         deadline = time.monotonic() + timeout
@@ -245,8 +264,11 @@ class VectorWriter:
             self._waiting.clear()
             self._lock.notify_all()
         if left:
-            _log.info("closing with %d entries not yet embedded: they are embedded by the next hybrid server that "
-                      "opens this database, or now by `mycelian-agent embeddings backfill DB`", left)
+            _log.info(
+                "closing with %d entries not yet embedded: they are embedded by the next hybrid server that "
+                "opens this database, or now by `mycelian-agent embeddings backfill DB`",
+                left,
+            )
 
     # -- the thread ------------------------------------------------------------------------------------------
 
@@ -275,8 +297,11 @@ class VectorWriter:
         except BaseException:
             # Not an expected failure (those are handled per batch): logged, not re-raised (a thread's exception
             # would only be printed); the index goes back to inline writes once the thread is gone.
-            _log.critical("the vector writer stopped; new entries are embedded inline, entries it still held by "
-                          "the search's catch-up and the next start", exc_info=True)
+            _log.critical(
+                "the vector writer stopped; new entries are embedded inline, entries it still held by "
+                "the search's catch-up and the next start",
+                exc_info=True,
+            )
         finally:
             with self._lock:  # wake any settle() so it sees the thread is gone
                 self._lock.notify_all()
@@ -295,8 +320,12 @@ class VectorWriter:
             with self._connect() as conn:
                 rows = self._missing(conn)
         except Exception as exc:
-            _log.error("could not look for entries without vectors (%s); the search catch-up and the backfill "
-                       "command still embed them", exc, exc_info=_unexpected(exc))
+            _log.error(
+                "could not look for entries without vectors (%s); the search catch-up and the backfill "
+                "command still embed them",
+                exc,
+                exc_info=_unexpected(exc),
+            )
             rows = []
         with self._lock:
             for seq, memory_id in rows:
@@ -336,8 +365,15 @@ class VectorWriter:
             pass
         except Exception as exc:
             failed = True
-            _log.error("could not embed %d entries (seqs %d-%d: %s); each is tried again alone, up to %d tries",
-                       len(batch), batch[0][0], batch[-1][0], exc, ATTEMPTS, exc_info=_unexpected(exc))
+            _log.error(
+                "could not embed %d entries (seqs %d-%d: %s); each is tried again alone, up to %d tries",
+                len(batch),
+                batch[0][0],
+                batch[-1][0],
+                exc,
+                ATTEMPTS,
+                exc_info=_unexpected(exc),
+            )
         finally:
             with self._lock:
                 self._in_flight, self._in_flight_queued = {}, set()
@@ -354,9 +390,12 @@ class VectorWriter:
                         self._retry_at = time.monotonic() + RETRY_SECONDS * tries
                     else:
                         self.failures += 1
-                        _log.error("gave up embedding entry seq %d after %d tries; a search embeds a small gap "
-                                   "itself, and the next start or the backfill command embeds the rest", seq,
-                                   tries)
+                        _log.error(
+                            "gave up embedding entry seq %d after %d tries; a search embeds a small gap "
+                            "itself, and the next start or the backfill command embeds the rest",
+                            seq,
+                            tries,
+                        )
                 self._lock.notify_all()
 
 

@@ -45,8 +45,12 @@ def _say_no_memory_index() -> None:
             "the memory database has no search index by memory (CREATE EXTENSION btree_gin was refused: it needs "
             "the CREATE right on the database): searches read every memory's postings and slow down as the "
             "database grows; as an administrator run CREATE EXTENSION btree_gin; then %s",
-            "; ".join([*MEMORY_INDEX_STATEMENTS, *(PENDING_LIST_STATEMENT.format(index)
-                                                   for index in (MEMORY_INDEX, "contexts_memory_tsv"))]),
+            "; ".join(
+                [
+                    *MEMORY_INDEX_STATEMENTS,
+                    *(PENDING_LIST_STATEMENT.format(index) for index in (MEMORY_INDEX, "contexts_memory_tsv")),
+                ]
+            ),
         )
 
 
@@ -79,11 +83,18 @@ def _say_dense_path(shown: str, vectors: pg_vectors.Availability, hnsw_min: int 
         return
     _said.add((shown, vectors.available))
     if vectors.available:
-        _log.info("dense search on %s: pgvector %s, an HNSW index for memories of %s+ vectors (smaller ones: the "
-                  "exact scan)", shown, vectors.version, hnsw_min)
+        _log.info(
+            "dense search on %s: pgvector %s, an HNSW index for memories of %s+ vectors (smaller ones: the exact scan)",
+            shown,
+            vectors.version,
+            hnsw_min,
+        )
     else:
-        _log.warning("dense search on %s: the exact scan in the server process (slow for memories of 100k "
-                     "entries) because %s", shown, vectors.reason)
+        _log.warning(
+            "dense search on %s: the exact scan in the server process (slow for memories of 100k entries) because %s",
+            shown,
+            vectors.reason,
+        )
 
 
 def _configure(conn: Any) -> None:

@@ -32,8 +32,21 @@ from mycelian_agent.memory_server.storage.query import prune_common
 from mycelian_agent.memory_server.storage.rows import Link
 from mycelian_agent.memory_server.text.analysis import CONTEXT_GAP_DAYS, ENTRY_WEIGHTS, QUESTION_MARKS, tokens
 
-__all__ = ["BOUNDED_ROWS", "EXACT_ROWS", "NEWEST_ROWS", "Known", "Lexicon", "contexts", "entries_within", "frequencies",
-           "known", "neighbour_links", "neighbourhood", "rank", "rank_bounded"]
+__all__ = [
+    "BOUNDED_ROWS",
+    "EXACT_ROWS",
+    "NEWEST_ROWS",
+    "Known",
+    "Lexicon",
+    "contexts",
+    "entries_within",
+    "frequencies",
+    "known",
+    "neighbour_links",
+    "neighbourhood",
+    "rank",
+    "rank_bounded",
+]
 
 # ts_rank's weights are {D, C, B, A}, each at most 1: ENTRY_WEIGHTS scaled by the summary's (the largest).
 _TOP = ENTRY_WEIGHTS[1]
@@ -186,21 +199,32 @@ def rank(
     every = list(zip(counts, queries, strict=True))
     rare = prune_common(every, lambda pair: pair[0], total)
     candidates = [rare, every] if rare != every else [every]
-    exact = (f"SELECT t.seq, ({score}) AS score FROM {table} t WHERE t.memory_id = %s AND t.tsv @@ %s::tsquery"
-             f"{where} ORDER BY score DESC, t.seq DESC LIMIT %s")
+    exact = (
+        f"SELECT t.seq, ({score}) AS score FROM {table} t WHERE t.memory_id = %s AND t.tsv @@ %s::tsquery"
+        f"{where} ORDER BY score DESC, t.seq DESC LIMIT %s"
+    )
     rows: list[Any] = []
     if len(candidates) == 2 and sum(n for n, _ in every) <= EXACT_ROWS:
         # Both rankings exact: one statement, the second run only when the first found too few rows.
         rows = conn.execute(
             f"WITH r AS ({exact}) SELECT seq, score, true AS rare FROM r UNION ALL SELECT seq, score, false "
             f"FROM ({exact}) e WHERE (SELECT count(*) FROM r) < %s",
-            [*(value for matching in candidates for value in (
-                *scoring, memory_id, " | ".join(q for _, q in matching), *params, limit)), limit],
+            [
+                *(
+                    value
+                    for matching in candidates
+                    for value in (*scoring, memory_id, " | ".join(q for _, q in matching), *params, limit)
+                ),
+                limit,
+            ],
             prepare=_prepare(total),
         ).fetchall()
         first = [row for row in rows if row["rare"]]
-        rows = sorted(first if len(first) >= limit else [row for row in rows if not row["rare"]],
-                      key=lambda row: (row["score"], row["seq"]), reverse=True)
+        rows = sorted(
+            first if len(first) >= limit else [row for row in rows if not row["rare"]],
+            key=lambda row: (row["score"], row["seq"]),
+            reverse=True,
+        )
         candidates = []
     for matching in candidates:
         rows = []
@@ -209,8 +233,11 @@ def rank(
         # Every match when the bounded part found too few inside the time bounds (a span far from the newest
         # rows: costly on a large memory, as the time filter reads each match from the heap).
         if not rows or (where and len(rows) < limit):
-            rows = conn.execute(exact, [*scoring, memory_id, " | ".join(q for _, q in matching), *params, limit],
-                                prepare=_prepare(total)).fetchall()
+            rows = conn.execute(
+                exact,
+                [*scoring, memory_id, " | ".join(q for _, q in matching), *params, limit],
+                prepare=_prepare(total),
+            ).fetchall()
         if len(rows) >= limit:
             break
     return [(int(row["seq"]), float(row["score"])) for row in rows if row["score"] > 0]
@@ -230,13 +257,16 @@ def contexts(
     if lexemes and limit > 0:
         queries = [_tsquery(lexeme) for lexeme in lexemes]
         params: dict[str, Any] = {f"q{i}": q for i, q in enumerate(queries)}
-        params.update(memory=memory_id, anyone=" | ".join(queries), cap=EXACT_ROWS + 1, limit=limit,
-                      pruning=len(queries) > 1)
+        params.update(
+            memory=memory_id, anyone=" | ".join(queries), cap=EXACT_ROWS + 1, limit=limit, pruning=len(queries) > 1
+        )
         rows = conn.execute(_contexts_sql(len(queries)), params).fetchall()
         if rows and (rows[0]["found"] > EXACT_ROWS or rows[0]["held"] > EXACT_ROWS):
             ranked = rank(conn, lexicon, "contexts", memory_id, terms, limit)
-            rows = conn.execute(f"{newest} AND (seq = ANY(%s) OR seq = (SELECT max(seq) FROM contexts "
-                                "WHERE memory_id = %s))", (memory_id, [seq for seq, _ in ranked], memory_id)).fetchall()
+            rows = conn.execute(
+                f"{newest} AND (seq = ANY(%s) OR seq = (SELECT max(seq) FROM contexts WHERE memory_id = %s))",
+                (memory_id, [seq for seq, _ in ranked], memory_id),
+            ).fetchall()
         else:
             picked = [(int(row["seq"]), float(row["score"])) for row in rows if row["score"] is not None]
             ranked = [hit for hit in sorted(picked, key=lambda hit: (hit[1], hit[0]), reverse=True) if hit[1] > 0]
@@ -246,8 +276,10 @@ def contexts(
         return [], None
     by_seq = {int(row["seq"]): row for row in rows}
     last = by_seq[max(by_seq)] if latest and by_seq else None
-    return ([(by_seq[seq], score) for seq, score in ranked if seq in by_seq],
-            None if last is None else {"content": last["content"], "creation_time": last["creation_time"]})
+    return (
+        [(by_seq[seq], score) for seq, score in ranked if seq in by_seq],
+        None if last is None else {"content": last["content"], "creation_time": last["creation_time"]},
+    )
 
 
 def _contexts_sql(lexemes: int) -> str:
@@ -265,12 +297,15 @@ def _contexts_sql(lexemes: int) -> str:
     matching rows) and ``held`` (the per-lexeme counts summed), by which the caller sees that :func:`rank` must rank
     instead (more than :data:`EXACT_ROWS`). (Before, the statement returned every matching snapshot's ranks and
     Python scored them: ~200 rows read back for a memory of 100,000 entries, then a second statement for the rows.)"""
-    ranks = ", ".join(f"ts_rank('{_RANK_WEIGHTS}', t.tsv, %(q{i})s::tsquery, 1)::float8 AS r{i}"
-                      for i in range(lexemes))
+    ranks = ", ".join(
+        f"ts_rank('{_RANK_WEIGHTS}', t.tsv, %(q{i})s::tsquery, 1)::float8 AS r{i}" for i in range(lexemes)
+    )
     counts = ", ".join(f"count(*) FILTER (WHERE m.r{i} > 0) AS c{i}" for i in range(lexemes))
-    idfs = ", ".join(f"greatest(1e-6::float8, ln(((n.total - c.c{i})::float8 + 0.5::float8) / "
-                     f"(c.c{i}::float8 + 0.5::float8))) AS w{i}, 2 * c.c{i} < n.total AS k{i}"
-                     for i in range(lexemes))
+    idfs = ", ".join(
+        f"greatest(1e-6::float8, ln(((n.total - c.c{i})::float8 + 0.5::float8) / "
+        f"(c.c{i}::float8 + 0.5::float8))) AS w{i}, 2 * c.c{i} < n.total AS k{i}"
+        for i in range(lexemes)
+    )
     score = " + ".join(f"w.w{i} * m.r{i}" for i in range(lexemes))
     rare_any = " OR ".join(f"v.k{i}" for i in range(lexemes))
     rare_all = " AND ".join(f"v.k{i}" for i in range(lexemes))
@@ -295,8 +330,16 @@ def _contexts_sql(lexemes: int) -> str:
 
 
 def rank_bounded(
-    conn: Any, table: str, memory_id: str, matching: Sequence[tuple[int, str]], total: int, score: str,
-    scoring: Sequence[Any], limit: int, where: str, params: Sequence[Any],
+    conn: Any,
+    table: str,
+    memory_id: str,
+    matching: Sequence[tuple[int, str]],
+    total: int,
+    score: str,
+    scoring: Sequence[Any],
+    limit: int,
+    where: str,
+    params: Sequence[Any],
 ) -> list[Any]:
     """The ranking of a query matching more than :data:`EXACT_ROWS` rows, from a bounded part of them (each row
     scored is read from the heap): every row holding one of the rarest lexemes, as many of them as hold at most
@@ -320,8 +363,10 @@ def rank_bounded(
     # memory's rows are most of the newest) that stops after `newest` rows, the lexemes tested on them behind the
     # LIMIT. (It replaced a range from the oldest of those seqs, found by an InitPlan walking the same index: the
     # same rows, ~0.5 ms more.) A row in both parts counts once.
-    recent = (f"SELECT t.seq, t.tsv FROM (SELECT r.* FROM {table} r "
-              f"WHERE r.memory_id = %s ORDER BY r.seq DESC LIMIT %s) t WHERE t.tsv @@ %s::tsquery{where}")
+    recent = (
+        f"SELECT t.seq, t.tsv FROM (SELECT r.* FROM {table} r "
+        f"WHERE r.memory_id = %s ORDER BY r.seq DESC LIMIT %s) t WHERE t.tsv @@ %s::tsquery{where}"
+    )
     values: list[Any] = [memory_id, newest, anyone, *params]
     if rarest or len(ordered) > 1:
         # The rarest lexemes' rows are counted to fit in BOUNDED_ROWS (the LIMIT only guards against a count
@@ -347,8 +392,7 @@ def neighbour_links(conn: Any, memory_id: str, seqs: Sequence[int]) -> list[Link
         return []
     gap = CONTEXT_GAP_DAYS * 86400.0
     asks = " OR ".join("strpos(e.raw_entry, %s) > 0" for _ in QUESTION_MARKS)
-    near = (f"abs(extract(epoch FROM ({moment('{0}')}::timestamptz - {moment('e')}::timestamptz)))"
-            f" <= {gap!r}")
+    near = f"abs(extract(epoch FROM ({moment('{0}')}::timestamptz - {moment('e')}::timestamptz))) <= {gap!r}"
     sql = (
         f"SELECT e.seq, p.seq AS previous, n.seq AS following, ({asks}) AS asks FROM entries e "
         f"LEFT JOIN LATERAL (SELECT x.seq FROM entries x WHERE x.memory_id = e.memory_id AND x.seq < e.seq "
@@ -375,22 +419,29 @@ def neighbourhood(conn: Any, memory_id: str, seqs: Sequence[int]) -> tuple[list[
     # Each side read from the (memory_id, seq) index with its rows (the given entry and two after it, two before);
     # UNION keeps an entry in two windows once. The links are made here, so a row comes back per entry, not its
     # moment for Python to parse.
-    side = (f"SELECT x.* FROM unnest(%(seqs)s::bigint[]) h(seq) CROSS JOIN LATERAL (SELECT r.seq, {moment('r')} "
-            f"AS at, ({asks}) AS asks FROM entries r WHERE r.memory_id = %(memory)s AND r.seq {{0}} h.seq "
-            "ORDER BY r.seq {1} LIMIT {2}) x")
+    side = (
+        f"SELECT x.* FROM unnest(%(seqs)s::bigint[]) h(seq) CROSS JOIN LATERAL (SELECT r.seq, {moment('r')} "
+        f"AS at, ({asks}) AS asks FROM entries r WHERE r.memory_id = %(memory)s AND r.seq {{0}} h.seq "
+        "ORDER BY r.seq {1} LIMIT {2}) x"
+    )
     # Timestamps subtract to an interval compared in whole microseconds: exact (numeric epochs cost 3x more). Each
     # moment is parsed once (the fence) and each gap computed once, then compared: written inline, the subquery was
     # pulled up and BETWEEN repeated its operand, so every row parsed its moment ~8 times (0.6 ms of 1.9 for the 250
     # rows around 50 hits).
     gap = f"interval '{round(CONTEXT_GAP_DAYS * 86400 * 1_000_000)} microseconds'"
-    sql = (f"SELECT seq, asks, CASE WHEN back BETWEEN -{gap} AND {gap} THEN previous END AS previous, "
-           f"CASE WHEN ahead BETWEEN -{gap} AND {gap} THEN following END AS following FROM (SELECT seq, asks, "
-           "at - lag(at) OVER o AS back, lag(seq) OVER o AS previous, lead(at) OVER o - at AS ahead, "
-           "lead(seq) OVER o AS following FROM (SELECT seq, asks, at::timestamptz AS at "
-           f"FROM ({side.format('>=', 'ASC', 3)} UNION {side.format('<', 'DESC', 2)}) w OFFSET 0) x "
-           "WINDOW o AS (ORDER BY seq)) y ORDER BY seq")
-    params: dict[str, Any] = {"seqs": list(seqs), "memory": memory_id,
-                              **{f"q{i}": mark for i, mark in enumerate(QUESTION_MARKS)}}
+    sql = (
+        f"SELECT seq, asks, CASE WHEN back BETWEEN -{gap} AND {gap} THEN previous END AS previous, "
+        f"CASE WHEN ahead BETWEEN -{gap} AND {gap} THEN following END AS following FROM (SELECT seq, asks, "
+        "at - lag(at) OVER o AS back, lag(seq) OVER o AS previous, lead(at) OVER o - at AS ahead, "
+        "lead(seq) OVER o AS following FROM (SELECT seq, asks, at::timestamptz AS at "
+        f"FROM ({side.format('>=', 'ASC', 3)} UNION {side.format('<', 'DESC', 2)}) w OFFSET 0) x "
+        "WINDOW o AS (ORDER BY seq)) y ORDER BY seq"
+    )
+    params: dict[str, Any] = {
+        "seqs": list(seqs),
+        "memory": memory_id,
+        **{f"q{i}": mark for i, mark in enumerate(QUESTION_MARKS)},
+    }
     rows = conn.execute(sql, params).fetchall()
     order = [int(r["seq"]) for r in rows]
     place = {seq: i for i, seq in enumerate(order)}
@@ -401,9 +452,18 @@ def neighbourhood(conn: Any, memory_id: str, seqs: Sequence[int]) -> tuple[list[
 
     given = sorted({seq for seq in seqs if seq in place})
     links = [link(place[seq]) for seq in given]
-    around = sorted({n for seq in given for n in (order[place[seq] - 1] if place[seq] else None,
-                                                   order[place[seq] + 1] if place[seq] + 1 < len(order) else None)
-                     if n is not None} - set(given))
+    around = sorted(
+        {
+            n
+            for seq in given
+            for n in (
+                order[place[seq] - 1] if place[seq] else None,
+                order[place[seq] + 1] if place[seq] + 1 < len(order) else None,
+            )
+            if n is not None
+        }
+        - set(given)
+    )
     return links, {seq: link(place[seq]) for seq in around}
 
 

@@ -131,9 +131,16 @@ def _reindex_non_ascii(conn: Any) -> None:
     with conn.cursor() as cursor:
         cursor.executemany(
             f"UPDATE entries SET tsv = {ENTRY_TSV} WHERE seq = %(seq)s",
-            [{"seq": seq, "summary_words": index_words(summary), "raw_words": index_words(raw_entry),
-              "labels": index_words(entry_labels(json.loads(tags))), "dated": entry_dated(moment)}
-             for seq, raw_entry, summary, tags, moment in rows],
+            [
+                {
+                    "seq": seq,
+                    "summary_words": index_words(summary),
+                    "raw_words": index_words(raw_entry),
+                    "labels": index_words(entry_labels(json.loads(tags))),
+                    "dated": entry_dated(moment),
+                }
+                for seq, raw_entry, summary, tags, moment in rows
+            ],
         )
         contexts = conn.execute(f"SELECT seq, content FROM contexts WHERE {non_ascii.format('content')}").fetchall()
         cursor.executemany(
@@ -153,8 +160,10 @@ def _count_terms(conn: Any) -> None:
             (memory_id,),
         ).fetchall()
         total = term_stats.recount((r[0], r[1], r[2], r[3]) for r in rows)
-        conn.execute("INSERT INTO memory_stats (memory_id, entries, tokens) VALUES (%s, %s, %s)",
-                     (memory_id, total.entries, total.tokens))
+        conn.execute(
+            "INSERT INTO memory_stats (memory_id, entries, tokens) VALUES (%s, %s, %s)",
+            (memory_id, total.entries, total.tokens),
+        )
         copying = "COPY term_stats (memory_id, kind, term, entries) FROM STDIN"
         with conn.cursor() as cursor, cursor.copy(copying) as copy:
             for kind, term, n in total.rows():
@@ -205,8 +214,7 @@ def _index_by_memory(conn: Any) -> None:
     try:
         with conn.transaction():  # a savepoint: a refusal leaves the migration's transaction usable
             conn.execute("CREATE EXTENSION IF NOT EXISTS btree_gin")
-    except (psycopg.errors.InsufficientPrivilege, psycopg.errors.UndefinedFile,
-            psycopg.errors.FeatureNotSupported):
+    except (psycopg.errors.InsufficientPrivilege, psycopg.errors.UndefinedFile, psycopg.errors.FeatureNotSupported):
         return
     conn.execute(_BUILD_MEMORY)
     for statement in MEMORY_INDEX_STATEMENTS:
@@ -283,7 +291,14 @@ VERSIONS_VERSION = 8
 #: Migration ``n`` (1-based) is ``MIGRATIONS[n - 1]``: SQL statements, or functions of the connection for steps
 #: that need Python (each one runs inside the migration's transaction).
 MIGRATIONS: tuple[Sequence[str | Callable[[Any], None]], ...] = (
-    _V1, [_reindex_non_ascii], _V3, [_index_by_memory], [_inline_tsvectors], _V6, [_bound_pending_lists], _V8
+    _V1,
+    [_reindex_non_ascii],
+    _V3,
+    [_index_by_memory],
+    [_inline_tsvectors],
+    _V6,
+    [_bound_pending_lists],
+    _V8,
 )
 #: The schema version a fully migrated database has.
 SCHEMA_VERSION = len(MIGRATIONS)

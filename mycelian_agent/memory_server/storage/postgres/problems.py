@@ -23,6 +23,8 @@ def server_problem(exc: BaseException, shown: str) -> MemoryServerError | None:
     if not isinstance(exc, psycopg.OperationalError):
         return None
     detail = " ".join(str(exc).split()) or type(exc).__name__
-    return MemoryServerError(f"the PostgreSQL server of {shown} cannot be reached ({detail}): check that it is "
-                             f"running; a call waits up to {RECONNECT_WAIT:.0f} s for it to come back",
-                             transient=True)
+    return MemoryServerError(
+        f"the PostgreSQL server of {shown} cannot be reached ({detail}): check that it is "
+        f"running; a call waits up to {RECONNECT_WAIT:.0f} s for it to come back",
+        transient=True,
+    )

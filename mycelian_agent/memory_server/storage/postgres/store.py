@@ -49,6 +49,7 @@ from mycelian_agent.memory_server.storage.moments import time_bounds
 from mycelian_agent.memory_server.storage.postgres import lexical
 from mycelian_agent.memory_server.storage.postgres import terms as pg_terms
 from mycelian_agent.memory_server.storage.postgres import vectors as pg_vectors
+
 # (INSTALL_HINT, announce_dense_path, require_psycopg: re-exported, callers import them here)
 from mycelian_agent.memory_server.storage.postgres.connecting import (
     INSTALL_HINT,
@@ -83,8 +84,10 @@ _ENTRY_COLUMNS = (
 # was planned as a filter over every row of the memory and kind until the table was analysed).
 _TERM_KEYS = "(memory_id, kind, term) IN (SELECT %s, %s::smallint, unnest(%s::text[]))"
 
+
 class PostgresStore(MemoryStore):
     """The PostgreSQL memory database. Create with :meth:`open`; every primitive is one transaction."""
+
     reconnect_wait = RECONNECT_WAIT
 
     def __init__(self, pool: Any, *, url: str, pool_size: int, dense: DenseIndex | None = None) -> None:
@@ -131,7 +134,9 @@ class PostgresStore(MemoryStore):
             raise MemoryServerError(f"cannot prepare the memory database {shown}: {one_line(exc)}") from exc
         pool = ConnectionPool(
             url,
-            min_size=1, max_size=pool_size, check=ConnectionPool.check_connection,  # a restart cut them all
+            min_size=1,
+            max_size=pool_size,
+            check=ConnectionPool.check_connection,  # a restart cut them all
             kwargs={"autocommit": True, "row_factory": dict_row},
             configure=_configure,
             open=False,
@@ -145,8 +150,9 @@ class PostgresStore(MemoryStore):
             store._columns = _ENTRY_COLUMNS.replace("version", "1 AS version")
         if dense is not None and vectors is not None:
             _say_dense_path(shown, vectors, getattr(dense, "hnsw_min", None))
-        store._attach_dense(pg_vectors.PostgresVectors(pgvector=vectors is not None and vectors.available),
-                            store.maintenance_connection)
+        store._attach_dense(
+            pg_vectors.PostgresVectors(pgvector=vectors is not None and vectors.available), store.maintenance_connection
+        )
         return store
 
     def _close(self) -> None:
@@ -214,9 +220,7 @@ class PostgresStore(MemoryStore):
             for kind in (term_stats.STEM, term_stats.WORD):
                 gone = [t for k, t, n in rows if k == kind and n < 0]
                 if gone:
-                    conn.execute(
-                        f"DELETE FROM term_stats WHERE {_TERM_KEYS} AND entries <= 0", (memory_id, kind, gone)
-                    )
+                    conn.execute(f"DELETE FROM term_stats WHERE {_TERM_KEYS} AND entries <= 0", (memory_id, kind, gone))
 
     @contextmanager
     def _read(self) -> Iterator[Any]:
@@ -402,8 +406,9 @@ class PostgresStore(MemoryStore):
                 return None
             seq = int(old["seq"])
             conn.execute(keep_version("%s"), (format_timestamp(datetime.now(UTC)), seq))
-            before = term_stats.entry_counts(old["raw_entry"], old["summary"], old["tags"],
-                                             old["conversation_time"] or old["creation_time"])
+            before = term_stats.entry_counts(
+                old["raw_entry"], old["summary"], old["tags"], old["conversation_time"] or old["creation_time"]
+            )
             self._delta.add(memory_id, before, -1)
             conversation_time = entry.conversation_time or old["conversation_time"]
             moment = conversation_time or old["creation_time"]
@@ -480,7 +485,13 @@ class PostgresStore(MemoryStore):
     # -- search reads (tsvector candidates, contexts, neighbours: lexical.py) -------------------------------
 
     def lexical_candidates(
-        self, memory_id: str, terms: list[str], limit: int, after: str | None, before: str | None, *,
+        self,
+        memory_id: str,
+        terms: list[str],
+        limit: int,
+        after: str | None,
+        before: str | None,
+        *,
         statistics: Statistics | None = None,
     ) -> list[tuple[int, float]]:
         where, params = time_bounds(after, before, mark="%s")

@@ -26,8 +26,10 @@ from mycelian_agent.memory_server.text.analysis import EntryTerms, entry_terms
 __all__ = ["decode", "encode", "read"]
 
 # An older row's fields, read only where it has no stored terms.
-_TEXT = ", ".join(f"CASE WHEN terms IS NULL THEN {column} END AS {column}"
-                  for column in ("raw_entry", "summary", "tags", "conversation_time", "creation_time"))
+_TEXT = ", ".join(
+    f"CASE WHEN terms IS NULL THEN {column} END AS {column}"
+    for column in ("raw_entry", "summary", "tags", "conversation_time", "creation_time")
+)
 
 
 def _number(value: float) -> str:
@@ -58,6 +60,11 @@ def read(conn: Any, memory_id: str, seqs: Sequence[int]) -> dict[int, EntryTerms
         "WHERE e.memory_id = %s",
         (list(seqs), memory_id),
     ).fetchall()
-    return {int(row["seq"]): decode(row["terms"]) if row["terms"] is not None else entry_terms(
-                row["raw_entry"], row["summary"], row["tags"], row["conversation_time"] or row["creation_time"])
-            for row in rows}
+    return {
+        int(row["seq"]): decode(row["terms"])
+        if row["terms"] is not None
+        else entry_terms(
+            row["raw_entry"], row["summary"], row["tags"], row["conversation_time"] or row["creation_time"]
+        )
+        for row in rows
+    }

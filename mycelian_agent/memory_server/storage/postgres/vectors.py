@@ -38,13 +38,27 @@ if TYPE_CHECKING:
     import numpy as np
     import psycopg
 
-__all__ = ["EF_SEARCH_MIN", "HOW_TO_GET", "Availability", "PostgresVectors", "ensure_index", "index_name",
-           "index_ready", "nearest", "prepare", "sample", "vector_literal", "vectors_of"]
+__all__ = [
+    "EF_SEARCH_MIN",
+    "HOW_TO_GET",
+    "Availability",
+    "PostgresVectors",
+    "ensure_index",
+    "index_name",
+    "index_ready",
+    "nearest",
+    "prepare",
+    "sample",
+    "vector_literal",
+    "vectors_of",
+]
 
 #: What to do for the HNSW path when the extension is missing.
-HOW_TO_GET = ("install pgvector on the database server (Debian/Ubuntu with PGDG: apt-get install "
-              "postgresql-<major>-pgvector; or build it: https://github.com/pgvector/pgvector) and restart; the "
-              "server then creates it (CREATE EXTENSION vector needs a superuser: else run it once as one)")
+HOW_TO_GET = (
+    "install pgvector on the database server (Debian/Ubuntu with PGDG: apt-get install "
+    "postgresql-<major>-pgvector; or build it: https://github.com/pgvector/pgvector) and restart; the "
+    "server then creates it (CREATE EXTENSION vector needs a superuser: else run it once as one)"
+)
 #: The HNSW search list is at least this long (pgvector's default) and at least 4x the entries asked for.
 EF_SEARCH_MIN = 40
 # A lock of the dense setup's own, next to the migrations' ("mycelian" + 1): prepare and ensure_index queue on it.
@@ -98,18 +112,26 @@ def prepare(conn: Any) -> Availability:
                 conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
         except psycopg.Error as exc:
             detail = " ".join(str(exc).split())
-            return Availability(False, None, f"pgvector {offered} is installed on the database server but this role "
-                                f"cannot create it ({detail}): run CREATE EXTENSION vector once as a superuser")
+            return Availability(
+                False,
+                None,
+                f"pgvector {offered} is installed on the database server but this role "
+                f"cannot create it ({detail}): run CREATE EXTENSION vector once as a superuser",
+            )
         version = _one(conn, "SELECT extversion FROM pg_extension WHERE extname = 'vector'")
-    column = _one(conn, "SELECT 1 FROM information_schema.columns WHERE table_name = 'entry_vectors' "
-                        "AND column_name = 'embedding' AND table_schema = current_schema()")
+    column = _one(
+        conn,
+        "SELECT 1 FROM information_schema.columns WHERE table_name = 'entry_vectors' "
+        "AND column_name = 'embedding' AND table_schema = current_schema()",
+    )
     if column is None or _one(conn, "SELECT 1 FROM entry_vectors WHERE embedding IS NULL LIMIT 1") is not None:
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_LOCK,))
             conn.execute("ALTER TABLE entry_vectors ADD COLUMN IF NOT EXISTS embedding vector")
             # Rows written without the column (before pgvector, or by an older server): found by this index alone.
-            conn.execute("CREATE INDEX IF NOT EXISTS entry_vectors_unindexed ON entry_vectors (seq) "
-                         "WHERE embedding IS NULL")
+            conn.execute(
+                "CREATE INDEX IF NOT EXISTS entry_vectors_unindexed ON entry_vectors (seq) WHERE embedding IS NULL"
+            )
             filled = _fill(conn)
         if filled:
             _log.info("copied %d entry vectors into pgvector's column", filled)
@@ -122,8 +144,9 @@ def _fill(conn: Any) -> int:
 
     filled, dimensions = 0, set()
     while True:
-        rows = conn.execute("SELECT seq, vector FROM entry_vectors WHERE embedding IS NULL ORDER BY seq LIMIT %s",
-                            (_FILL_BATCH,)).fetchall()
+        rows = conn.execute(
+            "SELECT seq, vector FROM entry_vectors WHERE embedding IS NULL ORDER BY seq LIMIT %s", (_FILL_BATCH,)
+        ).fetchall()
         if not rows:
             break
         values = []
@@ -142,8 +165,10 @@ def _fill(conn: Any) -> int:
 
 def _create_index(conn: Any, dimension: int) -> None:
     d = int(dimension)
-    conn.execute(f"CREATE INDEX IF NOT EXISTS {index_name(d)} ON entry_vectors USING hnsw "
-                 f"((embedding::vector({d})) vector_cosine_ops) WHERE vector_dims(embedding) = {d}")
+    conn.execute(
+        f"CREATE INDEX IF NOT EXISTS {index_name(d)} ON entry_vectors USING hnsw "
+        f"((embedding::vector({d})) vector_cosine_ops) WHERE vector_dims(embedding) = {d}"
+    )
 
 
 def ensure_index(conn: Any, dimension: int) -> None:
@@ -160,8 +185,17 @@ def index_ready(conn: Any, dimension: int) -> bool:
     return _one(conn, "SELECT to_regclass(%s) IS NOT NULL", (index_name(dimension),)) is True
 
 
-def nearest(conn: Any, memory_id: str, model: str, query: np.ndarray, k: int, after: str | None = None,
-            before: str | None = None, *, explain: bool = False) -> list[tuple[int, bytes]]:
+def nearest(
+    conn: Any,
+    memory_id: str,
+    model: str,
+    query: np.ndarray,
+    k: int,
+    after: str | None = None,
+    before: str | None = None,
+    *,
+    explain: bool = False,
+) -> list[tuple[int, bytes]]:
     """``(seq, float32 bytes)`` of (about) the ``k`` entries of the memory nearest to ``query`` (a unit float32
     row) by the HNSW index, within the time bounds. Approximate: pgvector's iterative scan goes on past the first
     ``ef_search`` candidates until ``k`` rows of this memory are found (or ``hnsw.max_scan_tuples`` is reached).
@@ -172,9 +206,11 @@ def nearest(conn: Any, memory_id: str, model: str, query: np.ndarray, k: int, af
     with conn.transaction():
         # enable_sort off: a memory's rows through the (memory_id, model) index and a sort by distance is the
         # exact scan again, in the database; the planner takes it when it underestimates the index.
-        conn.execute("SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan', "
-                     "'relaxed_order', true), set_config('enable_sort', 'off', true)",
-                     (str(max(EF_SEARCH_MIN, 4 * k)),))
+        conn.execute(
+            "SELECT set_config('hnsw.ef_search', %s, true), set_config('hnsw.iterative_scan', "
+            "'relaxed_order', true), set_config('enable_sort', 'off', true)",
+            (str(max(EF_SEARCH_MIN, 4 * k)),),
+        )
         rows = conn.execute(
             f"{'EXPLAIN ' if explain else ''}SELECT v.seq AS seq, v.vector AS vector FROM entry_vectors v "
             f"WHERE v.memory_id = %s AND v.model = %s AND vector_dims(v.embedding) = {d}{bounded} "
@@ -190,8 +226,9 @@ def vectors_of(conn: Any, model: str, seqs: Sequence[int]) -> list[tuple[int, by
     """``(seq, float32 bytes)`` of those of ``seqs`` that have a vector of ``model``."""
     if not seqs:
         return []
-    rows = conn.execute("SELECT seq, vector FROM entry_vectors WHERE seq = ANY(%s) AND model = %s",
-                        (list(seqs), model)).fetchall()
+    rows = conn.execute(
+        "SELECT seq, vector FROM entry_vectors WHERE seq = ANY(%s) AND model = %s", (list(seqs), model)
+    ).fetchall()
     return [(int(row["seq"]), bytes(row["vector"])) for row in rows]
 
 
@@ -252,8 +289,12 @@ class PostgresVectors(SqlVectors["psycopg.Connection[Any]"]):
     def _still_there(self, conn: psycopg.Connection[Any], seqs: Sequence[int]) -> set[int]:
         # A delete of one of these entries may be in flight; inserting its vector would then fail the foreign key
         # (and the whole batch) when the delete commits. Lock the rows first and keep those still there.
-        return {int(row["seq"]) for row in self._execute(
-            conn, f"SELECT seq FROM entries WHERE seq IN ({','.join('?' * len(seqs))}) FOR KEY SHARE", list(seqs))}
+        return {
+            int(row["seq"])
+            for row in self._execute(
+                conn, f"SELECT seq FROM entries WHERE seq IN ({','.join('?' * len(seqs))}) FOR KEY SHARE", list(seqs)
+            )
+        }
 
     def ready(self, conn: psycopg.Connection[Any], dimension: int) -> bool:
         """Whether the HNSW index of ``dimension`` exists (:func:`index_ready`; remembered once it does)."""
@@ -263,12 +304,22 @@ class PostgresVectors(SqlVectors["psycopg.Connection[Any]"]):
             self._indexed.add(dimension)
         return True
 
-    def nearest(self, conn: psycopg.Connection[Any], memory_id: str, model: str, query: np.ndarray, k: int,
-                after: str | None = None, before: str | None = None) -> list[tuple[int, bytes]]:
+    def nearest(
+        self,
+        conn: psycopg.Connection[Any],
+        memory_id: str,
+        model: str,
+        query: np.ndarray,
+        k: int,
+        after: str | None = None,
+        before: str | None = None,
+    ) -> list[tuple[int, bytes]]:
         """See :func:`nearest`."""
         return nearest(conn, memory_id, model, query, k, after, before)
 
-    def sample(self, conn: psycopg.Connection[Any], memory_id: str, model: str, size: int) -> list[tuple[int, bytes, str]]:
+    def sample(
+        self, conn: psycopg.Connection[Any], memory_id: str, model: str, size: int
+    ) -> list[tuple[int, bytes, str]]:
         """See :func:`sample`."""
         return sample(conn, memory_id, model, size)
 

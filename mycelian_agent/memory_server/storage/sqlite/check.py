@@ -84,14 +84,23 @@ def check_database(path: str | Path) -> DatabaseCheck:
             rows = conn.execute("PRAGMA integrity_check").fetchall()
         except sqlite3.DatabaseError as exc:
             rows = [(str(exc),)]
-        lines = [line for row in rows for line in str(row[0]).splitlines()
-                 if line != "ok" and not line.startswith("*** in database")]
-        report.problems += lines[:PROBLEMS_LISTED] + ([f"and {len(lines) - PROBLEMS_LISTED} more"]
-                                                      if len(lines) > PROBLEMS_LISTED else [])
+        lines = [
+            line
+            for row in rows
+            for line in str(row[0]).splitlines()
+            if line != "ok" and not line.startswith("*** in database")
+        ]
+        report.problems += lines[:PROBLEMS_LISTED] + (
+            [f"and {len(lines) - PROBLEMS_LISTED} more"] if len(lines) > PROBLEMS_LISTED else []
+        )
         for vault, title, memory_id in _memory_rows(conn):
             try:
-                count = sum(1 for _ in conn.execute(f"SELECT {', '.join(_ENTRY_COLUMNS)} FROM entries "
-                                                    "WHERE memory_id = ?", (memory_id,)))
+                count = sum(
+                    1
+                    for _ in conn.execute(
+                        f"SELECT {', '.join(_ENTRY_COLUMNS)} FROM entries WHERE memory_id = ?", (memory_id,)
+                    )
+                )
             except sqlite3.DatabaseError:
                 report.memories.append(MemoryCheck(vault, title, None))
             else:
@@ -108,40 +117,53 @@ def salvage_database(path: str | Path, out: str | Path) -> tuple[int, int]:
         raise ConfigError(f"{file}: nothing to save: {problem}")
     with closing(conn):
         memories: dict[str, dict[str, Any]] = {
-            memory_id: {"vault": vault, "title": title, "memory_id": memory_id, "context": _context(conn, memory_id),
-                        "entries": []} for vault, title, memory_id in _memory_rows(conn)}
+            memory_id: {
+                "vault": vault,
+                "title": title,
+                "memory_id": memory_id,
+                "context": _context(conn, memory_id),
+                "entries": [],
+            }
+            for vault, title, memory_id in _memory_rows(conn)
+        }
         saved = lost = 0
         for seq in range(1, _last_seq(conn) + 1):
             try:
-                row = conn.execute(f"SELECT {', '.join(_ENTRY_COLUMNS)} FROM entries WHERE seq = ?",
-                                   (seq,)).fetchone()
+                row = conn.execute(f"SELECT {', '.join(_ENTRY_COLUMNS)} FROM entries WHERE seq = ?", (seq,)).fetchone()
             except sqlite3.DatabaseError:
                 lost += 1
                 continue
             if row is None:  # deleted, or never used
                 continue
             entry: dict[str, Any] = dict(zip(_ENTRY_COLUMNS, row))
-            memory = memories.setdefault(entry["memory_id"], {"vault": None, "title": None, "context": None,
-                                                               "memory_id": entry["memory_id"], "entries": []})
+            memory = memories.setdefault(
+                entry["memory_id"],
+                {"vault": None, "title": None, "context": None, "memory_id": entry["memory_id"], "entries": []},
+            )
             memory["entries"].append({**entry, "tags": _tags(entry["tags"])})
             saved += 1
-    Path(out).write_text(json.dumps({"file": str(file), "memories": list(memories.values())}, ensure_ascii=False,
-                                    indent=2), encoding="utf-8")
+    Path(out).write_text(
+        json.dumps({"file": str(file), "memories": list(memories.values())}, ensure_ascii=False, indent=2),
+        encoding="utf-8",
+    )
     return saved, lost
 
 
 def _memory_rows(conn: sqlite3.Connection) -> list[tuple[str, str, str]]:
     try:
-        return conn.execute("SELECT v.title, m.title, m.memory_id FROM memories m JOIN vaults v USING (vault_id) "
-                            "ORDER BY v.title, m.title").fetchall()
+        return conn.execute(
+            "SELECT v.title, m.title, m.memory_id FROM memories m JOIN vaults v USING (vault_id) "
+            "ORDER BY v.title, m.title"
+        ).fetchall()
     except sqlite3.DatabaseError:
         return []  # the list of memories is damaged: their entries still name them by id
 
 
 def _context(conn: sqlite3.Connection, memory_id: str) -> str | None:
     try:
-        row = conn.execute("SELECT content FROM contexts WHERE memory_id = ? ORDER BY seq DESC LIMIT 1",
-                           (memory_id,)).fetchone()
+        row = conn.execute(
+            "SELECT content FROM contexts WHERE memory_id = ? ORDER BY seq DESC LIMIT 1", (memory_id,)
+        ).fetchone()
     except sqlite3.DatabaseError:
         return None
     return row[0] if row else None

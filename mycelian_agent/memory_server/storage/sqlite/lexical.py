@@ -88,9 +88,11 @@ def term_rows(conn: sqlite3.Connection, table: str, key: int, stems: Sequence[st
 
 def _entry_counts(conn: sqlite3.Connection, key: int) -> Counts:
     def counts(stems: Sequence[str]) -> tuple[int, Mapping[str, int]]:
-        row = conn.execute("SELECT m.entries FROM memory_stats m JOIN memory_keys k USING (memory_id) "
-                           "WHERE k.key = ?", (key,)).fetchone()
+        row = conn.execute(
+            "SELECT m.entries FROM memory_stats m JOIN memory_keys k USING (memory_id) WHERE k.key = ?", (key,)
+        ).fetchone()
         return (row[0] if row else 0), term_rows(conn, _ENTRIES.fts, key, stems)
+
     return counts
 
 
@@ -98,6 +100,7 @@ def _context_counts(conn: sqlite3.Connection, key: int, memory_id: str) -> Count
     def counts(stems: Sequence[str]) -> tuple[int, Mapping[str, int]]:
         rows = conn.execute("SELECT count(*) FROM contexts WHERE memory_id = ?", (memory_id,)).fetchone()[0]
         return rows, term_rows(conn, _CONTEXTS.fts, key, stems)
+
     return counts
 
 
@@ -159,9 +162,13 @@ class _Query:
             return list(run(self.expression(), limit))
         bound = dict(zip(self.terms, self.bounds, strict=True))
         parts = sorted(
-            ((sum(bound[t] for t in subset), subset)
-             for size in range(len(self.terms), 0, -1) for subset in combinations(self.terms, size)),
-            key=lambda part: -part[0])
+            (
+                (sum(bound[t] for t in subset), subset)
+                for size in range(len(self.terms), 0, -1)
+                for subset in combinations(self.terms, size)
+            ),
+            key=lambda part: -part[0],
+        )
         found: list[tuple[int, float]] = []
         for most, subset in parts:
             # (1e-9: the bound is summed here, the scores in C; a part is skipped only when clearly below.)
@@ -205,8 +212,10 @@ def _rank(
         if len(found) <= limit:
             return [(seq, UNRANKED) for seq in sorted((row[0] for row in found), reverse=True)]
     weights = ", ".join(str(w) for w in index.weights)
-    sql = (f"SELECT {index.fts}.rowid, bm25({index.fts}, {weights}) AS rank FROM {source} "
-           f"WHERE {index.fts} MATCH ?{where} ORDER BY rank, {index.fts}.rowid DESC LIMIT ?")
+    sql = (
+        f"SELECT {index.fts}.rowid, bm25({index.fts}, {weights}) AS rank FROM {source} "
+        f"WHERE {index.fts} MATCH ?{where} ORDER BY rank, {index.fts}.rowid DESC LIMIT ?"
+    )
     ranked = query.top(lambda expr, k: conn.execute(sql, [expr, *params, k]).fetchall(), limit)
     return [(seq, -float(rank)) for seq, rank in ranked]
 
@@ -258,7 +267,12 @@ def _rows(
 
 
 def rank_entries(
-    conn: sqlite3.Connection, key: int | None, terms: Sequence[str], limit: int, where: str, params: Sequence[str],
+    conn: sqlite3.Connection,
+    key: int | None,
+    terms: Sequence[str],
+    limit: int,
+    where: str,
+    params: Sequence[str],
     counts: Counts | None = None,
 ) -> list[tuple[int, float]]:
     """The ``limit`` best entries of the memory whose index key is ``key`` (None: no such memory) by FTS5's BM25
@@ -310,5 +324,6 @@ def search_contexts(
     ``(row, score)``."""
     if key is None:
         return []
-    return _rows(conn, "contexts", memory_id, _search(conn, _CONTEXTS, key, terms, limit,
-                                                      _context_counts(conn, key, memory_id)))
+    return _rows(
+        conn, "contexts", memory_id, _search(conn, _CONTEXTS, key, terms, limit, _context_counts(conn, key, memory_id))
+    )

@@ -150,7 +150,6 @@ _V3 = [
 ]
 
 
-
 def _count_terms(conn: sqlite3.Connection) -> None:
     """Version 4, after its tables: count every memory's entries into them (``term_stats.recount``), one memory
     at a time."""
@@ -162,10 +161,14 @@ def _count_terms(conn: sqlite3.Connection) -> None:
             (memory_id,),
         )
         total = term_stats.recount((r[0], r[1], r[2], r[3]) for r in rows)
-        conn.execute("INSERT INTO memory_stats (memory_id, entries, tokens) VALUES (?, ?, ?)",
-                     (memory_id, total.entries, total.tokens))
-        conn.executemany("INSERT INTO term_stats (memory_id, kind, term, entries) VALUES (?, ?, ?, ?)",
-                         ((memory_id, kind, term, n) for kind, term, n in total.rows()))
+        conn.execute(
+            "INSERT INTO memory_stats (memory_id, entries, tokens) VALUES (?, ?, ?)",
+            (memory_id, total.entries, total.tokens),
+        )
+        conn.executemany(
+            "INSERT INTO term_stats (memory_id, kind, term, entries) VALUES (?, ?, ?, ?)",
+            ((memory_id, kind, term, n) for kind, term, n in total.rows()),
+        )
 
 
 # Migration 4: per-memory term statistics (term_stats.py), kept by the store in each write's transaction, so a

@@ -49,8 +49,9 @@ ENTRY_COLUMNS = ("raw_entry", "summary", "labels", "dated")
 CONTEXT_COLUMNS = ("content",)
 
 _INSERT_ENTRY = f"INSERT INTO entries_fts (rowid, {', '.join(ENTRY_COLUMNS)}) VALUES (?, ?, ?, ?, ?)"
-_DELETE_ENTRY = (f"INSERT INTO entries_fts (entries_fts, rowid, {', '.join(ENTRY_COLUMNS)}) "
-                 "VALUES ('delete', ?, ?, ?, ?, ?)")
+_DELETE_ENTRY = (
+    f"INSERT INTO entries_fts (entries_fts, rowid, {', '.join(ENTRY_COLUMNS)}) VALUES ('delete', ?, ?, ?, ?, ?)"
+)
 _INSERT_CONTEXT = "INSERT INTO contexts_fts (rowid, content) VALUES (?, ?)"
 _DELETE_CONTEXT = "INSERT INTO contexts_fts (contexts_fts, rowid, content) VALUES ('delete', ?, ?)"
 
@@ -101,8 +102,10 @@ def unindex_context(conn: sqlite3.Connection, key: int, seq: int, content: str) 
 
 
 def _entries_of(conn: sqlite3.Connection, memory_id: str | None) -> Iterable[tuple[int, str, list[list[str]]]]:
-    sql = ("SELECT e.seq, e.memory_id, e.raw_entry, e.summary, e.tags, "
-           "coalesce(e.conversation_time, e.creation_time) FROM entries e")
+    sql = (
+        "SELECT e.seq, e.memory_id, e.raw_entry, e.summary, e.tags, "
+        "coalesce(e.conversation_time, e.creation_time) FROM entries e"
+    )
     rows = conn.execute(sql + " WHERE e.memory_id = ?", (memory_id,)) if memory_id else conn.execute(sql)
     for seq, owner, raw_entry, summary, tags, moment in rows:
         yield seq, owner, list(entry_fields(raw_entry, summary, tags, moment))
@@ -114,8 +117,9 @@ def unindex_memory(conn: sqlite3.Connection, memory_id: str) -> None:
     key = memory_key(conn, memory_id)
     if key is None:
         return
-    conn.executemany(_DELETE_ENTRY, [_entry_values(key, seq, fields)
-                                     for seq, _, fields in list(_entries_of(conn, memory_id))])
+    conn.executemany(
+        _DELETE_ENTRY, [_entry_values(key, seq, fields) for seq, _, fields in list(_entries_of(conn, memory_id))]
+    )
     contexts = conn.execute("SELECT seq, content FROM contexts WHERE memory_id = ?", (memory_id,)).fetchall()
     conn.executemany(_DELETE_CONTEXT, [(seq, keyed(key, tokens(content))) for seq, content in contexts])
 
@@ -123,8 +127,10 @@ def unindex_memory(conn: sqlite3.Connection, memory_id: str) -> None:
 def rebuild(conn: sqlite3.Connection) -> None:
     """Index every entry and context snapshot of the database (migration 5, inside its transaction; the tables are
     new and empty). Memories without a key get one, oldest first."""
-    conn.execute("INSERT INTO memory_keys (memory_id) SELECT memory_id FROM memories "
-                 "WHERE memory_id NOT IN (SELECT memory_id FROM memory_keys) ORDER BY creation_time, rowid")
+    conn.execute(
+        "INSERT INTO memory_keys (memory_id) SELECT memory_id FROM memories "
+        "WHERE memory_id NOT IN (SELECT memory_id FROM memory_keys) ORDER BY creation_time, rowid"
+    )
     keys = dict(conn.execute("SELECT memory_id, key FROM memory_keys").fetchall())
     batch: list[tuple[int, str, str, str, str]] = []
     for seq, owner, fields in _entries_of(conn, None):

@@ -30,16 +30,21 @@ def file_problem(exc: BaseException, path: str | None) -> MemoryServerError | No
     text = str(exc)
     check = f"`mycelian-agent check {where}` tells what can still be read and how to save it"
     if name.startswith("SQLITE_CORRUPT") or "malformed" in text:
-        return MemoryServerError(f"the memory database {where} is damaged ({text}): {check}, or restore the file "
-                                 "from a backup")
+        return MemoryServerError(
+            f"the memory database {where} is damaged ({text}): {check}, or restore the file from a backup"
+        )
     if name == "SQLITE_NOTADB" or "not a database" in text:
         return MemoryServerError(f"{where} is not a memory database ({text}): is --db the right file? {check}")
     if name == "SQLITE_FULL" or "disk is full" in text or (name.startswith("SQLITE_IOERR") and _nearly_full(path)):
-        return MemoryServerError(f"the disk holding the memory database {where} is full ({text}): nothing of this "
-                                 "call was written; free some space and run it again")
+        return MemoryServerError(
+            f"the disk holding the memory database {where} is full ({text}): nothing of this "
+            "call was written; free some space and run it again"
+        )
     if name.startswith("SQLITE_IOERR") or "disk I/O error" in text:
-        return MemoryServerError(f"cannot read or write the memory database {where} ({text}): check the disk it "
-                                 "is on (removed, read-only, failing?) and run it again")
+        return MemoryServerError(
+            f"cannot read or write the memory database {where} ({text}): check the disk it "
+            "is on (removed, read-only, failing?) and run it again"
+        )
     return None
 
 

@@ -20,11 +20,11 @@ from typing import Any
 from mycelian_agent.errors import ConfigError, MemoryServerError
 from mycelian_agent.memory_server.storage import moments, term_stats
 from mycelian_agent.memory_server.storage.base import DenseIndex, Link, MemoryStore, NewEntry, Row, Statistics
+from mycelian_agent.memory_server.storage.context_items import content_changed
 from mycelian_agent.memory_server.storage.sqlite import lexical, postings
 from mycelian_agent.memory_server.storage.sqlite.migrations import migrate
 from mycelian_agent.memory_server.storage.sqlite.problems import file_problem
 from mycelian_agent.memory_server.storage.sqlite.vectors import SqliteVectors
-from mycelian_agent.memory_server.storage.context_items import content_changed
 from mycelian_agent.memory_server.storage.validation import format_timestamp
 from mycelian_agent.memory_server.storage.versions import keep_version
 
@@ -49,7 +49,7 @@ def _enable_wal(conn: sqlite3.Connection) -> None:
             conn.execute("PRAGMA journal_mode = WAL")
             return
         except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) and "busy" not in str(exc) or time.monotonic() + delay > deadline:
+            if ("locked" not in str(exc) and "busy" not in str(exc)) or time.monotonic() + delay > deadline:
                 raise
         time.sleep(delay)
         delay = min(delay * 2, 0.1)
@@ -92,7 +92,8 @@ class Store(MemoryStore):
         except sqlite3.Error as exc:
             conn.close()
             raise file_problem(exc, target) or MemoryServerError(
-                f"cannot open the memory database {target}: {exc}") from exc
+                f"cannot open the memory database {target}: {exc}"
+            ) from exc
         except BaseException:
             conn.close()
             raise
@@ -332,19 +333,26 @@ class Store(MemoryStore):
             seq = int(old["seq"])
             conn.execute(keep_version("?"), (format_timestamp(datetime.now(UTC)), seq))
             key = self._key(conn, memory_id)
-            before = term_stats.entry_counts(old["raw_entry"], old["summary"], old["tags"],
-                                             old["conversation_time"] or old["creation_time"])
+            before = term_stats.entry_counts(
+                old["raw_entry"], old["summary"], old["tags"], old["conversation_time"] or old["creation_time"]
+            )
             postings.unindex_entry(conn, key, seq, before.fields)
             self._delta.add(memory_id, before, -1)
             conversation_time = entry.conversation_time or old["conversation_time"]
             conn.execute(
                 "UPDATE entries SET raw_entry = ?, summary = ?, tags = ?, conversation_time = ?, "
                 "version = version + 1 WHERE seq = ?",
-                (entry.raw_entry, entry.summary, json.dumps(entry.tags, ensure_ascii=False, sort_keys=True),
-                 conversation_time, seq),
+                (
+                    entry.raw_entry,
+                    entry.summary,
+                    json.dumps(entry.tags, ensure_ascii=False, sort_keys=True),
+                    conversation_time,
+                    seq,
+                ),
             )
-            after = term_stats.entry_counts(entry.raw_entry, entry.summary, entry.tags,
-                                            conversation_time or old["creation_time"])
+            after = term_stats.entry_counts(
+                entry.raw_entry, entry.summary, entry.tags, conversation_time or old["creation_time"]
+            )
             postings.index_entry(conn, key, seq, after.fields)
             self._delta.add(memory_id, after, seq=seq)
             # The replaced text's vector goes now; the new one is written inline here or behind (entries_written).
@@ -405,8 +413,9 @@ class Store(MemoryStore):
         if key is None:
             key = postings.memory_key(conn, memory_id)
             if key is None:
-                raise MemoryServerError(f"memory {memory_id} has no index key: the database is damaged "
-                                        "(its memory_keys row is missing)")
+                raise MemoryServerError(
+                    f"memory {memory_id} has no index key: the database is damaged (its memory_keys row is missing)"
+                )
             self._keys[memory_id] = key  # (a committed memory's key never changes; see _delete_memory)
         return key
 
@@ -418,7 +427,13 @@ class Store(MemoryStore):
     # -- search reads (FTS5 candidates and contexts: lexical.py) ------------------------------------------
 
     def lexical_candidates(
-        self, memory_id: str, terms: list[str], limit: int, after: str | None, before: str | None, *,
+        self,
+        memory_id: str,
+        terms: list[str],
+        limit: int,
+        after: str | None,
+        before: str | None,
+        *,
         statistics: Statistics | None = None,
     ) -> list[tuple[int, float]]:
         where, params = lexical.time_bounds(after, before)
