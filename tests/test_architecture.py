@@ -1,6 +1,6 @@
 """The package's architecture, checked (lazy imports included): its floors import only downwards, code outside the
 memory server uses only the server's front, the server's rooms import only downwards, no import circle, no module
-over 600 lines, and a module over 500 lines says at its top why it is one module (docs/ARCHITECTURE.md). The
+over 700 lines, and a module over 580 lines says at its top why it is one module (docs/ARCHITECTURE.md). The
 benchmarks (``bench/mycelian_bench``) are held to the same circles and sizes, and the package never imports them;
 they may measure the server's rooms, so the floors and the front are the package's rules only."""
 
@@ -14,8 +14,11 @@ PACKAGE = REPO / "mycelian_agent"
 ROOT = "mycelian_agent"
 BENCH = "mycelian_bench"
 PACKAGES = (PACKAGE, REPO / "bench" / BENCH)
-MAX_LINES = 600
-EXPLAIN_OVER = 500
+# Counted on ruff-formatted code, which writes a call that does not fit on one line one argument per line: the same
+# code runs ~15% longer than in the hand-wrapped style these limits were first set in (600 and 500; the package and
+# the benchmarks went from 31.6k to 36.5k lines at the format commit).
+MAX_LINES = 700
+EXPLAIN_OVER = 580
 
 # memory_server's rooms, lowest first: a room may import its own modules and the rooms before it, never after.
 ROOMS = ["text", "storage", "retrieval", "server", "transport"]

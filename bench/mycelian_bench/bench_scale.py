@@ -1,4 +1,6 @@
 """Growth: search in small memories as one database grows to a million entries, on SQLite and PostgreSQL (issue 26).
+It is one module because its steps share one run's state, the grown databases and their timings, from the load to
+the report.
 
     mycelian-agent bench scale --out OUT [--backend both] [--memories 1000] [--entries-per-memory 1000]
                                [--checkpoints 10000,100000] [--big-memory 100000] [--workers 1,2,4] [--pg-url URL]

@@ -1,4 +1,5 @@
-"""Throughput: concurrent conversations against one memory-server connection and one checkpointer.
+"""Throughput: concurrent conversations against one memory-server connection and one checkpointer. It is one module
+because its measurements share one report and the baselines they are read against, measured in the same run.
 
 N conversations (N = 1, 4, 16, 64), each with its own thread id and its own memory, run at once on one event loop
 and share one embedded server (stdio) and one SQLite checkpointer, as the benchmark runners do. The model is a
