@@ -278,3 +278,21 @@ async def test_over_http_a_token_never_reads_or_deletes_another_vaults_entries()
             await _whole_cycle(intruder)
         async with build_agent(server=url, token=acme, vault="acme") as invoker:
             assert await invoker.aget(secret.entry_id, user="alice") == secret
+
+
+async def test_a_thread_of_a_deleted_user_is_refused_by_name_and_creates_nothing(tmp_path: Path) -> None:
+    """After ``adelete_user``, a thread bound to that user gets an InputError naming the thread and the user (not the
+    server's "memory not found"), with or without ``user=``, and no new memory is made for the refused write; a new
+    thread of that user starts a new memory."""
+    async with build_agent(server="in-process", db=tmp_path / "m.db") as invoker:
+        await invoker.astart_session("t1", user="alice")
+        await invoker.aprocess_conversation_message("user", "I like tea.", "t1")
+        await invoker.adelete_user("alice")
+        for user in (None, "alice"):
+            with pytest.raises(InputError, match=r"thread 't1' belongs to user 'alice', whose memory was deleted"):
+                await invoker.aprocess_conversation_message("user", "Still there?", "t1", user=user)
+        with pytest.raises(InputError, match=r"whose memory was deleted"):
+            await invoker.aend_session("t1")
+        assert await invoker.reader.users.find("alice") is None  # the refused writes made no memory
+        await invoker.aprocess_conversation_message("user", "I like coffee now.", "t2", user="alice")
+        assert [hit.text for hit in await invoker.asearch("coffee", user="alice")] == ["I like coffee now."]

@@ -116,6 +116,8 @@ class MycelianAgentInvoker(LifecycleCalls):
         #: (``thread_wait``: seconds to wait for another process's lease, None: fail at once); see ``leases.py``.
         self.leases = leases if leases is not None else ThreadLeases()
         self.thread_wait = thread_wait
+        #: The memories :meth:`adelete_user` deleted, and whose they were: a thread bound to one is refused.
+        self._forgotten: dict[str, str] = {}
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop | None:
@@ -411,8 +413,8 @@ class MycelianAgentInvoker(LifecycleCalls):
         if user is None:
             return None
         reader = self._reader()
+        taken_in = await self._position(thread)  # first: a thread of a deleted user is refused before a new memory
         memory_id = await reader.users.memory_id(user)
-        taken_in = await self._position(thread)
         bound, thread_id = thread.memory_id, thread.thread_id
         if bound is None and taken_in and memory_id != await reader.default_memory():
             raise InputError(
@@ -456,6 +458,12 @@ class MycelianAgentInvoker(LifecycleCalls):
             taken_in = thread.read(status)
             thread.checkpoint_recent = status.recent
         self._threads.used(thread)
+        if thread.memory_id in self._forgotten:
+            raise InputError(
+                f"thread {thread.thread_id!r} belongs to user {self._forgotten[thread.memory_id]!r}, whose memory was "
+                "deleted (adelete_user): nothing more can be written to it; start a new thread (a new thread of "
+                "that user gives them a new memory)"
+            )
         return taken_in
 
     async def _forget_idle(self) -> None:

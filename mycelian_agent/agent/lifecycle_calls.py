@@ -25,6 +25,7 @@ class LifecycleCalls:
 
     if TYPE_CHECKING:
         agent: MycelianMemoryAgent
+        _forgotten: dict[str, str]
 
         def _reader(self) -> MemoryReader: ...
 
@@ -62,8 +63,11 @@ class LifecycleCalls:
         return await self.lifecycle.adelete(entry_id, user)
 
     async def adelete_user(self, user: str) -> dict[str, Any]:
-        """Forget ``user``: their whole memory (entries, versions, context documents)."""
-        return await self.lifecycle.adelete_user(user)
+        """Forget ``user``: their whole memory (entries, versions, context documents). A thread of this invoker
+        bound to that user is refused from then on (:class:`InputError`), instead of failing at the server."""
+        answer = await self.lifecycle.adelete_user(user)
+        self._forgotten[str(answer["memoryId"])] = user
+        return answer
 
     get_all = sync_twin(aget_all)
     get = sync_twin(aget)
