@@ -21,6 +21,7 @@ from mycelian_agent.errors import InputError
 
 __all__ = [
     "MONTHS",
+    "NUMBER_WORDS",
     "format_timestamp",
     "month_number",
     "normalise_time",
@@ -164,7 +165,8 @@ def format_timestamp(moment: datetime) -> str:
 # ---------------------------------------------------------------------------------------- relative dates
 
 _WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
-_NUMBER_WORDS = {
+#: Counting words and their numbers ("a couple of weeks ago"); query_time.py adds the vaguer ones a question uses.
+NUMBER_WORDS = {
     "a": 1,
     "an": 1,
     "one": 1,
@@ -275,7 +277,7 @@ def _resolve(match: re.Match[str], today: date) -> str | None:
         words = [g for g in match.groups() if g is not None]
         count_text, unit = (words[1], words[2]) if groups["in"] else (words[0], words[1])
         count_text = " ".join(count_text.lower().split())
-        count = int(count_text) if count_text.isdigit() else _NUMBER_WORDS[count_text]
+        count = int(count_text) if count_text.isdigit() else NUMBER_WORDS[count_text]
         sign = -1 if (groups["ago"] or "").lower() == "ago" else 1
         unit = unit.lower()
         if unit == "day":

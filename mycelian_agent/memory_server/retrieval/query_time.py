@@ -32,7 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
-from mycelian_agent.dates import MONTHS, format_timestamp, month_number, resolved_periods
+from mycelian_agent.dates import MONTHS, NUMBER_WORDS, format_timestamp, month_number, resolved_periods
 
 __all__ = [
     "ASKS_TIME_BOOST",
@@ -121,28 +121,7 @@ _WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday",
 _WEEKDAY = "(?:" + "|".join(_WEEKDAYS) + ")"
 _SEASONS = {"spring": (3, 3), "summer": (6, 3), "fall": (9, 3), "autumn": (9, 3), "winter": (12, 3)}
 _SEASON = "(?:" + "|".join(_SEASONS) + ")"
-_NUMBERS = {
-    "a": 1,
-    "an": 1,
-    "one": 1,
-    "two": 2,
-    "three": 3,
-    "four": 4,
-    "five": 5,
-    "six": 6,
-    "seven": 7,
-    "eight": 8,
-    "nine": 9,
-    "ten": 10,
-    "eleven": 11,
-    "twelve": 12,
-    "a couple of": 2,
-    "couple of": 2,
-    "a couple": 2,
-    "a few": 3,
-    "few": 3,
-    "several": 4,
-}
+_NUMBERS = {**NUMBER_WORDS, "a few": 3, "few": 3, "several": 4}
 _COUNT = (
     r"(?:\d{1,3}|a couple of|couple of|a couple|a few|few|several|an|a|one|two|three|four|five|six|seven|eight"
     r"|nine|ten|eleven|twelve)"
