@@ -72,11 +72,15 @@ def main() -> None:
         default=None,
         help="SQLite checkpoint of the thread (default: beside --db, e.g. .mycelian/chat-state.db)",
     )
-    parser.add_argument("--user", default="chat-example", help="whose memory (letters, digits, hyphens)")
-    parser.add_argument("--thread", default="chat-example", help="conversation thread id (a thread keeps its user)")
+    parser.add_argument("--user", default="chat-example", help="whose memory (any id: a name, a UUID, an e-mail)")
+    parser.add_argument(
+        "--thread", default=None, help="conversation thread id; a thread keeps its user (default: chat-<user>)"
+    )
     parser.add_argument("--name", default=None, help="your name: summaries say 'Dana said ...' (default: 'the user')")
     parser.add_argument("--chat-model", default=None, help="e.g. openai:gpt-4o-mini (default: offline stand-in)")
     args = parser.parse_args()
+    if args.thread is None:  # one thread per user: a thread is bound to the user who first wrote it
+        args.thread = f"chat-{args.user}"
     if args.state is None:  # the thread's checkpoint goes with its memory database
         db = Path(args.db)
         args.state = str(db.with_name(f"{db.stem}-state.db"))

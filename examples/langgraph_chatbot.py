@@ -164,7 +164,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--db", default=".mycelian/chatbot.db", help="memory database (SQLite file)")
     parser.add_argument("--server", default="embedded", help="'embedded' (stdio), 'in-process' or an http(s) URL")
-    parser.add_argument("--user", default="demo-user", help="whose memory (letters, digits, hyphens)")
+    parser.add_argument("--user", default="demo-user", help="whose memory (any id: a name, a UUID, an e-mail)")
     parser.add_argument("--thread", default=None, help="conversation thread id (default: a new one per run)")
     parser.add_argument("--chat-model", default=None, help="e.g. openai:gpt-4o-mini (default: offline stand-in)")
     parser.add_argument(
